@@ -1,0 +1,96 @@
+"""Opening a PostgreSQL store: a probe connection for clear errors, then the pool."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from engine import _meta
+from engine._backends import Backend
+from engine._urls import StoreURL
+from engine.errors import StoreError
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
+
+
+def _connect(url: StoreURL) -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError(
+            url.masked, "PostgreSQL support is not installed: pip install 'stagetrail[postgres]'"
+        ) from None
+    try:
+        return psycopg.connect(
+            host=url.host, port=url.port, user=url.user, password=url.password,
+            dbname=url.dbname, autocommit=True,
+            connect_timeout=int(url.options.get("connect_timeout", "5")),
+        )
+    except psycopg.Error as error:
+        raise StoreError(url.masked, f"cannot connect to PostgreSQL: {_describe(error, url)}") from None
+
+
+def _describe(error: Exception, url: StoreURL) -> str:
+    text = " ".join(str(error).split())
+    return text.replace(url.password, "***") if url.password else text
+
+
+def _schema(url: StoreURL) -> str:
+    schema = url.options.get("schema", "public")
+    if not _IDENTIFIER.fullmatch(schema):
+        raise StoreError(url.masked, f"schema {schema!r} must be letters, digits and _")
+    return schema
+
+
+def _settle_meta(conn: Any, url: StoreURL, create: bool, settings: _meta.AtRest) -> _meta.AtRest:
+    from psycopg import sql
+
+    schema = _schema(url)
+    meta = sql.Identifier(schema, _meta.META_TABLE)
+    exists = conn.execute(
+        "SELECT to_regclass(%s), to_regclass(%s)",
+        (f'"{schema}".{_meta.META_TABLE}', f'"{schema}".{_meta.EVENTS_TABLE}'),
+    ).fetchone()
+    if exists[0] is not None:
+        rows = conn.execute(sql.SQL("SELECT key, value FROM {}").format(meta)).fetchall()
+        return _meta.settle(dict(rows), settings, url.masked)
+    if exists[1] is not None:
+        raise StoreError(url.masked, f"schema {schema!r} has events but no stagetrail meta table")
+    if not create:
+        raise StoreError(url.masked, f"no stagetrail store in schema {schema!r}")
+    with conn.transaction():
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+        ).format(meta))
+        for key, value in _meta.new_meta(settings).items():
+            conn.execute(sql.SQL(
+                "INSERT INTO {} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
+            ).format(meta), (key, value))
+    return settings
+
+
+def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backend:
+    """Open or create a stagetrail store in a PostgreSQL schema.
+
+    Raises:
+        StoreError: unreachable server, missing store, newer schema, wrong key.
+    """
+    import psycopg
+    from eventsourcing.persistence import PersistenceError
+    from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+
+    with _connect(url) as conn:
+        settings = _settle_meta(conn, url, create, settings)
+    datastore = PostgresDatastore(
+        dbname=url.dbname, host=url.host, port=url.port, user=url.user,
+        password=url.password, schema=_schema(url), pool_size=2, max_overflow=8,
+        connect_timeout=float(url.options.get("connect_timeout", "5")),
+    )
+    try:
+        recorder = PostgresApplicationRecorder(datastore, events_table_name=_meta.EVENTS_TABLE)
+        recorder.create_table()
+    except (psycopg.Error, PersistenceError) as error:
+        datastore.close()
+        raise StoreError(url.masked, f"cannot prepare the store: {_describe(error, url)}") from None
+    return Backend(recorder, settings.mapper(), datastore.close)

@@ -1,0 +1,102 @@
+"""Parsing and masking of store URLs."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import attrs
+
+from engine.errors import StoreError
+
+DEFAULT_STORE = "sqlite:///stagetrail.db"
+SCHEMES = ("memory://", "sqlite:///path", "postgresql://user:password@host:5432/db")
+
+
+@attrs.frozen
+class StoreURL:
+    """A parsed store URL; `masked` is safe to print."""
+
+    scheme: str
+    masked: str
+    path: str = ""
+    host: str = ""
+    port: int = 5432
+    user: str = ""
+    password: str = ""
+    dbname: str = ""
+    options: dict[str, str] = attrs.field(factory=dict)
+
+
+def default_url() -> str:
+    """`$STAGETRAIL_STORE`, else the SQLite file ./stagetrail.db."""
+    return os.environ.get("STAGETRAIL_STORE") or DEFAULT_STORE
+
+
+def mask(url: str) -> str:
+    """The URL with its password, if any, replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def parse(url: str) -> StoreURL:
+    """Parse a store URL.
+
+    Raises:
+        StoreError: the URL is not one of the supported forms.
+    """
+    if not isinstance(url, str):
+        raise StoreError(repr(url), f"a store URL must be a str; use one of {', '.join(SCHEMES)}")
+    masked = mask(url)
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme == "memory":
+        return StoreURL(scheme="memory", masked=masked)
+    if scheme == "sqlite":
+        return _sqlite(url, masked)
+    if scheme in ("postgresql", "postgres"):
+        return _postgres(url, masked)
+    hint = f" (did you mean sqlite:///{url}?)" if not scheme else ""
+    raise StoreError(masked, f"unsupported store URL{hint}; use one of {', '.join(SCHEMES)}")
+
+
+def _options(query: str) -> dict[str, str]:
+    return {key: values[-1] for key, values in parse_qs(query).items()}
+
+
+def _sqlite(url: str, masked: str) -> StoreURL:
+    parts = urlsplit(url)
+    path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+    if parts.netloc or not path:
+        raise StoreError(
+            masked, "a SQLite URL is sqlite:///relative/file.db or sqlite:////absolute/file.db"
+        )
+    return StoreURL(scheme="sqlite", masked=masked, path=path, options=_options(parts.query))
+
+
+def _postgres(url: str, masked: str) -> StoreURL:
+    try:
+        parts = urlsplit(url)
+        port = parts.port or 5432
+    except ValueError as error:
+        raise StoreError(masked, f"malformed PostgreSQL URL: {error}") from None
+    dbname = unquote(parts.path.lstrip("/"))
+    if not dbname:
+        raise StoreError(masked, "the PostgreSQL URL names no database (postgresql://host/db)")
+    return StoreURL(
+        scheme="postgresql",
+        masked=masked,
+        host=parts.hostname or "localhost",
+        port=port,
+        user=unquote(parts.username or "") or getpass.getuser(),
+        password=unquote(parts.password or ""),
+        dbname=dbname,
+        options=_options(parts.query),
+    )

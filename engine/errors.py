@@ -1,0 +1,142 @@
+"""The engine's errors: each names the facts a user needs to act on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from uuid import UUID
+
+from events.errors import StagetrailError
+
+
+class PipelineError(StagetrailError, ValueError):
+    """A pipeline definition is invalid; `problem` says what and where."""
+
+    def __init__(self, pipeline: str, problem: str) -> None:
+        self.pipeline = pipeline
+        self.problem = problem
+        super().__init__(f"pipeline {pipeline!r}: {problem}")
+
+
+class InvalidTransition(StagetrailError, ValueError):
+    """An outcome is not a row of the run's table in its current state.
+
+    Attributes:
+        state: the run's current state.
+        outcome: the outcome that was refused.
+        allowed: the outcomes the table allows in that state.
+        stage: the stage the caller named.
+    """
+
+    def __init__(
+        self, state: str, outcome: str, allowed: Iterable[str], stage: str | None = None
+    ) -> None:
+        self.state = state
+        self.outcome = outcome
+        self.allowed = tuple(sorted(allowed))
+        self.stage = stage if stage is not None else state
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if self.stage != self.state:
+            return (
+                f"stage {self.stage!r} is not the current state {self.state!r}; "
+                f"record outcomes of {self.state!r} (allowed: {self._allowed()})"
+            )
+        return (
+            f"outcome {self.outcome!r} is not allowed in state {self.state!r}; "
+            f"allowed: {self._allowed()}"
+        )
+
+    def _allowed(self) -> str:
+        if not self.allowed:
+            return "none (it is a final state)"
+        return ", ".join(repr(o) for o in self.allowed)
+
+
+class RuleViolation(StagetrailError, ValueError):
+    """An event breaks one of the engine's rules (other than the transition table).
+
+    Attributes:
+        run_id: the run concerned.
+        rule: a short name of the rule broken, e.g. ``"finished"``.
+    """
+
+    def __init__(self, run_id: UUID, rule: str, message: str) -> None:
+        self.run_id = run_id
+        self.rule = rule
+        super().__init__(message)
+
+
+class ConcurrencyConflict(StagetrailError, RuntimeError):
+    """Another writer appended to the run first; call `run.refresh()` and retry.
+
+    Attributes:
+        run_id: the run both writers appended to.
+        version: the version this writer tried to write.
+    """
+
+    def __init__(self, run_id: UUID, version: int) -> None:
+        self.run_id = run_id
+        self.version = version
+        super().__init__(
+            f"run {run_id} already has an event at version {version}: another writer "
+            "appended first; nothing of this append was written. "
+            "Call run.refresh() and try again."
+        )
+
+
+class RunNotFound(StagetrailError, LookupError):
+    """No run with this id is in the store."""
+
+    def __init__(self, run_id: object, store: str) -> None:
+        self.run_id = run_id
+        self.store = store
+        super().__init__(f"no run {run_id} in store {store}")
+
+
+class StoreError(StagetrailError, OSError):
+    """The store cannot be opened, read or written; the URL is shown masked.
+
+    Attributes:
+        url: the store URL with any password replaced by ``***``.
+    """
+
+    def __init__(self, url: str, problem: str) -> None:
+        self.url = url
+        self.problem = problem
+        super().__init__(f"store {url}: {problem}")
+
+
+class RunAlreadyFinished(RuleViolation):
+    """Nothing may be recorded after `RunFinished`."""
+
+    def __init__(self, run_id: UUID, status: str) -> None:
+        self.status = status
+        super().__init__(
+            run_id, "finished", f"run {run_id} already finished ({status}); nothing may follow"
+        )
+
+
+class InvalidRollback(RuleViolation):
+    """A rollback asks for more outcomes than the stack holds, or an attempt is open."""
+
+    def __init__(self, run_id: UUID, steps: int, depth: int, why: str) -> None:
+        self.steps = steps
+        self.depth = depth
+        super().__init__(run_id, "rollback", f"cannot roll back {steps} step(s): {why}")
+
+
+class AttemptError(RuleViolation):
+    """A stage attempt was started twice, or for a stage that is not current."""
+
+    def __init__(self, run_id: UUID, stage: str, message: str) -> None:
+        self.stage = stage
+        super().__init__(run_id, "attempt", message)
+
+
+class TaskError(RuleViolation):
+    """A task event does not fit the task's status (unknown, duplicate, done)."""
+
+    def __init__(self, run_id: UUID, task_id: str, message: str) -> None:
+        self.task_id = task_id
+        super().__init__(run_id, "task", f"task {task_id!r}: {message}")

@@ -1,0 +1,223 @@
+"""The pure core of a run: its machine state and the fold that checks every event.
+
+`start(pipeline, RunStarted)` gives the first state; `apply(pipeline, state,
+event)` returns the next one or raises, naming the rule broken. Appending and
+loading share this one path, so a stored history always obeys the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Optional
+from uuid import UUID
+
+import attrs
+
+from engine.errors import (
+    AttemptError,
+    InvalidRollback,
+    InvalidTransition,
+    RuleViolation,
+    RunAlreadyFinished,
+    TaskError,
+)
+from engine.pipeline import Pipeline
+from events import (
+    Event,
+    RunFinished,
+    RunStarted,
+    StageCompleted,
+    StageFailed,
+    StageStarted,
+    StateRolledBack,
+    TaskAdded,
+    TaskCompleted,
+    TaskFailed,
+    TaskStarted,
+)
+
+Stack = Optional[tuple[str, "Stack"]]
+"""The outcome stack as a cons list of the states each outcome left (newest first)."""
+
+
+@attrs.frozen
+class RunState:
+    """Everything the engine needs to check the next event of a run (not its history)."""
+
+    run_id: UUID
+    pipeline: str
+    state: str
+    version: int
+    last_timestamp: datetime
+    depth: int = 0
+    stack: Stack = None
+    attempts: Mapping[str, int] = attrs.field(factory=dict)
+    open_attempt: int | None = None
+    opened_at: datetime | None = None
+    tasks: Mapping[str, str] = attrs.field(factory=dict)
+    status: str | None = None
+
+    def next_attempt(self, stage: str) -> int:
+        """The attempt number an outcome of `stage` recorded now would carry."""
+        if self.open_attempt is not None and stage == self.state:
+            return self.open_attempt
+        return self.attempts.get(stage, 0) + 1
+
+
+def start(pipeline: Pipeline, event: RunStarted) -> RunState:
+    """The state of a run right after its `RunStarted` event."""
+    if event.version != 1:
+        raise RuleViolation(event.run_id, "version", "RunStarted must be event 1 of its run")
+    return RunState(
+        run_id=event.run_id,
+        pipeline=pipeline.name,
+        state=pipeline.initial,
+        version=1,
+        last_timestamp=event.timestamp,
+    )
+
+
+def apply(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
+    """Return the run's state after `event`, or raise if the event breaks a rule.
+
+    Raises:
+        InvalidTransition: the outcome is not a row of the table in this state.
+        RuleViolation: (or a subclass) any other rule of the engine is broken.
+    """
+    _check_sequence(state, event)
+    fold = _FOLDS.get(type(event), _unchanged)
+    return fold(pipeline, state, event)
+
+
+def _check_sequence(state: RunState, event: Event) -> None:
+    if state.status is not None:
+        raise RunAlreadyFinished(state.run_id, state.status)
+    if event.version != state.version + 1:
+        raise RuleViolation(
+            state.run_id, "version",
+            f"event version {event.version} does not follow version {state.version}",
+        )
+
+
+def _stamp(current: RunState, event: Event, /, **changes: Any) -> RunState:
+    return attrs.evolve(
+        current, version=event.version, last_timestamp=event.timestamp, **changes
+    )
+
+
+def _unchanged(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
+    return _stamp(state, event)
+
+
+def _second_start(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
+    raise RuleViolation(state.run_id, "started", f"run {state.run_id} has already started")
+
+
+def _stage_started(pipeline: Pipeline, state: RunState, event: StageStarted) -> RunState:
+    if event.stage != state.state:
+        raise AttemptError(
+            state.run_id, event.stage,
+            f"cannot start stage {event.stage!r}: the current state is {state.state!r}",
+        )
+    if pipeline.is_final(state.state):
+        raise AttemptError(
+            state.run_id, event.stage, f"{state.state!r} is a final state; no stage runs there"
+        )
+    if state.open_attempt is not None:
+        raise AttemptError(
+            state.run_id, event.stage,
+            f"attempt {state.open_attempt} of {event.stage!r} is still open; "
+            "record its outcome first",
+        )
+    _check_attempt(state, event.stage, event.attempt)
+    return _stamp(state, event, open_attempt=event.attempt, opened_at=event.timestamp)
+
+
+def _check_attempt(state: RunState, stage: str, attempt: int) -> None:
+    expected = state.next_attempt(stage)
+    if attempt != expected:
+        raise AttemptError(
+            state.run_id, stage, f"stage {stage!r} attempt {attempt} should be {expected}"
+        )
+
+
+def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageFailed) -> RunState:
+    dest = pipeline.next_state(state.state, event.outcome)
+    if event.stage != state.state or dest is None:
+        raise InvalidTransition(
+            state.state, event.outcome, pipeline.allowed(state.state), event.stage
+        )
+    _check_attempt(state, event.stage, event.attempt)
+    return _stamp(
+        state, event,
+        state=dest,
+        stack=(state.state, state.stack),
+        depth=state.depth + 1,
+        attempts={**state.attempts, event.stage: event.attempt},
+        open_attempt=None,
+        opened_at=None,
+    )
+
+
+def _rolled_back(pipeline: Pipeline, state: RunState, event: StateRolledBack) -> RunState:
+    if event.steps > state.depth:
+        raise InvalidRollback(
+            state.run_id, event.steps, state.depth,
+            f"only {state.depth} outcome(s) are on the stack",
+        )
+    if state.open_attempt is not None:
+        raise InvalidRollback(
+            state.run_id, event.steps, state.depth,
+            f"attempt {state.open_attempt} of {state.state!r} is open; record its outcome first",
+        )
+    stack, back_to = state.stack, state.state
+    for _ in range(event.steps):
+        assert stack is not None
+        back_to, stack = stack
+    return _stamp(state, event, state=back_to, stack=stack, depth=state.depth - event.steps)
+
+
+_TASK_MOVES: dict[type[Event], tuple[frozenset[str | None], str]] = {
+    TaskAdded: (frozenset({None}), "pending"),
+    TaskStarted: (frozenset({"pending", "failed"}), "active"),
+    TaskCompleted: (frozenset({"pending", "active", "failed"}), "completed"),
+    TaskFailed: (frozenset({"pending", "active", "failed"}), "failed"),
+}
+
+
+def _task(
+    pipeline: Pipeline, state: RunState,
+    event: TaskAdded | TaskStarted | TaskCompleted | TaskFailed,
+) -> RunState:
+    sources, dest = _TASK_MOVES[type(event)]
+    current = state.tasks.get(event.task_id)
+    if current not in sources:
+        raise TaskError(state.run_id, event.task_id, _task_problem(current, type(event)))
+    return _stamp(state, event, tasks={**state.tasks, event.task_id: dest})
+
+
+def _task_problem(current: str | None, kind: type[Event]) -> str:
+    if current is None:
+        return "no such task in this run; add it first"
+    if kind is TaskAdded:
+        return f"already added (it is {current})"
+    return f"cannot record {kind.__name__} for a task that is {current}"
+
+
+def _finished(pipeline: Pipeline, state: RunState, event: RunFinished) -> RunState:
+    return _stamp(state, event, status=event.status, open_attempt=None, opened_at=None)
+
+
+_FOLDS: dict[type[Event], Callable[[Pipeline, RunState, Any], RunState]] = {
+    RunStarted: _second_start,
+    StageStarted: _stage_started,
+    StageCompleted: _outcome,
+    StageFailed: _outcome,
+    StateRolledBack: _rolled_back,
+    TaskAdded: _task,
+    TaskStarted: _task,
+    TaskCompleted: _task,
+    TaskFailed: _task,
+    RunFinished: _finished,
+}

@@ -1,0 +1,244 @@
+"""A run: the write side of one execution of a pipeline.
+
+A `Run` holds its machine state, never its history: every method builds one
+event, checks it with the pure fold in `engine.machine`, and appends it
+durably before returning it (or queues it inside `batch()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from uuid import UUID
+
+from engine.errors import StagetrailError
+from engine.machine import RunState, apply
+from engine.pipeline import Pipeline
+from engine.store import Store
+from events import (
+    JSON,
+    BudgetSpent,
+    Event,
+    NoteAdded,
+    ProgressObserved,
+    RunFinished,
+    StageCompleted,
+    StageFailed,
+    StageStarted,
+    StateRolledBack,
+    TaskAdded,
+    TaskCompleted,
+    TaskFailed,
+    TaskStarted,
+)
+from events._fields import utc_now
+
+E = TypeVar("E", bound=Event)
+
+
+class Run:
+    """A live handle on one run; each recording method appends one event."""
+
+    def __init__(self, store: Store, pipeline: Pipeline, state: RunState) -> None:
+        self._store = store
+        self.pipeline = pipeline
+        self._state = state
+        self._pending: list[Event] | None = None
+
+    @property
+    def id(self) -> UUID:
+        """The run's id (its event stream's id)."""
+        return self._state.run_id
+
+    @property
+    def state(self) -> str:
+        """The machine's current state, e.g. ``"developer"``."""
+        return self._state.state
+
+    @property
+    def version(self) -> int:
+        """The number of events recorded so far (pending batch events included)."""
+        return self._state.version
+
+    @property
+    def status(self) -> str | None:
+        """The status the run finished with, or None while it is running."""
+        return self._state.status
+
+    @property
+    def depth(self) -> int:
+        """How many outcomes are on the state stack."""
+        return self._state.depth
+
+    @property
+    def open_attempt(self) -> int | None:
+        """The attempt of the current stage that was started and has no outcome yet."""
+        return self._state.open_attempt
+
+    @property
+    def tasks(self) -> Mapping[str, str]:
+        """Each task's status: pending, active, completed or failed."""
+        return dict(self._state.tasks)
+
+    @property
+    def machine(self) -> RunState:
+        """The full machine state (a frozen value)."""
+        return self._state
+
+    def allowed_outcomes(self) -> tuple[str, ...]:
+        """The outcomes the table allows in the current state."""
+        return self.pipeline.allowed(self._state.state)
+
+    def attempts(self, stage: str) -> int:
+        """How many attempts of `stage` have been opened in this run."""
+        return self._state.attempts.get(stage, 0) + (
+            1 if self._state.open_attempt is not None and stage == self._state.state else 0
+        )
+
+    def stage_started(self, stage: str) -> StageStarted:
+        """Record that an attempt of the current stage began."""
+        return self._record(StageStarted, stage=stage, attempt=self._state.next_attempt(stage))
+
+    def stage_completed(
+        self, stage: str, result: JSON = None, *, outcome: str = "completed",
+        duration: float | None = None,
+    ) -> StageCompleted:
+        """Record a stage's result; `outcome` picks the row of the table to follow.
+
+        Args:
+            stage: the current state's stage.
+            result: any strict JSON value.
+            outcome: the trigger; ``"completed"`` unless named.
+            duration: seconds; by default the time since `stage_started`, else 0.
+
+        Raises:
+            InvalidTransition: `stage` is not current or `outcome` not allowed;
+                nothing is appended.
+        """
+        return self._record(
+            StageCompleted, stage=stage, attempt=self._state.next_attempt(stage),
+            outcome=outcome, result=result, duration=self._duration(duration),
+        )
+
+    def stage_failed(
+        self, stage: str, error: BaseException | str = "", *, outcome: str = "failed",
+        error_type: str | None = None, retryable: bool = True, duration: float | None = None,
+    ) -> StageFailed:
+        """Record a failed attempt from an exception (or a message); `outcome` moves the machine.
+
+        Raises:
+            InvalidTransition: `stage` is not current or `outcome` not allowed;
+                nothing is appended.
+        """
+        message, kind = _describe(error)
+        return self._record(
+            StageFailed, stage=stage, attempt=self._state.next_attempt(stage),
+            outcome=outcome, error=message, error_type=error_type or kind,
+            retryable=retryable, duration=self._duration(duration),
+        )
+
+    def rollback(self, steps: int = 1, reason: str = "") -> StateRolledBack:
+        """Undo the newest `steps` outcomes: the machine returns to the state before them."""
+        return self._record(StateRolledBack, steps=steps, reason=reason)
+
+    def note(self, key: str, value: JSON) -> NoteAdded:
+        """Keep a note (a strategy tried, a learned pattern) in the history."""
+        return self._record(NoteAdded, key=key, value=value)
+
+    def add_task(self, task_id: str, parent: str | None = None, title: str = "") -> TaskAdded:
+        """Add a task, optionally under a parent task."""
+        return self._record(TaskAdded, task_id=task_id, parent_id=parent, title=title)
+
+    def task_started(self, task_id: str) -> TaskStarted:
+        """Record that work on a task began."""
+        return self._record(TaskStarted, task_id=task_id)
+
+    def task_completed(self, task_id: str, result: JSON = None) -> TaskCompleted:
+        """Record a task's result."""
+        return self._record(TaskCompleted, task_id=task_id, result=result)
+
+    def task_failed(
+        self, task_id: str, error: BaseException | str = "", error_type: str | None = None
+    ) -> TaskFailed:
+        """Record that a task failed (it may be started again)."""
+        message, kind = _describe(error)
+        return self._record(TaskFailed, task_id=task_id, error=message, error_type=error_type or kind)
+
+    def spend(self, amount: float, unit: str = "usd") -> BudgetSpent:
+        """Record budget spent: money, tokens, minutes."""
+        return self._record(BudgetSpent, amount=amount, unit=unit)
+
+    def observe_progress(
+        self, changed_files: int | list[str] = 0, *, diagnostics_signature: str | None = None,
+        test_signature: str | None = None, functional_ok: bool | None = None,
+    ) -> ProgressObserved:
+        """Record what changed in a step, so loops without progress can be caught."""
+        return self._record(
+            ProgressObserved, changed_files=changed_files,
+            diagnostics_signature=diagnostics_signature, test_signature=test_signature,
+            functional_ok=functional_ok,
+        )
+
+    def finish(self, status: str = "succeeded", reason: JSON = "") -> RunFinished:
+        """End the run; nothing may be recorded after this."""
+        return self._record(RunFinished, status=status, reason=reason)
+
+    @contextmanager
+    def batch(self) -> Iterator[Run]:
+        """Group the events recorded inside the block into one transaction: all or nothing.
+
+        If the block raises, or the append fails, nothing is written and the run
+        is back in the state it had before the block. Nested batches join the outer one.
+        """
+        if self._pending is not None:
+            yield self
+            return
+        before, self._pending = self._state, []
+        try:
+            yield self
+            if self._pending:
+                self._store.append(self._pending)
+        except BaseException:
+            self._state = before
+            raise
+        finally:
+            self._pending = None
+
+    def refresh(self) -> Run:
+        """Fold in events other writers appended (after a `ConcurrencyConflict`)."""
+        if self._pending is not None:
+            raise StagetrailError("cannot refresh inside a batch; leave the batch first")
+        for event in self._store.stream(self.id, gt=self._state.version):
+            self._state = apply(self.pipeline, self._state, event)
+        return self
+
+    def _record(self, kind: type[E], **payload: Any) -> E:
+        now = max(utc_now(), self._state.last_timestamp)  # keep run time monotonic
+        event = kind(run_id=self.id, version=self._state.version + 1, timestamp=now, **payload)
+        state = apply(self.pipeline, self._state, event)
+        if self._pending is not None:
+            self._pending.append(event)
+        else:
+            self._store.append([event])
+        self._state = state
+        return event
+
+    def _duration(self, given: float | None) -> float | Any:
+        if given is not None:
+            return given
+        opened = self._state.opened_at
+        return 0.0 if opened is None else max(0.0, (utc_now() - opened).total_seconds())
+
+    def __repr__(self) -> str:
+        status = self._state.status or "running"
+        return (
+            f"Run({self.id}, pipeline={self.pipeline.name!r}, state={self.state!r}, "
+            f"version={self.version}, {status})"
+        )
+
+
+def _describe(error: BaseException | str) -> tuple[str, str]:
+    if isinstance(error, BaseException):
+        return str(error), type(error).__name__
+    return error, "Error"

@@ -1,0 +1,95 @@
+"""The event store: eventsourcing's recorders behind one small, typed interface."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import EventStore, IntegrityError, PersistenceError
+
+from engine import _urls
+from engine._backends import Backend, open_backend
+from engine.errors import ConcurrencyConflict, StoreError
+from events import Event, EventFormatError
+
+PAGE = 1000
+"""Events read per query when streaming a run."""
+
+
+class Store:
+    """Appends events atomically and reads them back, per run or in global order.
+
+    Args:
+        url: ``memory://``, ``sqlite:///file.db`` or ``postgresql://...``.
+        create: whether a missing store may be created (read-only tools say no).
+        cipher_key: AES key (base64) for encryption at rest.
+
+    Raises:
+        StoreError: the URL is bad, the store unreachable, foreign or too new.
+    """
+
+    def __init__(self, url: str, *, create: bool = True, cipher_key: str | None = None) -> None:
+        parsed = _urls.parse(url)
+        self.url = parsed.masked
+        self._backend: Backend = open_backend(parsed, create=create, cipher_key=cipher_key)
+        self.recorder = self._backend.recorder
+        self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
+
+    def append(self, events: Sequence[Event]) -> list[int]:
+        """Write `events` in one transaction; return their notification ids.
+
+        Raises:
+            ConcurrencyConflict: another writer holds one of the versions.
+            StoreError: the database failed; nothing was written.
+        """
+        try:
+            recordings = self._events.put(events)  # type: ignore[arg-type]
+        except IntegrityError:
+            raise ConcurrencyConflict(events[0].run_id, events[0].version) from None
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreError(self.url, f"append failed, nothing written: {error}") from error
+        return [recording.notification.id for recording in recordings]
+
+    def read(
+        self, run_id: UUID, *, gt: int | None = None, lte: int | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """The run's events with `gt < version <= lte`, oldest first, at most `limit`."""
+        try:
+            return list(self._events.get(run_id, gt=gt, lte=lte, limit=limit))  # type: ignore[arg-type]
+        except EventFormatError as error:
+            raise StoreError(self.url, str(error)) from error
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreError(self.url, f"read failed: {error}") from error
+
+    def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
+        """The run's events after `gt`, page by page, so memory stays flat."""
+        while True:
+            page = self.read(run_id, gt=gt, lte=lte, limit=PAGE)
+            yield from page
+            if len(page) < PAGE:
+                return
+            gt = page[-1].version
+
+    def last(self, run_id: UUID) -> Event | None:
+        """The run's newest event, or None if the run is not in the store."""
+        try:
+            newest = list(self._events.get(run_id, desc=True, limit=1))  # type: ignore[arg-type]
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreError(self.url, f"read failed: {error}") from error
+        return newest[0] if newest else None  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        self._backend.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,61 @@
+"""The event vocabulary of stagetrail: immutable facts about runs.
+
+No I/O and no imports from `engine` or `projections` live here.
+"""
+
+from __future__ import annotations
+
+from events._json import JSON, strict_json
+from events.base import EVENT_TYPES, Event
+from events.codec import decode, encode
+from events.errors import EventFormatError, InvalidEvent, InvalidPayload, StagetrailError
+from events.run import (
+    RUN_STATUSES,
+    BudgetSpent,
+    NoteAdded,
+    RunFinished,
+    RunStarted,
+    StateRolledBack,
+)
+from events.stage import (
+    CircuitClosed,
+    CircuitHalfOpened,
+    CircuitOpened,
+    ProgressObserved,
+    RetryScheduled,
+    StageCompleted,
+    StageFailed,
+    StageStarted,
+)
+from events.task import TaskAdded, TaskCompleted, TaskFailed, TaskStarted
+
+__all__ = [
+    "EVENT_TYPES",
+    "JSON",
+    "RUN_STATUSES",
+    "BudgetSpent",
+    "CircuitClosed",
+    "CircuitHalfOpened",
+    "CircuitOpened",
+    "Event",
+    "EventFormatError",
+    "InvalidEvent",
+    "InvalidPayload",
+    "NoteAdded",
+    "ProgressObserved",
+    "RetryScheduled",
+    "RunFinished",
+    "RunStarted",
+    "StageCompleted",
+    "StageFailed",
+    "StageStarted",
+    "StagetrailError",
+    "StateRolledBack",
+    "TaskAdded",
+    "TaskCompleted",
+    "TaskFailed",
+    "TaskStarted",
+    "decode",
+    "encode",
+    "strict_json",
+]

@@ -1,0 +1,65 @@
+"""The base of every event: identity, position, time, topic and class version."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, ClassVar
+from uuid import UUID
+
+import attrs
+
+from events import _fields
+
+EVENT_TYPES: dict[str, type[Event]] = {}
+"""Every event class by its topic, the name it is stored under."""
+
+Upcaster = Callable[[dict[str, Any]], None]
+
+
+@attrs.frozen(slots=False, kw_only=True)
+class Event:
+    """An immutable fact about one run, at one position of its stream.
+
+    Subclasses add payload fields. A subclass whose fields change bumps
+    `class_version` and defines ``upcast_vN_vN1(state)`` static methods that
+    rewrite a stored state dict of version N in place to version N+1.
+    """
+
+    run_id: UUID = _fields.run_id()
+    version: int = _fields.count(minimum=1)
+    timestamp: datetime = _fields.timestamp()
+
+    class_version: ClassVar[int] = 1
+    topic: ClassVar[str] = ""
+    encoders: ClassVar[dict[str, Callable[[Any], Any]]] = {}
+    decoders: ClassVar[dict[str, Callable[[Any], Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "topic" not in cls.__dict__:
+            cls.topic = f"stagetrail:{cls.__name__}"
+        EVENT_TYPES[cls.topic] = cls
+
+    @property
+    def originator_id(self) -> UUID:
+        """The run id, under the name eventsourcing's protocols use."""
+        return self.run_id
+
+    @property
+    def originator_version(self) -> int:
+        """The version, under the name eventsourcing's protocols use."""
+        return self.version
+
+    def payload(self) -> dict[str, Any]:
+        """The event's own fields (not run_id, version, timestamp) by name."""
+        state = dict(self.__dict__)
+        del state["run_id"], state["version"], state["timestamp"]
+        return state
+
+    @classmethod
+    def upcasters(cls, from_version: int) -> list[Upcaster]:
+        """The upcasters that bring a stored state of `from_version` up to date."""
+        return [
+            getattr(cls, f"upcast_v{v}_v{v + 1}") for v in range(from_version, cls.class_version)
+        ]

@@ -1,0 +1,55 @@
+"""The root of stagetrail's error hierarchy and the event vocabulary's own errors.
+
+`StagetrailError` lives here because `events` may import nothing else from the
+project; `engine` re-exports it as `engine.StagetrailError`.
+"""
+
+from __future__ import annotations
+
+
+class StagetrailError(Exception):
+    """Base class of every error stagetrail raises on purpose."""
+
+
+class InvalidPayload(StagetrailError, TypeError):
+    """A payload value is not strict JSON (RFC 8259) or has the wrong type.
+
+    Attributes:
+        field: the event field that holds the bad value.
+        path: where inside the field, e.g. ``result['files'][2]``.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, field: str, path: str, reason: str) -> None:
+        self.field = field
+        self.path = path
+        self.reason = reason
+        super().__init__(f"field {field!r}: {path} {reason}")
+
+
+class InvalidEvent(StagetrailError, ValueError):
+    """A field value is of the right type but outside its allowed range.
+
+    Attributes:
+        field: the event field that holds the bad value.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"field {field!r}: {reason}")
+
+
+class EventFormatError(StagetrailError, ValueError):
+    """A stored event cannot be turned back into an event object.
+
+    Attributes:
+        topic: the stored event's topic.
+        reason: why it cannot be decoded.
+    """
+
+    def __init__(self, topic: str, reason: str) -> None:
+        self.topic = topic
+        self.reason = reason
+        super().__init__(f"cannot decode stored event {topic!r}: {reason}")

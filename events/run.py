@@ -1,0 +1,114 @@
+"""Events about a run as a whole: its start, finish, rollbacks, notes and budget."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+from uuid import UUID
+
+import attrs
+
+from events import _fields
+from events._json import JSON
+from events.base import Event
+from events.errors import InvalidEvent, InvalidPayload
+
+RUN_STATUSES = frozenset({"succeeded", "failed", "aborted_stuck", "done_partial", "cancelled"})
+"""The statuses a run may finish with."""
+
+
+def _labels(value: object, field: attrs.Attribute[Any]) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise InvalidPayload(field.name, field.name, f"is a {type(value).__name__}, not a dict")
+    for key, label in value.items():
+        if type(key) is not str or type(label) is not str:
+            raise InvalidPayload(
+                field.name, f"{field.name}[{key!r}]", "must map str to str"
+            )
+    return dict(value)
+
+
+def _fork_point(value: object, field: attrs.Attribute[Any]) -> tuple[UUID, int] | None:
+    if value is None:
+        return None
+    if not (isinstance(value, tuple | list) and len(value) == 2):
+        raise InvalidPayload(field.name, field.name, "must be a (run_id, version) pair")
+    origin, version = value
+    if not isinstance(origin, UUID) or type(version) is not int:
+        raise InvalidPayload(field.name, field.name, "must be a (UUID, int) pair")
+    if version < 1:
+        raise InvalidEvent(field.name, f"fork version must be at least 1, got {version}")
+    return (origin, version)
+
+
+def _encode_fork(value: tuple[UUID, int] | None) -> list[Any] | None:
+    return None if value is None else [str(value[0]), value[1]]
+
+
+def _decode_fork(value: list[Any] | None) -> tuple[UUID, int] | None:
+    return None if value is None else (UUID(value[0]), value[1])
+
+
+def _encode_run_id(value: UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _decode_run_id(value: str | None) -> UUID | None:
+    return None if value is None else UUID(value)
+
+
+@attrs.frozen(slots=False, kw_only=True)
+class RunStarted(Event):
+    """A run of a pipeline began; it carries the whole table so it can be replayed."""
+
+    pipeline: str = _fields.name()
+    table: JSON = _fields.json_value()
+    params: JSON = _fields.json_value(default={})
+    labels: dict[str, str] = attrs.field(
+        factory=dict, converter=attrs.Converter(_labels, takes_field=True)
+    )
+    parent_run_id: UUID | None = _fields.optional_run_id()
+    forked_from: tuple[UUID, int] | None = attrs.field(
+        default=None, converter=attrs.Converter(_fork_point, takes_field=True)
+    )
+
+    class_version: ClassVar[int] = 2
+    encoders: ClassVar = {"parent_run_id": _encode_run_id, "forked_from": _encode_fork}
+    decoders: ClassVar = {"parent_run_id": _decode_run_id, "forked_from": _decode_fork}
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 (pre-release stores) had no labels and no fork lineage."""
+        state["labels"] = {}
+        state["forked_from"] = None
+
+
+@attrs.frozen(slots=False, kw_only=True)
+class RunFinished(Event):
+    """The run ended; nothing may follow this event."""
+
+    status: str = _fields.one_of(RUN_STATUSES)
+    reason: JSON = _fields.json_value(default="")
+
+
+@attrs.frozen(slots=False, kw_only=True)
+class StateRolledBack(Event):
+    """The newest `steps` outcomes on the state stack were undone."""
+
+    steps: int = _fields.count(minimum=1)
+    reason: str = _fields.text(default="")
+
+
+@attrs.frozen(slots=False, kw_only=True)
+class NoteAdded(Event):
+    """A free note: a strategy tried, a pattern learned, anything worth keeping."""
+
+    key: str = _fields.name()
+    value: JSON = _fields.json_value()
+
+
+@attrs.frozen(slots=False, kw_only=True)
+class BudgetSpent(Event):
+    """Some budget (money, tokens, minutes) was spent."""
+
+    amount: float = _fields.seconds()
+    unit: str = _fields.name()
