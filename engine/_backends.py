@@ -77,9 +77,7 @@ def _check_sqlite_path(url: StoreURL, create: bool) -> None:
         raise StoreError(url.masked, f"cannot create {url.path}: no directory {parent}")
 
 
-def _sqlite_meta(
-    cursor: Any, url: StoreURL, create: bool, settings: _meta.AtRest
-) -> _meta.AtRest:
+def _sqlite_meta(cursor: Any, url: StoreURL, create: bool, settings: _meta.AtRest) -> _meta.AtRest:
     cursor.execute("SELECT name FROM sqlite_master WHERE type='table'")
     tables = {row[0] for row in cursor.fetchall()}
     if _meta.META_TABLE in tables:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from engine.pipeline import Pipeline
@@ -14,7 +14,7 @@ class _Sketch:
     state: str
 
 
-def _graph(pipeline: Pipeline, engine: str, current: str | None) -> Any:
+def _graph(pipeline: Pipeline, engine: Literal["mermaid", "graphviz"], current: str | None) -> Any:
     from transitions.extensions import GraphMachine
 
     sketch = _Sketch()
@@ -22,8 +22,12 @@ def _graph(pipeline: Pipeline, engine: str, current: str | None) -> Any:
     if current is not None:
         spec["initial"] = current
     GraphMachine(
-        model=sketch, auto_transitions=False, graph_engine=engine, title=pipeline.name,
-        show_state_attributes=False, **spec,
+        model=sketch,
+        auto_transitions=False,
+        graph_engine=engine,
+        title=pipeline.name,
+        show_state_attributes=False,
+        **spec,
     )
     return sketch.get_graph()  # type: ignore[attr-defined]
 

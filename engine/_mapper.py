@@ -27,7 +27,7 @@ class EventMapper(Mapper[UUID]):
             data = self.cipher.encrypt(data)
         return StoredEvent(domain_event.run_id, domain_event.version, topic, data)
 
-    def to_domain_event(self, stored_event: StoredEvent) -> Event:  # type: ignore[override]
+    def to_domain_event(self, stored_event: StoredEvent) -> Event:
         """Deserialise a stored event, upcasting older class versions.
 
         Raises:
@@ -44,7 +44,9 @@ class EventMapper(Mapper[UUID]):
             raise self._unreadable(stored_event, f"{type(error).__name__}: {error}") from error
         run_id = stored_event.originator_id
         try:
-            return decode(stored_event.topic, state, _as_uuid(run_id), stored_event.originator_version)
+            return decode(
+                stored_event.topic, state, _as_uuid(run_id), stored_event.originator_version
+            )
         except EventFormatError as error:
             raise self._unreadable(stored_event, error.reason) from error
 
@@ -52,8 +54,7 @@ class EventMapper(Mapper[UUID]):
     def _unreadable(stored_event: StoredEvent, reason: str) -> EventFormatError:
         return EventFormatError(
             stored_event.topic,
-            f"run {stored_event.originator_id} version {stored_event.originator_version}: "
-            f"{reason}",
+            f"run {stored_event.originator_id} version {stored_event.originator_version}: {reason}",
         )
 
 

@@ -48,7 +48,9 @@ class AtRest:
         try:
             return AESCipher(Environment(env={"CIPHER_KEY": self.cipher_key}))
         except (ValueError, OSError) as error:
-            raise StoreError("-", f"STAGETRAIL_CIPHER_KEY is not a valid AES key: {error}") from None
+            raise StoreError(
+                "-", f"STAGETRAIL_CIPHER_KEY is not a valid AES key: {error}"
+            ) from None
 
 
 def wanted(options: Mapping[str, str], cipher_key: str | None, url: str) -> AtRest:

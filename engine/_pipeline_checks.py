@@ -29,9 +29,9 @@ def normalise_rows(pipeline: str, rows: Iterable[object]) -> tuple[Row, ...]:
 def _row(pipeline: str, row: object) -> Row:
     if not isinstance(row, tuple | list) or len(row) != 3:
         raise PipelineError(pipeline, f"row {row!r} is not a (source, outcome, dest) triple")
-    source, outcome, dest = (check_name(k, v, pipeline) for k, v in zip(
-        ("source", "outcome", "dest"), row, strict=True
-    ))
+    source, outcome, dest = (
+        check_name(k, v, pipeline) for k, v in zip(("source", "outcome", "dest"), row, strict=True)
+    )
     if ANY in (outcome, dest):
         raise PipelineError(pipeline, f"row {tuple(row)!r}: '*' may only be a source")
     return (source, outcome, dest)
@@ -45,8 +45,9 @@ def derive_states(initial: str, rows: Sequence[Row], final: Sequence[str]) -> tu
     return tuple(dict.fromkeys([*named, *final]))
 
 
-def check_known(pipeline: str, states: Sequence[str], initial: str, rows: Sequence[Row],
-                final: Sequence[str]) -> None:
+def check_known(
+    pipeline: str, states: Sequence[str], initial: str, rows: Sequence[Row], final: Sequence[str]
+) -> None:
     """Every state the rows, `initial` and `final` name must be declared."""
     known = set(states)
     if initial not in known:
@@ -89,8 +90,9 @@ def expand(rows: Sequence[Row], states: Sequence[str], final: Sequence[str]) -> 
     return expanded
 
 
-def check_graph(pipeline: str, states: Sequence[str], initial: str, rows: Sequence[Row],
-                final: Sequence[str]) -> None:
+def check_graph(
+    pipeline: str, states: Sequence[str], initial: str, rows: Sequence[Row], final: Sequence[str]
+) -> None:
     """Every state is reachable from `initial`; every non-final state has a way out."""
     successors: dict[str, set[str]] = {state: set() for state in states}
     for source, _, dest in rows:

@@ -22,12 +22,18 @@ def _connect(url: StoreURL) -> Any:
         ) from None
     try:
         return psycopg.connect(
-            host=url.host, port=url.port, user=url.user, password=url.password,
-            dbname=url.dbname, autocommit=True,
+            host=url.host,
+            port=url.port,
+            user=url.user,
+            password=url.password,
+            dbname=url.dbname,
+            autocommit=True,
             connect_timeout=int(url.options.get("connect_timeout", "5")),
         )
     except psycopg.Error as error:
-        raise StoreError(url.masked, f"cannot connect to PostgreSQL: {_describe(error, url)}") from None
+        raise StoreError(
+            url.masked, f"cannot connect to PostgreSQL: {_describe(error, url)}"
+        ) from None
 
 
 def _describe(error: Exception, url: StoreURL) -> str:
@@ -60,13 +66,16 @@ def _settle_meta(conn: Any, url: StoreURL, create: bool, settings: _meta.AtRest)
         raise StoreError(url.masked, f"no stagetrail store in schema {schema!r}")
     with conn.transaction():
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        conn.execute(sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-        ).format(meta))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            ).format(meta)
+        )
         for key, value in _meta.new_meta(settings).items():
-            conn.execute(sql.SQL(
-                "INSERT INTO {} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
-            ).format(meta), (key, value))
+            conn.execute(
+                sql.SQL("INSERT INTO {} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING").format(meta),
+                (key, value),
+            )
     return settings
 
 
@@ -83,8 +92,14 @@ def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backen
     with _connect(url) as conn:
         settings = _settle_meta(conn, url, create, settings)
     datastore = PostgresDatastore(
-        dbname=url.dbname, host=url.host, port=url.port, user=url.user,
-        password=url.password, schema=_schema(url), pool_size=2, max_overflow=8,
+        dbname=url.dbname,
+        host=url.host,
+        port=url.port,
+        user=url.user,
+        password=url.password,
+        schema=_schema(url),
+        pool_size=2,
+        max_overflow=8,
         connect_timeout=float(url.options.get("connect_timeout", "5")),
     )
     try:

@@ -43,8 +43,13 @@ class Engine:
         return self.store.url
 
     def start_run(
-        self, pipeline: Pipeline, *, params: JSON = None, labels: Mapping[str, str] | None = None,
-        parent: Run | UUID | None = None, run_id: UUID | None = None,
+        self,
+        pipeline: Pipeline,
+        *,
+        params: JSON = None,
+        labels: Mapping[str, str] | None = None,
+        parent: Run | UUID | None = None,
+        run_id: UUID | None = None,
     ) -> Run:
         """Start a run of `pipeline`: append its `RunStarted`, return a live `Run`.
 
@@ -58,9 +63,13 @@ class Engine:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"start_run needs a Pipeline, got {type(pipeline).__name__}")
         event = RunStarted(
-            run_id=run_id or uuid.uuid4(), version=1, pipeline=pipeline.name,
-            table=pipeline.to_dict(), params={} if params is None else params,
-            labels=dict(labels or {}), parent_run_id=parent.id if isinstance(parent, Run) else parent,
+            run_id=run_id or uuid.uuid4(),
+            version=1,
+            pipeline=pipeline.name,
+            table=pipeline.to_dict(),
+            params={} if params is None else params,
+            labels=dict(labels or {}),
+            parent_run_id=parent.id if isinstance(parent, Run) else parent,
         )
         state = start(pipeline, event)
         self.store.append([event])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any, TypeAlias
 from uuid import UUID
 
 import attrs
@@ -37,7 +37,7 @@ from events import (
     TaskStarted,
 )
 
-Stack = Optional[tuple[str, "Stack"]]
+Stack: TypeAlias = "tuple[str, Stack] | None"
 """The outcome stack as a cons list of the states each outcome left (newest first)."""
 
 
@@ -95,15 +95,14 @@ def _check_sequence(state: RunState, event: Event) -> None:
         raise RunAlreadyFinished(state.run_id, state.status)
     if event.version != state.version + 1:
         raise RuleViolation(
-            state.run_id, "version",
+            state.run_id,
+            "version",
             f"event version {event.version} does not follow version {state.version}",
         )
 
 
 def _stamp(current: RunState, event: Event, /, **changes: Any) -> RunState:
-    return attrs.evolve(
-        current, version=event.version, last_timestamp=event.timestamp, **changes
-    )
+    return attrs.evolve(current, version=event.version, last_timestamp=event.timestamp, **changes)
 
 
 def _unchanged(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
@@ -117,7 +116,8 @@ def _second_start(pipeline: Pipeline, state: RunState, event: Event) -> RunState
 def _stage_started(pipeline: Pipeline, state: RunState, event: StageStarted) -> RunState:
     if event.stage != state.state:
         raise AttemptError(
-            state.run_id, event.stage,
+            state.run_id,
+            event.stage,
             f"cannot start stage {event.stage!r}: the current state is {state.state!r}",
         )
     if pipeline.is_final(state.state):
@@ -126,7 +126,8 @@ def _stage_started(pipeline: Pipeline, state: RunState, event: StageStarted) -> 
         )
     if state.open_attempt is not None:
         raise AttemptError(
-            state.run_id, event.stage,
+            state.run_id,
+            event.stage,
             f"attempt {state.open_attempt} of {event.stage!r} is still open; "
             "record its outcome first",
         )
@@ -150,7 +151,8 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
         )
     _check_attempt(state, event.stage, event.attempt)
     return _stamp(
-        state, event,
+        state,
+        event,
         state=dest,
         stack=(state.state, state.stack),
         depth=state.depth + 1,
@@ -163,12 +165,16 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
 def _rolled_back(pipeline: Pipeline, state: RunState, event: StateRolledBack) -> RunState:
     if event.steps > state.depth:
         raise InvalidRollback(
-            state.run_id, event.steps, state.depth,
+            state.run_id,
+            event.steps,
+            state.depth,
             f"only {state.depth} outcome(s) are on the stack",
         )
     if state.open_attempt is not None:
         raise InvalidRollback(
-            state.run_id, event.steps, state.depth,
+            state.run_id,
+            event.steps,
+            state.depth,
             f"attempt {state.open_attempt} of {state.state!r} is open; record its outcome first",
         )
     stack, back_to = state.stack, state.state
@@ -187,7 +193,8 @@ _TASK_MOVES: dict[type[Event], tuple[frozenset[str | None], str]] = {
 
 
 def _task(
-    pipeline: Pipeline, state: RunState,
+    pipeline: Pipeline,
+    state: RunState,
     event: TaskAdded | TaskStarted | TaskCompleted | TaskFailed,
 ) -> RunState:
     sources, dest = _TASK_MOVES[type(event)]

@@ -69,13 +69,13 @@ class Pipeline:
         lookup: dict[str, dict[str, str]] = {state: {} for state in self.states}
         for outcome, event in machine.events.items():
             for source, rows in event.transitions.items():
-                lookup[source][outcome] = rows[0].dest
+                lookup[source][outcome] = str(rows[0].dest)
         return lookup
 
     def machine_spec(self, expanded: Sequence[Row] | None = None) -> dict[str, Any]:
         """Keyword arguments that declare this table to a `transitions` machine."""
-        rows = expanded if expanded is not None else checks.expand(
-            self.rows, self.states, self.final
+        rows = (
+            expanded if expanded is not None else checks.expand(self.rows, self.states, self.final)
         )
         return {
             "states": [{"name": s, "final": s in self.final} for s in self.states],

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 from uuid import UUID
 
-from engine.errors import StagetrailError
 from engine.machine import RunState, apply
 from engine.pipeline import Pipeline
 from engine.store import Store
@@ -26,6 +25,7 @@ from events import (
     StageCompleted,
     StageFailed,
     StageStarted,
+    StagetrailError,
     StateRolledBack,
     TaskAdded,
     TaskCompleted,
@@ -101,7 +101,11 @@ class Run:
         return self._record(StageStarted, stage=stage, attempt=self._state.next_attempt(stage))
 
     def stage_completed(
-        self, stage: str, result: JSON = None, *, outcome: str = "completed",
+        self,
+        stage: str,
+        result: JSON = None,
+        *,
+        outcome: str = "completed",
         duration: float | None = None,
     ) -> StageCompleted:
         """Record a stage's result; `outcome` picks the row of the table to follow.
@@ -117,13 +121,23 @@ class Run:
                 nothing is appended.
         """
         return self._record(
-            StageCompleted, stage=stage, attempt=self._state.next_attempt(stage),
-            outcome=outcome, result=result, duration=self._duration(duration),
+            StageCompleted,
+            stage=stage,
+            attempt=self._state.next_attempt(stage),
+            outcome=outcome,
+            result=result,
+            duration=self._duration(duration),
         )
 
     def stage_failed(
-        self, stage: str, error: BaseException | str = "", *, outcome: str = "failed",
-        error_type: str | None = None, retryable: bool = True, duration: float | None = None,
+        self,
+        stage: str,
+        error: BaseException | str = "",
+        *,
+        outcome: str = "failed",
+        error_type: str | None = None,
+        retryable: bool = True,
+        duration: float | None = None,
     ) -> StageFailed:
         """Record a failed attempt from an exception (or a message); `outcome` moves the machine.
 
@@ -133,9 +147,14 @@ class Run:
         """
         message, kind = _describe(error)
         return self._record(
-            StageFailed, stage=stage, attempt=self._state.next_attempt(stage),
-            outcome=outcome, error=message, error_type=error_type or kind,
-            retryable=retryable, duration=self._duration(duration),
+            StageFailed,
+            stage=stage,
+            attempt=self._state.next_attempt(stage),
+            outcome=outcome,
+            error=message,
+            error_type=error_type or kind,
+            retryable=retryable,
+            duration=self._duration(duration),
         )
 
     def rollback(self, steps: int = 1, reason: str = "") -> StateRolledBack:
@@ -163,20 +182,28 @@ class Run:
     ) -> TaskFailed:
         """Record that a task failed (it may be started again)."""
         message, kind = _describe(error)
-        return self._record(TaskFailed, task_id=task_id, error=message, error_type=error_type or kind)
+        return self._record(
+            TaskFailed, task_id=task_id, error=message, error_type=error_type or kind
+        )
 
     def spend(self, amount: float, unit: str = "usd") -> BudgetSpent:
         """Record budget spent: money, tokens, minutes."""
         return self._record(BudgetSpent, amount=amount, unit=unit)
 
     def observe_progress(
-        self, changed_files: int | list[str] = 0, *, diagnostics_signature: str | None = None,
-        test_signature: str | None = None, functional_ok: bool | None = None,
+        self,
+        changed_files: int | list[str] = 0,
+        *,
+        diagnostics_signature: str | None = None,
+        test_signature: str | None = None,
+        functional_ok: bool | None = None,
     ) -> ProgressObserved:
         """Record what changed in a step, so loops without progress can be caught."""
         return self._record(
-            ProgressObserved, changed_files=changed_files,
-            diagnostics_signature=diagnostics_signature, test_signature=test_signature,
+            ProgressObserved,
+            changed_files=changed_files,
+            diagnostics_signature=diagnostics_signature,
+            test_signature=test_signature,
             functional_ok=functional_ok,
         )
 

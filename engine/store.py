@@ -45,7 +45,7 @@ class Store:
             StoreError: the database failed; nothing was written.
         """
         try:
-            recordings = self._events.put(events)  # type: ignore[arg-type]
+            recordings = self._events.put(events)
         except IntegrityError:
             raise ConcurrencyConflict(events[0].run_id, events[0].version) from None
         except (PersistenceError, sqlite3.Error) as error:
@@ -53,7 +53,11 @@ class Store:
         return [recording.notification.id for recording in recordings]
 
     def read(
-        self, run_id: UUID, *, gt: int | None = None, lte: int | None = None,
+        self,
+        run_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
         limit: int | None = None,
     ) -> list[Event]:
         """The run's events with `gt < version <= lte`, oldest first, at most `limit`."""
@@ -76,7 +80,7 @@ class Store:
     def last(self, run_id: UUID) -> Event | None:
         """The run's newest event, or None if the run is not in the store."""
         try:
-            newest = list(self._events.get(run_id, desc=True, limit=1))  # type: ignore[arg-type]
+            newest = list(self._events.get(run_id, desc=True, limit=1))
         except (PersistenceError, sqlite3.Error) as error:
             raise StoreError(self.url, f"read failed: {error}") from error
         return newest[0] if newest else None  # type: ignore[return-value]

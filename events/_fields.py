@@ -13,6 +13,10 @@ from events._json import JSON, finite_number, strict_json
 from events.errors import InvalidEvent, InvalidPayload
 
 
+def checked(convert: Callable[[Any, attrs.Attribute[Any]], Any], **kwargs: Any) -> Any:
+    """A field whose value `convert(value, field)` checks and normalises."""
+    return attrs.field(converter=attrs.Converter(convert, takes_field=True), **kwargs)
+
 
 def _json_converter(value: object, field: attrs.Attribute[Any]) -> JSON:
     return strict_json(field.name, value)

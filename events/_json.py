@@ -33,7 +33,8 @@ def _copy(field: str, path: str, value: object) -> JSON:
     if kind is dict:
         return _copy_dict(field, path, value)  # type: ignore[arg-type]
     if kind is list or kind is tuple:
-        return [_copy(field, f"{path}[{i}]", v) for i, v in enumerate(value)]  # type: ignore[arg-type]
+        items: list[object] | tuple[object, ...] = value  # type: ignore[assignment]
+        return [_copy(field, f"{path}[{i}]", item) for i, item in enumerate(items)]
     raise InvalidPayload(field, path, f"is a {kind.__name__}, which is not JSON")
 
 

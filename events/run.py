@@ -21,9 +21,7 @@ def _labels(value: object, field: attrs.Attribute[Any]) -> dict[str, str]:
         raise InvalidPayload(field.name, field.name, f"is a {type(value).__name__}, not a dict")
     for key, label in value.items():
         if type(key) is not str or type(label) is not str:
-            raise InvalidPayload(
-                field.name, f"{field.name}[{key!r}]", "must map str to str"
-            )
+            raise InvalidPayload(field.name, f"{field.name}[{key!r}]", "must map str to str")
     return dict(value)
 
 
@@ -63,13 +61,9 @@ class RunStarted(Event):
     pipeline: str = _fields.name()
     table: JSON = _fields.json_value()
     params: JSON = _fields.json_value(default={})
-    labels: dict[str, str] = attrs.field(
-        factory=dict, converter=attrs.Converter(_labels, takes_field=True)
-    )
+    labels: dict[str, str] = _fields.checked(_labels, factory=dict)
     parent_run_id: UUID | None = _fields.optional_run_id()
-    forked_from: tuple[UUID, int] | None = attrs.field(
-        default=None, converter=attrs.Converter(_fork_point, takes_field=True)
-    )
+    forked_from: tuple[UUID, int] | None = _fields.checked(_fork_point, default=None)
 
     class_version: ClassVar[int] = 2
     encoders: ClassVar = {"parent_run_id": _encode_run_id, "forked_from": _encode_fork}

@@ -93,9 +93,7 @@ def _changed_files(value: object, field: attrs.Attribute[Any]) -> int | list[str
 class ProgressObserved(Event):
     """What changed during a step, so loops without progress can be detected."""
 
-    changed_files: int | list[str] = attrs.field(
-        default=0, converter=attrs.Converter(_changed_files, takes_field=True)
-    )
+    changed_files: int | list[str] = _fields.checked(_changed_files, default=0)
     diagnostics_signature: str | None = _fields.optional_text()
     test_signature: str | None = _fields.optional_text()
     functional_ok: bool | None = _fields.optional_flag()

@@ -1,0 +1,1 @@
+"""Runnable example pipelines; `stagetrail demo` records them."""
