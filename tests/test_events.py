@@ -234,7 +234,7 @@ class TestFieldChecks:
 class TestUpcasting:
     def test_run_started_v1_gains_labels_and_lineage(self) -> None:
         """A version-1 RunStarted state decodes with empty labels and no fork."""
-        state = {
+        state: dict[str, Any] = {
             "timestamp": WHEN.isoformat(),
             "pipeline": "p",
             "table": {},
