@@ -28,12 +28,19 @@ def _connect(url: StoreURL) -> Any:
             password=url.password,
             dbname=url.dbname,
             autocommit=True,
-            connect_timeout=int(url.options.get("connect_timeout", "5")),
+            connect_timeout=_timeout(url),
         )
     except psycopg.Error as error:
         raise StoreError(
             url.masked, f"cannot connect to PostgreSQL: {_describe(error, url)}"
         ) from None
+
+
+def _timeout(url: StoreURL) -> int:
+    text = url.options.get("connect_timeout", "5")
+    if not text.isdigit() or int(text) < 1:
+        raise StoreError(url.masked, f"connect_timeout={text!r} must be a whole number of seconds")
+    return int(text)
 
 
 def _describe(error: Exception, url: StoreURL) -> str:
@@ -100,7 +107,7 @@ def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backen
         schema=_schema(url),
         pool_size=2,
         max_overflow=8,
-        connect_timeout=float(url.options.get("connect_timeout", "5")),
+        connect_timeout=float(_timeout(url)),
     )
     try:
         recorder = PostgresApplicationRecorder(datastore, events_table_name=_meta.EVENTS_TABLE)

@@ -58,7 +58,8 @@ def parse(url: str) -> StoreURL:
     masked = mask(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme == "memory":
-        return StoreURL(scheme="memory", masked=masked)
+        options = _options(urlsplit(url).query, masked, _KNOWN["memory"])
+        return StoreURL(scheme="memory", masked=masked, options=options)
     if scheme == "sqlite":
         return _sqlite(url, masked)
     if scheme in ("postgresql", "postgres"):
@@ -67,8 +68,19 @@ def parse(url: str) -> StoreURL:
     raise StoreError(masked, f"unsupported store URL{hint}; use one of {', '.join(SCHEMES)}")
 
 
-def _options(query: str) -> dict[str, str]:
-    return {key: values[-1] for key, values in parse_qs(query).items()}
+_KNOWN = {
+    "memory": ("compress",),
+    "sqlite": ("compress",),
+    "postgresql": ("compress", "connect_timeout", "schema"),
+}
+
+
+def _options(query: str, masked: str, known: tuple[str, ...]) -> dict[str, str]:
+    options = {key: values[-1] for key, values in parse_qs(query).items()}
+    for key in options:
+        if key not in known:
+            raise StoreError(masked, f"unknown option {key!r}; this kind of store takes {known}")
+    return options
 
 
 def _sqlite(url: str, masked: str) -> StoreURL:
@@ -78,7 +90,12 @@ def _sqlite(url: str, masked: str) -> StoreURL:
         raise StoreError(
             masked, "a SQLite URL is sqlite:///relative/file.db or sqlite:////absolute/file.db"
         )
-    return StoreURL(scheme="sqlite", masked=masked, path=path, options=_options(parts.query))
+    return StoreURL(
+        scheme="sqlite",
+        masked=masked,
+        path=path,
+        options=_options(parts.query, masked, _KNOWN["sqlite"]),
+    )
 
 
 def _postgres(url: str, masked: str) -> StoreURL:
@@ -98,5 +115,5 @@ def _postgres(url: str, masked: str) -> StoreURL:
         user=unquote(parts.username or "") or getpass.getuser(),
         password=unquote(parts.password or ""),
         dbname=dbname,
-        options=_options(parts.query),
+        options=_options(parts.query, masked, _KNOWN["postgresql"]),
     )

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+
+from engine import ConcurrencyConflict, Engine, InvalidEvent, Pipeline, RunNotFound
+from engine.store import PAGE
+from events import RunStarted
+from tests.conftest import REVIEW
+
+
+class TestStartRun:
+    def test_run_started_carries_the_whole_definition(self, engine: Engine) -> None:
+        """RunStarted stores the pipeline name, table, params and labels."""
+        run = engine.start_run(REVIEW, params={"card": "C-42"}, labels={"team": "core"})
+        first = engine.events(run.id)[0]
+        assert isinstance(first, RunStarted)
+        assert first.pipeline == "code-review"
+        assert Pipeline.from_dict(first.table) == REVIEW
+        assert (first.params, first.labels) == ({"card": "C-42"}, {"team": "core"})
+        assert (run.state, run.version, run.status) == ("project_analysis", 1, None)
+
+    def test_parent_run_is_linked(self, engine: Engine) -> None:
+        """A child run records its parent's id, given a Run or a UUID."""
+        parent = engine.start_run(REVIEW)
+        by_run = engine.start_run(REVIEW, parent=parent)
+        by_id = engine.start_run(REVIEW, parent=parent.id)
+        for child in (by_run, by_id):
+            first = engine.events(child.id)[0]
+            assert isinstance(first, RunStarted)
+            assert first.parent_run_id == parent.id
+
+    def test_a_chosen_run_id_cannot_be_reused(self, engine: Engine) -> None:
+        """Starting a run under an existing id is a conflict, not an overwrite."""
+        run_id = uuid.uuid4()
+        engine.start_run(REVIEW, run_id=run_id, params={"n": 1})
+        with pytest.raises(ConcurrencyConflict):
+            engine.start_run(REVIEW, run_id=run_id, params={"n": 2})
+        first = engine.events(run_id)[0]
+        assert isinstance(first, RunStarted)
+        assert first.params == {"n": 1}
+
+    def test_only_pipelines_can_be_started(self, engine: Engine) -> None:
+        """start_run refuses anything that is not a Pipeline."""
+        with pytest.raises(TypeError, match="needs a Pipeline"):
+            engine.start_run(REVIEW.to_dict())  # type: ignore[arg-type]
+
+
+class TestLoad:
+    def test_load_rebuilds_the_machine_from_the_store_alone(self, store_url: str) -> None:
+        """A second engine (another process) rebuilds the same machine state."""
+        with Engine(store_url) as writer:
+            run = writer.start_run(REVIEW)
+            run.stage_completed("project_analysis")
+            run.stage_failed("code_review", "x", outcome="aborted")
+            if store_url == "memory://":
+                loaded = writer.load(run.id)
+            else:
+                with Engine(store_url) as reader:
+                    loaded = reader.load(run.id)
+        assert loaded.machine == run.machine
+        assert loaded.pipeline == REVIEW
+
+    def test_load_accepts_a_string_id(self, engine: Engine) -> None:
+        """Run ids may be given as strings."""
+        run = engine.start_run(REVIEW)
+        assert engine.load(str(run.id)).id == run.id
+
+    @pytest.mark.parametrize("run_id", [uuid.UUID(int=1), "not-a-uuid"])
+    def test_unknown_runs_raise_run_not_found(self, engine: Engine, run_id: object) -> None:
+        """load and events name the missing run with a LookupError."""
+        with pytest.raises(RunNotFound) as caught:
+            engine.load(run_id)  # type: ignore[arg-type]
+        assert isinstance(caught.value, LookupError)
+        with pytest.raises(RunNotFound):
+            engine.events(run_id)  # type: ignore[arg-type]
+
+    def test_long_runs_are_streamed_in_pages(self, engine: Engine) -> None:
+        """A run longer than two pages loads whole and in order."""
+        run = engine.start_run(REVIEW)
+        with run.batch():
+            for index in range(2 * PAGE + 1):
+                run.note("n", index)
+        loaded = engine.load(run.id)
+        assert loaded.version == 2 * PAGE + 2
+        stored = engine.events(run.id)
+        assert [e.version for e in stored] == list(range(1, 2 * PAGE + 3))
+
+
+class TestEventsUpto:
+    def test_upto_a_version(self, engine: Engine) -> None:
+        """upto=N gives the first N events; 0 none; past the head all."""
+        run = engine.start_run(REVIEW)
+        for index in range(4):
+            run.note("n", index)
+        assert [e.version for e in engine.events(run.id, upto=3)] == [1, 2, 3]
+        assert engine.events(run.id, upto=0) == []
+        assert len(engine.events(run.id, upto=99)) == 5
+
+    def test_upto_a_time(self, engine: Engine) -> None:
+        """upto=datetime gives the events stamped at or before it."""
+        with freeze_time("2026-05-01 12:00:00") as clock:
+            run = engine.start_run(REVIEW)
+            clock.tick(10)
+            run.note("a", 1)
+            clock.tick(10)
+            run.note("b", 2)
+        cut = datetime(2026, 5, 1, 12, 0, 10, tzinfo=UTC)
+        assert [e.version for e in engine.events(run.id, upto=cut)] == [1, 2]
+
+    @pytest.mark.parametrize("upto", [-1, 1.5, datetime(2026, 1, 1)])
+    def test_bad_upto_is_refused(self, engine: Engine, upto: object) -> None:
+        """A negative, fractional or naive upto raises InvalidEvent naming 'upto'."""
+        run = engine.start_run(REVIEW)
+        with pytest.raises(InvalidEvent, match="'upto'"):
+            engine.events(run.id, upto=upto)  # type: ignore[arg-type]
+
+
+class TestDefaultStore:
+    def test_default_is_stagetrail_db_in_the_working_directory(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Engine() without a URL and without $STAGETRAIL_STORE writes ./stagetrail.db."""
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.delenv("STAGETRAIL_STORE", raising=False)
+        with Engine() as engine:
+            engine.start_run(REVIEW)
+            assert engine.url == "sqlite:///stagetrail.db"
+        assert (tmp_path / "stagetrail.db").is_file()
+
+    def test_environment_variable_names_the_store(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """$STAGETRAIL_STORE is the default URL."""
+        url = f"sqlite:///{tmp_path / 'env.db'}"
+        monkeypatch.setenv("STAGETRAIL_STORE", url)
+        with Engine() as engine:
+            assert engine.url == url
+        assert (tmp_path / "env.db").is_file()
