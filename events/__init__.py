@@ -30,19 +30,19 @@ from events.stage import (
 from events.task import TaskAdded, TaskCompleted, TaskFailed, TaskStarted
 
 __all__ = [
-    "EVENT_TYPES",
-    "JSON",
-    "RUN_STATUSES",
     "BudgetSpent",
     "CircuitClosed",
     "CircuitHalfOpened",
     "CircuitOpened",
+    "EVENT_TYPES",
     "Event",
     "EventFormatError",
     "InvalidEvent",
     "InvalidPayload",
+    "JSON",
     "NoteAdded",
     "ProgressObserved",
+    "RUN_STATUSES",
     "RetryScheduled",
     "RunFinished",
     "RunStarted",

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+PACKAGES = ["engine", "events", "projections"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class TestExports:
+    @pytest.mark.parametrize("package", PACKAGES)
+    def test_all_is_sorted_and_importable(self, package: str) -> None:
+        """Every name in __all__ imports, and __all__ is sorted."""
+        module = importlib.import_module(package)
+        names = list(module.__all__)
+        assert names == sorted(names)
+        for name in names:
+            assert getattr(module, name) is not None
+
+    def test_the_design_contract_imports(self) -> None:
+        """The imports DESIGN.md promises for the recording core work."""
+        from engine import (  # noqa: F401
+            ConcurrencyConflict,
+            Engine,
+            InvalidTransition,
+            Pipeline,
+            RunNotFound,
+            StagetrailError,
+            StoreError,
+        )
+
+        assert issubclass(InvalidTransition, StagetrailError)
+        assert issubclass(InvalidTransition, ValueError)
+
+    @pytest.mark.parametrize(
+        "name",
+        [
+            "InvalidTransition",
+            "ConcurrencyConflict",
+            "RunNotFound",
+            "StoreError",
+            "PipelineError",
+            "InvalidPayload",
+            "InvalidEvent",
+            "RunAlreadyFinished",
+            "InvalidRollback",
+            "AttemptError",
+            "TaskError",
+        ],
+    )
+    def test_errors_share_one_root_and_a_builtin(self, name: str) -> None:
+        """Every error is a StagetrailError and also a builtin exception type."""
+        import engine
+
+        error = getattr(engine, name)
+        assert issubclass(error, engine.StagetrailError)
+        builtins = (ValueError, TypeError, LookupError, OSError, RuntimeError)
+        assert issubclass(error, builtins)
+
+
+class TestLayering:
+    @pytest.mark.parametrize(
+        ("package", "forbidden"),
+        [("events", {"engine", "projections"}), ("projections", {"engine"})],
+    )
+    def test_imports_flow_one_way(self, package: str, forbidden: set[str]) -> None:
+        """events imports neither engine nor projections; projections never imports engine."""
+        for path in (ROOT / package).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    roots = {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    roots = {node.module.split(".")[0]}
+                else:
+                    continue
+                assert not roots & forbidden, f"{path} imports {roots & forbidden}"
+
+    @pytest.mark.parametrize("package", PACKAGES)
+    def test_every_public_object_has_a_docstring(self, package: str) -> None:
+        """Each exported class and function carries a docstring."""
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            value = getattr(module, name)
+            if callable(value) and not isinstance(value, str):
+                assert (value.__doc__ or "").strip(), f"{package}.{name} has no docstring"
+
+    def test_modules_stay_small(self) -> None:
+        """No module of the packages grows past about 400 lines."""
+        for package in PACKAGES:
+            for path in (ROOT / package).rglob("*.py"):
+                assert len(path.read_text().splitlines()) <= 420, path
