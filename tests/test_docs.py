@@ -11,7 +11,7 @@ import pytest
 from examples.code_review import REVIEW
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
@@ -33,7 +33,7 @@ class TestExamples:
             exec(code, namespace)
 
     def test_the_diagram_in_concepts_is_generated_from_the_table(self) -> None:
-        """The Mermaid block in concepts.md equals REVIEW.to_mermaid() (rewrite with UPDATE_DOCS=1)."""
+        """The Mermaid block in concepts.md is REVIEW.to_mermaid() (UPDATE_DOCS=1 rewrites it)."""
         path = ROOT / "docs" / "concepts.md"
         (diagram,) = blocks(path, "mermaid")
         generated = REVIEW.to_mermaid().rstrip("\n") + "\n"
