@@ -41,7 +41,7 @@ Stack: TypeAlias = "tuple[str, Stack] | None"
 """The outcome stack as a cons list of the states each outcome left (newest first)."""
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)
 class RunState:
     """Everything the engine needs to check the next event of a run (not its history)."""
 
@@ -102,7 +102,13 @@ def _check_sequence(state: RunState, event: Event) -> None:
 
 
 def _stamp(current: RunState, event: Event, /, **changes: Any) -> RunState:
-    return attrs.evolve(current, version=event.version, last_timestamp=event.timestamp, **changes)
+    # attrs.evolve re-reads the class's fields on every call; on the append hot
+    # path a dict merge does the same for a class without validators or converters.
+    fields = {**current.__dict__, **changes}
+    fields["version"], fields["last_timestamp"] = event.version, event.timestamp
+    state = object.__new__(RunState)
+    object.__setattr__(state, "__dict__", fields)
+    return state
 
 
 def _unchanged(pipeline: Pipeline, state: RunState, event: Event) -> RunState:

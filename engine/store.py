@@ -35,6 +35,7 @@ class Store:
         self.url = parsed.masked
         self._backend: Backend = open_backend(parsed, create=create, cipher_key=cipher_key)
         self.recorder = self._backend.recorder
+        self._mapper = self._backend.mapper
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
 
     def append(self, events: Sequence[Event]) -> list[int]:
@@ -44,13 +45,14 @@ class Store:
             ConcurrencyConflict: another writer holds one of the versions.
             StoreError: the database failed; nothing was written.
         """
+        stored = [self._mapper.to_stored_event(event) for event in events]
         try:
-            recordings = self._events.put(events)
+            notification_ids = self.recorder.insert_events(stored)
         except IntegrityError:
             raise ConcurrencyConflict(events[0].run_id, events[0].version) from None
         except (PersistenceError, sqlite3.Error) as error:
             raise StoreError(self.url, f"append failed, nothing written: {error}") from error
-        return [recording.notification.id for recording in recordings]
+        return list(notification_ids or ())
 
     def read(
         self,

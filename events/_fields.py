@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+import math
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -36,10 +37,11 @@ def _text_converter(value: object, field: attrs.Attribute[Any]) -> str:
 
 
 def _name_converter(value: object, field: attrs.Attribute[Any]) -> str:
-    text = _text_converter(value, field)
-    if not text:
+    if type(value) is str and value:  # the hot path: one check, no further calls
+        return value
+    if not _text_converter(value, field):
         raise InvalidEvent(field.name, "must not be empty")
-    return text
+    return value  # type: ignore[return-value]
 
 
 def text(default: str | None = None) -> Any:
@@ -95,6 +97,8 @@ def count(minimum: int = 1, default: int | None = None) -> Any:
 
 
 def _seconds_converter(value: object, field: attrs.Attribute[Any]) -> float:
+    if type(value) is float and 0.0 <= value < math.inf:  # the hot path
+        return value
     number = finite_number(field.name, value)
     if number < 0:
         raise InvalidEvent(field.name, f"must not be negative, got {number}")

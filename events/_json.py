@@ -10,7 +10,7 @@ from events.errors import InvalidPayload
 JSON = Any
 """A strict JSON value: None, bool, int, finite float, str, list, dict[str, JSON]."""
 
-_SCALARS = (str, int, bool, type(None))
+_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def strict_json(field: str, value: object) -> JSON:
@@ -24,35 +24,51 @@ def strict_json(field: str, value: object) -> JSON:
     return _copy(field, field, value)
 
 
-def _copy(field: str, path: str, value: object) -> JSON:
+def _copy(field: str, path: str, value: Any) -> JSON:
     kind = type(value)
     if kind in _SCALARS:
         return value
     if kind is float:
-        return _finite(field, path, value)  # type: ignore[arg-type]
+        # x - x is 0.0 for finite floats and NaN for NaN and the infinities.
+        if value - value == 0.0:
+            return value
+        raise InvalidPayload(field, path, f"is {value}, which is not JSON")
     if kind is dict:
-        return _copy_dict(field, path, value)  # type: ignore[arg-type]
+        return _copy_dict(field, path, value)
     if kind is list or kind is tuple:
-        items: list[object] | tuple[object, ...] = value  # type: ignore[assignment]
-        return [_copy(field, f"{path}[{i}]", item) for i, item in enumerate(items)]
-    raise InvalidPayload(field, path, f"is a {kind.__name__}, which is not JSON")
+        return [  # scalars inline: this runs for every payload on the append path
+            item
+            if type(item) in _SCALARS or (type(item) is float and item - item == 0.0)
+            else _copy(field, f"{path}[{index}]", item)
+            for index, item in enumerate(value)
+        ]
+    return _subclass(field, path, value)
 
 
-def _copy_dict(field: str, path: str, value: dict[object, object]) -> JSON:
+def _subclass(field: str, path: str, value: object) -> JSON:
+    """Values of subclasses of JSON types (IntEnum, numpy.float64) become the plain type."""
+    if isinstance(value, bool | str):
+        return bool(value) if isinstance(value, bool) else str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _copy(field, path, float(value))
+    raise InvalidPayload(field, path, f"is a {type(value).__name__}, which is not JSON")
+
+
+def _copy_dict(field: str, path: str, value: dict[Any, Any]) -> JSON:
     copied = {}
     for key, item in value.items():
         if type(key) is not str:
             raise InvalidPayload(
                 field, path, f"has a {type(key).__name__} key {key!r}; JSON keys are str"
             )
-        copied[key] = _copy(field, f"{path}[{key!r}]", item)
+        kind = type(item)
+        if kind in _SCALARS or (kind is float and item - item == 0.0):
+            copied[key] = item
+        else:
+            copied[key] = _copy(field, f"{path}[{key!r}]", item)
     return copied
-
-
-def _finite(field: str, path: str, value: float) -> float:
-    if math.isfinite(value):
-        return value
-    raise InvalidPayload(field, path, f"is {value}, which is not JSON")
 
 
 def finite_number(field: str, value: object) -> float:
@@ -63,4 +79,7 @@ def finite_number(field: str, value: object) -> float:
     """
     if type(value) not in (int, float):
         raise InvalidPayload(field, field, f"is a {type(value).__name__}, not a number")
-    return _finite(field, field, float(value))  # type: ignore[arg-type]
+    number = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(number):
+        raise InvalidPayload(field, field, f"is {number}, which is not JSON")
+    return number

@@ -264,3 +264,32 @@ class TestUpcasting:
         """A state missing its timestamp raises EventFormatError, not KeyError."""
         with pytest.raises(EventFormatError, match="bad field value"):
             decode(StageStarted.topic, {"stage": "a", "attempt": 1}, RUN, 1)
+
+
+class TestJSONSubclasses:
+    def test_subclasses_of_json_types_become_plain_values(self) -> None:
+        """IntEnum and str/float subclasses are stored as plain int, str and float."""
+        import enum
+
+        class Level(enum.IntEnum):
+            HIGH = 3
+
+        class Name(str):
+            pass
+
+        class Score(float):
+            pass
+
+        event = make(NoteAdded, value={"level": Level.HIGH, "name": Name("x"), "score": Score(0.5)})
+        value = event.value  # type: ignore[attr-defined]
+        assert value == {"level": 3, "name": "x", "score": 0.5}
+        assert [type(v) for v in value.values()] == [int, str, float]
+
+    def test_a_float_subclass_holding_nan_is_refused(self) -> None:
+        """Conversion does not let NaN through."""
+
+        class Score(float):
+            pass
+
+        with pytest.raises(InvalidPayload, match="nan"):
+            make(NoteAdded, value=[Score("nan")])

@@ -1,0 +1,1 @@
+"""Reproducible benchmarks, each measured against a baseline in the same process."""

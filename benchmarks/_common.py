@@ -1,0 +1,66 @@
+"""Helpers shared by the benchmarks: timing, scratch files, the work pipeline, reporting."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from engine import Pipeline
+
+WORK = Pipeline(
+    "bench",
+    initial="work",
+    transitions=[("work", "completed", "work"), ("work", "failed", "work"), ("work", "done", "end")],
+    final=["end"],
+)
+"""A one-stage loop: every outcome is a real, checked transition that pushes a frame."""
+
+RESULT = {"changed_files": 3, "summary": "ok", "scores": [0.5, 0.75]}
+
+
+def scratch(name: str) -> Path:
+    """A fresh path for a database file in a new temporary directory."""
+    return Path(tempfile.mkdtemp(prefix="stagetrail-bench-")) / name
+
+
+def best_rate(measure: Callable[[], tuple[int, float]], repeats: int) -> float:
+    """The median rate (items per second) over `repeats` runs of `measure`."""
+    rates = []
+    for _ in range(repeats):
+        count, seconds = measure()
+        rates.append(count / seconds)
+    return statistics.median(rates)
+
+
+def timed(work: Callable[[], int]) -> tuple[int, float]:
+    """Run `work`, returning the count it reports and the seconds it took."""
+    start = time.perf_counter()
+    count = work()
+    return count, time.perf_counter() - start
+
+
+def arguments(description: str) -> argparse.Namespace:
+    """Common command-line options: --quick for a smoke run, --json for machine output."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    return parser.parse_args()
+
+
+def report(title: str, rows: list[dict[str, object]], as_json: bool) -> None:
+    """Print result rows as a table (or JSON)."""
+    if as_json:
+        print(json.dumps({"benchmark": title, "results": rows}))
+        return
+    print(f"\n{title}")
+    for row in rows:
+        print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
+
+
+def _fmt(value: object) -> str:
+    return f"{value:,.2f}" if isinstance(value, float) else str(value)
