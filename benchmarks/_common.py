@@ -15,7 +15,11 @@ from engine import Pipeline
 WORK = Pipeline(
     "bench",
     initial="work",
-    transitions=[("work", "completed", "work"), ("work", "failed", "work"), ("work", "done", "end")],
+    transitions=[
+        ("work", "completed", "work"),
+        ("work", "failed", "work"),
+        ("work", "done", "end"),
+    ],
     final=["end"],
 )
 """A one-stage loop: every outcome is a real, checked transition that pushes a frame."""
@@ -28,13 +32,17 @@ def scratch(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix="stagetrail-bench-")) / name
 
 
-def best_rate(measure: Callable[[], tuple[int, float]], repeats: int) -> float:
-    """The median rate (items per second) over `repeats` runs of `measure`."""
-    rates = []
+def median_rates(cases: dict[str, Callable[[], int]], repeats: int) -> dict[str, float]:
+    """Each case's median rate (items/s) over `repeats` rounds, the cases interleaved.
+
+    Interleaving puts a baseline and its rival under the same machine load.
+    """
+    rates: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeats):
-        count, seconds = measure()
-        rates.append(count / seconds)
-    return statistics.median(rates)
+        for name, work in cases.items():
+            count, seconds = timed(work)
+            rates[name].append(count / seconds)
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
 def timed(work: Callable[[], int]) -> tuple[int, float]:

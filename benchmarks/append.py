@@ -5,7 +5,6 @@ Run: ``python -m benchmarks.append`` (``--quick`` for a smoke run).
 
 from __future__ import annotations
 
-import resource
 import sqlite3
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from uuid import uuid4
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
-from benchmarks._common import RESULT, WORK, arguments, best_rate, report, scratch, timed
+from benchmarks._common import RESULT, WORK, arguments, median_rates, report, scratch
 from engine import Engine
 from engine._meta import AtRest
 from events import StageCompleted
@@ -34,7 +33,11 @@ def serialized_rows(count: int) -> list[tuple[str, int, str, bytes]]:
     rows = []
     for version in range(1, count + 1):
         outcome = StageCompleted(
-            run_id=run_id, version=version, stage="work", attempt=version, result=RESULT,
+            run_id=run_id,
+            version=version,
+            stage="work",
+            attempt=version,
+            result=RESULT,
             duration=1.0,
         )
         stored = mapper.to_stored_event(outcome)
@@ -93,7 +96,9 @@ class Work(Aggregate):
     """The plain-eventsourcing equivalent of a run."""
 
     @event("Completed")
-    def complete(self, stage: str, attempt: int, outcome: str, result: Any, duration: float) -> None:
+    def complete(
+        self, stage: str, attempt: int, outcome: str, result: Any, duration: float
+    ) -> None:
         """One stage outcome."""
 
 
@@ -133,7 +138,10 @@ def peak_rss_mb(count: int) -> tuple[int, int]:
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
         [sys.executable, "-c", MEMORY_CHILD, str(count), str(scratch("mem.db"))],
-        cwd=root, capture_output=True, text=True, check=True,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     appended, loaded = done.stdout.split()
     return int(appended), int(loaded)
@@ -142,24 +150,56 @@ def peak_rss_mb(count: int) -> tuple[int, int]:
 def main() -> None:
     """Measure and print the append figures as ratios against the baselines."""
     args = arguments(__doc__ or "")
-    single, batched, repeats = (100, 2000, 1) if args.quick else (1000, 50_000, 3)
+    single, batched, repeats = (100, 2000, 1) if args.quick else (1000, 50_000, 5)
     rows = serialized_rows(max(single, batched))
-    raw = best_rate(lambda: timed(lambda: raw_single(rows[:single])), repeats)
-    ours = best_rate(lambda: timed(lambda: stagetrail_single(single)), repeats)
-    plain = best_rate(lambda: timed(lambda: eventsourcing_single(single)), repeats)
-    raw_many = best_rate(lambda: timed(lambda: raw_batched(rows[:batched], 100)), repeats)
-    ours_many = best_rate(lambda: timed(lambda: stagetrail_batched(batched, 100)), repeats)
+    durable = median_rates(
+        {
+            "raw": lambda: raw_single(rows[:single]),
+            "ours": lambda: stagetrail_single(single),
+            "plain": lambda: eventsourcing_single(single),
+        },
+        repeats,
+    )
+    raw, ours, plain = durable["raw"], durable["ours"], durable["plain"]
+    many = median_rates(
+        {
+            "raw": lambda: raw_batched(rows[:batched], 100),
+            "ours": lambda: stagetrail_batched(batched, 100),
+        },
+        repeats,
+    )
+    raw_many, ours_many = many["raw"], many["ours"]
     million = 20_000 if args.quick else 1_000_000
     rss_append, rss_load = peak_rss_mb(million)
-    report("append (events/s, SQLite file, WAL, synchronous=FULL)", [
-        {"case": "durable single append", "stagetrail": ours, "raw_sqlite3": raw,
-         "eventsourcing_save": plain, "ratio_vs_raw": ours / raw, "target_vs_raw": 0.5,
-         "ratio_vs_eventsourcing": ours / plain, "target_vs_eventsourcing": 1.0},
-        {"case": "batched append, 100/transaction", "stagetrail": ours_many,
-         "raw_executemany": raw_many, "ratio_vs_raw": ours_many / raw_many, "target_vs_raw": 0.33},
-        {"case": f"peak RSS appending {million:,} events to one run (MB)", "append": rss_append,
-         "then_load": rss_load, "target": 200},
-    ], args.json)
+    report(
+        "append (events/s, SQLite file, WAL, synchronous=FULL)",
+        [
+            {
+                "case": "durable single append",
+                "stagetrail": ours,
+                "raw_sqlite3": raw,
+                "eventsourcing_save": plain,
+                "ratio_vs_raw": ours / raw,
+                "target_vs_raw": 0.5,
+                "ratio_vs_eventsourcing": ours / plain,
+                "target_vs_eventsourcing": 1.0,
+            },
+            {
+                "case": "batched append, 100/transaction",
+                "stagetrail": ours_many,
+                "raw_executemany": raw_many,
+                "ratio_vs_raw": ours_many / raw_many,
+                "target_vs_raw": 0.33,
+            },
+            {
+                "case": f"peak RSS appending {million:,} events to one run (MB)",
+                "append": rss_append,
+                "then_load": rss_load,
+                "target": 200,
+            },
+        ],
+        args.json,
+    )
 
 
 if __name__ == "__main__":

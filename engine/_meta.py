@@ -7,10 +7,10 @@ from collections.abc import Mapping
 
 import attrs
 from eventsourcing.compressor import ZlibCompressor
-from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder
+from eventsourcing.persistence import Cipher, Compressor
 from eventsourcing.utils import Environment
 
-from engine._mapper import EventMapper
+from engine._mapper import EventMapper, FastJSONTranscoder
 from engine.errors import StoreError
 
 SCHEMA_VERSION = 1
@@ -29,7 +29,7 @@ class AtRest:
     def mapper(self) -> EventMapper:
         """An eventsourcing mapper with this compression and encryption."""
         return EventMapper(
-            transcoder=JSONTranscoder(), compressor=self._compressor(), cipher=self.cipher()
+            transcoder=FastJSONTranscoder(), compressor=self._compressor(), cipher=self.cipher()
         )
 
     def _compressor(self) -> Compressor | None:

@@ -85,12 +85,6 @@ def apply(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
         InvalidTransition: the outcome is not a row of the table in this state.
         RuleViolation: (or a subclass) any other rule of the engine is broken.
     """
-    _check_sequence(state, event)
-    fold = _FOLDS.get(type(event), _unchanged)
-    return fold(pipeline, state, event)
-
-
-def _check_sequence(state: RunState, event: Event) -> None:
     if state.status is not None:
         raise RunAlreadyFinished(state.run_id, state.status)
     if event.version != state.version + 1:
@@ -99,6 +93,7 @@ def _check_sequence(state: RunState, event: Event) -> None:
             "version",
             f"event version {event.version} does not follow version {state.version}",
         )
+    return _FOLDS.get(type(event), _unchanged)(pipeline, state, event)
 
 
 def _stamp(current: RunState, event: Event, /, **changes: Any) -> RunState:

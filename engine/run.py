@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -98,7 +99,16 @@ class Run:
 
     def stage_started(self, stage: str) -> StageStarted:
         """Record that an attempt of the current stage began."""
-        return self._record(StageStarted, stage=stage, attempt=self._state.next_attempt(stage))
+        head = self._state
+        return self._append(
+            StageStarted(
+                run_id=head.run_id,
+                version=head.version + 1,
+                timestamp=self._now(),
+                stage=stage,
+                attempt=head.next_attempt(stage),
+            )
+        )
 
     def stage_completed(
         self,
@@ -120,13 +130,18 @@ class Run:
             InvalidTransition: `stage` is not current or `outcome` not allowed;
                 nothing is appended.
         """
-        return self._record(
-            StageCompleted,
-            stage=stage,
-            attempt=self._state.next_attempt(stage),
-            outcome=outcome,
-            result=result,
-            duration=self._duration(duration),
+        head = self._state  # built inline, not via _record: this is the hot path
+        return self._append(
+            StageCompleted(
+                run_id=head.run_id,
+                version=head.version + 1,
+                timestamp=self._now(),
+                stage=stage,
+                attempt=head.next_attempt(stage),
+                outcome=outcome,
+                result=result,
+                duration=self._duration(duration),
+            )
         )
 
     def stage_failed(
@@ -241,8 +256,17 @@ class Run:
         return self
 
     def _record(self, kind: type[E], **payload: Any) -> E:
-        now = max(utc_now(), self._state.last_timestamp)  # keep run time monotonic
-        event = kind(run_id=self.id, version=self._state.version + 1, timestamp=now, **payload)
+        head = self._state
+        return self._append(
+            kind(run_id=head.run_id, version=head.version + 1, timestamp=self._now(), **payload)
+        )
+
+    def _now(self) -> datetime:
+        now = utc_now()
+        last = self._state.last_timestamp
+        return now if now >= last else last  # keep a run's time monotonic
+
+    def _append(self, event: E) -> E:
         state = apply(self.pipeline, self._state, event)
         if self._pending is not None:
             self._pending.append(event)

@@ -21,7 +21,10 @@ def strict_json(field: str, value: object) -> JSON:
     """
     if type(value) in _SCALARS:
         return value
-    return _copy(field, field, value)
+    try:
+        return _copy(field, field, value)
+    except RecursionError:
+        raise InvalidPayload(field, field, "is nested too deeply (or contains itself)") from None
 
 
 def _copy(field: str, path: str, value: Any) -> JSON:
