@@ -115,7 +115,7 @@ def eventsourcing_single(count: int) -> int:
     return count
 
 
-MEMORY_CHILD = """
+APPEND_CHILD = """
 import resource, sys
 from benchmarks._common import WORK, RESULT
 from engine import Engine
@@ -126,24 +126,33 @@ with Engine("sqlite:///" + path) as engine:
         with run.batch():
             for _ in range(1000):
                 run.stage_completed("work", RESULT, duration=1.0)
-    appended = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    loaded = engine.load(run.id)
+print(run.id, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+LOAD_CHILD = """
+import resource, sys
+from engine import Engine
+count, path, run_id = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+with Engine("sqlite:///" + path) as engine:
+    loaded = engine.load(run_id)
     assert loaded.version == count + 1 and loaded.depth == count
-print(appended // 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 
 
-def peak_rss_mb(count: int) -> tuple[int, int]:
-    """Peak RSS (MB) of a fresh process appending `count` outcomes, then after loading them."""
+def _child(source: str, *args: str) -> list[str]:
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
-        [sys.executable, "-c", MEMORY_CHILD, str(count), str(scratch("mem.db"))],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-c", source, *args], cwd=root, capture_output=True, text=True, check=True
     )
-    appended, loaded = done.stdout.split()
+    return done.stdout.split()
+
+
+def peak_rss_mb(count: int) -> tuple[int, int]:
+    """Peak RSS (MB) of a fresh process appending `count` outcomes, and of one loading them."""
+    path = str(scratch("mem.db"))
+    run_id, appended = _child(APPEND_CHILD, str(count), path)
+    (loaded,) = _child(LOAD_CHILD, str(count), path, run_id)
     return int(appended), int(loaded)
 
 
@@ -194,7 +203,7 @@ def main() -> None:
             {
                 "case": f"peak RSS appending {million:,} events to one run (MB)",
                 "append": rss_append,
-                "then_load": rss_load,
+                "load_in_new_process": rss_load,
                 "target": 200,
             },
         ],

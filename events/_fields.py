@@ -147,6 +147,8 @@ def optional_run_id() -> Any:
 
 
 def _timestamp_converter(value: object, field: attrs.Attribute[Any]) -> datetime:
+    if type(value) is datetime and value.tzinfo is UTC:  # the engine's own stamps
+        return value
     if not isinstance(value, datetime):
         raise InvalidPayload(field.name, field.name, f"is a {type(value).__name__}, not a datetime")
     if value.tzinfo is None or value.utcoffset() is None:
