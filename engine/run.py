@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from engine.errors import RuleViolation
 from engine.machine import RunState, apply
 from engine.pipeline import Pipeline
 from engine.store import Store
@@ -26,14 +27,13 @@ from events import (
     StageCompleted,
     StageFailed,
     StageStarted,
-    StagetrailError,
     StateRolledBack,
     TaskAdded,
     TaskCompleted,
     TaskFailed,
     TaskStarted,
+    utc_now,
 )
-from events._fields import utc_now
 
 E = TypeVar("E", bound=Event)
 
@@ -250,7 +250,7 @@ class Run:
     def refresh(self) -> Run:
         """Fold in events other writers appended (after a `ConcurrencyConflict`)."""
         if self._pending is not None:
-            raise StagetrailError("cannot refresh inside a batch; leave the batch first")
+            raise RuleViolation(self.id, "batch", "cannot refresh inside a batch; leave it first")
         for event in self._store.stream(self.id, gt=self._state.version):
             self._state = apply(self.pipeline, self._state, event)
         return self
@@ -275,7 +275,7 @@ class Run:
         self._state = state
         return event
 
-    def _duration(self, given: float | None) -> float | Any:
+    def _duration(self, given: float | None) -> float:
         if given is not None:
             return given
         opened = self._state.opened_at

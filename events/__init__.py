@@ -5,6 +5,7 @@ No I/O and no imports from `engine` or `projections` live here.
 
 from __future__ import annotations
 
+from events._fields import utc_now
 from events._json import JSON, strict_json
 from events.base import EVENT_TYPES, Event
 from events.codec import decode, encode
@@ -58,4 +59,5 @@ __all__ = [
     "decode",
     "encode",
     "strict_json",
+    "utc_now",
 ]

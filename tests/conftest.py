@@ -9,27 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from engine import Engine, Pipeline
+from engine import Engine
+from examples.code_review import REVIEW as CODE_REVIEW
 
 POSTGRES_URL = os.environ.get(
     "STAGETRAIL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
 )
 BACKENDS = ["memory", "sqlite", "postgres"]
 
-REVIEW = Pipeline(
-    "code-review",
-    initial="project_analysis",
-    transitions=[
-        ("project_analysis", "completed", "code_review"),
-        ("code_review", "completed", "developer"),
-        ("developer", "failed", "developer"),
-        ("developer", "completed", "testing"),
-        ("testing", "failed", "developer"),
-        ("testing", "completed", "done"),
-        ("*", "aborted", "aborted"),
-    ],
-    final=["done", "aborted"],
-)
+REVIEW = CODE_REVIEW
+"""The review pipeline of DESIGN.md, as the examples define it."""
 
 
 def _postgres_problem() -> str | None:

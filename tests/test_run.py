@@ -426,3 +426,13 @@ def test_rolled_back_event_is_stored(engine: Engine) -> None:
     event = run.rollback(1, reason="bad review")
     assert engine.events(run.id)[-1] == event
     assert isinstance(event, StateRolledBack)
+
+
+def test_refresh_inside_a_batch_is_refused(engine: Engine) -> None:
+    """refresh() in a batch would mix pending and stored events: it raises instead."""
+    run = engine.start_run(REVIEW)
+    with run.batch():
+        run.note("k", 1)
+        with pytest.raises(ValueError, match="inside a batch"):
+            run.refresh()
+    assert run.version == 2
