@@ -7,10 +7,16 @@ from typing import Any
 
 from engine import _meta
 from engine._backends import Backend
-from engine._urls import StoreURL
+from engine._urls import LIBPQ_OPTIONS, StoreURL
 from engine.errors import StoreError
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
+# Lower case only: eventsourcing creates its composite type under the folded name.
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,50}")
+
+
+def _connection_options(url: StoreURL) -> dict[str, Any]:
+    """libpq settings passed through from the URL (sslmode, application_name, ...)."""
+    return {key: value for key, value in url.options.items() if key in LIBPQ_OPTIONS}
 
 
 def _connect(url: StoreURL) -> Any:
@@ -29,6 +35,7 @@ def _connect(url: StoreURL) -> Any:
             dbname=url.dbname,
             autocommit=True,
             connect_timeout=_timeout(url),
+            **_connection_options(url),
         )
     except psycopg.Error as error:
         raise StoreError(
@@ -51,7 +58,7 @@ def _describe(error: Exception, url: StoreURL) -> str:
 def _schema(url: StoreURL) -> str:
     schema = url.options.get("schema", "public")
     if not _IDENTIFIER.fullmatch(schema):
-        raise StoreError(url.masked, f"schema {schema!r} must be letters, digits and _")
+        raise StoreError(url.masked, f"schema {schema!r} must be lower-case letters, digits and _")
     return schema
 
 
@@ -62,7 +69,7 @@ def _settle_meta(conn: Any, url: StoreURL, create: bool, settings: _meta.AtRest)
     meta = sql.Identifier(schema, _meta.META_TABLE)
     exists = conn.execute(
         "SELECT to_regclass(%s), to_regclass(%s)",
-        (f'"{schema}".{_meta.META_TABLE}', f'"{schema}".{_meta.EVENTS_TABLE}'),
+        (f"{schema}.{_meta.META_TABLE}", f"{schema}.{_meta.EVENTS_TABLE}"),
     ).fetchone()
     if exists[0] is not None:
         rows = conn.execute(sql.SQL("SELECT key, value FROM {}").format(meta)).fetchall()
@@ -90,14 +97,17 @@ def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backen
     """Open or create a stagetrail store in a PostgreSQL schema.
 
     Raises:
-        StoreError: unreachable server, missing store, newer schema, wrong key.
+        StoreError: unreachable server, missing rights, missing store, newer schema, wrong key.
     """
     import psycopg
     from eventsourcing.persistence import PersistenceError
     from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
-    with _connect(url) as conn:
-        settings = _settle_meta(conn, url, create, settings)
+    try:
+        with _connect(url) as conn:
+            settings = _settle_meta(conn, url, create, settings)
+    except psycopg.Error as error:
+        raise StoreError(url.masked, f"cannot open the store: {_describe(error, url)}") from None
     datastore = PostgresDatastore(
         dbname=url.dbname,
         host=url.host,
@@ -109,6 +119,8 @@ def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backen
         max_overflow=8,
         connect_timeout=float(_timeout(url)),
     )
+    # eventsourcing's datastore knows no libpq options; its pool passes these on.
+    datastore.pool.kwargs.update(_connection_options(url))  # type: ignore[union-attr]
     try:
         recorder = PostgresApplicationRecorder(datastore, events_table_name=_meta.EVENTS_TABLE)
         recorder.create_table()

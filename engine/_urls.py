@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
@@ -11,6 +12,8 @@ import attrs
 from engine.errors import StoreError
 
 DEFAULT_STORE = "sqlite:///stagetrail.db"
+_PASSWORD_OPTION = re.compile(r"([?&]password=)[^&#]*")
+_AUTHORITY_PASSWORD = re.compile(r"^([a-z]+://[^/:@]*:)[^/]*@")
 SCHEMES = ("memory://", "sqlite:///path", "postgresql://user:password@host:5432/db")
 
 
@@ -35,16 +38,17 @@ def default_url() -> str:
 
 
 def mask(url: str) -> str:
-    """The URL with its password, if any, replaced by ``***``."""
+    """The URL with its password (in the authority or a ``password=`` option) as ``***``."""
+    url = _PASSWORD_OPTION.sub(r"\1***", url)
     try:
-        parts = urlsplit(url)
-        password = parts.password
+        password = urlsplit(url).password
     except ValueError:
-        return url
+        # Unparseable: hide whatever stands between "://" and the last "@".
+        return _AUTHORITY_PASSWORD.sub(r"\1***@", url)
     if not password:
         return url
-    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://" + rest.replace(f":{password}@", ":***@", 1)
 
 
 def parse(url: str) -> StoreURL:
@@ -68,15 +72,27 @@ def parse(url: str) -> StoreURL:
     raise StoreError(masked, f"unsupported store URL{hint}; use one of {', '.join(SCHEMES)}")
 
 
+LIBPQ_OPTIONS = (
+    "application_name",
+    "sslcert",
+    "sslkey",
+    "sslmode",
+    "sslrootcert",
+    "target_session_attrs",
+)
+"""libpq connection settings a PostgreSQL URL may carry."""
+
 _KNOWN = {
     "memory": ("compress",),
     "sqlite": ("compress",),
-    "postgresql": ("compress", "connect_timeout", "schema"),
+    "postgresql": ("compress", "connect_timeout", "schema", *LIBPQ_OPTIONS),
 }
 
 
 def _options(query: str, masked: str, known: tuple[str, ...]) -> dict[str, str]:
     options = {key: values[-1] for key, values in parse_qs(query).items()}
+    if "password" in options:
+        raise StoreError(masked, "give the password in the URL's authority (user:pw@host)")
     for key in options:
         if key not in known:
             raise StoreError(masked, f"unknown option {key!r}; this kind of store takes {known}")

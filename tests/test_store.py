@@ -48,6 +48,21 @@ class TestURLs:
         assert mask("postgresql://ann:s3cret@db:5432/runs") == "postgresql://ann:***@db:5432/runs"
         assert mask("sqlite:///runs.db") == "sqlite:///runs.db"
 
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "postgresql://ann:s3cret@[::1/test",
+            "postgresql://ann@h/db?password=s3cret",
+            "postgresql://ann:s3cret@h/db?nonsense=1",
+        ],
+    )
+    def test_passwords_are_masked_in_url_errors(self, url: str) -> None:
+        """A URL refused for its form never shows its password."""
+        with pytest.raises(StoreError) as caught:
+            Engine(url)
+        assert "s3cret" not in str(caught.value)
+        assert "***" in str(caught.value)
+
     def test_an_unreachable_server_is_one_clear_error(self) -> None:
         """A refused connection is a StoreError that never shows the password."""
         with pytest.raises(StoreError, match="cannot connect to PostgreSQL") as caught:
@@ -139,11 +154,46 @@ class TestPostgres:
         with pytest.raises(StoreError, match="no stagetrail store in schema"):
             Engine(postgres_url, create=False)
 
-    def test_bad_schema_names_are_refused(self) -> None:
-        """A schema name that is not a plain identifier is refused before connecting."""
+    @pytest.mark.parametrize("schema", ["a;drop", "Runs", "9lives"])
+    def test_bad_schema_names_are_refused(self, schema: str) -> None:
+        """A schema name that is not a lower-case identifier is refused before connecting."""
         require_postgres()
-        with pytest.raises(StoreError, match="letters, digits and _"):
-            Engine("postgresql://postgres@127.0.0.1:5432/test?schema=a;drop")
+        with pytest.raises(StoreError, match="lower-case letters, digits and _"):
+            Engine(f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}")
+
+    def test_libpq_options_reach_every_connection(self, postgres_url: str) -> None:
+        """application_name (like sslmode) is passed to the probe and to the pool."""
+        import psycopg
+
+        name = f"st_{uuid.uuid4().hex[:8]}"
+        with Engine(f"{postgres_url}&application_name={name}") as engine:
+            engine.start_run(REVIEW)
+            with psycopg.connect(postgres_url.split("?")[0]) as conn:
+                seen = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+                ).fetchone()
+        assert seen is not None
+        assert seen[0] >= 1
+
+    def test_sslmode_is_honoured(self, postgres_url: str) -> None:
+        """sslmode=require against a server without SSL fails with libpq's reason."""
+        with pytest.raises(StoreError, match="SSL"):
+            Engine(f"{postgres_url}&sslmode=require")
+
+    def test_missing_rights_are_a_store_error(self, postgres_url: str) -> None:
+        """A role that may not create the schema gets a StoreError, not a psycopg traceback."""
+        import psycopg
+
+        base = postgres_url.split("?")[0]
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(
+                "DO $$ BEGIN CREATE ROLE stagetrail_noperm LOGIN; "
+                "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+            )
+        url = postgres_url.replace("postgres@", "stagetrail_noperm@")
+        with pytest.raises(StoreError, match="permission denied") as caught:
+            Engine(url)
+        assert caught.value.__cause__ is None
 
 
 class TestAtRest:
