@@ -13,6 +13,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from eventsourcing.persistence import StoredEvent
+
 from engine.errors import RuleViolation
 from engine.machine import RunState, apply
 from engine.pipeline import Pipeline
@@ -45,7 +47,7 @@ class Run:
         self._store = store
         self.pipeline = pipeline
         self._state = state
-        self._pending: list[Event] | None = None
+        self._pending: list[StoredEvent] | None = None
 
     @property
     def id(self) -> UUID:
@@ -240,7 +242,7 @@ class Run:
         try:
             yield self
             if self._pending:
-                self._store.append(self._pending)
+                self._store.write(self._pending)
         except BaseException:
             self._state = before
             raise
@@ -268,10 +270,13 @@ class Run:
 
     def _append(self, event: E) -> E:
         state = apply(self.pipeline, self._state, event)
+        # Serialised now, not at the end of a batch, so an unstorable value is
+        # refused by the call that brought it.
+        stored = self._store.serialize(event)
         if self._pending is not None:
-            self._pending.append(event)
+            self._pending.append(stored)
         else:
-            self._store.append([event])
+            self._store.write([stored])
         self._state = state
         return event
 
@@ -290,6 +295,14 @@ class Run:
 
 
 def _describe(error: BaseException | str) -> tuple[str, str]:
+    """An error's message and type name; lone surrogates (undecodable file names) escaped.
+
+    Recording a failure must not itself fail on an odd byte in the message.
+    """
     if isinstance(error, BaseException):
-        return str(error), type(error).__name__
-    return error, "Error"
+        message, kind = str(error), type(error).__name__
+    else:
+        message, kind = error, "Error"
+    if isinstance(message, str) and not message.isascii():
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return message, kind

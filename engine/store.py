@@ -7,12 +7,18 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import EventStore, IntegrityError, PersistenceError
+from eventsourcing.persistence import (
+    EventStore,
+    IntegrityError,
+    Mapper,
+    PersistenceError,
+    StoredEvent,
+)
 
 from engine import _urls
 from engine._backends import Backend, open_backend
 from engine.errors import ConcurrencyConflict, StoreError
-from events import Event, EventFormatError
+from events import Event, EventFormatError, InvalidPayload
 
 PAGE = 1000
 """Events read per query when streaming a run."""
@@ -39,17 +45,41 @@ class Store:
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
 
     def append(self, events: Sequence[Event]) -> list[int]:
-        """Write `events` in one transaction; return their notification ids.
+        """Serialise and write `events` in one transaction; return their notification ids.
+
+        Raises:
+            InvalidPayload: an event holds a value JSON cannot store; nothing written.
+            ConcurrencyConflict: another writer holds one of the versions.
+            StoreError: the database failed; nothing was written.
+        """
+        return self.write([self.serialize(event) for event in events])
+
+    def serialize(self, event: Event) -> StoredEvent:
+        """The stored form of `event` (eventsourcing's mapper: JSON, compression, cipher).
+
+        Raises:
+            InvalidPayload: naming the field the transcoder cannot store (a lone
+                surrogate in a str, an int too long to print, ...).
+        """
+        try:
+            return self._mapper.to_stored_event(event)
+        except (UnicodeError, ValueError, TypeError) as error:
+            raise _unstorable(self._mapper, event, error) from None
+
+    def write(self, stored: Sequence[StoredEvent]) -> list[int]:
+        """Write serialised events in one transaction; return their notification ids.
 
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
             StoreError: the database failed; nothing was written.
         """
-        stored = [self._mapper.to_stored_event(event) for event in events]
         try:
             notification_ids = self.recorder.insert_events(stored)
         except IntegrityError:
-            raise ConcurrencyConflict(events[0].run_id, events[0].version) from None
+            first = stored[0]
+            raise ConcurrencyConflict(
+                _as_uuid(first.originator_id), first.originator_version
+            ) from None
         except (PersistenceError, sqlite3.Error) as error:
             raise StoreError(self.url, f"append failed, nothing written: {error}") from error
         return list(notification_ids or ())
@@ -99,3 +129,17 @@ class Store:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _as_uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(value)
+
+
+def _unstorable(mapper: Mapper[UUID], event: Event, error: Exception) -> InvalidPayload:
+    """Find the payload field the transcoder refused, to name it in the error."""
+    for name, value in event.payload().items():
+        try:
+            mapper.transcoder.encode({name: value})
+        except (UnicodeError, ValueError, TypeError) as refused:
+            return InvalidPayload(name, name, f"cannot be stored as JSON ({refused})")
+    return InvalidPayload("?", type(event).__name__, f"cannot be stored as JSON ({error})")

@@ -49,13 +49,21 @@ def _copy(field: str, path: str, value: Any) -> JSON:
 
 
 def _subclass(field: str, path: str, value: object) -> JSON:
-    """Values of subclasses of JSON types (IntEnum, numpy.float64) become the plain type."""
-    if isinstance(value, bool | str):
-        return bool(value) if isinstance(value, bool) else str(value)
+    """Subclasses of JSON types (str/int enums, numpy.float64, Counter) become plain values.
+
+    The base type's own conversion is used, so a ``(str, Enum)`` member gives its
+    value, as `json.dumps` would, not its ``str()``.
+    """
+    if isinstance(value, str):
+        return str.__str__(value)
     if isinstance(value, int):
-        return int(value)
+        return int.__index__(value)
     if isinstance(value, float):
-        return _copy(field, path, float(value))
+        return _copy(field, path, float.__float__(value))
+    if isinstance(value, dict):
+        return _copy_dict(field, path, value)
+    if isinstance(value, list | tuple):
+        return _copy(field, path, list(value))
     raise InvalidPayload(field, path, f"is a {type(value).__name__}, which is not JSON")
 
 
@@ -63,15 +71,19 @@ def _copy_dict(field: str, path: str, value: dict[Any, Any]) -> JSON:
     copied = {}
     for key, item in value.items():
         if type(key) is not str:
-            raise InvalidPayload(
-                field, path, f"has a {type(key).__name__} key {key!r}; JSON keys are str"
-            )
+            key = _key(field, path, key)
         kind = type(item)
         if kind in _SCALARS or (kind is float and item - item == 0.0):
             copied[key] = item
         else:
             copied[key] = _copy(field, f"{path}[{key!r}]", item)
     return copied
+
+
+def _key(field: str, path: str, key: object) -> str:
+    if isinstance(key, str):
+        return str.__str__(key)
+    raise InvalidPayload(field, path, f"has a {type(key).__name__} key {key!r}; JSON keys are str")
 
 
 def finite_number(field: str, value: object) -> float:

@@ -285,6 +285,33 @@ class TestJSONSubclasses:
         assert value == {"level": 3, "name": "x", "score": 0.5}
         assert [type(v) for v in value.values()] == [int, str, float]
 
+    def test_str_enums_are_stored_by_value(self) -> None:
+        """A (str, Enum) member is stored as its value, as json.dumps would write it."""
+        import enum
+
+        class Color(str, enum.Enum):  # noqa: UP042 (the case under test)
+            RED = "red"
+
+        event = make(NoteAdded, value={"color": Color.RED, Color.RED: 1})
+        assert event.value == {"color": "red", "red": 1}  # type: ignore[attr-defined]
+
+    def test_dict_and_list_subclasses_become_plain(self) -> None:
+        """Counter, OrderedDict and named tuples are stored as plain dicts and lists."""
+        from collections import Counter, OrderedDict, namedtuple
+
+        pair = namedtuple("pair", "a b")
+        value = {"c": Counter(a=2), "o": OrderedDict(x=1), "p": pair(1, 2)}
+        stored = make(NoteAdded, value=value).value  # type: ignore[attr-defined]
+        assert stored == {"c": {"a": 2}, "o": {"x": 1}, "p": [1, 2]}
+        assert [type(v) for v in stored.values()] == [dict, dict, list]
+
+    def test_self_containing_values_are_refused(self) -> None:
+        """A list that contains itself is refused, not a RecursionError."""
+        loop: list[object] = []
+        loop.append(loop)
+        with pytest.raises(InvalidPayload, match="nested too deeply"):
+            make(NoteAdded, value=loop)
+
     def test_a_float_subclass_holding_nan_is_refused(self) -> None:
         """Conversion does not let NaN through."""
 

@@ -282,6 +282,33 @@ class TestBadInput:
             run.stage_completed("developer", result={"log": b"\x00"})
         assert (run.version, len(engine.events(run.id))) == (3, 3)
 
+    @pytest.mark.parametrize(
+        "value", ["lone \udcff surrogate", 10**5000], ids=["surrogate", "huge-int"]
+    )
+    def test_values_json_cannot_store_are_refused(self, engine: Engine, value: object) -> None:
+        """A lone surrogate or a 5000-digit int is refused by the call, naming the field."""
+        run = engine.start_run(REVIEW)
+        with pytest.raises(InvalidPayload, match=r"'value'.*cannot be stored as JSON"):
+            run.note("k", value)
+        assert (run.version, len(engine.events(run.id))) == (1, 1)
+
+    def test_an_unstorable_value_in_a_batch_is_refused_at_the_call(self, engine: Engine) -> None:
+        """Inside a batch the bad call raises at once; the batch's other events still commit."""
+        run = engine.start_run(REVIEW)
+        with run.batch():
+            run.note("good", 1)
+            with pytest.raises(InvalidPayload):
+                run.note("bad", "\udcff")
+            run.note("also good", 2)
+        assert [e.key for e in engine.events(run.id)[1:]] == ["good", "also good"]  # type: ignore[attr-defined]
+
+    def test_undecodable_error_messages_are_escaped(self, engine: Engine) -> None:
+        """An exception naming an undecodable file is recorded with the byte escaped."""
+        run = reach(engine, "developer")
+        event = run.stage_failed("developer", OSError("cannot open caf\udce9.txt"))
+        assert event.error == "cannot open caf\\udce9.txt"
+        assert engine.events(run.id)[-1] == event
+
     def test_non_json_params_are_refused(self, engine: Engine) -> None:
         """start_run with a set in params raises InvalidPayload and records no run."""
         with pytest.raises(InvalidPayload, match="'params'"):
