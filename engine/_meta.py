@@ -77,7 +77,10 @@ def settle(meta: Mapping[str, str], settings: AtRest, url: str) -> AtRest:
     Raises:
         StoreError: newer schema, missing or wrong cipher key, or a key for a plain store.
     """
-    version = int(meta.get("schema_version", "0"))
+    text = meta.get("schema_version", "")
+    if not text.isdigit():
+        raise StoreError(url, f"not a stagetrail store: schema version {text!r} in its meta table")
+    version = int(text)
     if version > SCHEMA_VERSION:
         raise StoreError(
             url,

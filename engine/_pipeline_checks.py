@@ -18,8 +18,32 @@ def check_name(kind: str, value: object, pipeline: str) -> str:
     return value
 
 
-def normalise_rows(pipeline: str, rows: Iterable[object]) -> tuple[Row, ...]:
+def check_state(kind: str, value: object, pipeline: str) -> str:
+    """Return `value` if it can name a state: a non-empty str other than ``'*'``."""
+    name = check_name(kind, value, pipeline)
+    if name == ANY:
+        raise PipelineError(pipeline, f"{kind} cannot be '*'; '*' may only be a row's source")
+    return name
+
+
+def state_list(kind: str, values: object, pipeline: str) -> tuple[str, ...]:
+    """Return a list of state names (`final`, `states`) as a tuple without duplicates."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise PipelineError(
+            pipeline, f"{kind} must be a list of state names, got {values!r} (write {kind}=[...])"
+        )
+    item = "final state" if kind == "final" else "state"
+    names = tuple(check_state(item, value, pipeline) for value in values)
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PipelineError(pipeline, f"{kind} lists {', '.join(map(repr, duplicates))} twice")
+    return names
+
+
+def normalise_rows(pipeline: str, rows: object) -> tuple[Row, ...]:
     """Return the rows as `(source, outcome, dest)` tuples of non-empty strs."""
+    if isinstance(rows, str) or not isinstance(rows, Iterable):
+        raise PipelineError(pipeline, f"transitions must be a list of rows, got {rows!r}")
     checked = tuple(_row(pipeline, row) for row in rows)
     if not checked:
         raise PipelineError(pipeline, "the transition table is empty")

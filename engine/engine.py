@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from engine import _urls
-from engine.errors import RunNotFound, StoreError
+from engine.errors import ConcurrencyConflict, RunAlreadyExists, RunNotFound, StoreError
 from engine.machine import RunState, apply, start
 from engine.pipeline import Pipeline
 from engine.run import Run
@@ -68,11 +68,14 @@ class Engine:
             pipeline=pipeline.name,
             table=pipeline.to_dict(),
             params={} if params is None else params,
-            labels=dict(labels or {}),
+            labels={} if labels is None else labels,
             parent_run_id=parent.id if isinstance(parent, Run) else parent,
         )
         state = start(pipeline, event)
-        self.store.append([event])
+        try:
+            self.store.append([event])
+        except ConcurrencyConflict:
+            raise RunAlreadyExists(event.run_id) from None
         return Run(self.store, pipeline, state)
 
     def load(self, run_id: UUID | str) -> Run:

@@ -85,6 +85,14 @@ class ConcurrencyConflict(StagetrailError, RuntimeError):
         )
 
 
+class RunAlreadyExists(ConcurrencyConflict):
+    """`start_run` was given a run id that the store already holds."""
+
+    def __init__(self, run_id: UUID) -> None:
+        super().__init__(run_id, 1)
+        self.args = (f"run {run_id} already exists; choose another run_id, or engine.load() it",)
+
+
 class RunNotFound(StagetrailError, LookupError):
     """No run with this id is in the store."""
 

@@ -47,9 +47,9 @@ class Pipeline:
         states: Iterable[str] | None = None,
     ) -> None:
         self.name = checks.check_name("pipeline name", name, repr(name))
-        self.initial = checks.check_name("initial state", initial, name)
+        self.initial = checks.check_state("initial state", initial, name)
         self.rows = checks.normalise_rows(name, transitions)
-        self.final = tuple(checks.check_name("final state", s, name) for s in final)
+        self.final = checks.state_list("final", final, name)
         self.states = self._states(states)
         self._lookup = self._compile()
 
@@ -58,7 +58,7 @@ class Pipeline:
         derived = checks.derive_states(self.initial, self.rows, self.final)
         if states is None:
             return derived
-        declared = tuple(checks.check_name("state", s, self.name) for s in states)
+        declared = checks.state_list("states", states, self.name)
         checks.check_known(self.name, declared, self.initial, self.rows, self.final)
         return declared
 

@@ -93,8 +93,11 @@ class Store:
         limit: int | None = None,
     ) -> list[Event]:
         """The run's events with `gt < version <= lte`, oldest first, at most `limit`."""
+        return self._get(run_id, gt=gt, lte=lte, limit=limit)
+
+    def _get(self, run_id: UUID, **query: Any) -> list[Event]:
         try:
-            return list(self._events.get(run_id, gt=gt, lte=lte, limit=limit))  # type: ignore[arg-type]
+            return list(self._events.get(run_id, **query))  # type: ignore[arg-type]
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:
@@ -111,11 +114,8 @@ class Store:
 
     def last(self, run_id: UUID) -> Event | None:
         """The run's newest event, or None if the run is not in the store."""
-        try:
-            newest = list(self._events.get(run_id, desc=True, limit=1))
-        except (PersistenceError, sqlite3.Error) as error:
-            raise StoreError(self.url, f"read failed: {error}") from error
-        return newest[0] if newest else None  # type: ignore[return-value]
+        newest = self._get(run_id, desc=True, limit=1)
+        return newest[0] if newest else None
 
     def close(self) -> None:
         """Release the store's connections."""

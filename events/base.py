@@ -39,6 +39,14 @@ class Event:
         super().__init_subclass__(**kwargs)
         if "topic" not in cls.__dict__:
             cls.topic = f"stagetrail:{cls.__name__}"
+        if cls.topic in EVENT_TYPES:
+            raise TypeError(f"event topic {cls.topic!r} is taken by {EVENT_TYPES[cls.topic]!r}")
+        missing = [f"upcast_v{v}_v{v + 1}" for v in range(1, cls.class_version)]
+        missing = [name for name in missing if not hasattr(cls, name)]
+        if missing:
+            raise TypeError(
+                f"{cls.__name__} is at class version {cls.class_version}: define {missing}"
+            )
         EVENT_TYPES[cls.topic] = cls
 
     @property

@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import attrs
+
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
 
@@ -37,6 +39,8 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
     """
     cls = _event_type(topic)
     _upcast(cls, state)
+    if state.keys() != _stored_fields(cls):
+        raise EventFormatError(topic, _field_mismatch(cls, state))
     try:
         state["timestamp"] = datetime.fromisoformat(state["timestamp"])
         for name, decoder in cls.decoders.items():
@@ -49,6 +53,23 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
     # Trusted data from the store: skip the constructor's checks, as eventsourcing does.
     object.__setattr__(event, "__dict__", state)
     return event
+
+
+_STORED_FIELDS: dict[type[Event], frozenset[str]] = {}
+
+
+def _stored_fields(cls: type[Event]) -> frozenset[str]:
+    fields = _STORED_FIELDS.get(cls)
+    if fields is None:
+        names = frozenset(field.name for field in attrs.fields(cls))
+        fields = _STORED_FIELDS[cls] = names - {"run_id", "version"}
+    return fields
+
+
+def _field_mismatch(cls: type[Event], state: dict[str, Any]) -> str:
+    missing = sorted(_stored_fields(cls) - state.keys())
+    unknown = sorted(state.keys() - _stored_fields(cls))
+    return f"fields do not match {cls.__name__}: missing {missing}, unknown {unknown}"
 
 
 def _event_type(topic: str) -> type[Event]:

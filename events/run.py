@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -17,7 +18,7 @@ RUN_STATUSES = frozenset({"succeeded", "failed", "aborted_stuck", "done_partial"
 
 
 def _labels(value: object, field: attrs.Attribute[Any]) -> dict[str, str]:
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         raise InvalidPayload(field.name, field.name, f"is a {type(value).__name__}, not a dict")
     for key, label in value.items():
         if type(key) is not str or type(label) is not str:

@@ -51,21 +51,22 @@ def kill_writer_after(url: str, acknowledged: int) -> tuple[str, int]:
 
 @pytest.mark.slow
 class TestKilledWriter:
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
     @pytest.mark.parametrize("acknowledged", [1, 7, 40])
     def test_sigkill_keeps_every_acknowledged_batch_whole(
-        self, sqlite_url: str, postgres_url: str, acknowledged: int
+        self, backend: str, acknowledged: int, request: pytest.FixtureRequest
     ) -> None:
         """After SIGKILL the store holds whole batches only, at least all acknowledged ones."""
-        for url in (sqlite_url, postgres_url):
-            run_id, last = kill_writer_after(url, acknowledged)
-            with Engine(url) as engine:
-                notes = engine.events(run_id)[1:]
-                assert all(isinstance(note, NoteAdded) for note in notes)
-                values = [note.value for note in notes]  # type: ignore[attr-defined]
-                batches = len(values) // BATCH
-                assert len(values) % BATCH == 0
-                assert batches >= last + 1
-                assert values == [[b, i] for b in range(batches) for i in range(BATCH)]
-                resumed = engine.load(run_id)
-                resumed.note("after", "restart")
-                assert resumed.version == 2 + len(values)
+        url = request.getfixturevalue(backend)
+        run_id, last = kill_writer_after(url, acknowledged)
+        with Engine(url) as engine:
+            notes = engine.events(run_id)[1:]
+            assert all(isinstance(note, NoteAdded) for note in notes)
+            values = [note.value for note in notes]  # type: ignore[attr-defined]
+            batches = len(values) // BATCH
+            assert len(values) % BATCH == 0
+            assert batches >= last + 1
+            assert values == [[b, i] for b in range(batches) for i in range(BATCH)]
+            resumed = engine.load(run_id)
+            resumed.note("after", "restart")
+            assert resumed.version == 2 + len(values)

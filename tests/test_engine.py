@@ -3,11 +3,19 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from freezegun import freeze_time
 
-from engine import ConcurrencyConflict, Engine, InvalidEvent, Pipeline, RunNotFound
+from engine import (
+    ConcurrencyConflict,
+    Engine,
+    InvalidEvent,
+    InvalidPayload,
+    Pipeline,
+    RunNotFound,
+)
 from engine.store import PAGE
 from events import RunStarted
 from tests.conftest import REVIEW
@@ -38,11 +46,16 @@ class TestStartRun:
         """Starting a run under an existing id is a conflict, not an overwrite."""
         run_id = uuid.uuid4()
         engine.start_run(REVIEW, run_id=run_id, params={"n": 1})
-        with pytest.raises(ConcurrencyConflict):
+        with pytest.raises(ConcurrencyConflict, match="already exists; choose another run_id"):
             engine.start_run(REVIEW, run_id=run_id, params={"n": 2})
         first = engine.events(run_id)[0]
         assert isinstance(first, RunStarted)
         assert first.params == {"n": 1}
+
+    def test_labels_must_be_a_mapping(self, engine: Engine) -> None:
+        """labels='x' raises InvalidPayload naming labels, not a ValueError from dict()."""
+        with pytest.raises(InvalidPayload, match="'labels'"):
+            engine.start_run(REVIEW, labels="team=core")  # type: ignore[arg-type]
 
     def test_only_pipelines_can_be_started(self, engine: Engine) -> None:
         """start_run refuses anything that is not a Pipeline."""
@@ -79,14 +92,25 @@ class TestLoad:
         with pytest.raises(RunNotFound):
             engine.events(run_id)  # type: ignore[arg-type]
 
-    def test_long_runs_are_streamed_in_pages(self, engine: Engine) -> None:
-        """A run longer than two pages loads whole and in order."""
+    def test_long_runs_are_streamed_in_pages(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run longer than two pages loads whole and in order, reading one page at a time."""
         run = engine.start_run(REVIEW)
         with run.batch():
             for index in range(2 * PAGE + 1):
                 run.note("n", index)
+        limits: list[int | None] = []
+        select = engine.store.recorder.select_events
+
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            limits.append(kwargs.get("limit"))
+            return select(*args, **kwargs)
+
+        monkeypatch.setattr(engine.store.recorder, "select_events", observed)
         loaded = engine.load(run.id)
         assert loaded.version == 2 * PAGE + 2
+        assert limits == [PAGE, PAGE, PAGE]
         stored = engine.events(run.id)
         assert [e.version for e in stored] == list(range(1, 2 * PAGE + 3))
 

@@ -261,9 +261,10 @@ class TestUpcasting:
             decode("stagetrail:Teleported", {"timestamp": WHEN.isoformat()}, RUN, 1)
 
     def test_a_malformed_state_is_refused(self) -> None:
-        """A state missing its timestamp raises EventFormatError, not KeyError."""
+        """A state whose timestamp is not a time raises EventFormatError, not ValueError."""
+        state = {"timestamp": "yesterday", "stage": "a", "attempt": 1}
         with pytest.raises(EventFormatError, match="bad field value"):
-            decode(StageStarted.topic, {"stage": "a", "attempt": 1}, RUN, 1)
+            decode(StageStarted.topic, state, RUN, 1)
 
 
 class TestJSONSubclasses:
@@ -320,3 +321,30 @@ class TestJSONSubclasses:
 
         with pytest.raises(InvalidPayload, match="nan"):
             make(NoteAdded, value=[Score("nan")])
+
+
+class TestRegistry:
+    def test_a_second_class_cannot_take_a_topic(self) -> None:
+        """Defining an event whose topic is taken raises instead of hijacking stored events."""
+        with pytest.raises(TypeError, match="is taken by"):
+
+            class NoteAdded(Event):  # the clash under test
+                pass
+
+    def test_a_version_bump_needs_its_upcasters(self) -> None:
+        """A class at version 3 without upcast_v2_v3 fails when it is defined."""
+        with pytest.raises(TypeError, match="upcast_v2_v3"):
+
+            class Evolving(Event):
+                class_version = 3
+
+                @staticmethod
+                def upcast_v1_v2(state: dict[str, Any]) -> None:
+                    state["x"] = 1
+
+    def test_a_stored_state_missing_a_field_is_refused(self) -> None:
+        """Decoding a state without one of the class's fields names what is missing."""
+        state = encode(make(StageCompleted))[1]
+        del state["outcome"]
+        with pytest.raises(EventFormatError, match=r"missing \['outcome'\]"):
+            decode(StageCompleted.topic, state, RUN, 3)

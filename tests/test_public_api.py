@@ -46,6 +46,7 @@ class TestExports:
             "InvalidPayload",
             "InvalidEvent",
             "RunAlreadyFinished",
+            "RunAlreadyExists",
             "InvalidRollback",
             "AttemptError",
             "TaskError",

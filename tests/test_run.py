@@ -103,7 +103,7 @@ class TestTransitions:
         run = reach(engine, "developer")
         with pytest.raises(InvalidTransition, match="not the current state 'developer'"):
             run.stage_completed("testing")
-        assert run.version == 3
+        assert (run.version, len(engine.events(run.id))) == (3, 3)
 
     def test_named_outcomes_follow_their_rows(self, engine: Engine) -> None:
         """A failure with a named outcome follows that outcome's row."""
@@ -133,7 +133,7 @@ class TestAttempts:
         run = reach(engine, "code_review")
         with pytest.raises(AttemptError, match="current state is 'code_review'"):
             run.stage_started("developer")
-        assert run.version == 2
+        assert (run.version, len(engine.events(run.id))) == (2, 2)
 
     def test_an_open_attempt_cannot_be_started_again(self, engine: Engine) -> None:
         """A second StageStarted before an outcome is refused."""
@@ -142,12 +142,14 @@ class TestAttempts:
         with pytest.raises(AttemptError, match="still open"):
             run.stage_started("code_review")
         assert run.open_attempt == 1
+        assert len(engine.events(run.id)) == 3
 
     def test_no_stage_starts_in_a_final_state(self, engine: Engine) -> None:
         """StageStarted in a final state is refused."""
         run = reach(engine, "done")
         with pytest.raises(AttemptError, match="final state"):
             run.stage_started("done")
+        assert len(engine.events(run.id)) == run.version == 5
 
     def test_duration_defaults_to_time_since_stage_started(self, engine: Engine) -> None:
         """Without a duration, an outcome measures from its StageStarted."""
@@ -194,6 +196,7 @@ class TestRollback:
         run.stage_started("developer")
         with pytest.raises(InvalidRollback, match="is open"):
             run.rollback()
+        assert len(engine.events(run.id)) == run.version == 4
 
     def test_rollback_steps_must_be_positive(self, engine: Engine) -> None:
         """rollback(0) is refused as an invalid field."""
@@ -311,8 +314,10 @@ class TestBadInput:
 
     def test_non_json_params_are_refused(self, engine: Engine) -> None:
         """start_run with a set in params raises InvalidPayload and records no run."""
+        before = engine.store.recorder.max_notification_id()
         with pytest.raises(InvalidPayload, match="'params'"):
             engine.start_run(REVIEW, params={"cards": {"C-1"}})
+        assert engine.store.recorder.max_notification_id() == before
 
     def test_every_event_payload_survives_the_store(self, engine: Engine) -> None:
         """Notes, budget, progress and errors read back exactly as recorded."""
