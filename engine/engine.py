@@ -68,7 +68,7 @@ class Engine:
             pipeline=pipeline.name,
             table=pipeline.to_dict(),
             params={} if params is None else params,
-            labels={} if labels is None else labels,
+            labels={} if labels is None else labels,  # type: ignore[arg-type]  # its converter checks
             parent_run_id=parent.id if isinstance(parent, Run) else parent,
         )
         state = start(pipeline, event)
