@@ -25,7 +25,7 @@ PAGE = 1000
 
 
 class Store:
-    """Appends events atomically and reads them back, per run or in global order.
+    """Appends events atomically and reads each run's events back, in pages.
 
     Args:
         url: ``memory://``, ``sqlite:///file.db`` or ``postgresql://...``.
