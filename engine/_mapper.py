@@ -6,6 +6,7 @@ between event attributes and the stored state dict is stagetrail's own.
 
 from __future__ import annotations
 
+import json
 from json import encoder as json_encoder
 from typing import Any
 from uuid import UUID
@@ -16,14 +17,18 @@ from events import Event, EventFormatError, decode, encode
 
 
 class FastJSONTranscoder(JSONTranscoder):
-    """eventsourcing's JSON transcoder, its C encoder built once rather than per call.
+    """eventsourcing's JSON transcoder for plain JSON, its C encoder built once.
 
     Same bytes as `JSONTranscoder` (compact separators, UTF-8, no NaN): payloads
-    are strict JSON copies, so the circular-reference check is not needed.
+    are strict JSON copies, so the circular-reference check is not needed. It
+    decodes without eventsourcing's ``{"_type_", "_data_"}`` hook: stagetrail's
+    codec types the fields itself, and a user's dict with those two keys must
+    come back as the dict it was.
     """
 
     def __init__(self) -> None:
         super().__init__()
+        self._plain = json.JSONDecoder()
         make = getattr(json_encoder, "c_make_encoder", None)
         self._chunks = (
             None
@@ -46,6 +51,10 @@ class FastJSONTranscoder(JSONTranscoder):
         if self._chunks is None:
             return super().encode(obj)
         return "".join(self._chunks(obj, 0)).encode("utf8")
+
+    def decode(self, data: bytes) -> Any:
+        """Decode UTF-8 JSON bytes into plain Python values."""
+        return self._plain.decode(data.decode("utf8"))
 
 
 class EventMapper(Mapper[UUID]):

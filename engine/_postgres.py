@@ -62,22 +62,42 @@ def _schema(url: StoreURL) -> str:
     return schema
 
 
-def _settle_meta(conn: Any, url: StoreURL, create: bool, settings: _meta.AtRest) -> _meta.AtRest:
+def _settle_meta(
+    conn: Any, url: StoreURL, create: bool, settings: _meta.AtRest
+) -> tuple[_meta.AtRest, bool]:
+    """Check or create the meta table; return the settings and whether events exist."""
     from psycopg import sql
 
     schema = _schema(url)
     meta = sql.Identifier(schema, _meta.META_TABLE)
-    exists = conn.execute(
-        "SELECT to_regclass(%s), to_regclass(%s)",
+    has_meta, has_events = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
         (f"{schema}.{_meta.META_TABLE}", f"{schema}.{_meta.EVENTS_TABLE}"),
     ).fetchone()
-    if exists[0] is not None:
+    if has_meta:
         rows = conn.execute(sql.SQL("SELECT key, value FROM {}").format(meta)).fetchall()
-        return _meta.settle(dict(rows), settings, url.masked)
-    if exists[1] is not None:
+        return _meta.settle(dict(rows), settings, url.masked), has_events
+    if has_events:
         raise StoreError(url.masked, f"schema {schema!r} has events but no stagetrail meta table")
     if not create:
         raise StoreError(url.masked, f"no stagetrail store in schema {schema!r}")
+    _check_not_reserved(conn, url, schema)
+    _create_meta(conn, schema, settings)
+    return settings, False
+
+
+def _check_not_reserved(conn: Any, url: StoreURL, schema: str) -> None:
+    reserved = conn.execute(
+        "SELECT 1 FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'", (schema,)
+    ).fetchone()
+    if reserved:
+        raise StoreError(url.masked, f"schema {schema!r} is an SQL keyword; choose another name")
+
+
+def _create_meta(conn: Any, schema: str, settings: _meta.AtRest) -> None:
+    from psycopg import sql
+
+    meta = sql.Identifier(schema, _meta.META_TABLE)
     with conn.transaction():
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute(
@@ -90,7 +110,6 @@ def _settle_meta(conn: Any, url: StoreURL, create: bool, settings: _meta.AtRest)
                 sql.SQL("INSERT INTO {} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING").format(meta),
                 (key, value),
             )
-    return settings
 
 
 def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backend:
@@ -105,7 +124,7 @@ def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backen
 
     try:
         with _connect(url) as conn:
-            settings = _settle_meta(conn, url, create, settings)
+            settings, has_events = _settle_meta(conn, url, create, settings)
     except psycopg.Error as error:
         raise StoreError(url.masked, f"cannot open the store: {_describe(error, url)}") from None
     datastore = PostgresDatastore(
@@ -123,7 +142,8 @@ def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backen
     datastore.pool.kwargs.update(_connection_options(url))  # type: ignore[union-attr]
     try:
         recorder = PostgresApplicationRecorder(datastore, events_table_name=_meta.EVENTS_TABLE)
-        recorder.create_table()
+        if not has_events:  # a read-only role can open a store it could not create
+            recorder.create_table()
     except (psycopg.Error, PersistenceError) as error:
         datastore.close()
         raise StoreError(url.masked, f"cannot prepare the store: {_describe(error, url)}") from None

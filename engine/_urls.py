@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import getpass
 import os
-import re
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
+from engine._mask import mask
 from engine.errors import StoreError
 
 DEFAULT_STORE = "sqlite:///stagetrail.db"
-_PASSWORD_OPTION = re.compile(r"([?&]password=)[^&#]*")
-_AUTHORITY_PASSWORD = re.compile(r"^([a-z]+://[^/:@]*:)[^/]*@")
 SCHEMES = ("memory://", "sqlite:///path", "postgresql://user:password@host:5432/db")
 
 
@@ -27,7 +25,7 @@ class StoreURL:
     host: str = ""
     port: int = 5432
     user: str = ""
-    password: str = ""
+    password: str = attrs.field(default="", repr=False)
     dbname: str = ""
     options: dict[str, str] = attrs.field(factory=dict)
 
@@ -35,20 +33,6 @@ class StoreURL:
 def default_url() -> str:
     """`$STAGETRAIL_STORE`, else the SQLite file ./stagetrail.db."""
     return os.environ.get("STAGETRAIL_STORE") or DEFAULT_STORE
-
-
-def mask(url: str) -> str:
-    """The URL with its password (in the authority or a ``password=`` option) as ``***``."""
-    url = _PASSWORD_OPTION.sub(r"\1***", url)
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        # Unparseable: hide whatever stands between "://" and the last "@".
-        return _AUTHORITY_PASSWORD.sub(r"\1***@", url)
-    if not password:
-        return url
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://" + rest.replace(f":{password}@", ":***@", 1)
 
 
 def parse(url: str) -> StoreURL:
@@ -68,7 +52,7 @@ def parse(url: str) -> StoreURL:
         return _sqlite(url, masked)
     if scheme in ("postgresql", "postgres"):
         return _postgres(url, masked)
-    hint = f" (did you mean sqlite:///{url}?)" if not scheme else ""
+    hint = f" (did you mean sqlite:///{masked}?)" if not scheme else ""
     raise StoreError(masked, f"unsupported store URL{hint}; use one of {', '.join(SCHEMES)}")
 
 
@@ -118,8 +102,13 @@ def _postgres(url: str, masked: str) -> StoreURL:
     try:
         parts = urlsplit(url)
         port = parts.port or 5432
-    except ValueError as error:
-        raise StoreError(masked, f"malformed PostgreSQL URL: {error}") from None
+    except ValueError:
+        # The parser's message may quote a piece of the password: say what to check.
+        raise StoreError(
+            masked,
+            "malformed PostgreSQL URL: check the port, and percent-encode special "
+            "characters (/ ? # @ :) in the user name and password",
+        ) from None
     dbname = unquote(parts.path.lstrip("/"))
     if not dbname:
         raise StoreError(masked, "the PostgreSQL URL names no database (postgresql://host/db)")

@@ -233,10 +233,12 @@ class Run:
         """Group the events recorded inside the block into one transaction: all or nothing.
 
         If the block raises, or the append fails, nothing is written and the run
-        is back in the state it had before the block. Nested batches join the outer one.
+        is back in the state it had before the block. A nested batch joins the
+        outer one's transaction; if its block raises, its own events are dropped
+        (the outer batch goes on if it catches the error).
         """
         if self._pending is not None:
-            yield self
+            yield from self._nested_batch(self._pending)
             return
         before, self._pending = self._state, []
         try:
@@ -248,6 +250,15 @@ class Run:
             raise
         finally:
             self._pending = None
+
+    def _nested_batch(self, pending: list[StoredEvent]) -> Iterator[Run]:
+        before, mark = self._state, len(pending)
+        try:
+            yield self
+        except BaseException:
+            del pending[mark:]
+            self._state = before
+            raise
 
     def refresh(self) -> Run:
         """Fold in events other writers appended (after a `ConcurrencyConflict`)."""

@@ -41,6 +41,8 @@ class Event:
             cls.topic = f"stagetrail:{cls.__name__}"
         if cls.topic in EVENT_TYPES:
             raise TypeError(f"event topic {cls.topic!r} is taken by {EVENT_TYPES[cls.topic]!r}")
+        if type(cls.class_version) is not int or cls.class_version < 1:
+            raise TypeError(f"{cls.__name__}.class_version must be an int >= 1")
         missing = [f"upcast_v{v}_v{v + 1}" for v in range(1, cls.class_version)]
         missing = [name for name in missing if not hasattr(cls, name)]
         if missing:

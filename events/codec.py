@@ -38,6 +38,8 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
             a state that does not fit the class.
     """
     cls = _event_type(topic)
+    if not isinstance(state, dict):
+        raise EventFormatError(topic, f"stored state is a {type(state).__name__}, not an object")
     _upcast(cls, state)
     if state.keys() != _stored_fields(cls):
         raise EventFormatError(topic, _field_mismatch(cls, state))
@@ -83,6 +85,8 @@ def _event_type(topic: str) -> type[Event]:
 
 def _upcast(cls: type[Event], state: dict[str, Any]) -> None:
     stored_version = state.pop("class_version", 1)
+    if type(stored_version) is not int or stored_version < 1:
+        raise EventFormatError(cls.topic, f"class version {stored_version!r} is not a version")
     if stored_version > cls.class_version:
         raise EventFormatError(
             cls.topic,
@@ -90,4 +94,9 @@ def _upcast(cls: type[Event], state: dict[str, Any]) -> None:
             f"{cls.class_version}; upgrade stagetrail to read this store",
         )
     for upcaster in cls.upcasters(stored_version):
-        upcaster(state)
+        try:
+            upcaster(state)
+        except Exception as error:  # an upcaster meeting data it did not expect
+            raise EventFormatError(
+                cls.topic, f"{upcaster.__name__} failed: {type(error).__name__}: {error}"
+            ) from error

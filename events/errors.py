@@ -6,9 +6,25 @@ project; `engine` re-exports it as `engine.StagetrailError`.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class StagetrailError(Exception):
     """Base class of every error stagetrail raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take their facts, not the message, as arguments: pickle the
+        # message and the attributes instead, so errors cross process boundaries.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(
+    cls: type[StagetrailError], args: tuple[Any, ...], facts: dict[str, Any]
+) -> StagetrailError:
+    error = cls.__new__(cls, *args)
+    BaseException.__init__(error, *args)
+    error.__dict__.update(facts)
+    return error
 
 
 class InvalidPayload(StagetrailError, TypeError):

@@ -348,3 +348,38 @@ class TestRegistry:
         del state["outcome"]
         with pytest.raises(EventFormatError, match=r"missing \['outcome'\]"):
             decode(StageCompleted.topic, state, RUN, 3)
+
+
+class TestCorruptStates:
+    @pytest.mark.parametrize(
+        ("state", "words"),
+        [
+            ([], "not an object"),
+            ({"timestamp": WHEN.isoformat(), "class_version": "2"}, "is not a version"),
+            ({"timestamp": WHEN.isoformat(), "class_version": 0}, "is not a version"),
+        ],
+    )
+    def test_corrupt_states_are_event_format_errors(self, state: Any, words: str) -> None:
+        """A state that is not an object, or carries a bad class version, is refused clearly."""
+        with pytest.raises(EventFormatError, match=words):
+            decode(RunStarted.topic, state, RUN, 1)
+
+    def test_an_upcaster_that_fails_is_named(self) -> None:
+        """An upcaster raising on odd data becomes an EventFormatError naming it."""
+        state = _NoSetitem(timestamp=WHEN.isoformat(), pipeline="p", table={}, params={})
+        with pytest.raises(EventFormatError, match="upcast_v1_v2 failed: RuntimeError"):
+            decode(RunStarted.topic, state, RUN, 1)
+
+    def test_class_version_must_be_at_least_one(self) -> None:
+        """class_version = 0 is refused when the class is defined."""
+        with pytest.raises(TypeError, match="class_version must be an int >= 1"):
+
+            class Broken(Event):
+                class_version = 0
+
+
+class _NoSetitem(dict):  # type: ignore[type-arg]
+    """A state on which every write fails, to make an upcaster raise."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        raise RuntimeError("read-only state")

@@ -94,3 +94,35 @@ class TestLayering:
         for package in PACKAGES:
             for path in (ROOT / package).rglob("*.py"):
                 assert len(path.read_text().splitlines()) <= 420, path
+
+
+class TestErrorsCrossProcesses:
+    def test_every_error_survives_pickling(self) -> None:
+        """Errors keep their message, type and facts through pickle (worker processes)."""
+        import pickle
+        import uuid
+
+        import engine
+        from events import EventFormatError
+
+        run_id = uuid.uuid4()
+        examples = [
+            engine.InvalidTransition("testing", "oops", ["completed"]),
+            engine.ConcurrencyConflict(run_id, 3),
+            engine.RunAlreadyExists(run_id),
+            engine.RunNotFound(run_id, "memory://"),
+            engine.StoreError("sqlite:///x.db", "gone"),
+            engine.PipelineError("p", "empty"),
+            engine.InvalidPayload("result", "result[0]", "is a set"),
+            engine.InvalidEvent("steps", "must be at least 1"),
+            engine.RunAlreadyFinished(run_id, "succeeded"),
+            engine.InvalidRollback(run_id, 3, 1, "too deep"),
+            engine.AttemptError(run_id, "build", "open"),
+            engine.TaskError(run_id, "t", "unknown"),
+            EventFormatError("stagetrail:X", "unknown"),
+        ]
+        for error in examples:
+            copy = pickle.loads(pickle.dumps(error))
+            assert type(copy) is type(error)
+            assert str(copy) == str(error)
+            assert copy.__dict__ == error.__dict__

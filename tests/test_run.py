@@ -319,6 +319,13 @@ class TestBadInput:
             engine.start_run(REVIEW, params={"cards": {"C-1"}})
         assert engine.store.recorder.max_notification_id() == before
 
+    def test_dicts_shaped_like_eventsourcing_transcodings_survive(self, engine: Engine) -> None:
+        """A value {"_type_": ..., "_data_": ...} reads back as that dict, not as a transcoding."""
+        run = engine.start_run(REVIEW)
+        run.note("k", {"_type_": "uuid_hex", "_data_": "not a uuid"})
+        assert engine.events(run.id)[-1].value == {"_type_": "uuid_hex", "_data_": "not a uuid"}  # type: ignore[attr-defined]
+        assert engine.load(run.id).version == 2
+
     def test_every_event_payload_survives_the_store(self, engine: Engine) -> None:
         """Notes, budget, progress and errors read back exactly as recorded."""
         run = reach(engine, "developer")
@@ -368,6 +375,20 @@ class TestBatch:
             assert len(engine.events(run.id)) == 1
             run.note("b", 2)
         assert len(engine.events(run.id)) == 3
+
+    def test_a_failed_inner_batch_drops_only_its_own_events(self, engine: Engine) -> None:
+        """An inner batch that raises is undone; the outer batch commits the rest."""
+        run = engine.start_run(REVIEW)
+        with run.batch():
+            run.note("outer", 1)
+            with pytest.raises(RuntimeError), run.batch():
+                run.stage_completed("project_analysis")
+                raise RuntimeError("inner step failed")
+            assert run.state == "project_analysis"
+            run.note("outer", 2)
+        stored = engine.events(run.id)[1:]
+        assert [(type(e), e.value) for e in stored] == [(NoteAdded, 1), (NoteAdded, 2)]  # type: ignore[attr-defined]
+        assert run.version == 3
 
     def test_a_conflicting_batch_writes_nothing(self, engine: Engine) -> None:
         """A batch that loses a race is refused whole, and the run rolls back."""

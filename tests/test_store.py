@@ -9,7 +9,7 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 
 from engine import Engine, StoreError
-from engine._urls import mask
+from engine._mask import mask
 from events import RunStarted
 from tests.conftest import REVIEW, require_postgres
 
@@ -44,9 +44,12 @@ class TestURLs:
         assert isinstance(caught.value, OSError)
 
     def test_passwords_are_masked(self) -> None:
-        """mask() hides the password and nothing else."""
+        """mask() hides the password and nothing else; a parsed URL's repr hides it too."""
         assert mask("postgresql://ann:s3cret@db:5432/runs") == "postgresql://ann:***@db:5432/runs"
         assert mask("sqlite:///runs.db") == "sqlite:///runs.db"
+        from engine._urls import parse
+
+        assert "s3cret" not in repr(parse("postgresql://ann:s3cret@db:5432/runs"))
 
     @pytest.mark.parametrize(
         "url",
@@ -54,6 +57,11 @@ class TestURLs:
             "postgresql://ann:s3cret@[::1/test",
             "postgresql://ann@h/db?password=s3cret",
             "postgresql://ann:s3cret@h/db?nonsense=1",
+            "postgresql://ann:s3cr/et@h/db",
+            "postgresql:/ann:s3cret@h/db",
+            "ann:s3cret@h/db",
+            "postgresql://ann@h/db?sslpassword=s3cret",
+            "sqlite:///x.db?PASS%57ORD=s3cret",
         ],
     )
     def test_passwords_are_masked_in_url_errors(self, url: str) -> None:
@@ -179,6 +187,45 @@ class TestPostgres:
         """sslmode=require against a server without SSL fails with libpq's reason."""
         with pytest.raises(StoreError, match="SSL"):
             Engine(f"{postgres_url}&sslmode=require")
+
+    def test_a_read_only_role_reads_but_cannot_write(self, postgres_url: str) -> None:
+        """A role with USAGE and SELECT opens an existing store; its appends are StoreErrors."""
+        import psycopg
+
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW)
+        base, schema = postgres_url.split("?schema=")
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(
+                "DO $$ BEGIN CREATE ROLE stagetrail_reader LOGIN; "
+                "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+            )
+            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO stagetrail_reader")
+            conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO stagetrail_reader")
+        url = postgres_url.replace("postgres@", "stagetrail_reader@")
+        with Engine(url, create=False) as reader:
+            loaded = reader.load(run.id)
+            assert loaded.state == "project_analysis"
+            with pytest.raises(StoreError, match="append failed, nothing written"):
+                loaded.note("k", 1)
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM stagetrail_reader")
+            conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM stagetrail_reader")
+
+    def test_a_keyword_schema_is_refused_before_anything_is_created(self) -> None:
+        """?schema=user is refused by name, and no half-made schema is left behind."""
+        require_postgres()
+        import psycopg
+
+        from tests.conftest import POSTGRES_URL
+
+        with pytest.raises(StoreError, match="'user' is an SQL keyword"):
+            Engine(f"{POSTGRES_URL}?schema=user")
+        with psycopg.connect(POSTGRES_URL) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'user'"
+            ).fetchone()
+        assert found == (0,)
 
     def test_missing_rights_are_a_store_error(self, postgres_url: str) -> None:
         """A role that may not create the schema gets a StoreError, not a psycopg traceback."""
