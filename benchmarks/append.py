@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -115,6 +116,22 @@ def eventsourcing_single(count: int) -> int:
     return count
 
 
+def task_events_rate(existing: int, measured: int = 1000) -> float:
+    """Task events/s (memory store) for `measured` new tasks in a run already holding `existing`."""
+    with Engine("memory://") as engine:
+        run = engine.start_run(WORK)
+        with run.batch():
+            for index in range(existing):
+                run.add_task(f"old-{index}")
+        start = time.perf_counter()
+        with run.batch():
+            for index in range(measured):
+                run.add_task(f"new-{index}")
+                run.task_started(f"new-{index}")
+                run.task_completed(f"new-{index}")
+        return 3 * measured / (time.perf_counter() - start)
+
+
 APPEND_CHILD = """
 import resource, sys
 from benchmarks._common import WORK, RESULT
@@ -178,6 +195,8 @@ def main() -> None:
         repeats,
     )
     raw_many, ours_many = many["raw"], many["ours"]
+    many_tasks = 5_000 if args.quick else 100_000
+    few_rate, many_rate = task_events_rate(100), task_events_rate(many_tasks)
     million = 20_000 if args.quick else 1_000_000
     rss_append, rss_load = peak_rss_mb(million)
     report(
@@ -199,6 +218,12 @@ def main() -> None:
                 "raw_executemany": raw_many,
                 "ratio_vs_raw": ours_many / raw_many,
                 "target_vs_raw": 0.33,
+            },
+            {
+                "case": f"task events/s with 100 vs {many_tasks:,} tasks in the run",
+                "few_tasks": few_rate,
+                "many_tasks": many_rate,
+                "ratio": many_rate / few_rate,
             },
             {
                 "case": f"peak RSS appending {million:,} events to one run (MB)",

@@ -14,6 +14,7 @@ from uuid import UUID
 
 import attrs
 
+from engine._taskmap import TaskStatuses
 from engine.errors import (
     AttemptError,
     InvalidRollback,
@@ -55,7 +56,7 @@ class RunState:
     attempts: Mapping[str, int] = attrs.field(factory=dict)
     open_attempt: int | None = None
     opened_at: datetime | None = None
-    tasks: Mapping[str, str] = attrs.field(factory=dict)
+    tasks: TaskStatuses = attrs.field(factory=TaskStatuses)
     status: str | None = None
 
     def next_attempt(self, stage: str) -> int:
@@ -202,7 +203,7 @@ def _task(
     current = state.tasks.get(event.task_id)
     if current not in sources:
         raise TaskError(state.run_id, event.task_id, _task_problem(current, type(event)))
-    return _stamp(state, event, tasks={**state.tasks, event.task_id: dest})
+    return _stamp(state, event, tasks=state.tasks.set(event.task_id, dest))
 
 
 def _task_problem(current: str | None, kind: type[Event]) -> str:

@@ -7,7 +7,7 @@ durably before returning it (or queues it inside `batch()`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -80,7 +80,7 @@ class Run:
         return self._state.open_attempt
 
     @property
-    def tasks(self) -> Mapping[str, str]:
+    def tasks(self) -> dict[str, str]:
         """Each task's status: pending, active, completed or failed."""
         return dict(self._state.tasks)
 
