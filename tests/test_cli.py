@@ -46,6 +46,22 @@ class TestDemo:
         assert "code-review" in result.output
         assert len(run_ids(store_url)) == 3
 
+    def test_demo_twice_adds_to_the_store(self, sqlite_url: str) -> None:
+        """A second demo appends three more runs; nothing recorded before is touched."""
+        runner = CliRunner()
+        assert runner.invoke(main, ["demo", "--store", sqlite_url]).exit_code == 0
+        first = run_ids(sqlite_url)
+        assert runner.invoke(main, ["demo", "--store", sqlite_url]).exit_code == 0
+        both = run_ids(sqlite_url)
+        assert len(both) == 6
+        assert both[:3] == first
+
+    def test_version(self) -> None:
+        """--version prints the installed distribution's version."""
+        result = CliRunner().invoke(main, ["--version"])
+        assert result.exit_code == 0
+        assert "0.1.0" in result.output
+
 
 class TestErrors:
     def test_errors_are_one_line_and_exit_2(self) -> None:
