@@ -29,7 +29,6 @@ class Backend:
     recorder: ApplicationRecorder
     mapper: EventMapper
     close: Callable[[], None]
-    tracking: Any = None
 
 
 def open_backend(url: StoreURL, *, create: bool, cipher_key: str | None) -> Backend:

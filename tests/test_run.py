@@ -105,6 +105,13 @@ class TestTransitions:
             run.stage_completed("testing")
         assert (run.version, len(engine.events(run.id))) == (3, 3)
 
+    def test_allowed_outcomes_follow_the_current_state(self, engine: Engine) -> None:
+        """run.allowed_outcomes() lists the table's outcomes for where the run is now."""
+        run = reach(engine, "testing")
+        assert run.allowed_outcomes() == ("aborted", "completed", "failed")
+        run.stage_completed("testing")
+        assert run.allowed_outcomes() == ()
+
     def test_named_outcomes_follow_their_rows(self, engine: Engine) -> None:
         """A failure with a named outcome follows that outcome's row."""
         run = reach(engine, "developer")
