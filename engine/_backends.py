@@ -20,6 +20,9 @@ from engine import _meta
 from engine._mapper import EventMapper
 from engine._urls import StoreURL
 from engine.errors import StoreError
+from projections._memory_views import MemoryViews
+from projections._sqlite_views import SQLiteViews
+from projections._views import Views
 
 
 @attrs.frozen
@@ -29,6 +32,8 @@ class Backend:
     recorder: ApplicationRecorder
     mapper: EventMapper
     close: Callable[[], None]
+    views: Views | None = None
+    views_problem: str = ""
 
 
 def open_backend(url: StoreURL, *, create: bool, cipher_key: str | None) -> Backend:
@@ -39,7 +44,7 @@ def open_backend(url: StoreURL, *, create: bool, cipher_key: str | None) -> Back
     """
     settings = _meta.wanted(url.options, cipher_key, url.masked)
     if url.scheme == "memory":
-        return Backend(POPOApplicationRecorder(), settings.mapper(), lambda: None)
+        return Backend(POPOApplicationRecorder(), settings.mapper(), lambda: None, MemoryViews())
     if url.scheme == "sqlite":
         return _open_sqlite(url, create, settings)
     from engine._postgres import open_postgres
@@ -61,7 +66,18 @@ def _open_sqlite(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backend
     except (sqlite3.Error, PersistenceError) as error:
         datastore.close()
         raise StoreError(url.masked, f"not a stagetrail store ({error})") from error
-    return Backend(recorder, settings.mapper(), datastore.close)
+    views, problem = prepare_views(lambda: SQLiteViews(datastore))
+    return Backend(recorder, settings.mapper(), datastore.close, views, problem)
+
+
+def prepare_views(make: Callable[[], Any]) -> tuple[Any, str]:
+    """The store's projection views, or None and why they cannot be kept (e.g. read-only)."""
+    try:
+        views = make()
+        views.create_table()
+    except Exception as error:  # any database refusal leaves the events readable
+        return None, f"{type(error).__name__}: {' '.join(str(error).split())}"
+    return views, ""
 
 
 def _check_sqlite_path(url: StoreURL, create: bool) -> None:

@@ -147,4 +147,17 @@ def open_postgres(url: StoreURL, create: bool, settings: _meta.AtRest) -> Backen
     except (psycopg.Error, PersistenceError) as error:
         datastore.close()
         raise StoreError(url.masked, f"cannot prepare the store: {_describe(error, url)}") from None
-    return Backend(recorder, settings.mapper(), datastore.close)
+    from engine._backends import prepare_views
+    from projections._postgres_views import PostgresViews
+
+    views, problem = prepare_views(lambda: PostgresViews(datastore, recorder.channel_name))
+    return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem)
+
+
+def _closer(datastore: Any, views: Any) -> Any:
+    def close() -> None:
+        if views is not None:
+            views.close_listener()
+        datastore.close()
+
+    return close

@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from engine import _urls
-from engine.errors import ConcurrencyConflict, RunAlreadyExists, RunNotFound, StoreError
+import attrs
+
+from engine import _querying, _urls
+from engine.errors import (
+    ConcurrencyConflict,
+    InvalidFork,
+    RunAlreadyExists,
+    RunNotFound,
+    StoreError,
+)
 from engine.machine import RunState, apply, start
 from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.store import Store
-from events import JSON, Event, InvalidEvent, RunStarted
+from engine.verify import VerifyReport, verify_events
+from events import JSON, Event, RunFinished, RunStarted
+from projections import (
+    FailurePatterns,
+    Projection,
+    Projections,
+    RunIndex,
+    RunSummary,
+    TimeTravel,
+    as_projection,
+)
+from projections._views import RunQuery
 
 
 class Engine:
@@ -36,6 +54,13 @@ class Engine:
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
         self.store = Store(url or _urls.default_url(), create=create, cipher_key=key)
+        views: Any = self.store.views or _querying.NoViews(self.url, self.store.views_problem)
+        self.projections = Projections(self.store.recorder, self.store.mapper, views)
+        """The persistent projections: register, catch_up, get, status, rebuild."""
+        self._time_travel = TimeTravel(self.store, self.store.views)
+        if self.store.views is not None:
+            self.projections.register(RunIndex)
+            self.projections.register(FailurePatterns)
 
     @property
     def url(self) -> str:
@@ -92,13 +117,117 @@ class Engine:
 
         Raises:
             RunNotFound: no such run.
-            InvalidEvent: `upto` is negative, or a naive datetime.
+            InvalidArgument: `upto` is negative, not an int, or a naive datetime.
         """
         rid = self._run_id(run_id)
         events = self._read(rid, upto)
         if not events and self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
         return events
+
+    def project(
+        self,
+        run_id: UUID | str,
+        projection: Projection[Any] | type[Projection[Any]],
+        *,
+        at: int | datetime | None = None,
+    ) -> Any:
+        """The state of `projection` over one run, now or after event `at` (a version or a time).
+
+        Long runs fold from the nearest stored snapshot, never from the first event.
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidArgument: `at` is negative, not an int, or a naive datetime.
+            ProjectionError: a handler failed (names the event and its version).
+        """
+        rid = self._run_id(run_id)
+        instance = as_projection(projection)
+        last = self.store.last(rid)
+        if last is None:
+            raise RunNotFound(rid, self.url)
+        version = (
+            last.version
+            if at is None
+            else _querying.version_at(self.store, rid, at, last.version, "at")
+        )
+        return self._time_travel.project(rid, instance, version)
+
+    def runs(
+        self,
+        *,
+        status: str | None = None,
+        pipeline: str | None = None,
+        label: str | Mapping[str, str] | Iterable[str] | None = None,
+        since: datetime | None = None,
+        parent: UUID | str | None = None,
+        limit: int = 100,
+    ) -> list[RunSummary]:
+        """Summaries of the runs that match, newest first, from the run index (caught up first).
+
+        Args:
+            status: ``running`` or a finish status.
+            pipeline: the pipeline's name.
+            label: ``"key=value"``, several of them, or a mapping; all must match.
+            since: only runs started at or after this (timezone-aware) time.
+            parent: only the child runs of this run.
+            limit: at most this many.
+
+        Raises:
+            InvalidArgument: a malformed label, limit or since.
+        """
+        query = RunQuery(
+            status=status,
+            pipeline=pipeline,
+            labels=_querying.labels(label),
+            since=_querying.since(since),
+            parent=None if parent is None else str(self._run_id(parent)),
+            limit=_querying.limit(limit),
+        )
+        return self.projections.runs(query)
+
+    def fork(self, run_id: UUID | str, *, at: int, new_run_id: UUID | None = None) -> Run:
+        """A new run whose history is a copy of events 1..`at` of `run_id`, ready to continue.
+
+        The copies keep their times; the new `RunStarted.forked_from` is ``(run_id, at)``.
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidFork: `at` is outside the run, or includes its `RunFinished`.
+        """
+        rid = self._run_id(run_id)
+        if type(at) is not int or at < 1:
+            raise InvalidFork(rid, at, "the version must be an int >= 1")
+        events = self.events(rid, upto=at)
+        if len(events) < at:
+            raise InvalidFork(rid, at, f"the run has only {len(events)} events")
+        if isinstance(events[-1], RunFinished):
+            raise InvalidFork(rid, at, "that version is the run's RunFinished; fork before it")
+        copies = _restamped(events, new_run_id or uuid.uuid4(), (rid, at))
+        pipeline = Pipeline.from_dict(copies[0].table)  # type: ignore[attr-defined]
+        state = start(pipeline, copies[0])  # type: ignore[arg-type]
+        for event in copies[1:]:
+            state = apply(pipeline, state, event)
+        try:
+            self.store.append(copies)
+        except ConcurrencyConflict:
+            raise RunAlreadyExists(copies[0].run_id) from None
+        return Run(self.store, pipeline, state)
+
+    def verify(self, run_id: UUID | str) -> VerifyReport:
+        """Re-fold the run through the table stored in its `RunStarted` and every projection.
+
+        Returns:
+            A report whose `problems` name each illegal event or failing projection by version.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        rid = self._run_id(run_id)
+        if self.store.last(rid) is None:
+            raise RunNotFound(rid, self.url)
+        registered = [self.projections.projection(n) for n in self.projections.names]
+        return verify_events(rid, self.store.stream(rid), registered)
 
     def close(self) -> None:
         """Release the store's connections."""
@@ -116,14 +245,12 @@ class Engine:
     def _read(self, run_id: UUID, upto: int | datetime | None) -> list[Event]:
         if upto is None:
             return list(self.store.stream(run_id))
-        if isinstance(upto, datetime):
-            if upto.tzinfo is None:
-                raise InvalidEvent("upto", "must be timezone-aware (naive datetimes are ambiguous)")
-            stream = self.store.stream(run_id)
-            return list(itertools.takewhile(lambda e: e.timestamp <= upto, stream))
-        if type(upto) is not int or upto < 0:
-            raise InvalidEvent("upto", f"must be a version (int >= 0) or a datetime, got {upto!r}")
-        return list(self.store.stream(run_id, lte=upto))
+        last = self.store.last(run_id)
+        if last is None:
+            _querying.version_at(self.store, run_id, upto, 0, "upto")  # still check the argument
+            return []
+        version = _querying.version_at(self.store, run_id, upto, last.version, "upto")
+        return list(self.store.stream(run_id, lte=version))
 
     def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState]:
         events = self.store.stream(run_id)
@@ -145,3 +272,8 @@ class Engine:
             return UUID(str(run_id))
         except ValueError:
             raise RunNotFound(run_id, self.url) from None
+
+
+def _restamped(events: list[Event], run_id: UUID, origin: tuple[UUID, int]) -> list[Event]:
+    first = attrs.evolve(events[0], run_id=run_id, forked_from=origin)  # type: ignore[call-arg]
+    return [first, *(attrs.evolve(event, run_id=run_id) for event in events[1:])]

@@ -148,3 +148,27 @@ class TaskError(RuleViolation):
     def __init__(self, run_id: UUID, task_id: str, message: str) -> None:
         self.task_id = task_id
         super().__init__(run_id, "task", f"task {task_id!r}: {message}")
+
+
+class InvalidArgument(StagetrailError, ValueError):
+    """An argument of a query (``at``, ``upto``, ``label``, ``limit``...) is not usable.
+
+    Attributes:
+        argument: the argument's name.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, argument: str, reason: str) -> None:
+        self.argument = argument
+        self.reason = reason
+        super().__init__(f"argument {argument!r}: {reason}")
+
+
+class InvalidFork(StagetrailError, ValueError):
+    """A run cannot be forked at that version."""
+
+    def __init__(self, run_id: UUID, at: int, reason: str) -> None:
+        self.run_id = run_id
+        self.at = at
+        self.reason = reason
+        super().__init__(f"cannot fork run {run_id} at version {at}: {reason}")

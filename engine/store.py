@@ -43,6 +43,13 @@ class Store:
         self.recorder = self._backend.recorder
         self._mapper = self._backend.mapper
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
+        self.views = self._backend.views
+        self.views_problem = self._backend.views_problem
+
+    @property
+    def mapper(self) -> Mapper[UUID]:
+        """eventsourcing's mapper for this store's events (JSON, compression, cipher)."""
+        return self._mapper
 
     def append(self, events: Sequence[Event]) -> list[int]:
         """Serialise and write `events` in one transaction; return their notification ids.

@@ -11,7 +11,7 @@ from freezegun import freeze_time
 from engine import (
     ConcurrencyConflict,
     Engine,
-    InvalidEvent,
+    InvalidArgument,
     InvalidPayload,
     Pipeline,
     RunNotFound,
@@ -138,9 +138,9 @@ class TestEventsUpto:
 
     @pytest.mark.parametrize("upto", [-1, 1.5, datetime(2026, 1, 1)])
     def test_bad_upto_is_refused(self, engine: Engine, upto: object) -> None:
-        """A negative, fractional or naive upto raises InvalidEvent naming 'upto'."""
+        """A negative, fractional or naive upto raises InvalidArgument naming 'upto'."""
         run = engine.start_run(REVIEW)
-        with pytest.raises(InvalidEvent, match="'upto'"):
+        with pytest.raises(InvalidArgument, match="'upto'"):
             engine.events(run.id, upto=upto)  # type: ignore[arg-type]
 
 

@@ -1,0 +1,66 @@
+"""Persistent views in the PostgreSQL schema of the store, and LISTEN/NOTIFY waiting."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import AbstractContextManager
+from typing import Any
+
+from eventsourcing.persistence import Tracking
+from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
+from psycopg.sql import SQL, Identifier
+
+from projections._sql_views import SQLViews
+from projections._sqlite_views import NAMES
+
+TRACKING_TABLE = "stagetrail_tracking"
+_INDEXES = ("runs_started", "runs_parent")
+
+
+class PostgresViews(PostgresTrackingRecorder, SQLViews):
+    """eventsourcing's PostgreSQL tracking recorder, extended with the views' tables."""
+
+    placeholder = "%s"
+
+    def __init__(self, datastore: PostgresDatastore, channel: str) -> None:
+        super().__init__(datastore, tracking_table_name=TRACKING_TABLE)
+        schema = datastore.schema
+        self.names = {
+            key: table if key in _INDEXES else f'"{schema}"."{table}"'
+            for key, table in NAMES.items()
+        }
+        self.tracking_table = f'"{schema}"."{TRACKING_TABLE}"'
+        self._channel = channel
+        self._listener: Any = None
+
+    def _create_table(self, curs: Any) -> None:
+        super()._create_table(curs)
+        self.create_views(curs)
+
+    def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
+        return self.datastore.transaction(commit=commit)
+
+    def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
+        self._insert_tracking(cursor, tracking)
+
+    def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
+        """Wait for a NOTIFY from an append, at most `timeout` seconds (a lost one cannot stall)."""
+        if self._listener is None:
+            self._listener = self._listen()
+        for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+            return not stop.is_set()
+        return False
+
+    def _listen(self) -> Any:
+        import psycopg
+
+        pool: Any = self.datastore.pool
+        conn = psycopg.connect(pool.conninfo, autocommit=True, **dict(pool.kwargs))
+        conn.execute(SQL("LISTEN {0}").format(Identifier(self._channel)))
+        return conn
+
+    def close_listener(self) -> None:
+        """Close the LISTEN connection, if one was opened."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None

@@ -1,0 +1,160 @@
+"""Progress of a run: steps taken, loops without change, the same error again and again.
+
+`ProgressState` folds stage outcomes and `ProgressObserved` events;
+`Progress.evaluate(policy)` tells a supervisor whether to go on, give up as
+stuck, or stop with a partial success.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from events import JSON, ProgressObserved, StageCompleted, StageFailed
+from projections.base import Projection, on
+
+DECISIONS = ("continue", "stuck", "partial")
+"""What `Progress.evaluate` may decide."""
+
+
+def _limit(instance: object, field: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(f"{field.name} must be a positive int or None, got {value!r}")
+
+
+def _bool(instance: object, field: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not bool:
+        raise ValueError(f"{field.name} must be a bool, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ProgressPolicy:
+    """When a run counts as stuck: limits on steps, no-op steps and a repeated error."""
+
+    max_steps: int | None = attrs.field(default=None, validator=_limit)
+    max_consecutive_no_ops: int | None = attrs.field(default=None, validator=_limit)
+    max_same_error: int | None = attrs.field(default=None, validator=_limit)
+    accept_partial: bool = attrs.field(default=False, validator=_bool)
+
+    @classmethod
+    def strict(cls, **overrides: Any) -> ProgressPolicy:
+        """50 steps, 3 no-ops, 3 same errors; partial success is not accepted."""
+        defaults = {"max_steps": 50, "max_consecutive_no_ops": 3, "max_same_error": 3}
+        return cls(**{**defaults, "accept_partial": False, **overrides})
+
+    @classmethod
+    def lenient(cls, **overrides: Any) -> ProgressPolicy:
+        """100 steps, 6 no-ops, 5 same errors; partial success is accepted."""
+        defaults = {"max_steps": 100, "max_consecutive_no_ops": 6, "max_same_error": 5}
+        return cls(**{**defaults, "accept_partial": True, **overrides})
+
+
+def _decision(instance: object, field: attrs.Attribute[Any], value: object) -> None:
+    if value not in DECISIONS:
+        raise ValueError(f"{field.name} must be one of {DECISIONS}, got {value!r}")
+
+
+@attrs.frozen
+class Verdict:
+    """A decision of `Progress.evaluate` and why (`{}` when the run may continue)."""
+
+    decision: str = attrs.field(validator=_decision)
+    reason: dict[str, JSON] = attrs.field(factory=dict)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the run should stop (stuck or partial)."""
+        return self.decision != "continue"
+
+
+@attrs.frozen
+class Progress:
+    """Counters of steps, changes and repeated test failures."""
+
+    total_steps: int = 0
+    last_progress_step: int = 0
+    consecutive_no_ops: int = 0
+    same_error_count: int = 0
+    last_test_signature: str | None = None
+    last_diagnostics_signature: str | None = None
+    functional_ok: bool | None = None
+
+    def evaluate(self, policy: ProgressPolicy) -> Verdict:
+        """Continue, or stop as stuck or partial when a limit of `policy` is reached.
+
+        Rules in order: max_steps, no_progress, same_error; a None limit is off.
+        """
+        rules = (
+            ("max_steps", self.total_steps, policy.max_steps),
+            ("no_progress", self.consecutive_no_ops, policy.max_consecutive_no_ops),
+            ("same_error", self.same_error_count, policy.max_same_error),
+        )
+        for rule, value, limit in rules:
+            if limit is not None and value >= limit:
+                return Verdict(self._stop(policy), self._reason(rule, limit))
+        return Verdict("continue")
+
+    def _stop(self, policy: ProgressPolicy) -> str:
+        return "partial" if policy.accept_partial and self.functional_ok is True else "stuck"
+
+    def _reason(self, rule: str, limit: int) -> dict[str, JSON]:
+        return {
+            "rule": rule,
+            "steps": self.total_steps,
+            "consecutive_no_ops": self.consecutive_no_ops,
+            "same_error_count": self.same_error_count,
+            "last_test_signature": self.last_test_signature,
+            "last_diagnostics_signature": self.last_diagnostics_signature,
+            "limit": limit,
+        }
+
+    def observed(self, event: ProgressObserved) -> Progress:
+        """The counters after an observation."""
+        changed = (
+            bool(event.changed_files)
+            or event.diagnostics_signature != self.last_diagnostics_signature
+            or event.test_signature != self.last_test_signature
+        )
+        return attrs.evolve(
+            self,
+            last_progress_step=self.total_steps if changed else self.last_progress_step,
+            consecutive_no_ops=0 if changed else self.consecutive_no_ops + 1,
+            same_error_count=self._same_error(event.test_signature),
+            last_test_signature=event.test_signature,
+            last_diagnostics_signature=event.diagnostics_signature,
+            functional_ok=event.functional_ok,
+        )
+
+    def _same_error(self, signature: str | None) -> int:
+        if signature is None:
+            return 0
+        return self.same_error_count + 1 if signature == self.last_test_signature else 1
+
+
+class ProgressState(Projection[Progress]):
+    """Steps, no-op streaks and repeated errors, for detecting runs that are stuck."""
+
+    scope = "run"
+
+    def initial(self) -> Progress:
+        """No steps and no observations yet."""
+        return Progress()
+
+    @on(StageCompleted, StageFailed)
+    def step(self, state: Progress, event: StageCompleted | StageFailed) -> Progress:
+        """Count a stage outcome as a step."""
+        return attrs.evolve(state, total_steps=state.total_steps + 1)
+
+    @on(ProgressObserved)
+    def observed(self, state: Progress, event: ProgressObserved) -> Progress:
+        """Fold an observation of what changed."""
+        return state.observed(event)
+
+    def encode(self, state: Progress) -> JSON:
+        """The counters as a JSON object."""
+        return attrs.asdict(state)
+
+    def decode(self, data: JSON) -> Progress:
+        """The counters `encode` turned into `data`."""
+        return Progress(**data)

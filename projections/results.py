@@ -1,0 +1,193 @@
+"""Per-stage history of a run: every attempt's outcome, and how often stages were retried.
+
+`StageResults` keeps each stage's attempts in a persistent list (appending costs
+the same at any length); `RetryCounts` keeps only counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from events import JSON, StageCompleted, StageFailed, StageStarted
+from projections._pmap import PList
+from projections.base import Projection, on
+
+
+@attrs.frozen
+class Attempt:
+    """The outcome of one attempt of a stage."""
+
+    attempt: int
+    outcome: str
+    failed: bool
+    result: JSON
+    error: str | None
+    error_type: str | None
+    duration: float
+    version: int
+
+
+@attrs.frozen
+class Results:
+    """Every stage's attempts, oldest first."""
+
+    by_stage: Mapping[str, PList[Attempt]] = attrs.field(factory=dict)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages with at least one outcome, in order of their first outcome."""
+        return tuple(self.by_stage)
+
+    def latest(self, stage: str) -> JSON:
+        """The result of the newest completed attempt of `stage`, or None."""
+        for attempt in self.by_stage.get(stage, PList()).newest_first():
+            if not attempt.failed:
+                return attempt.result
+        return None
+
+    def attempts(self, stage: str) -> tuple[Attempt, ...]:
+        """The outcomes of `stage`'s attempts, oldest first."""
+        return self.by_stage.get(stage, PList()).to_tuple()
+
+    def durations(self, stage: str) -> tuple[float, ...]:
+        """How long each attempt of `stage` took, in seconds, oldest first."""
+        return tuple(attempt.duration for attempt in self.attempts(stage))
+
+
+class StageResults(Projection[Results]):
+    """Each stage's attempts: outcome, result or error, duration."""
+
+    scope = "run"
+
+    def initial(self) -> Results:
+        """No attempts yet."""
+        return Results()
+
+    @on(StageCompleted)
+    def completed(self, state: Results, event: StageCompleted) -> Results:
+        """Append a completed attempt to the stage's list."""
+        return _append(state, event.stage, _attempt(event, event.result, None, None))
+
+    @on(StageFailed)
+    def failed(self, state: Results, event: StageFailed) -> Results:
+        """Append a failed attempt to the stage's list."""
+        return _append(state, event.stage, _attempt(event, None, event.error, event.error_type))
+
+    def encode(self, state: Results) -> JSON:
+        """Each stage's attempts as lists of JSON objects."""
+        return {
+            stage: [attrs.asdict(attempt, recurse=False) for attempt in attempts]
+            for stage, attempts in state.by_stage.items()
+        }
+
+    def decode(self, data: JSON) -> Results:
+        """The results `encode` turned into `data`."""
+        return Results(
+            {
+                stage: PList.of([Attempt(**attempt) for attempt in attempts])
+                for stage, attempts in data.items()
+            }
+        )
+
+
+def _attempt(
+    event: StageCompleted | StageFailed, result: JSON, error: str | None, error_type: str | None
+) -> Attempt:
+    return Attempt(
+        attempt=event.attempt,
+        outcome=event.outcome,
+        failed=isinstance(event, StageFailed),
+        result=result,
+        error=error,
+        error_type=error_type,
+        duration=event.duration,
+        version=event.version,
+    )
+
+
+def _append(state: Results, stage: str, attempt: Attempt) -> Results:
+    attempts = state.by_stage.get(stage, PList()).push(attempt)
+    return Results({**state.by_stage, stage: attempts})
+
+
+@attrs.frozen
+class Retries:
+    """How many attempts each stage had, and how many of them were retries."""
+
+    attempt_counts: Mapping[str, int] = attrs.field(factory=dict)
+    retry_counts: Mapping[str, int] = attrs.field(factory=dict)
+    last_failed: frozenset[str] = frozenset()
+    open_stage: str | None = None
+    total_attempts: int = 0
+
+    def attempts(self, stage: str) -> int:
+        """How many attempts `stage` had (started, or recorded without a start)."""
+        return self.attempt_counts.get(stage, 0)
+
+    def retries(self, stage: str) -> int:
+        """How many of `stage`'s attempts failed and were followed by another attempt."""
+        return self.retry_counts.get(stage, 0)
+
+    def begin(self, stage: str) -> Retries:
+        """The counts after a new attempt of `stage` began."""
+        retried = stage in self.last_failed
+        return Retries(
+            attempt_counts={**self.attempt_counts, stage: self.attempts(stage) + 1},
+            retry_counts=(
+                {**self.retry_counts, stage: self.retries(stage) + 1}
+                if retried
+                else self.retry_counts
+            ),
+            last_failed=self.last_failed - {stage} if retried else self.last_failed,
+            open_stage=stage,
+            total_attempts=self.total_attempts + 1,
+        )
+
+    def end(self, stage: str, failed: bool) -> Retries:
+        """The counts after an outcome of `stage` closed its attempt."""
+        if self.open_stage == stage:
+            state = attrs.evolve(self, open_stage=None)
+        else:  # recorded without a start: an attempt of its own; another stage stays open
+            state = attrs.evolve(self.begin(stage), open_stage=self.open_stage)
+        last_failed = state.last_failed | {stage} if failed else state.last_failed - {stage}
+        return attrs.evolve(state, last_failed=last_failed)
+
+
+class RetryCounts(Projection[Retries]):
+    """Attempts and retries per stage, and attempts in all."""
+
+    scope = "run"
+
+    def initial(self) -> Retries:
+        """No attempts yet."""
+        return Retries()
+
+    @on(StageStarted)
+    def started(self, state: Retries, event: StageStarted) -> Retries:
+        """Count a new attempt of the stage (a retry if its last attempt failed)."""
+        return state.begin(event.stage)
+
+    @on(StageCompleted)
+    def completed(self, state: Retries, event: StageCompleted) -> Retries:
+        """Close the stage's attempt (counting one if it was not started)."""
+        return state.end(event.stage, failed=False)
+
+    @on(StageFailed)
+    def failed(self, state: Retries, event: StageFailed) -> Retries:
+        """Close the stage's attempt as failed (counting one if it was not started)."""
+        return state.end(event.stage, failed=True)
+
+    def encode(self, state: Retries) -> JSON:
+        """The counters as a JSON object."""
+        data: dict[str, Any] = attrs.asdict(state, recurse=False)
+        data["attempt_counts"] = dict(state.attempt_counts)
+        data["retry_counts"] = dict(state.retry_counts)
+        data["last_failed"] = sorted(state.last_failed)
+        return data
+
+    def decode(self, data: JSON) -> Retries:
+        """The counters `encode` turned into `data`."""
+        return Retries(**{**data, "last_failed": frozenset(data["last_failed"])})

@@ -1,0 +1,189 @@
+"""`RunIndex`: one summary row per run, persistent, backing `engine.runs()`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+from uuid import UUID
+
+import attrs
+
+from events import (
+    JSON,
+    Event,
+    RunFinished,
+    RunStarted,
+    StageCompleted,
+    StageFailed,
+    StateRolledBack,
+)
+from projections._pmap import PList
+from projections._table import lookup
+from projections._views import iso
+from projections.base import Projection, on
+
+RUNNING = "running"
+"""The status of a run that has not finished."""
+
+
+@attrs.frozen
+class RunSummary:
+    """What the run index knows about one run."""
+
+    run_id: UUID
+    pipeline: str
+    status: str
+    state: str
+    started: datetime
+    updated: datetime
+    version: int = 1
+    finished: datetime | None = None
+    attempts: int = 0
+    failures: int = 0
+    labels: dict[str, str] = attrs.field(factory=dict)
+    parent_run_id: UUID | None = None
+    forked_from: tuple[UUID, int] | None = None
+    reason: JSON = None
+    moves: dict[str, dict[str, str]] = attrs.field(factory=dict, repr=False)
+    states: PList[str] = attrs.field(factory=PList, repr=False)
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the start to the finish (or to the newest event while running)."""
+        return ((self.finished or self.updated) - self.started).total_seconds()
+
+    def to_json(self) -> dict[str, Any]:
+        """The public fields as JSON (the stable shape of ``stagetrail runs --json``)."""
+        return {
+            "run_id": str(self.run_id),
+            "pipeline": self.pipeline,
+            "status": self.status,
+            "state": self.state,
+            "started": iso(self.started),
+            "finished": None if self.finished is None else iso(self.finished),
+            "duration": self.duration,
+            "version": self.version,
+            "attempts": self.attempts,
+            "failures": self.failures,
+            "labels": dict(self.labels),
+            "parent_run_id": None if self.parent_run_id is None else str(self.parent_run_id),
+            "forked_from": _fork_json(self.forked_from),
+            "reason": self.reason,
+        }
+
+
+class RunIndex(Projection["RunSummary | None"]):
+    """One `RunSummary` per run: pipeline, status, state, times, attempts, failures, labels."""
+
+    name: ClassVar[str] = "run_index"
+    scope: ClassVar[str] = "run"
+    every_event: ClassVar[bool] = True
+
+    def initial(self) -> RunSummary | None:
+        """No run before its `RunStarted`."""
+        return None
+
+    @on(RunStarted)
+    def started(self, summary: RunSummary | None, event: RunStarted) -> RunSummary:
+        """A run begins in its pipeline's initial state."""
+        table: Any = event.table
+        return RunSummary(
+            run_id=event.run_id,
+            pipeline=event.pipeline,
+            status=RUNNING,
+            state=str(table["initial"]),
+            started=event.timestamp,
+            updated=event.timestamp,
+            labels=dict(event.labels),
+            parent_run_id=event.parent_run_id,
+            forked_from=event.forked_from,
+            moves=lookup(table),
+        )
+
+    @on(StageCompleted, StageFailed)
+    def outcome(
+        self, summary: RunSummary | None, event: StageCompleted | StageFailed
+    ) -> RunSummary | None:
+        """An outcome moves the run along its table and counts an attempt."""
+        if summary is None:
+            return None
+        dest = summary.moves.get(summary.state, {}).get(event.outcome, summary.state)
+        return _touch(
+            summary,
+            event,
+            state=dest,
+            states=summary.states.push(summary.state),
+            attempts=summary.attempts + 1,
+            failures=summary.failures + isinstance(event, StageFailed),
+        )
+
+    @on(StateRolledBack)
+    def rolled_back(self, summary: RunSummary | None, event: StateRolledBack) -> RunSummary | None:
+        """A rollback returns to the state before the undone outcomes."""
+        if summary is None:
+            return None
+        states = summary.states
+        back_to = summary.state
+        for _ in range(min(event.steps, len(states))):
+            back_to = states.last or back_to
+            states = states.pop()
+        return _touch(summary, event, state=back_to, states=states)
+
+    @on(RunFinished)
+    def finished(self, summary: RunSummary | None, event: RunFinished) -> RunSummary | None:
+        """The run's final status, reason and time."""
+        if summary is None:
+            return None
+        return _touch(
+            summary, event, status=event.status, finished=event.timestamp, reason=event.reason
+        )
+
+    def apply(self, state: RunSummary | None, event: Event) -> RunSummary | None:
+        """Every event moves the run's version and last update; handlers do the rest."""
+        if state is not None and type(event) not in self.handlers:
+            return _touch(state, event)
+        return super().apply(state, event)
+
+    def encode(self, state: RunSummary | None) -> JSON:
+        """The summary as JSON: the public fields plus the table and the state stack."""
+        if state is None:
+            return None
+        data = state.to_json()
+        data["updated"] = iso(state.updated)
+        data["moves"] = state.moves
+        data["states"] = list(state.states.to_tuple())
+        return data
+
+    def decode(self, data: JSON) -> RunSummary | None:
+        """The summary `encode` stored."""
+        if data is None:
+            return None
+        assert isinstance(data, dict)
+        fork = data["forked_from"]
+        parent = data["parent_run_id"]
+        return RunSummary(
+            run_id=UUID(data["run_id"]),
+            pipeline=data["pipeline"],
+            status=data["status"],
+            state=data["state"],
+            started=datetime.fromisoformat(data["started"]),
+            updated=datetime.fromisoformat(data["updated"]),
+            version=data["version"],
+            finished=None if data["finished"] is None else datetime.fromisoformat(data["finished"]),
+            attempts=data["attempts"],
+            failures=data["failures"],
+            labels=data["labels"],
+            parent_run_id=None if parent is None else UUID(parent),
+            forked_from=None if fork is None else (UUID(fork[0]), fork[1]),
+            reason=data["reason"],
+            moves=data["moves"],
+            states=PList.of(data["states"]),
+        )
+
+
+def _touch(summary: RunSummary, event: Event, **changes: Any) -> RunSummary:
+    return attrs.evolve(summary, version=event.version, updated=event.timestamp, **changes)
+
+
+def _fork_json(fork: tuple[UUID, int] | None) -> list[Any] | None:
+    return None if fork is None else [str(fork[0]), fork[1]]

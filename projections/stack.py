@@ -1,0 +1,217 @@
+"""The pushdown stack of a run: one frame per stage outcome, popped by rollbacks.
+
+`StateStack` pushes a `Frame` for every `StageCompleted` / `StageFailed` and pops
+`steps` frames at `StateRolledBack`. Frames live in a persistent list, so a push
+or a pop costs the same however deep the stack is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from projections._pmap import PList
+from projections.base import Projection, on
+
+ANY_STATE = "*"
+"""The source of a table row that applies to every non-final state lacking its own row."""
+
+Lookup = Mapping[tuple[str, str], str]
+"""A table as a lookup: (state, outcome) → the state it leads to."""
+
+
+@attrs.frozen
+class Frame:
+    """One stage outcome on the stack, and the state it led to."""
+
+    state: str
+    stage: str
+    outcome: str
+    attempt: int
+    failed: bool
+    result: JSON
+    error: str | None
+    error_type: str | None
+    duration: float
+    version: int
+    timestamp: datetime
+
+
+@attrs.frozen
+class Stack:
+    """The state stack of a run: its initial state, its table and its frames."""
+
+    initial: str | None = None
+    table: Lookup = attrs.field(factory=dict)
+    frame_list: PList[Frame] = attrs.field(factory=PList)
+
+    @property
+    def top(self) -> Frame | None:
+        """The newest frame, or None when the stack is empty."""
+        return self.frame_list.last
+
+    @property
+    def depth(self) -> int:
+        """How many frames are on the stack."""
+        return len(self.frame_list)
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        """The frames, oldest first."""
+        return self.frame_list.to_tuple()
+
+    @property
+    def current(self) -> str | None:
+        """The state the run is in: the top frame's, else the initial state."""
+        top = self.top
+        return self.initial if top is None else top.state
+
+    def latest_result(self, stage: str) -> JSON:
+        """The result of the newest successful frame of `stage` still on the stack, or None."""
+        for frame in self.frame_list.newest_first():
+            if frame.stage == stage and not frame.failed:
+                return frame.result
+        return None
+
+    def all_latest_results(self) -> dict[str, JSON]:
+        """Each stage with a successful frame on the stack → its newest result."""
+        results: dict[str, JSON] = {}
+        for frame in self.frame_list.newest_first():
+            if not frame.failed:
+                results.setdefault(frame.stage, frame.result)
+        return results
+
+    def failures(self, stage: str | None = None) -> tuple[Frame, ...]:
+        """The failed frames on the stack, oldest first; only those of `stage` if given."""
+        return tuple(
+            frame
+            for frame in self.frame_list
+            if frame.failed and (stage is None or frame.stage == stage)
+        )
+
+    def dest(self, stage: str, outcome: str) -> str:
+        """The state `outcome` of `stage` leads to; `stage` itself when the table has no row."""
+        return self.table.get((stage, outcome), stage)
+
+
+class StateStack(Projection[Stack]):
+    """The pushdown stack: a frame per stage outcome, frames popped by rollbacks."""
+
+    scope = "run"
+
+    def initial(self) -> Stack:
+        """An empty stack with no table."""
+        return Stack()
+
+    @on(RunStarted)
+    def started(self, state: Stack, event: RunStarted) -> Stack:
+        """Take the initial state and the transition lookup from the run's table."""
+        return attrs.evolve(state, initial=_initial(event.table), table=lookup(event.table))
+
+    @on(StageCompleted)
+    def completed(self, state: Stack, event: StageCompleted) -> Stack:
+        """Push a frame holding the stage's result."""
+        frame = Frame(
+            state=state.dest(event.stage, event.outcome),
+            stage=event.stage,
+            outcome=event.outcome,
+            attempt=event.attempt,
+            failed=False,
+            result=event.result,
+            error=None,
+            error_type=None,
+            duration=event.duration,
+            version=event.version,
+            timestamp=event.timestamp,
+        )
+        return attrs.evolve(state, frame_list=state.frame_list.push(frame))
+
+    @on(StageFailed)
+    def failed(self, state: Stack, event: StageFailed) -> Stack:
+        """Push a frame holding the stage's error."""
+        frame = Frame(
+            state=state.dest(event.stage, event.outcome),
+            stage=event.stage,
+            outcome=event.outcome,
+            attempt=event.attempt,
+            failed=True,
+            result=None,
+            error=event.error,
+            error_type=event.error_type,
+            duration=event.duration,
+            version=event.version,
+            timestamp=event.timestamp,
+        )
+        return attrs.evolve(state, frame_list=state.frame_list.push(frame))
+
+    @on(StateRolledBack)
+    def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
+        """Pop the newest `steps` frames."""
+        return attrs.evolve(state, frame_list=state.frame_list.pop(event.steps))
+
+    def encode(self, state: Stack) -> JSON:
+        """The stack as strict JSON: initial state, table rows and frames oldest first."""
+        return {
+            "initial": state.initial,
+            "table": sorted(
+                [source, outcome, dest] for (source, outcome), dest in state.table.items()
+            ),
+            "frames": [encode_frame(frame) for frame in state.frame_list],
+        }
+
+    def decode(self, data: JSON) -> Stack:
+        """The stack `encode` turned into `data`."""
+        return Stack(
+            initial=data["initial"],
+            table={(source, outcome): dest for source, outcome, dest in data["table"]},
+            frame_list=PList.of([decode_frame(frame) for frame in data["frames"]]),
+        )
+
+
+def encode_frame(frame: Frame) -> dict[str, JSON]:
+    """A frame as a strict JSON object (the timestamp in ISO 8601)."""
+    data = attrs.asdict(frame, recurse=False)
+    data["timestamp"] = frame.timestamp.isoformat()
+    return data
+
+
+def decode_frame(data: Mapping[str, Any]) -> Frame:
+    """The frame `encode_frame` turned into `data`."""
+    return Frame(**{**data, "timestamp": datetime.fromisoformat(data["timestamp"])})
+
+
+def lookup(table: JSON) -> dict[tuple[str, str], str]:
+    """The `(state, outcome) -> dest` lookup of a stored table, `"*"` rows expanded.
+
+    Malformed rows are skipped: a projection folds what the engine already checked.
+    """
+    if not isinstance(table, Mapping):
+        return {}
+    rows = [tuple(row) for row in table.get("transitions") or () if _is_row(row)]
+    result = {(source, outcome): dest for source, outcome, dest in rows if source != ANY_STATE}
+    final = set(table.get("final") or ())
+    states = table.get("states") or _states(_initial(table), rows)
+    for _, outcome, dest in (row for row in rows if row[0] == ANY_STATE):
+        for state in states:
+            if state not in final:
+                result.setdefault((state, outcome), dest)
+    return result
+
+
+def _initial(table: JSON) -> str | None:
+    initial = table.get("initial") if isinstance(table, Mapping) else None
+    return initial if isinstance(initial, str) else None
+
+
+def _is_row(row: object) -> bool:
+    return isinstance(row, list | tuple) and len(row) == 3 and all(type(x) is str for x in row)
+
+
+def _states(initial: str | None, rows: list[tuple[Any, ...]]) -> list[str]:
+    named = [initial] if initial is not None else []
+    named += [name for source, _, dest in rows for name in (source, dest) if name != ANY_STATE]
+    return list(dict.fromkeys(named))

@@ -1,0 +1,128 @@
+"""Folding one run into a projection at any version, from the nearest snapshot.
+
+Long runs keep snapshots of each projection every `interval` events, in the
+store (for new processes) and in memory (for the next question in this one),
+so reaching any point folds at most `interval` events, never the whole run.
+A snapshot belongs to the projection's code fingerprint: new code, new snapshots.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any, Protocol
+from uuid import UUID
+
+from projections._views import Views
+from projections.base import Projection
+
+SNAPSHOT_INTERVAL = 500
+"""Events between two snapshots of a projection over one run."""
+
+_log = logging.getLogger(__name__)
+_Key = tuple[UUID, str, str]
+
+
+class EventReader(Protocol):
+    """Reads one run's events in version order."""
+
+    def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
+        """The run's events with `gt < version <= lte`, oldest first."""
+
+
+class _Snapshots:
+    """The snapshots of one (run, projection, code) kept in memory, by version."""
+
+    def __init__(self) -> None:
+        self.versions: list[int] = []
+        self.states: dict[int, Any] = {}
+
+    def best(self, upto: int) -> tuple[int, Any] | None:
+        index = bisect.bisect_right(self.versions, upto)
+        if index == 0:
+            return None
+        version = self.versions[index - 1]
+        return version, self.states[version]
+
+    def add(self, version: int, state: Any) -> None:
+        if version not in self.states:
+            bisect.insort(self.versions, version)
+            self.states[version] = state
+
+
+class TimeTravel:
+    """Answers "what did projection P say after event N of run R?" quickly, for any N.
+
+    Args:
+        reader: where the run's events come from.
+        views: where snapshots are stored (None: memory only).
+        interval: events between snapshots.
+        runs_in_memory: how many (run, projection) snapshot sets stay in memory.
+    """
+
+    def __init__(
+        self,
+        reader: EventReader,
+        views: Views | None,
+        *,
+        interval: int = SNAPSHOT_INTERVAL,
+        runs_in_memory: int = 32,
+    ) -> None:
+        self._reader = reader
+        self._views = views
+        self.interval = interval
+        self._limit = runs_in_memory
+        self._memory: OrderedDict[_Key, _Snapshots] = OrderedDict()
+
+    def project(self, run_id: UUID, projection: Projection[Any], version: int) -> Any:
+        """The state of `projection` after event `version` of the run.
+
+        Raises:
+            ProjectionError: a handler failed (names the event and version).
+        """
+        key = (run_id, projection.name, projection.fingerprint())
+        memory = self._snapshots(key)
+        start, state = self._start(key, memory, projection, version)
+        fresh: list[tuple[int, Any]] = []
+        apply, relevant = projection.apply, projection.relevant
+        for event in self._reader.stream(run_id, gt=start, lte=version):
+            if relevant(event):
+                state = apply(state, event)
+            if event.version % self.interval == 0:
+                memory.add(event.version, state)
+                fresh.append((event.version, state))
+        self._store(key, projection, fresh)
+        return state
+
+    def forget(self) -> None:
+        """Drop the snapshots kept in memory (the stored ones stay)."""
+        self._memory.clear()
+
+    def _snapshots(self, key: _Key) -> _Snapshots:
+        memory = self._memory.pop(key, None) or _Snapshots()
+        self._memory[key] = memory
+        while len(self._memory) > self._limit:
+            self._memory.popitem(last=False)
+        return memory
+
+    def _start(
+        self, key: _Key, memory: _Snapshots, projection: Projection[Any], version: int
+    ) -> tuple[int, Any]:
+        start, state = memory.best(version) or (0, None)
+        if version - start >= self.interval and self._views is not None:
+            stored = self._views.snapshot(str(key[0]), key[1], key[2], version)
+            if stored is not None and stored[0] > start:
+                start, state = stored[0], projection.decode(stored[1])
+                memory.add(start, state)
+        return start, (projection.initial() if start == 0 else state)
+
+    def _store(self, key: _Key, projection: Projection[Any], fresh: list[tuple[int, Any]]) -> None:
+        if not fresh or self._views is None:
+            return
+        encoded = [(version, projection.encode(state)) for version, state in fresh]
+        try:
+            self._views.save_snapshots(str(key[0]), key[1], key[2], encoded)
+        except Exception as error:  # a read-only store still answers, just without snapshots
+            _log.debug("snapshots of %s not stored: %s", key, error)

@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, TypeVar
+
+from events import (
+    JSON,
+    Event,
+    ProgressObserved,
+    StageCompleted,
+    StageFailed,
+    StageStarted,
+    StateRolledBack,
+)
+from projections.base import Projection
+from projections.results import Attempt, Results, Retries, RetryCounts, StageResults
+
+RID = uuid.UUID(int=2)
+RESULTS = StageResults()
+RETRIES = RetryCounts()
+S = TypeVar("S")
+
+
+def start(version: int, stage: str, attempt: int = 1) -> StageStarted:
+    return StageStarted(run_id=RID, version=version, stage=stage, attempt=attempt)
+
+
+def done(version: int, stage: str, result: JSON = None, **fields: Any) -> StageCompleted:
+    fields.setdefault("attempt", 1)
+    return StageCompleted(run_id=RID, version=version, stage=stage, result=result, **fields)
+
+
+def fail(version: int, stage: str, error: str = "boom", **fields: Any) -> StageFailed:
+    fields.setdefault("attempt", 1)
+    return StageFailed(run_id=RID, version=version, stage=stage, error=error, **fields)
+
+
+def roundtrip(projection: Projection[S], state: S) -> S:
+    encoded = json.dumps(projection.encode(state), allow_nan=False)
+    return projection.decode(json.loads(encoded))
+
+
+def results(*events: Event) -> Results:
+    return RESULTS.fold(events)
+
+
+def retries(*events: Event) -> Retries:
+    return RETRIES.fold(events)
+
+
+class TestStageResults:
+    def test_empty(self) -> None:
+        """A stage without outcomes has no latest result, no attempts and no durations."""
+        state = results()
+        assert state.latest("developer") is None
+        assert state.attempts("developer") == ()
+        assert state.durations("developer") == ()
+
+    def test_latest_is_newest_completed(self) -> None:
+        """latest() gives the newest completed result, not an older one nor a later failure."""
+        state = results(
+            done(2, "developer", {"patch": 1}),
+            done(3, "developer", {"patch": 2}, attempt=2),
+            fail(4, "developer", attempt=3),
+        )
+        assert state.latest("developer") == {"patch": 2}
+
+    def test_latest_none_when_only_failures(self) -> None:
+        """A stage that only failed has no latest result."""
+        assert results(fail(2, "testing"), fail(3, "testing", attempt=2)).latest("testing") is None
+
+    def test_attempts_record_outcomes(self) -> None:
+        """attempts() lists each outcome oldest first with its result or error."""
+        state = results(
+            fail(2, "developer", "no", error_type="KeyError", duration=1.0),
+            done(3, "developer", {"ok": True}, attempt=2, outcome="shipped", duration=2.5),
+        )
+        assert state.attempts("developer") == (
+            Attempt(1, "failed", True, None, "no", "KeyError", 1.0, 2),
+            Attempt(2, "shipped", False, {"ok": True}, None, None, 2.5, 3),
+        )
+
+    def test_stages_are_separate(self) -> None:
+        """Outcomes of one stage do not appear under another."""
+        state = results(done(2, "a", 1), done(3, "b", 2))
+        assert [attempt.result for attempt in state.attempts("a")] == [1]
+        assert state.latest("b") == 2
+        assert state.stages == ("a", "b")
+
+    def test_durations(self) -> None:
+        """durations() lists each attempt's duration oldest first."""
+        state = results(fail(2, "d", duration=1.5), done(3, "d", attempt=2, duration=0.25))
+        assert state.durations("d") == (1.5, 0.25)
+
+    def test_rollback_keeps_history(self) -> None:
+        """A rollback does not erase recorded attempts."""
+        state = results(done(2, "d", 1), StateRolledBack(run_id=RID, version=3, steps=1))
+        assert state.latest("d") == 1
+        assert len(state.attempts("d")) == 1
+
+    def test_earlier_state_unchanged(self) -> None:
+        """Appending an attempt leaves the earlier state's lists as they were."""
+        before = results(done(2, "d", 1))
+        after = RESULTS.apply(before, done(3, "d", 2, attempt=2))
+        assert len(before.attempts("d")) == 1
+        assert len(after.attempts("d")) == 2
+
+    def test_roundtrip(self) -> None:
+        """Results survive encode, strict JSON and decode."""
+        state = results(
+            fail(2, "d", "x", duration=0.1),
+            done(3, "d", {"nested": [1, {"k": None}]}, attempt=2, duration=3.3),
+            done(4, "t", "text"),
+        )
+        assert roundtrip(RESULTS, state) == state
+        assert roundtrip(RESULTS, results()) == results()
+
+    def test_scope_is_run(self) -> None:
+        """Persistent use keeps one state per run."""
+        assert StageResults.scope == "run"
+
+
+class TestRetryCounts:
+    def test_started_attempt_counts_once(self) -> None:
+        """StageStarted followed by its outcome is one attempt, not two."""
+        state = retries(start(2, "d"), done(3, "d"))
+        assert state.attempts("d") == 1
+        assert state.total_attempts == 1
+
+    def test_outcome_without_start_counts(self) -> None:
+        """An outcome with no StageStarted before it is an attempt of its own."""
+        state = retries(done(2, "d"), fail(3, "t"), start(4, "t", 2), done(5, "t", attempt=2))
+        assert (state.attempts("d"), state.attempts("t")) == (1, 2)
+        assert state.total_attempts == 3
+
+    def test_unknown_stage(self) -> None:
+        """A stage never seen has no attempts and no retries."""
+        assert (retries().attempts("x"), retries().retries("x")) == (0, 0)
+
+    def test_failure_then_start_is_retry(self) -> None:
+        """A failed attempt followed by a start of the same stage is one retry."""
+        state = retries(start(2, "d"), fail(3, "d"), start(4, "d", 2))
+        assert state.retries("d") == 1
+        assert state.attempts("d") == 2
+
+    def test_failure_then_unstarted_outcome_is_retry(self) -> None:
+        """A failed attempt followed by an outcome recorded without a start is a retry."""
+        state = retries(fail(2, "d"), fail(3, "d", attempt=2), done(4, "d", attempt=3))
+        assert state.retries("d") == 2
+        assert state.attempts("d") == 3
+
+    def test_last_failure_is_not_retry(self) -> None:
+        """A failure not (yet) followed by another attempt is not a retry."""
+        state = retries(start(2, "d"), fail(3, "d"))
+        assert state.retries("d") == 0
+
+    def test_success_then_attempt_is_not_retry(self) -> None:
+        """An attempt after a successful one is not a retry."""
+        state = retries(done(2, "d"), start(3, "d", 2), done(4, "d", attempt=2))
+        assert state.retries("d") == 0
+        assert state.attempts("d") == 2
+
+    def test_retry_after_other_stages(self) -> None:
+        """A stage's failure counts as retried when the stage runs again after other stages."""
+        state = retries(
+            fail(2, "d"), done(3, "t"), fail(4, "t", attempt=2), done(5, "d", attempt=2)
+        )
+        assert state.retries("d") == 1
+        assert state.retries("t") == 0
+
+    def test_other_stage_outcome_while_open(self) -> None:
+        """An outcome of another stage while one is started counts as its own attempt."""
+        state = retries(start(2, "d"), done(3, "t"), done(4, "d"))
+        assert (state.attempts("d"), state.attempts("t")) == (1, 1)
+
+    def test_unrelated_events_ignored(self) -> None:
+        """Events that are not stage events leave the counts unchanged."""
+        state = retries(start(2, "d"))
+        assert RETRIES.apply(state, ProgressObserved(run_id=RID, version=3)) is state
+
+    def test_roundtrip(self) -> None:
+        """Counts, including an open attempt and pending failures, survive a JSON round trip."""
+        state = retries(fail(2, "d"), fail(3, "t"), start(4, "d", 2), fail(5, "d", attempt=2))
+        state = RETRIES.apply(state, start(6, "t", 2))
+        assert state.open_stage == "t"
+        assert roundtrip(RETRIES, state) == state
+        assert roundtrip(RETRIES, retries()) == retries()
