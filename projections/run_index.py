@@ -18,7 +18,7 @@ from events import (
     StateRolledBack,
 )
 from projections._pmap import PList
-from projections._table import lookup
+from projections._table import Lookup, from_rows, lookup, rows
 from projections._views import iso
 from projections.base import Projection, on
 
@@ -44,7 +44,7 @@ class RunSummary:
     parent_run_id: UUID | None = None
     forked_from: tuple[UUID, int] | None = None
     reason: JSON = None
-    moves: dict[str, dict[str, str]] = attrs.field(factory=dict, repr=False)
+    moves: Lookup = attrs.field(factory=dict, repr=False)
     states: PList[str] = attrs.field(factory=PList, repr=False)
 
     @property
@@ -107,7 +107,7 @@ class RunIndex(Projection["RunSummary | None"]):
         """An outcome moves the run along its table and counts an attempt."""
         if summary is None:
             return None
-        dest = summary.moves.get(summary.state, {}).get(event.outcome, summary.state)
+        dest = summary.moves.get((summary.state, event.outcome), summary.state)
         return _touch(
             summary,
             event,
@@ -150,7 +150,7 @@ class RunIndex(Projection["RunSummary | None"]):
             return None
         data = state.to_json()
         data["updated"] = iso(state.updated)
-        data["moves"] = state.moves
+        data["moves"] = rows(state.moves)
         data["states"] = list(state.states.to_tuple())
         return data
 
@@ -176,7 +176,7 @@ class RunIndex(Projection["RunSummary | None"]):
             parent_run_id=None if parent is None else UUID(parent),
             forked_from=None if fork is None else (UUID(fork[0]), fork[1]),
             reason=data["reason"],
-            moves=data["moves"],
+            moves=from_rows(data["moves"]),
             states=PList.of(data["states"]),
         )
 

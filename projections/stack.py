@@ -15,13 +15,8 @@ import attrs
 
 from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from projections._pmap import PList
+from projections._table import Lookup, initial_state, lookup
 from projections.base import Projection, on
-
-ANY_STATE = "*"
-"""The source of a table row that applies to every non-final state lacking its own row."""
-
-Lookup = Mapping[tuple[str, str], str]
-"""A table as a lookup: (state, outcome) → the state it leads to."""
 
 
 @attrs.frozen
@@ -110,7 +105,7 @@ class StateStack(Projection[Stack]):
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
         """Take the initial state and the transition lookup from the run's table."""
-        return attrs.evolve(state, initial=_initial(event.table), table=lookup(event.table))
+        return attrs.evolve(state, initial=initial_state(event.table), table=lookup(event.table))
 
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
@@ -182,36 +177,3 @@ def encode_frame(frame: Frame) -> dict[str, JSON]:
 def decode_frame(data: Mapping[str, Any]) -> Frame:
     """The frame `encode_frame` turned into `data`."""
     return Frame(**{**data, "timestamp": datetime.fromisoformat(data["timestamp"])})
-
-
-def lookup(table: JSON) -> dict[tuple[str, str], str]:
-    """The `(state, outcome) -> dest` lookup of a stored table, `"*"` rows expanded.
-
-    Malformed rows are skipped: a projection folds what the engine already checked.
-    """
-    if not isinstance(table, Mapping):
-        return {}
-    rows = [tuple(row) for row in table.get("transitions") or () if _is_row(row)]
-    result = {(source, outcome): dest for source, outcome, dest in rows if source != ANY_STATE}
-    final = set(table.get("final") or ())
-    states = table.get("states") or _states(_initial(table), rows)
-    for _, outcome, dest in (row for row in rows if row[0] == ANY_STATE):
-        for state in states:
-            if state not in final:
-                result.setdefault((state, outcome), dest)
-    return result
-
-
-def _initial(table: JSON) -> str | None:
-    initial = table.get("initial") if isinstance(table, Mapping) else None
-    return initial if isinstance(initial, str) else None
-
-
-def _is_row(row: object) -> bool:
-    return isinstance(row, list | tuple) and len(row) == 3 and all(type(x) is str for x in row)
-
-
-def _states(initial: str | None, rows: list[tuple[Any, ...]]) -> list[str]:
-    named = [initial] if initial is not None else []
-    named += [name for source, _, dest in rows for name in (source, dest) if name != ANY_STATE]
-    return list(dict.fromkeys(named))

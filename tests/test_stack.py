@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from projections.stack import Frame, Stack, StateStack, lookup
+from projections._table import lookup
+from projections.stack import Frame, Stack, StateStack
 from tests.conftest import REVIEW
 
 RID = uuid.UUID(int=1)
