@@ -24,7 +24,7 @@ from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.store import Store
 from engine.verify import VerifyReport, verify_events
-from events import JSON, Event, RunFinished, RunStarted
+from events import JSON, Event, RunFinished, RunStarted, utc_now
 from projections import (
     FailurePatterns,
     Projection,
@@ -189,7 +189,8 @@ class Engine:
     def fork(self, run_id: UUID | str, *, at: int, new_run_id: UUID | None = None) -> Run:
         """A new run whose history is a copy of events 1..`at` of `run_id`, ready to continue.
 
-        The copies keep their times; the new `RunStarted.forked_from` is ``(run_id, at)``.
+        The copies are stamped with the time of the fork (the original times stay in the
+        origin); the new `RunStarted.forked_from` is ``(run_id, at)``.
 
         Raises:
             RunNotFound: no such run.
@@ -275,5 +276,6 @@ class Engine:
 
 
 def _restamped(events: list[Event], run_id: UUID, origin: tuple[UUID, int]) -> list[Event]:
-    first = attrs.evolve(events[0], run_id=run_id, forked_from=origin)  # type: ignore[call-arg]
-    return [first, *(attrs.evolve(event, run_id=run_id) for event in events[1:])]
+    now = utc_now()
+    first = attrs.evolve(events[0], run_id=run_id, timestamp=now, forked_from=origin)  # type: ignore[call-arg]
+    return [first, *(attrs.evolve(e, run_id=run_id, timestamp=now) for e in events[1:])]

@@ -12,8 +12,10 @@ from engine import (
     ConcurrencyConflict,
     Engine,
     InvalidArgument,
+    InvalidFork,
     InvalidPayload,
     Pipeline,
+    RunAlreadyExists,
     RunNotFound,
 )
 from engine.store import PAGE
@@ -165,3 +167,58 @@ class TestDefaultStore:
         with Engine() as engine:
             assert engine.url == url
         assert (tmp_path / "env.db").is_file()
+
+
+class TestFork:
+    def record(self, engine: Engine) -> Any:
+        run = engine.start_run(REVIEW, labels={"team": "core"}, params={"card": 1})
+        run.stage_completed("project_analysis", result={"a": 1})
+        run.stage_completed("code_review", result={"b": 2})
+        run.stage_failed("developer", error="x")
+        return run
+
+    def test_copies_the_prefix_and_records_lineage(self, engine: Engine) -> None:
+        """The fork's events are the first N of the origin, re-stamped, with forked_from set."""
+        with freeze_time("2026-06-01T10:00:00Z"):
+            origin = self.record(engine)
+        with freeze_time("2026-06-02T10:00:00Z"):
+            fork = engine.fork(origin.id, at=3)
+        assert fork.id != origin.id and fork.state == "developer" and fork.version == 3
+        copied, original = engine.events(fork.id), engine.events(origin.id, upto=3)
+        assert [e.run_id for e in copied] == [fork.id] * 3
+        assert copied[0].forked_from == (origin.id, 3)  # type: ignore[attr-defined]
+        assert copied[0].labels == {"team": "core"}  # type: ignore[attr-defined]
+        for mine, theirs in zip(copied[1:], original[1:], strict=True):
+            assert mine.payload() == theirs.payload()
+        assert {e.timestamp.day for e in copied} == {2}
+        assert engine.runs(limit=1)[0].forked_from == (origin.id, 3)
+
+    def test_the_fork_continues_independently(self, engine: Engine) -> None:
+        """Recording on the fork leaves the origin untouched."""
+        origin = self.record(engine)
+        fork = engine.fork(origin.id, at=3)
+        fork.stage_completed("developer", result={})
+        assert fork.state == "testing"
+        assert engine.load(origin.id).state == "developer" and engine.load(origin.id).version == 4
+
+    @pytest.mark.parametrize("at", [0, -2, 9, 1.5])
+    def test_versions_outside_the_run_are_refused(self, engine: Engine, at: Any) -> None:
+        """Forking at a version the run does not have raises InvalidFork; nothing is written."""
+        origin = self.record(engine)
+        with pytest.raises(InvalidFork, match=f"at version {at}"):
+            engine.fork(origin.id, at=at)
+        assert len(engine.runs()) == 1
+
+    def test_cannot_fork_at_the_finish(self, engine: Engine) -> None:
+        """A fork that would include RunFinished is refused (fork before it)."""
+        origin = self.record(engine)
+        origin.finish("cancelled")
+        with pytest.raises(InvalidFork, match="RunFinished"):
+            engine.fork(origin.id, at=5)
+        assert engine.fork(origin.id, at=4).status is None
+
+    def test_a_chosen_id_must_be_new(self, engine: Engine) -> None:
+        """Forking onto an existing run id raises RunAlreadyExists."""
+        origin = self.record(engine)
+        with pytest.raises(RunAlreadyExists):
+            engine.fork(origin.id, at=2, new_run_id=origin.id)
