@@ -184,5 +184,6 @@ class TestProjection:
             every_event: ClassVar[bool] = True
 
         start = RunStarted(run_id=RID, version=1, pipeline="p", table=REVIEW.to_dict())
-        assert FailuresByType().relevant(failed(1)) and not FailuresByType().relevant(start)
+        assert FailuresByType().relevant(failed(1))
+        assert not FailuresByType().relevant(start)
         assert Everything().relevant(start)

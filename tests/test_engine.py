@@ -183,7 +183,8 @@ class TestFork:
             origin = self.record(engine)
         with freeze_time("2026-06-02T10:00:00Z"):
             fork = engine.fork(origin.id, at=3)
-        assert fork.id != origin.id and fork.state == "developer" and fork.version == 3
+        assert (fork.state, fork.version) == ("developer", 3)
+        assert fork.id != origin.id
         copied, original = engine.events(fork.id), engine.events(origin.id, upto=3)
         assert [e.run_id for e in copied] == [fork.id] * 3
         assert copied[0].forked_from == (origin.id, 3)  # type: ignore[attr-defined]
@@ -199,7 +200,8 @@ class TestFork:
         fork = engine.fork(origin.id, at=3)
         fork.stage_completed("developer", result={})
         assert fork.state == "testing"
-        assert engine.load(origin.id).state == "developer" and engine.load(origin.id).version == 4
+        reloaded = engine.load(origin.id)
+        assert (reloaded.state, reloaded.version) == ("developer", 4)
 
     @pytest.mark.parametrize("at", [0, -2, 9, 1.5])
     def test_versions_outside_the_run_are_refused(self, engine: Engine, at: Any) -> None:

@@ -42,7 +42,7 @@ def record_failures(engine: Engine, *error_types: str) -> None:
 
 
 def wait_until(condition: Any, seconds: float = 20.0) -> None:
-    """Poll `condition` until it holds, failing after `seconds` (a deadline, not a timing assert)."""
+    """Poll `condition` until it holds; fail after `seconds` (a deadline, not a timing assert)."""
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "condition not reached before the deadline"
@@ -98,7 +98,7 @@ class TestCatchUp:
 
     def test_unknown_names_are_refused(self, engine: Engine) -> None:
         """get, catch_up and rebuild of an unregistered name raise UnknownProjection."""
-        with pytest.raises(UnknownProjection, match="'nope'.*registered: failure_patterns"):
+        with pytest.raises(UnknownProjection, match=r"'nope'.*registered: failure_patterns"):
             engine.projections.get("nope")
         with pytest.raises(UnknownProjection):
             engine.projections.catch_up(["nope"])
@@ -121,7 +121,7 @@ class TestFailures:
         engine.projections.register(BreaksOnTimeouts)
         engine.projections.register(FailuresByType)
         record_failures(engine, "A", "Timeout", "A")
-        with pytest.raises(ProjectionError, match="breaks_on_timeouts.*StageFailed.*version 5"):
+        with pytest.raises(ProjectionError, match=r"breaks_on_timeouts.*StageFailed.*version 5"):
             engine.projections.catch_up()
         status = {s.name: s for s in engine.projections.status()}
         assert status["failures_by_type"].lag == 0

@@ -51,7 +51,8 @@ class TestRuns:
             4,
             2,
         )
-        assert runs[3].status == "succeeded" and runs[3].finished is not None
+        assert runs[3].status == "succeeded"
+        assert runs[3].finished is not None
         assert runs[3].state == "code_review"
         assert runs[0].parent_run_id == ids["failing"]
 

@@ -68,7 +68,7 @@ class TestProject:
         """project() with no `at` folds the whole run."""
         run_id = review_with_loops(engine)
         stack = engine.project(run_id, StateStack)
-        assert stack.top.stage == "testing" and stack.depth == 7
+        assert (stack.top.stage, stack.depth) == ("testing", 7)
         assert stack.latest_result("code_review") == {"critical": 6}
 
     def test_at_a_time_gives_the_state_after_the_last_event_by_then(self, engine: Engine) -> None:

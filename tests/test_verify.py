@@ -21,7 +21,8 @@ class TestVerify:
         """A run recorded through the engine verifies with no problems."""
         run_id = started(engine)
         report = engine.verify(run_id)
-        assert report.ok and report.problems == () and report.events == 2
+        assert report.ok
+        assert (report.problems, report.events) == ((), 2)
 
     def test_an_illegal_transition_is_reported_with_its_version(self, engine: Engine) -> None:
         """An outcome that is no row of the stored table is a problem at its version."""
@@ -37,7 +38,8 @@ class TestVerify:
         assert not report.ok
         (problem,) = report.problems
         assert (problem.version, problem.check) == (3, "transition")
-        assert "'ship'" in problem.message and "completed" in problem.message
+        assert "'ship'" in problem.message
+        assert "completed" in problem.message
 
     def test_checking_goes_on_after_a_problem(self, engine: Engine) -> None:
         """Every bad event is reported, not only the first."""
