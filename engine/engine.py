@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -14,6 +16,7 @@ import attrs
 from engine import _querying, _urls
 from engine.errors import (
     ConcurrencyConflict,
+    InvalidArgument,
     InvalidFork,
     RunAlreadyExists,
     RunNotFound,
@@ -35,6 +38,8 @@ from projections import (
     as_projection,
 )
 from projections._views import RunQuery
+
+_ALL_CHILDREN = 1_000_000
 
 
 class Engine:
@@ -131,10 +136,15 @@ class Engine:
         projection: Projection[Any] | type[Projection[Any]],
         *,
         at: int | datetime | None = None,
+        tree: bool = False,
     ) -> Any:
         """The state of `projection` over one run, now or after event `at` (a version or a time).
 
         Long runs fold from the nearest stored snapshot, never from the first event.
+
+        Args:
+            tree: fold the run and all its child runs (recursively) together, in time
+                order; `at` may then only be a time, since versions are per run.
 
         Raises:
             RunNotFound: no such run.
@@ -143,6 +153,8 @@ class Engine:
         """
         rid = self._run_id(run_id)
         instance = as_projection(projection)
+        if tree:
+            return instance.fold(self._tree_events(rid, at))
         last = self.store.last(rid)
         if last is None:
             raise RunNotFound(rid, self.url)
@@ -152,6 +164,34 @@ class Engine:
             else _querying.version_at(self.store, rid, at, last.version, "at")
         )
         return self._time_travel.project(rid, instance, version)
+
+    def tree(self, run_id: UUID | str) -> list[UUID]:
+        """The run and all its descendants (child runs, their children...), parents first.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        rid = self._run_id(run_id)
+        if self.store.last(rid) is None:
+            raise RunNotFound(rid, self.url)
+        found, index = [rid], 0
+        while index < len(found):
+            children = self.runs(parent=found[index], limit=_ALL_CHILDREN)
+            found += sorted((child.run_id for child in children), key=str)
+            index += 1
+        return found
+
+    def _tree_events(self, run_id: UUID, at: int | datetime | None) -> Iterator[Event]:
+        if at is not None and not isinstance(at, datetime):
+            raise InvalidArgument("at", "with tree=True, `at` must be a datetime")
+        if at is not None:
+            _querying.version_at(self.store, run_id, at, 0, "at")  # checks it is timezone-aware
+        streams = [
+            ((e.timestamp, order, e.version, e) for e in self.store.stream(member))
+            for order, member in enumerate(self.tree(run_id))
+        ]
+        merged = (item[3] for item in heapq.merge(*streams, key=lambda item: item[:3]))
+        return merged if at is None else itertools.takewhile(lambda e: e.timestamp <= at, merged)
 
     def runs(
         self,

@@ -224,3 +224,53 @@ class TestFork:
         origin = self.record(engine)
         with pytest.raises(RunAlreadyExists):
             engine.fork(origin.id, at=2, new_run_id=origin.id)
+
+
+class TestTree:
+    def coordinator(self, engine: Engine) -> tuple[Any, Any, Any]:
+        with freeze_time("2026-07-01T08:00:00Z", auto_tick_seconds=1):
+            parent = engine.start_run(REVIEW)
+            parent.add_task("feature-1", title="login")
+            child = engine.start_run(REVIEW, parent=parent)
+            child.add_task("t1", parent="feature-1")
+            child.task_completed("t1", result="ok")
+            grandchild = engine.start_run(REVIEW, parent=child)
+            grandchild.add_task("t2", parent="feature-1")
+            grandchild.task_failed("t2", error="no")
+            parent.spend(1.5, "usd")
+            child.spend(0.5, "usd")
+        return parent, child, grandchild
+
+    def test_lists_the_run_and_its_descendants_parents_first(self, engine: Engine) -> None:
+        """tree() is the run, then its children, then theirs."""
+        parent, child, grandchild = self.coordinator(engine)
+        assert engine.tree(parent.id) == [parent.id, child.id, grandchild.id]
+        assert engine.tree(child.id) == [child.id, grandchild.id]
+        with pytest.raises(RunNotFound):
+            engine.tree(uuid.uuid4())
+
+    def test_task_table_over_the_tree(self, engine: Engine) -> None:
+        """project(tree=True) folds child runs in: tasks and budget of the whole tree."""
+        from projections import TaskTable
+
+        parent, _, _ = self.coordinator(engine)
+        tasks = engine.project(parent.id, TaskTable, tree=True)
+        assert [t.task_id for t in tasks.completed] == ["t1"]
+        assert [t.task_id for t in tasks.failed] == ["t2"]
+        assert [t.task_id for t in tasks.pending] == ["feature-1"]
+        assert {t.task_id for t in tasks.children("feature-1")} == {"t1", "t2"}
+        assert tasks.budget == {"usd": 2.0}
+        alone = engine.project(parent.id, TaskTable)
+        assert [t.task_id for t in alone.tasks] == ["feature-1"]
+
+    def test_tree_at_a_time(self, engine: Engine) -> None:
+        """With tree=True, `at` is a time; a version is refused as ambiguous."""
+        from projections import TaskTable
+
+        parent, _, _ = self.coordinator(engine)
+        child_done = engine.events(engine.tree(parent.id)[1])[-2].timestamp
+        early = engine.project(parent.id, TaskTable, tree=True, at=child_done)
+        assert [t.task_id for t in early.completed] == ["t1"]
+        assert early.failed == ()
+        with pytest.raises(InvalidArgument, match="'at'"):
+            engine.project(parent.id, TaskTable, tree=True, at=3)
