@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -75,6 +76,7 @@ class TimeTravel:
         self.interval = interval
         self._limit = runs_in_memory
         self._memory: OrderedDict[_Key, _Snapshots] = OrderedDict()
+        self._lock = threading.Lock()  # engines may be shared by threads (a viewer, a follower)
 
     def project(self, run_id: UUID, projection: Projection[Any], version: int) -> Any:
         """The state of `projection` after event `version` of the run.
@@ -83,22 +85,22 @@ class TimeTravel:
             ProjectionError: a handler failed (names the event and version).
         """
         key = (run_id, projection.name, projection.fingerprint())
-        memory = self._snapshots(key)
-        start, state = self._start(key, memory, projection, version)
+        start, state = self._start(key, projection, version)
         fresh: list[tuple[int, Any]] = []
         apply, relevant = projection.apply, projection.relevant
         for event in self._reader.stream(run_id, gt=start, lte=version):
             if relevant(event):
                 state = apply(state, event)
             if event.version % self.interval == 0:
-                memory.add(event.version, state)
                 fresh.append((event.version, state))
+        self._remember(key, fresh)
         self._store(key, projection, fresh)
         return state
 
     def forget(self) -> None:
         """Drop the snapshots kept in memory (the stored ones stay)."""
-        self._memory.clear()
+        with self._lock:
+            self._memory.clear()
 
     def _snapshots(self, key: _Key) -> _Snapshots:
         memory = self._memory.pop(key, None) or _Snapshots()
@@ -107,15 +109,20 @@ class TimeTravel:
             self._memory.popitem(last=False)
         return memory
 
-    def _start(
-        self, key: _Key, memory: _Snapshots, projection: Projection[Any], version: int
-    ) -> tuple[int, Any]:
-        start, state = memory.best(version) or (0, None)
+    def _remember(self, key: _Key, states: list[tuple[int, Any]]) -> None:
+        with self._lock:
+            memory = self._snapshots(key)
+            for version, state in states:
+                memory.add(version, state)
+
+    def _start(self, key: _Key, projection: Projection[Any], version: int) -> tuple[int, Any]:
+        with self._lock:
+            start, state = self._snapshots(key).best(version) or (0, None)
         if version - start >= self.interval and self._views is not None:
             stored = self._views.snapshot(str(key[0]), key[1], key[2], version)
             if stored is not None and stored[0] > start:
                 start, state = stored[0], projection.decode(stored[1])
-                memory.add(start, state)
+                self._remember(key, [(start, state)])
         return start, (projection.initial() if start == 0 else state)
 
     def _store(self, key: _Key, projection: Projection[Any], fresh: list[tuple[int, Any]]) -> None:

@@ -30,3 +30,26 @@ class TestBenchmarks:
         assert all(row["stagetrail"] > 0 for row in report["results"][:2])
         assert report["results"][2]["many_tasks"] > 0
         assert report["results"][3]["append"] < 200
+
+    def test_projections_benchmark_reports_every_figure(self) -> None:
+        """benchmarks.projections --quick prints each figure with its baseline and target."""
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.projections", "--quick", "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rows = json.loads(done.stdout)["results"]
+        cases = [row["case"] for row in rows]
+        assert cases[0].startswith("on-demand fold")
+        assert cases[1].startswith("time travel, warm")
+        assert cases[2].startswith("time travel, cold")
+        assert cases[3].startswith("rebuild run_index + failure_patterns")
+        assert cases[4].startswith("engine.runs(limit=100)")
+        assert all("target" in row and isinstance(row["met"], bool) for row in rows)
+        assert min(rows[0]["fold"], rows[0]["read_decode"]) > 0
+        assert min(rows[1]["median"], rows[2]["median"]) > 0
+        assert min(rows[3]["rebuild"], rows[3]["raw_sqlite3_json"]) > 0
+        assert rows[4]["same_answer"] is True
+        assert "rebuild: 100%" in done.stderr
