@@ -140,7 +140,8 @@ class Engine:
     ) -> Any:
         """The state of `projection` over one run, now or after event `at` (a version or a time).
 
-        Long runs fold from the nearest stored snapshot, never from the first event.
+        The first question about a long run stores snapshots every `SNAPSHOT_INTERVAL`
+        events; later ones (in any process) fold only from the nearest snapshot.
 
         Args:
             tree: fold the run and all its child runs (recursively) together, in time

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from projections._views import ProjectionReplaced
 from projections.base import SCOPES, Projection, as_projection, on
 from projections.errors import ProjectionError, ProjectionStateError, UnknownProjection
 from projections.failures import FailurePatterns, Failures
@@ -40,6 +41,7 @@ __all__ = [
     "ProgressState",
     "Projection",
     "ProjectionError",
+    "ProjectionReplaced",
     "ProjectionStateError",
     "ProjectionStatus",
     "Projections",

@@ -10,7 +10,7 @@ from typing import Any
 from eventsourcing.persistence import Tracking
 from eventsourcing.popo import POPOTrackingRecorder
 
-from projections._views import PageSave, PositionMoved, RunQuery
+from projections._views import PageSave, PositionMoved, ProjectionReplaced, RunQuery
 
 
 class MemoryViews(POPOTrackingRecorder):
@@ -58,6 +58,8 @@ class MemoryViews(POPOTrackingRecorder):
         """Save pages and tracking records atomically, or raise `PositionMoved`."""
         with self._database_lock:
             for save in saves:
+                if self._fingerprints.get(save.name) != save.fingerprint:
+                    raise ProjectionReplaced(save.name)
                 found = self._max_tracking_ids[save.name] or 0
                 if found != save.start:
                     raise PositionMoved(save.name, save.start, found)

@@ -17,7 +17,7 @@ from typing import Any
 
 from eventsourcing.persistence import Tracking
 
-from projections._views import PageSave, PositionMoved, RunQuery, run_columns
+from projections._views import PageSave, PositionMoved, ProjectionReplaced, RunQuery, run_columns
 
 TABLES = (
     "CREATE TABLE IF NOT EXISTS {projections} (name TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,"
@@ -154,9 +154,14 @@ class SQLViews:
         with self._transaction(commit=True) as cursor:
             for save in saves:  # lock each projection's row before reading its position
                 cursor.execute(
-                    self._sql("UPDATE {projections} SET updated=?, last_error=NULL WHERE name=?"),
-                    (datetime.now().astimezone().isoformat(), save.name),
+                    self._sql(
+                        "UPDATE {projections} SET updated=?, last_error=NULL "
+                        "WHERE name=? AND fingerprint=? RETURNING name"
+                    ),
+                    (datetime.now().astimezone().isoformat(), save.name, save.fingerprint),
                 )
+                if cursor.fetchone() is None:
+                    raise ProjectionReplaced(save.name)
             current = self._positions(cursor, [save.name for save in saves])
             for save in saves:
                 if current[save.name] != save.start:
@@ -213,9 +218,13 @@ class SQLViews:
 
     def states(self, name: str) -> dict[str, Any]:
         """Every stored state of `name` by key."""
+        if name == "run_index":
+            query, params = "SELECT run_id AS k, data AS v FROM {runs}", []
+        else:
+            query, params = "SELECT key AS k, state AS v FROM {states} WHERE name=?", [name]
         with self._transaction(commit=False) as cursor:
-            cursor.execute(self._sql("SELECT key, state FROM {states} WHERE name=?"), (name,))
-            return {row["key"]: json.loads(row["state"]) for row in cursor.fetchall()}
+            cursor.execute(self._sql(query), params)
+            return {row["k"]: json.loads(row["v"]) for row in cursor.fetchall()}
 
     def runs(self, query: RunQuery) -> list[Any]:
         """Run index rows matching `query`, newest first."""

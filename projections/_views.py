@@ -22,6 +22,17 @@ class PositionMoved(StagetrailError, RuntimeError):
         super().__init__(f"projection {name!r} moved from position {expected} to {found} meanwhile")
 
 
+class ProjectionReplaced(StagetrailError, RuntimeError):
+    """The store's state of a projection now belongs to other code registered elsewhere."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"projection {name!r} was re-registered in this store by other code (another "
+            "version or changed handlers); this process runs stale code: restart it"
+        )
+
+
 @attrs.frozen
 class PageSave:
     """One projection's folded page: its new states and the positions it moves between."""
@@ -30,6 +41,7 @@ class PageSave:
     start: int
     end: int
     states: dict[str, Any]
+    fingerprint: str
 
 
 @attrs.frozen

@@ -165,8 +165,8 @@ def _snake(name: str) -> str:
 
 
 @cache
-def _fingerprint(cls: type) -> str:
-    digest = hashlib.sha256(f"{cls.__qualname__}:{getattr(cls, 'version', 1)}".encode())
+def _fingerprint(cls: type[Projection[Any]]) -> str:
+    digest = hashlib.sha256(f"{cls.name}:{cls.version}".encode())
     for klass in cls.__mro__:
         for attribute_name, attribute in sorted(vars(klass).items()):
             code = getattr(attribute, "__code__", None)

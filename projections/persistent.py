@@ -162,15 +162,22 @@ class Projections:
         )
         end = notifications[-1].id if notifications else stop
         events: list[Event] = [self._mapper.to_domain_event(n) for n in notifications]  # type: ignore[misc]
+        ids = [notification.id for notification in notifications]
         self._learn_pipelines(events)
         saves = []
         for name in group:
-            try:
-                saves.append(self._fold(name, events, start, end))
-            except (ProjectionError, ProjectionStateError) as error:
+            save, error = self._fold(name, events, ids, start, end)
+            if save is not None:
+                saves.append(save)
+            if error is not None:
                 failures[name] = error
-                self._cache.pop(name, None)
+        self._commit(saves)
+        for name, error in failures.items():
+            if name in group:  # kept after the commit, which clears last errors
                 self.views.record_error(name, str(error))
+        return len(events), end
+
+    def _commit(self, saves: list[PageSave]) -> None:
         try:
             if saves:
                 self.views.commit(saves)
@@ -179,21 +186,34 @@ class Projections:
                 self._cache.pop(save.name, None)
             raise
         for save in saves:
-            self._remember(save.name, end)
-        return len(events), end
+            self._remember(save.name, save.end)
 
-    def _fold(self, name: str, events: list[Event], start: int, end: int) -> PageSave:
+    def _fold(
+        self, name: str, events: list[Event], ids: list[int], start: int, end: int
+    ) -> tuple[PageSave | None, ProjectionError | ProjectionStateError | None]:
+        """Fold a page into `name`; on a handler error, keep what came before the event."""
         projection = self._registered[name]
         states = self._states(name, projection, events, start)
         touched: set[str] = set()
-        for event in events:
+        reached, error = end, None
+        for index, event in enumerate(events):
             if not projection.relevant(event):
                 continue
             key = projection.key(event, self._pipeline(event.run_id, projection))
-            states[key] = projection.apply(states[key], event)
+            try:
+                states[key] = projection.apply(states[key], event)
+            except ProjectionError as failure:
+                reached, error = (ids[index - 1] if index else start), failure
+                break
             touched.add(key)
-        encoded = {key: projection.encode(states[key]) for key in touched}
-        return PageSave(name, start, end, encoded)
+        try:
+            encoded = {key: projection.encode(states[key]) for key in touched}
+        except ProjectionStateError as failure:
+            self._cache.pop(name, None)
+            return None, failure
+        if reached == start:
+            return None, error
+        return PageSave(name, start, reached, encoded, projection.fingerprint()), error
 
     def _states(
         self, name: str, projection: Projection[Any], events: list[Event], start: int

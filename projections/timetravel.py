@@ -128,8 +128,8 @@ class TimeTravel:
     def _store(self, key: _Key, projection: Projection[Any], fresh: list[tuple[int, Any]]) -> None:
         if not fresh or self._views is None:
             return
-        encoded = [(version, projection.encode(state)) for version, state in fresh]
         try:
+            encoded = [(version, projection.encode(state)) for version, state in fresh]
             self._views.save_snapshots(str(key[0]), key[1], key[2], encoded)
-        except Exception as error:  # a read-only store still answers, just without snapshots
+        except Exception as error:  # a read-only store or a state without codec still answers
             _log.debug("snapshots of %s not stored: %s", key, error)

@@ -13,6 +13,7 @@ from projections import (
     FailurePatterns,
     Projection,
     ProjectionError,
+    ProjectionReplaced,
     StateStack,
     UnknownProjection,
     on,
@@ -117,7 +118,7 @@ class TestCatchUp:
 
 class TestFailures:
     def test_a_failing_projection_stops_alone(self, engine: Engine) -> None:
-        """A handler error is raised and kept as last_error; the other projections catch up."""
+        """A handler error is raised and kept; the projection stops just before the event."""
         engine.projections.register(BreaksOnTimeouts)
         engine.projections.register(FailuresByType)
         record_failures(engine, "A", "Timeout", "A")
@@ -125,11 +126,30 @@ class TestFailures:
             engine.projections.catch_up()
         status = {s.name: s for s in engine.projections.status()}
         assert status["failures_by_type"].lag == 0
-        assert status["breaks_on_timeouts"].position < status["breaks_on_timeouts"].head
+        assert status["breaks_on_timeouts"].position == 4  # the event before the failing one
         assert "cannot count timeouts" in (status["breaks_on_timeouts"].last_error or "")
         assert status["failures_by_type"].last_error is None
         assert engine.projections.get("failures_by_type", catch_up=False) == {"A": 2, "Timeout": 1}
-        assert engine.projections.get("breaks_on_timeouts", catch_up=False) == 0
+        assert engine.projections.get("breaks_on_timeouts", catch_up=False) == 1
+        with pytest.raises(ProjectionError):  # the next catch-up meets the same event again
+            engine.projections.catch_up(["breaks_on_timeouts"])
+        assert engine.projections.get("breaks_on_timeouts", catch_up=False) == 1
+
+    def test_stale_code_cannot_write_over_newer_code(self, shared_url: str) -> None:
+        """A process whose projection was re-registered elsewhere by other code is refused."""
+        with Engine(shared_url) as old:
+            old.projections.register(FailuresByType)
+            record_failures(old, "A")
+
+            class FailuresByTypeV2(FailuresByType):
+                name = "failures_by_type"
+                version = 2
+
+            with Engine(shared_url) as new:
+                new.projections.register(FailuresByTypeV2)
+                with pytest.raises(ProjectionReplaced, match=r"'failures_by_type'.*stale code"):
+                    old.projections.catch_up(["failures_by_type"])
+                assert new.projections.get("failures_by_type") == {"A": 1}
 
 
 class TestStatusAndRebuild:
