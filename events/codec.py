@@ -85,6 +85,8 @@ def _event_type(topic: str) -> type[Event]:
 
 def _upcast(cls: type[Event], state: dict[str, Any]) -> None:
     stored_version = state.pop("class_version", 1)
+    if stored_version == cls.class_version and type(stored_version) is int:
+        return  # the common case: written by this code, nothing to upcast
     if type(stored_version) is not int or stored_version < 1:
         raise EventFormatError(cls.topic, f"class version {stored_version!r} is not a version")
     if stored_version > cls.class_version:

@@ -21,7 +21,7 @@ class MemoryViews(POPOTrackingRecorder):
         self._fingerprints: dict[str, str] = {}
         self._errors: dict[str, str | None] = {}
         self._states: dict[str, dict[str, Any]] = {}
-        self._snapshots: dict[tuple[str, str, str], dict[int, Any]] = {}
+        self._snapshots: dict[tuple[str, str, str], dict[int, str]] = {}
 
     def register(self, name: str, fingerprint: str) -> bool:
         """Record a projection; reset it when its code changed (True if it did)."""
@@ -92,21 +92,21 @@ class MemoryViews(POPOTrackingRecorder):
 
     def snapshot(
         self, run_id: str, projection: str, fingerprint: str, version: int
-    ) -> tuple[int, Any] | None:
-        """The newest snapshot at or before `version`."""
+    ) -> tuple[int, str] | None:
+        """The newest snapshot (version, JSON text) at or before `version`."""
         with self._database_lock:
             stored = self._snapshots.get((run_id, projection, fingerprint), {})
             best = max((v for v in stored if v <= version), default=None)
-            return None if best is None else (best, copy.deepcopy(stored[best]))
+            return None if best is None else (best, stored[best])
 
     def save_snapshots(
-        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, Any]]
+        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
     ) -> None:
-        """Store snapshots of one run's projection."""
+        """Store snapshots (version, JSON text) of one run's projection."""
         with self._database_lock:
             stored = self._snapshots.setdefault((run_id, projection, fingerprint), {})
-            for version, state in states:
-                stored.setdefault(version, copy.deepcopy(state))
+            for version, text in states:
+                stored.setdefault(version, text)
 
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
         """No notifications in memory: wait out the poll interval (or until stopped)."""

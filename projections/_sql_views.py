@@ -236,8 +236,8 @@ class SQLViews:
 
     def snapshot(
         self, run_id: str, projection: str, fingerprint: str, version: int
-    ) -> tuple[int, Any] | None:
-        """The newest stored snapshot of the projection at or before `version`."""
+    ) -> tuple[int, str] | None:
+        """The newest stored snapshot (version, JSON text) at or before `version`."""
         with self._transaction(commit=False) as cursor:
             cursor.execute(
                 self._sql(
@@ -247,17 +247,17 @@ class SQLViews:
                 (run_id, projection, fingerprint, version),
             )
             row = cursor.fetchone()
-            return None if row is None else (int(row["version"]), json.loads(row["state"]))
+            return None if row is None else (int(row["version"]), str(row["state"]))
 
     def save_snapshots(
-        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, Any]]
+        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
     ) -> None:
-        """Store snapshots (version, encoded state) of a projection over one run."""
+        """Store snapshots (version, JSON text) of a projection over one run."""
         with self._transaction(commit=True) as cursor:
             cursor.executemany(
                 self._sql(
                     "INSERT INTO {snapshots} (run_id, projection, fingerprint, version, state) "
                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
                 ),
-                [(run_id, projection, fingerprint, v, dumps(state)) for v, state in states],
+                [(run_id, projection, fingerprint, version, text) for version, text in states],
             )

@@ -137,13 +137,13 @@ class Views(Protocol):
 
     def snapshot(
         self, run_id: str, projection: str, fingerprint: str, version: int
-    ) -> tuple[int, Any] | None:
-        """The newest snapshot at or before `version`."""
+    ) -> tuple[int, str] | None:
+        """The newest snapshot (version, JSON text) at or before `version`."""
 
     def save_snapshots(
-        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, Any]]
+        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
     ) -> None:
-        """Store snapshots of one run's projection."""
+        """Store snapshots (version, JSON text) of one run's projection."""
 
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
         """Block until new events may have arrived or `timeout` passes; True if notified."""

@@ -10,8 +10,9 @@ the run index is always at least as far as any projection that needs it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -42,6 +43,24 @@ class ProjectionStatus:
     last_error: str | None
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for one page.
+
+    A page allocates thousands of short-lived, acyclic objects beside a large cache of
+    states; letting the collector rescan that cache every 700 allocations cost a quarter
+    of a rebuild. Reference counting still frees everything; collection resumes after.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class Projections:
     """The registry and runner of an engine's persistent projections.
 
@@ -57,7 +76,7 @@ class Projections:
         self.views = views
         self._registered: dict[str, Projection[Any]] = {}
         self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
-        self._pipelines: dict[UUID, str] = {}
+        self._pipelines: dict[int, str] = {}  # by UUID.int: see _keys
         self._lock = threading.RLock()
 
     def register(self, projection: Projection[Any] | type[Projection[Any]]) -> Projection[Any]:
@@ -136,7 +155,8 @@ class Projections:
             group = [name for name in active if positions[name] == lowest]
             stop = min([p for p in positions.values() if p > lowest] + [head])
             try:
-                count, end = self._page(group, lowest, stop, failures)
+                with _collector_paused():
+                    count, end = self._page(group, lowest, stop, failures)
             except PositionMoved:
                 for name in group:
                     self._cache.pop(name, None)
@@ -193,13 +213,14 @@ class Projections:
     ) -> tuple[PageSave | None, ProjectionError | ProjectionStateError | None]:
         """Fold a page into `name`; on a handler error, keep what came before the event."""
         projection = self._registered[name]
-        states = self._states(name, projection, events, start)
+        keys = self._keys(projection, events)
+        states = self._states(name, projection, keys, start)
         touched: set[str] = set()
         reached, error = end, None
         for index, event in enumerate(events):
-            if not projection.relevant(event):
+            key = keys[index]
+            if key is None:
                 continue
-            key = projection.key(event, self._pipeline(event.run_id, projection))
             try:
                 states[key] = projection.apply(states[key], event)
             except ProjectionError as failure:
@@ -215,18 +236,41 @@ class Projections:
             return None, error
         return PageSave(name, start, reached, encoded, projection.fingerprint()), error
 
+    def _keys(self, projection: Projection[Any], events: list[Event]) -> list[str | None]:
+        """Each event's partition key, None for events the projection does not see."""
+        relevant = projection.relevant
+        if type(projection).key is not Projection.key:
+            return [
+                projection.key(e, self._pipeline(e.run_id, projection)) if relevant(e) else None
+                for e in events
+            ]
+        if projection.scope == "all":
+            return ["" if relevant(e) else None for e in events]
+        # Dicts keyed by UUID.int: hashing a UUID and str(UUID) are slow Python code,
+        # and a page repeats the same few runs.
+        if projection.scope == "pipeline":
+            known = self._pipelines
+            return [
+                (known.get(e.run_id.int) or self._pipeline(e.run_id, projection))
+                if relevant(e)
+                else None
+                for e in events
+            ]
+        texts: dict[int, str] = {}
+        return [
+            (texts.get(e.run_id.int) or texts.setdefault(e.run_id.int, str(e.run_id)))
+            if relevant(e)
+            else None
+            for e in events
+        ]
+
     def _states(
-        self, name: str, projection: Projection[Any], events: list[Event], start: int
+        self, name: str, projection: Projection[Any], keys: list[str | None], start: int
     ) -> dict[str, Any]:
         position, cached = self._cache.get(name, (-1, {}))
         if position != start or len(cached) > _CACHE_LIMIT:
             cached = {}
-        keys = {
-            projection.key(e, self._pipeline(e.run_id, projection))
-            for e in events
-            if projection.relevant(e)
-        }
-        missing = [key for key in keys if key not in cached]
+        missing = [key for key in set(keys) if key is not None and key not in cached]
         for key, data in self.views.load(name, missing).items():
             cached[key] = projection.decode(data)
         for key in missing:
@@ -243,15 +287,15 @@ class Projections:
             self._pipelines.clear()
         for event in events:
             if isinstance(event, RunStarted):
-                self._pipelines[event.run_id] = event.pipeline
+                self._pipelines[event.run_id.int] = event.pipeline
 
     def _pipeline(self, run_id: UUID, projection: Projection[Any]) -> str | None:
         if projection.scope != "pipeline":
             return None
-        if run_id not in self._pipelines:
+        if run_id.int not in self._pipelines:
             row = self.views.load(RunIndex.name, [str(run_id)]).get(str(run_id))
-            self._pipelines[run_id] = "" if row is None else row["pipeline"]
-        return self._pipelines[run_id]
+            self._pipelines[run_id.int] = "" if row is None else row["pipeline"]
+        return self._pipelines[run_id.int]
 
     def rebuild(self, name: str, *, on_progress: Progress | None = None) -> int:
         """Fold projection `name` again from the first event; return the events folded."""

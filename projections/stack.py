@@ -7,7 +7,7 @@ or a pop costs the same however deep the stack is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -123,7 +123,7 @@ class StateStack(Projection[Stack]):
             version=event.version,
             timestamp=event.timestamp,
         )
-        return attrs.evolve(state, frame_list=state.frame_list.push(frame))
+        return Stack(state.initial, state.table, state.frame_list.push(frame))
 
     @on(StageFailed)
     def failed(self, state: Stack, event: StageFailed) -> Stack:
@@ -141,12 +141,12 @@ class StateStack(Projection[Stack]):
             version=event.version,
             timestamp=event.timestamp,
         )
-        return attrs.evolve(state, frame_list=state.frame_list.push(frame))
+        return Stack(state.initial, state.table, state.frame_list.push(frame))
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
         """Pop the newest `steps` frames."""
-        return attrs.evolve(state, frame_list=state.frame_list.pop(event.steps))
+        return Stack(state.initial, state.table, state.frame_list.pop(event.steps))
 
     def encode(self, state: Stack) -> JSON:
         """The stack as strict JSON: initial state, table rows and frames oldest first."""
@@ -167,13 +167,19 @@ class StateStack(Projection[Stack]):
         )
 
 
-def encode_frame(frame: Frame) -> dict[str, JSON]:
-    """A frame as a strict JSON object (the timestamp in ISO 8601)."""
-    data = attrs.asdict(frame, recurse=False)
-    data["timestamp"] = frame.timestamp.isoformat()
-    return data
+_FIELDS = tuple(field.name for field in attrs.fields(Frame))
 
 
-def decode_frame(data: Mapping[str, Any]) -> Frame:
-    """The frame `encode_frame` turned into `data`."""
-    return Frame(**{**data, "timestamp": datetime.fromisoformat(data["timestamp"])})
+def encode_frame(frame: Frame) -> list[JSON]:
+    """A frame as a JSON array in field order (the timestamp in ISO 8601).
+
+    Arrays, not objects: deep stacks are snapshotted, and arrays halve the bytes.
+    """
+    row: list[Any] = [getattr(frame, name) for name in _FIELDS]
+    row[-1] = frame.timestamp.isoformat()
+    return row
+
+
+def decode_frame(row: Sequence[Any]) -> Frame:
+    """The frame `encode_frame` turned into `row`."""
+    return Frame(*row[:-1], datetime.fromisoformat(row[-1]))  # type: ignore[call-arg]

@@ -9,6 +9,7 @@ A snapshot belongs to the projection's code fingerprint: new code, new snapshots
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -16,11 +17,16 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 from uuid import UUID
 
+from projections._sql_views import dumps
 from projections._views import Views
 from projections.base import Projection
+from projections.errors import ProjectionStateError
 
 SNAPSHOT_INTERVAL = 500
-"""Events between two snapshots of a projection over one run."""
+"""Events between two snapshots of a projection over one run (in memory; see `_Storer`)."""
+
+BYTES_PER_EVENT = 256
+"""Stored snapshot bytes allowed per event they stand for (about an event's own size)."""
 
 _log = logging.getLogger(__name__)
 _Key = tuple[UUID, str, str]
@@ -85,16 +91,17 @@ class TimeTravel:
             ProjectionError: a handler failed (names the event and version).
         """
         key = (run_id, projection.name, projection.fingerprint())
-        start, state = self._start(key, projection, version)
+        start, state, stored_size = self._start(key, projection, version)
         fresh: list[tuple[int, Any]] = []
+        storer = _Storer(self, key, projection, stored_size)
         apply, relevant = projection.apply, projection.relevant
         for event in self._reader.stream(run_id, gt=start, lte=version):
             if relevant(event):
                 state = apply(state, event)
             if event.version % self.interval == 0:
                 fresh.append((event.version, state))
+                storer.offer(event.version, state)
         self._remember(key, fresh)
-        self._store(key, projection, fresh)
         return state
 
     def forget(self) -> None:
@@ -115,21 +122,58 @@ class TimeTravel:
             for version, state in states:
                 memory.add(version, state)
 
-    def _start(self, key: _Key, projection: Projection[Any], version: int) -> tuple[int, Any]:
+    def _start(self, key: _Key, projection: Projection[Any], version: int) -> tuple[int, Any, int]:
         with self._lock:
             start, state = self._snapshots(key).best(version) or (0, None)
+        size = 0
         if version - start >= self.interval and self._views is not None:
             stored = self._views.snapshot(str(key[0]), key[1], key[2], version)
             if stored is not None and stored[0] > start:
-                start, state = stored[0], projection.decode(stored[1])
+                start, size = stored[0], len(stored[1])
+                state = projection.decode(json.loads(stored[1]))
                 self._remember(key, [(start, state)])
-        return start, (projection.initial() if start == 0 else state)
+        return start, (projection.initial() if start == 0 else state), size
 
-    def _store(self, key: _Key, projection: Projection[Any], fresh: list[tuple[int, Any]]) -> None:
-        if not fresh or self._views is None:
+    def save(self, key: _Key, version: int, text: str) -> None:
+        """Store one snapshot; a store that refuses (read-only) only loses the speed-up."""
+        if self._views is None:
             return
         try:
-            encoded = [(version, projection.encode(state)) for version, state in fresh]
-            self._views.save_snapshots(str(key[0]), key[1], key[2], encoded)
-        except Exception as error:  # a read-only store or a state without codec still answers
-            _log.debug("snapshots of %s not stored: %s", key, error)
+            self._views.save_snapshots(str(key[0]), key[1], key[2], [(version, text)])
+        except Exception as error:  # any refusal of the database: answers stay correct
+            _log.debug("snapshot of %s at %d not stored: %s", key, version, error)
+
+
+class _Storer:
+    """Decides which snapshots of one fold are worth storing, and stores them.
+
+    A snapshot is stored every `spacing` events, and the spacing doubles while a
+    snapshot is larger than `BYTES_PER_EVENT` times it: stored snapshots then take
+    about as much room as the events they stand for, even for states that grow
+    with the run (a deep stack), instead of a copy of the whole state every 500 events.
+    """
+
+    def __init__(
+        self, travel: TimeTravel, key: _Key, projection: Projection[Any], stored_size: int
+    ) -> None:
+        self.travel, self.key, self.projection = travel, key, projection
+        self.spacing = _spacing(travel.interval, stored_size)
+        self.enabled = travel._views is not None
+
+    def offer(self, version: int, state: Any) -> None:
+        if not self.enabled or version % self.spacing:
+            return
+        try:
+            text = dumps(self.projection.encode(state))
+        except ProjectionStateError as error:  # no codec: on-demand answers need none
+            _log.debug("%s has no JSON codec, so no stored snapshots: %s", self.key[1], error)
+            self.enabled = False
+            return
+        self.travel.save(self.key, version, text)
+        self.spacing = _spacing(self.spacing, len(text))
+
+
+def _spacing(spacing: int, size: int) -> int:
+    while size > spacing * BYTES_PER_EVENT:
+        spacing *= 2
+    return spacing
