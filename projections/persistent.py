@@ -25,7 +25,7 @@ from projections.base import Projection, as_projection
 from projections.errors import ProjectionError, ProjectionStateError, UnknownProjection
 from projections.run_index import RunIndex, RunSummary
 
-PAGE = 1000
+PAGE = 2000
 """Notifications folded and saved per transaction."""
 
 _CACHE_LIMIT = 20_000
@@ -207,6 +207,17 @@ class Projections:
             raise
         for save in saves:
             self._remember(save.name, save.end)
+            self._evict_settled(save)
+
+    def _evict_settled(self, save: PageSave) -> None:
+        """Drop cached states that can no longer change; a large cache slows every page."""
+        projection = self._registered[save.name]
+        if type(projection).settled is Projection.settled:
+            return
+        _, cached = self._cache[save.name]
+        for key in save.states:
+            if key in cached and projection.settled(cached[key]):
+                del cached[key]
 
     def _fold(
         self, name: str, events: list[Event], ids: list[int], start: int, end: int

@@ -17,6 +17,7 @@ from events import (
     StageFailed,
     StateRolledBack,
 )
+from projections._fast import build
 from projections._pmap import PList
 from projections._table import Lookup, from_rows, lookup, rows
 from projections._views import iso
@@ -149,6 +150,10 @@ class RunIndex(Projection["RunSummary | None"]):
         except Exception as error:
             raise ProjectionError(self.name, event, error) from error
 
+    def settled(self, state: RunSummary | None) -> bool:
+        """A finished run's summary never changes: nothing follows `RunFinished`."""
+        return state is not None and state.status != RUNNING
+
     def encode(self, state: RunSummary | None) -> JSON:
         """The summary as JSON: the public fields plus the table and the state stack."""
         if state is None:
@@ -187,13 +192,10 @@ class RunIndex(Projection["RunSummary | None"]):
 
 
 def _touch(summary: RunSummary, event: Event, **changes: Any) -> RunSummary:
-    # Every event of every run passes here when the index is rebuilt; a dict merge
-    # costs a fraction of attrs.evolve, and the class has no validators to skip.
+    # Every event of every run passes here when the index is rebuilt: see `build`.
     fields = {**summary.__dict__, **changes}
     fields["version"], fields["updated"] = event.version, event.timestamp
-    touched = object.__new__(RunSummary)
-    object.__setattr__(touched, "__dict__", fields)
-    return touched
+    return build(RunSummary, fields)
 
 
 def _fork_json(fork: tuple[UUID, int] | None) -> list[Any] | None:

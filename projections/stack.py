@@ -14,12 +14,13 @@ from typing import Any
 import attrs
 
 from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from projections._fast import build
 from projections._pmap import PList
 from projections._table import Lookup, initial_state, lookup
 from projections.base import Projection, on
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)
 class Frame:
     """One stage outcome on the stack, and the state it led to."""
 
@@ -36,7 +37,7 @@ class Frame:
     timestamp: datetime
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)
 class Stack:
     """The state stack of a run: its initial state, its table and its frames."""
 
@@ -110,43 +111,49 @@ class StateStack(Projection[Stack]):
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
         """Push a frame holding the stage's result."""
-        frame = Frame(
-            state=state.dest(event.stage, event.outcome),
-            stage=event.stage,
-            outcome=event.outcome,
-            attempt=event.attempt,
-            failed=False,
-            result=event.result,
-            error=None,
-            error_type=None,
-            duration=event.duration,
-            version=event.version,
-            timestamp=event.timestamp,
+        frame = build(
+            Frame,
+            {
+                "state": state.table.get((event.stage, event.outcome), event.stage),
+                "stage": event.stage,
+                "outcome": event.outcome,
+                "attempt": event.attempt,
+                "failed": False,
+                "result": event.result,
+                "error": None,
+                "error_type": None,
+                "duration": event.duration,
+                "version": event.version,
+                "timestamp": event.timestamp,
+            },
         )
-        return Stack(state.initial, state.table, state.frame_list.push(frame))
+        return _stack(state, state.frame_list.push(frame))
 
     @on(StageFailed)
     def failed(self, state: Stack, event: StageFailed) -> Stack:
         """Push a frame holding the stage's error."""
-        frame = Frame(
-            state=state.dest(event.stage, event.outcome),
-            stage=event.stage,
-            outcome=event.outcome,
-            attempt=event.attempt,
-            failed=True,
-            result=None,
-            error=event.error,
-            error_type=event.error_type,
-            duration=event.duration,
-            version=event.version,
-            timestamp=event.timestamp,
+        frame = build(
+            Frame,
+            {
+                "state": state.table.get((event.stage, event.outcome), event.stage),
+                "stage": event.stage,
+                "outcome": event.outcome,
+                "attempt": event.attempt,
+                "failed": True,
+                "result": None,
+                "error": event.error,
+                "error_type": event.error_type,
+                "duration": event.duration,
+                "version": event.version,
+                "timestamp": event.timestamp,
+            },
         )
-        return Stack(state.initial, state.table, state.frame_list.push(frame))
+        return _stack(state, state.frame_list.push(frame))
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
         """Pop the newest `steps` frames."""
-        return Stack(state.initial, state.table, state.frame_list.pop(event.steps))
+        return _stack(state, state.frame_list.pop(event.steps))
 
     def encode(self, state: Stack) -> JSON:
         """The stack as strict JSON: initial state, table rows and frames oldest first."""
@@ -183,3 +190,7 @@ def encode_frame(frame: Frame) -> list[JSON]:
 def decode_frame(row: Sequence[Any]) -> Frame:
     """The frame `encode_frame` turned into `row`."""
     return Frame(*row[:-1], datetime.fromisoformat(row[-1]))  # type: ignore[call-arg]
+
+
+def _stack(state: Stack, frames: PList[Frame]) -> Stack:
+    return build(Stack, {"initial": state.initial, "table": state.table, "frame_list": frames})
