@@ -10,9 +10,8 @@ the run index is always at least as far as any projection that needs it.
 from __future__ import annotations
 
 import contextlib
-import gc
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -20,6 +19,7 @@ import attrs
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 
 from events import Event, RunStarted
+from projections._fast import collector_paused
 from projections._views import PageSave, PositionMoved, RunQuery, Views
 from projections.base import Projection, as_projection
 from projections.errors import ProjectionError, ProjectionStateError, UnknownProjection
@@ -41,24 +41,6 @@ class ProjectionStatus:
     head: int
     lag: int
     last_error: str | None
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for one page.
-
-    A page allocates thousands of short-lived, acyclic objects beside a large cache of
-    states; letting the collector rescan that cache every 700 allocations cost a quarter
-    of a rebuild. Reference counting still frees everything; collection resumes after.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class Projections:
@@ -155,7 +137,7 @@ class Projections:
             group = [name for name in active if positions[name] == lowest]
             stop = min([p for p in positions.values() if p > lowest] + [head])
             try:
-                with _collector_paused():
+                with collector_paused():
                     count, end = self._page(group, lowest, stop, failures)
             except PositionMoved:
                 for name in group:

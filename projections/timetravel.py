@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 from uuid import UUID
 
+from projections._fast import collector_paused
 from projections._sql_views import dumps
 from projections._views import Views
 from projections.base import Projection
@@ -95,12 +96,14 @@ class TimeTravel:
         fresh: list[tuple[int, Any]] = []
         storer = _Storer(self, key, projection, stored_size)
         apply, relevant = projection.apply, projection.relevant
-        for event in self._reader.stream(run_id, gt=start, lte=version):
-            if relevant(event):
-                state = apply(state, event)
-            if event.version % self.interval == 0:
-                fresh.append((event.version, state))
-                storer.offer(event.version, state)
+        with collector_paused() as tick:
+            for event in self._reader.stream(run_id, gt=start, lte=version):
+                if relevant(event):
+                    state = apply(state, event)
+                if event.version % self.interval == 0:
+                    fresh.append((event.version, state))
+                    storer.offer(event.version, state)
+                tick()
         self._remember(key, fresh)
         return state
 
