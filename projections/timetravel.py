@@ -105,6 +105,7 @@ class TimeTravel:
                     storer.offer(event.version, state)
                 tick()
         self._remember(key, fresh)
+        storer.flush()
         return state
 
     def forget(self) -> None:
@@ -137,14 +138,14 @@ class TimeTravel:
                 self._remember(key, [(start, state)])
         return start, (projection.initial() if start == 0 else state), size
 
-    def save(self, key: _Key, version: int, text: str) -> None:
-        """Store one snapshot; a store that refuses (read-only) only loses the speed-up."""
-        if self._views is None:
+    def save(self, key: _Key, texts: list[tuple[int, str]]) -> None:
+        """Store snapshots; a store that refuses (read-only) only loses the speed-up."""
+        if self._views is None or not texts:
             return
         try:
-            self._views.save_snapshots(str(key[0]), key[1], key[2], [(version, text)])
+            self._views.save_snapshots(str(key[0]), key[1], key[2], texts)
         except Exception as error:  # any refusal of the database: answers stay correct
-            _log.debug("snapshot of %s at %d not stored: %s", key, version, error)
+            _log.debug("snapshots of %s not stored: %s", key, error)
 
 
 class _Storer:
@@ -162,6 +163,7 @@ class _Storer:
         self.travel, self.key, self.projection = travel, key, projection
         self.spacing = _spacing(travel.interval, stored_size)
         self.enabled = travel._views is not None
+        self.texts: list[tuple[int, str]] = []
 
     def offer(self, version: int, state: Any) -> None:
         if not self.enabled or version % self.spacing:
@@ -172,8 +174,13 @@ class _Storer:
             _log.debug("%s has no JSON codec, so no stored snapshots: %s", self.key[1], error)
             self.enabled = False
             return
-        self.travel.save(self.key, version, text)
+        self.texts.append((version, text))
         self.spacing = _spacing(self.spacing, len(text))
+
+    def flush(self) -> None:
+        """Store the chosen snapshots in one transaction (they total about the events' size)."""
+        self.travel.save(self.key, self.texts)
+        self.texts = []
 
 
 def _spacing(spacing: int, size: int) -> int:
