@@ -262,3 +262,24 @@ class TestDefaults:
         """Every engine keeps the run index and cross-run failure patterns persistent."""
         assert memory_engine.projections.names == ["failure_patterns", "run_index"]
         assert isinstance(memory_engine.projections.projection("failure_patterns"), FailurePatterns)
+
+
+class TestWaiting:
+    def test_a_wait_without_news_ends_at_its_timeout(self, shared_url: str) -> None:
+        """With no NOTIFY (or a lost one) the wait ends after its timeout, so a follower polls."""
+        with Engine(shared_url) as engine:
+            views = engine.store.views
+            assert views is not None
+            started = time.monotonic()
+            notified = views.wait_for_events(0.2, threading.Event())
+            assert notified is False
+            assert time.monotonic() - started < 30  # a deadline, not a timing assert
+
+    def test_an_append_wakes_a_postgres_wait(self, postgres_url: str) -> None:
+        """On PostgreSQL an append's NOTIFY ends the wait early and reports it."""
+        with Engine(postgres_url) as engine, Engine(postgres_url) as writer:
+            views = engine.store.views
+            assert views is not None
+            views.wait_for_events(0.01, threading.Event())  # LISTEN from now on
+            record_failures(writer, "A")
+            assert views.wait_for_events(60, threading.Event()) is True
