@@ -59,13 +59,22 @@ class Engine:
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
         self.store = Store(url or _urls.default_url(), create=create, cipher_key=key)
-        views: Any = self.store.views or _querying.NoViews(self.url, self.store.views_problem)
-        self.projections = Projections(self.store.recorder, self.store.mapper, views)
+        self.projections = self._projections()
         """The persistent projections: register, catch_up, get, status, rebuild."""
         self._time_travel = TimeTravel(self.store, self.store.views)
-        if self.store.views is not None:
-            self.projections.register(RunIndex)
-            self.projections.register(FailurePatterns)
+
+    def _projections(self) -> Projections:
+        store = self.store
+        if store.views is not None:
+            projections = Projections(store.recorder, store.mapper, store.views)
+            try:
+                projections.register(RunIndex)
+                projections.register(FailurePatterns)
+                return projections
+            except Exception as error:  # e.g. a read-only file: reading runs must still work
+                store.views_problem = f"{type(error).__name__}: {error}"
+        views: Any = _querying.NoViews(self.url, store.views_problem)
+        return Projections(store.recorder, store.mapper, views)
 
     @property
     def url(self) -> str:

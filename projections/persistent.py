@@ -317,6 +317,8 @@ class Projections:
 
     def runs(self, query: RunQuery) -> list[RunSummary]:
         """Run summaries matching `query`, newest first, after catching the index up."""
+        if RunIndex.name not in self._registered:
+            self.register(RunIndex)  # where views cannot be kept, this says why
         self.catch_up([RunIndex.name])
         index = self._registered[RunIndex.name]
         return [index.decode(data) for data in self.views.runs(query)]

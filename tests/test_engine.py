@@ -17,6 +17,7 @@ from engine import (
     Pipeline,
     RunAlreadyExists,
     RunNotFound,
+    StoreError,
 )
 from engine.store import PAGE
 from events import RunStarted
@@ -274,3 +275,29 @@ class TestTree:
         assert early.failed == ()
         with pytest.raises(InvalidArgument, match="'at'"):
             engine.project(parent.id, TaskTable, tree=True, at=3)
+
+
+class TestProjectionsUnavailable:
+    def test_a_store_refusing_view_writes_still_reads_and_travels(self, tmp_path: Path) -> None:
+        """When the views cannot be written, runs load and project; runs() names the reason."""
+        import sqlite3
+
+        from projections import StateStack
+
+        path = tmp_path / "guarded.db"
+        with Engine(f"sqlite:///{path}") as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+        with sqlite3.connect(path) as db:  # stale code registered, and no writes allowed
+            db.execute("UPDATE stagetrail_projections SET fingerprint = 'old'")
+            for action in ("INSERT", "UPDATE", "DELETE"):
+                db.execute(
+                    f"CREATE TRIGGER guard_{action.lower()} BEFORE {action} "
+                    "ON stagetrail_projections BEGIN SELECT RAISE(ABORT, 'views are frozen'); END"
+                )
+        db.close()
+        with Engine(f"sqlite:///{path}", create=False) as reader:
+            assert reader.load(run.id).state == "code_review"
+            assert reader.project(run.id, StateStack).depth == 1
+            with pytest.raises(StoreError, match=r"cannot keep projections.*views are frozen"):
+                reader.runs()
