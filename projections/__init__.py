@@ -9,7 +9,12 @@ from typing import Any
 
 from projections._views import ProjectionReplaced
 from projections.base import SCOPES, Projection, as_projection, on
-from projections.errors import ProjectionError, ProjectionStateError, UnknownProjection
+from projections.errors import (
+    ProjectionError,
+    ProjectionNameTaken,
+    ProjectionStateError,
+    UnknownProjection,
+)
 from projections.failures import FailurePatterns, Failures
 from projections.persistent import Projections, ProjectionStatus
 from projections.progress import Progress, ProgressPolicy, ProgressState, Verdict
@@ -41,6 +46,7 @@ __all__ = [
     "ProgressState",
     "Projection",
     "ProjectionError",
+    "ProjectionNameTaken",
     "ProjectionReplaced",
     "ProjectionStateError",
     "ProjectionStatus",

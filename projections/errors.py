@@ -39,3 +39,14 @@ class UnknownProjection(StagetrailError, LookupError):
         self.known = known
         listed = ", ".join(sorted(known)) or "none"
         super().__init__(f"no projection named {name!r} is registered (registered: {listed})")
+
+
+class ProjectionNameTaken(StagetrailError, ValueError):
+    """Another projection class is already registered under this name."""
+
+    def __init__(self, name: str, registered: str) -> None:
+        self.name = name
+        self.registered = registered
+        super().__init__(
+            f"another projection is registered as {name!r}: {registered}; give yours another `name`"
+        )

@@ -22,7 +22,12 @@ from events import Event, RunStarted
 from projections._fast import collector_paused
 from projections._views import PageSave, PositionMoved, RunQuery, Views
 from projections.base import Projection, as_projection
-from projections.errors import ProjectionError, ProjectionStateError, UnknownProjection
+from projections.errors import (
+    ProjectionError,
+    ProjectionNameTaken,
+    ProjectionStateError,
+    UnknownProjection,
+)
 from projections.run_index import RunIndex, RunSummary
 
 PAGE = 2000
@@ -65,14 +70,15 @@ class Projections:
         """Fold `projection` over every run from now on (its stored state is kept if current).
 
         A projection whose code changed since its state was stored starts again from zero.
+
+        Raises:
+            ProjectionNameTaken: another class is registered under the same name.
         """
         instance = as_projection(projection)
         with self._lock:
             known = self._registered.get(instance.name)
             if known is not None and type(known) is not type(instance):
-                raise ValueError(
-                    f"another projection is registered as {instance.name!r}: {known!r}"
-                )
+                raise ProjectionNameTaken(instance.name, repr(known))
             if self.views.register(instance.name, instance.fingerprint()):
                 self._cache.pop(instance.name, None)
             self._registered[instance.name] = instance

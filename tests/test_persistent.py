@@ -13,6 +13,7 @@ from projections import (
     FailurePatterns,
     Projection,
     ProjectionError,
+    ProjectionNameTaken,
     ProjectionReplaced,
     StateStack,
     UnknownProjection,
@@ -107,12 +108,12 @@ class TestCatchUp:
             engine.projections.rebuild("nope")
 
     def test_a_name_cannot_hold_two_projections(self, engine: Engine) -> None:
-        """Registering another class under a taken name raises ValueError."""
+        """Registering another class under a taken name raises ProjectionNameTaken."""
 
         class Impostor(FailuresByType):
             name = "failure_patterns"
 
-        with pytest.raises(ValueError, match="failure_patterns"):
+        with pytest.raises(ProjectionNameTaken, match="failure_patterns"):
             engine.projections.register(Impostor)
 
 
