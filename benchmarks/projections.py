@@ -255,7 +255,7 @@ def rebuild(path: Path, total: int) -> int:
     with Engine(f"sqlite:///{path}") as engine:
         projections = engine.projections
         for name in names:
-            projections.views.reset(name, projections.projection(name).fingerprint())
+            projections.views.reset(name, projections.projection(name).identity())
         folded = projections.catch_up(names, on_progress=Progress("rebuild", total).projection)
     assert folded == dict.fromkeys(names, total), folded
     return total

@@ -9,6 +9,8 @@ from uuid import UUID
 
 from engine.errors import InvalidArgument, StoreError
 from engine.store import Store
+from events import RUN_STATUSES
+from projections import RUNNING
 
 
 def version_at(store: Store, run_id: UUID, at: int | datetime, last: int, name: str) -> int:
@@ -58,6 +60,32 @@ def labels(label: str | Mapping[str, str] | Iterable[str] | None) -> dict[str, s
             raise InvalidArgument("label", f"{item!r} must look like key=value")
         found[key] = value
     return found
+
+
+def status(value: Any) -> str | None:
+    """A run status to filter by: ``running`` or a finish status.
+
+    Raises:
+        InvalidArgument: any other value.
+    """
+    allowed = sorted({RUNNING, *RUN_STATUSES})
+    if value is not None and value not in allowed:
+        raise InvalidArgument("status", f"must be one of {allowed}, got {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def run_id(value: Any, name: str) -> UUID:
+    """A run id given as a UUID or its text.
+
+    Raises:
+        InvalidArgument: anything else.
+    """
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise InvalidArgument(name, f"{value!r} is not a run id") from None
 
 
 def limit(value: Any) -> int:

@@ -224,14 +224,14 @@ class Engine:
             limit: at most this many.
 
         Raises:
-            InvalidArgument: a malformed label, limit or since.
+            InvalidArgument: an unknown status, or a malformed label, limit, since or parent.
         """
         query = RunQuery(
-            status=status,
+            status=_querying.status(status),
             pipeline=pipeline,
             labels=_querying.labels(label),
             since=_querying.since(since),
-            parent=None if parent is None else str(self._run_id(parent)),
+            parent=None if parent is None else str(_querying.run_id(parent, "parent")),
             limit=_querying.limit(limit),
         )
         return self.projections.runs(query)
@@ -240,7 +240,8 @@ class Engine:
         """A new run whose history is a copy of events 1..`at` of `run_id`, ready to continue.
 
         The copies are stamped with the time of the fork (the original times stay in the
-        origin); the new `RunStarted.forked_from` is ``(run_id, at)``.
+        origin); the new `RunStarted.forked_from` is ``(run_id, at)``. A fork has no parent
+        run: it is not one more child in the origin's tree.
 
         Raises:
             RunNotFound: no such run.
@@ -327,5 +328,9 @@ class Engine:
 
 def _restamped(events: list[Event], run_id: UUID, origin: tuple[UUID, int]) -> list[Event]:
     now = utc_now()
-    first = attrs.evolve(events[0], run_id=run_id, timestamp=now, forked_from=origin)  # type: ignore[call-arg]
+    # A fork is an alternative history, not one more child: it leaves the parent's tree,
+    # whose task and budget totals would otherwise count the copied events twice.
+    first = attrs.evolve(  # type: ignore[call-arg]
+        events[0], run_id=run_id, timestamp=now, forked_from=origin, parent_run_id=None
+    )
     return [first, *(attrs.evolve(e, run_id=run_id, timestamp=now) for e in events[1:])]

@@ -65,6 +65,8 @@ class _Machine:
         self.state = state
 
     def check(self, event: Event, problems: list[Problem]) -> None:
+        if event.timestamp < self.state.last_timestamp:
+            problems.append(Problem(event.version, "time", "stamped before the event it follows"))
         try:
             self.state = apply(self.pipeline, self.state, event)
         except StagetrailError as error:

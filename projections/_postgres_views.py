@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 from contextlib import AbstractContextManager
 from typing import Any
@@ -14,6 +16,7 @@ from projections._sql_views import SQLViews
 from projections._sqlite_views import NAMES
 
 TRACKING_TABLE = "stagetrail_tracking"
+_log = logging.getLogger(__name__)
 _INDEXES = ("runs_started", "runs_parent")
 
 
@@ -45,10 +48,17 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
 
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
         """Wait for a NOTIFY from an append, at most `timeout` seconds (a lost one cannot stall)."""
-        if self._listener is None:
-            self._listener = self._listen()
-        for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-            return not stop.is_set()
+        import psycopg
+
+        try:
+            if self._listener is None:
+                self._listener = self._listen()
+            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                return not stop.is_set()
+        except psycopg.Error as error:  # a dropped connection: listen afresh next time
+            _log.warning("LISTEN connection lost, reconnecting: %s", error)
+            self.close_listener()
+            stop.wait(timeout)
         return False
 
     def _listen(self) -> Any:
@@ -61,6 +71,7 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
 
     def close_listener(self) -> None:
         """Close the LISTEN connection, if one was opened."""
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection may fail too
+                listener.close()

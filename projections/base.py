@@ -53,7 +53,8 @@ class Projection(Generic[S]):
         name: the registered name (default: the class name in snake_case).
         version: bump it to discard stored snapshots and persistent state.
         scope: how persistent state is partitioned: "all", "run" or "pipeline".
-        every_event: True when `apply` must see events without a handler too.
+        every_event: True when `apply` must see events without a handler too (the
+            default for a class that overrides `apply`).
     """
 
     name: ClassVar[str] = ""
@@ -71,6 +72,8 @@ class Projection(Generic[S]):
         if type(cls.version) is not int or cls.version < 1:
             raise TypeError(f"{cls.__name__}.version must be an int >= 1")
         cls.handlers = _collect_handlers(cls)
+        if "apply" in cls.__dict__ and "every_event" not in cls.__dict__:
+            cls.every_event = True  # an `apply` of its own may react to any event
 
     def initial(self) -> S:
         """The state before any event."""
@@ -152,8 +155,20 @@ class Projection(Generic[S]):
 
     @classmethod
     def fingerprint(cls) -> str:
-        """A digest of the name, version and code: stored states of another code are stale."""
+        """A digest of the name, version, scope, constants and code of the class.
+
+        Stored states and snapshots of another fingerprint are stale. Code outside the
+        class (a helper function it calls) is not covered: bump `version` for that.
+        """
         return _fingerprint(cls)  # type: ignore[arg-type]
+
+    def identity(self) -> str:
+        """The fingerprint, plus this instance's own settings when it has any."""
+        settings = vars(self)
+        if not settings:
+            return self.fingerprint()
+        digest = hashlib.sha256(f"{self.fingerprint()}:{sorted(settings.items())!r}".encode())
+        return digest.hexdigest()[:16]
 
     def __repr__(self) -> str:
         return f"<projection {self.name!r}>"
@@ -185,16 +200,33 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
+_CONSTANTS = (str, int, float, bool, tuple, frozenset, type(None))
+
+
 @cache
 def _fingerprint(cls: type[Projection[Any]]) -> str:
-    digest = hashlib.sha256(f"{cls.name}:{cls.version}".encode())
+    head = f"{cls.name}:{cls.version}:{cls.scope}:{cls.every_event}"
+    digest = hashlib.sha256(head.encode())
     for klass in cls.__mro__:
         for attribute_name, attribute in sorted(vars(klass).items()):
-            code = getattr(attribute, "__code__", None)
-            if isinstance(code, CodeType):
+            if attribute_name.startswith("__"):
+                continue
+            for code in _codes(attribute):
                 digest.update(attribute_name.encode())
                 _digest_code(digest, code)
+            if isinstance(attribute, _CONSTANTS):
+                digest.update(f"{attribute_name}={attribute!r}".encode())
     return digest.hexdigest()[:16]
+
+
+def _codes(attribute: object) -> list[CodeType]:
+    """The code objects behind a method, static/class method or property."""
+    if isinstance(attribute, staticmethod | classmethod):
+        attribute = attribute.__func__
+    if isinstance(attribute, property):
+        return [c for f in (attribute.fget, attribute.fset) for c in _codes(f)]
+    code = getattr(attribute, "__code__", None)
+    return [code] if isinstance(code, CodeType) else []
 
 
 def _digest_code(digest: Any, code: CodeType) -> None:

@@ -9,7 +9,7 @@ the run index is always at least as far as any projection that needs it.
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -20,7 +20,7 @@ from eventsourcing.persistence import ApplicationRecorder, Mapper
 
 from events import Event, RunStarted
 from projections._fast import collector_paused
-from projections._views import PageSave, PositionMoved, RunQuery, Views
+from projections._views import PageSave, PositionMoved, ProjectionReplaced, RunQuery, Views
 from projections.base import Projection, as_projection
 from projections.errors import (
     ProjectionError,
@@ -35,6 +35,8 @@ PAGE = 2000
 
 _CACHE_LIMIT = 20_000
 Progress = Callable[[str, int, int], None]
+Failure = ProjectionError | ProjectionStateError | ProjectionReplaced
+_log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -79,7 +81,7 @@ class Projections:
             known = self._registered.get(instance.name)
             if known is not None and type(known) is not type(instance):
                 raise ProjectionNameTaken(instance.name, repr(known))
-            if self.views.register(instance.name, instance.fingerprint()):
+            if self.views.register(instance.name, instance.identity()):
                 self._cache.pop(instance.name, None)
             self._registered[instance.name] = instance
         return instance
@@ -133,7 +135,7 @@ class Projections:
         self, names: list[str], head: int, on_progress: Progress | None
     ) -> dict[str, int]:
         folded = dict.fromkeys(names, 0)
-        failures: dict[str, ProjectionError | ProjectionStateError] = {}
+        failures: dict[str, Failure] = {}
         while True:
             active = [name for name in names if name not in failures]
             positions = self.views.positions(active) if active else {}
@@ -146,9 +148,15 @@ class Projections:
                 with collector_paused():
                     count, end = self._page(group, lowest, stop, failures)
             except PositionMoved:
-                for name in group:
-                    self._cache.pop(name, None)
+                self._forget(group)
                 continue
+            except ProjectionReplaced as replaced:  # stop that one; the others go on
+                self._forget(group)
+                failures[replaced.name] = replaced
+                continue
+            except BaseException:
+                self._forget(group)  # their cached states may hold part of this page
+                raise
             for name in group:
                 if name not in failures:
                     folded[name] += count
@@ -163,7 +171,7 @@ class Projections:
         group: list[str],
         start: int,
         stop: int,
-        failures: dict[str, ProjectionError | ProjectionStateError],
+        failures: dict[str, Failure],
     ) -> tuple[int, int]:
         notifications = self._recorder.select_notifications(
             start=start, limit=PAGE, stop=stop, inclusive_of_start=False
@@ -180,19 +188,18 @@ class Projections:
             if error is not None:
                 failures[name] = error
         self._commit(saves)
-        for name, error in failures.items():
+        for name, failure in failures.items():
             if name in group:  # kept after the commit, which clears last errors
-                self.views.record_error(name, str(error))
+                self.views.record_error(name, str(failure))
         return len(events), end
 
+    def _forget(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._cache.pop(name, None)
+
     def _commit(self, saves: list[PageSave]) -> None:
-        try:
-            if saves:
-                self.views.commit(saves)
-        except BaseException:
-            for save in saves:  # their cached states hold this page's folds
-                self._cache.pop(save.name, None)
-            raise
+        if saves:
+            self.views.commit(saves)
         for save in saves:
             self._remember(save.name, save.end)
             self._evict_settled(save)
@@ -233,7 +240,7 @@ class Projections:
             return None, failure
         if reached == start:
             return None, error
-        return PageSave(name, start, reached, encoded, projection.fingerprint()), error
+        return PageSave(name, start, reached, encoded, projection.identity()), error
 
     def _keys(self, projection: Projection[Any], events: list[Event]) -> list[str | None]:
         """Each event's partition key, None for events the projection does not see."""
@@ -300,7 +307,7 @@ class Projections:
         """Fold projection `name` again from the first event; return the events folded."""
         projection = self.projection(name)
         with self._lock:
-            self.views.reset(name, projection.fingerprint())
+            self.views.reset(name, projection.identity())
             self._cache.pop(name, None)
             if name == RunIndex.name:
                 self._pipelines.clear()
@@ -343,11 +350,17 @@ class Projections:
         """Catch up, then wait for new events (NOTIFY on PostgreSQL, else polling) until `stop`.
 
         `timeout` bounds each wait, so a lost notification delays folding by at most that.
+        A failing projection keeps its error in `status` while the others go on; a
+        database that fails (a restart, a dropped connection) is retried after `timeout`.
         """
         while not stop.is_set():
-            # A failing projection keeps its error in `status`; the others go on.
-            with contextlib.suppress(ProjectionError, ProjectionStateError):
+            try:
                 self.catch_up()
+            except (ProjectionError, ProjectionStateError, ProjectionReplaced):
+                pass  # recorded in `status`; the other projections were caught up
+            except Exception as error:  # the database: keep following, try again later
+                _log.warning("catching up failed, retrying in %.1f s: %s", timeout, error)
+                stop.wait(timeout)
             self.views.wait_for_events(timeout, stop)
 
     def __repr__(self) -> str:

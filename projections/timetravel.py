@@ -91,7 +91,7 @@ class TimeTravel:
         Raises:
             ProjectionError: a handler failed (names the event and version).
         """
-        key = (run_id, projection.name, projection.fingerprint())
+        key = (run_id, projection.name, projection.identity())
         start, state, stored_size = self._start(key, projection, version)
         fresh: list[tuple[int, Any]] = []
         storer = _Storer(self, key, projection, stored_size)

@@ -187,3 +187,43 @@ class TestProjection:
         assert FailuresByType().relevant(failed(1))
         assert not FailuresByType().relevant(start)
         assert Everything().relevant(start)
+
+
+class TestFingerprintCoverage:
+    def test_scope_and_constants_change_the_fingerprint(self) -> None:
+        """Two classes differing only in scope or a class constant get different fingerprints."""
+
+        def make(scope: str, limit: int) -> type[Projection[int]]:
+            return type(
+                "Count", (FailuresByType,), {"name": "count", "scope": scope, "LIMIT": limit}
+            )
+
+        base = make("all", 3).fingerprint()
+        assert make("run", 3).fingerprint() != base
+        assert make("all", 4).fingerprint() != base
+
+    def test_instance_settings_change_the_identity(self) -> None:
+        """Instances built with other arguments have another identity (snapshots, state)."""
+
+        class AtLeast(FailuresByType):
+            def __init__(self, minimum: int) -> None:
+                self.minimum = minimum
+
+        assert AtLeast(1).identity() == AtLeast(1).identity()
+        assert AtLeast(1).identity() != AtLeast(2).identity()
+        assert FailuresByType().identity() == FailuresByType.fingerprint()
+
+    def test_overriding_apply_sees_every_event(self) -> None:
+        """A class with its own apply gets every_event, so every path folds the same."""
+
+        class Counter(Projection[int]):
+            def initial(self) -> int:
+                return 0
+
+            def apply(self, state: int, event: Any) -> int:
+                return state + 1
+
+        note = NoteAdded(run_id=RID, version=1, key="k", value=1)
+        assert Counter.every_event is True
+        assert Counter().relevant(note)
+        assert Counter().fold([note, note]) == 2

@@ -220,6 +220,17 @@ class TestFork:
             engine.fork(origin.id, at=5)
         assert engine.fork(origin.id, at=4).status is None
 
+    def test_a_fork_of_a_child_leaves_the_parents_tree(self, engine: Engine) -> None:
+        """A fork has no parent run, so tree totals do not count its copies twice."""
+        parent = engine.start_run(REVIEW)
+        child = engine.start_run(REVIEW, parent=parent)
+        child.add_task("t1")
+        child.task_completed("t1", result=1)
+        fork = engine.fork(child.id, at=3)
+        assert engine.tree(parent.id) == [parent.id, child.id]
+        assert engine.runs(limit=1)[0].parent_run_id is None
+        assert engine.events(fork.id)[0].forked_from == (child.id, 3)  # type: ignore[attr-defined]
+
     def test_a_chosen_id_must_be_new(self, engine: Engine) -> None:
         """Forking onto an existing run id raises RunAlreadyExists."""
         origin = self.record(engine)

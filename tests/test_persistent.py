@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -284,3 +284,55 @@ class TestWaiting:
             views.wait_for_events(0.01, threading.Event())  # LISTEN from now on
             record_failures(writer, "A")
             assert views.wait_for_events(60, threading.Event()) is True
+
+
+class FlakyEncode(FailuresByType):
+    name = "flaky_encode"
+    failures_left: ClassVar[list[int]] = [1]
+
+    def encode(self, state: dict[str, int]) -> Any:
+        if self.failures_left[0]:
+            self.failures_left[0] -= 1
+            raise RuntimeError("disk hiccup")
+        return state
+
+
+class TestInterruptedPages:
+    def test_an_error_mid_page_does_not_fold_the_page_twice(self, engine: Engine) -> None:
+        """Any error before a page commits leaves no half-folded state in the cache."""
+        FlakyEncode.failures_left[:] = [1]
+        engine.projections.register(FlakyEncode)
+        record_failures(engine, "A", "A", "A")
+        with pytest.raises(RuntimeError, match="disk hiccup"):
+            engine.projections.catch_up()
+        engine.projections.catch_up()
+        assert engine.projections.get("failure_patterns", "code-review").total == 3
+        assert engine.projections.get("flaky_encode") == {"A": 3}
+
+    def test_a_follower_survives_a_dropped_listen_connection(self, postgres_url: str) -> None:
+        """When its LISTEN connection dies, a follower reconnects and keeps folding."""
+        import psycopg
+
+        from tests.conftest import POSTGRES_URL
+
+        stop = threading.Event()
+        with Engine(postgres_url) as follower_engine, Engine(postgres_url) as writer:
+            follower_engine.projections.register(FailuresByType)
+            follower = threading.Thread(
+                target=follower_engine.projections.follow, args=(stop,), kwargs={"timeout": 0.2}
+            )
+            follower.start()
+            try:
+                record_failures(writer, "A")
+                wait_until(lambda: _position(follower_engine) == 4)
+                with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+                    )
+                record_failures(writer, "B")
+                wait_until(lambda: _position(follower_engine) == 8)
+                assert follower.is_alive()
+            finally:
+                stop.set()
+                follower.join(timeout=90)

@@ -101,12 +101,15 @@ class TestRuns:
             ({"limit": 2.5}, "limit"),
             ({"since": datetime(2026, 1, 1)}, "since"),
             ({"since": "yesterday"}, "since"),
+            ({"status": "done"}, "status"),
+            ({"status": 5}, "status"),
+            ({"parent": "not-a-run"}, "parent"),
         ],
     )
     def test_bad_arguments_are_named(
         self, engine: Engine, query: dict[str, object], argument: str
     ) -> None:
-        """A malformed label, limit or since raises InvalidArgument naming it."""
+        """A malformed label, limit, since, status or parent raises InvalidArgument naming it."""
         with pytest.raises(InvalidArgument, match=f"'{argument}'"):
             engine.runs(**query)  # type: ignore[arg-type]
 

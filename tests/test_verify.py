@@ -77,3 +77,19 @@ class TestVerify:
         """Verifying a run that is not in the store raises RunNotFound."""
         with pytest.raises(RunNotFound):
             engine.verify(uuid.uuid4())
+
+
+class TestVerifyTime:
+    def test_an_event_stamped_before_its_predecessor_is_reported(self, engine: Engine) -> None:
+        """Timestamps going backwards (an edited or imported run) are a 'time' problem."""
+        from datetime import timedelta
+
+        from events import NoteAdded
+
+        run_id = started(engine)
+        earlier = engine.events(run_id)[0].timestamp - timedelta(hours=1)
+        engine.store.append(
+            [NoteAdded(run_id=run_id, version=3, key="k", value=1, timestamp=earlier)]
+        )
+        (problem,) = engine.verify(run_id).problems
+        assert (problem.version, problem.check) == (3, "time")
