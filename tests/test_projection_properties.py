@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from engine import Engine, Run, StagetrailError
 from events import Event
-from projections import BUILT_INS, Projection
+from projections import BUILT_INS, Projection, TimeTravel
 from tests.conftest import POSTGRES_URL, REVIEW, require_postgres
 
 ACTIONS = st.lists(
@@ -130,6 +130,8 @@ class TestEveryWayAgrees:
                 if projection_class.name not in engine.projections.names:
                     engine.projections.register(projection_class)
             runs, recorded = record(engine, steps)
+            # Snapshots every 3 events, so short histories exercise the snapshot paths too.
+            warm = TimeTravel(engine.store, engine.store.views, interval=3)
             for projection_class in BUILT_INS:
                 projection = projection_class()
                 for run in runs.values():
@@ -138,6 +140,9 @@ class TestEveryWayAgrees:
                     assert projection.fold(engine.events(run.id)) == states[-1]
                     for version, expected in enumerate(states):
                         assert engine.project(run.id, projection, at=version) == expected
+                        assert warm.project(run.id, projection, version) == expected
+                    cold = TimeTravel(engine.store, engine.store.views, interval=3)
+                    assert cold.project(run.id, projection, len(own)) == states[-1]
                     if projection.scope == "run":
                         assert persistent(engine, projection, run) == states[-1]
                 if projection.scope != "run":
