@@ -88,10 +88,11 @@ class PList(Generic[T]):
     @classmethod
     def of(cls, items: Iterator[T] | list[T] | tuple[T, ...]) -> PList[T]:
         """A list holding `items`, oldest first."""
-        result: PList[T] = cls()
-        for item in items:
-            result = result.push(item)
-        return result
+        cells: Cons[T] = None
+        size = 0
+        for item in items:  # cons cells directly: decoding a deep stack builds thousands
+            cells, size = (item, cells), size + 1
+        return cls(cells, size)
 
     def push(self, item: T) -> PList[T]:
         """A list with `item` appended (as the newest)."""

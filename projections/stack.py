@@ -189,7 +189,9 @@ def encode_frame(frame: Frame) -> list[JSON]:
 
 def decode_frame(row: Sequence[Any]) -> Frame:
     """The frame `encode_frame` turned into `row`."""
-    return Frame(*row[:-1], datetime.fromisoformat(row[-1]))  # type: ignore[call-arg]
+    fields = dict(zip(_FIELDS, row, strict=True))
+    fields["timestamp"] = datetime.fromisoformat(row[-1])
+    return build(Frame, fields)
 
 
 def _stack(state: Stack, frames: PList[Frame]) -> Stack:
