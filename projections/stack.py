@@ -89,10 +89,6 @@ class Stack:
             if frame.failed and (stage is None or frame.stage == stage)
         )
 
-    def dest(self, stage: str, outcome: str) -> str:
-        """The state `outcome` of `stage` leads to; `stage` itself when the table has no row."""
-        return self.table.get((stage, outcome), stage)
-
 
 class StateStack(Projection[Stack]):
     """The pushdown stack: a frame per stage outcome, frames popped by rollbacks."""
@@ -111,44 +107,14 @@ class StateStack(Projection[Stack]):
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
         """Push a frame holding the stage's result."""
-        frame = build(
-            Frame,
-            {
-                "state": state.table.get((event.stage, event.outcome), event.stage),
-                "stage": event.stage,
-                "outcome": event.outcome,
-                "attempt": event.attempt,
-                "failed": False,
-                "result": event.result,
-                "error": None,
-                "error_type": None,
-                "duration": event.duration,
-                "version": event.version,
-                "timestamp": event.timestamp,
-            },
-        )
-        return _stack(state, state.frame_list.push(frame))
+        return _push(state, event, failed=False, result=event.result, error=None, error_type=None)
 
     @on(StageFailed)
     def failed(self, state: Stack, event: StageFailed) -> Stack:
         """Push a frame holding the stage's error."""
-        frame = build(
-            Frame,
-            {
-                "state": state.table.get((event.stage, event.outcome), event.stage),
-                "stage": event.stage,
-                "outcome": event.outcome,
-                "attempt": event.attempt,
-                "failed": True,
-                "result": None,
-                "error": event.error,
-                "error_type": event.error_type,
-                "duration": event.duration,
-                "version": event.version,
-                "timestamp": event.timestamp,
-            },
+        return _push(
+            state, event, failed=True, result=None, error=event.error, error_type=event.error_type
         )
-        return _stack(state, state.frame_list.push(frame))
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
@@ -196,3 +162,31 @@ def decode_frame(row: Sequence[Any]) -> Frame:
 
 def _stack(state: Stack, frames: PList[Frame]) -> Stack:
     return build(Stack, {"initial": state.initial, "table": state.table, "frame_list": frames})
+
+
+def _push(
+    state: Stack,
+    event: StageCompleted | StageFailed,
+    *,
+    failed: bool,
+    result: JSON,
+    error: str | None,
+    error_type: str | None,
+) -> Stack:
+    frame = build(
+        Frame,
+        {
+            "state": state.table.get((event.stage, event.outcome), event.stage),
+            "stage": event.stage,
+            "outcome": event.outcome,
+            "attempt": event.attempt,
+            "failed": failed,
+            "result": result,
+            "error": error,
+            "error_type": error_type,
+            "duration": event.duration,
+            "version": event.version,
+            "timestamp": event.timestamp,
+        },
+    )
+    return _stack(state, state.frame_list.push(frame))

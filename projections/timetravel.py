@@ -108,11 +108,6 @@ class TimeTravel:
         storer.flush()
         return state
 
-    def forget(self) -> None:
-        """Drop the snapshots kept in memory (the stored ones stay)."""
-        with self._lock:
-            self._memory.clear()
-
     def _snapshots(self, key: _Key) -> _Snapshots:
         memory = self._memory.pop(key, None) or _Snapshots()
         self._memory[key] = memory
