@@ -26,6 +26,7 @@ from engine.machine import RunState, apply, start
 from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.store import Store
+from engine.supervisor import Supervisor
 from engine.verify import VerifyReport, verify_events
 from events import JSON, Event, RunFinished, RunStarted, utc_now
 from projections import (
@@ -281,6 +282,33 @@ class Engine:
         registered = [self.projections.projection(n) for n in self.projections.names]
         return verify_events(rid, self.store.stream(rid), registered)
 
+    def supervisor(self, **settings: Any) -> Supervisor:
+        """A `Supervisor` recording into this engine's store.
+
+        Args:
+            settings: `retry`, `policies`, `breaker`, `progress`, `sleep`, `clock`, `rng`
+                (see `Supervisor`).
+        """
+        return Supervisor(self, **settings)
+
+    def resume(self, run_id: UUID | str) -> Run:
+        """Load a run whose process died, recording what the crash left unfinished.
+
+        An attempt that was started but has no outcome is recorded as `StageFailed`
+        (``error_type="Interrupted"``) when the table has a ``failed`` row for the
+        stage (else it stays open and the next outcome closes it); a task left active
+        is recorded as `TaskFailed` (``"Interrupted"``). Both in one transaction.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        run = self.load(run_id)
+        if run.status is not None:
+            return run
+        with run.batch():
+            _interrupted(run)
+        return run
+
     def close(self) -> None:
         """Release the store's connections."""
         self.store.close()
@@ -324,6 +352,16 @@ class Engine:
             return UUID(str(run_id))
         except ValueError:
             raise RunNotFound(run_id, self.url) from None
+
+
+def _interrupted(run: Run) -> None:
+    message = "the process recording this {} died before it ended"
+    if run.open_attempt is not None and "failed" in run.allowed_outcomes():
+        attempt = f"attempt {run.open_attempt} of {run.state!r}"
+        run.stage_failed(run.state, message.format(attempt), error_type="Interrupted")
+    for task_id, status in run.tasks.items():
+        if status == "active":
+            run.task_failed(task_id, message.format(f"task {task_id!r}"), "Interrupted")
 
 
 def _restamped(events: list[Event], run_id: UUID, origin: tuple[UUID, int]) -> list[Event]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from uuid import UUID
 
 from events.errors import StagetrailError
@@ -172,3 +173,102 @@ class InvalidFork(StagetrailError, ValueError):
         self.at = at
         self.reason = reason
         super().__init__(f"cannot fork run {run_id} at version {at}: {reason}")
+
+
+class StageGaveUp(StagetrailError, RuntimeError):
+    """The supervisor stopped retrying a stage (or task); the last error is the cause.
+
+    Attributes:
+        run_id: the run.
+        stage: the stage (``"task:<id>"`` for a task).
+        attempts: how many attempts failed in a row.
+        reason: why no further attempt is made.
+        error_type: the last error's type name.
+        error: the last error's message.
+    """
+
+    def __init__(
+        self, run_id: UUID, stage: str, attempts: int, reason: str, error_type: str, error: str
+    ) -> None:
+        self.run_id = run_id
+        self.stage = stage
+        self.attempts = attempts
+        self.reason = reason
+        self.error_type = error_type
+        self.error = error
+        super().__init__(
+            f"run {run_id}: gave up on {stage!r} after {attempts} failed attempt(s): "
+            f"{reason}; last error {error_type}: {error}"
+        )
+
+
+class CircuitOpen(StagetrailError, RuntimeError):
+    """A stage's circuit breaker is open: the call was refused without running.
+
+    Attributes:
+        run_id: the run.
+        stage: the stage whose breaker is open.
+        retry_after: seconds until the breaker lets one trial through.
+        reason: why it opened.
+    """
+
+    def __init__(self, run_id: UUID, stage: str, retry_after: float, reason: str) -> None:
+        self.run_id = run_id
+        self.stage = stage
+        self.retry_after = retry_after
+        self.reason = reason
+        super().__init__(
+            f"run {run_id}: the circuit of {stage!r} is open ({reason}); "
+            f"a trial is allowed in {retry_after:.1f} s"
+        )
+
+
+class RunStopped(StagetrailError, RuntimeError):
+    """The progress policy stopped the run (``aborted_stuck`` or ``done_partial``).
+
+    Attributes:
+        run_id: the run, now finished.
+        status: the status it finished with.
+        reason: the structured reason recorded in its `RunFinished`.
+    """
+
+    def __init__(self, run_id: UUID, status: str, reason: dict[str, Any]) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.reason = reason
+        super().__init__(f"run {run_id} stopped as {status}: {reason.get('detected', reason)}")
+
+
+class StageNotDriven(StagetrailError, LookupError):
+    """`drive` reached a stage that has no function; nothing was recorded for it.
+
+    Attributes:
+        run_id: the run.
+        stage: the stage without a function.
+        known: the stages that have one.
+    """
+
+    def __init__(self, run_id: UUID, stage: str, known: Iterable[str]) -> None:
+        self.run_id = run_id
+        self.stage = stage
+        self.known = tuple(sorted(known))
+        super().__init__(
+            f"run {run_id} is in stage {stage!r}, which has no function; "
+            f"functions were given for: {', '.join(self.known) or 'none'}"
+        )
+
+
+class AttemptTimeout(StagetrailError, TimeoutError):
+    """An attempt ran longer than its policy's `timeout` (recorded as ``error_type="Timeout"``).
+
+    Attributes:
+        timeout: the policy's limit in seconds.
+        duration: how long the attempt had run when it was judged late.
+    """
+
+    def __init__(self, timeout: float, duration: float) -> None:
+        self.timeout = timeout
+        self.duration = duration
+        super().__init__(
+            f"the attempt ran {duration:.3g} s, longer than its timeout of {timeout:g} s"
+        )

@@ -22,9 +22,13 @@ from engine.store import Store
 from events import (
     JSON,
     BudgetSpent,
+    CircuitClosed,
+    CircuitHalfOpened,
+    CircuitOpened,
     Event,
     NoteAdded,
     ProgressObserved,
+    RetryScheduled,
     RunFinished,
     StageCompleted,
     StageFailed,
@@ -38,6 +42,11 @@ from events import (
 )
 
 E = TypeVar("E", bound=Event)
+D = TypeVar("D", RetryScheduled, CircuitOpened, CircuitHalfOpened, CircuitClosed)
+DECISIONS: frozenset[type[Event]] = frozenset(
+    {RetryScheduled, CircuitOpened, CircuitHalfOpened, CircuitClosed}
+)
+"""The events that record a supervisor's decisions."""
 
 
 class Run:
@@ -83,6 +92,16 @@ class Run:
     def tasks(self) -> dict[str, str]:
         """Each task's status: pending, active, completed or failed."""
         return dict(self._state.tasks)
+
+    @property
+    def in_batch(self) -> bool:
+        """Whether events are being queued by `batch()` rather than written at once."""
+        return self._pending is not None
+
+    @property
+    def store(self) -> Store:
+        """The store the run is recorded in."""
+        return self._store
 
     @property
     def machine(self) -> RunState:
@@ -177,6 +196,17 @@ class Run:
     def rollback(self, steps: int = 1, reason: str = "") -> StateRolledBack:
         """Undo the newest `steps` outcomes: the machine returns to the state before them."""
         return self._record(StateRolledBack, steps=steps, reason=reason)
+
+    def decision(self, kind: type[D], **payload: Any) -> D:
+        """Record a supervisor's decision: `RetryScheduled` or a `Circuit*` event.
+
+        Raises:
+            TypeError: `kind` is not one of the decision events.
+        """
+        if kind not in DECISIONS:
+            names = ", ".join(sorted(k.__name__ for k in DECISIONS))
+            raise TypeError(f"decision() records one of {names}, not {kind.__name__}")
+        return self._record(kind, **payload)
 
     def note(self, key: str, value: JSON) -> NoteAdded:
         """Keep a note (a strategy tried, a learned pattern) in the history."""

@@ -1,0 +1,319 @@
+"""The supervisor: runs stage and task functions and records what they did and what it decided.
+
+Every attempt, retry, breaker trip and stuck verdict is an event of the run,
+so a restarted process (or an auditor) sees exactly what happened and why.
+The rules live in `engine._decisions`; this module only calls, awaits and sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from engine._decisions import Attempted, Call, Decisions, Ended, PolicyChoice, Step
+from engine.breaker import CircuitBreaker
+from engine.context import StageContext
+from engine.errors import AttemptTimeout, InvalidArgument, RunStopped, StageGaveUp, StageNotDriven
+from engine.policies import RetryPolicy
+from engine.run import Run
+from projections import ProgressPolicy
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+FAILED_FINALS = {"failed": "failed", "aborted": "failed", "cancelled": "cancelled"}
+"""The status `drive` finishes with in these final states; any other final state succeeds."""
+
+
+class Supervisor:
+    """Runs stage functions under retry, breaker and progress policies; records every decision.
+
+    Build one with `Engine.supervisor(...)`.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        retry: RetryPolicy | None = None,
+        policies: Mapping[str, PolicyChoice] | None = None,
+        breaker: CircuitBreaker | None = None,
+        progress: ProgressPolicy | None = None,
+        sleep: Callable[[float], Any] = time.sleep,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.engine = engine
+        self.sleep = sleep
+        self.clock = clock
+        self.decisions = Decisions(
+            engine,
+            retry=retry or RetryPolicy(),
+            policies=_checked_policies(policies or {}),
+            breaker=breaker,
+            progress=progress,
+            clock=clock,
+            rng=rng or random.Random(),
+        )
+
+    def execute(
+        self, run: Run, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run `fn(*args, **kwargs)` as attempts of `stage` until one completes.
+
+        Returns:
+            The result recorded in `StageCompleted` (an `Outcome`'s `result`).
+
+        Raises:
+            StageGaveUp: the policy stopped retrying, or the table sent the failure elsewhere.
+            CircuitOpen: the stage's breaker is open (or tripped now).
+            RunStopped: the progress policy finished the run as stuck or partial.
+        """
+        attempted = self._drive_sync(self.decisions.stage(run, stage), fn, args, kwargs)
+        return self._result(run, stage, attempted)
+
+    async def execute_async(
+        self, run: Run, stage: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> Any:
+        """`execute` for an async stage function (a timeout cancels the attempt)."""
+        attempted = await self._drive_async(self.decisions.stage(run, stage), fn, args, kwargs)
+        return self._result(run, stage, attempted)
+
+    def task(
+        self, run: Run, task_id: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run `fn(*args, **kwargs)` as task `task_id` (added if new) with retries.
+
+        A task already completed in the run is not run again: its recorded result is
+        returned. Return `Spent(result, amount, unit)` to record the cost atomically.
+
+        Raises:
+            StageGaveUp: the policy stopped retrying the task.
+        """
+        return self._drive_sync(self.decisions.task(run, task_id), fn, args, kwargs)
+
+    async def task_async(
+        self, run: Run, task_id: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> Any:
+        """`task` for an async task function."""
+        return await self._drive_async(self.decisions.task(run, task_id), fn, args, kwargs)
+
+    def drive(
+        self,
+        run: Run,
+        stages: Mapping[str, Callable[[StageContext], Any]],
+        *,
+        statuses: Mapping[str, str] | None = None,
+    ) -> Run:
+        """Follow the run's table from its state to a final state, then finish the run.
+
+        Each stage's function is called with a `StageContext`. A run stopped by the
+        progress policy is returned finished (``aborted_stuck`` / ``done_partial``).
+
+        Args:
+            statuses: the finish status per final state (default: `FAILED_FINALS`, else
+                ``succeeded``).
+
+        Raises:
+            StageNotDriven: the run reached a stage without a function.
+            StageGaveUp: a stage gave up; the run is finished as ``failed`` first.
+            CircuitOpen: a stage's breaker is open; the run stays where it is.
+        """
+        _check_stages(run, stages)
+        while (fn := self._next(run, stages, statuses)) is not None:
+            context = StageContext(self.engine, run, run.state)
+            self._drive_stage(run, self.decisions.stage(run, run.state), fn, context)
+        return run
+
+    async def drive_async(
+        self,
+        run: Run,
+        stages: Mapping[str, Callable[[StageContext], Awaitable[Any]]],
+        *,
+        statuses: Mapping[str, str] | None = None,
+    ) -> Run:
+        """`drive` with async stage functions."""
+        _check_stages(run, stages)
+        while (fn := self._next(run, stages, statuses)) is not None:
+            context = StageContext(self.engine, run, run.state)
+            loop = self.decisions.stage(run, run.state)
+            await self._guarded(run, self._drive_async(loop, fn, (context,), {}))
+        return run
+
+    def _next(
+        self, run: Run, stages: Mapping[str, Callable[..., Any]], statuses: Mapping[str, str] | None
+    ) -> Callable[..., Any] | None:
+        if run.status is not None:
+            return None
+        state = run.state
+        if run.pipeline.is_final(state):
+            status = {**FAILED_FINALS, **(statuses or {})}.get(state, "succeeded")
+            self.decisions.watch(run).see(run.finish(status, f"reached final state {state!r}"))
+            self.decisions.forget(run)
+            return None
+        if state not in stages:
+            raise StageNotDriven(run.id, state, stages)
+        return stages[state]
+
+    def _drive_stage(self, run: Run, loop: Step, fn: Callable[..., Any], context: Any) -> None:
+        try:
+            self._drive_sync(loop, fn, (context,), {})
+        except StageGaveUp as gave_up:
+            self._finish_failed(run, gave_up)
+            raise
+        except RunStopped:
+            pass
+
+    async def _guarded(self, run: Run, attempts: Awaitable[Any]) -> None:
+        try:
+            await attempts
+        except StageGaveUp as gave_up:
+            self._finish_failed(run, gave_up)
+            raise
+        except RunStopped:
+            pass
+
+    def _finish_failed(self, run: Run, gave_up: StageGaveUp) -> None:
+        reason = {"rule": "gave_up", "stage": gave_up.stage, "attempts": gave_up.attempts,
+                  "detected": gave_up.reason, "error_type": gave_up.error_type,
+                  "error": gave_up.error}  # fmt: skip
+        if run.status is None:
+            run.finish("failed", reason)
+        self.decisions.forget(run)
+
+    def _drive_sync(
+        self, loop: Step, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        try:
+            command = next(loop)
+            while True:
+                if isinstance(command, Call):
+                    command = loop.send(self._call(fn, args, kwargs, command.timeout))
+                else:
+                    self.sleep(command.seconds)
+                    command = loop.send(None)
+        except StopIteration as done:
+            return done.value
+
+    async def _drive_async(
+        self, loop: Step, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        try:
+            command = next(loop)
+            while True:
+                if isinstance(command, Call):
+                    ended = await self._call_async(fn, args, kwargs, command.timeout)
+                    command = loop.send(ended)
+                else:
+                    await self._pause(command.seconds)
+                    command = loop.send(None)
+        except StopIteration as done:
+            return done.value
+
+    def _call(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+    ) -> Ended:
+        began = self.clock()
+        try:
+            value = fn(*args, **kwargs) if timeout is None else _within(timeout, fn, args, kwargs)
+        except Exception as error:
+            return Ended(error=error, duration=self._since(began))
+        return self._late(value, began, timeout)
+
+    async def _call_async(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+    ) -> Ended:
+        began = self.clock()
+        try:
+            value = await asyncio.wait_for(_awaited(fn(*args, **kwargs)), timeout)
+        except TimeoutError:
+            assert timeout is not None
+            return Ended(error=AttemptTimeout(timeout, timeout), duration=self._since(began))
+        except Exception as error:
+            return Ended(error=error, duration=self._since(began))
+        return self._late(value, began, timeout)
+
+    def _late(self, value: Any, began: float, timeout: float | None) -> Ended:
+        duration = self._since(began)
+        if timeout is not None and duration > timeout:  # by the injected clock: testable
+            return Ended(error=AttemptTimeout(timeout, duration), duration=duration)
+        return Ended(value=value, duration=duration)
+
+    async def _pause(self, seconds: float) -> None:
+        slept = self.sleep(seconds) if self.sleep is not time.sleep else asyncio.sleep(seconds)
+        if inspect.isawaitable(slept):
+            await slept
+
+    def _result(self, run: Run, stage: str, attempted: Attempted) -> Any:
+        if not attempted.routed:
+            return attempted.result
+        _, error_type, error = self.decisions.watch(run).recent_failures[-1]
+        moved = f"the table moved the failed stage on to {run.state!r}"
+        raise StageGaveUp(run.id, stage, run.attempts(stage), moved, error_type, error)
+
+    def _since(self, began: float) -> float:
+        return max(0.0, self.clock() - began)
+
+
+def _within(
+    timeout: float, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`fn(*args, **kwargs)` in a daemon thread; `AttemptTimeout` if it is not done in time.
+
+    Python cannot stop a thread: a late call goes on in the background, its result dropped.
+    """
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as error:
+            outcome["error"] = error
+
+    worker = threading.Thread(target=target, name="stagetrail-attempt", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise AttemptTimeout(timeout, timeout)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+async def _awaited(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _checked_policies(policies: Mapping[str, PolicyChoice]) -> dict[str, PolicyChoice]:
+    for key, choice in policies.items():
+        if not (isinstance(choice, RetryPolicy) or callable(choice)):
+            raise InvalidArgument(
+                "policies", f"{key!r} maps to a {type(choice).__name__}, "
+                "not a RetryPolicy or a function returning one"
+            )  # fmt: skip
+    return dict(policies)
+
+
+def _check_stages(run: Run, stages: Mapping[str, Callable[..., Any]]) -> None:
+    unknown = sorted(set(stages) - set(run.pipeline.states))
+    if unknown:
+        raise InvalidArgument(
+            "stages", f"{', '.join(map(repr, unknown))} not state(s) of pipeline "
+            f"{run.pipeline.name!r} (states: {', '.join(sorted(run.pipeline.states))})"
+        )  # fmt: skip
+    for stage, fn in stages.items():
+        if not callable(fn):
+            raise InvalidArgument("stages", f"the function for {stage!r} is not callable")
