@@ -34,6 +34,16 @@ class Supervisor:
     """Runs stage functions under retry, breaker and progress policies; records every decision.
 
     Build one with `Engine.supervisor(...)`.
+
+    Args:
+        retry: the default `RetryPolicy` (default: 3 retries, 1 s doubling up to 60 s).
+        policies: per stage (or task id) a `RetryPolicy`, or a function given the
+            `StageContext` that returns the policy for the next attempt.
+        breaker: a `CircuitBreaker` per stage (default: none).
+        progress: a `ProgressPolicy` evaluated before each attempt (default: none).
+        sleep: waits between attempts (default `time.sleep`; `asyncio.sleep` when async).
+        clock: seconds since the epoch, for durations, timeouts and the breaker's reset.
+        rng: the random source of the jitter.
     """
 
     def __init__(
@@ -44,13 +54,14 @@ class Supervisor:
         policies: Mapping[str, PolicyChoice] | None = None,
         breaker: CircuitBreaker | None = None,
         progress: ProgressPolicy | None = None,
-        sleep: Callable[[float], Any] = time.sleep,
-        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Any] | None = None,
+        clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.engine = engine
-        self.sleep = sleep
-        self.clock = clock
+        # Looked up at each call, not bound now, so freezegun's clock reaches them.
+        self.sleep: Callable[[float], Any] = sleep or _real_sleep
+        self.clock: Callable[[], float] = clock or _real_clock
         self.decisions = Decisions(
             engine,
             retry=retry or RetryPolicy(),
@@ -253,7 +264,7 @@ class Supervisor:
         return Ended(value=value, duration=duration)
 
     async def _pause(self, seconds: float) -> None:
-        slept = self.sleep(seconds) if self.sleep is not time.sleep else asyncio.sleep(seconds)
+        slept = self.sleep(seconds) if self.sleep is not _real_sleep else asyncio.sleep(seconds)
         if inspect.isawaitable(slept):
             await slept
 
@@ -266,6 +277,14 @@ class Supervisor:
 
     def _since(self, began: float) -> float:
         return max(0.0, self.clock() - began)
+
+
+def _real_sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _real_clock() -> float:
+    return time.time()
 
 
 def _within(
