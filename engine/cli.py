@@ -1,7 +1,12 @@
-"""The `stagetrail` command line."""
+"""The `stagetrail` command line.
+
+Each command imports what it needs when it runs, so that starting the program
+stays cheap; the work lives in the private ``engine._cli_*`` modules.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -18,6 +23,7 @@ store_option = click.option(
     default=None,
     help="Store URL (default: $STAGETRAIL_STORE, else sqlite:///stagetrail.db).",
 )
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
 
 class _Group(click.Group):
@@ -31,6 +37,10 @@ class _Group(click.Group):
                 raise
             click.echo(f"stagetrail: error: {error}", err=True)
             sys.exit(2)
+        except BrokenPipeError:  # `stagetrail show RUN | head`: the reader left
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(1)
 
 
 @click.group(cls=_Group)
@@ -47,3 +57,215 @@ def demo(store: str | None) -> None:
     from engine._demo import run_demo
 
     run_demo(store)
+
+
+@main.command()
+@click.option("--status", default=None, help="running, succeeded, failed, aborted_stuck, ...")
+@click.option("--pipeline", default=None, help="Only runs of this pipeline.")
+@click.option("--label", "labels", multiple=True, metavar="K=V", help="Only runs with this label.")
+@click.option("--since", default=None, metavar="TIME", help="Started at or after (ISO 8601, 2d).")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
+@store_option
+@json_option
+def runs(
+    status: str | None,
+    pipeline: str | None,
+    labels: tuple[str, ...],
+    since: str | None,
+    limit: int,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first, from the run index."""
+    from engine._cli_common import open_engine
+    from engine._cli_runs import list_runs
+
+    with open_engine(store) as engine:
+        list_runs(
+            engine,
+            status=status,
+            pipeline=pipeline,
+            labels=labels,
+            since=since,
+            limit=limit,
+            as_json=as_json,
+        )
+
+
+@main.command()
+@click.argument("run")
+@store_option
+@json_option
+def show(run: str, store: str | None, as_json: bool) -> None:
+    """The timeline of RUN: one line per event, decisions marked, then its status."""
+    from engine._cli_common import open_engine, resolve_run
+    from engine._cli_timeline import show_run
+
+    with open_engine(store) as engine:
+        show_run(engine, resolve_run(engine, run), as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--at", default=None, metavar="N|TIME", help="After event N, or at a time.")
+@click.option("--projection", default="state_stack", show_default=True, metavar="NAME")
+@store_option
+@json_option
+def state(run: str, at: str | None, projection: str, store: str | None, as_json: bool) -> None:
+    """A projection of RUN (the state stack by default), now or at a past point."""
+    from engine._cli_common import open_engine, resolve_run
+    from engine._cli_state import show_state
+
+    with open_engine(store) as engine:
+        show_state(engine, resolve_run(engine, run), at, projection, as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--from", "start", default=1, type=click.IntRange(min=1), help="First event.")
+@click.option("--to", "stop", default=None, type=click.IntRange(min=1), help="Last event.")
+@store_option
+@json_option
+def replay(run: str, start: int, stop: int | None, store: str | None, as_json: bool) -> None:
+    """Step through RUN's events, showing what each changed in the state and the stack."""
+    from engine._cli_common import open_engine, resolve_run
+    from engine._cli_timeline import replay_run
+
+    with open_engine(store) as engine:
+        replay_run(engine, resolve_run(engine, run), start, stop, as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@click.argument("other", required=False)
+@click.option("--from", "start", default=None, type=click.IntRange(min=0), help="Version A.")
+@click.option("--to", "stop", default=None, type=click.IntRange(min=0), help="Version B.")
+@store_option
+@json_option
+def diff(
+    run: str,
+    other: str | None,
+    start: int | None,
+    stop: int | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """What differs between two points of RUN (--from N --to M) or between two runs."""
+    from engine._cli_common import open_engine, resolve_run
+    from engine._cli_diff import diff_points
+
+    with open_engine(store) as engine:
+        first = resolve_run(engine, run)
+        second = None if other is None else resolve_run(engine, other)
+        diff_points(engine, first, second, start, stop, as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--at", type=int, required=True, help="Copy events 1..N into the new run.")
+@store_option
+@json_option
+def fork(run: str, at: int, store: str | None, as_json: bool) -> None:
+    """Start a new run from a copy of RUN's first N events."""
+    from engine._cli_common import open_engine, resolve_run
+    from engine._cli_state import fork_run
+
+    with open_engine(store) as engine:
+        fork_run(engine, resolve_run(engine, run), at, as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@store_option
+@json_option
+def verify(run: str, store: str | None, as_json: bool) -> None:
+    """Re-check RUN against its own table and the projections; exit 1 on problems."""
+    from engine._cli_common import open_engine, resolve_run
+    from engine._cli_state import verify_run
+
+    with open_engine(store) as engine:
+        ok = verify_run(engine, resolve_run(engine, run), as_json=as_json)
+    if not ok:
+        sys.exit(1)
+
+
+@main.command("export")
+@click.argument("runs", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Export every run, oldest first.")
+@store_option
+def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
+    """Write runs as JSON Lines on stdout, one event per line (import reads them back)."""
+    from engine._cli_common import open_engine, resolve_run
+    from engine._cli_transfer import export_runs
+
+    if not runs and not everything:
+        raise click.UsageError("name the runs to export, or give --all")
+    with open_engine(store) as engine:
+        chosen = None if everything else [resolve_run(engine, run) for run in runs]
+        export_runs(engine, chosen)
+
+
+@main.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@store_option
+@json_option
+def import_(file: str, store: str | None, as_json: bool) -> None:
+    """Read runs from a JSON Lines FILE (``-``: stdin), checked, each run all or nothing."""
+    from engine._cli_common import open_engine
+    from engine._cli_transfer import import_runs
+
+    with open_engine(store, create=True) as engine:
+        import_runs(engine, file, as_json=as_json)
+
+
+@main.command()
+@click.argument("target", metavar="PIPELINE_OR_RUN")
+@click.option("--format", "kind", type=click.Choice(["mermaid", "dot"]), default="mermaid")
+@store_option
+def diagram(target: str, kind: str, store: str | None) -> None:
+    """Draw a run's recorded table (its state highlighted), or a pipeline ``module:attr``."""
+    from engine._cli_admin import draw
+
+    draw(target, kind, store)
+
+
+@main.group()
+def projections() -> None:
+    """Persistent projections: list them, see their lag, rebuild one."""
+
+
+@projections.command("list")
+@store_option
+@json_option
+def projections_list(store: str | None, as_json: bool) -> None:
+    """The projections known by name: the built-ins and those this store keeps."""
+    from engine._cli_admin import list_projections
+    from engine._cli_common import open_engine
+
+    with open_engine(store) as engine:
+        list_projections(engine, as_json=as_json)
+
+
+@projections.command("status")
+@store_option
+@json_option
+def projections_status(store: str | None, as_json: bool) -> None:
+    """Position, head, lag and last error of each persistent projection."""
+    from engine._cli_admin import projection_status
+    from engine._cli_common import open_engine
+
+    with open_engine(store) as engine:
+        projection_status(engine, as_json=as_json)
+
+
+@projections.command("rebuild")
+@click.argument("name")
+@store_option
+@json_option
+def projections_rebuild(name: str, store: str | None, as_json: bool) -> None:
+    """Fold projection NAME (a built-in name or ``module:attr``) again from the first event."""
+    from engine._cli_admin import rebuild_projection
+    from engine._cli_common import open_engine
+
+    with open_engine(store) as engine:
+        rebuild_projection(engine, name, as_json=as_json)

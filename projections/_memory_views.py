@@ -90,6 +90,12 @@ class MemoryViews(POPOTrackingRecorder):
         rows.sort(key=lambda d: (d["started"], d["run_id"]), reverse=True)
         return copy.deepcopy(rows[: query.limit])
 
+    def run_ids(self, prefix: str, limit: int) -> list[str]:
+        """Ids (text) of indexed runs that start with `prefix`, at most `limit`."""
+        with self._database_lock:
+            found = [key for key in self._states.get("run_index", {}) if key.startswith(prefix)]
+        return sorted(found)[:limit]
+
     def snapshot(
         self, run_id: str, projection: str, fingerprint: str, version: int
     ) -> tuple[int, str] | None:

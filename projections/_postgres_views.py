@@ -24,6 +24,8 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
     """eventsourcing's PostgreSQL tracking recorder, extended with the views' tables."""
 
     placeholder = "%s"
+    prefix_match = 'run_id COLLATE "C">=? AND run_id COLLATE "C"<?'
+    """Byte order, whatever the database's collation (which may skip the hyphens)."""
 
     def __init__(self, datastore: PostgresDatastore, channel: str) -> None:
         super().__init__(datastore, tracking_table_name=TRACKING_TABLE)

@@ -48,6 +48,8 @@ class SQLViews:
     names: dict[str, str]
     tracking_table: str
     placeholder = "?"
+    prefix_match = "run_id>=? AND run_id<?"
+    """Ids in [prefix, prefix~): a range scan of the primary key in byte order."""
 
     def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         raise NotImplementedError
@@ -233,6 +235,13 @@ class SQLViews:
         with self._transaction(commit=False) as cursor:
             cursor.execute(self._sql(sql), (*params, query.limit))
             return [json.loads(row["data"]) for row in cursor.fetchall()]
+
+    def run_ids(self, prefix: str, limit: int) -> list[str]:
+        """Ids (text) of indexed runs that start with `prefix` (lower-case hex), at most `limit`."""
+        sql = f"SELECT run_id FROM {{runs}} WHERE {self.prefix_match} ORDER BY run_id LIMIT ?"
+        with self._transaction(commit=False) as cursor:  # "~" sorts after every id character
+            cursor.execute(self._sql(sql), (prefix, prefix + "~", limit))
+            return [str(row["run_id"]) for row in cursor.fetchall()]
 
     def snapshot(
         self, run_id: str, projection: str, fingerprint: str, version: int

@@ -135,6 +135,9 @@ class Views(Protocol):
     def runs(self, query: RunQuery) -> list[Any]:
         """Run index rows matching `query`, newest first."""
 
+    def run_ids(self, prefix: str, limit: int) -> list[str]:
+        """Ids (text) of indexed runs that start with `prefix`, at most `limit`."""
+
     def snapshot(
         self, run_id: str, projection: str, fingerprint: str, version: int
     ) -> tuple[int, str] | None:

@@ -336,6 +336,11 @@ class Projections:
         index = self._registered[RunIndex.name]
         return [index.decode(data) for data in self.views.runs(query)]
 
+    def run_ids(self, prefix: str, *, limit: int = 10) -> list[UUID]:
+        """Ids of the runs whose id starts with `prefix` (after catching the index up)."""
+        self.runs(RunQuery(limit=1))  # registers and catches up the index
+        return [UUID(text) for text in self.views.run_ids(prefix.lower(), limit)]
+
     def status(self) -> list[ProjectionStatus]:
         """Position, head, lag and last error of every registered projection."""
         head = self.head()

@@ -1,0 +1,171 @@
+"""Reading an export file back: every line parsed, every event checked, run by run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+from uuid import UUID
+
+import attrs
+
+from engine.verify import verify_events
+from events import Event, EventFormatError, InvalidEvent, InvalidPayload, StagetrailError, decode
+
+_KEYS = ("run_id", "version", "topic", "state")
+_CHECK_FIELDS = {"start": "topic", "table": "state.table", "time": "state.timestamp"}
+
+
+class BadImportLine(StagetrailError, ValueError):
+    """A line of an import file is not a valid event, or breaks its run's rules.
+
+    Attributes:
+        line: the line number (from 1).
+        field: the field at fault, e.g. ``state.result`` (``-`` for the whole line).
+        reason: what is wrong.
+    """
+
+    def __init__(self, line: int, field: str, reason: str) -> None:
+        self.line = line
+        self.field = field
+        self.reason = reason
+        super().__init__(f"line {line}, field {field}: {reason}; nothing was imported")
+
+
+class RunConflict(StagetrailError, ValueError):
+    """The store already holds the run, with other events than the file's.
+
+    Attributes:
+        run_id: the run.
+        version: the first version that differs.
+        line: the line of the file where it differs.
+    """
+
+    def __init__(self, run_id: UUID, version: int, line: int) -> None:
+        self.run_id = run_id
+        self.version = version
+        self.line = line
+        super().__init__(
+            f"line {line}: run {run_id} is already in the store with other events "
+            f"(they differ from version {version}); nothing was imported"
+        )
+
+
+@attrs.frozen
+class Chunk:
+    """One run's events from the file, checked, and the line its first event is on."""
+
+    run_id: UUID
+    first_line: int
+    events: list[Event]
+
+
+def parse_line(number: int, text: str) -> Event:
+    """The event on line `number`, built through its class's checks.
+
+    Raises:
+        BadImportLine: naming the field at fault.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise BadImportLine(number, "-", f"not JSON ({error})") from None
+    if not isinstance(data, dict) or sorted(data) != sorted(_KEYS):
+        raise BadImportLine(number, "-", f"expected an object with the keys {', '.join(_KEYS)}")
+    run_id = _run_id(number, data["run_id"])
+    version = data["version"]
+    if type(version) is not int or version < 1:
+        raise BadImportLine(number, "version", f"must be an int >= 1, got {version!r}")
+    if not isinstance(data["topic"], str):
+        raise BadImportLine(number, "topic", "must be a string")
+    if not isinstance(data["state"], dict):
+        raise BadImportLine(number, "state", "must be an object")
+    return _event(number, data, run_id, version)
+
+
+def _run_id(number: int, value: Any) -> UUID:
+    if not isinstance(value, str):
+        raise BadImportLine(number, "run_id", f"{value!r} is not a UUID string")
+    try:
+        return UUID(value)
+    except ValueError:
+        raise BadImportLine(number, "run_id", f"{value!r} is not a UUID") from None
+
+
+def _event(number: int, data: dict[str, Any], run_id: UUID, version: int) -> Event:
+    try:
+        loose = decode(data["topic"], dict(data["state"]), run_id, version)
+    except EventFormatError as error:
+        field = "topic" if "event type" in error.reason else "state"
+        raise BadImportLine(number, field, error.reason) from None
+    try:
+        return type(loose)(**loose.__dict__)  # the constructor's checks, which decode skips
+    except (InvalidPayload, InvalidEvent) as error:
+        raise BadImportLine(number, f"state.{error.field}", _reason(error)) from None
+    except (TypeError, ValueError) as error:
+        raise BadImportLine(number, "state", str(error)) from None
+
+
+def _reason(error: InvalidPayload | InvalidEvent) -> str:
+    if isinstance(error, InvalidPayload):
+        return f"{error.path} {error.reason}"
+    return error.reason
+
+
+def _lines(path: str, advance: Callable[[int], None]) -> Iterator[tuple[int, str]]:
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            advance(len(raw))
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise BadImportLine(number, "-", f"not UTF-8 ({error.reason})") from None
+            if text.strip():
+                yield number, text
+
+
+def read_chunks(path: str, advance: Callable[[int], None]) -> Iterator[Chunk]:
+    """Each run of the file, checked: consecutive lines, versions 1..n, legal by its table.
+
+    Raises:
+        BadImportLine: the first problem found, by line and field.
+    """
+    seen: set[UUID] = set()
+    current: Chunk | None = None
+    for number, text in _lines(path, advance):
+        event = parse_line(number, text)
+        if current is not None and event.run_id == current.run_id:
+            _expect_version(number, event, len(current.events) + 1)
+            current.events.append(event)
+            continue
+        if current is not None:
+            yield _checked(current)
+        if event.run_id in seen:
+            raise BadImportLine(
+                number, "run_id", f"run {event.run_id} appeared earlier: a run's lines must follow"
+            )
+        seen.add(event.run_id)
+        _expect_version(number, event, 1)
+        current = Chunk(event.run_id, number, [event])
+    if current is not None:
+        yield _checked(current)
+
+
+def _expect_version(number: int, event: Event, expected: int) -> None:
+    if event.version != expected:
+        raise BadImportLine(
+            number,
+            "version",
+            f"expected {expected} (a run's versions go 1, 2, 3... ), got {event.version}",
+        )
+
+
+def _checked(chunk: Chunk) -> Chunk:
+    """Fold the run through its own stored table, as `engine.verify` does."""
+    report = verify_events(chunk.run_id, chunk.events, [])
+    if report.problems:
+        problem = report.problems[0]
+        line = chunk.first_line + max(problem.version, 1) - 1
+        field = _CHECK_FIELDS.get(problem.check, "state")
+        raise BadImportLine(line, field, problem.message)
+    return chunk
