@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rich.console import Console
-from rich.table import Table
-
+from engine._cli_common import STATUS_STYLES, Output
+from engine._cli_next import next_commands
 from engine.engine import Engine
 from engine.run import Run
 from events import StageCompleted, StageFailed
@@ -30,14 +29,19 @@ def run_demo(store: str | None) -> None:
     """Record the examples into `store` (default store if None) and print a summary."""
     from examples.code_review import record_all
 
-    console = Console()
+    out = Output()
     with Engine(store) as engine:
         runs = record_all(engine)
-        table = Table(title=f"Recorded {len(runs)} runs into {engine.url}")
-        for column in ("run", "pipeline", "status", "state", "events", "attempts", "failures"):
-            table.add_column(column)
-        for run in runs:
-            table.add_row(*_summary_row(engine, run))
-        console.print(table)
+        out.table(
+            ("run", "pipeline", "status", "state", "events", "attempts", "failures"),
+            [_summary_row(engine, run) for run in runs],
+            title=f"Recorded {len(runs)} runs into {engine.url}",
+            styles=[STATUS_STYLES.get(run.status or "running") for run in runs],
+            right=(4, 5, 6),
+        )
         total = sum(run.version for run in runs)
-        console.print(f"{total} events recorded. Reload any run with Engine().load(run_id).")
+        out.line(f"{total} events recorded. Reload any run with Engine().load(run_id).")
+        out.line()
+        out.line("Three commands worth trying next:", "bold")
+        for command in next_commands(engine, runs, store):
+            out.line(f"  {command}")
