@@ -68,7 +68,7 @@ class Supervisor:
             policies=_checked_policies(policies or {}),
             breaker=breaker,
             progress=progress,
-            clock=clock,
+            clock=self.clock,
             rng=rng or random.Random(),
         )
 

@@ -67,3 +67,16 @@ def kinds(engine: Engine, run: Run) -> list[str]:
 def of_type(engine: Engine, run: Run, name: str) -> list[Event]:
     """The run's events of one type."""
     return [event for event in engine.events(run.id) if type(event).__name__ == name]
+
+
+POLL = Pipeline(
+    "poll",
+    initial="step",
+    transitions=[
+        ("step", "completed", "step"),
+        ("step", "failed", "step"),
+        ("step", "finished", "end"),
+    ],
+    final=["end"],
+)
+"""One stage that repeats on success and on failure, for breakers and progress loops."""
