@@ -35,7 +35,7 @@ class AmbiguousRunId(StagetrailError, LookupError):
     def __init__(self, prefix: str, matches: Sequence[UUID]) -> None:
         self.prefix = prefix
         self.matches = tuple(matches)
-        shown = ", ".join(str(match)[:13] for match in self.matches[:3])
+        shown = ", ".join(str(match) for match in self.matches[:3])
         more = ", ..." if len(self.matches) > 3 else ""
         super().__init__(
             f"run id prefix {prefix!r} is ambiguous: it matches {shown}{more}; give more characters"
