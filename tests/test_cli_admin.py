@@ -7,7 +7,7 @@ from uuid import UUID
 import pytest
 
 from engine import Engine
-from events import StageCompleted
+from events import RunStarted, StageCompleted
 from examples.code_review import REVIEW
 from tests.cli_support import Filled, as_json, fails, fill, invoke, ok
 
@@ -25,7 +25,9 @@ class TestFork:
         assert data["forked_from"] == [str(filled.retried), 4]
         assert (data["state"], data["version"]) == ("developer", 4)
         with Engine(filled.url, create=False) as engine:
-            assert engine.events(data["run_id"])[0].forked_from == (filled.retried, 4)
+            first = engine.events(data["run_id"])[0]
+        assert isinstance(first, RunStarted)
+        assert first.forked_from == (filled.retried, 4)
 
     def test_fork_text_and_refusals(self, filled: Filled) -> None:
         """The text names the new run; forking at the RunFinished is refused."""
