@@ -152,7 +152,7 @@ class TestRefusals:
     def test_illegal_transition_is_refused(
         self, exported: tuple[Filled, list[str]], tmp_path: Path
     ) -> None:
-        """An outcome the run's stored table does not allow is refused before anything is written."""
+        """An outcome the stored table does not allow is refused before anything is written."""
         _, lines = exported
         lines[3] = edit(lines[3], state={"stage": "testing"})  # the run is in code_review
         error, _ = refused(lines, tmp_path)
