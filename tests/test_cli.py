@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -32,10 +35,13 @@ class TestDemo:
         done = subprocess.run(
             [str(script), "demo"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
         )
-        assert "Recorded 3 runs into sqlite:///stagetrail.db" in done.stdout
-        assert "34 events recorded" in done.stdout
         url = f"sqlite:///{tmp_path / 'stagetrail.db'}"
-        assert statuses(url) == ["succeeded", "succeeded", "failed"]
+        recorded = run_ids(url)
+        assert f"Recorded {len(recorded)} runs into sqlite:///stagetrail.db" in done.stdout
+        with Engine(url, create=False) as engine:
+            total = sum(len(engine.events(run_id)) for run_id in recorded)
+        assert f"{total} events recorded" in done.stdout
+        assert statuses(url)[:3] == ["succeeded", "succeeded", "failed"]
 
     @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
     def test_demo_into_a_chosen_store(self, backend: str, request: pytest.FixtureRequest) -> None:
@@ -44,7 +50,7 @@ class TestDemo:
         result = CliRunner().invoke(main, ["demo", "--store", store_url])
         assert result.exit_code == 0, result.output
         assert "code-review" in result.output
-        assert len(run_ids(store_url)) == 3
+        assert len(run_ids(store_url)) >= 3
 
     def test_demo_twice_adds_to_the_store(self, sqlite_url: str) -> None:
         """A second demo appends three more runs; nothing recorded before is touched."""
@@ -53,8 +59,24 @@ class TestDemo:
         first = run_ids(sqlite_url)
         assert runner.invoke(main, ["demo", "--store", sqlite_url]).exit_code == 0
         both = run_ids(sqlite_url)
-        assert len(both) == 6
-        assert both[:3] == first
+        assert len(both) == 2 * len(first)
+        assert both[: len(first)] == first
+
+    def test_demo_ends_with_three_commands_that_work(self, sqlite_url: str) -> None:
+        """The three suggested commands name recorded runs, and each of them succeeds."""
+        result = CliRunner().invoke(main, ["demo", "--store", sqlite_url])
+        assert result.exit_code == 0, result.output
+        ending = result.stdout.split("Three commands worth trying next:\n")[1]
+        commands = [line.strip() for line in ending.splitlines() if line.strip()]
+        assert len(commands) == 3
+        assert commands[0].startswith("stagetrail runs")
+        for command in commands:
+            args = shlex.split(command)
+            assert args[-2:] == ["--store", sqlite_url]
+            done = CliRunner().invoke(main, args[1:])
+            assert done.exit_code == 0, (command, done.output)
+        failed_run = commands[1].split()[2]
+        assert any(str(run_id).startswith(failed_run) for run_id in run_ids(sqlite_url))
 
     def test_version(self) -> None:
         """--version prints the installed distribution's version."""
@@ -85,3 +107,72 @@ class TestErrors:
         result = CliRunner().invoke(main, ["--debug", "demo", "--store", "foo://nowhere"])
         assert isinstance(result.exception, StoreError)
         assert result.exit_code == 1
+
+
+READ_ONLY = [
+    ["runs"],
+    ["show", "abc"],
+    ["state", "abc"],
+    ["replay", "abc"],
+    ["diff", "abc", "--from", "1"],
+    ["fork", "abc", "--at", "1"],
+    ["verify", "abc"],
+    ["export", "--all"],
+    ["diagram", "abc"],
+    ["projections", "list"],
+    ["projections", "status"],
+    ["projections", "rebuild", "run_index"],
+]
+
+
+class TestStores:
+    @pytest.mark.parametrize("args", READ_ONLY, ids=lambda args: " ".join(args[:2]))
+    def test_commands_never_create_a_store(self, args: list[str], tmp_path: Path) -> None:
+        """Every command but demo and import refuses a missing store and leaves no file."""
+        path = tmp_path / "missing.db"
+        result = CliRunner().invoke(main, [*args, "--store", f"sqlite:///{path}"])
+        assert result.exit_code == 2
+        assert result.stderr == (
+            f"stagetrail: error: store sqlite:///{path}: no store at {path} "
+            "(the file does not exist)\n"
+        )
+        assert not path.exists()
+
+    def test_default_store_from_the_environment(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Without --store, $STAGETRAIL_STORE names the store."""
+        CliRunner().invoke(main, ["demo", "--store", sqlite_url])
+        monkeypatch.setenv("STAGETRAIL_STORE", sqlite_url)
+        result = CliRunner().invoke(main, ["runs", "--json"])
+        assert result.exit_code == 0
+        assert len(json.loads(result.stdout)) == len(run_ids(sqlite_url))
+
+    def test_a_file_that_is_not_a_store(self, tmp_path: Path) -> None:
+        """A file that is not a database, or a database of something else, is one clear line."""
+        text = tmp_path / "notes.txt"
+        text.write_text("hello\n" * 100)
+        result = CliRunner().invoke(main, ["runs", "--store", f"sqlite:///{text}"])
+        assert result.exit_code == 2
+        assert "not a stagetrail store" in result.stderr
+        other = tmp_path / "other.db"
+        with sqlite3.connect(other) as db:
+            db.execute("CREATE TABLE customers (id INTEGER)")
+        result = CliRunner().invoke(main, ["show", "abc", "--store", f"sqlite:///{other}"])
+        assert result.exit_code == 2
+        assert "it holds other tables (customers)" in result.stderr
+
+    def test_an_unreachable_postgres_store(self) -> None:
+        """A server that does not answer is one line, exit 2, for a read command too."""
+        url = "postgresql://ann:s3cret@127.0.0.1:1/db?connect_timeout=2"
+        result = CliRunner().invoke(main, ["runs", "--store", url])
+        assert result.exit_code == 2
+        assert result.stderr.startswith("stagetrail: error: store postgresql://ann:***@127.0.0.1")
+        assert "s3cret" not in result.output
+
+    def test_debug_shows_the_traceback_of_a_read_command(self, tmp_path: Path) -> None:
+        """--debug lets a missing-store error through with its traceback."""
+        result = CliRunner().invoke(
+            main, ["--debug", "runs", "--store", f"sqlite:///{tmp_path / 'x.db'}"]
+        )
+        assert isinstance(result.exception, StoreError)
