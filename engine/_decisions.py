@@ -207,6 +207,8 @@ class Decisions:
             )
         )
         self._trip(run, stage)
+        if run.pipeline.is_final(run.state):
+            return None  # the table ends the run on this failure: nothing left to retry
         streak = watch.circuits[stage].consecutive
         if not policy.retryable(error):
             reason = f"{type(error).__name__} is not retried by the policy"
