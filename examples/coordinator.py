@@ -103,7 +103,7 @@ class Coordinator:
         checked = {}
         for feature in FEATURES:
             child = self._child(context.run, feature)
-            self.sup.drive(child, {"verify": lambda c, f=feature: self._verify(f)})
+            self.sup.drive(child, {"verify": self._verifier(feature)})
             checked[feature] = str(child.id)
         return {"checked": checked}
 
@@ -114,9 +114,12 @@ class Coordinator:
         labels = {"example": "coordinator", "feature": feature}
         return self.engine.start_run(FEATURE_CHECK, parent=run, labels=labels)
 
-    def _verify(self, feature: str) -> dict[str, Any]:
-        self.hook(f"{feature}:verify")
-        return {"feature": feature, "passed": True}
+    def _verifier(self, feature: str) -> Callable[[StageContext], dict[str, Any]]:
+        def verify(context: StageContext) -> dict[str, Any]:
+            self.hook(f"{feature}:verify")
+            return {"feature": feature, "passed": True}
+
+        return verify
 
 
 def start(engine: Engine) -> Run:

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 from freezegun import freeze_time
-from freezegun.api import FrozenDateTimeFactory
 
 from engine import (
     Circuit,
@@ -26,13 +25,13 @@ T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def frozen() -> Iterator[FrozenDateTimeFactory]:
+def frozen() -> Iterator[Any]:
     """Event timestamps and the supervisor's clock, frozen together."""
     with freeze_time(T0, ignore=["psycopg", "psycopg_pool", "eventsourcing"]) as clock:
         yield clock
 
 
-def supervise(engine: Engine, frozen: FrozenDateTimeFactory, **breaker: Any) -> Any:
+def supervise(engine: Engine, frozen: Any, **breaker: Any) -> Any:
     settings = {"fail_max": 3, "reset_timeout": 300, **breaker}
     return engine.supervisor(
         retry=RetryPolicy(max_retries=10, delay=1),
@@ -132,9 +131,7 @@ class TestCircuitBreaker:
 
 
 class TestBreakerInSupervisor:
-    def test_opens_after_fail_max_and_stops_retrying(
-        self, engine: Engine, frozen: FrozenDateTimeFactory
-    ) -> None:
+    def test_opens_after_fail_max_and_stops_retrying(self, engine: Engine, frozen: Any) -> None:
         """fail_max failures in a row record CircuitOpened and raise CircuitOpen, retries or not."""
         run = engine.start_run(POLL)
         opened = trip(engine, supervise(engine, frozen), run)
@@ -144,7 +141,7 @@ class TestBreakerInSupervisor:
         assert kinds(engine, run)[-1] == "CircuitOpened"
 
     def test_an_open_breaker_fails_fast_and_records_the_refusal(
-        self, engine: Engine, frozen: FrozenDateTimeFactory
+        self, engine: Engine, frozen: Any
     ) -> None:
         """A call before reset_timeout does not run the function; the refusal is a note."""
         run = engine.start_run(POLL)
@@ -160,7 +157,7 @@ class TestBreakerInSupervisor:
         assert (note.key, note.value["stage"]) == ("circuit_rejected", "step")  # type: ignore[attr-defined]
 
     def test_half_opens_after_the_timeout_and_closes_on_success(
-        self, engine: Engine, frozen: FrozenDateTimeFactory
+        self, engine: Engine, frozen: Any
     ) -> None:
         """After reset_timeout one trial goes through; its success records CircuitClosed."""
         run = engine.start_run(POLL)
@@ -173,9 +170,7 @@ class TestBreakerInSupervisor:
         ]  # fmt: skip
         assert trip(engine, sup, run).reason == "3 consecutive failures (fail_max=3)"
 
-    def test_a_failed_trial_opens_it_again(
-        self, engine: Engine, frozen: FrozenDateTimeFactory
-    ) -> None:
+    def test_a_failed_trial_opens_it_again(self, engine: Engine, frozen: Any) -> None:
         """A half-open trial that fails re-opens the breaker at once."""
         run = engine.start_run(POLL)
         sup = supervise(engine, frozen)
@@ -186,9 +181,7 @@ class TestBreakerInSupervisor:
             "CircuitHalfOpened", "StageStarted", "StageFailed", "CircuitOpened",
         ]  # fmt: skip
 
-    def test_successes_reset_the_streak(
-        self, engine: Engine, frozen: FrozenDateTimeFactory
-    ) -> None:
+    def test_successes_reset_the_streak(self, engine: Engine, frozen: Any) -> None:
         """Failures separated by a success do not add up to fail_max."""
         run = engine.start_run(POLL)
         sup = supervise(engine, frozen, fail_max=2)
@@ -196,7 +189,7 @@ class TestBreakerInSupervisor:
             assert sup.execute(run, "step", failing(1, ValueError("x"))) == "ok"
         assert "CircuitOpened" not in kinds(engine, run)
 
-    def test_the_failure_rate_trips_it(self, engine: Engine, frozen: FrozenDateTimeFactory) -> None:
+    def test_the_failure_rate_trips_it(self, engine: Engine, frozen: Any) -> None:
         """Half of the last 4 attempts failing opens a breaker with a rate of 0.5."""
         run = engine.start_run(POLL)
         sup = supervise(engine, frozen, fail_max=None, failure_rate=0.5, window=4)
@@ -205,9 +198,7 @@ class TestBreakerInSupervisor:
         with pytest.raises(CircuitOpen, match="50% of the last 4"):
             sup.execute(run, "step", failing(1, ValueError("y")))
 
-    def test_a_restarted_process_sees_the_open_breaker(
-        self, store_url: str, frozen: FrozenDateTimeFactory
-    ) -> None:
+    def test_a_restarted_process_sees_the_open_breaker(self, store_url: str, frozen: Any) -> None:
         """The breaker's state comes from events: a new engine and supervisor still refuse."""
         if store_url == "memory://":
             pytest.skip("a memory store does not outlive its engine")
@@ -219,9 +210,7 @@ class TestBreakerInSupervisor:
             with pytest.raises(CircuitOpen):
                 supervise(second, frozen).execute(again, "step", lambda: None)
 
-    def test_pipeline_scope_spans_runs_and_processes(
-        self, store_url: str, frozen: FrozenDateTimeFactory
-    ) -> None:
+    def test_pipeline_scope_spans_runs_and_processes(self, store_url: str, frozen: Any) -> None:
         """With scope='pipeline', failures in one run open the breaker for every run of it."""
         with Engine(store_url) as engine:
             sup = engine.supervisor(

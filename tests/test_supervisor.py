@@ -246,7 +246,8 @@ class TestTimeout:
 
 def adapt_developer(context: StageContext) -> RetryPolicy:
     """More retries and a longer timeout when the review found many critical issues."""
-    critical = context.stack.latest_result("code_review")["critical"]  # type: ignore[index]
+    review: Any = context.stack.latest_result("code_review")
+    critical = review["critical"]
     if critical > 5:
         return RetryPolicy(max_retries=5, delay=0, timeout=1200)
     return RetryPolicy(max_retries=1, delay=0, timeout=600)
