@@ -61,7 +61,7 @@ def facts(engine: Engine, point: Point) -> dict[str, Any]:
         "stack depth": stack.depth,
         "attempts": retries.total_attempts,
         "failures": failures.total,
-        "reason": None if summary is None else summary.reason,
+        "reason": None if summary is None else summary.reason or None,
     }
     for stage in sorted(retries.attempt_counts):
         found[f"attempts of {stage}"] = retries.attempts(stage)
@@ -167,11 +167,12 @@ def _print(
     else:
         shared = report["common_events"]
         out.line(f"history: the first {shared} events are the same (times and lineage aside)")
-    out.line(f"stack: the first {report['common_frames']} frames are the same")
+    shared = report["common_frames"]
+    out.line(f"stack: {shared} frame{'' if shared == 1 else 's'} in common, then")
     for name, only in zip("AB", frames, strict=True):
         shown = ", ".join(frame_text(frame) for frame in only[:_SHOWN_FRAMES])
         more = f" and {len(only) - _SHOWN_FRAMES} more" if len(only) > _SHOWN_FRAMES else ""
-        out.line(f"  then {name}: {shown or '(nothing)'}{more}")
+        out.line(f"  {name}: {shown or '(nothing)'}{more}")
     if not report["differences"]:
         out.line("no differences in state, status, counts or results")
         return

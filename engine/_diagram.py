@@ -18,18 +18,17 @@ def _graph(pipeline: Pipeline, engine: Literal["mermaid", "graphviz"], current: 
     from transitions.extensions import GraphMachine
 
     sketch = _Sketch()
-    spec = pipeline.machine_spec()
-    if current is not None:
-        spec["initial"] = current
-    GraphMachine(
+    machine = GraphMachine(
         model=sketch,
         auto_transitions=False,
         graph_engine=engine,
         title=pipeline.name,
         show_state_attributes=False,
-        **spec,
+        **pipeline.machine_spec(),
     )
-    return sketch.get_graph()  # type: ignore[attr-defined]
+    if current is not None:  # highlighted, while the [*] arrow still points at the initial state
+        machine.set_state(current, model=sketch)
+    return sketch.get_graph(force_new=True)  # type: ignore[attr-defined]
 
 
 def mermaid(pipeline: Pipeline, current: str | None) -> str:

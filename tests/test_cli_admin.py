@@ -64,6 +64,8 @@ class TestDiagram:
         """The run's stored table is drawn with transitions, its current state highlighted."""
         out = ok("diagram", str(filled.abandoned), "--store", filled.url)
         assert out == REVIEW.to_mermaid("aborted").rstrip("\n") + "\n"
+        assert "Class aborted s_active" in out
+        assert out.rstrip().endswith("[*] --> project_analysis")
         dot = ok("diagram", str(filled.abandoned), "--format", "dot", "--store", filled.url)
         assert dot == REVIEW.to_dot("aborted").rstrip("\n") + "\n"
 
