@@ -105,7 +105,7 @@ class TestResumeAfterSigkill:
             assert engine.verify(run.id).ok
 
     def _check_exactly_once(self, engine: Engine, run: Any) -> None:
-        history = engine.events(run.id)
+        history: list[Any] = engine.events(run.id)
         completed = Counter(e.stage for e in history if type(e).__name__ == "StageCompleted")
         assert completed == {"plan": 1, "build": 1, "integrate": 1}
         done = Counter(e.task_id for e in history if type(e).__name__ == "TaskCompleted")
