@@ -54,3 +54,24 @@ class TestBenchmarks:
         assert min(rows[4]["rebuild"], rows[4]["raw_sqlite3_json"]) > 0
         assert rows[5]["same_answer"] is True
         assert "rebuild: 100%" in done.stderr
+
+    def test_cli_benchmark_reports_every_figure(self) -> None:
+        """benchmarks.cli --quick prints start-up, runs and show figures with their targets."""
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.cli", "--quick", "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rows = json.loads(done.stdout)["results"]
+        cases = [row["case"] for row in rows]
+        assert cases[0].startswith("stagetrail --version")
+        assert cases[1].endswith("first call: index catches up (s)")
+        assert cases[2].startswith("stagetrail runs --limit 50")
+        assert cases[3].startswith("stagetrail show")
+        assert cases[4].startswith("stagetrail show")
+        assert rows[0]["import_engine_cli"] > 0
+        assert rows[2]["target"] == 1.0
+        assert isinstance(rows[2]["met"], bool)
+        assert all(row["peak_rss"] > 0 and row["target"] == 200 for row in rows[3:])
