@@ -75,3 +75,20 @@ class TestBenchmarks:
         assert rows[2]["target"] == 1.0
         assert isinstance(rows[2]["met"], bool)
         assert all(row["peak_rss"] > 0 and row["target"] == 200 for row in rows[3:])
+
+    def test_supervise_benchmark_reports_both_stores(self) -> None:
+        """benchmarks.supervise --quick compares supervised and hand recording per store."""
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.supervise", "--quick", "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rows = json.loads(done.stdout)["results"]
+        assert [row["case"].split(" ")[0] for row in rows] == [
+            "supervised", "supervised_all_policies", "supervised", "supervised_all_policies",
+        ]  # fmt: skip
+        assert all(row["by_hand"] > 0 and row["supervised"] > 0 for row in rows)
+        assert isinstance(rows[0]["met"], bool)
+        assert rows[2]["met"] is None
