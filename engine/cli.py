@@ -7,6 +7,7 @@ stays cheap; the work lives in the private ``engine._cli_*`` modules.
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -32,15 +33,31 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except StagetrailError as error:
-            if ctx.find_root().params.get("debug"):
-                raise
-            click.echo(f"stagetrail: error: {error}", err=True)
-            sys.exit(2)
         except BrokenPipeError:  # `stagetrail show RUN | head`: the reader left
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             sys.exit(1)
+        except Exception as error:
+            if ctx.find_root().params.get("debug") or not _reported(error):
+                raise
+            click.echo(f"stagetrail: error: {_one_line(error)}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("stagetrail: interrupted", err=True)
+            sys.exit(130)
+
+
+def _reported(error: Exception) -> bool:
+    """Whether `error` is ours, or the database's: one line, not a traceback."""
+    if isinstance(error, StagetrailError | sqlite3.Error):
+        return True
+    psycopg = sys.modules.get("psycopg")  # imported only when a PostgreSQL store was opened
+    return psycopg is not None and isinstance(error, psycopg.Error)
+
+
+def _one_line(error: Exception) -> str:
+    text = " ".join(str(error).split())
+    return text if isinstance(error, StagetrailError) else f"database: {text}"
 
 
 @click.group(cls=_Group)

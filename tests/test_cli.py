@@ -138,6 +138,31 @@ class TestStores:
         )
         assert not path.exists()
 
+    def test_a_missing_postgres_schema_is_not_created(self, postgres_url: str) -> None:
+        """A read command on a PostgreSQL schema with no store is refused; no schema appears."""
+        import psycopg
+
+        result = CliRunner().invoke(main, ["runs", "--store", postgres_url])
+        assert result.exit_code == 2
+        assert "no stagetrail store in schema" in result.stderr
+        schema = postgres_url.rsplit("schema=", 1)[1]
+        with psycopg.connect(postgres_url.split("?")[0]) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+            ).fetchone()
+        assert found is None
+
+    def test_database_errors_are_one_line(self, sqlite_url: str) -> None:
+        """A store whose run index table was replaced by a foreign one: one line, exit 2."""
+        CliRunner().invoke(main, ["demo", "--store", sqlite_url])
+        with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+            db.execute("DROP TABLE stagetrail_runs")
+            db.execute("CREATE TABLE stagetrail_runs (junk TEXT)")
+        result = CliRunner().invoke(main, ["show", "abcd", "--store", sqlite_url])
+        assert result.exit_code == 2
+        assert result.stderr.startswith("stagetrail: error: ")
+        assert result.stderr.count("\n") == 1
+
     def test_default_store_from_the_environment(
         self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:

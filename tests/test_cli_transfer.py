@@ -184,3 +184,42 @@ class TestRefusals:
         error = fails("import", str(tmp_path / "two.jsonl"), "--store", target)
         assert f"line 4: run {filled.clean} is already in the store with other events" in error
         assert count_events(target) == 9
+
+
+KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
+
+
+class TestAcrossSettings:
+    def test_encrypted_and_compressed_to_plain(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An export of an encrypted store imports into a plain one, byte for byte the same."""
+        pytest.importorskip("cryptography")
+        secret = f"sqlite:///{tmp_path / 'secret.db'}?compress=zlib"
+        monkeypatch.setenv("STAGETRAIL_CIPHER_KEY", KEY)
+        fill(secret)
+        exported = export_all(secret)
+        monkeypatch.delenv("STAGETRAIL_CIPHER_KEY")
+        (tmp_path / "runs.jsonl").write_text(exported)
+        plain = f"sqlite:///{tmp_path / 'plain.db'}"
+        ok("import", str(tmp_path / "runs.jsonl"), "--store", plain)
+        assert export_all(plain) == exported
+        assert b"C-41" not in (tmp_path / "secret.db").read_bytes()
+
+    def test_progress_bars_on_a_terminal(
+        self, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With stderr a terminal, export and import draw progress; stdout is unchanged."""
+        filled = fill(sqlite_url)
+        plain = export_all(filled.url)
+        monkeypatch.setattr("engine._cli_common.stderr_is_terminal", lambda: True)
+        drawn = invoke("export", "--all", "--store", filled.url)
+        assert drawn.exit_code == 0
+        assert drawn.stdout == plain
+        (tmp_path / "runs.jsonl").write_text(plain)
+        copy = f"sqlite:///{tmp_path / 'copy.db'}"
+        imported = invoke("import", str(tmp_path / "runs.jsonl"), "--store", copy)
+        assert imported.exit_code == 0
+        assert "imported 5 run(s)" in imported.stdout
+        rebuilt = invoke("projections", "rebuild", "run_index", "--store", copy)
+        assert rebuilt.stdout.startswith("rebuilt run_index: ")
