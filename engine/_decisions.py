@@ -109,7 +109,7 @@ class Decisions:
         if watch is None:
             if len(self._watches) >= MAX_WATCHES:
                 del self._watches[next(iter(self._watches))]
-            watch = self._watches[run.id] = RunWatch()
+            watch = self._watches[run.id] = RunWatch(progress=self.progress is not None)
         return watch.catch_up(run)
 
     def stage(self, run: Run, stage: str) -> Step:

@@ -25,7 +25,8 @@ RECENT_FAILURES = 5
 class RunWatch:
     """Progress, circuits, recent failures and task results of one run, folded incrementally."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, progress: bool = True) -> None:
+        self.watches_progress = progress  # off when no ProgressPolicy asks: the hot path
         self.version = 0
         self.progress: Progress = _PROGRESS.initial()
         self.circuits: Circuits = _CIRCUITS.initial()
@@ -45,7 +46,8 @@ class RunWatch:
         if event.version != self.version + 1:
             return event  # a gap: `catch_up` reads it from the store in order
         self.version = event.version
-        self.progress = _PROGRESS.apply(self.progress, event)
+        if self.watches_progress:
+            self.progress = _PROGRESS.apply(self.progress, event)
         self.circuits = _CIRCUITS.apply(self.circuits, event)
         kind = type(event)
         if kind is StageFailed:

@@ -45,10 +45,12 @@ class Circuit:
 
     def outcome(self, failed: bool) -> Circuit:
         """The circuit after one more attempt ended."""
-        return attrs.evolve(
-            self,
-            consecutive=self.consecutive + 1 if failed else 0,
-            recent=(*self.recent[-(MAX_WINDOW - 1) :], failed),
+        return Circuit(  # not attrs.evolve: this runs for every outcome a supervisor records
+            self.status,
+            self.opened_at,
+            self.consecutive + 1 if failed else 0,
+            (*self.recent[-(MAX_WINDOW - 1) :], failed),
+            self.reason,
         )
 
     def failure_rate(self, window: int) -> float | None:
