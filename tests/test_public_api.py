@@ -35,6 +35,31 @@ class TestExports:
         assert issubclass(InvalidTransition, StagetrailError)
         assert issubclass(InvalidTransition, ValueError)
 
+    def test_the_supervisor_contract_imports(self) -> None:
+        """The supervisor's imports of DESIGN.md work, and engine.supervisor() builds one."""
+        from engine import (
+            CircuitBreaker,
+            CircuitOpen,
+            Engine,
+            Outcome,
+            ProgressPolicy,
+            RetryPolicy,
+            StageGaveUp,
+            Supervisor,
+        )
+
+        with Engine("memory://") as engine:
+            sup = engine.supervisor(
+                retry=RetryPolicy(max_retries=3, delay=1.0, backoff=2.0, max_delay=60,
+                                  jitter=0.1, timeout=600),
+                breaker=CircuitBreaker(fail_max=3, reset_timeout=300),
+                progress=ProgressPolicy.strict(max_steps=50),
+            )  # fmt: skip
+        assert isinstance(sup, Supervisor)
+        assert Outcome("needs_refactor").outcome == "needs_refactor"
+        assert issubclass(StageGaveUp, RuntimeError)
+        assert issubclass(CircuitOpen, RuntimeError)
+
     @pytest.mark.parametrize(
         "name",
         [
@@ -50,6 +75,11 @@ class TestExports:
             "InvalidRollback",
             "AttemptError",
             "TaskError",
+            "StageGaveUp",
+            "CircuitOpen",
+            "RunStopped",
+            "StageNotDriven",
+            "AttemptTimeout",
         ],
     )
     def test_errors_share_one_root_and_a_builtin(self, name: str) -> None:
