@@ -150,6 +150,11 @@ class TestErrorsCrossProcesses:
             engine.AttemptError(run_id, "build", "open"),
             engine.TaskError(run_id, "t", "unknown"),
             EventFormatError("stagetrail:X", "unknown"),
+            engine.StageGaveUp(run_id, "developer", 4, "max_retries=3", "BuildException", "cc"),
+            engine.CircuitOpen(run_id, "developer", 120.0, "3 consecutive failures"),
+            engine.RunStopped(run_id, "aborted_stuck", {"rule": "no_progress", "detected": "x"}),
+            engine.StageNotDriven(run_id, "testing", ["developer"]),
+            engine.AttemptTimeout(5.0, 7.5),
         ]
         for error in examples:
             copy = pickle.loads(pickle.dumps(error))
