@@ -117,11 +117,9 @@ def replay(engine: Engine, run_id: UUID, start: int, end: int, *, as_json: bool)
     width = len(str(end))
     for step in steps:
         event = step.event
-        stage = getattr(event, "stage", "")
-        outcome = getattr(event, "outcome", "")
-        head = f"{event.version:>{width}}  {type(event).__name__:<17} {stage} {outcome}".rstrip()
-        text = detail(event)
-        out.line(f"{head}  {text}" if text else head, _style(step))
+        where = " ".join(str(getattr(event, name, "")) for name in ("stage", "outcome")).strip()
+        parts = [f"{event.version:>{width}}", f"{type(event).__name__:<17}", where, detail(event)]
+        out.line("  ".join(part for part in parts if part).rstrip(), _style(step))
         for change in step.changes():
             out.line(" " * (width + 4) + change, "cyan")
 

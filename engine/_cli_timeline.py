@@ -164,8 +164,8 @@ def reason_line(reason: Any) -> str:
 def reason_lines(reason: Any) -> list[str]:
     """A finish reason for the closing lines: one ``key: value`` line per field of a dict."""
     if isinstance(reason, dict):
-        return [f"  {key}: {compact(value, 70)}" for key, value in reason.items()]
-    return [f"  {compact(reason, 76)}"] if reason not in (None, "") else []
+        return [f"  {key}: {compact(value, 100)}" for key, value in reason.items()]
+    return [f"  {compact(reason, 100)}"] if reason not in (None, "") else []
 
 
 class _Columns:

@@ -121,8 +121,10 @@ def import_runs(engine: Engine, path: str, *, as_json: bool) -> None:
     out = Output()
     out.line(f"imported {len(report.imported)} run(s), {report.events} events, into {engine.url}")
     if report.identical:
-        listed = ", ".join(short(run_id) for run_id in report.identical)
-        out.line(f"already there with identical events, left as they were: {listed}")
+        listed = ", ".join(short(run_id) for run_id in report.identical[:5])
+        more = len(report.identical) - 5
+        listed += f" and {more} more" if more > 0 else ""
+        out.line(f"{len(report.identical)} run(s) already there with identical events: {listed}")
 
 
 def _import(engine: Engine, path: str) -> ImportReport:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from uuid import UUID
 
 from engine._cli_common import STATUS_STYLES, Output
 from engine._cli_next import next_commands
@@ -25,21 +26,33 @@ def _summary_row(engine: Engine, run: Run) -> list[str]:
     ]
 
 
+def _title(engine: Engine, runs: list[Run]) -> str:
+    children = sum(len(engine.tree(run.id)) - 1 for run in runs)
+    extra = f" and {children} child runs" if children else ""
+    return f"Recorded {len(runs)} runs{extra} into {engine.url}"
+
+
+def _events(engine: Engine, run_id: UUID) -> int:
+    last = engine.store.last(run_id)
+    return 0 if last is None else last.version
+
+
 def run_demo(store: str | None) -> None:
     """Record the examples into `store` (default store if None) and print a summary."""
-    from examples.code_review import record_all
+    from engine._urls import default_url
+    from examples.demo import record_all
 
     out = Output()
     with Engine(store) as engine:
-        runs = record_all(engine)
+        runs = record_all(engine, store or default_url())  # the URL, for a child process
         out.table(
             ("run", "pipeline", "status", "state", "events", "attempts", "failures"),
             [_summary_row(engine, run) for run in runs],
-            title=f"Recorded {len(runs)} runs into {engine.url}",
+            title=_title(engine, runs),
             styles=[STATUS_STYLES.get(run.status or "running") for run in runs],
             right=(4, 5, 6),
         )
-        total = sum(run.version for run in runs)
+        total = sum(_events(engine, run_id) for run in runs for run_id in engine.tree(run.id))
         out.line(f"{total} events recorded. Reload any run with Engine().load(run_id).")
         out.line()
         out.line("Three commands worth trying next:", "bold")

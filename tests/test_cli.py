@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sqlite3
 import subprocess
@@ -37,7 +38,10 @@ class TestDemo:
         )
         url = f"sqlite:///{tmp_path / 'stagetrail.db'}"
         recorded = run_ids(url)
-        assert f"Recorded {len(recorded)} runs into sqlite:///stagetrail.db" in done.stdout
+        title = re.match(r"Recorded (\d+) runs(?: and (\d+) child runs)? into (\S+)\n", done.stdout)
+        assert title is not None, done.stdout
+        assert int(title.group(1)) + int(title.group(2) or 0) == len(recorded)
+        assert title.group(3) == "sqlite:///stagetrail.db"
         with Engine(url, create=False) as engine:
             total = sum(len(engine.events(run_id)) for run_id in recorded)
         assert f"{total} events recorded" in done.stdout

@@ -1,7 +1,7 @@
 """docs/cli.md's transcript is what the commands print on a demo store (UPDATE_DOCS=1 rewrites it).
 
-The demo is recorded under freezegun with a seeded run id sequence, so times and
-ids are the same on every machine; each ``console`` block of the page is a list
+The demo is recorded under freezegun with a seeded run id sequence (and its
+coordinator in process), so times and ids are the same on every machine; each ``console`` block of the page is a list
 of ``$ stagetrail ...`` commands whose outputs the test regenerates and compares.
 """
 
@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from freezegun import freeze_time
 
 from engine.cli import main
+from examples import coordinator
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "cli.md"
@@ -66,6 +67,10 @@ def demo_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.delenv("STAGETRAIL_CIPHER_KEY", raising=False)
     seeded = random.Random(20261120)
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=seeded.getrandbits(128), version=4))
+    # The coordinator example is killed in a child process, which neither the frozen
+    # clock nor the seeded ids reach: record its in-process variant instead.
+    in_process = coordinator.record_all
+    monkeypatch.setattr(coordinator, "record_all", lambda engine, url=None: in_process(engine))
     with freeze_time("2026-11-20 09:00:00", auto_tick_seconds=0.25):
         yield tmp_path
 
