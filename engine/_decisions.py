@@ -320,14 +320,23 @@ class Decisions:
         if self.breaker is None:
             return
         circuit = self._circuit(run, stage)
-        if circuit.status != "open":
-            return
+        if circuit.status == "closed" or (circuit.status, self.breaker.scope) == (
+            "half_open",
+            "run",
+        ):
+            return  # in one run, a half-open circuit's trial is this attempt (or one cut short)
         wait = self.breaker.waits(circuit, self.now())
         if wait > 0:
+            why = (
+                circuit.reason
+                if circuit.status == "open"
+                else "a trial is under way in another run"
+            )
             rejected = {"stage": stage, "retry_after": wait, "opened_because": circuit.reason}
             watch.see(run.note("circuit_rejected", rejected))
-            raise CircuitOpen(run.id, stage, wait, circuit.reason)
-        reason = f"open for {self.breaker.reset_timeout:g} s (reset_timeout); one trial allowed"
+            raise CircuitOpen(run.id, stage, wait, why)
+        since = circuit.status.replace("_", "-")
+        reason = f"{since} for {self.breaker.reset_timeout:g} s (reset_timeout); one trial allowed"
         watch.see(run.decision(CircuitHalfOpened, stage=stage, reason=reason))
 
     def _trip(self, run: Run, stage: str) -> None:

@@ -38,7 +38,7 @@ class Circuit:
     """One stage's breaker: its status and the recent attempts it judges by."""
 
     status: str = "closed"
-    opened_at: datetime | None = None
+    opened_at: datetime | None = None  # when it opened, or half-opened
     consecutive: int = 0
     recent: tuple[bool, ...] = ()  # newest last; True is a failure
     reason: str = ""  # why it last opened
@@ -94,7 +94,10 @@ class CircuitStates(Projection[Circuits]):
     def half_opened(self, state: Circuits, event: CircuitHalfOpened) -> Circuits:
         """One trial call may go through."""
         circuit = state.get(event.stage, _CLOSED)
-        return {**state, event.stage: attrs.evolve(circuit, status="half_open")}
+        return {
+            **state,
+            event.stage: attrs.evolve(circuit, status="half_open", opened_at=event.timestamp),
+        }
 
     @on(CircuitClosed)
     def closed(self, state: Circuits, event: CircuitClosed) -> Circuits:
@@ -181,8 +184,16 @@ class CircuitBreaker:
     scope: str = attrs.field(default="run", validator=_scope)
 
     def waits(self, circuit: Circuit, now: datetime) -> float:
-        """Seconds before an open `circuit` may half-open (0 when it may now)."""
-        if circuit.status != "open" or circuit.opened_at is None:
+        """Seconds before `circuit` lets a trial through (0 when it may now).
+
+        An open circuit waits `reset_timeout` from its opening. Across a pipeline, a
+        half-open circuit has a trial under way in some run: others wait for its end,
+        or for `reset_timeout` after it began if that trial was cut short.
+        """
+        waiting = circuit.status == "open" or (
+            circuit.status == "half_open" and self.scope == "pipeline"
+        )
+        if not waiting or circuit.opened_at is None:
             return 0.0
         return max(0.0, self.reset_timeout - (now - circuit.opened_at).total_seconds())
 

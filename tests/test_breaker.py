@@ -238,3 +238,34 @@ class TestBreakerInSupervisor:
             frozen.tick(301)
             assert sup.execute(other, "step", lambda: Outcome("finished")) is None
             assert kinds(engine, other)[-1] == "CircuitClosed"
+
+    def test_one_trial_at_a_time_across_a_pipeline(self, engine: Engine, frozen: Any) -> None:
+        """With scope='pipeline', other runs wait while a trial runs, or until it is stale."""
+        sup = engine.supervisor(
+            retry=RetryPolicy(max_retries=0),
+            breaker=CircuitBreaker(fail_max=1, reset_timeout=300, scope="pipeline"),
+        )
+        with pytest.raises(CircuitOpen):
+            sup.execute(engine.start_run(POLL), "step", failing(1, OSError("refused")))
+        frozen.tick(301)
+        trial_run, other = engine.start_run(POLL), engine.start_run(POLL)
+
+        def trial() -> str:
+            with pytest.raises(CircuitOpen, match="a trial is under way in another run"):
+                sup.execute(other, "step", lambda: None)
+            return "trial ok"
+
+        assert sup.execute(trial_run, "step", trial) == "trial ok"
+        assert kinds(engine, trial_run)[-1] == "CircuitClosed"
+        assert sup.execute(other, "step", lambda: "closed again") == "closed again"
+
+        crashed = engine.start_run(POLL)  # a trial whose process died: its half-open stays
+        crashed.decision(CircuitHalfOpened, stage="step", reason="trial, then a crash")
+        late = engine.start_run(POLL)
+        with pytest.raises(CircuitOpen):
+            sup.execute(late, "step", lambda: None)
+        frozen.tick(301)
+        assert sup.execute(late, "step", lambda: "stale trial replaced") == "stale trial replaced"
+        assert kinds(engine, late)[-4:] == [
+            "CircuitHalfOpened", "StageStarted", "StageCompleted", "CircuitClosed",
+        ]  # fmt: skip
