@@ -205,3 +205,26 @@ class TestDiff:
         assert "two runs" in fails(
             "diff", str(filled.retried), str(filled.fork), "--to", "3", "--store", filled.url
         )
+
+
+class TestEveryExample:
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
+    def test_every_command_reads_every_demo_run(
+        self, backend: str, request: pytest.FixtureRequest
+    ) -> None:
+        """After `stagetrail demo`, each read command works on each recorded run, text and JSON."""
+        url = request.getfixturevalue(backend)
+        ok("demo", "--store", url)
+        summaries = as_json("runs", "--store", url)
+        assert {row["status"] for row in summaries} >= {"succeeded", "failed"}
+        for row in summaries:
+            run = row["run_id"]
+            lines = json_lines("show", run, "--store", url)
+            assert len(lines) == row["version"]
+            assert f"status: {row['status']}" in ok("show", run[:10], "--store", url)
+            assert as_json("state", run, "--store", url)["version"] == row["version"]
+            steps = json_lines("replay", run, "--store", url)
+            assert steps[-1]["state"][1] == row["state"]
+            assert ok("replay", run, "--store", url).startswith(f"run {run}")
+            assert as_json("verify", run, "--store", url)["ok"] is True
+            assert "stateDiagram-v2" in ok("diagram", run, "--store", url)
