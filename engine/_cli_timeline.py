@@ -136,7 +136,7 @@ def _progress(event: ProgressObserved) -> str:
 
 
 _DESCRIBE: dict[type[Any], Callable[[Any], str]] = {
-    RunStarted: lambda e: _started(e),
+    RunStarted: _started,
     StageCompleted: _completed,
     StageFailed: _failed,
     RetryScheduled: _retry,
@@ -145,7 +145,7 @@ _DESCRIBE: dict[type[Any], Callable[[Any], str]] = {
     CircuitClosed: lambda e: e.reason,
     StateRolledBack: _rolled_back,
     RunFinished: _finished,
-    ProgressObserved: lambda e: _progress(e),
+    ProgressObserved: _progress,
     TaskAdded: _task_added,
     TaskCompleted: lambda e: f"{e.task_id}: {compact(e.result, 50)}",
     TaskFailed: lambda e: f"{e.task_id}: {e.error_type}: {e.error}",
