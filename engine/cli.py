@@ -60,7 +60,7 @@ def _one_line(error: Exception) -> str:
     return text if isinstance(error, StagetrailError) else f"database: {text}"
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, name="stagetrail")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.version_option(package_name="stagetrail")
 def main(debug: bool) -> None:
@@ -70,7 +70,10 @@ def main(debug: bool) -> None:
 @main.command()
 @store_option
 def demo(store: str | None) -> None:
-    """Record the example pipelines into the store and summarise what was recorded."""
+    """Record the examples into the store; suggest what to try next.
+
+    Prints what was recorded, then three commands worth trying on those runs.
+    """
     from engine._demo import run_demo
 
     run_demo(store)
@@ -114,7 +117,10 @@ def runs(
 @store_option
 @json_option
 def show(run: str, store: str | None, as_json: bool) -> None:
-    """The timeline of RUN: one line per event, decisions marked, then its status."""
+    """A run's timeline, one line per event.
+
+    Decisions are marked with *; the run's status and reason close it.
+    """
     from engine._cli_common import open_engine, resolve_run
     from engine._cli_timeline import show_run
 
@@ -129,7 +135,10 @@ def show(run: str, store: str | None, as_json: bool) -> None:
 @store_option
 @json_option
 def state(run: str, at: str | None, projection: str, store: str | None, as_json: bool) -> None:
-    """A projection of RUN (the state stack by default), now or at a past point."""
+    """A projection of a run, now or at a past point.
+
+    The state stack by default; --projection names any built-in or registered one.
+    """
     from engine._cli_common import open_engine, resolve_run
     from engine._cli_state import show_state
 
@@ -144,7 +153,10 @@ def state(run: str, at: str | None, projection: str, store: str | None, as_json:
 @store_option
 @json_option
 def replay(run: str, start: int, stop: int | None, store: str | None, as_json: bool) -> None:
-    """Step through RUN's events, showing what each changed in the state and the stack."""
+    """Step through a run, showing what each event changed.
+
+    Under each event: the machine's state, the stack and the status it moved.
+    """
     from engine._cli_common import open_engine, resolve_run
     from engine._cli_timeline import replay_run
 
@@ -167,7 +179,10 @@ def diff(
     store: str | None,
     as_json: bool,
 ) -> None:
-    """What differs between two points of RUN (--from N --to M) or between two runs."""
+    """Compare two points of a run, or two runs.
+
+    RUN --from N [--to M] compares two points of one run; RUN_A RUN_B two runs.
+    """
     from engine._cli_common import open_engine, resolve_run
     from engine._cli_diff import diff_points
 
@@ -196,7 +211,10 @@ def fork(run: str, at: int, store: str | None, as_json: bool) -> None:
 @store_option
 @json_option
 def verify(run: str, store: str | None, as_json: bool) -> None:
-    """Re-check RUN against its own table and the projections; exit 1 on problems."""
+    """Re-check a run against its own table; exit 1 on problems.
+
+    The run is folded through the table stored in it and every persistent projection.
+    """
     from engine._cli_common import open_engine, resolve_run
     from engine._cli_state import verify_run
 
@@ -211,7 +229,10 @@ def verify(run: str, store: str | None, as_json: bool) -> None:
 @click.option("--all", "everything", is_flag=True, help="Export every run, oldest first.")
 @store_option
 def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
-    """Write runs as JSON Lines on stdout, one event per line (import reads them back)."""
+    """Write runs as JSON Lines on stdout, for import.
+
+    One event per line, each run's events in order; --all writes every run, oldest first.
+    """
     from engine._cli_common import open_engine, resolve_run
     from engine._cli_transfer import export_runs
 
@@ -227,7 +248,11 @@ def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
 @store_option
 @json_option
 def import_(file: str, store: str | None, as_json: bool) -> None:
-    """Read runs from a JSON Lines FILE (``-``: stdin), checked, each run all or nothing."""
+    """Read runs from an export file, checked first.
+
+    FILE is JSON Lines (- reads stdin). Nothing is written unless every line is valid;
+    each run is written in one transaction; runs already there, identical, are skipped.
+    """
     from engine._cli_common import open_engine
     from engine._cli_transfer import import_runs
 
@@ -240,7 +265,10 @@ def import_(file: str, store: str | None, as_json: bool) -> None:
 @click.option("--format", "kind", type=click.Choice(["mermaid", "dot"]), default="mermaid")
 @store_option
 def diagram(target: str, kind: str, store: str | None) -> None:
-    """Draw a run's recorded table (its state highlighted), or a pipeline ``module:attr``."""
+    """Draw a run's or a pipeline's transition table.
+
+    A run's own recorded table, its state highlighted, or a Pipeline named module:attr.
+    """
     from engine._cli_admin import draw
 
     draw(target, kind, store)
@@ -248,7 +276,7 @@ def diagram(target: str, kind: str, store: str | None) -> None:
 
 @main.group()
 def projections() -> None:
-    """Persistent projections: list them, see their lag, rebuild one."""
+    """List, watch and rebuild persistent projections."""
 
 
 @projections.command("list")
