@@ -124,7 +124,7 @@ class Decisions:
             if run.open_attempt is None and recordable:
                 watch.see(run.stage_started(stage))
             ended = yield Call(policy.timeout)
-            self.watch(run)
+            watch = self.watch(run)  # the function may have recorded events of its own
             if ended.error is None:
                 return self._completed(run, stage, ended, watch)
             delay = self._failed(run, stage, ended, (policy, chosen_by), recordable)
@@ -144,7 +144,7 @@ class Decisions:
             if run.tasks[task_id] != "active":
                 watch.see(run.task_started(task_id))
             ended = yield Call(policy.timeout)
-            self.watch(run)
+            watch = self.watch(run)
             if ended.error is None:
                 return self._task_completed(run, task_id, ended.value, watch)
             yield Pause(self._task_failed(run, task_id, ended, (policy, chosen_by)))
