@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from uuid import UUID
 
 import attrs
@@ -57,21 +57,28 @@ def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
     else:
         chosen = [(rid, _last_version(engine, rid)) for rid in dict.fromkeys(run_ids)]
     progress = ProgressBar("export", sum(version for _, version in chosen))
-    write = sys.stdout.write
+    out = _utf8_stdout()
     try:
         for run_id, _ in chosen:
             batch: list[str] = []
             for event in engine.store.stream(run_id):
                 batch.append(export_line(event))
                 if len(batch) == 1000:
-                    write("\n".join(batch) + "\n")
+                    out.write(("\n".join(batch) + "\n").encode())
                     progress.advance(len(batch))
                     batch.clear()
             if batch:
-                write("\n".join(batch) + "\n")
+                out.write(("\n".join(batch) + "\n").encode())
                 progress.advance(len(batch))
+        out.flush()
     finally:
         progress.close()
+
+
+def _utf8_stdout() -> BinaryIO:
+    """Stdout as bytes: an export is UTF-8 whatever the locale says."""
+    sys.stdout.flush()
+    return sys.stdout.buffer
 
 
 def _last_version(engine: Engine, run_id: UUID) -> int:
