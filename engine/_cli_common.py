@@ -231,12 +231,16 @@ class Output:
             self._console = Console(highlight=False)
         return self._console
 
-    def line(self, text: str = "", style: str | None = None) -> None:
-        """Print one line, in `style` on a terminal."""
+    def line(self, text: str = "", style: str | None = None, *, crop: bool = False) -> None:
+        """Print one line, in `style` on a terminal (cut at its width with `crop`, else wrapped)."""
         if self.terminal:
             from rich.text import Text
 
-            self.console.print(Text(text, style=style or ""))
+            text_line = Text(text, style=style or "")
+            if crop:
+                self.console.print(text_line, no_wrap=True, overflow="ellipsis")
+            else:
+                self.console.print(text_line, overflow="fold")
         else:
             sys.stdout.write(text + "\n")
 
@@ -248,14 +252,20 @@ class Output:
         title: str | None = None,
         styles: Sequence[str | None] | None = None,
         right: Sequence[int] = (),
+        wrap: Sequence[int] | None = None,
     ) -> None:
-        """Print a table; `styles` colours whole rows, `right` aligns columns to the right."""
+        """Print a table; `styles` colours rows, `right` aligns columns to the right.
+
+        On a narrow terminal only the `wrap` columns (default: the last) are wrapped;
+        the others keep their width.
+        """
         if self.terminal:
-            self._rich_table(columns, rows, title, styles, right)
+            folding = (len(columns) - 1,) if wrap is None else wrap
+            self._rich_table(columns, rows, title, styles, right, folding)
             return
         if title:
             sys.stdout.write(title + "\n")
-        widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+        widths = _widths(columns, rows)
         for row in [list(columns), *rows]:
             cells = [
                 cell.rjust(width) if index in right else cell.ljust(width)
@@ -270,15 +280,36 @@ class Output:
         title: str | None,
         styles: Sequence[str | None] | None,
         right: Sequence[int],
+        wrap: Sequence[int],
     ) -> None:
+        from rich import box
         from rich.table import Table
 
-        table = Table(title=title, title_justify="left")
-        for index, column in enumerate(columns):
-            table.add_column(column, justify="right" if index in right else "left")
+        table = Table(
+            title=title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
+        for index, (column, width) in enumerate(zip(columns, _widths(columns, rows), strict=True)):
+            fixed = index not in wrap
+            words = [len(word) for row in rows for word in row[index].split()]
+            table.add_column(
+                column,
+                justify="right" if index in right else "left",
+                no_wrap=fixed,
+                min_width=width if fixed else min(max([len(column), *words]), 8),
+                overflow="fold",
+            )
         for index, row in enumerate(rows):
             table.add_row(*row, style=styles[index] if styles else None)
         self.console.print(table)
+
+
+def _widths(columns: Sequence[str], rows: Sequence[Row]) -> list[int]:
+    return [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
 
 
 class ProgressBar:

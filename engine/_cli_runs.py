@@ -44,6 +44,7 @@ def list_runs(
         [_row(summary) for summary in summaries],
         styles=[STATUS_STYLES.get(summary.status) for summary in summaries],
         right=(5, 6, 7),
+        wrap=(1, 3, 4),
     )
 
 

@@ -228,12 +228,12 @@ def show_run(engine: Engine, run_id: UUID, *, as_json: bool) -> None:
     out, columns, index = Output(), _Columns(first, last.version), RunIndex()
     summary = index.apply(index.initial(), first)
     out.line(f"run {run_id}  {first.pipeline}  started {when(first.timestamp)} UTC", "bold")
-    out.line(columns.header(), "dim")
-    out.line(columns.row(first))
+    out.line(columns.header(), "dim", crop=True)
+    out.line(columns.row(first), crop=True)
     if out.terminal:
         for event in events:
             summary = index.apply(summary, event)
-            out.line(columns.row(event), _style(event))
+            out.line(columns.row(event), _style(event), crop=True)
     else:
         summary = _plain_rows(columns, index, summary, events)
     _closing(out, summary)

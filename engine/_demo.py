@@ -51,6 +51,7 @@ def run_demo(store: str | None) -> None:
             title=_title(engine, runs),
             styles=[STATUS_STYLES.get(run.status or "running") for run in runs],
             right=(4, 5, 6),
+            wrap=(1, 3),
         )
         total = sum(_events(engine, run_id) for run in runs for run_id in engine.tree(run.id))
         out.line(f"{total} events recorded. Reload any run with Engine().load(run_id).")

@@ -131,7 +131,7 @@ class TestTerminal:
     ) -> None:
         """Off a terminal the table is plain text; on one it is drawn by rich."""
         fill(sqlite_url)
-        assert "│" not in ok("runs", "--store", sqlite_url)
+        assert "─" not in ok("runs", "--store", sqlite_url)
         monkeypatch.setattr("engine._cli_common.stdout_is_terminal", lambda: True)
-        assert "│" in ok("runs", "--store", sqlite_url)
+        assert "─" in ok("runs", "--store", sqlite_url)
         assert "RunFinished" in ok("show", str(fill(sqlite_url).busy), "--store", sqlite_url)
