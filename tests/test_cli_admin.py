@@ -135,3 +135,19 @@ class TestTerminal:
         monkeypatch.setattr("engine._cli_common.stdout_is_terminal", lambda: True)
         assert "─" in ok("runs", "--store", sqlite_url)
         assert "RunFinished" in ok("show", str(fill(sqlite_url).busy), "--store", sqlite_url)
+
+
+class TestPrefixLookup:
+    def test_run_ids_by_prefix_on_every_backend(self, engine: Engine) -> None:
+        """Projections.run_ids finds runs by id prefix, across hyphens, in byte order."""
+        ids = [
+            UUID("abcdef01-2345-4000-8000-000000000002"),
+            UUID("abcdef01-2345-4000-8000-000000000001"),
+            UUID("abcdef01-9999-4000-8000-000000000001"),
+        ]
+        for run_id in ids:
+            engine.start_run(REVIEW, run_id=run_id)
+        assert engine.projections.run_ids("abcdef01-2345") == sorted(ids[:2], key=str)
+        assert engine.projections.run_ids("ABCDEF01-9") == [ids[2]]
+        assert engine.projections.run_ids("abcdef01", limit=2) == sorted(ids, key=str)[:2]
+        assert engine.projections.run_ids("abcdef02") == []
