@@ -1,8 +1,9 @@
 """docs/cli.md's transcript is what the commands print on a demo store (UPDATE_DOCS=1 rewrites it).
 
 The demo is recorded under freezegun with a seeded run id sequence (and its
-coordinator in process), so times and ids are the same on every machine; each ``console`` block of the page is a list
-of ``$ stagetrail ...`` commands whose outputs the test regenerates and compares.
+coordinator in process), so times and ids are the same on every machine; each
+``console`` block of the page is a list of ``$ stagetrail ...`` commands whose
+outputs the test regenerates and compares.
 """
 
 from __future__ import annotations
