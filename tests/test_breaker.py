@@ -198,10 +198,12 @@ class TestBreakerInSupervisor:
         with pytest.raises(CircuitOpen, match="50% of the last 4"):
             sup.execute(run, "step", failing(1, ValueError("y")))
 
-    def test_a_restarted_process_sees_the_open_breaker(self, store_url: str, frozen: Any) -> None:
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
+    def test_a_restarted_process_sees_the_open_breaker(
+        self, backend: str, frozen: Any, request: pytest.FixtureRequest
+    ) -> None:
         """The breaker's state comes from events: a new engine and supervisor still refuse."""
-        if store_url == "memory://":
-            pytest.skip("a memory store does not outlive its engine")
+        store_url = request.getfixturevalue(backend)
         with Engine(store_url) as first:
             run = first.start_run(POLL)
             trip(first, supervise(first, frozen), run)
