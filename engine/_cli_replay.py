@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from engine._cli_common import STATUS_STYLES, Output, json_line, write_lines
-from engine._cli_timeline import DECISIONS, detail
+from engine._cli_timeline import detail, is_decision
 from events import Event
 from projections import Frame, RunIndex, RunSummary, Stack, StateStack
 
@@ -70,7 +70,7 @@ class _Step:
         return {
             "version": self.event.version,
             "event": type(self.event).__name__,
-            "decision": isinstance(self.event, DECISIONS),
+            "decision": is_decision(self.event),
             "state": list(self.states()),
             "status": list(self.statuses()),
             "depth": [self.stack_before.depth, self.stack_after.depth],
@@ -128,4 +128,4 @@ def _style(step: _Step) -> str | None:
     status = step.statuses()[1]
     if status is not None and status != "running":
         return "bold " + STATUS_STYLES.get(status, "")
-    return "bold yellow" if isinstance(step.event, DECISIONS) else "bold"
+    return "bold yellow" if is_decision(step.event) else "bold"

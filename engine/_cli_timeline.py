@@ -53,6 +53,17 @@ DECISIONS = (
 )
 """Events that record a decision: marked with ``*`` and highlighted."""
 
+DECISION_NOTES = frozenset({"gave_up", "circuit_rejected"})
+"""Keys of the notes in which the supervisor records a decision."""
+
+
+def is_decision(event: Event) -> bool:
+    """Whether `event` records a decision (a decision event, or a supervisor's note)."""
+    if isinstance(event, NoteAdded):
+        return event.key in DECISION_NOTES
+    return isinstance(event, DECISIONS)
+
+
 _EVENT_WIDTH = 17  # len("CircuitHalfOpened")
 _DETAIL_WIDTH = 70
 
@@ -67,7 +78,7 @@ def event_json(event: Event) -> dict[str, Any]:
         "version": event.version,
         "timestamp": timestamp,
         "event": type(event).__name__,
-        "decision": isinstance(event, DECISIONS),
+        "decision": is_decision(event),
         **state,
     }
 
@@ -185,7 +196,7 @@ class _Columns:
     def row(self, event: Event) -> str:
         attempt = getattr(event, "attempt", None)
         return self.line(
-            "*" if isinstance(event, DECISIONS) else " ",
+            "*" if is_decision(event) else " ",
             str(event.version),
             clock(event.timestamp),
             type(event).__name__,
@@ -206,7 +217,7 @@ class _Columns:
 def _style(event: Event) -> str | None:
     if isinstance(event, RunFinished):
         return "bold " + STATUS_STYLES.get(event.status, "")
-    if isinstance(event, DECISIONS):
+    if is_decision(event):
         return "bold yellow"
     if isinstance(event, StageFailed | TaskFailed):
         return "red"

@@ -205,3 +205,21 @@ class TestStores:
             main, ["--debug", "runs", "--store", f"sqlite:///{tmp_path / 'x.db'}"]
         )
         assert isinstance(result.exception, StoreError)
+
+
+class TestDecisionMarks:
+    def test_supervisor_notes_count_as_decisions(self) -> None:
+        """show marks gave_up and circuit_rejected notes as decisions, other notes not."""
+        import uuid
+
+        from engine._cli_timeline import is_decision
+        from events import NoteAdded, RetryScheduled
+
+        def note(key: str) -> NoteAdded:
+            return NoteAdded(run_id=uuid.uuid4(), version=2, key=key, value=None)
+
+        assert is_decision(note("gave_up"))
+        assert is_decision(note("circuit_rejected"))
+        assert not is_decision(note("strategy"))
+        retry = RetryScheduled(run_id=uuid.uuid4(), version=3, stage="s", attempt=2, delay=1.0)
+        assert is_decision(retry)
