@@ -8,11 +8,13 @@ The rules live in `engine._decisions`; this module only calls, awaits and sleeps
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from engine._decisions import Attempted, Call, Decisions, Ended, PolicyChoice, Step
@@ -138,7 +140,8 @@ class Supervisor:
         _check_stages(run, stages)
         while (fn := self._next(run, stages, statuses)) is not None:
             context = StageContext(self.engine, run, run.state)
-            self._drive_stage(run, self.decisions.stage(run, run.state), fn, context)
+            with self._ending(run):
+                self._drive_sync(self.decisions.stage(run, run.state), fn, (context,), {})
         return run
 
     async def drive_async(
@@ -153,7 +156,8 @@ class Supervisor:
         while (fn := self._next(run, stages, statuses)) is not None:
             context = StageContext(self.engine, run, run.state)
             loop = self.decisions.stage(run, run.state)
-            await self._guarded(run, self._drive_async(loop, fn, (context,), {}))
+            with self._ending(run):
+                await self._drive_async(loop, fn, (context,), {})
         return run
 
     def _next(
@@ -171,31 +175,21 @@ class Supervisor:
             raise StageNotDriven(run.id, state, stages)
         return stages[state]
 
-    def _drive_stage(self, run: Run, loop: Step, fn: Callable[..., Any], context: Any) -> None:
+    @contextmanager
+    def _ending(self, run: Run) -> Iterator[None]:
+        """How a stage may end a driven run: giving up finishes it failed; a stop is final."""
         try:
-            self._drive_sync(loop, fn, (context,), {})
+            yield
         except StageGaveUp as gave_up:
-            self._finish_failed(run, gave_up)
+            reason = {"rule": "gave_up", "stage": gave_up.stage, "attempts": gave_up.attempts,
+                      "detected": gave_up.reason, "error_type": gave_up.error_type,
+                      "error": gave_up.error}  # fmt: skip
+            if run.status is None:
+                run.finish("failed", reason)
+            self.decisions.forget(run)
             raise
         except RunStopped:
-            pass
-
-    async def _guarded(self, run: Run, attempts: Awaitable[Any]) -> None:
-        try:
-            await attempts
-        except StageGaveUp as gave_up:
-            self._finish_failed(run, gave_up)
-            raise
-        except RunStopped:
-            pass
-
-    def _finish_failed(self, run: Run, gave_up: StageGaveUp) -> None:
-        reason = {"rule": "gave_up", "stage": gave_up.stage, "attempts": gave_up.attempts,
-                  "detected": gave_up.reason, "error_type": gave_up.error_type,
-                  "error": gave_up.error}  # fmt: skip
-        if run.status is None:
-            run.finish("failed", reason)
-        self.decisions.forget(run)
+            pass  # the progress policy has finished the run already
 
     def _drive_sync(
         self, loop: Step, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -249,10 +243,14 @@ class Supervisor:
     ) -> Ended:
         began = self.clock()
         try:
-            value = await asyncio.wait_for(_awaited(fn(*args, **kwargs)), timeout)
-        except TimeoutError:
-            assert timeout is not None
-            return Ended(error=AttemptTimeout(timeout, timeout), duration=self._since(began))
+            attempt = asyncio.ensure_future(_awaited(fn(*args, **kwargs)))
+            finished, _ = await asyncio.wait({attempt}, timeout=timeout)
+            if not finished:  # not wait_for: a TimeoutError of the function's own is its error
+                attempt.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await attempt
+                raise AttemptTimeout(timeout or 0.0, timeout or 0.0)
+            value = attempt.result()
         except Exception as error:
             return Ended(error=error, duration=self._since(began))
         return self._late(value, began, timeout)

@@ -436,6 +436,20 @@ class TestAsync:
         assert cancelled["yes"]
         assert of_type(engine, run, "StageFailed")[0].error_type == "Timeout"  # type: ignore[attr-defined]
 
+    def test_a_timeout_error_of_the_function_is_its_own_error(self, engine: Engine) -> None:
+        """An async function raising TimeoutError itself is that error, not the policy's timeout."""
+        run = engine.start_run(LOOP)
+
+        async def fetch() -> None:
+            raise TimeoutError("upstream read timed out")
+
+        for policy in (RetryPolicy(max_retries=0), RetryPolicy(max_retries=0, timeout=60)):
+            with pytest.raises(StageGaveUp):
+                asyncio.run(engine.supervisor(retry=policy).execute_async(run, "work", fetch))
+        failures = of_type(engine, run, "StageFailed")
+        assert [f.error_type for f in failures] == ["TimeoutError", "TimeoutError"]  # type: ignore[attr-defined]
+        assert failures[0].error == "upstream read timed out"  # type: ignore[attr-defined]
+
     def test_drive_async_with_an_async_sleep(self, engine: Engine) -> None:
         """drive_async follows the table; an async injected sleep is awaited."""
         run = engine.start_run(LOOP)
