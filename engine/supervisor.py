@@ -7,7 +7,6 @@ The rules live in `engine._decisions`; this module only calls, awaits and sleeps
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import random
@@ -241,6 +240,8 @@ class Supervisor:
         kwargs: dict[str, Any],
         timeout: float | None,
     ) -> Ended:
+        import asyncio  # here, not at the top: the command line starts faster without it
+
         began = self.clock()
         try:
             attempt = asyncio.ensure_future(_awaited(fn(*args, **kwargs)))
@@ -262,6 +263,8 @@ class Supervisor:
         return Ended(value=value, duration=duration)
 
     async def _pause(self, seconds: float) -> None:
+        import asyncio
+
         slept = self.sleep(seconds) if self.sleep is not _real_sleep else asyncio.sleep(seconds)
         if inspect.isawaitable(slept):
             await slept
