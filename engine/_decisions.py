@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Generator, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
+from engine._guards import CLOSED, BreakerGuard, progress_stop
 from engine._watch import RunWatch
-from engine.breaker import Circuit, CircuitBreaker, CircuitStates
+from engine.breaker import Circuit, CircuitBreaker
 from engine.context import StageContext
 from engine.errors import (
     AttemptError,
@@ -29,9 +29,8 @@ from engine.errors import (
 )
 from engine.policies import Outcome, RetryPolicy, Spent
 from engine.run import Run
-from events import JSON, CircuitClosed, CircuitHalfOpened, CircuitOpened, RetryScheduled
+from events import JSON, CircuitClosed, CircuitOpened, Event, RetryScheduled
 from projections import ProgressPolicy
-from projections.progress import Verdict
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -73,10 +72,16 @@ class Attempted:
 
 
 Step: TypeAlias = Generator[Call | Pause, Any, Any]
+Chosen: TypeAlias = tuple[RetryPolicy, str]
+"""A policy and what chose it."""
 
 
 class Decisions:
-    """Retry, breaker and progress rules, applied to one run's attempts and recorded."""
+    """Retry, breaker and progress rules, applied to one run's attempts and recorded.
+
+    A failure and the decision it leads to (a retry, a breaker trip, giving up)
+    are written in one transaction, so no crash can separate them.
+    """
 
     def __init__(
         self,
@@ -93,8 +98,8 @@ class Decisions:
         self.retry = retry
         self.policies = dict(policies)
         self.breaker = breaker
+        self.guard = None if breaker is None else BreakerGuard(engine, breaker, clock)
         self.progress = progress
-        self.clock = clock
         self.rng = rng
         self._watches: dict[Any, RunWatch] = {}
 
@@ -118,16 +123,19 @@ class Decisions:
         _check_current(run, stage)
         while True:
             self._check_progress(run, watch, stage)
-            self._admit(run, stage, watch)
-            policy, chosen_by = self.policy(run, stage, stage)
+            circuit = None if self.guard is None else self.guard.admit(run, stage, watch)
+            chosen = self.policy(run, stage, stage)
             recordable = "failed" in run.allowed_outcomes()
-            if run.open_attempt is None and recordable:
-                watch.see(run.stage_started(stage))
-            ended = yield Call(policy.timeout)
+            if recordable:
+                streak = watch.circuits.get(stage, CLOSED).consecutive
+                self._check_budget(run, stage, streak, watch.last_failure(stage), chosen)
+                if run.open_attempt is None:
+                    watch.see(run.stage_started(stage))
+            ended = yield Call(chosen[0].timeout)
             watch = self.watch(run)  # the function may have recorded events of its own
             if ended.error is None:
-                return self._completed(run, stage, ended, watch)
-            delay = self._failed(run, stage, ended, (policy, chosen_by), recordable)
+                return self._completed(run, stage, ended, circuit, watch)
+            delay = self._failed(run, stage, ended, chosen, recordable, circuit)
             if delay is None:
                 return Attempted(routed=True)
             yield Pause(delay)
@@ -140,14 +148,16 @@ class Decisions:
         if task_id not in run.tasks:
             watch.see(run.add_task(task_id))
         while True:
-            policy, chosen_by = self.policy(run, task_id, run.state)
+            chosen = self.policy(run, task_id, run.state)
+            failures, last = watch.task_failures.get(task_id, 0), watch.task_errors.get(task_id)
+            self._check_budget(run, f"task:{task_id}", failures, last or ("Error", ""), chosen)
             if run.tasks[task_id] != "active":
                 watch.see(run.task_started(task_id))
-            ended = yield Call(policy.timeout)
+            ended = yield Call(chosen[0].timeout)
             watch = self.watch(run)
             if ended.error is None:
                 return self._task_completed(run, task_id, ended.value, watch)
-            yield Pause(self._task_failed(run, task_id, ended, (policy, chosen_by)))
+            yield Pause(self._task_failed(run, task_id, ended, chosen))
 
     def policy(self, run: Run, key: str, stage: str) -> tuple[RetryPolicy, str]:
         """The policy for the next attempt, and what chose it (recorded with decisions)."""
@@ -168,19 +178,21 @@ class Decisions:
         """Drop the watch of a run that finished."""
         self._watches.pop(run.id, None)
 
-    def now(self) -> datetime:
-        """The injected clock's time, as an aware datetime."""
-        return datetime.fromtimestamp(self.clock(), UTC)
-
-    def _completed(self, run: Run, stage: str, ended: Ended, watch: RunWatch) -> Attempted:
+    def _completed(
+        self, run: Run, stage: str, ended: Ended, circuit: Circuit | None, watch: RunWatch
+    ) -> Attempted:
         value = ended.value
         outcome, result = (
             (value.outcome, value.result) if isinstance(value, Outcome) else ("completed", value)
         )
-        watch.see(run.stage_completed(stage, result, outcome=outcome, duration=ended.duration))
-        if self.breaker is not None and self._circuit(run, stage).status == "half_open":
-            reason = "the trial attempt succeeded"
-            watch.see(run.decision(CircuitClosed, stage=stage, reason=reason))
+        with run.batch():  # a successful trial and the closing of its breaker: together
+            events: list[Event] = [
+                run.stage_completed(stage, result, outcome=outcome, duration=ended.duration)
+            ]
+            if circuit is not None and circuit.status == "half_open":
+                reason = "the trial attempt succeeded"
+                events.append(run.decision(CircuitClosed, stage=stage, reason=reason))
+        watch.see_all(events)
         return Attempted(result)
 
     def _failed(
@@ -188,186 +200,170 @@ class Decisions:
         run: Run,
         stage: str,
         ended: Ended,
-        chosen: tuple[RetryPolicy, str],
+        chosen: Chosen,
         recordable: bool,
+        circuit: Circuit | None,
     ) -> float | None:
-        error, (policy, _) = ended.error, chosen
+        error = ended.error
         assert error is not None
         watch = self.watch(run)
         if not recordable:
             reason = f"the table has no 'failed' row for {stage!r}, so it is not retried"
-            raise self._give_up(run, stage, run.attempts(stage) + 1, reason, error, chosen)
-        watch.see(
-            run.stage_failed(
-                stage,
-                error,
-                error_type="Timeout" if isinstance(error, AttemptTimeout) else None,
-                retryable=policy.retryable(error),
-                duration=ended.duration,
-            )
-        )
-        self._trip(run, stage)
+            attempts = run.attempts(stage) + 1
+            note, gave_up = self._gave_up(run, stage, attempts, reason, _kind(error), chosen)
+            watch.see(note)
+            raise gave_up from error
+        streak = watch.circuits.get(stage, CLOSED).consecutive + 1
+        with run.batch():
+            events: list[Event] = [
+                run.stage_failed(
+                    stage,
+                    error,
+                    error_type="Timeout" if isinstance(error, AttemptTimeout) else None,
+                    retryable=chosen[0].retryable(error),
+                    duration=ended.duration,
+                )
+            ]
+            decision = self._decide(run, stage, streak, circuit, error, chosen, events)
+        watch.see_all(events)
+        if isinstance(decision, Exception):
+            raise decision from error
+        return decision
+
+    def _decide(
+        self,
+        run: Run,
+        stage: str,
+        streak: int,
+        circuit: Circuit | None,
+        error: Exception,
+        chosen: Chosen,
+        events: list[Event],
+    ) -> float | Exception | None:
+        trip = None if circuit is None else self.breaker.trips(circuit.outcome(True))  # type: ignore[union-attr]
+        if trip is not None:
+            events.append(run.decision(CircuitOpened, stage=stage, reason=trip))
+            return CircuitOpen(run.id, stage, self.breaker.reset_timeout, trip)  # type: ignore[union-attr]
         if run.pipeline.is_final(run.state):
             return None  # the table ends the run on this failure: nothing left to retry
-        streak = watch.circuits[stage].consecutive
-        if not policy.retryable(error):
-            reason = f"{type(error).__name__} is not retried by the policy"
-            raise self._give_up(run, stage, streak, reason, error, chosen)
-        if streak > policy.max_retries:
-            reason = f"{streak} failures in a row (max_retries={policy.max_retries})"
-            raise self._give_up(run, stage, streak, reason, error, chosen)
-        if run.state != stage:
-            return None  # the table sends a failure elsewhere: no retry here
-        return self._schedule(run, stage, run.attempts(stage) + 1, streak, error, chosen)
+        routed = run.state != stage  # the table sends the failure elsewhere: no retry here
+        attempt = run.attempts(stage) + 1
+        return self._retry_or_give_up(run, stage, streak, attempt, error, chosen, events, routed)
 
     def _task_completed(self, run: Run, task_id: str, value: Any, watch: RunWatch) -> JSON:
         if not isinstance(value, Spent):
             watch.see(run.task_completed(task_id, value))
             return value
         with run.batch():  # the cost and the completion land together, or neither does
-            spent = run.spend(value.amount, value.unit)
-            done = run.task_completed(task_id, value.result)
-        watch.see(spent)
-        watch.see(done)
+            events = [
+                run.spend(value.amount, value.unit),
+                run.task_completed(task_id, value.result),
+            ]
+        watch.see_all(events)
         return value.result
 
-    def _task_failed(
-        self, run: Run, task_id: str, ended: Ended, chosen: tuple[RetryPolicy, str]
-    ) -> float:
-        error, (policy, _) = ended.error, chosen
+    def _task_failed(self, run: Run, task_id: str, ended: Ended, chosen: Chosen) -> float:
+        error = ended.error
         assert error is not None
-        timeout = isinstance(error, AttemptTimeout)
         watch = self.watch(run)
-        watch.see(run.task_failed(task_id, error, error_type="Timeout" if timeout else None))
-        failures, key = watch.task_failures[task_id], f"task:{task_id}"
-        if not policy.retryable(error):
-            reason = f"{type(error).__name__} is not retried by the policy"
-            raise self._give_up(run, key, failures, reason, error, chosen)
-        if failures > policy.max_retries:
-            reason = f"{failures} failures (max_retries={policy.max_retries})"
-            raise self._give_up(run, key, failures, reason, error, chosen)
-        return self._schedule(run, key, failures + 1, failures, error, chosen)
+        failures = watch.task_failures.get(task_id, 0) + 1
+        timeout = "Timeout" if isinstance(error, AttemptTimeout) else None
+        with run.batch():
+            events: list[Event] = [run.task_failed(task_id, error, error_type=timeout)]
+            decision = self._retry_or_give_up(
+                run, f"task:{task_id}", failures, failures + 1, error, chosen, events
+            )
+        watch.see_all(events)
+        if isinstance(decision, Exception):
+            raise decision from error
+        assert decision is not None
+        return decision
 
-    def _schedule(
+    def _retry_or_give_up(
         self,
         run: Run,
         stage: str,
+        streak: int,
         attempt: int,
-        retry: int,
         error: Exception,
-        chosen: tuple[RetryPolicy, str],
-    ) -> float:
+        chosen: Chosen,
+        events: list[Event],
+        routed: bool = False,
+    ) -> float | Exception | None:
         policy, chosen_by = chosen
-        delay = policy.delay_for(retry, self.rng)
-        self.watch(run).see(
+        problem = _exhausted(policy, error, streak)
+        if problem is not None:
+            note, gave_up = self._gave_up(run, stage, streak, problem, _kind(error), chosen)
+            events.append(note)
+            return gave_up
+        if routed:
+            return None
+        delay = policy.delay_for(streak, self.rng)
+        reason = f"retry {streak} of {policy.max_retries} after {_describe(error)}"
+        events.append(
             run.decision(
                 RetryScheduled,
                 stage=stage,
                 attempt=attempt,
                 delay=delay,
-                reason=f"retry {retry} of {policy.max_retries} after {_describe(error)}",
+                reason=reason,
                 policy={**policy.to_json(), "chosen_by": chosen_by},
             )
         )
         return delay
 
-    def _give_up(
+    def _check_budget(
+        self, run: Run, stage: str, streak: int, last: tuple[str, str], chosen: Chosen
+    ) -> None:
+        """Refuse to call again once the stage's (or task's) failures in a row spent the budget."""
+        if streak <= chosen[0].max_retries:
+            return
+        limit = chosen[0].max_retries
+        reason = f"the retry budget is spent: {streak} failures in a row (max_retries={limit})"
+        note, gave_up = self._gave_up(run, stage, streak, reason, last, chosen)
+        self.watch(run).see(note)
+        raise gave_up
+
+    def _gave_up(
         self,
         run: Run,
         stage: str,
         attempts: int,
         reason: str,
-        error: Exception,
-        chosen: tuple[RetryPolicy, str],
-    ) -> StageGaveUp:
+        last: tuple[str, str],
+        chosen: Chosen,
+    ) -> tuple[Event, StageGaveUp]:
         policy, chosen_by = chosen
+        error_type, error = last
         decision: dict[str, JSON] = {
             "stage": stage,
             "attempts": attempts,
             "reason": reason,
-            "error_type": "Timeout" if isinstance(error, AttemptTimeout) else type(error).__name__,
-            "error": str(error),
+            "error_type": error_type,
+            "error": error,
             "policy": {**policy.to_json(), "chosen_by": chosen_by},
         }
-        self.watch(run).see(run.note("gave_up", decision))
-        gave_up = StageGaveUp(run.id, stage, attempts, reason, decision["error_type"], str(error))
-        gave_up.__cause__ = error
-        return gave_up
+        note = run.note("gave_up", decision)
+        return note, StageGaveUp(run.id, stage, attempts, reason, error_type, error)
 
     def _check_progress(self, run: Run, watch: RunWatch, stage: str) -> None:
         if self.progress is None:
             return
-        verdict = watch.progress.evaluate(self.progress)
-        if not verdict.stopped:
+        stop = progress_stop(self.progress, watch, stage)
+        if stop is None:
             return
-        status = "aborted_stuck" if verdict.decision == "stuck" else "done_partial"
-        reason = self._stop_reason(verdict, watch, stage)
+        status, reason = stop
         run.finish(status, reason)
         self.forget(run)
         raise RunStopped(run.id, status, reason)
 
-    def _stop_reason(self, verdict: Verdict, watch: RunWatch, stage: str) -> dict[str, JSON]:
-        assert self.progress is not None
-        return {
-            **verdict.reason,
-            "detected": _DETECTED[verdict.reason["rule"]].format(**verdict.reason),
-            "stage": stage,
-            "last_failures": [list(failure) for failure in watch.recent_failures],
-            "policy": attrs.asdict(self.progress),
-        }
 
-    def _admit(self, run: Run, stage: str, watch: RunWatch) -> None:
-        if self.breaker is None:
-            return
-        circuit = self._circuit(run, stage)
-        if circuit.status == "closed" or (circuit.status, self.breaker.scope) == (
-            "half_open",
-            "run",
-        ):
-            return  # in one run, a half-open circuit's trial is this attempt (or one cut short)
-        wait = self.breaker.waits(circuit, self.now())
-        if wait > 0:
-            why = (
-                circuit.reason
-                if circuit.status == "open"
-                else "a trial is under way in another run"
-            )
-            rejected = {"stage": stage, "retry_after": wait, "opened_because": circuit.reason}
-            watch.see(run.note("circuit_rejected", rejected))
-            raise CircuitOpen(run.id, stage, wait, why)
-        since = circuit.status.replace("_", "-")
-        reason = f"{since} for {self.breaker.reset_timeout:g} s (reset_timeout); one trial allowed"
-        watch.see(run.decision(CircuitHalfOpened, stage=stage, reason=reason))
-
-    def _trip(self, run: Run, stage: str) -> None:
-        if self.breaker is None:
-            return
-        reason = self.breaker.trips(self._circuit(run, stage))
-        if reason is None:
-            return
-        self.watch(run).see(run.decision(CircuitOpened, stage=stage, reason=reason))
-        raise CircuitOpen(run.id, stage, self.breaker.reset_timeout, reason)
-
-    def _circuit(self, run: Run, stage: str) -> Circuit:
-        assert self.breaker is not None
-        if self.breaker.scope == "run":
-            return self.watch(run).circuits.get(stage, _CLOSED)
-        projections = self.engine.projections
-        if CircuitStates.name not in projections.names:
-            projections.register(CircuitStates)
-        projections.catch_up([CircuitStates.name])
-        circuits = projections.get(CircuitStates.name, run.pipeline.name) or {}
-        return circuits.get(stage, _CLOSED)  # type: ignore[no-any-return]
-
-
-_CLOSED = Circuit()
-_DETECTED = {
-    "max_steps": "{steps} steps taken without finishing (max_steps={limit})",
-    "no_progress": "{consecutive_no_ops} steps in a row changed no file, diagnostic or "
-    "test result (max_consecutive_no_ops={limit})",
-    "same_error": "the same test failure {last_test_signature!r} {same_error_count} times "
-    "in a row (max_same_error={limit})",
-}
+def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> str | None:
+    if not policy.retryable(error):
+        return f"{_kind(error)[0]} is not retried by the policy"
+    if streak > policy.max_retries:
+        return f"{streak} failures in a row (max_retries={policy.max_retries})"
+    return None
 
 
 def _check_current(run: Run, stage: str) -> None:
@@ -379,9 +375,13 @@ def _check_current(run: Run, stage: str) -> None:
         )
 
 
+def _kind(error: Exception) -> tuple[str, str]:
+    """The error's recorded type name and message."""
+    return ("Timeout" if isinstance(error, AttemptTimeout) else type(error).__name__), str(error)
+
+
 def _describe(error: Exception) -> str:
-    kind = "Timeout" if isinstance(error, AttemptTimeout) else type(error).__name__
-    message = str(error)
+    kind, message = _kind(error)
     return f"{kind}: {message[:200]}" if message else kind
 
 

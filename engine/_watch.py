@@ -32,6 +32,7 @@ class RunWatch:
         self.circuits: Circuits = _CIRCUITS.initial()
         self.recent_failures: tuple[tuple[str, str, str], ...] = ()
         self.task_failures: dict[str, int] = {}
+        self.task_errors: dict[str, tuple[str, str]] = {}
         self.task_results: dict[str, Any] = {}
 
     def catch_up(self, run: Run) -> RunWatch:
@@ -40,6 +41,18 @@ class RunWatch:
             for event in run.store.stream(run.id, gt=self.version, lte=run.version):
                 self.see(event)
         return self
+
+    def see_all(self, events: list[Event]) -> None:
+        """Fold events recorded together (after their batch is written)."""
+        for event in events:
+            self.see(event)
+
+    def last_failure(self, stage: str) -> tuple[str, str]:
+        """The newest (error_type, error) of `stage` this watch remembers."""
+        for failed_stage, error_type, error in reversed(self.recent_failures):
+            if failed_stage == stage:
+                return error_type, error
+        return "Error", ""
 
     def see(self, event: Event) -> Event:
         """Fold one event (the next of the run); returns it."""
@@ -56,6 +69,7 @@ class RunWatch:
         elif kind is TaskFailed:
             task_id = event.task_id  # type: ignore[attr-defined]
             self.task_failures[task_id] = self.task_failures.get(task_id, 0) + 1
+            self.task_errors[task_id] = (event.error_type, event.error)  # type: ignore[attr-defined]
         elif kind is TaskCompleted:
             self.task_results[event.task_id] = event.result  # type: ignore[attr-defined]
         return event

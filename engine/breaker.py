@@ -75,9 +75,25 @@ class CircuitStates(Projection[Circuits]):
 
     @on(StageCompleted, StageFailed)
     def ended(self, state: Circuits, event: StageCompleted | StageFailed) -> Circuits:
-        """Count an attempt's outcome in its stage's circuit."""
+        """Count an attempt's outcome; a half-open circuit's trial closes or re-opens it.
+
+        The trial's outcome decides even without the `CircuitClosed`/`CircuitOpened`
+        the supervisor records with it: a success recorded by hand closes the circuit,
+        and an interrupted trial (`engine.resume`) re-opens it.
+        """
+        failed = type(event) is StageFailed
         circuit = state.get(event.stage, _CLOSED)
-        return {**state, event.stage: circuit.outcome(type(event) is StageFailed)}
+        if circuit.status != "half_open":
+            return {**state, event.stage: circuit.outcome(failed)}
+        if not failed:
+            return {**state, event.stage: _CLOSED}
+        reopened = attrs.evolve(
+            circuit.outcome(True),
+            status="open",
+            opened_at=event.timestamp,
+            reason="the trial attempt failed",
+        )
+        return {**state, event.stage: reopened}
 
     @on(CircuitOpened)
     def opened(self, state: Circuits, event: CircuitOpened) -> Circuits:

@@ -130,14 +130,18 @@ class TestExecute:
             sup.execute(other, "work", failing(1, KeyError("k")))
 
     def test_retries_count_across_calls(self, engine: Engine, fake: FakeTime) -> None:
-        """The retry budget is the stage's failures in a row, so a second call does not reset it."""
+        """The budget is the stage's failures in a row: a second call is refused, not reset."""
         run = engine.start_run(LOOP)
         sup = supervise(engine, fake, retry=RetryPolicy(max_retries=2, delay=0))
         with pytest.raises(StageGaveUp):
             sup.execute(run, "work", failing(3, ValueError("x")))
-        with pytest.raises(StageGaveUp) as raised:
-            sup.execute(run, "work", failing(1, ValueError("x")))
-        assert raised.value.attempts == 4
+        again = failing(1, ValueError("x"))
+        with pytest.raises(StageGaveUp, match="the retry budget is spent") as raised:
+            sup.execute(run, "work", again)
+        assert again.calls["n"] == 0  # type: ignore[attr-defined]  # refused without a call
+        assert raised.value.attempts == 3
+        assert (raised.value.error_type, raised.value.error) == ("ValueError", "x")
+        assert kinds(engine, run).count("StageStarted") == 3
 
     def test_a_failure_the_table_sends_elsewhere_is_not_retried_here(
         self, engine: Engine, fake: FakeTime
@@ -438,17 +442,17 @@ class TestAsync:
 
     def test_a_timeout_error_of_the_function_is_its_own_error(self, engine: Engine) -> None:
         """An async function raising TimeoutError itself is that error, not the policy's timeout."""
-        run = engine.start_run(LOOP)
 
         async def fetch() -> None:
             raise TimeoutError("upstream read timed out")
 
         for policy in (RetryPolicy(max_retries=0), RetryPolicy(max_retries=0, timeout=60)):
+            run = engine.start_run(LOOP)
             with pytest.raises(StageGaveUp):
                 asyncio.run(engine.supervisor(retry=policy).execute_async(run, "work", fetch))
-        failures = of_type(engine, run, "StageFailed")
-        assert [f.error_type for f in failures] == ["TimeoutError", "TimeoutError"]  # type: ignore[attr-defined]
-        assert failures[0].error == "upstream read timed out"  # type: ignore[attr-defined]
+            (failure,) = of_type(engine, run, "StageFailed")
+            assert failure.error_type == "TimeoutError"  # type: ignore[attr-defined]
+            assert failure.error == "upstream read timed out"  # type: ignore[attr-defined]
 
     def test_drive_async_with_an_async_sleep(self, engine: Engine) -> None:
         """drive_async follows the table; an async injected sleep is awaited."""
