@@ -7,7 +7,6 @@ The rules live in `engine._decisions`; this module only calls, awaits and sleeps
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import random
 import threading
@@ -245,11 +244,16 @@ class Supervisor:
         began = self.clock()
         try:
             attempt = asyncio.ensure_future(_awaited(fn(*args, **kwargs)))
-            finished, _ = await asyncio.wait({attempt}, timeout=timeout)
-            if not finished:  # not wait_for: a TimeoutError of the function's own is its error
+            try:  # not wait_for: a TimeoutError of the function's own is its error
+                finished, _ = await asyncio.wait({attempt}, timeout=timeout)
+            except BaseException:  # the caller was cancelled: so is the attempt
                 attempt.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await attempt
+                raise
+            if not finished:
+                attempt.cancel()
+                await asyncio.wait({attempt})  # its end, without taking its CancelledError
+                if not attempt.cancelled():
+                    attempt.exception()  # retrieved: a late error is not logged as lost
                 raise AttemptTimeout(timeout or 0.0, timeout or 0.0)
             value = attempt.result()
         except Exception as error:

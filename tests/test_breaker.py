@@ -271,3 +271,29 @@ class TestBreakerInSupervisor:
         assert kinds(engine, late)[-4:] == [
             "CircuitHalfOpened", "StageStarted", "StageCompleted", "CircuitClosed",
         ]  # fmt: skip
+
+    def test_a_trial_success_recorded_by_hand_closes_it(self, engine: Engine, frozen: Any) -> None:
+        """A half-open circuit closes on the trial's success even when no CircuitClosed follows."""
+        run = engine.start_run(POLL)
+        sup = supervise(engine, frozen)
+        trip(engine, sup, run)
+        frozen.tick(301)
+        run.decision(CircuitHalfOpened, stage="step", reason="a trial by hand")
+        run.stage_completed("step")
+        assert engine.project(run.id, CircuitStates)["step"] == Circuit()
+        assert sup.execute(run, "step", lambda: "closed") == "closed"
+        assert "CircuitClosed" not in kinds(engine, run)
+
+    def test_an_interrupted_trial_reopens_it(self, engine: Engine, frozen: Any) -> None:
+        """A trial whose process died is recorded as failed by resume(), which re-opens it."""
+        run = engine.start_run(POLL)
+        sup = supervise(engine, frozen)
+        trip(engine, sup, run)
+        frozen.tick(301)
+        run.decision(CircuitHalfOpened, stage="step", reason="trial")
+        run.stage_started("step")  # ...and the process died
+        resumed = engine.resume(run.id)
+        circuit = engine.project(run.id, CircuitStates)["step"]
+        assert (circuit.status, circuit.reason) == ("open", "the trial attempt failed")
+        with pytest.raises(CircuitOpen, match="the trial attempt failed"):
+            supervise(engine, frozen).execute(resumed, "step", lambda: None)

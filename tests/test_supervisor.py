@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 import pytest
@@ -13,6 +11,7 @@ from engine import (
     Outcome,
     RetryPolicy,
     RuleViolation,
+    Run,
     RunAlreadyFinished,
     StageContext,
     StageGaveUp,
@@ -207,47 +206,6 @@ class TestExecute:
         assert of_type(engine, run, "StageCompleted")[0].attempt == 2  # type: ignore[attr-defined]
 
 
-class TestTimeout:
-    def test_an_attempt_longer_than_the_timeout_fails_as_timeout(
-        self, engine: Engine, fake: FakeTime
-    ) -> None:
-        """By the injected clock, a too-long attempt is StageFailed('Timeout') and retried."""
-        run = engine.start_run(LOOP)
-        durations = iter([10.0, 1.0])
-
-        def slow() -> str:
-            fake.advance(next(durations))
-            return "late"
-
-        sup = supervise(engine, fake, retry=RetryPolicy(timeout=5, delay=0))
-        assert sup.execute(run, "work", slow) == "late"
-        failed = of_type(engine, run, "StageFailed")[0]
-        assert (failed.error_type, failed.duration) == ("Timeout", 10.0)  # type: ignore[attr-defined]
-        assert "timeout of 5 s" in failed.error  # type: ignore[attr-defined]
-
-    def test_a_hanging_function_is_abandoned_at_the_timeout(self, engine: Engine) -> None:
-        """A sync function that never returns is given up on after its timeout (a real wait)."""
-        run = engine.start_run(LOOP)
-        release = threading.Event()
-        sup = engine.supervisor(retry=RetryPolicy(timeout=0.05, max_retries=0))
-        try:
-            with pytest.raises(StageGaveUp) as raised:
-                sup.execute(run, "work", release.wait)
-        finally:
-            release.set()
-        assert raised.value.error_type == "Timeout"
-        assert of_type(engine, run, "StageFailed")[0].error_type == "Timeout"  # type: ignore[attr-defined]
-
-    def test_errors_inside_the_timeout_thread_are_the_attempts_errors(
-        self, engine: Engine, fake: FakeTime
-    ) -> None:
-        """An exception raised by a function run under a timeout is recorded as itself."""
-        run = engine.start_run(LOOP)
-        sup = supervise(engine, fake, retry=RetryPolicy(timeout=30, delay=0))
-        assert sup.execute(run, "work", failing(1, OSError("disk"))) == "ok"
-        assert of_type(engine, run, "StageFailed")[0].error_type == "OSError"  # type: ignore[attr-defined]
-
-
 def adapt_developer(context: StageContext) -> RetryPolicy:
     """More retries and a longer timeout when the review found many critical issues."""
     review: Any = context.stack.latest_result("code_review")
@@ -405,87 +363,35 @@ class TestDrive:
         assert "StageContext(run=" in repr(StageContext(engine, run, "work"))
 
 
-class TestAsync:
-    def test_execute_async_retries_an_async_function(self, engine: Engine, fake: FakeTime) -> None:
-        """An async stage function is awaited; failures are retried with the injected sleep."""
+class TestAtomicDecisions:
+    def test_a_failure_is_never_written_without_its_decision(
+        self, engine: Engine, fake: FakeTime, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """If recording the retry decision fails, the failure is not written either."""
         run = engine.start_run(LOOP)
-        calls = {"n": 0}
 
-        async def work(x: int) -> int:
-            calls["n"] += 1
-            if calls["n"] == 1:
-                raise ConnectionError("reset")
-            return x * 2
+        def crash(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("process died while deciding")
 
-        sup = supervise(engine, fake, retry=RetryPolicy(delay=4))
-        assert asyncio.run(sup.execute_async(run, "work", work, 21)) == 42
-        assert fake.sleeps == [4]
-        assert kinds(engine, run).count("StageFailed") == 1
+        monkeypatch.setattr(Run, "decision", crash)
+        with pytest.raises(RuntimeError, match="died while deciding"):
+            supervise(engine, fake).execute(run, "work", failing(1, ValueError("x")))
+        assert kinds(engine, run) == ["RunStarted", "StageStarted"]
+        monkeypatch.undo()
+        resumed = engine.resume(run.id)
+        assert of_type(engine, run, "StageFailed")[0].error_type == "Interrupted"  # type: ignore[attr-defined]
+        assert resumed.state == "work"
 
-    def test_an_async_timeout_cancels_the_attempt(self, engine: Engine) -> None:
-        """An awaited attempt longer than its timeout is cancelled and recorded as Timeout."""
+    def test_a_task_budget_spent_refuses_the_next_call(self, engine: Engine) -> None:
+        """A task that gave up is refused, without a call, until the policy allows more."""
         run = engine.start_run(LOOP)
-        cancelled = {"yes": False}
-
-        async def hang() -> None:
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                cancelled["yes"] = True
-                raise
-
-        sup = engine.supervisor(retry=RetryPolicy(timeout=0.02, max_retries=0))
+        sup = engine.supervisor(retry=RetryPolicy(max_retries=0))
         with pytest.raises(StageGaveUp):
-            asyncio.run(sup.execute_async(run, "work", hang))
-        assert cancelled["yes"]
-        assert of_type(engine, run, "StageFailed")[0].error_type == "Timeout"  # type: ignore[attr-defined]
-
-    def test_a_timeout_error_of_the_function_is_its_own_error(self, engine: Engine) -> None:
-        """An async function raising TimeoutError itself is that error, not the policy's timeout."""
-
-        async def fetch() -> None:
-            raise TimeoutError("upstream read timed out")
-
-        for policy in (RetryPolicy(max_retries=0), RetryPolicy(max_retries=0, timeout=60)):
-            run = engine.start_run(LOOP)
-            with pytest.raises(StageGaveUp):
-                asyncio.run(engine.supervisor(retry=policy).execute_async(run, "work", fetch))
-            (failure,) = of_type(engine, run, "StageFailed")
-            assert failure.error_type == "TimeoutError"  # type: ignore[attr-defined]
-            assert failure.error == "upstream read timed out"  # type: ignore[attr-defined]
-
-    def test_drive_async_with_an_async_sleep(self, engine: Engine) -> None:
-        """drive_async follows the table; an async injected sleep is awaited."""
-        run = engine.start_run(LOOP)
-        slept: list[float] = []
-
-        async def sleep(seconds: float) -> None:
-            slept.append(seconds)
-
-        calls = {"n": 0}
-
-        async def work(context: StageContext) -> Outcome:
-            calls["n"] += 1
-            if calls["n"] == 1:
-                raise ValueError("flaky")
-            return Outcome("partial")
-
-        async def check(context: StageContext) -> str:
-            return "fine"
-
-        sup = engine.supervisor(sleep=sleep, retry=RetryPolicy(delay=0.5))
-        asyncio.run(sup.drive_async(run, {"work": work, "check": check}))
-        assert slept == [0.5]
-        assert run.status == "succeeded"
-
-    def test_drive_async_gives_up_and_finishes_failed(self, engine: Engine, fake: FakeTime) -> None:
-        """A stage that gives up under drive_async finishes the run failed."""
-        run = engine.start_run(LOOP)
-
-        async def broken(context: StageContext) -> None:
-            raise BuildException("nope")
-
-        sup = supervise(engine, fake, retry=RetryPolicy(max_retries=0))
-        with pytest.raises(StageGaveUp):
-            asyncio.run(sup.drive_async(run, {"work": broken}))
-        assert run.status == "failed"
+            sup.task(run, "t-1", failing(1, OSError("disk")))
+        again = failing(0, OSError())
+        with pytest.raises(StageGaveUp, match="budget is spent") as raised:
+            sup.task(run, "t-1", again)
+        assert again.calls["n"] == 0  # type: ignore[attr-defined]
+        assert (raised.value.error_type, raised.value.error) == ("OSError", "disk")
+        relaxed = engine.supervisor(retry=RetryPolicy(max_retries=3))
+        assert relaxed.task(run, "t-1", again) == "ok"
