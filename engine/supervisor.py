@@ -137,9 +137,9 @@ class Supervisor:
         """
         _check_stages(run, stages)
         while (fn := self._next(run, stages, statuses)) is not None:
-            context = StageContext(self.engine, run, run.state)
+            loop = self.decisions.stage(run, run.state)
             with self._ending(run):
-                self._drive_sync(self.decisions.stage(run, run.state), fn, (context,), {})
+                self._drive_sync(loop, self._with_context(run, fn), (), {})
         return run
 
     async def drive_async(
@@ -152,11 +152,15 @@ class Supervisor:
         """`drive` with async stage functions."""
         _check_stages(run, stages)
         while (fn := self._next(run, stages, statuses)) is not None:
-            context = StageContext(self.engine, run, run.state)
             loop = self.decisions.stage(run, run.state)
             with self._ending(run):
-                await self._drive_async(loop, fn, (context,), {})
+                await self._drive_async(loop, self._with_context(run, fn), (), {})
         return run
+
+    def _with_context(self, run: Run, fn: Callable[[StageContext], Any]) -> Callable[[], Any]:
+        """`fn` called with a new `StageContext` per attempt, so each sees the ones before."""
+        stage = run.state
+        return lambda: fn(StageContext(self.engine, run, stage))
 
     def _next(
         self, run: Run, stages: Mapping[str, Callable[..., Any]], statuses: Mapping[str, str] | None

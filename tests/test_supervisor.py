@@ -362,6 +362,21 @@ class TestDrive:
         assert seen == [("C-9", 1), ("C-9", 2)]
         assert "StageContext(run=" in repr(StageContext(engine, run, "work"))
 
+    def test_each_attempt_gets_a_fresh_context(self, engine: Engine, fake: FakeTime) -> None:
+        """A retried stage function sees its earlier failures in the context's projections."""
+        run = engine.start_run(LOOP)
+        seen: list[tuple[int, int, int]] = []
+
+        def work(context: StageContext) -> None:
+            seen.append(
+                (context.attempt, context.failures.consecutive("work"), context.stack.depth)
+            )
+            if len(seen) < 3:
+                raise ValueError("again")
+
+        supervise(engine, fake, retry=RetryPolicy(delay=0)).drive(run, {"work": work})
+        assert seen == [(1, 0, 0), (2, 1, 1), (3, 2, 2)]
+
 
 class TestAtomicDecisions:
     def test_a_failure_is_never_written_without_its_decision(
