@@ -85,7 +85,10 @@ class RetryPolicy:
 
     def delay_for(self, retry: int, rng: random.Random | None = None) -> float:
         """The delay before retry number `retry` (1-based): backoff, cap, then jitter."""
-        base = min(self.delay * self.backoff ** (retry - 1), self.max_delay)
+        try:
+            base = min(self.delay * self.backoff ** (retry - 1), self.max_delay)
+        except OverflowError:  # a huge retry number: the cap was reached long ago
+            base = self.max_delay
         if not self.jitter or not base:
             return float(base)
         spread = (rng or random).uniform(-self.jitter, self.jitter)

@@ -280,9 +280,11 @@ class Supervisor:
     def _result(self, run: Run, stage: str, attempted: Attempted) -> Any:
         if not attempted.routed:
             return attempted.result
-        _, error_type, error = self.decisions.watch(run).recent_failures[-1]
+        watch = self.decisions.watch(run)
+        error_type, error = watch.last_failure(stage)
+        streak = watch.circuits[stage].consecutive  # failures in a row, as for any give-up
         moved = f"the table moved the failed stage on to {run.state!r}"
-        raise StageGaveUp(run.id, stage, run.attempts(stage), moved, error_type, error)
+        raise StageGaveUp(run.id, stage, streak, moved, error_type, error)
 
     def _since(self, began: float) -> float:
         return max(0.0, self.clock() - began)

@@ -53,7 +53,7 @@ class TestAgentLoop:
         finish = agent_loop.describe(engine, run)
         assert finish["status"] == "aborted_stuck"
         assert finish["reason"]["last_test_signature"] == agent_loop.FAILING_TEST
-        assert finish["reason"]["rule"] in ("same_error", "no_progress")
+        assert finish["reason"]["rule"] == "same_error"
 
     def test_the_partial_agent_ends_done_partial(self, engine: Engine) -> None:
         """The agent that meets its goal with diagnostics left ends done_partial under lenient."""

@@ -28,6 +28,10 @@ class TestRetryPolicy:
         policy = RetryPolicy(delay=2.0, backoff=3.0, max_delay=30.0)
         assert policy.delay_for(retry) == expected
 
+    def test_a_huge_retry_number_stays_at_the_cap(self) -> None:
+        """Retry 5,000 of a doubling delay is max_delay, not an OverflowError."""
+        assert RetryPolicy(max_retries=10_000, max_delay=90).delay_for(5_000) == 90.0
+
     def test_jitter_stays_within_its_share(self) -> None:
         """Jitter moves each delay by at most its share, never below 0 nor above max_delay."""
         policy = RetryPolicy(delay=10.0, backoff=1.0, jitter=0.2, max_delay=11.0)

@@ -149,8 +149,9 @@ class TestExecute:
         run = engine.start_run(LOOP)
         sup = supervise(engine, fake)
         sup.execute(run, "work", lambda: Outcome("partial"))
-        with pytest.raises(StageGaveUp, match="moved the failed stage on to 'work'"):
+        with pytest.raises(StageGaveUp, match="moved the failed stage on to 'work'") as raised:
             sup.execute(run, "check", failing(1, AssertionError("regression")))
+        assert (raised.value.attempts, raised.value.error) == (1, "regression")
         assert run.state == "work"
         assert of_type(engine, run, "RetryScheduled") == []
 
