@@ -39,8 +39,9 @@ def import_object(option: str, spec: str) -> Any:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise BadOption(option, spec, f"cannot import {module_name}: {error}") from None
+    except Exception as error:  # an ImportError, or whatever the module raised on import
+        problem = f"cannot import {module_name}: {type(error).__name__}: {error}"
+        raise BadOption(option, spec, problem) from None
     value = module
     for part in attr.split("."):
         if not hasattr(value, part):

@@ -43,7 +43,7 @@ from projections import RunIndex, RunSummary
 if TYPE_CHECKING:
     from engine.engine import Engine
 
-DECISIONS = (
+DECISION_EVENTS = (
     RetryScheduled,
     CircuitOpened,
     CircuitHalfOpened,
@@ -61,7 +61,7 @@ def is_decision(event: Event) -> bool:
     """Whether `event` records a decision (a decision event, or a supervisor's note)."""
     if isinstance(event, NoteAdded):
         return event.key in DECISION_NOTES
-    return isinstance(event, DECISIONS)
+    return isinstance(event, DECISION_EVENTS)
 
 
 _EVENT_WIDTH = 17  # len("CircuitHalfOpened")
@@ -175,8 +175,8 @@ def reason_line(reason: Any) -> str:
 def reason_lines(reason: Any) -> list[str]:
     """A finish reason for the closing lines: one ``key: value`` line per field of a dict."""
     if isinstance(reason, dict):
-        return [f"  {key}: {compact(value, 100)}" for key, value in reason.items()]
-    return [f"  {compact(reason, 100)}"] if reason not in (None, "") else []
+        return [f"  {key}: {compact(value, 1000)}" for key, value in reason.items()]
+    return [f"  {compact(reason, 1000)}"] if reason not in (None, "") else []
 
 
 class _Columns:

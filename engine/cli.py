@@ -48,8 +48,8 @@ class _Group(click.Group):
 
 
 def _reported(error: Exception) -> bool:
-    """Whether `error` is ours, or the database's: one line, not a traceback."""
-    if isinstance(error, StagetrailError | sqlite3.Error):
+    """Whether `error` is ours, the database's or the system's: one line, not a traceback."""
+    if isinstance(error, StagetrailError | sqlite3.Error | OSError):
         return True
     psycopg = sys.modules.get("psycopg")  # imported only when a PostgreSQL store was opened
     return psycopg is not None and isinstance(error, psycopg.Error)
@@ -57,7 +57,9 @@ def _reported(error: Exception) -> bool:
 
 def _one_line(error: Exception) -> str:
     text = " ".join(str(error).split())
-    return text if isinstance(error, StagetrailError) else f"database: {text}"
+    if isinstance(error, StagetrailError):
+        return text
+    return f"{'system' if isinstance(error, OSError) else 'database'}: {text}"
 
 
 @click.group(cls=_Group, name="stagetrail")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -75,6 +76,15 @@ class TestDiagram:
         assert out.startswith('digraph "code-review" {')
         assert "is not a Pipeline" in fails("diagram", "examples.code_review:record_all")
         assert "cannot import" in fails("diagram", "examples.nowhere:REVIEW")
+
+    def test_a_module_that_fails_on_import_is_one_line(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A module raising anything on import (here a SyntaxError) is a one-line error."""
+        (tmp_path / "broken_pipeline.py").write_text("REVIEW = (\n")
+        monkeypatch.chdir(tmp_path)
+        message = fails("diagram", "broken_pipeline:REVIEW")
+        assert "cannot import broken_pipeline: SyntaxError" in message
 
 
 class TestProjections:

@@ -223,3 +223,22 @@ class TestAcrossSettings:
         assert "imported 5 run(s)" in imported.stdout
         rebuilt = invoke("projections", "rebuild", "run_index", "--store", copy)
         assert rebuilt.stdout.startswith("rebuilt run_index: ")
+
+
+class TestSystemErrors:
+    def test_a_full_disk_is_one_line(self, sqlite_url: str) -> None:
+        """export into a device that is full: one line on stderr, exit code 2, no traceback."""
+        import subprocess
+        import sys
+
+        fill(sqlite_url)
+        script = Path(sys.executable).parent / "stagetrail"
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(
+                [str(script), "export", "--all", "--store", sqlite_url],
+                stdout=full, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        assert done.returncode == 2
+        assert done.stderr.startswith("stagetrail: error: system:")
+        assert "No space left on device" in done.stderr
+        assert "Traceback" not in done.stderr
