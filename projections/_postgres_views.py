@@ -26,6 +26,8 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
     placeholder = "%s"
     prefix_match = 'run_id COLLATE "C">=? AND run_id COLLATE "C"<?'
     """Byte order, whatever the database's collation (which may skip the hyphens)."""
+    prefix_order = 'run_id COLLATE "C"'
+    """The order of the byte-order index, so a prefix lookup reads only its range."""
 
     def __init__(self, datastore: PostgresDatastore, channel: str) -> None:
         super().__init__(datastore, tracking_table_name=TRACKING_TABLE)
@@ -41,6 +43,9 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
     def _create_table(self, curs: Any) -> None:
         super()._create_table(curs)
         self.create_views(curs)
+        # The primary key sorts by the database's collation; prefixes need byte order.
+        index = f"CREATE INDEX IF NOT EXISTS stagetrail_runs_id_bytes ON {self.names['runs']}"
+        curs.execute(f'{index} ((run_id COLLATE "C"))')
 
     def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=commit)

@@ -50,6 +50,8 @@ class SQLViews:
     placeholder = "?"
     prefix_match = "run_id>=? AND run_id<?"
     """Ids in [prefix, prefix~): a range scan of the primary key in byte order."""
+    prefix_order = "run_id"
+    """The order that range is read in."""
 
     def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         raise NotImplementedError
@@ -238,7 +240,10 @@ class SQLViews:
 
     def run_ids(self, prefix: str, limit: int) -> list[str]:
         """Ids (text) of indexed runs that start with `prefix` (lower-case hex), at most `limit`."""
-        sql = f"SELECT run_id FROM {{runs}} WHERE {self.prefix_match} ORDER BY run_id LIMIT ?"
+        sql = (
+            f"SELECT run_id FROM {{runs}} WHERE {self.prefix_match} "
+            f"ORDER BY {self.prefix_order} LIMIT ?"
+        )
         with self._transaction(commit=False) as cursor:  # "~" sorts after every id character
             cursor.execute(self._sql(sql), (prefix, prefix + "~", limit))
             return [str(row["run_id"]) for row in cursor.fetchall()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -161,3 +162,20 @@ class TestPrefixLookup:
         assert engine.projections.run_ids("ABCDEF01-9") == [ids[2]]
         assert engine.projections.run_ids("abcdef01", limit=2) == sorted(ids, key=str)[:2]
         assert engine.projections.run_ids("abcdef02") == []
+
+    def test_postgres_prefixes_read_a_byte_order_index(self, postgres_url: str) -> None:
+        """On PostgreSQL a prefix lookup is an index range scan, whatever the collation."""
+        with Engine(postgres_url) as engine:
+            for _ in range(3):
+                engine.start_run(REVIEW)
+            views: Any = engine.store.views
+            sql = (
+                f"EXPLAIN SELECT run_id FROM {views.names['runs']} WHERE "
+                f"{views.prefix_match.replace('?', '%s')} ORDER BY {views.prefix_order} LIMIT 3"
+            )
+            with views.datastore.transaction(commit=False) as cursor:
+                cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: ask for the index
+                cursor.execute(sql, ("ab", "ab~"))
+                plan = " ".join(row["QUERY PLAN"] for row in cursor.fetchall())
+        assert "stagetrail_runs_id_bytes" in plan
+        assert "Sort" not in plan
