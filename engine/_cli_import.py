@@ -169,3 +169,20 @@ def _checked(chunk: Chunk) -> Chunk:
         field = _CHECK_FIELDS.get(problem.check, "state")
         raise BadImportLine(line, field, problem.message)
     return chunk
+
+
+class ImportInterrupted(StagetrailError, RuntimeError):
+    """Writing an import failed part-way; the runs written before stay, each one whole.
+
+    Attributes:
+        written: how many runs were written before the failure.
+        cause: what failed.
+    """
+
+    def __init__(self, written: int, cause: Exception) -> None:
+        self.written = written
+        self.cause = f"{type(cause).__name__}: {cause}"
+        super().__init__(
+            f"import stopped after {written} new run(s), each written whole: {self.cause}; "
+            "run the import again once that is fixed (runs already imported are skipped)"
+        )

@@ -20,8 +20,8 @@ from uuid import UUID
 import attrs
 
 from engine._cli_common import Output, ProgressBar, json_line, print_json, short
-from engine._cli_import import Chunk, RunConflict, read_chunks
-from events import Event, encode
+from engine._cli_import import Chunk, ImportInterrupted, RunConflict, read_chunks
+from events import Event, StagetrailError, encode
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -157,12 +157,20 @@ def _write(engine: Engine, path: str, new: set[UUID], identical: list[UUID]) -> 
     try:
         for chunk in read_chunks(path, progress.advance):
             if chunk.run_id in new:
-                engine.store.append(chunk.events)
+                _append(engine, chunk, len(written))
                 written.append(chunk.run_id)
                 events += len(chunk.events)
     finally:
         progress.close()
     return ImportReport(tuple(written), tuple(identical), events)
+
+
+def _append(engine: Engine, chunk: Chunk, written: int) -> None:
+    """Write one run in one transaction; a failure names how far the import got."""
+    try:
+        engine.store.append(chunk.events)
+    except (StagetrailError, OSError) as error:  # e.g. the run was started meanwhile
+        raise ImportInterrupted(written, error) from error
 
 
 def _already_there(engine: Engine, chunk: Chunk) -> bool:

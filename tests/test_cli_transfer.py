@@ -242,3 +242,30 @@ class TestSystemErrors:
         assert done.stderr.startswith("stagetrail: error: system:")
         assert "No space left on device" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+class TestInterruptedImport:
+    def test_a_write_failure_names_the_progress_and_a_rerun_finishes(
+        self,
+        exported: tuple[Filled, list[str]],
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A run appearing between the check and the write stops the import, which re-runs."""
+        filled, lines = exported
+        path = tmp_path / "all.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        last = json.loads(lines[-1])["run_id"]  # the file's last run: as if started meanwhile
+        kept = [line for line in lines if json.loads(line)["run_id"] == last]
+        fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+        only_last = tmp_path / "last.jsonl"
+        only_last.write_text("\n".join(kept) + "\n")
+        ok("import", str(only_last), "--store", fresh)
+        monkeypatch.setattr("engine._cli_transfer._already_there", lambda engine, chunk: False)
+        error = fails("import", str(path), "--store", fresh)
+        runs_in_file = len({json.loads(line)["run_id"] for line in lines})
+        assert f"import stopped after {runs_in_file - 1} new run(s)" in error
+        assert "run the import again" in error
+        monkeypatch.undo()
+        ok("import", str(path), "--store", fresh)
+        assert export_all(fresh) == export_all(filled.url)
