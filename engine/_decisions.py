@@ -185,13 +185,14 @@ class Decisions:
         outcome, result = (
             (value.outcome, value.result) if isinstance(value, Outcome) else ("completed", value)
         )
+        if circuit is None or circuit.status != "half_open":
+            watch.see(run.stage_completed(stage, result, outcome=outcome, duration=ended.duration))
+            return Attempted(result)
         with run.batch():  # a successful trial and the closing of its breaker: together
             events: list[Event] = [
-                run.stage_completed(stage, result, outcome=outcome, duration=ended.duration)
+                run.stage_completed(stage, result, outcome=outcome, duration=ended.duration),
+                run.decision(CircuitClosed, stage=stage, reason="the trial attempt succeeded"),
             ]
-            if circuit is not None and circuit.status == "half_open":
-                reason = "the trial attempt succeeded"
-                events.append(run.decision(CircuitClosed, stage=stage, reason=reason))
         watch.see_all(events)
         return Attempted(result)
 

@@ -144,7 +144,15 @@ class ProgressState(Projection[Progress]):
     @on(StageCompleted, StageFailed)
     def step(self, state: Progress, event: StageCompleted | StageFailed) -> Progress:
         """Count a stage outcome as a step."""
-        return attrs.evolve(state, total_steps=state.total_steps + 1)
+        return Progress(  # not attrs.evolve: this runs for every outcome a supervisor records
+            state.total_steps + 1,
+            state.last_progress_step,
+            state.consecutive_no_ops,
+            state.same_error_count,
+            state.last_test_signature,
+            state.last_diagnostics_signature,
+            state.functional_ok,
+        )
 
     @on(ProgressObserved)
     def observed(self, state: Progress, event: ProgressObserved) -> Progress:
