@@ -12,17 +12,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def quick_run(name: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m benchmarks.<name> --quick --json`` from the repository root."""
+    command = [sys.executable, "-m", f"benchmarks.{name}", "--quick", "--json"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+
+
 @pytest.mark.slow
 class TestBenchmarks:
     def test_append_benchmark_reports_every_case(self) -> None:
         """benchmarks.append --quick prints each case with its ratio and target."""
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.append", "--quick", "--json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        done = quick_run("append")
         report = json.loads(done.stdout)
         cases = [row["case"] for row in report["results"]]
         assert cases[0] == "durable single append"
@@ -33,13 +33,7 @@ class TestBenchmarks:
 
     def test_projections_benchmark_reports_every_figure(self) -> None:
         """benchmarks.projections --quick prints each figure with its baseline and target."""
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.projections", "--quick", "--json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        done = quick_run("projections")
         rows = json.loads(done.stdout)["results"]
         cases = [row["case"] for row in rows]
         assert cases[0].startswith("on-demand fold")
@@ -57,13 +51,7 @@ class TestBenchmarks:
 
     def test_cli_benchmark_reports_every_figure(self) -> None:
         """benchmarks.cli --quick prints start-up, runs and show figures with their targets."""
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.cli", "--quick", "--json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        done = quick_run("cli")
         rows = json.loads(done.stdout)["results"]
         cases = [row["case"] for row in rows]
         assert cases[0].startswith("stagetrail --version")
@@ -78,13 +66,7 @@ class TestBenchmarks:
 
     def test_supervise_benchmark_reports_both_stores(self) -> None:
         """benchmarks.supervise --quick compares supervised and hand recording per store."""
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.supervise", "--quick", "--json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        done = quick_run("supervise")
         rows = json.loads(done.stdout)["results"]
         assert [row["case"].split(" ")[0] for row in rows] == [
             "supervised", "supervised_all_policies", "supervised", "supervised_all_policies",
