@@ -7,6 +7,8 @@ durably before returning it (or queues it inside `batch()`).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -310,6 +312,11 @@ class Run:
         return now if now >= last else last  # keep a run's time monotonic
 
     def _append(self, event: E) -> E:
+        if _abandoned_any and threading.current_thread() in _ABANDONED:
+            raise RuleViolation(
+                self.id, "abandoned", "this attempt ran past its timeout and was abandoned: "
+                "nothing it records any more is written"
+            )  # fmt: skip
         state = apply(self.pipeline, self._state, event)
         # Serialised now, not at the end of a batch, so an unstorable value is
         # refused by the call that brought it.
@@ -333,6 +340,17 @@ class Run:
             f"Run({self.id}, pipeline={self.pipeline.name!r}, state={self.state!r}, "
             f"version={self.version}, {status})"
         )
+
+
+_ABANDONED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_abandoned_any = False  # a plain flag: the append hot path checks it, not the WeakSet
+
+
+def abandon(thread: threading.Thread) -> None:
+    """Refuse every later append from `thread`: an attempt the supervisor gave up waiting for."""
+    global _abandoned_any
+    _ABANDONED.add(thread)
+    _abandoned_any = True
 
 
 def _describe(error: BaseException | str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from engine.breaker import CircuitBreaker
 from engine.context import StageContext
 from engine.errors import AttemptTimeout, InvalidArgument, RunStopped, StageGaveUp, StageNotDriven
 from engine.policies import RetryPolicy
-from engine.run import Run
+from engine.run import Run, abandon
 from projections import ProgressPolicy
 
 if TYPE_CHECKING:
@@ -303,7 +303,8 @@ def _within(
 ) -> Any:
     """`fn(*args, **kwargs)` in a daemon thread; `AttemptTimeout` if it is not done in time.
 
-    Python cannot stop a thread: a late call goes on in the background, its result dropped.
+    Python cannot stop a thread: a late call goes on in the background, its result
+    dropped and its appends to any run refused.
     """
     outcome: dict[str, Any] = {}
 
@@ -317,6 +318,7 @@ def _within(
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
+        abandon(worker)  # the run moves on: what the late call records is refused
         raise AttemptTimeout(timeout, timeout)
     if "error" in outcome:
         raise outcome["error"]

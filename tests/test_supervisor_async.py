@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from engine import Engine, Outcome, RetryPolicy, StageContext, StageGaveUp
+from engine import Engine, Outcome, RetryPolicy, RuleViolation, StageContext, StageGaveUp
 from examples.code_review import BuildException
 from tests.supervision import LOOP, FakeTime, failing, kinds, of_type
 
@@ -51,6 +51,30 @@ class TestTimeout:
             release.set()
         assert raised.value.error_type == "Timeout"
         assert of_type(engine, run, "StageFailed")[0].error_type == "Timeout"  # type: ignore[attr-defined]
+
+    def test_an_abandoned_attempt_cannot_record_any_more(self, engine: Engine) -> None:
+        """What a sync function records after its timeout is refused; the history stays whole."""
+        run = engine.start_run(LOOP)
+        release = threading.Event()
+        late: dict[str, Any] = {}
+
+        def slow() -> None:
+            late["thread"] = threading.current_thread()
+            release.wait()
+            try:
+                run.note("late", "written after the timeout")
+            except RuleViolation as refused:
+                late["error"] = refused
+
+        sup = engine.supervisor(retry=RetryPolicy(timeout=0.05, max_retries=0))
+        with pytest.raises(StageGaveUp):
+            sup.execute(run, "work", slow)
+        release.set()
+        late["thread"].join(timeout=30)  # set before the 50 ms timeout could pass
+        assert late["error"].rule == "abandoned"
+        notes = [e.key for e in of_type(engine, run, "NoteAdded")]  # type: ignore[attr-defined]
+        assert notes == ["gave_up"]
+        assert run.note("after", 1).version == run.version  # the main thread still records
 
     def test_errors_inside_the_timeout_thread_are_the_attempts_errors(
         self, engine: Engine, fake: FakeTime
