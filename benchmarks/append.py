@@ -18,7 +18,7 @@ from eventsourcing.domain import Aggregate, event
 
 from benchmarks._common import RESULT, WORK, arguments, median_rates, report, scratch
 from engine import Engine
-from engine._meta import AtRest
+from engine.store.meta import AtRest
 from events import StageCompleted
 
 RAW_TABLE = (

@@ -41,9 +41,9 @@ from benchmarks._runs import (
     travel_step,
 )
 from engine import Engine
-from engine._meta import EVENTS_TABLE
+from engine.store.meta import EVENTS_TABLE
+from engine.store.sql import NAMES
 from projections import FailurePatterns, RetryCounts, RunIndex, RunSummary, StateStack
-from projections._sqlite_views import NAMES
 
 
 class Sizes(NamedTuple):

@@ -1,9 +1,12 @@
-"""The write side and the shell of stagetrail: pipelines, the store, runs, the CLI."""
+"""The write side of stagetrail: pipelines, runs, the engine, and its subsystems.
+
+The core lives in this folder (`engine.engine`, `run`, `machine`, `pipeline`,
+`verify`); `store/` persists events, `supervise/` runs stage functions under
+policies, `cli/` is the command line, `integrations/` holds framework adapters.
+"""
 
 from __future__ import annotations
 
-from engine.breaker import Circuit, CircuitBreaker, CircuitStates
-from engine.context import StageContext
 from engine.engine import Engine
 from engine.errors import (
     AttemptError,
@@ -27,13 +30,22 @@ from engine.errors import (
 )
 from engine.machine import RunState
 from engine.pipeline import Pipeline
-from engine.policies import Outcome, RetryPolicy, Spent
 from engine.run import Run
-from engine.store import Store
-from engine.supervisor import Supervisor
+from engine.store import Projections, ProjectionStatus, Store
+from engine.supervise import (
+    Circuit,
+    CircuitBreaker,
+    CircuitStates,
+    Outcome,
+    ProgressPolicy,
+    RetryPolicy,
+    Spent,
+    StageContext,
+    Supervisor,
+)
 from engine.verify import Problem, VerifyReport
 from events import InvalidEvent, InvalidPayload, StagetrailError
-from projections import ProgressPolicy, ProjectionError, RunSummary
+from projections import ProjectionError, RunSummary
 
 __all__ = [
     "AttemptError",
@@ -56,6 +68,8 @@ __all__ = [
     "Problem",
     "ProgressPolicy",
     "ProjectionError",
+    "ProjectionStatus",
+    "Projections",
     "RetryPolicy",
     "RuleViolation",
     "Run",

@@ -1,4 +1,8 @@
-"""The engine: a store plus the ways to start, load and read runs."""
+"""The engine: a store plus the ways to start, load, read, fork and verify runs.
+
+`Engine` composes the subsystems (the store, persistent projections, time
+travel, supervisors); nothing below it imports it back.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from uuid import UUID
 
 import attrs
 
-from engine import _querying, _urls
+from engine import arguments
 from engine.errors import (
     ConcurrencyConflict,
     InvalidArgument,
@@ -25,20 +29,12 @@ from engine.errors import (
 from engine.machine import RunState, apply, start
 from engine.pipeline import Pipeline
 from engine.run import Run
-from engine.store import Store
-from engine.supervisor import Supervisor
+from engine.store import Projections, Store, TimeTravel, urls
+from engine.store.views import NoViews, RunQuery
+from engine.supervise import Supervisor
 from engine.verify import VerifyReport, verify_events
 from events import JSON, Event, RunFinished, RunStarted, utc_now
-from projections import (
-    FailurePatterns,
-    Projection,
-    Projections,
-    RunIndex,
-    RunSummary,
-    TimeTravel,
-    as_projection,
-)
-from projections._views import RunQuery
+from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
 _ALL_CHILDREN = 1_000_000
 
@@ -59,7 +55,7 @@ class Engine:
         self, url: str | None = None, *, create: bool = True, cipher_key: str | None = None
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
-        self.store = Store(url or _urls.default_url(), create=create, cipher_key=key)
+        self.store = Store(url or urls.default_url(), create=create, cipher_key=key)
         self.projections = self._projections()
         """The persistent projections: register, catch_up, get, status, rebuild."""
         self._time_travel = TimeTravel(self.store, self.store.views)
@@ -74,7 +70,7 @@ class Engine:
                 return projections
             except Exception as error:  # e.g. a read-only file: reading runs must still work
                 store.views_problem = f"{type(error).__name__}: {error}"
-        views: Any = _querying.NoViews(self.url, store.views_problem)
+        views: Any = NoViews(self.url, store.views_problem)
         return Projections(store.recorder, store.mapper, views)
 
     @property
@@ -172,7 +168,7 @@ class Engine:
         version = (
             last.version
             if at is None
-            else _querying.version_at(self.store, rid, at, last.version, "at")
+            else arguments.version_at(self.store, rid, at, last.version, "at")
         )
         return self._time_travel.project(rid, instance, version)
 
@@ -196,7 +192,7 @@ class Engine:
         if at is not None and not isinstance(at, datetime):
             raise InvalidArgument("at", "with tree=True, `at` must be a datetime")
         if at is not None:
-            _querying.version_at(self.store, run_id, at, 0, "at")  # checks it is timezone-aware
+            arguments.version_at(self.store, run_id, at, 0, "at")  # checks it is timezone-aware
         streams = [
             ((e.timestamp, order, e.version, e) for e in self.store.stream(member))
             for order, member in enumerate(self.tree(run_id))
@@ -228,12 +224,12 @@ class Engine:
             InvalidArgument: an unknown status, or a malformed label, limit, since or parent.
         """
         query = RunQuery(
-            status=_querying.status(status),
+            status=arguments.status(status),
             pipeline=pipeline,
-            labels=_querying.labels(label),
-            since=_querying.since(since),
-            parent=None if parent is None else str(_querying.run_id(parent, "parent")),
-            limit=_querying.limit(limit),
+            labels=arguments.labels(label),
+            since=arguments.since(since),
+            parent=None if parent is None else str(arguments.run_id(parent, "parent")),
+            limit=arguments.limit(limit),
         )
         return self.projections.runs(query)
 
@@ -327,9 +323,9 @@ class Engine:
             return list(self.store.stream(run_id))
         last = self.store.last(run_id)
         if last is None:
-            _querying.version_at(self.store, run_id, upto, 0, "upto")  # still check the argument
+            arguments.version_at(self.store, run_id, upto, 0, "upto")  # still check the argument
             return []
-        version = _querying.version_at(self.store, run_id, upto, last.version, "upto")
+        version = arguments.version_at(self.store, run_id, upto, last.version, "upto")
         return list(self.store.stream(run_id, lte=version))
 
     def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState]:

@@ -6,16 +6,12 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
+# Raised below the engine (by the store, by table checks); re-exported here so
+# every engine error is importable from one module.
+from engine.store.errors import ConcurrencyConflict as ConcurrencyConflict
+from engine.store.errors import StoreError as StoreError
+from events.errors import PipelineError as PipelineError
 from events.errors import StagetrailError
-
-
-class PipelineError(StagetrailError, ValueError):
-    """A pipeline definition is invalid; `problem` says what and where."""
-
-    def __init__(self, pipeline: str, problem: str) -> None:
-        self.pipeline = pipeline
-        self.problem = problem
-        super().__init__(f"pipeline {pipeline!r}: {problem}")
 
 
 class InvalidTransition(StagetrailError, ValueError):
@@ -68,24 +64,6 @@ class RuleViolation(StagetrailError, ValueError):
         super().__init__(message)
 
 
-class ConcurrencyConflict(StagetrailError, RuntimeError):
-    """Another writer appended to the run first; call `run.refresh()` and retry.
-
-    Attributes:
-        run_id: the run both writers appended to.
-        version: the version this writer tried to write.
-    """
-
-    def __init__(self, run_id: UUID, version: int) -> None:
-        self.run_id = run_id
-        self.version = version
-        super().__init__(
-            f"run {run_id} already has an event at version {version}: another writer "
-            "appended first; nothing of this append was written. "
-            "Call run.refresh() and try again."
-        )
-
-
 class RunAlreadyExists(ConcurrencyConflict):
     """`start_run` was given a run id that the store already holds."""
 
@@ -101,19 +79,6 @@ class RunNotFound(StagetrailError, LookupError):
         self.run_id = run_id
         self.store = store
         super().__init__(f"no run {run_id} in store {store}")
-
-
-class StoreError(StagetrailError, OSError):
-    """The store cannot be opened, read or written; the URL is shown masked.
-
-    Attributes:
-        url: the store URL with any password replaced by ``***``.
-    """
-
-    def __init__(self, url: str, problem: str) -> None:
-        self.url = url
-        self.problem = problem
-        super().__init__(f"store {url}: {problem}")
 
 
 class RunAlreadyFinished(RuleViolation):

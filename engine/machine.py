@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any
 from uuid import UUID
 
 import attrs
 
-from engine._taskmap import TaskStatuses
 from engine.errors import (
     AttemptError,
     InvalidRollback,
@@ -37,9 +36,8 @@ from events import (
     TaskFailed,
     TaskStarted,
 )
-
-Stack: TypeAlias = "tuple[str, Stack] | None"
-"""The outcome stack as a cons list of the states each outcome left (newest first)."""
+from events.values import evolve
+from projections.immutable import PList, PMap
 
 
 @attrs.frozen(slots=False)
@@ -51,13 +49,19 @@ class RunState:
     state: str
     version: int
     last_timestamp: datetime
-    depth: int = 0
-    stack: Stack = None
+    stack: PList[str] = attrs.field(factory=PList)
+    """The states each outcome on the stack left, newest last."""
     attempts: Mapping[str, int] = attrs.field(factory=dict)
     open_attempt: int | None = None
     opened_at: datetime | None = None
-    tasks: TaskStatuses = attrs.field(factory=TaskStatuses)
+    tasks: PMap[str, str] = attrs.field(factory=PMap)
+    """Task id → status (pending, active, completed, failed)."""
     status: str | None = None
+
+    @property
+    def depth(self) -> int:
+        """How many outcomes are on the stack."""
+        return len(self.stack)
 
     def next_attempt(self, stage: str) -> int:
         """The attempt number an outcome of `stage` recorded now would carry."""
@@ -98,13 +102,7 @@ def apply(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
 
 
 def _stamp(current: RunState, event: Event, /, **changes: Any) -> RunState:
-    # attrs.evolve re-reads the class's fields on every call; on the append hot
-    # path a dict merge does the same for a class without validators or converters.
-    fields = {**current.__dict__, **changes}
-    fields["version"], fields["last_timestamp"] = event.version, event.timestamp
-    state = object.__new__(RunState)
-    object.__setattr__(state, "__dict__", fields)
-    return state
+    return evolve(current, version=event.version, last_timestamp=event.timestamp, **changes)
 
 
 def _unchanged(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
@@ -156,8 +154,7 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
         state,
         event,
         state=dest,
-        stack=(state.state, state.stack),
-        depth=state.depth + 1,
+        stack=state.stack.push(state.state),
         attempts={**state.attempts, event.stage: event.attempt},
         open_attempt=None,
         opened_at=None,
@@ -179,11 +176,10 @@ def _rolled_back(pipeline: Pipeline, state: RunState, event: StateRolledBack) ->
             state.depth,
             f"attempt {state.open_attempt} of {state.state!r} is open; record its outcome first",
         )
-    stack, back_to = state.stack, state.state
-    for _ in range(event.steps):
-        assert stack is not None
-        back_to, stack = stack
-    return _stamp(state, event, state=back_to, stack=stack, depth=state.depth - event.steps)
+    back_to = state.state
+    if event.steps:
+        back_to = state.stack.nth_newest(event.steps - 1)
+    return _stamp(state, event, state=back_to, stack=state.stack.pop(event.steps))
 
 
 _TASK_MOVES: dict[type[Event], tuple[frozenset[str | None], str]] = {

@@ -9,10 +9,11 @@ from typing import Any
 
 from transitions import Machine
 
-from engine import _pipeline_checks as checks
+from engine import diagram
 from engine.errors import PipelineError
+from events import table
 
-Row = checks.Row
+Row = table.Row
 
 
 class Pipeline:
@@ -46,25 +47,25 @@ class Pipeline:
         final: Iterable[str],
         states: Iterable[str] | None = None,
     ) -> None:
-        self.name = checks.check_name("pipeline name", name, repr(name))
-        self.initial = checks.check_state("initial state", initial, name)
-        self.rows = checks.normalise_rows(name, transitions)
-        self.final = checks.state_list("final", final, name)
+        self.name = table.check_name("pipeline name", name, repr(name))
+        self.initial = table.check_state("initial state", initial, name)
+        self.rows = table.normalise_rows(name, transitions)
+        self.final = table.state_list("final", final, name)
         self.states = self._states(states)
         self._lookup = self._compile()
 
     def _states(self, states: Iterable[str] | None) -> tuple[str, ...]:
-        checks.check_rows(self.name, self.initial, self.rows, self.final)
-        derived = checks.derive_states(self.initial, self.rows, self.final)
+        table.check_rows(self.name, self.initial, self.rows, self.final)
+        derived = table.derive_states(self.initial, self.rows, self.final)
         if states is None:
             return derived
-        declared = checks.state_list("states", states, self.name)
-        checks.check_known(self.name, declared, self.initial, self.rows, self.final)
+        declared = table.state_list("states", states, self.name)
+        table.check_known(self.name, declared, self.initial, self.rows, self.final)
         return declared
 
     def _compile(self) -> dict[str, dict[str, str]]:
-        expanded = checks.expand(self.rows, self.states, self.final)
-        checks.check_graph(self.name, self.states, self.initial, expanded, self.final)
+        expanded = table.expand(self.rows, self.states, self.final)
+        table.check_graph(self.name, self.states, self.initial, expanded, self.final)
         machine = Machine(model=None, auto_transitions=False, **self.machine_spec(expanded))
         lookup: dict[str, dict[str, str]] = {state: {} for state in self.states}
         for outcome, event in machine.events.items():
@@ -75,7 +76,7 @@ class Pipeline:
     def machine_spec(self, expanded: Sequence[Row] | None = None) -> dict[str, Any]:
         """Keyword arguments that declare this table to a `transitions` machine."""
         rows = (
-            expanded if expanded is not None else checks.expand(self.rows, self.states, self.final)
+            expanded if expanded is not None else table.expand(self.rows, self.states, self.final)
         )
         return {
             "states": [{"name": s, "final": s in self.final} for s in self.states],
@@ -118,15 +119,11 @@ class Pipeline:
 
     def to_mermaid(self, current: str | None = None) -> str:
         """Mermaid `stateDiagram-v2` source of the table, drawn by `transitions`."""
-        from engine._diagram import mermaid
-
-        return mermaid(self, current)
+        return diagram.mermaid(self.name, self.machine_spec(), current)
 
     def to_dot(self, current: str | None = None) -> str:
         """Graphviz DOT source of the table, drawn by `transitions`."""
-        from engine._diagram import dot
-
-        return dot(self, current)
+        return diagram.dot(self.name, self.machine_spec(), current)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Pipeline):

@@ -15,6 +15,7 @@ import attrs
 
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
+from events.values import build
 
 
 def encode(event: Event) -> tuple[str, dict[str, Any]]:
@@ -51,10 +52,8 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
         raise EventFormatError(topic, f"bad field value: {error!r}") from error
     state["run_id"] = run_id
     state["version"] = version
-    event = object.__new__(cls)
     # Trusted data from the store: skip the constructor's checks, as eventsourcing does.
-    object.__setattr__(event, "__dict__", state)
-    return event
+    return build(cls, state)
 
 
 _STORED_FIELDS: dict[type[Event], frozenset[str]] = {}

@@ -69,3 +69,12 @@ class EventFormatError(StagetrailError, ValueError):
         self.topic = topic
         self.reason = reason
         super().__init__(f"cannot decode stored event {topic!r}: {reason}")
+
+
+class PipelineError(StagetrailError, ValueError):
+    """A pipeline definition is invalid; `problem` says what and where."""
+
+    def __init__(self, pipeline: str, problem: str) -> None:
+        self.pipeline = pipeline
+        self.problem = problem
+        super().__init__(f"pipeline {pipeline!r}: {problem}")

@@ -1,28 +1,28 @@
 """The read side of stagetrail: projections folded on demand, at any point, or persistently.
 
-No imports from `engine` live here: the engine hands stores and events in.
+Pure code only: folds, the built-in projections and the projection protocol. No
+database code and no imports from `engine` live here: the engine's store runs
+these folds persistently (`engine.store.persistent`) and keeps their snapshots.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from projections._views import ProjectionReplaced
 from projections.base import SCOPES, Projection, as_projection, on
 from projections.errors import (
     ProjectionError,
     ProjectionNameTaken,
+    ProjectionReplaced,
     ProjectionStateError,
     UnknownProjection,
 )
 from projections.failures import FailurePatterns, Failures
-from projections.persistent import Projections, ProjectionStatus
-from projections.progress import Progress, ProgressPolicy, ProgressState, Verdict
+from projections.progress import Progress, ProgressLimits, ProgressState, Verdict
 from projections.results import Attempt, Results, Retries, RetryCounts, StageResults
 from projections.run_index import RUNNING, RunIndex, RunSummary
 from projections.stack import Frame, Stack, StateStack
 from projections.tasks import Task, Tasks, TaskTable
-from projections.timetravel import SNAPSHOT_INTERVAL, TimeTravel
 
 BUILT_INS: tuple[type[Projection[Any]], ...] = (
     FailurePatterns,
@@ -42,15 +42,13 @@ __all__ = [
     "Failures",
     "Frame",
     "Progress",
-    "ProgressPolicy",
+    "ProgressLimits",
     "ProgressState",
     "Projection",
     "ProjectionError",
     "ProjectionNameTaken",
     "ProjectionReplaced",
     "ProjectionStateError",
-    "ProjectionStatus",
-    "Projections",
     "RUNNING",
     "Results",
     "Retries",
@@ -58,14 +56,12 @@ __all__ = [
     "RunIndex",
     "RunSummary",
     "SCOPES",
-    "SNAPSHOT_INTERVAL",
     "Stack",
     "StageResults",
     "StateStack",
     "Task",
     "TaskTable",
     "Tasks",
-    "TimeTravel",
     "UnknownProjection",
     "Verdict",
     "as_projection",

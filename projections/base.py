@@ -15,7 +15,7 @@ from types import CodeType
 from typing import Any, ClassVar, Generic, TypeVar
 
 from events import JSON, Event, InvalidPayload, strict_json
-from projections._fast import collector_paused
+from projections.collector import collector_paused
 from projections.errors import ProjectionError, ProjectionStateError
 
 S = TypeVar("S")
@@ -155,10 +155,14 @@ class Projection(Generic[S]):
 
     @classmethod
     def fingerprint(cls) -> str:
-        """A digest of the name, version, scope, constants and code of the class.
+        """A digest of what decides the results: name, version, scope, event types, code.
 
-        Stored states and snapshots of another fingerprint are stale. Code outside the
-        class (a helper function it calls) is not covered: bump `version` for that.
+        It covers the name, version, scope, handled event types, class constants and the
+        methods (the class's own and its bases'). Methods are read from the source as a
+        syntax tree without docstrings, so docstrings, comments, formatting and the
+        Python version do not count. Stored states and snapshots of another fingerprint
+        are stale. Code outside the class (a helper function it calls) is not covered:
+        bump `version` for that.
         """
         return _fingerprint(cls)  # type: ignore[arg-type]
 
@@ -207,33 +211,142 @@ _CONSTANTS = (str, int, float, bool, tuple, frozenset, type(None))
 def _fingerprint(cls: type[Projection[Any]]) -> str:
     head = f"{cls.name}:{cls.version}:{cls.scope}:{cls.every_event}"
     digest = hashlib.sha256(head.encode())
+    handles = sorted(
+        (event_type.__qualname__, getattr(handler, "__name__", ""))
+        for event_type, handler in cls.handlers.items()
+    )
+    digest.update(f"handles={handles!r}".encode())
     for klass in cls.__mro__:
+        if _outside(klass):
+            continue
         for attribute_name, attribute in sorted(vars(klass).items()):
             if attribute_name.startswith("__"):
                 continue
-            for code in _codes(attribute):
+            for function in _functions(attribute):
                 digest.update(attribute_name.encode())
-                _digest_code(digest, code)
+                digest.update(_code_text(function).encode())
             if isinstance(attribute, _CONSTANTS):
                 digest.update(f"{attribute_name}={attribute!r}".encode())
     return digest.hexdigest()[:16]
 
 
-def _codes(attribute: object) -> list[CodeType]:
-    """The code objects behind a method, static/class method or property."""
+def _outside(klass: type) -> bool:
+    """Whether `klass` is Python's (`object`, `Generic`) rather than the projection's code.
+
+    Their attributes differ between Python versions (`Generic._is_protocol`).
+    """
+    return klass.__module__ in ("builtins", "typing")
+
+
+def _functions(attribute: object) -> list[Any]:
+    """The functions behind a method, static/class method or property."""
     if isinstance(attribute, staticmethod | classmethod):
         attribute = attribute.__func__
     if isinstance(attribute, property):
-        return [c for f in (attribute.fget, attribute.fset) for c in _codes(f)]
-    code = getattr(attribute, "__code__", None)
-    return [code] if isinstance(code, CodeType) else []
+        return [f for g in (attribute.fget, attribute.fset) for f in _functions(g)]
+    return [attribute] if isinstance(getattr(attribute, "__code__", None), CodeType) else []
 
 
-def _digest_code(digest: Any, code: CodeType) -> None:
-    digest.update(code.co_code)
-    digest.update(repr(code.co_names).encode())
-    for constant in code.co_consts:
-        if isinstance(constant, CodeType):
-            _digest_code(digest, constant)
+def _code_text(function: Any) -> str:
+    """What `function` does, as text that only changes when its code does.
+
+    From its source: the syntax tree without docstrings (decorators included, so the
+    event types of `@on`), in a form that is the same on Python 3.11 to 3.13 —
+    comments, blank lines and formatting do not count. Without a source (a class
+    defined in a REPL or by `exec` of a string; a lambda in the middle of a line),
+    from the code object: bytecode, names and constants without the docstring — the
+    only record of the logic left, so such a class changes fingerprint with Python.
+    """
+    import ast
+    import inspect
+
+    code = function.__code__
+    try:
+        source = inspect.getsource(function)  # of the function it wraps, if any
+        code = inspect.unwrap(function).__code__
+        if source[:1].isspace():  # a method: parsed in a block, whatever its strings' margins
+            statements = ast.parse(f"if 1:\n{source}").body[0].body  # type: ignore[attr-defined]
         else:
-            digest.update(repr(constant).encode())
+            statements = ast.parse(source).body
+    except Exception:  # no source file, or a lambda's line that is no statement alone
+        return f"code:{_code_data(code)}"
+    if code.co_name != "<lambda>" and not (
+        len(statements) == 1
+        and isinstance(statements[0], ast.FunctionDef | ast.AsyncFunctionDef)
+        and statements[0].name == code.co_name
+    ):  # the file changed since the import: its text is not this code
+        return f"code:{_code_data(code)}"
+    for statement in statements:
+        _strip_docstrings(statement)
+    return f"ast:{_tree_text(statements)}"
+
+
+def _strip_docstrings(tree: Any) -> None:
+    """Remove the docstring of each class and function in `tree`."""
+    import ast
+
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+            and isinstance(node.body[0].value.value, str)
+        ):
+            node.body = node.body[1:]
+
+
+def _tree_text(node: object) -> str:
+    """`node` as text, like `ast.dump` but without the fields newer Pythons add or drop.
+
+    `ast.dump` shows empty lists on 3.11 and 3.12, not on 3.13, and `type_params=[]`
+    since 3.12: here fields that are None or empty are left out on every version, as
+    are positions, string prefixes (`kind`) and type comments.
+    """
+    import ast
+
+    if isinstance(node, ast.JoinedStr):  # f-string parts joined: 3.12 adds empty ones
+        parts: list[str] = []
+        text = ""
+        for part in node.values:
+            if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                text += part.value
+                continue
+            parts += [f"Constant(value={text!r})"] if text else []
+            parts.append(_tree_text(part))
+            text = ""
+        parts += [f"Constant(value={text!r})"] if text else []
+        return f"JoinedStr(values=[{','.join(parts)}])" if parts else "JoinedStr()"
+    if isinstance(node, ast.AST):
+        fields = (
+            f"{name}={_tree_text(value)}"
+            for name in node._fields
+            if name not in ("kind", "type_comment")
+            and (value := getattr(node, name, None)) is not None
+            and not (isinstance(value, list) and not value)
+        )
+        return f"{type(node).__name__}({','.join(fields)})"
+    if isinstance(node, list):
+        return f"[{','.join(_tree_text(item) for item in node)}]"
+    return repr(node)
+
+
+def _code_data(code: CodeType) -> str:
+    """Bytecode, names and constants of `code` and the code nested in it, docstrings left out."""
+    import inspect
+
+    constants = code.co_consts
+    has_docstring = getattr(inspect, "CO_HAS_DOCSTRING", None)  # Python 3.14
+    if has_docstring is not None:
+        documented = bool(code.co_flags & has_docstring)
+    else:  # up to 3.13 a function's first constant is its docstring, or None
+        documented = (
+            bool(code.co_flags & inspect.CO_OPTIMIZED)
+            and not code.co_name.startswith("<")
+            and bool(constants)
+            and isinstance(constants[0], str)
+        )
+    parts = [code.co_code.hex(), repr(code.co_names)]
+    for constant in constants[1:] if documented else constants:
+        parts.append(_code_data(constant) if isinstance(constant, CodeType) else repr(constant))
+    return "|".join(parts)

@@ -50,3 +50,24 @@ class ProjectionNameTaken(StagetrailError, ValueError):
         super().__init__(
             f"another projection is registered as {name!r}: {registered}; give yours another `name`"
         )
+
+
+class PositionMoved(StagetrailError, RuntimeError):
+    """Another process advanced a projection while this one folded a page; refold it."""
+
+    def __init__(self, name: str, expected: int, found: int) -> None:
+        self.name = name
+        self.expected = expected
+        self.found = found
+        super().__init__(f"projection {name!r} moved from position {expected} to {found} meanwhile")
+
+
+class ProjectionReplaced(StagetrailError, RuntimeError):
+    """The store's state of a projection now belongs to other code registered elsewhere."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"projection {name!r} was re-registered in this store by other code (another "
+            "version or changed handlers); this process runs stale code: restart it"
+        )

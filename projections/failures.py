@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import attrs
 
 from events import JSON, StageCompleted, StageFailed
-from projections._pmap import PMap
 from projections.base import Projection, on
+from projections.immutable import PMap
 
 Signature = tuple[str, str, str]
 """A failure's identity: (stage, error_type, error)."""

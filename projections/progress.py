@@ -7,7 +7,7 @@ stuck, or stop with a partial success.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -18,36 +18,24 @@ DECISIONS = ("continue", "stuck", "partial")
 """What `Progress.evaluate` may decide."""
 
 
-def _limit(instance: object, field: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and (type(value) is not int or value < 1):
-        raise ValueError(f"{field.name} must be a positive int or None, got {value!r}")
+class ProgressLimits(Protocol):
+    """The limits `Progress.evaluate` reads (the supervisor's `ProgressPolicy` has them)."""
 
+    @property
+    def max_steps(self) -> int | None:
+        """Stop after this many stage outcomes (None: no limit)."""
 
-def _bool(instance: object, field: attrs.Attribute[Any], value: object) -> None:
-    if type(value) is not bool:
-        raise ValueError(f"{field.name} must be a bool, got {value!r}")
+    @property
+    def max_consecutive_no_ops(self) -> int | None:
+        """Stop after this many observations in a row without a change."""
 
+    @property
+    def max_same_error(self) -> int | None:
+        """Stop after the same failing test signature this many times in a row."""
 
-@attrs.frozen(kw_only=True)
-class ProgressPolicy:
-    """When a run counts as stuck: limits on steps, no-op steps and a repeated error."""
-
-    max_steps: int | None = attrs.field(default=None, validator=_limit)
-    max_consecutive_no_ops: int | None = attrs.field(default=None, validator=_limit)
-    max_same_error: int | None = attrs.field(default=None, validator=_limit)
-    accept_partial: bool = attrs.field(default=False, validator=_bool)
-
-    @classmethod
-    def strict(cls, **overrides: Any) -> ProgressPolicy:
-        """50 steps, 3 no-ops, 3 same errors; partial success is not accepted."""
-        defaults = {"max_steps": 50, "max_consecutive_no_ops": 3, "max_same_error": 3}
-        return cls(**{**defaults, "accept_partial": False, **overrides})
-
-    @classmethod
-    def lenient(cls, **overrides: Any) -> ProgressPolicy:
-        """100 steps, 6 no-ops, 5 same errors; partial success is accepted."""
-        defaults = {"max_steps": 100, "max_consecutive_no_ops": 6, "max_same_error": 5}
-        return cls(**{**defaults, "accept_partial": True, **overrides})
+    @property
+    def accept_partial(self) -> bool:
+        """Whether a stop whose last observation was functional ends as a partial success."""
 
 
 def _decision(instance: object, field: attrs.Attribute[Any], value: object) -> None:
@@ -80,7 +68,7 @@ class Progress:
     last_diagnostics_signature: str | None = None
     functional_ok: bool | None = None
 
-    def evaluate(self, policy: ProgressPolicy) -> Verdict:
+    def evaluate(self, policy: ProgressLimits) -> Verdict:
         """Continue, or stop as stuck or partial when a limit of `policy` is reached.
 
         Rules in order: max_steps, no_progress, same_error; a None limit is off.
@@ -95,7 +83,7 @@ class Progress:
                 return Verdict(self._stop(policy), self._reason(rule, limit))
         return Verdict("continue")
 
-    def _stop(self, policy: ProgressPolicy) -> str:
+    def _stop(self, policy: ProgressLimits) -> str:
         return "partial" if policy.accept_partial and self.functional_ok is True else "stuck"
 
     def _reason(self, rule: str, limit: int) -> dict[str, JSON]:

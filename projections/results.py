@@ -12,8 +12,8 @@ from typing import Any
 import attrs
 
 from events import JSON, StageCompleted, StageFailed, StageStarted
-from projections._pmap import PList
 from projections.base import Projection, on
+from projections.immutable import PList
 
 
 @attrs.frozen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -17,12 +17,11 @@ from events import (
     StageFailed,
     StateRolledBack,
 )
-from projections._fast import build
-from projections._pmap import PList
-from projections._table import Lookup, from_rows, lookup, rows
-from projections._views import iso
+from events.table import Lookup, as_rows, from_rows, lookup
+from events.values import evolve
 from projections.base import Projection, on
 from projections.errors import ProjectionError
+from projections.immutable import PList
 
 RUNNING = "running"
 """The status of a run that has not finished."""
@@ -160,7 +159,7 @@ class RunIndex(Projection["RunSummary | None"]):
             return None
         data = state.to_json()
         data["updated"] = iso(state.updated)
-        data["moves"] = rows(state.moves)
+        data["moves"] = as_rows(state.moves)
         data["states"] = list(state.states.to_tuple())
         return data
 
@@ -192,11 +191,14 @@ class RunIndex(Projection["RunSummary | None"]):
 
 
 def _touch(summary: RunSummary, event: Event, **changes: Any) -> RunSummary:
-    # Every event of every run passes here when the index is rebuilt: see `build`.
-    fields = {**summary.__dict__, **changes}
-    fields["version"], fields["updated"] = event.version, event.timestamp
-    return build(RunSummary, fields)
+    # Every event of every run passes here when the index is rebuilt: see `evolve`.
+    return evolve(summary, version=event.version, updated=event.timestamp, **changes)
 
 
 def _fork_json(fork: tuple[UUID, int] | None) -> list[Any] | None:
     return None if fork is None else [str(fork[0]), fork[1]]
+
+
+def iso(moment: datetime) -> str:
+    """A UTC timestamp as fixed-width ISO text, so text order is time order."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")

@@ -14,10 +14,10 @@ from typing import Any
 import attrs
 
 from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from projections._fast import build
-from projections._pmap import PList
-from projections._table import Lookup, initial_state, lookup
+from events.table import Lookup, initial_state, lookup
+from events.values import build
 from projections.base import Projection, on
+from projections.immutable import PList
 
 
 @attrs.frozen(slots=False)

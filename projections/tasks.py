@@ -22,8 +22,8 @@ from events import (
     TaskFailed,
     TaskStarted,
 )
-from projections._pmap import PList, PMap
 from projections.base import Projection, on
+from projections.immutable import PList, PMap
 
 TASK_STATUSES = ("pending", "active", "completed", "failed")
 """The statuses a task may have."""

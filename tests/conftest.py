@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,37 +9,9 @@ from pathlib import Path
 import pytest
 
 from engine import Engine
-from examples.code_review import REVIEW as CODE_REVIEW
+from tests._helpers import POSTGRES_URL, require_postgres
 
-POSTGRES_URL = os.environ.get(
-    "STAGETRAIL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
-)
 BACKENDS = ["memory", "sqlite", "postgres"]
-
-REVIEW = CODE_REVIEW
-"""The review pipeline of DESIGN.md, as the examples define it."""
-
-
-def _postgres_problem() -> str | None:
-    try:
-        import psycopg
-    except ImportError:
-        return "psycopg is not installed (pip install -e '.[postgres]')"
-    try:
-        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
-    except psycopg.Error as error:
-        return f"no PostgreSQL reachable at {POSTGRES_URL}: {str(error).strip()}"
-    return None
-
-
-def require_postgres() -> None:
-    """Skip the test when PostgreSQL is unreachable, or fail under STAGETRAIL_REQUIRE_POSTGRES=1."""
-    problem = _postgres_problem()
-    if problem is None:
-        return
-    if os.environ.get("STAGETRAIL_REQUIRE_POSTGRES") == "1":
-        pytest.fail(f"STAGETRAIL_REQUIRE_POSTGRES=1 but {problem}")
-    pytest.skip(problem)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from examples.code_review import REVIEW
+from engine.cli.demo.code_review import REVIEW
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -53,8 +53,15 @@ class TestQuickStart:
         assert "pytest" in commands[1]
 
     def test_ci_runs_the_readme_test_command(self) -> None:
-        """.ci/run runs the README's test command verbatim."""
+        """.ci/run runs the README's test command, with the $PYTHON it honours as python3."""
         section = (ROOT / "README.md").read_text().split("## Quick start")[1]
         test_command = [b.strip() for lang, b in FENCE.findall(section) if lang == "bash"][1]
+        assert test_command.startswith("python3 ")
         ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-        assert test_command in ci_lines
+        assert '"$PYTHON"' + test_command.removeprefix("python3") in ci_lines
+        assert 'PYTHON=${PYTHON:-python3}' in ci_lines
+
+    def test_ci_installs_the_project_once(self) -> None:
+        """.ci/run installs the project a single time: the linters use the tests' install."""
+        script = (ROOT / ".ci" / "run").read_text()
+        assert script.count("pip install") == 1

@@ -21,7 +21,7 @@ from engine import (
 )
 from engine.store import PAGE
 from events import RunStarted
-from tests.conftest import REVIEW
+from tests._helpers import REVIEW
 
 
 class TestStartRun:

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from engine import Pipeline, PipelineError
-from tests.conftest import REVIEW
+from tests._helpers import REVIEW
 
 
 def build(**changes: Any) -> Pipeline:

@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 
 from engine import Engine, StagetrailError
 from events import Event
-from tests.conftest import REVIEW
-from tests.test_run import EXPECTED
+from tests._helpers import EXPECTED, REVIEW
 
 FINAL = {"done", "aborted"}
 

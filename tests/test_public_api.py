@@ -1,13 +1,19 @@
 from __future__ import annotations
 
-import ast
 import importlib
-from pathlib import Path
 
 import pytest
 
-PACKAGES = ["engine", "events", "projections"]
-ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = [
+    "engine",
+    "engine.cli",
+    "engine.cli.demo",
+    "engine.integrations",
+    "engine.store",
+    "engine.supervise",
+    "events",
+    "projections",
+]
 
 
 class TestExports:
@@ -21,7 +27,7 @@ class TestExports:
             assert getattr(module, name) is not None
 
     def test_the_design_contract_imports(self) -> None:
-        """The imports DESIGN.md promises for the recording core work."""
+        """The documented imports of the recording core work."""
         from engine import (  # noqa: F401
             ConcurrencyConflict,
             Engine,
@@ -36,7 +42,7 @@ class TestExports:
         assert issubclass(InvalidTransition, ValueError)
 
     def test_the_supervisor_contract_imports(self) -> None:
-        """The supervisor's imports of DESIGN.md work, and engine.supervisor() builds one."""
+        """The supervisor's documented imports work, and engine.supervisor() builds one."""
         from engine import (
             CircuitBreaker,
             CircuitOpen,
@@ -92,24 +98,7 @@ class TestExports:
         assert issubclass(error, builtins)
 
 
-class TestLayering:
-    @pytest.mark.parametrize(
-        ("package", "forbidden"),
-        [("events", {"engine", "projections"}), ("projections", {"engine"})],
-    )
-    def test_imports_flow_one_way(self, package: str, forbidden: set[str]) -> None:
-        """events imports neither engine nor projections; projections never imports engine."""
-        for path in (ROOT / package).rglob("*.py"):
-            tree = ast.parse(path.read_text())
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    roots = {alias.name.split(".")[0] for alias in node.names}
-                elif isinstance(node, ast.ImportFrom) and node.module:
-                    roots = {node.module.split(".")[0]}
-                else:
-                    continue
-                assert not roots & forbidden, f"{path} imports {roots & forbidden}"
-
+class TestDocstrings:
     @pytest.mark.parametrize("package", PACKAGES)
     def test_every_public_object_has_a_docstring(self, package: str) -> None:
         """Each exported class and function carries a docstring."""
@@ -118,12 +107,6 @@ class TestLayering:
             value = getattr(module, name)
             if callable(value) and not isinstance(value, str):
                 assert (value.__doc__ or "").strip(), f"{package}.{name} has no docstring"
-
-    def test_modules_stay_small(self) -> None:
-        """No module of the packages grows past about 400 lines."""
-        for package in PACKAGES:
-            for path in (ROOT / package).rglob("*.py"):
-                assert len(path.read_text().splitlines()) <= 420, path
 
 
 class TestErrorsCrossProcesses:

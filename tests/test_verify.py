@@ -6,8 +6,7 @@ import pytest
 
 from engine import Engine, RunNotFound
 from events import RunStarted, StageCompleted, StageFailed, StateRolledBack
-from tests.conftest import REVIEW
-from tests.test_persistent import BreaksOnTimeouts
+from tests._helpers import REVIEW, BreaksOnTimeouts
 
 
 def started(engine: Engine) -> uuid.UUID:

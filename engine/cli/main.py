@@ -1,0 +1,318 @@
+"""The `stagetrail` command line.
+
+Each command imports what it needs when it runs, so that starting the program
+stays cheap; the work lives in the private ``engine._cli_*`` modules.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from events import StagetrailError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+store_option = click.option(
+    "--store",
+    metavar="URL",
+    default=None,
+    help="Store URL (default: $STAGETRAIL_STORE, else sqlite:///stagetrail.db).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+class _Group(click.Group):
+    """A group that turns stagetrail errors into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `stagetrail show RUN | head`: the reader left
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(1)
+        except Exception as error:
+            if ctx.find_root().params.get("debug") or not _reported(error):
+                raise
+            click.echo(f"stagetrail: error: {_one_line(error)}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("stagetrail: interrupted", err=True)
+            sys.exit(130)
+
+
+def _reported(error: Exception) -> bool:
+    """Whether `error` is ours, the database's or the system's: one line, not a traceback."""
+    if isinstance(error, StagetrailError | sqlite3.Error | OSError):
+        return True
+    psycopg = sys.modules.get("psycopg")  # imported only when a PostgreSQL store was opened
+    return psycopg is not None and isinstance(error, psycopg.Error)
+
+
+def _one_line(error: Exception) -> str:
+    text = " ".join(str(error).split())
+    if isinstance(error, StagetrailError):
+        return text
+    return f"{'system' if isinstance(error, OSError) else 'database'}: {text}"
+
+
+@click.group(cls=_Group, name="stagetrail")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="stagetrail")
+def main(debug: bool) -> None:
+    """Record, audit and time-travel multi-stage pipeline runs."""
+
+
+@main.command()
+@store_option
+def demo(store: str | None) -> None:
+    """Record the examples into the store; suggest what to try next.
+
+    Prints what was recorded, then three commands worth trying on those runs.
+    """
+    from engine.cli.demo.command import run_demo
+
+    run_demo(store)
+
+
+@main.command()
+@click.option("--status", default=None, help="running, succeeded, failed, aborted_stuck, ...")
+@click.option("--pipeline", default=None, help="Only runs of this pipeline.")
+@click.option("--label", "labels", multiple=True, metavar="K=V", help="Only runs with this label.")
+@click.option("--since", default=None, metavar="TIME", help="Started at or after (ISO 8601, 2d).")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
+@store_option
+@json_option
+def runs(
+    status: str | None,
+    pipeline: str | None,
+    labels: tuple[str, ...],
+    since: str | None,
+    limit: int,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first, from the run index."""
+    from engine.cli.common import open_engine
+    from engine.cli.runs import list_runs
+
+    with open_engine(store) as engine:
+        list_runs(
+            engine,
+            status=status,
+            pipeline=pipeline,
+            labels=labels,
+            since=since,
+            limit=limit,
+            as_json=as_json,
+        )
+
+
+@main.command()
+@click.argument("run")
+@store_option
+@json_option
+def show(run: str, store: str | None, as_json: bool) -> None:
+    """A run's timeline, one line per event.
+
+    Decisions are marked with *; the run's status and reason close it.
+    """
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.show import show_run
+
+    with open_engine(store) as engine:
+        show_run(engine, resolve_run(engine, run), as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--at", default=None, metavar="N|TIME", help="After event N, or at a time.")
+@click.option("--projection", default="state_stack", show_default=True, metavar="NAME")
+@store_option
+@json_option
+def state(run: str, at: str | None, projection: str, store: str | None, as_json: bool) -> None:
+    """A projection of a run, now or at a past point.
+
+    The state stack by default; --projection names any built-in or registered one.
+    """
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.state import show_state
+
+    with open_engine(store) as engine:
+        show_state(engine, resolve_run(engine, run), at, projection, as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--from", "start", default=1, type=click.IntRange(min=1), help="First event.")
+@click.option("--to", "stop", default=None, type=click.IntRange(min=1), help="Last event.")
+@store_option
+@json_option
+def replay(run: str, start: int, stop: int | None, store: str | None, as_json: bool) -> None:
+    """Step through a run, showing what each event changed.
+
+    Under each event: the machine's state, the stack and the status it moved.
+    """
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.replay import replay_run
+
+    with open_engine(store) as engine:
+        replay_run(engine, resolve_run(engine, run), start, stop, as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@click.argument("other", required=False)
+@click.option("--from", "start", default=None, type=click.IntRange(min=0), help="Version A.")
+@click.option("--to", "stop", default=None, type=click.IntRange(min=0), help="Version B.")
+@store_option
+@json_option
+def diff(
+    run: str,
+    other: str | None,
+    start: int | None,
+    stop: int | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """Compare two points of a run, or two runs.
+
+    RUN --from N [--to M] compares two points of one run; RUN_A RUN_B two runs.
+    """
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.diff import diff_points
+
+    with open_engine(store) as engine:
+        first = resolve_run(engine, run)
+        second = None if other is None else resolve_run(engine, other)
+        diff_points(engine, first, second, start, stop, as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--at", type=int, required=True, help="Copy events 1..N into the new run.")
+@store_option
+@json_option
+def fork(run: str, at: int, store: str | None, as_json: bool) -> None:
+    """Start a new run from a copy of RUN's first N events."""
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.state import fork_run
+
+    with open_engine(store) as engine:
+        fork_run(engine, resolve_run(engine, run), at, as_json=as_json)
+
+
+@main.command()
+@click.argument("run")
+@store_option
+@json_option
+def verify(run: str, store: str | None, as_json: bool) -> None:
+    """Re-check a run against its own table; exit 1 on problems.
+
+    The run is folded through the table stored in it and every persistent projection.
+    """
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.state import verify_run
+
+    with open_engine(store) as engine:
+        ok = verify_run(engine, resolve_run(engine, run), as_json=as_json)
+    if not ok:
+        sys.exit(1)
+
+
+@main.command("export")
+@click.argument("runs", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Export every run, oldest first.")
+@store_option
+def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
+    """Write runs as JSON Lines on stdout, for import.
+
+    One event per line, each run's events in order; --all writes every run, oldest first.
+    """
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.transfer import export_runs
+
+    if not runs and not everything:
+        raise click.UsageError("name the runs to export, or give --all")
+    with open_engine(store) as engine:
+        chosen = None if everything else [resolve_run(engine, run) for run in runs]
+        export_runs(engine, chosen)
+
+
+@main.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@store_option
+@json_option
+def import_(file: str, store: str | None, as_json: bool) -> None:
+    """Read runs from an export file, checked first.
+
+    FILE is JSON Lines (- reads stdin). Nothing is written unless every line is valid;
+    each run is written in one transaction; runs already there, identical, are skipped.
+    """
+    from engine.cli.common import open_engine
+    from engine.cli.transfer import import_runs
+
+    with open_engine(store, create=True) as engine:
+        import_runs(engine, file, as_json=as_json)
+
+
+@main.command()
+@click.argument("target", metavar="PIPELINE_OR_RUN")
+@click.option("--format", "kind", type=click.Choice(["mermaid", "dot"]), default="mermaid")
+@store_option
+def diagram(target: str, kind: str, store: str | None) -> None:
+    """Draw a run's or a pipeline's transition table.
+
+    A run's own recorded table, its state highlighted, or a Pipeline named module:attr.
+    """
+    from engine.cli.admin import draw
+
+    draw(target, kind, store)
+
+
+@main.group()
+def projections() -> None:
+    """List, watch and rebuild persistent projections."""
+
+
+@projections.command("list")
+@store_option
+@json_option
+def projections_list(store: str | None, as_json: bool) -> None:
+    """The projections known by name: the built-ins and those this store keeps."""
+    from engine.cli.admin import list_projections
+    from engine.cli.common import open_engine
+
+    with open_engine(store) as engine:
+        list_projections(engine, as_json=as_json)
+
+
+@projections.command("status")
+@store_option
+@json_option
+def projections_status(store: str | None, as_json: bool) -> None:
+    """Position, head, lag and last error of each persistent projection."""
+    from engine.cli.admin import projection_status
+    from engine.cli.common import open_engine
+
+    with open_engine(store) as engine:
+        projection_status(engine, as_json=as_json)
+
+
+@projections.command("rebuild")
+@click.argument("name")
+@store_option
+@json_option
+def projections_rebuild(name: str, store: str | None, as_json: bool) -> None:
+    """Fold projection NAME (a built-in name or ``module:attr``) again from the first event."""
+    from engine.cli.admin import rebuild_projection
+    from engine.cli.common import open_engine
+
+    with open_engine(store) as engine:
+        rebuild_projection(engine, name, as_json=as_json)

@@ -1,0 +1,282 @@
+"""`stagetrail show` and `stagetrail replay`: a run's events, streamed page by page."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from engine.cli.common import (
+    STATUS_STYLES,
+    BadOption,
+    Output,
+    clock,
+    compact,
+    json_line,
+    seconds,
+    short,
+    when,
+    write_lines,
+)
+from engine.errors import RunNotFound
+from events import (
+    BudgetSpent,
+    CircuitClosed,
+    CircuitHalfOpened,
+    CircuitOpened,
+    Event,
+    NoteAdded,
+    ProgressObserved,
+    RetryScheduled,
+    RunFinished,
+    RunStarted,
+    StageCompleted,
+    StageFailed,
+    StateRolledBack,
+    TaskAdded,
+    TaskCompleted,
+    TaskFailed,
+    encode,
+)
+from projections import RunIndex, RunSummary
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+DECISION_EVENTS = (
+    RetryScheduled,
+    CircuitOpened,
+    CircuitHalfOpened,
+    CircuitClosed,
+    RunFinished,
+    StateRolledBack,
+)
+"""Events that record a decision: marked with ``*`` and highlighted."""
+
+DECISION_NOTES = frozenset({"gave_up", "circuit_rejected"})
+"""Keys of the notes in which the supervisor records a decision."""
+
+
+def is_decision(event: Event) -> bool:
+    """Whether `event` records a decision (a decision event, or a supervisor's note)."""
+    if isinstance(event, NoteAdded):
+        return event.key in DECISION_NOTES
+    return isinstance(event, DECISION_EVENTS)
+
+
+_EVENT_WIDTH = 17  # len("CircuitHalfOpened")
+_DETAIL_WIDTH = 70
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """An event as one flat JSON object: run_id, version, timestamp, event, decision, fields."""
+    _, state = encode(event)
+    state.pop("class_version", None)
+    timestamp = state.pop("timestamp")
+    return {
+        "run_id": str(event.run_id),
+        "version": event.version,
+        "timestamp": timestamp,
+        "event": type(event).__name__,
+        "decision": is_decision(event),
+        **state,
+    }
+
+
+def detail(event: Event) -> str:
+    """What an event says, in a few words: a result, an error, a reason."""
+    text = _detail(event)
+    return compact(text, _DETAIL_WIDTH) if text else ""
+
+
+def _detail(event: Event) -> str:
+    describe = _DESCRIBE.get(type(event))
+    return describe(event) if describe is not None else str(getattr(event, "task_id", ""))
+
+
+def _completed(event: StageCompleted) -> str:
+    result = "" if event.result is None else compact(event.result, 50)
+    return f"{result} in {seconds(event.duration)}".strip()
+
+
+def _failed(event: StageFailed) -> str:
+    retry = "" if event.retryable else " (not retryable)"
+    return f"{event.error_type}: {event.error}{retry}"
+
+
+def _retry(event: RetryScheduled) -> str:
+    why = f": {event.reason}" if event.reason else ""
+    return f"attempt {event.attempt} in {seconds(event.delay)}{why}"
+
+
+def _rolled_back(event: StateRolledBack) -> str:
+    return f"undo {event.steps}: {event.reason}" if event.reason else f"undo {event.steps}"
+
+
+def _finished(event: RunFinished) -> str:
+    return f"{event.status}: {reason_line(event.reason)}" if event.reason else event.status
+
+
+def _task_added(event: TaskAdded) -> str:
+    parent = f" under {event.parent_id}" if event.parent_id else ""
+    return f"{event.task_id}{parent}: {event.title}" if event.title else event.task_id + parent
+
+
+def _started(event: RunStarted) -> str:
+    parts = [event.pipeline]
+    if event.params:
+        parts.append(f"params {compact(event.params, 40)}")
+    if event.labels:
+        parts.append(" ".join(f"{k}={v}" for k, v in sorted(event.labels.items())))
+    if event.parent_run_id is not None:
+        parts.append(f"child of {short(event.parent_run_id)}")
+    if event.forked_from is not None:
+        parts.append(f"fork of {short(event.forked_from[0])} at {event.forked_from[1]}")
+    return ", ".join(parts)
+
+
+def _progress(event: ProgressObserved) -> str:
+    changed = event.changed_files
+    count = len(changed) if isinstance(changed, list) else changed
+    parts = [f"{count} files changed"]
+    if event.test_signature:
+        parts.append(f"tests {event.test_signature}")
+    if event.functional_ok is not None:
+        parts.append("functional" if event.functional_ok else "not functional")
+    return ", ".join(parts)
+
+
+_DESCRIBE: dict[type[Any], Callable[[Any], str]] = {
+    RunStarted: _started,
+    StageCompleted: _completed,
+    StageFailed: _failed,
+    RetryScheduled: _retry,
+    CircuitOpened: lambda e: e.reason,
+    CircuitHalfOpened: lambda e: e.reason,
+    CircuitClosed: lambda e: e.reason,
+    StateRolledBack: _rolled_back,
+    RunFinished: _finished,
+    ProgressObserved: _progress,
+    TaskAdded: _task_added,
+    TaskCompleted: lambda e: f"{e.task_id}: {compact(e.result, 50)}",
+    TaskFailed: lambda e: f"{e.task_id}: {e.error_type}: {e.error}",
+    BudgetSpent: lambda e: f"{e.amount:g} {e.unit}",
+    NoteAdded: lambda e: f"{e.key} = {compact(e.value, 50)}",
+}
+
+
+def reason_line(reason: Any) -> str:
+    """A finish reason on one line: ``rule=max_same_error, steps=12``, or the text itself."""
+    if isinstance(reason, dict):
+        return ", ".join(f"{key}={compact(value, 40)}" for key, value in reason.items())
+    return compact(reason, 80)
+
+
+def reason_lines(reason: Any) -> list[str]:
+    """A finish reason for the closing lines: one ``key: value`` line per field of a dict."""
+    if isinstance(reason, dict):
+        return [f"  {key}: {compact(value, 1000)}" for key, value in reason.items()]
+    return [f"  {compact(reason, 1000)}"] if reason not in (None, "") else []
+
+
+class _Columns:
+    """Fixed column widths for one run, from its table, so lines stream without buffering."""
+
+    def __init__(self, first: RunStarted, last_version: int) -> None:
+        table: Any = first.table
+        rows = table.get("transitions", []) if isinstance(table, dict) else []
+        stages = [str(row[0]) for row in rows] + [str(row[2]) for row in rows]
+        self.version = max(len(str(last_version)), 1)
+        self.stage = max([5, *(len(s) for s in stages)])
+        self.outcome = max([7, *(len(str(row[1])) for row in rows)])
+
+    def header(self) -> str:
+        return self.line(" ", "v", "time", "event", "stage", "try", "outcome", "detail")
+
+    def row(self, event: Event) -> str:
+        attempt = getattr(event, "attempt", None)
+        return self.line(
+            "*" if is_decision(event) else " ",
+            str(event.version),
+            clock(event.timestamp),
+            type(event).__name__,
+            str(getattr(event, "stage", "")),
+            "" if attempt is None else str(attempt),
+            str(getattr(event, "outcome", "")),
+            detail(event),
+        )
+
+    def line(self, *cells: str) -> str:
+        mark, version, time, name, stage, attempt, outcome, text = cells
+        return (
+            f"{mark}{version:>{self.version}}  {time:<12}  {name:<{_EVENT_WIDTH}}  "
+            f"{stage:<{self.stage}}  {attempt:>3}  {outcome:<{self.outcome}}  {text}"
+        ).rstrip()
+
+
+def _style(event: Event) -> str | None:
+    if isinstance(event, RunFinished):
+        return "bold " + STATUS_STYLES.get(event.status, "")
+    if is_decision(event):
+        return "bold yellow"
+    if isinstance(event, StageFailed | TaskFailed):
+        return "red"
+    return None
+
+
+def show_run(engine: Engine, run_id: UUID, *, as_json: bool) -> None:
+    """Print the run's timeline (or its events as JSON Lines), streamed from the store."""
+    last = engine.store.last(run_id)
+    if last is None:
+        raise RunNotFound(run_id, engine.url)
+    events = engine.store.stream(run_id)
+    if as_json:
+        write_lines(json_line(event_json(event)) for event in events)
+        return
+    first = next(events)
+    if not isinstance(first, RunStarted):
+        raise BadOption("RUN", str(run_id), "the run does not begin with RunStarted")
+    out, columns, index = Output(), _Columns(first, last.version), RunIndex()
+    summary = index.apply(index.initial(), first)
+    out.line(f"run {run_id}  {first.pipeline}  started {when(first.timestamp)} UTC", "bold")
+    out.line(columns.header(), "dim", crop=True)
+    out.line(columns.row(first), crop=True)
+    if out.terminal:
+        for event in events:
+            summary = index.apply(summary, event)
+            out.line(columns.row(event), _style(event), crop=True)
+    else:
+        summary = _plain_rows(columns, index, summary, events)
+    _closing(out, summary)
+
+
+def _plain_rows(
+    columns: _Columns, index: RunIndex, summary: RunSummary | None, events: Iterable[Event]
+) -> RunSummary | None:
+    folded = [summary]
+
+    def rows() -> Iterator[str]:
+        state, apply, row = folded[0], index.apply, columns.row
+        for event in events:
+            state = apply(state, event)
+            yield row(event)
+        folded[0] = state
+
+    write_lines(rows())
+    return folded[0]
+
+
+def _closing(out: Output, summary: RunSummary | None) -> None:
+    if summary is None:
+        return
+    counts = (
+        f"state {summary.state}, {summary.version} events, "
+        f"{summary.attempts} attempts, {summary.failures} failures"
+    )
+    took = "" if summary.finished is None else f", took {seconds(summary.duration)}"
+    out.line(f"status: {summary.status} ({counts}{took})", STATUS_STYLES.get(summary.status))
+    lines = reason_lines(summary.reason)
+    if lines:
+        out.line("reason:")
+        for line in lines:
+            out.line(line)

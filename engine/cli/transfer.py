@@ -1,0 +1,192 @@
+"""`stagetrail export` and `import`: runs as JSON Lines, one event per line, lossless.
+
+A line is ``{"run_id": ..., "version": ..., "topic": ..., "state": {...}}``: the
+event's topic and fields as the codec stores them (timestamp first, then the
+payload in field order, then ``class_version`` when above 1), decrypted and
+uncompressed, so a file moves between any two stores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, BinaryIO
+from uuid import UUID
+
+import attrs
+
+from engine.cli.common import Output, ProgressBar, json_line, print_json, short
+from engine.cli.import_check import Chunk, ImportInterrupted, RunConflict, read_chunks
+from events import Event, StagetrailError, encode
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+_EVERY_RUN = 1_000_000_000
+
+
+_ORDER: dict[type[Event], tuple[str, ...]] = {}
+
+
+def export_line(event: Event) -> str:
+    """One event as its export line, its fields in a fixed order."""
+    topic, state = encode(event)
+    order = _ORDER.get(type(event))
+    if order is None:
+        names = [field.name for field in attrs.fields(type(event))]
+        order = _ORDER[type(event)] = (*names[2:], "class_version")  # run_id, version first
+    fields = {name: state[name] for name in order if name in state}
+    return json_line(
+        {"run_id": str(event.run_id), "version": event.version, "topic": topic, "state": fields}
+    )
+
+
+def _every_run(engine: Engine) -> list[tuple[UUID, int]]:
+    summaries = engine.runs(limit=_EVERY_RUN)
+    return [(s.run_id, s.version) for s in reversed(summaries)]  # oldest first
+
+
+def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
+    """Write the runs' events (every run, oldest first, when None) to stdout."""
+    if run_ids is None:
+        chosen = _every_run(engine)
+    else:
+        chosen = [(rid, _last_version(engine, rid)) for rid in dict.fromkeys(run_ids)]
+    progress = ProgressBar("export", sum(version for _, version in chosen))
+    out = _utf8_stdout()
+    try:
+        for run_id, _ in chosen:
+            batch: list[str] = []
+            for event in engine.store.stream(run_id):
+                batch.append(export_line(event))
+                if len(batch) == 1000:
+                    out.write(("\n".join(batch) + "\n").encode())
+                    progress.advance(len(batch))
+                    batch.clear()
+            if batch:
+                out.write(("\n".join(batch) + "\n").encode())
+                progress.advance(len(batch))
+        out.flush()
+    finally:
+        progress.close()
+
+
+def _utf8_stdout() -> BinaryIO:
+    """Stdout as bytes: an export is UTF-8 whatever the locale says."""
+    sys.stdout.flush()
+    return sys.stdout.buffer
+
+
+def _last_version(engine: Engine, run_id: UUID) -> int:
+    last = engine.store.last(run_id)
+    return 0 if last is None else last.version
+
+
+@attrs.frozen
+class ImportReport:
+    """What an import wrote and what it found already there."""
+
+    imported: tuple[UUID, ...]
+    identical: tuple[UUID, ...]
+    events: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON."""
+        return {
+            "imported": [str(run_id) for run_id in self.imported],
+            "identical": [str(run_id) for run_id in self.identical],
+            "events": self.events,
+        }
+
+
+@contextmanager
+def _seekable(path: str) -> Iterator[str]:
+    """`path` itself, or for ``-`` a temporary copy of stdin (import reads it twice)."""
+    if path != "-":
+        yield path
+        return
+    handle, copy = tempfile.mkstemp(prefix="stagetrail-import-", suffix=".jsonl")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            shutil.copyfileobj(sys.stdin.buffer, out)
+        yield copy
+    finally:
+        os.unlink(copy)
+
+
+def import_runs(engine: Engine, path: str, *, as_json: bool) -> None:
+    """Check every run of the file, then write the new ones, each in one transaction."""
+    with _seekable(path) as source:
+        report = _import(engine, source)
+    if as_json:
+        print_json(report.to_json())
+        return
+    out = Output()
+    out.line(f"imported {len(report.imported)} run(s), {report.events} events, into {engine.url}")
+    if report.identical:
+        listed = ", ".join(short(run_id) for run_id in report.identical[:5])
+        more = len(report.identical) - 5
+        listed += f" and {more} more" if more > 0 else ""
+        out.line(f"{len(report.identical)} run(s) already there with identical events: {listed}")
+
+
+def _import(engine: Engine, path: str) -> ImportReport:
+    size = os.path.getsize(path)
+    new: set[UUID] = set()
+    identical: list[UUID] = []
+    progress = ProgressBar("check", size)
+    try:
+        for chunk in read_chunks(path, progress.advance):
+            if _already_there(engine, chunk):
+                identical.append(chunk.run_id)
+            else:
+                new.add(chunk.run_id)
+    finally:
+        progress.close()
+    return _write(engine, path, new, identical)
+
+
+def _write(engine: Engine, path: str, new: set[UUID], identical: list[UUID]) -> ImportReport:
+    written: list[UUID] = []
+    events = 0
+    progress = ProgressBar("import", os.path.getsize(path))
+    try:
+        for chunk in read_chunks(path, progress.advance):
+            if chunk.run_id in new:
+                _append(engine, chunk, len(written))
+                written.append(chunk.run_id)
+                events += len(chunk.events)
+    finally:
+        progress.close()
+    return ImportReport(tuple(written), tuple(identical), events)
+
+
+def _append(engine: Engine, chunk: Chunk, written: int) -> None:
+    """Write one run in one transaction; a failure names how far the import got."""
+    try:
+        engine.store.append(chunk.events)
+    except (StagetrailError, OSError) as error:  # e.g. the run was started meanwhile
+        raise ImportInterrupted(written, error) from error
+
+
+def _already_there(engine: Engine, chunk: Chunk) -> bool:
+    """Whether the store holds exactly these events; False when it holds none of the run.
+
+    Raises:
+        RunConflict: the store holds the run with other events.
+    """
+    if engine.store.last(chunk.run_id) is None:
+        return False
+    stored = engine.store.stream(chunk.run_id)
+    for index, event in enumerate(chunk.events):
+        kept = next(stored, None)
+        if kept is None or export_line(kept) != export_line(event):
+            raise RunConflict(chunk.run_id, event.version, chunk.first_line + index)
+    extra = next(stored, None)
+    if extra is not None:
+        raise RunConflict(chunk.run_id, extra.version, chunk.first_line + len(chunk.events))
+    return True

@@ -1,0 +1,38 @@
+"""What opening a store gives: eventsourcing's recorder, the mapper, the views.
+
+Each backend module (`memory`, `sqlite`, `postgres`) opens its kind of store and
+returns a `Backend`. Each checks (or creates) the meta table before the events
+table, so a half-created store is still recognised as stagetrail's on the next open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from eventsourcing.persistence import ApplicationRecorder
+
+from engine.store.mapper import EventMapper
+from engine.store.views import Views
+
+
+@attrs.frozen
+class Backend:
+    """An open recorder, the mapper for its bytes, and how to close them."""
+
+    recorder: ApplicationRecorder
+    mapper: EventMapper
+    close: Callable[[], None]
+    views: Views | None = None
+    views_problem: str = ""
+
+
+def prepare_views(make: Callable[[], Any]) -> tuple[Any, str]:
+    """The store's projection views, or None and why they cannot be kept (e.g. read-only)."""
+    try:
+        views = make()
+        views.create_table()
+    except Exception as error:  # any database refusal leaves the events readable
+        return None, f"{type(error).__name__}: {' '.join(str(error).split())}"
+    return views, ""

@@ -1,0 +1,174 @@
+"""The event store: eventsourcing's recorders behind one small, typed interface."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import (
+    EventStore,
+    IntegrityError,
+    Mapper,
+    PersistenceError,
+    StoredEvent,
+)
+
+from engine.store import meta, urls
+from engine.store.backend import Backend
+from engine.store.errors import ConcurrencyConflict, StoreError
+from engine.store.memory import open_memory
+from engine.store.sqlite import open_sqlite
+from events import Event, EventFormatError, InvalidPayload
+
+PAGE = 1000
+"""Events read per query when streaming a run."""
+
+
+class Store:
+    """Appends events atomically and reads each run's events back, in pages.
+
+    Args:
+        url: ``memory://``, ``sqlite:///file.db`` or ``postgresql://...``.
+        create: whether a missing store may be created (read-only tools say no).
+        cipher_key: AES key (base64) for encryption at rest.
+
+    Raises:
+        StoreError: the URL is bad, the store unreachable, foreign or too new.
+    """
+
+    def __init__(self, url: str, *, create: bool = True, cipher_key: str | None = None) -> None:
+        parsed = urls.parse(url)
+        self.url = parsed.masked
+        self._backend: Backend = open_backend(parsed, create=create, cipher_key=cipher_key)
+        self.recorder = self._backend.recorder
+        self._mapper = self._backend.mapper
+        self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
+        self.views = self._backend.views
+        self.views_problem = self._backend.views_problem
+
+    @property
+    def mapper(self) -> Mapper[UUID]:
+        """eventsourcing's mapper for this store's events (JSON, compression, cipher)."""
+        return self._mapper
+
+    def append(self, events: Sequence[Event]) -> list[int]:
+        """Serialise and write `events` in one transaction; return their notification ids.
+
+        Raises:
+            InvalidPayload: an event holds a value JSON cannot store; nothing written.
+            ConcurrencyConflict: another writer holds one of the versions.
+            StoreError: the database failed; nothing was written.
+        """
+        return self.write([self.serialize(event) for event in events])
+
+    def serialize(self, event: Event) -> StoredEvent:
+        """The stored form of `event` (eventsourcing's mapper: JSON, compression, cipher).
+
+        Raises:
+            InvalidPayload: naming the field the transcoder cannot store (a lone
+                surrogate in a str, an int too long to print, ...).
+        """
+        try:
+            return self._mapper.to_stored_event(event)
+        except (UnicodeError, ValueError, TypeError) as error:
+            raise _unstorable(self._mapper, event, error) from None
+
+    def write(self, stored: Sequence[StoredEvent]) -> list[int]:
+        """Write serialised events in one transaction; return their notification ids.
+
+        Raises:
+            ConcurrencyConflict: another writer holds one of the versions.
+            StoreError: the database failed; nothing was written.
+        """
+        try:
+            notification_ids = self.recorder.insert_events(stored)
+        except IntegrityError:
+            first = stored[0]
+            raise ConcurrencyConflict(
+                _as_uuid(first.originator_id), first.originator_version
+            ) from None
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreError(self.url, f"append failed, nothing written: {error}") from error
+        return list(notification_ids or ())
+
+    def read(
+        self,
+        run_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """The run's events with `gt < version <= lte`, oldest first, at most `limit`."""
+        return self._get(run_id, gt=gt, lte=lte, limit=limit)
+
+    def _get(self, run_id: UUID, **query: Any) -> list[Event]:
+        try:
+            return list(self._events.get(run_id, **query))  # type: ignore[arg-type]
+        except EventFormatError as error:
+            raise StoreError(self.url, str(error)) from error
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreError(self.url, f"read failed: {error}") from error
+
+    def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
+        """The run's events after `gt`, page by page, so memory stays flat."""
+        while True:
+            page = self.read(run_id, gt=gt, lte=lte, limit=PAGE)
+            yield from page
+            if len(page) < PAGE:
+                return
+            gt = page[-1].version
+
+    def last(self, run_id: UUID) -> Event | None:
+        """The run's newest event, or None if the run is not in the store."""
+        newest = self._get(run_id, desc=True, limit=1)
+        return newest[0] if newest else None
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        self._backend.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _as_uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(value)
+
+
+def _unstorable(mapper: Mapper[UUID], event: Event, error: Exception) -> InvalidPayload:
+    """Find the payload field the transcoder refused, to name it in the error."""
+    for name, value in event.payload().items():
+        try:
+            mapper.transcoder.encode({name: value})
+        except (UnicodeError, ValueError, TypeError) as refused:
+            return InvalidPayload(name, name, f"cannot be stored as JSON ({refused})")
+    return InvalidPayload("?", type(event).__name__, f"cannot be stored as JSON ({error})")
+
+
+def open_backend(url: urls.StoreURL, *, create: bool, cipher_key: str | None) -> Backend:
+    """Open (or create, when allowed) the store `url` names, with the backend of its scheme.
+
+    Raises:
+        StoreError: unreachable, not a stagetrail store, newer schema, wrong key.
+    """
+    settings = meta.wanted(url.options, cipher_key, url.masked)
+    if url.scheme == "memory":
+        return open_memory(settings)
+    if url.scheme == "sqlite":
+        return open_sqlite(url, create, settings)
+    try:  # psycopg is the optional `postgres` extra: imported only for PostgreSQL stores
+        from engine.store.postgres import open_postgres
+    except ImportError:
+        raise StoreError(
+            url.masked, "PostgreSQL support is not installed: pip install 'stagetrail[postgres]'"
+        ) from None
+    return open_postgres(url, create, settings)

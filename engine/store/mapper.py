@@ -1,0 +1,130 @@
+"""eventsourcing's Mapper, taught stagetrail's attrs events.
+
+The transcoder, compressor and cipher stay eventsourcing's; only the mapping
+between event attributes and the stored state dict is stagetrail's own.
+"""
+
+from __future__ import annotations
+
+import json
+from json import encoder as json_encoder
+from json import scanner as json_scanner
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import JSONTranscoder, Mapper, StoredEvent
+
+from events import Event, EventFormatError, decode, encode
+from events.values import build
+
+
+class FastJSONTranscoder(JSONTranscoder):
+    """eventsourcing's JSON transcoder for plain JSON, its C encoder built once.
+
+    Same bytes as `JSONTranscoder` (compact separators, UTF-8, no NaN): payloads
+    are strict JSON copies, so the circular-reference check is not needed. It
+    decodes without eventsourcing's ``{"_type_", "_data_"}`` hook: stagetrail's
+    codec types the fields itself, and a user's dict with those two keys must
+    come back as the dict it was.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._plain = json.JSONDecoder()
+        make_scanner = getattr(json_scanner, "c_make_scanner", None)
+        self._scan = None if make_scanner is None else make_scanner(self._plain)
+        make = getattr(json_encoder, "c_make_encoder", None)
+        self._chunks = (
+            None
+            if make is None
+            else make(
+                None,
+                self.encoder.default,
+                json_encoder.encode_basestring,
+                None,
+                ":",
+                ",",
+                False,
+                False,
+                False,
+            )
+        )
+
+    def encode(self, obj: Any) -> bytes:
+        """Encode `obj` as compact UTF-8 JSON."""
+        if self._chunks is None:
+            return super().encode(obj)
+        return "".join(self._chunks(obj, 0)).encode("utf8")
+
+    def decode(self, data: bytes) -> Any:
+        """Decode UTF-8 JSON bytes into plain Python values."""
+        text = data.decode("utf8")
+        if self._scan is not None:
+            # The C scanner alone: JSONDecoder.decode's Python wrapper costs as much
+            # again per event when projections fold a whole store.
+            try:
+                value, end = self._scan(text, 0)
+            except StopIteration:
+                pass  # not JSON: the full decoder below reports where
+            else:
+                if end == len(text):
+                    return value
+        return self._plain.decode(text)
+
+
+class EventMapper(Mapper[UUID]):
+    """Converts stagetrail events to eventsourcing `StoredEvent`s and back."""
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        """Serialise an event: payload and timestamp become its stored state."""
+        topic, state = encode(domain_event)
+        data = self.transcoder.encode(state)
+        if self.compressor:
+            data = self.compressor.compress(data)
+        if self.cipher:
+            data = self.cipher.encrypt(data)
+        # StoredEvent is a frozen dataclass; building it skips four
+        # object.__setattr__ calls per event on the append path.
+        return build(
+            StoredEvent,
+            {
+                "originator_id": domain_event.run_id,
+                "originator_version": domain_event.version,
+                "topic": topic,
+                "state": data,
+            },
+        )
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Event:
+        """Deserialise a stored event, upcasting older class versions.
+
+        Raises:
+            EventFormatError: naming the run and version that cannot be read.
+        """
+        data = stored_event.state
+        try:
+            if self.cipher:
+                data = self.cipher.decrypt(data)
+            if self.compressor:
+                data = self.compressor.decompress(data)
+            state = self.transcoder.decode(data)
+        except Exception as error:  # the cipher and codecs raise assorted types
+            raise self._unreadable(stored_event, f"{type(error).__name__}: {error}") from error
+        run_id = stored_event.originator_id
+        try:
+            return decode(
+                stored_event.topic, state, _as_uuid(run_id), stored_event.originator_version
+            )
+        except EventFormatError as error:
+            raise self._unreadable(stored_event, error.reason) from error
+
+    @staticmethod
+    def _unreadable(stored_event: StoredEvent, reason: str) -> EventFormatError:
+        return EventFormatError(
+            stored_event.topic,
+            f"run {stored_event.originator_id} version {stored_event.originator_version}: {reason}",
+        )
+
+
+def _as_uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(value)

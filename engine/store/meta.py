@@ -1,0 +1,111 @@
+"""The store's meta table: schema version and at-rest settings, decided at creation."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+
+import attrs
+from eventsourcing.compressor import ZlibCompressor
+from eventsourcing.persistence import Cipher, Compressor
+from eventsourcing.utils import Environment
+
+from engine.store.errors import StoreError
+from engine.store.mapper import EventMapper, FastJSONTranscoder
+
+SCHEMA_VERSION = 1
+META_TABLE = "stagetrail_meta"
+EVENTS_TABLE = "stagetrail_events"
+_CHECK_PLAINTEXT = b"stagetrail cipher check"
+
+
+@attrs.frozen
+class AtRest:
+    """How event bytes are kept: compression and encryption."""
+
+    compressor: str = "none"
+    cipher_key: str | None = None
+
+    def mapper(self) -> EventMapper:
+        """An eventsourcing mapper with this compression and encryption."""
+        return EventMapper(
+            transcoder=FastJSONTranscoder(), compressor=self._compressor(), cipher=self.cipher()
+        )
+
+    def _compressor(self) -> Compressor | None:
+        return ZlibCompressor() if self.compressor == "zlib" else None
+
+    def cipher(self) -> Cipher | None:
+        """eventsourcing's AES cipher for the key, or None when not encrypted."""
+        if self.cipher_key is None:
+            return None
+        try:
+            from eventsourcing.cryptography import AESCipher
+        except ImportError:
+            raise StoreError(
+                "-", "encryption needs the 'cryptography' package: pip install 'stagetrail[crypto]'"
+            ) from None
+        try:
+            return AESCipher(Environment(env={"CIPHER_KEY": self.cipher_key}))
+        except (ValueError, OSError) as error:
+            raise StoreError(
+                "-", f"STAGETRAIL_CIPHER_KEY is not a valid AES key: {error}"
+            ) from None
+
+
+def wanted(options: Mapping[str, str], cipher_key: str | None, url: str) -> AtRest:
+    """The at-rest settings a new store would get from its URL and key."""
+    compressor = options.get("compress", "none")
+    if compressor not in ("none", "zlib"):
+        raise StoreError(url, f"compress={compressor!r} is not supported; use compress=zlib")
+    return AtRest(compressor=compressor, cipher_key=cipher_key or None)
+
+
+def new_meta(settings: AtRest) -> dict[str, str]:
+    """The meta rows a store created with `settings` starts with."""
+    meta = {"schema_version": str(SCHEMA_VERSION), "compressor": settings.compressor}
+    cipher = settings.cipher()
+    meta["cipher"] = "aes" if cipher else "none"
+    if cipher is not None:
+        meta["cipher_check"] = base64.b64encode(cipher.encrypt(_CHECK_PLAINTEXT)).decode()
+    return meta
+
+
+def settle(meta: Mapping[str, str], settings: AtRest, url: str) -> AtRest:
+    """Check an existing store's meta against this program and key; return its settings.
+
+    Raises:
+        StoreError: newer schema, missing or wrong cipher key, or a key for a plain store.
+    """
+    text = meta.get("schema_version", "")
+    if not text.isdigit():
+        raise StoreError(url, f"not a stagetrail store: schema version {text!r} in its meta table")
+    version = int(text)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            url,
+            f"written by a newer stagetrail (store schema {version}, this one reads up to "
+            f"{SCHEMA_VERSION}); upgrade stagetrail",
+        )
+    stored = AtRest(compressor=meta.get("compressor", "none"), cipher_key=settings.cipher_key)
+    _check_cipher(meta, stored, url)
+    return stored
+
+
+def _check_cipher(meta: Mapping[str, str], stored: AtRest, url: str) -> None:
+    encrypted = meta.get("cipher", "none") == "aes"
+    if encrypted and stored.cipher_key is None:
+        raise StoreError(url, "the store is encrypted: set STAGETRAIL_CIPHER_KEY to its key")
+    if not encrypted and stored.cipher_key is not None:
+        raise StoreError(
+            url, "the store is not encrypted but STAGETRAIL_CIPHER_KEY is set; unset it"
+        )
+    cipher = stored.cipher()
+    if cipher is None:
+        return
+    try:
+        ok = cipher.decrypt(base64.b64decode(meta["cipher_check"])) == _CHECK_PLAINTEXT
+    except Exception:  # any failure to decrypt means the key is wrong
+        ok = False
+    if not ok:
+        raise StoreError(url, "STAGETRAIL_CIPHER_KEY is not the key this store was encrypted with")

@@ -1,0 +1,374 @@
+"""Persistent projections: folded over every run, tracked, exactly-once, rebuildable.
+
+`Projections` pulls pages of eventsourcing's notification log, folds each page
+into the registered projections' partitioned states, and saves the touched
+states with a tracking record in one transaction. Projections at the same
+position share one read of each page; the one furthest behind goes first, so
+the run index is always at least as far as any projection that needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+import attrs
+from eventsourcing.persistence import ApplicationRecorder, Mapper
+
+from engine.store.views import PageSave, RunQuery, Views
+from events import Event, RunStarted
+from projections.base import Projection, as_projection
+from projections.collector import collector_paused
+from projections.errors import (
+    PositionMoved,
+    ProjectionError,
+    ProjectionNameTaken,
+    ProjectionReplaced,
+    ProjectionStateError,
+    UnknownProjection,
+)
+from projections.run_index import RunIndex, RunSummary
+
+PAGE = 2000
+"""Notifications folded and saved per transaction."""
+
+_CACHE_LIMIT = 20_000
+Progress = Callable[[str, int, int], None]
+Failure = ProjectionError | ProjectionStateError | ProjectionReplaced
+_log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class ProjectionStatus:
+    """Where a persistent projection is: its position, the head, the lag, its last error."""
+
+    name: str
+    position: int
+    head: int
+    lag: int
+    last_error: str | None
+
+
+class Projections:
+    """The registry and runner of an engine's persistent projections.
+
+    Args:
+        recorder: eventsourcing's application recorder of the store (the notification log).
+        mapper: turns stored events back into events.
+        views: where states, tracking records and snapshots are kept.
+    """
+
+    def __init__(self, recorder: ApplicationRecorder, mapper: Mapper[UUID], views: Views) -> None:
+        self._recorder = recorder
+        self._mapper = mapper
+        self.views = views
+        self._registered: dict[str, Projection[Any]] = {}
+        self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._pipelines: dict[int, str] = {}  # by UUID.int: see _keys
+        self._lock = threading.RLock()
+
+    def register(self, projection: Projection[Any] | type[Projection[Any]]) -> Projection[Any]:
+        """Fold `projection` over every run from now on (its stored state is kept if current).
+
+        A projection whose code changed since its state was stored starts again from zero.
+
+        Raises:
+            ProjectionNameTaken: another class is registered under the same name.
+        """
+        instance = as_projection(projection)
+        with self._lock:
+            known = self._registered.get(instance.name)
+            if known is not None and type(known) is not type(instance):
+                raise ProjectionNameTaken(instance.name, repr(known))
+            if self.views.register(instance.name, instance.identity()):
+                self._cache.pop(instance.name, None)
+            self._registered[instance.name] = instance
+        return instance
+
+    @property
+    def names(self) -> list[str]:
+        """The registered projections' names, sorted."""
+        return sorted(self._registered)
+
+    def projection(self, name: str) -> Projection[Any]:
+        """The registered projection called `name`.
+
+        Raises:
+            UnknownProjection: nothing is registered under that name.
+        """
+        try:
+            return self._registered[name]
+        except KeyError:
+            raise UnknownProjection(name, list(self._registered)) from None
+
+    def head(self) -> int:
+        """The newest notification id of the store (0 when empty)."""
+        return self._recorder.max_notification_id() or 0
+
+    def catch_up(
+        self, names: Sequence[str] | None = None, *, on_progress: Progress | None = None
+    ) -> dict[str, int]:
+        """Fold every event not yet folded into the projections (default: all registered).
+
+        Returns:
+            How many events each projection folded.
+
+        Raises:
+            ProjectionError: a handler failed; the others were still caught up, and
+                the failing one stays before the event (see `status`).
+        """
+        wanted = self._with_run_index(names)
+        with self._lock:
+            return self._catch_up(wanted, self.head(), on_progress)
+
+    def _with_run_index(self, names: Sequence[str] | None) -> list[str]:
+        chosen = list(self._registered) if names is None else list(names)
+        for name in chosen:
+            self.projection(name)
+        needs_index = any(self._registered[n].scope == "pipeline" for n in chosen)
+        if needs_index and RunIndex.name not in chosen:
+            chosen.append(RunIndex.name)
+        return chosen
+
+    def _catch_up(
+        self, names: list[str], head: int, on_progress: Progress | None
+    ) -> dict[str, int]:
+        folded = dict.fromkeys(names, 0)
+        failures: dict[str, Failure] = {}
+        while True:
+            active = [name for name in names if name not in failures]
+            positions = self.views.positions(active) if active else {}
+            lowest = min(positions.values(), default=head)
+            if lowest >= head:
+                break
+            group = [name for name in active if positions[name] == lowest]
+            stop = min([p for p in positions.values() if p > lowest] + [head])
+            try:
+                with collector_paused():
+                    count, end = self._page(group, lowest, stop, failures)
+            except PositionMoved:
+                self._forget(group)
+                continue
+            except ProjectionReplaced as replaced:  # stop that one; the others go on
+                self._forget(group)
+                failures[replaced.name] = replaced
+                continue
+            except BaseException:
+                self._forget(group)  # their cached states may hold part of this page
+                raise
+            for name in group:
+                if name not in failures:
+                    folded[name] += count
+                    if on_progress is not None:
+                        on_progress(name, end, head)
+        if failures:
+            raise next(iter(failures.values()))
+        return folded
+
+    def _page(
+        self,
+        group: list[str],
+        start: int,
+        stop: int,
+        failures: dict[str, Failure],
+    ) -> tuple[int, int]:
+        notifications = self._recorder.select_notifications(
+            start=start, limit=PAGE, stop=stop, inclusive_of_start=False
+        )
+        end = notifications[-1].id if notifications else stop
+        events: list[Event] = [self._mapper.to_domain_event(n) for n in notifications]  # type: ignore[misc]
+        ids = [notification.id for notification in notifications]
+        self._learn_pipelines(events)
+        saves = []
+        for name in group:
+            save, error = self._fold(name, events, ids, start, end)
+            if save is not None:
+                saves.append(save)
+            if error is not None:
+                failures[name] = error
+        self._commit(saves)
+        for name, failure in failures.items():
+            if name in group:  # kept after the commit, which clears last errors
+                self.views.record_error(name, str(failure))
+        return len(events), end
+
+    def _forget(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._cache.pop(name, None)
+
+    def _commit(self, saves: list[PageSave]) -> None:
+        if saves:
+            self.views.commit(saves)
+        for save in saves:
+            self._remember(save.name, save.end)
+            self._evict_settled(save)
+
+    def _evict_settled(self, save: PageSave) -> None:
+        """Drop cached states that can no longer change; a large cache slows every page."""
+        projection = self._registered[save.name]
+        if type(projection).settled is Projection.settled:
+            return
+        _, cached = self._cache[save.name]
+        for key in save.states:
+            if key in cached and projection.settled(cached[key]):
+                del cached[key]
+
+    def _fold(
+        self, name: str, events: list[Event], ids: list[int], start: int, end: int
+    ) -> tuple[PageSave | None, ProjectionError | ProjectionStateError | None]:
+        """Fold a page into `name`; on a handler error, keep what came before the event."""
+        projection = self._registered[name]
+        keys = self._keys(projection, events)
+        states = self._states(name, projection, keys, start)
+        touched: set[str] = set()
+        reached, error = end, None
+        for index, event in enumerate(events):
+            key = keys[index]
+            if key is None:
+                continue
+            try:
+                states[key] = projection.apply(states[key], event)
+            except ProjectionError as failure:
+                reached, error = (ids[index - 1] if index else start), failure
+                break
+            touched.add(key)
+        try:
+            encoded = {key: projection.encode(states[key]) for key in touched}
+        except ProjectionStateError as failure:
+            self._cache.pop(name, None)
+            return None, failure
+        if reached == start:
+            return None, error
+        return PageSave(name, start, reached, encoded, projection.identity()), error
+
+    def _keys(self, projection: Projection[Any], events: list[Event]) -> list[str | None]:
+        """Each event's partition key, None for events the projection does not see."""
+        relevant = projection.relevant
+        if type(projection).key is not Projection.key:
+            return [
+                projection.key(e, self._pipeline(e.run_id, projection)) if relevant(e) else None
+                for e in events
+            ]
+        if projection.scope == "all":
+            return ["" if relevant(e) else None for e in events]
+        # Dicts keyed by UUID.int: hashing a UUID and str(UUID) are slow Python code,
+        # and a page repeats the same few runs.
+        if projection.scope == "pipeline":
+            known = self._pipelines
+            return [
+                (known.get(e.run_id.int) or self._pipeline(e.run_id, projection))
+                if relevant(e)
+                else None
+                for e in events
+            ]
+        texts: dict[int, str] = {}
+        return [
+            (texts.get(e.run_id.int) or texts.setdefault(e.run_id.int, str(e.run_id)))
+            if relevant(e)
+            else None
+            for e in events
+        ]
+
+    def _states(
+        self, name: str, projection: Projection[Any], keys: list[str | None], start: int
+    ) -> dict[str, Any]:
+        position, cached = self._cache.get(name, (-1, {}))
+        if position != start or len(cached) > _CACHE_LIMIT:
+            cached = {}
+        missing = [key for key in set(keys) if key is not None and key not in cached]
+        for key, data in self.views.load(name, missing).items():
+            cached[key] = projection.decode(data)
+        for key in missing:
+            cached.setdefault(key, projection.initial())
+        self._cache[name] = (start, cached)
+        return cached
+
+    def _remember(self, name: str, end: int) -> None:
+        _, cached = self._cache.get(name, (-1, {}))
+        self._cache[name] = (end, cached)
+
+    def _learn_pipelines(self, events: Iterable[Event]) -> None:
+        if len(self._pipelines) > _CACHE_LIMIT:
+            self._pipelines.clear()
+        for event in events:
+            if isinstance(event, RunStarted):
+                self._pipelines[event.run_id.int] = event.pipeline
+
+    def _pipeline(self, run_id: UUID, projection: Projection[Any]) -> str | None:
+        if projection.scope != "pipeline":
+            return None
+        if run_id.int not in self._pipelines:
+            row = self.views.load(RunIndex.name, [str(run_id)]).get(str(run_id))
+            self._pipelines[run_id.int] = "" if row is None else row["pipeline"]
+        return self._pipelines[run_id.int]
+
+    def rebuild(self, name: str, *, on_progress: Progress | None = None) -> int:
+        """Fold projection `name` again from the first event; return the events folded."""
+        projection = self.projection(name)
+        with self._lock:
+            self.views.reset(name, projection.identity())
+            self._cache.pop(name, None)
+            if name == RunIndex.name:
+                self._pipelines.clear()
+            return self._catch_up(self._with_run_index([name]), self.head(), on_progress)[name]
+
+    def get(self, name: str, key: str | UUID = "", *, catch_up: bool = True) -> Any:
+        """The materialized state of `name` (for partitioned ones, of the partition `key`)."""
+        projection = self.projection(name)
+        if catch_up:
+            self.catch_up([name])
+        data = self.views.load(name, [str(key)])
+        return projection.decode(data[str(key)]) if str(key) in data else projection.initial()
+
+    def states(self, name: str, *, catch_up: bool = True) -> dict[str, Any]:
+        """Every partition's materialized state of `name`, by key."""
+        projection = self.projection(name)
+        if catch_up:
+            self.catch_up([name])
+        return {key: projection.decode(data) for key, data in self.views.states(name).items()}
+
+    def runs(self, query: RunQuery) -> list[RunSummary]:
+        """Run summaries matching `query`, newest first, after catching the index up."""
+        if RunIndex.name not in self._registered:
+            self.register(RunIndex)  # where views cannot be kept, this says why
+        self.catch_up([RunIndex.name])
+        index = self._registered[RunIndex.name]
+        return [index.decode(data) for data in self.views.runs(query)]
+
+    def run_ids(self, prefix: str, *, limit: int = 10) -> list[UUID]:
+        """Ids of the runs whose id starts with `prefix` (after catching the index up)."""
+        self.runs(RunQuery(limit=1))  # registers and catches up the index
+        return [UUID(text) for text in self.views.run_ids(prefix.lower(), limit)]
+
+    def status(self) -> list[ProjectionStatus]:
+        """Position, head, lag and last error of every registered projection."""
+        head = self.head()
+        positions = self.views.positions(self.names)
+        errors = self.views.errors()
+        return [
+            ProjectionStatus(n, positions[n], head, max(head - positions[n], 0), errors.get(n))
+            for n in self.names
+        ]
+
+    def follow(self, stop: threading.Event, *, timeout: float = 1.0) -> None:
+        """Catch up, then wait for new events (NOTIFY on PostgreSQL, else polling) until `stop`.
+
+        `timeout` bounds each wait, so a lost notification delays folding by at most that.
+        A failing projection keeps its error in `status` while the others go on; a
+        database that fails (a restart, a dropped connection) is retried after `timeout`.
+        """
+        while not stop.is_set():
+            try:
+                self.catch_up()
+            except (ProjectionError, ProjectionStateError, ProjectionReplaced):
+                pass  # recorded in `status`; the other projections were caught up
+            except Exception as error:  # the database: keep following, try again later
+                _log.warning("catching up failed, retrying in %.1f s: %s", timeout, error)
+                stop.wait(timeout)
+            self.views.wait_for_events(timeout, stop)
+
+    def __repr__(self) -> str:
+        return f"Projections({self.names})"

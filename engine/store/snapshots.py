@@ -1,0 +1,184 @@
+"""Folding one run into a projection at any version, from the nearest snapshot.
+
+Long runs keep snapshots of each projection every `interval` events, in the
+store (for new processes) and in memory (for the next question in this one),
+so reaching any point folds at most `interval` events, never the whole run.
+A snapshot belongs to the projection's code fingerprint: new code, new snapshots.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any, Protocol
+from uuid import UUID
+
+from engine.store.sql import dumps
+from engine.store.views import Views
+from projections.base import Projection
+from projections.collector import collector_paused
+from projections.errors import ProjectionStateError
+
+SNAPSHOT_INTERVAL = 500
+"""Events between two snapshots of a projection over one run (in memory; see `_Storer`)."""
+
+BYTES_PER_EVENT = 256
+"""Stored snapshot bytes allowed per event they stand for (about an event's own size)."""
+
+_log = logging.getLogger(__name__)
+_Key = tuple[UUID, str, str]
+
+
+class EventReader(Protocol):
+    """Reads one run's events in version order."""
+
+    def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
+        """The run's events with `gt < version <= lte`, oldest first."""
+
+
+class _Snapshots:
+    """The snapshots of one (run, projection, code) kept in memory, by version."""
+
+    def __init__(self) -> None:
+        self.versions: list[int] = []
+        self.states: dict[int, Any] = {}
+
+    def best(self, upto: int) -> tuple[int, Any] | None:
+        index = bisect.bisect_right(self.versions, upto)
+        if index == 0:
+            return None
+        version = self.versions[index - 1]
+        return version, self.states[version]
+
+    def add(self, version: int, state: Any) -> None:
+        if version not in self.states:
+            bisect.insort(self.versions, version)
+            self.states[version] = state
+
+
+class TimeTravel:
+    """Answers "what did projection P say after event N of run R?" quickly, for any N.
+
+    Args:
+        reader: where the run's events come from.
+        views: where snapshots are stored (None: memory only).
+        interval: events between snapshots.
+        runs_in_memory: how many (run, projection) snapshot sets stay in memory.
+    """
+
+    def __init__(
+        self,
+        reader: EventReader,
+        views: Views | None,
+        *,
+        interval: int = SNAPSHOT_INTERVAL,
+        runs_in_memory: int = 32,
+    ) -> None:
+        self._reader = reader
+        self._views = views
+        self.interval = interval
+        self._limit = runs_in_memory
+        self._memory: OrderedDict[_Key, _Snapshots] = OrderedDict()
+        self._lock = threading.Lock()  # engines may be shared by threads (a viewer, a follower)
+
+    def project(self, run_id: UUID, projection: Projection[Any], version: int) -> Any:
+        """The state of `projection` after event `version` of the run.
+
+        Raises:
+            ProjectionError: a handler failed (names the event and version).
+        """
+        key = (run_id, projection.name, projection.identity())
+        start, state, stored_size = self._start(key, projection, version)
+        fresh: list[tuple[int, Any]] = []
+        storer = _Storer(self, key, projection, stored_size)
+        apply, relevant = projection.apply, projection.relevant
+        with collector_paused() as tick:
+            for event in self._reader.stream(run_id, gt=start, lte=version):
+                if relevant(event):
+                    state = apply(state, event)
+                if event.version % self.interval == 0:
+                    fresh.append((event.version, state))
+                    storer.offer(event.version, state)
+                tick()
+        self._remember(key, fresh)
+        storer.flush()
+        return state
+
+    def _snapshots(self, key: _Key) -> _Snapshots:
+        memory = self._memory.pop(key, None) or _Snapshots()
+        self._memory[key] = memory
+        while len(self._memory) > self._limit:
+            self._memory.popitem(last=False)
+        return memory
+
+    def _remember(self, key: _Key, states: list[tuple[int, Any]]) -> None:
+        with self._lock:
+            memory = self._snapshots(key)
+            for version, state in states:
+                memory.add(version, state)
+
+    def _start(self, key: _Key, projection: Projection[Any], version: int) -> tuple[int, Any, int]:
+        with self._lock:
+            start, state = self._snapshots(key).best(version) or (0, None)
+        size = 0
+        if version - start >= self.interval and self._views is not None:
+            stored = self._views.snapshot(str(key[0]), key[1], key[2], version)
+            if stored is not None and stored[0] > start:
+                start, size = stored[0], len(stored[1])
+                state = projection.decode(json.loads(stored[1]))
+                self._remember(key, [(start, state)])
+        return start, (projection.initial() if start == 0 else state), size
+
+    def save(self, key: _Key, texts: list[tuple[int, str]]) -> None:
+        """Store snapshots; a store that refuses (read-only) only loses the speed-up."""
+        if self._views is None or not texts:
+            return
+        try:
+            self._views.save_snapshots(str(key[0]), key[1], key[2], texts)
+        except Exception as error:  # any refusal of the database: answers stay correct
+            _log.debug("snapshots of %s not stored: %s", key, error)
+
+
+class _Storer:
+    """Decides which snapshots of one fold are worth storing, and stores them.
+
+    A snapshot is stored every `spacing` events, and the spacing doubles while a
+    snapshot is larger than `BYTES_PER_EVENT` times it: stored snapshots then take
+    about as much room as the events they stand for, even for states that grow
+    with the run (a deep stack), instead of a copy of the whole state every 500 events.
+    """
+
+    def __init__(
+        self, travel: TimeTravel, key: _Key, projection: Projection[Any], stored_size: int
+    ) -> None:
+        self.travel, self.key, self.projection = travel, key, projection
+        self.spacing = _spacing(travel.interval, stored_size)
+        self.enabled = travel._views is not None
+        self.texts: list[tuple[int, str]] = []
+
+    def offer(self, version: int, state: Any) -> None:
+        if not self.enabled or version % self.spacing:
+            return
+        try:
+            text = dumps(self.projection.encode(state))
+        except ProjectionStateError as error:  # no codec: on-demand answers need none
+            _log.debug("%s has no JSON codec, so no stored snapshots: %s", self.key[1], error)
+            self.enabled = False
+            return
+        self.texts.append((version, text))
+        self.spacing = _spacing(self.spacing, len(text))
+
+    def flush(self) -> None:
+        """Store the chosen snapshots in one transaction (they total about the events' size)."""
+        self.travel.save(self.key, self.texts)
+        self.texts = []
+
+
+def _spacing(spacing: int, size: int) -> int:
+    while size > spacing * BYTES_PER_EVENT:
+        spacing *= 2
+    return spacing

@@ -1,0 +1,288 @@
+"""Persistent projection storage shared by the SQLite and PostgreSQL views.
+
+States, the run index, snapshots and eventsourcing's tracking records live in
+the same database as the events. A page of folded events is saved in one
+transaction with its tracking record, after locking the projection's row and
+checking that nobody else moved its position: that is what makes catch-up
+exactly-once even with several processes catching up at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from eventsourcing.persistence import Tracking
+
+from engine.store.views import PageSave, RunQuery, run_columns
+from projections.errors import PositionMoved, ProjectionReplaced
+
+TABLES = (
+    "CREATE TABLE IF NOT EXISTS {projections} (name TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,"
+    " last_error TEXT, updated TEXT)",
+    "CREATE TABLE IF NOT EXISTS {states} (name TEXT NOT NULL, key TEXT NOT NULL,"
+    " state TEXT NOT NULL, PRIMARY KEY (name, key))",
+    "CREATE TABLE IF NOT EXISTS {runs} (run_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL,"
+    " status TEXT NOT NULL, state TEXT NOT NULL, started TEXT NOT NULL, finished TEXT,"
+    " parent_run_id TEXT, data TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS {runs_started} ON {runs} (started DESC, run_id DESC)",
+    "CREATE INDEX IF NOT EXISTS {runs_parent} ON {runs} (parent_run_id)",
+    "CREATE TABLE IF NOT EXISTS {labels} (key TEXT NOT NULL, value TEXT NOT NULL,"
+    " run_id TEXT NOT NULL, PRIMARY KEY (key, value, run_id))",
+    "CREATE TABLE IF NOT EXISTS {snapshots} (run_id TEXT NOT NULL, projection TEXT NOT NULL,"
+    " fingerprint TEXT NOT NULL, version INTEGER NOT NULL, state TEXT NOT NULL,"
+    " PRIMARY KEY (run_id, projection, fingerprint, version))",
+)
+
+NAMES = {  # the views' tables, as SQLite names them (PostgreSQL qualifies them)
+    "projections": "stagetrail_projections",
+    "states": "stagetrail_projection_states",
+    "runs": "stagetrail_runs",
+    "runs_started": "stagetrail_runs_started",
+    "runs_parent": "stagetrail_runs_parent",
+    "labels": "stagetrail_run_labels",
+    "snapshots": "stagetrail_snapshots",
+}
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text for a stored state."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class SQLViews:
+    """The SQL of persistent views; subclasses supply tables, cursors and placeholders."""
+
+    names: dict[str, str]
+    tracking_table: str
+    placeholder = "?"
+    prefix_match = "run_id>=? AND run_id<?"
+    """Ids in [prefix, prefix~): a range scan of the primary key in byte order."""
+    prefix_order = "run_id"
+    """The order that range is read in."""
+
+    def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
+        raise NotImplementedError
+
+    def _sql(self, template: str) -> str:
+        text = template.format(tracking=self.tracking_table, **self.names)
+        return text if self.placeholder == "?" else text.replace("?", self.placeholder)
+
+    def create_views(self, cursor: Any) -> None:
+        """Create the views' tables (idempotent)."""
+        for statement in TABLES:
+            cursor.execute(self._sql(statement))
+
+    def register(self, name: str, fingerprint: str) -> bool:
+        """Record `name` with its code's fingerprint; reset it if the code changed.
+
+        Returns:
+            True when stored state of other code was discarded.
+        """
+        with self._transaction(commit=True) as cursor:
+            cursor.execute(self._sql("SELECT fingerprint FROM {projections} WHERE name=?"), (name,))
+            row = cursor.fetchone()
+            if row is not None and row["fingerprint"] == fingerprint:
+                return False
+            self._reset(cursor, name, fingerprint)
+            return row is not None
+
+    def reset(self, name: str, fingerprint: str) -> None:
+        """Discard `name`'s state and move its position back to zero."""
+        with self._transaction(commit=True) as cursor:
+            self._reset(cursor, name, fingerprint)
+
+    def _reset(self, cursor: Any, name: str, fingerprint: str) -> None:
+        cursor.execute(
+            self._sql(
+                "INSERT INTO {projections} (name, fingerprint, last_error, updated) "
+                "VALUES (?, ?, NULL, NULL) ON CONFLICT (name) DO UPDATE "
+                "SET fingerprint=excluded.fingerprint, last_error=NULL"
+            ),
+            (name, fingerprint),
+        )
+        cursor.execute(self._sql("DELETE FROM {states} WHERE name=?"), (name,))
+        if name == "run_index":
+            cursor.execute(self._sql("DELETE FROM {labels}"))
+            cursor.execute(self._sql("DELETE FROM {runs}"))
+        cursor.execute(
+            self._sql(
+                "INSERT INTO {tracking} (application_name, notification_id) VALUES (?, 0) "
+                "ON CONFLICT (application_name) DO UPDATE SET notification_id=0"
+            ),
+            (name,),
+        )
+
+    def positions(self, names: Sequence[str]) -> dict[str, int]:
+        """Each projection's position: the last notification id it has folded."""
+        with self._transaction(commit=False) as cursor:
+            return self._positions(cursor, names)
+
+    def _positions(self, cursor: Any, names: Sequence[str]) -> dict[str, int]:
+        found = dict.fromkeys(names, 0)
+        for name in names:
+            cursor.execute(
+                self._sql("SELECT notification_id FROM {tracking} WHERE application_name=?"),
+                (name,),
+            )
+            row = cursor.fetchone()
+            found[name] = int(row["notification_id"] or 0) if row else 0
+        return found
+
+    def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
+        """The stored (encoded) states of `name` for `keys`; missing keys are left out."""
+        if not keys:
+            return {}
+        with self._transaction(commit=False) as cursor:
+            return dict(self._load(cursor, name, list(keys)))
+
+    def _load(self, cursor: Any, name: str, keys: list[str]) -> Iterator[tuple[str, Any]]:
+        table, column = ("{runs}", "run_id") if name == "run_index" else ("{states}", "key")
+        where = "" if name == "run_index" else " AND name=?"
+        extra: tuple[str, ...] = () if name == "run_index" else (name,)
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            data = "data" if name == "run_index" else "state"
+            cursor.execute(
+                self._sql(
+                    f"SELECT {column} AS k, {data} AS v FROM {table} "
+                    f"WHERE {column} IN ({marks}){where}"
+                ),
+                (*chunk, *extra),
+            )
+            for row in cursor.fetchall():
+                yield row["k"], json.loads(row["v"])
+
+    def commit(self, saves: Sequence[PageSave]) -> None:
+        """Save pages of several projections and their tracking records in one transaction.
+
+        Raises:
+            PositionMoved: another process advanced one of them meanwhile.
+        """
+        with self._transaction(commit=True) as cursor:
+            for save in saves:  # lock each projection's row before reading its position
+                cursor.execute(
+                    self._sql(
+                        "UPDATE {projections} SET updated=?, last_error=NULL "
+                        "WHERE name=? AND fingerprint=? RETURNING name"
+                    ),
+                    (datetime.now().astimezone().isoformat(), save.name, save.fingerprint),
+                )
+                if cursor.fetchone() is None:
+                    raise ProjectionReplaced(save.name)
+            current = self._positions(cursor, [save.name for save in saves])
+            for save in saves:
+                if current[save.name] != save.start:
+                    raise PositionMoved(save.name, save.start, current[save.name])
+                self._save_states(cursor, save)
+                self._insert_tracking_row(cursor, Tracking(save.name, save.end))
+
+    def _save_states(self, cursor: Any, save: PageSave) -> None:
+        if save.name == "run_index":
+            self._save_runs(cursor, save.states)
+            return
+        cursor.executemany(
+            self._sql(
+                "INSERT INTO {states} (name, key, state) VALUES (?, ?, ?) "
+                "ON CONFLICT (name, key) DO UPDATE SET state=excluded.state"
+            ),
+            [(save.name, key, dumps(state)) for key, state in save.states.items()],
+        )
+
+    def _save_runs(self, cursor: Any, runs: dict[str, Any]) -> None:
+        cursor.executemany(
+            self._sql(
+                "INSERT INTO {runs} (run_id, pipeline, status, state, started, finished, "
+                "parent_run_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) "
+                "DO UPDATE SET status=excluded.status, state=excluded.state, "
+                "finished=excluded.finished, data=excluded.data"
+            ),
+            [(*run_columns(data), dumps(data)) for data in runs.values()],
+        )
+        cursor.executemany(
+            self._sql(
+                "INSERT INTO {labels} (key, value, run_id) VALUES (?, ?, ?) "
+                "ON CONFLICT (key, value, run_id) DO NOTHING"
+            ),
+            [
+                (key, value, run_id)
+                for run_id, data in runs.items()
+                for key, value in data["labels"].items()
+            ],
+        )
+
+    def record_error(self, name: str, error: str) -> None:
+        """Keep the error that stopped `name` (shown by `status`)."""
+        with self._transaction(commit=True) as cursor:
+            cursor.execute(
+                self._sql("UPDATE {projections} SET last_error=? WHERE name=?"), (error, name)
+            )
+
+    def errors(self) -> dict[str, str | None]:
+        """The last error of every registered projection (None when it is healthy)."""
+        with self._transaction(commit=False) as cursor:
+            cursor.execute(self._sql("SELECT name, last_error FROM {projections}"))
+            return {row["name"]: row["last_error"] for row in cursor.fetchall()}
+
+    def states(self, name: str) -> dict[str, Any]:
+        """Every stored state of `name` by key."""
+        if name == "run_index":
+            query, params = "SELECT run_id AS k, data AS v FROM {runs}", []
+        else:
+            query, params = "SELECT key AS k, state AS v FROM {states} WHERE name=?", [name]
+        with self._transaction(commit=False) as cursor:
+            cursor.execute(self._sql(query), params)
+            return {row["k"]: json.loads(row["v"]) for row in cursor.fetchall()}
+
+    def runs(self, query: RunQuery) -> list[Any]:
+        """Run index rows matching `query`, newest first."""
+        where, params = query.where(self.names["labels"])
+        sql = f"SELECT data FROM {{runs}}{where} ORDER BY started DESC, run_id DESC LIMIT ?"
+        with self._transaction(commit=False) as cursor:
+            cursor.execute(self._sql(sql), (*params, query.limit))
+            return [json.loads(row["data"]) for row in cursor.fetchall()]
+
+    def run_ids(self, prefix: str, limit: int) -> list[str]:
+        """Ids (text) of indexed runs that start with `prefix` (lower-case hex), at most `limit`."""
+        sql = (
+            f"SELECT run_id FROM {{runs}} WHERE {self.prefix_match} "
+            f"ORDER BY {self.prefix_order} LIMIT ?"
+        )
+        with self._transaction(commit=False) as cursor:  # "~" sorts after every id character
+            cursor.execute(self._sql(sql), (prefix, prefix + "~", limit))
+            return [str(row["run_id"]) for row in cursor.fetchall()]
+
+    def snapshot(
+        self, run_id: str, projection: str, fingerprint: str, version: int
+    ) -> tuple[int, str] | None:
+        """The newest stored snapshot (version, JSON text) at or before `version`."""
+        with self._transaction(commit=False) as cursor:
+            cursor.execute(
+                self._sql(
+                    "SELECT version, state FROM {snapshots} WHERE run_id=? AND projection=? "
+                    "AND fingerprint=? AND version<=? ORDER BY version DESC LIMIT 1"
+                ),
+                (run_id, projection, fingerprint, version),
+            )
+            row = cursor.fetchone()
+            return None if row is None else (int(row["version"]), str(row["state"]))
+
+    def save_snapshots(
+        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
+    ) -> None:
+        """Store snapshots (version, JSON text) of a projection over one run."""
+        with self._transaction(commit=True) as cursor:
+            cursor.executemany(
+                self._sql(
+                    "INSERT INTO {snapshots} (run_id, projection, fingerprint, version, state) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                ),
+                [(run_id, projection, fingerprint, version, text) for version, text in states],
+            )

@@ -1,0 +1,137 @@
+"""What persistent views store, independent of the database that stores them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+import attrs
+
+from engine.store.errors import StoreError
+from projections.run_index import iso
+
+
+@attrs.frozen
+class PageSave:
+    """One projection's folded page: its new states and the positions it moves between."""
+
+    name: str
+    start: int
+    end: int
+    states: dict[str, Any]
+    fingerprint: str
+
+
+@attrs.frozen
+class RunQuery:
+    """A filter over the run index."""
+
+    status: str | None = None
+    pipeline: str | None = None
+    labels: dict[str, str] = attrs.field(factory=dict)
+    since: datetime | None = None
+    parent: str | None = None
+    limit: int = 100
+
+    def where(self, labels_table: str) -> tuple[str, list[Any]]:
+        """An SQL WHERE clause (with ? placeholders) and its parameters."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("status", self.status),
+            ("pipeline", self.pipeline),
+            ("parent_run_id", self.parent),
+        ):
+            if value is not None:
+                clauses.append(f"{column}=?")
+                params.append(value)
+        if self.since is not None:
+            clauses.append("started>=?")
+            params.append(iso(self.since))
+        for key, value in self.labels.items():
+            clauses.append(f"run_id IN (SELECT run_id FROM {labels_table} WHERE key=? AND value=?)")
+            params += [key, value]
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+    def matches(self, data: dict[str, Any]) -> bool:
+        """Whether an encoded run summary passes this filter (for in-memory stores)."""
+        checks = (
+            self.status is None or data["status"] == self.status,
+            self.pipeline is None or data["pipeline"] == self.pipeline,
+            self.parent is None or data["parent_run_id"] == self.parent,
+            self.since is None or data["started"] >= iso(self.since),
+            all(data["labels"].get(k) == v for k, v in self.labels.items()),
+        )
+        return all(checks)
+
+
+def run_columns(data: dict[str, Any]) -> tuple[Any, ...]:
+    """The indexed columns of an encoded run summary."""
+    return (
+        data["run_id"],
+        data["pipeline"],
+        data["status"],
+        data["state"],
+        data["started"],
+        data["finished"],
+        data["parent_run_id"],
+    )
+
+
+class Views(Protocol):
+    """Storage of persistent projections, snapshots and tracking, in one database."""
+
+    def register(self, name: str, fingerprint: str) -> bool:
+        """Record a projection; reset it when its code changed (True if it did)."""
+
+    def reset(self, name: str, fingerprint: str) -> None:
+        """Discard a projection's state and position."""
+
+    def positions(self, names: Sequence[str]) -> dict[str, int]:
+        """Each projection's position in the notification log."""
+
+    def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
+        """Stored states by key."""
+
+    def commit(self, saves: Sequence[PageSave]) -> None:
+        """Save pages and tracking records atomically, or raise `PositionMoved`."""
+
+    def record_error(self, name: str, error: str) -> None:
+        """Keep the error that stopped a projection."""
+
+    def errors(self) -> dict[str, str | None]:
+        """The last error of every registered projection."""
+
+    def states(self, name: str) -> dict[str, Any]:
+        """Every stored state of a projection."""
+
+    def runs(self, query: RunQuery) -> list[Any]:
+        """Run index rows matching `query`, newest first."""
+
+    def run_ids(self, prefix: str, limit: int) -> list[str]:
+        """Ids (text) of indexed runs that start with `prefix`, at most `limit`."""
+
+    def snapshot(
+        self, run_id: str, projection: str, fingerprint: str, version: int
+    ) -> tuple[int, str] | None:
+        """The newest snapshot (version, JSON text) at or before `version`."""
+
+    def save_snapshots(
+        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
+    ) -> None:
+        """Store snapshots (version, JSON text) of one run's projection."""
+
+    def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
+        """Block until new events may have arrived or `timeout` passes; True if notified."""
+
+
+class NoViews:
+    """Stands in for views a store cannot keep (e.g. read-only), failing with the reason."""
+
+    def __init__(self, url: str, problem: str) -> None:
+        self._error = StoreError(url, f"cannot keep projections in this store ({problem})")
+
+    def __getattr__(self, name: str) -> Any:
+        raise self._error

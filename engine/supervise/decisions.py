@@ -1,0 +1,388 @@
+"""The supervisor's decisions, written once for synchronous and async callers.
+
+Each loop is a generator that records events and yields what it needs done —
+`Call` the function (with a timeout) or `Pause` before a retry — and is sent
+back how the call `Ended`. The drivers in `engine.supervise.supervisor` only call, await
+and sleep; every rule lives here.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, TypeAlias
+
+import attrs
+
+from engine.errors import (
+    AttemptError,
+    AttemptTimeout,
+    CircuitOpen,
+    RuleViolation,
+    RunAlreadyFinished,
+    RunStopped,
+    StageGaveUp,
+)
+from engine.run import Run
+from engine.supervise.breaker import Circuit
+from engine.supervise.context import StageContext
+from engine.supervise.guards import CLOSED, BreakerGuard, progress_stop
+from engine.supervise.outcome import Outcome, Spent
+from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy
+from engine.supervise.reader import RunReader
+from engine.supervise.watch import RunWatch
+from events import JSON, CircuitClosed, CircuitOpened, Event, RetryScheduled
+
+PolicyChoice: TypeAlias = "RetryPolicy | Callable[[StageContext], RetryPolicy]"
+MAX_WATCHES = 1024
+"""Runs whose watch a supervisor keeps; the oldest is dropped (and refolded if needed)."""
+
+
+@attrs.frozen
+class Call:
+    """Run the function once; fail it as a timeout after `timeout` seconds."""
+
+    timeout: float | None
+
+
+@attrs.frozen
+class Pause:
+    """Sleep this many seconds before the next attempt."""
+
+    seconds: float
+
+
+@attrs.frozen
+class Ended:
+    """How a call ended: its value, or the exception it raised, and its duration."""
+
+    value: Any = None
+    error: Exception | None = None
+    duration: float = 0.0
+
+
+@attrs.frozen
+class Attempted:
+    """A stage's last attempt: its result, or `routed` when a failure moved the run on."""
+
+    result: JSON = None
+    routed: bool = False
+
+
+Step: TypeAlias = Generator[Call | Pause, Any, Any]
+Chosen: TypeAlias = tuple[RetryPolicy, str]
+"""A policy and what chose it."""
+
+
+class Decisions:
+    """Retry, breaker and progress rules, applied to one run's attempts and recorded.
+
+    A failure and the decision it leads to (a retry, a breaker trip, giving up)
+    are written in one transaction, so no crash can separate them.
+    """
+
+    def __init__(
+        self,
+        engine: RunReader,
+        *,
+        retry: RetryPolicy,
+        policies: Mapping[str, PolicyChoice],
+        breaker: CircuitBreaker | None,
+        progress: ProgressPolicy | None,
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self.engine = engine
+        self.retry = retry
+        self.policies = dict(policies)
+        self.breaker = breaker
+        self.guard = None if breaker is None else BreakerGuard(engine, breaker, clock)
+        self.progress = progress
+        self.rng = rng
+        self._watches: dict[Any, RunWatch] = {}
+
+    def watch(self, run: Run) -> RunWatch:
+        """The run's watch, caught up with the run."""
+        if run.in_batch:
+            raise RuleViolation(
+                run.id, "batch", "the supervisor records each attempt durably; "
+                "call it outside run.batch()"
+            )  # fmt: skip
+        watch = self._watches.get(run.id)
+        if watch is None:
+            if len(self._watches) >= MAX_WATCHES:
+                del self._watches[next(iter(self._watches))]
+            watch = self._watches[run.id] = RunWatch(progress=self.progress is not None)
+        return watch.catch_up(run)
+
+    def stage(self, run: Run, stage: str) -> Step:
+        """Attempts of `stage` until it completes, its failure moves the run, or a rule stops it."""
+        watch = self.watch(run)
+        _check_current(run, stage)
+        while True:
+            self._check_progress(run, watch, stage)
+            circuit = None if self.guard is None else self.guard.admit(run, stage, watch)
+            chosen = self.policy(run, stage, stage)
+            recordable = "failed" in run.allowed_outcomes()
+            if recordable:
+                streak = watch.circuits.get(stage, CLOSED).consecutive
+                self._check_budget(run, stage, streak, watch.last_failure(stage), chosen)
+                if run.open_attempt is None:
+                    watch.see(run.stage_started(stage))
+            ended = yield Call(chosen[0].timeout)
+            watch = self.watch(run)  # the function may have recorded events of its own
+            if ended.error is None:
+                return self._completed(run, stage, ended, circuit, watch)
+            delay = self._failed(run, stage, ended, chosen, recordable, circuit)
+            if delay is None:
+                return Attempted(routed=True)
+            yield Pause(delay)
+
+    def task(self, run: Run, task_id: str) -> Step:
+        """Attempts of a task until it completes or a rule gives up; a completed task is skipped."""
+        watch = self.watch(run)
+        if run.tasks.get(task_id) == "completed":
+            return watch.task_results.get(task_id)
+        if task_id not in run.tasks:
+            watch.see(run.add_task(task_id))
+        while True:
+            chosen = self.policy(run, task_id, run.state)
+            failures, last = watch.task_failures.get(task_id, 0), watch.task_errors.get(task_id)
+            self._check_budget(run, f"task:{task_id}", failures, last or ("Error", ""), chosen)
+            if run.tasks[task_id] != "active":
+                watch.see(run.task_started(task_id))
+            ended = yield Call(chosen[0].timeout)
+            watch = self.watch(run)
+            if ended.error is None:
+                return self._task_completed(run, task_id, ended.value, watch)
+            yield Pause(self._task_failed(run, task_id, ended, chosen))
+
+    def policy(self, run: Run, key: str, stage: str) -> tuple[RetryPolicy, str]:
+        """The policy for the next attempt, and what chose it (recorded with decisions)."""
+        choice = self.policies.get(key, self.policies.get(stage))
+        if choice is None:
+            return self.retry, "default"
+        if isinstance(choice, RetryPolicy):
+            return choice, f"policies[{key if key in self.policies else stage!r}]"
+        policy = choice(StageContext(self.engine, run, stage))
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(
+                f"the policy function {_name(choice)} for {key!r} returned "
+                f"{type(policy).__name__}, not a RetryPolicy"
+            )
+        return policy, _name(choice)
+
+    def forget(self, run: Run) -> None:
+        """Drop the watch of a run that finished."""
+        self._watches.pop(run.id, None)
+
+    def _completed(
+        self, run: Run, stage: str, ended: Ended, circuit: Circuit | None, watch: RunWatch
+    ) -> Attempted:
+        value = ended.value
+        outcome, result = (
+            (value.outcome, value.result) if isinstance(value, Outcome) else ("completed", value)
+        )
+        if circuit is None or circuit.status != "half_open":
+            watch.see(run.stage_completed(stage, result, outcome=outcome, duration=ended.duration))
+            return Attempted(result)
+        with run.batch():  # a successful trial and the closing of its breaker: together
+            events: list[Event] = [
+                run.stage_completed(stage, result, outcome=outcome, duration=ended.duration),
+                run.decision(CircuitClosed, stage=stage, reason="the trial attempt succeeded"),
+            ]
+        watch.see_all(events)
+        return Attempted(result)
+
+    def _failed(
+        self,
+        run: Run,
+        stage: str,
+        ended: Ended,
+        chosen: Chosen,
+        recordable: bool,
+        circuit: Circuit | None,
+    ) -> float | None:
+        error = ended.error
+        assert error is not None
+        watch = self.watch(run)
+        if not recordable:
+            reason = f"the table has no 'failed' row for {stage!r}, so it is not retried"
+            attempts = run.attempts(stage) + 1
+            note, gave_up = self._gave_up(run, stage, attempts, reason, _kind(error), chosen)
+            watch.see(note)
+            raise gave_up from error
+        streak = watch.circuits.get(stage, CLOSED).consecutive + 1
+        with run.batch():
+            events: list[Event] = [
+                run.stage_failed(
+                    stage,
+                    error,
+                    error_type="Timeout" if isinstance(error, AttemptTimeout) else None,
+                    retryable=chosen[0].retryable(error),
+                    duration=ended.duration,
+                )
+            ]
+            decision = self._decide(run, stage, streak, circuit, error, chosen, events)
+        watch.see_all(events)
+        if isinstance(decision, Exception):
+            raise decision from error
+        return decision
+
+    def _decide(
+        self,
+        run: Run,
+        stage: str,
+        streak: int,
+        circuit: Circuit | None,
+        error: Exception,
+        chosen: Chosen,
+        events: list[Event],
+    ) -> float | Exception | None:
+        trip = None if circuit is None else self.breaker.trips(circuit.outcome(True))  # type: ignore[union-attr]
+        if trip is not None:
+            events.append(run.decision(CircuitOpened, stage=stage, reason=trip))
+            return CircuitOpen(run.id, stage, self.breaker.reset_timeout, trip)  # type: ignore[union-attr]
+        if run.pipeline.is_final(run.state):
+            return None  # the table ends the run on this failure: nothing left to retry
+        routed = run.state != stage  # the table sends the failure elsewhere: no retry here
+        attempt = run.attempts(stage) + 1
+        return self._retry_or_give_up(run, stage, streak, attempt, error, chosen, events, routed)
+
+    def _task_completed(self, run: Run, task_id: str, value: Any, watch: RunWatch) -> JSON:
+        if not isinstance(value, Spent):
+            watch.see(run.task_completed(task_id, value))
+            return value
+        with run.batch():  # the cost and the completion land together, or neither does
+            events = [
+                run.spend(value.amount, value.unit),
+                run.task_completed(task_id, value.result),
+            ]
+        watch.see_all(events)
+        return value.result
+
+    def _task_failed(self, run: Run, task_id: str, ended: Ended, chosen: Chosen) -> float:
+        error = ended.error
+        assert error is not None
+        watch = self.watch(run)
+        failures = watch.task_failures.get(task_id, 0) + 1
+        timeout = "Timeout" if isinstance(error, AttemptTimeout) else None
+        with run.batch():
+            events: list[Event] = [run.task_failed(task_id, error, error_type=timeout)]
+            decision = self._retry_or_give_up(
+                run, f"task:{task_id}", failures, failures + 1, error, chosen, events
+            )
+        watch.see_all(events)
+        if isinstance(decision, Exception):
+            raise decision from error
+        assert decision is not None
+        return decision
+
+    def _retry_or_give_up(
+        self,
+        run: Run,
+        stage: str,
+        streak: int,
+        attempt: int,
+        error: Exception,
+        chosen: Chosen,
+        events: list[Event],
+        routed: bool = False,
+    ) -> float | Exception | None:
+        policy, chosen_by = chosen
+        problem = _exhausted(policy, error, streak)
+        if problem is not None:
+            note, gave_up = self._gave_up(run, stage, streak, problem, _kind(error), chosen)
+            events.append(note)
+            return gave_up
+        if routed:
+            return None
+        delay = policy.delay_for(streak, self.rng)
+        reason = f"retry {streak} of {policy.max_retries} after {_describe(error)}"
+        events.append(
+            run.decision(
+                RetryScheduled,
+                stage=stage,
+                attempt=attempt,
+                delay=delay,
+                reason=reason,
+                policy={**policy.to_json(), "chosen_by": chosen_by},
+            )
+        )
+        return delay
+
+    def _check_budget(
+        self, run: Run, stage: str, streak: int, last: tuple[str, str], chosen: Chosen
+    ) -> None:
+        """Refuse to call again once the stage's (or task's) failures in a row spent the budget."""
+        if streak <= chosen[0].max_retries:
+            return
+        limit = chosen[0].max_retries
+        reason = f"the retry budget is spent: {streak} failures in a row (max_retries={limit})"
+        note, gave_up = self._gave_up(run, stage, streak, reason, last, chosen)
+        self.watch(run).see(note)
+        raise gave_up
+
+    def _gave_up(
+        self,
+        run: Run,
+        stage: str,
+        attempts: int,
+        reason: str,
+        last: tuple[str, str],
+        chosen: Chosen,
+    ) -> tuple[Event, StageGaveUp]:
+        policy, chosen_by = chosen
+        error_type, error = last
+        decision: dict[str, JSON] = {
+            "stage": stage,
+            "attempts": attempts,
+            "reason": reason,
+            "error_type": error_type,
+            "error": error,
+            "policy": {**policy.to_json(), "chosen_by": chosen_by},
+        }
+        note = run.note("gave_up", decision)
+        return note, StageGaveUp(run.id, stage, attempts, reason, error_type, error)
+
+    def _check_progress(self, run: Run, watch: RunWatch, stage: str) -> None:
+        if self.progress is None:
+            return
+        stop = progress_stop(self.progress, watch, stage)
+        if stop is None:
+            return
+        status, reason = stop
+        run.finish(status, reason)
+        self.forget(run)
+        raise RunStopped(run.id, status, reason)
+
+
+def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> str | None:
+    if not policy.retryable(error):
+        return f"{_kind(error)[0]} is not retried by the policy"
+    if streak > policy.max_retries:
+        return f"{streak} failures in a row (max_retries={policy.max_retries})"
+    return None
+
+
+def _check_current(run: Run, stage: str) -> None:
+    if run.status is not None:
+        raise RunAlreadyFinished(run.id, run.status)
+    if stage != run.state:
+        raise AttemptError(
+            run.id, stage, f"cannot run stage {stage!r}: the current state is {run.state!r}"
+        )
+
+
+def _kind(error: Exception) -> tuple[str, str]:
+    """The error's recorded type name and message."""
+    return ("Timeout" if isinstance(error, AttemptTimeout) else type(error).__name__), str(error)
+
+
+def _describe(error: Exception) -> str:
+    kind, message = _kind(error)
+    return f"{kind}: {message[:200]}" if message else kind
+
+
+def _name(function: Callable[..., Any]) -> str:
+    return getattr(function, "__qualname__", None) or repr(function)

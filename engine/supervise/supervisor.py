@@ -1,0 +1,347 @@
+"""The supervisor: runs stage and task functions and records what they did and what it decided.
+
+Every attempt, retry, breaker trip and stuck verdict is an event of the run,
+so a restarted process (or an auditor) sees exactly what happened and why.
+The rules live in `engine.supervise.decisions`; this module only calls, awaits and sleeps.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from engine.errors import AttemptTimeout, InvalidArgument, RunStopped, StageGaveUp, StageNotDriven
+from engine.run import Run, abandon
+from engine.supervise.context import StageContext
+from engine.supervise.decisions import Attempted, Call, Decisions, Ended, PolicyChoice, Step
+from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy
+from engine.supervise.reader import RunReader
+
+FAILED_FINALS = {"failed": "failed", "aborted": "failed", "cancelled": "cancelled"}
+"""The status `drive` finishes with in these final states; any other final state succeeds."""
+
+
+class Supervisor:
+    """Runs stage functions under retry, breaker and progress policies; records every decision.
+
+    Build one with `Engine.supervisor(...)`.
+
+    Args:
+        retry: the default `RetryPolicy` (default: 3 retries, 1 s doubling up to 60 s).
+        policies: per stage (or task id) a `RetryPolicy`, or a function given the
+            `StageContext` that returns the policy for the next attempt.
+        breaker: a `CircuitBreaker` per stage (default: none).
+        progress: a `ProgressPolicy` evaluated before each attempt (default: none).
+        sleep: waits between attempts (default `time.sleep`; `asyncio.sleep` when async).
+        clock: seconds since the epoch, for durations, timeouts and the breaker's reset.
+        rng: the random source of the jitter.
+    """
+
+    def __init__(
+        self,
+        engine: RunReader,
+        *,
+        retry: RetryPolicy | None = None,
+        policies: Mapping[str, PolicyChoice] | None = None,
+        breaker: CircuitBreaker | None = None,
+        progress: ProgressPolicy | None = None,
+        sleep: Callable[[float], Any] | None = None,
+        clock: Callable[[], float] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.engine = engine
+        # Looked up at each call, not bound now, so freezegun's clock reaches them.
+        self.sleep: Callable[[float], Any] = sleep or _real_sleep
+        self.clock: Callable[[], float] = clock or _real_clock
+        self.decisions = Decisions(
+            engine,
+            retry=retry or RetryPolicy(),
+            policies=_checked_policies(policies or {}),
+            breaker=breaker,
+            progress=progress,
+            clock=self.clock,
+            rng=rng or random.Random(),
+        )
+
+    def execute(
+        self, run: Run, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run `fn(*args, **kwargs)` as attempts of `stage` until one completes.
+
+        Returns:
+            The result recorded in `StageCompleted` (an `Outcome`'s `result`).
+
+        Raises:
+            StageGaveUp: the policy stopped retrying, or the table sent the failure elsewhere.
+            CircuitOpen: the stage's breaker is open (or tripped now).
+            RunStopped: the progress policy finished the run as stuck or partial.
+        """
+        attempted = self._drive_sync(self.decisions.stage(run, stage), fn, args, kwargs)
+        return self._result(run, stage, attempted)
+
+    async def execute_async(
+        self, run: Run, stage: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> Any:
+        """`execute` for an async stage function (a timeout cancels the attempt)."""
+        attempted = await self._drive_async(self.decisions.stage(run, stage), fn, args, kwargs)
+        return self._result(run, stage, attempted)
+
+    def task(
+        self, run: Run, task_id: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run `fn(*args, **kwargs)` as task `task_id` (added if new) with retries.
+
+        A task already completed in the run is not run again: its recorded result is
+        returned. Return `Spent(result, amount, unit)` to record the cost atomically.
+
+        Raises:
+            StageGaveUp: the policy stopped retrying the task.
+        """
+        return self._drive_sync(self.decisions.task(run, task_id), fn, args, kwargs)
+
+    async def task_async(
+        self, run: Run, task_id: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> Any:
+        """`task` for an async task function."""
+        return await self._drive_async(self.decisions.task(run, task_id), fn, args, kwargs)
+
+    def drive(
+        self,
+        run: Run,
+        stages: Mapping[str, Callable[[StageContext], Any]],
+        *,
+        statuses: Mapping[str, str] | None = None,
+    ) -> Run:
+        """Follow the run's table from its state to a final state, then finish the run.
+
+        Each stage's function is called with a `StageContext`. A run stopped by the
+        progress policy is returned finished (``aborted_stuck`` / ``done_partial``).
+
+        Args:
+            statuses: the finish status per final state (default: `FAILED_FINALS`, else
+                ``succeeded``).
+
+        Raises:
+            StageNotDriven: the run reached a stage without a function.
+            StageGaveUp: a stage gave up; the run is finished as ``failed`` first.
+            CircuitOpen: a stage's breaker is open; the run stays where it is.
+        """
+        _check_stages(run, stages)
+        while (fn := self._next(run, stages, statuses)) is not None:
+            loop = self.decisions.stage(run, run.state)
+            with self._ending(run):
+                self._drive_sync(loop, self._with_context(run, fn), (), {})
+        return run
+
+    async def drive_async(
+        self,
+        run: Run,
+        stages: Mapping[str, Callable[[StageContext], Awaitable[Any]]],
+        *,
+        statuses: Mapping[str, str] | None = None,
+    ) -> Run:
+        """`drive` with async stage functions."""
+        _check_stages(run, stages)
+        while (fn := self._next(run, stages, statuses)) is not None:
+            loop = self.decisions.stage(run, run.state)
+            with self._ending(run):
+                await self._drive_async(loop, self._with_context(run, fn), (), {})
+        return run
+
+    def _with_context(self, run: Run, fn: Callable[[StageContext], Any]) -> Callable[[], Any]:
+        """`fn` called with a new `StageContext` per attempt, so each sees the ones before."""
+        stage = run.state
+        return lambda: fn(StageContext(self.engine, run, stage))
+
+    def _next(
+        self, run: Run, stages: Mapping[str, Callable[..., Any]], statuses: Mapping[str, str] | None
+    ) -> Callable[..., Any] | None:
+        if run.status is not None:
+            return None
+        state = run.state
+        if run.pipeline.is_final(state):
+            status = {**FAILED_FINALS, **(statuses or {})}.get(state, "succeeded")
+            self.decisions.watch(run).see(run.finish(status, f"reached final state {state!r}"))
+            self.decisions.forget(run)
+            return None
+        if state not in stages:
+            raise StageNotDriven(run.id, state, stages)
+        return stages[state]
+
+    @contextmanager
+    def _ending(self, run: Run) -> Iterator[None]:
+        """How a stage may end a driven run: giving up finishes it failed; a stop is final."""
+        try:
+            yield
+        except StageGaveUp as gave_up:
+            reason = {"rule": "gave_up", "stage": gave_up.stage, "attempts": gave_up.attempts,
+                      "detected": gave_up.reason, "error_type": gave_up.error_type,
+                      "error": gave_up.error}  # fmt: skip
+            if run.status is None:
+                run.finish("failed", reason)
+            self.decisions.forget(run)
+            raise
+        except RunStopped:
+            pass  # the progress policy has finished the run already
+
+    def _drive_sync(
+        self, loop: Step, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        try:
+            command = next(loop)
+            while True:
+                if isinstance(command, Call):
+                    command = loop.send(self._call(fn, args, kwargs, command.timeout))
+                else:
+                    self.sleep(command.seconds)
+                    command = loop.send(None)
+        except StopIteration as done:
+            return done.value
+
+    async def _drive_async(
+        self, loop: Step, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        try:
+            command = next(loop)
+            while True:
+                if isinstance(command, Call):
+                    ended = await self._call_async(fn, args, kwargs, command.timeout)
+                    command = loop.send(ended)
+                else:
+                    await self._pause(command.seconds)
+                    command = loop.send(None)
+        except StopIteration as done:
+            return done.value
+
+    def _call(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+    ) -> Ended:
+        began = self.clock()
+        try:
+            value = fn(*args, **kwargs) if timeout is None else _within(timeout, fn, args, kwargs)
+        except Exception as error:
+            return Ended(error=error, duration=self._since(began))
+        return self._late(value, began, timeout)
+
+    async def _call_async(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+    ) -> Ended:
+        import asyncio  # here, not at the top: the command line starts faster without it
+
+        began = self.clock()
+        try:
+            attempt = asyncio.ensure_future(_awaited(fn(*args, **kwargs)))
+            try:  # not wait_for: a TimeoutError of the function's own is its error
+                finished, _ = await asyncio.wait({attempt}, timeout=timeout)
+            except BaseException:  # the caller was cancelled: so is the attempt
+                attempt.cancel()
+                raise
+            if not finished:
+                attempt.cancel()
+                await asyncio.wait({attempt})  # its end, without taking its CancelledError
+                if not attempt.cancelled():
+                    attempt.exception()  # retrieved: a late error is not logged as lost
+                raise AttemptTimeout(timeout or 0.0, timeout or 0.0)
+            value = attempt.result()
+        except Exception as error:
+            return Ended(error=error, duration=self._since(began))
+        return self._late(value, began, timeout)
+
+    def _late(self, value: Any, began: float, timeout: float | None) -> Ended:
+        duration = self._since(began)
+        if timeout is not None and duration > timeout:  # by the injected clock: testable
+            return Ended(error=AttemptTimeout(timeout, duration), duration=duration)
+        return Ended(value=value, duration=duration)
+
+    async def _pause(self, seconds: float) -> None:
+        import asyncio
+
+        slept = self.sleep(seconds) if self.sleep is not _real_sleep else asyncio.sleep(seconds)
+        if inspect.isawaitable(slept):
+            await slept
+
+    def _result(self, run: Run, stage: str, attempted: Attempted) -> Any:
+        if not attempted.routed:
+            return attempted.result
+        watch = self.decisions.watch(run)
+        error_type, error = watch.last_failure(stage)
+        streak = watch.circuits[stage].consecutive  # failures in a row, as for any give-up
+        moved = f"the table moved the failed stage on to {run.state!r}"
+        raise StageGaveUp(run.id, stage, streak, moved, error_type, error)
+
+    def _since(self, began: float) -> float:
+        return max(0.0, self.clock() - began)
+
+
+def _real_sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _real_clock() -> float:
+    return time.time()
+
+
+def _within(
+    timeout: float, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`fn(*args, **kwargs)` in a daemon thread; `AttemptTimeout` if it is not done in time.
+
+    Python cannot stop a thread: a late call goes on in the background, its result
+    dropped and its appends to any run refused.
+    """
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as error:
+            outcome["error"] = error
+
+    worker = threading.Thread(target=target, name="stagetrail-attempt", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        abandon(worker)  # the run moves on: what the late call records is refused
+        raise AttemptTimeout(timeout, timeout)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+async def _awaited(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _checked_policies(policies: Mapping[str, PolicyChoice]) -> dict[str, PolicyChoice]:
+    for key, choice in policies.items():
+        if not (isinstance(choice, RetryPolicy) or callable(choice)):
+            raise InvalidArgument(
+                "policies", f"{key!r} maps to a {type(choice).__name__}, "
+                "not a RetryPolicy or a function returning one"
+            )  # fmt: skip
+    return dict(policies)
+
+
+def _check_stages(run: Run, stages: Mapping[str, Callable[..., Any]]) -> None:
+    unknown = sorted(set(stages) - set(run.pipeline.states))
+    if unknown:
+        raise InvalidArgument(
+            "stages", f"{', '.join(map(repr, unknown))} not state(s) of pipeline "
+            f"{run.pipeline.name!r} (states: {', '.join(sorted(run.pipeline.states))})"
+        )  # fmt: skip
+    for stage, fn in stages.items():
+        if not callable(fn):
+            raise InvalidArgument("stages", f"the function for {stage!r} is not callable")

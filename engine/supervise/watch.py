@@ -1,0 +1,75 @@
+"""What a supervisor knows of one run, kept up to date one event at a time.
+
+Folding the run's projections from the store before every attempt would cost
+more than the attempt's own appends; a `RunWatch` folds each event once: the
+ones the supervisor records as it records them, the rest (written by a stage
+function, or another writer) read from the store when the run's version moves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.run import Run
+from engine.supervise.breaker import Circuits, CircuitStates
+from events import Event, StageFailed, TaskCompleted, TaskFailed
+from projections import ProgressState
+from projections.progress import Progress
+
+_PROGRESS = ProgressState()
+_CIRCUITS = CircuitStates()
+RECENT_FAILURES = 5
+"""How many of a run's latest failures a stuck verdict quotes."""
+
+
+class RunWatch:
+    """Progress, circuits, recent failures and task results of one run, folded incrementally."""
+
+    def __init__(self, *, progress: bool = True) -> None:
+        self.watches_progress = progress  # off when no ProgressPolicy asks: the hot path
+        self.version = 0
+        self.progress: Progress = _PROGRESS.initial()
+        self.circuits: Circuits = _CIRCUITS.initial()
+        self.recent_failures: tuple[tuple[str, str, str], ...] = ()
+        self.task_failures: dict[str, int] = {}
+        self.task_errors: dict[str, tuple[str, str]] = {}
+        self.task_results: dict[str, Any] = {}
+
+    def catch_up(self, run: Run) -> RunWatch:
+        """Fold the events of `run` this watch has not seen yet."""
+        if run.version > self.version:
+            for event in run.store.stream(run.id, gt=self.version, lte=run.version):
+                self.see(event)
+        return self
+
+    def see_all(self, events: list[Event]) -> None:
+        """Fold events recorded together (after their batch is written)."""
+        for event in events:
+            self.see(event)
+
+    def last_failure(self, stage: str) -> tuple[str, str]:
+        """The newest (error_type, error) of `stage` this watch remembers."""
+        for failed_stage, error_type, error in reversed(self.recent_failures):
+            if failed_stage == stage:
+                return error_type, error
+        return "Error", ""
+
+    def see(self, event: Event) -> Event:
+        """Fold one event (the next of the run); returns it."""
+        if event.version != self.version + 1:
+            return event  # a gap: `catch_up` reads it from the store in order
+        self.version = event.version
+        if self.watches_progress:
+            self.progress = _PROGRESS.apply(self.progress, event)
+        self.circuits = _CIRCUITS.apply(self.circuits, event)
+        kind = type(event)
+        if kind is StageFailed:
+            failure = (event.stage, event.error_type, event.error)  # type: ignore[attr-defined]
+            self.recent_failures = (*self.recent_failures[1 - RECENT_FAILURES :], failure)
+        elif kind is TaskFailed:
+            task_id = event.task_id  # type: ignore[attr-defined]
+            self.task_failures[task_id] = self.task_failures.get(task_id, 0) + 1
+            self.task_errors[task_id] = (event.error_type, event.error)  # type: ignore[attr-defined]
+        elif kind is TaskCompleted:
+            self.task_results[event.task_id] = event.result  # type: ignore[attr-defined]
+        return event

@@ -1,0 +1,190 @@
+"""What a transition table means: its rows, the `"*"` rows expanded, its states, its checks.
+
+The one owner of table semantics. `engine.pipeline.Pipeline` validates a
+definition with these checks and compiles `expand`'s rows; projections read a
+table stored in `RunStarted` through `lookup`, which expands it the same way.
+Each check raises one clear `PipelineError`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from events._json import JSON
+from events.errors import PipelineError
+
+ANY = "*"
+"""The source of a row that applies to every non-final state lacking its own row."""
+
+Row = tuple[str, str, str]
+"""One row of a table: ``(source, outcome, dest)``."""
+
+Lookup = Mapping[tuple[str, str], str]
+"""A table as a lookup: (state, outcome) → the state it leads to."""
+
+
+def check_name(kind: str, value: object, pipeline: str) -> str:
+    """Return `value` if it is a non-empty str, else raise naming `kind`."""
+    if type(value) is not str or not value:
+        raise PipelineError(pipeline, f"{kind} must be a non-empty str, got {value!r}")
+    return value
+
+
+def check_state(kind: str, value: object, pipeline: str) -> str:
+    """Return `value` if it can name a state: a non-empty str other than ``'*'``."""
+    name = check_name(kind, value, pipeline)
+    if name == ANY:
+        raise PipelineError(pipeline, f"{kind} cannot be '*'; '*' may only be a row's source")
+    return name
+
+
+def state_list(kind: str, values: object, pipeline: str) -> tuple[str, ...]:
+    """Return a list of state names (`final`, `states`) as a tuple without duplicates."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise PipelineError(
+            pipeline, f"{kind} must be a list of state names, got {values!r} (write {kind}=[...])"
+        )
+    item = "final state" if kind == "final" else "state"
+    names = tuple(check_state(item, value, pipeline) for value in values)
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PipelineError(pipeline, f"{kind} lists {', '.join(map(repr, duplicates))} twice")
+    return names
+
+
+def normalise_rows(pipeline: str, rows: object) -> tuple[Row, ...]:
+    """Return the rows as `(source, outcome, dest)` tuples of non-empty strs."""
+    if isinstance(rows, str) or not isinstance(rows, Iterable):
+        raise PipelineError(pipeline, f"transitions must be a list of rows, got {rows!r}")
+    checked = tuple(_row(pipeline, row) for row in rows)
+    if not checked:
+        raise PipelineError(pipeline, "the transition table is empty")
+    return checked
+
+
+def _row(pipeline: str, row: object) -> Row:
+    if not isinstance(row, tuple | list) or len(row) != 3:
+        raise PipelineError(pipeline, f"row {row!r} is not a (source, outcome, dest) triple")
+    source, outcome, dest = (
+        check_name(k, v, pipeline) for k, v in zip(("source", "outcome", "dest"), row, strict=True)
+    )
+    if ANY in (outcome, dest):
+        raise PipelineError(pipeline, f"row {tuple(row)!r}: '*' may only be a source")
+    return (source, outcome, dest)
+
+
+def derive_states(
+    initial: str | None, rows: Sequence[Row], final: Sequence[str]
+) -> tuple[str, ...]:
+    """The states named by the definition, in order of first mention."""
+    named = [] if initial is None else [initial]
+    for source, _, dest in rows:
+        named += [s for s in (source, dest) if s != ANY]
+    return tuple(dict.fromkeys([*named, *final]))
+
+
+def check_known(
+    pipeline: str, states: Sequence[str], initial: str, rows: Sequence[Row], final: Sequence[str]
+) -> None:
+    """Every state the rows, `initial` and `final` name must be declared."""
+    known = set(states)
+    if initial not in known:
+        raise PipelineError(pipeline, f"initial state {initial!r} is not a declared state")
+    for state in final:
+        if state not in known:
+            raise PipelineError(pipeline, f"final state {state!r} is not a declared state")
+    for row in rows:
+        for state in (row[0], row[2]):
+            if state != ANY and state not in known:
+                raise PipelineError(pipeline, f"row {row!r} names unknown state {state!r}")
+
+
+def check_rows(pipeline: str, initial: str, rows: Sequence[Row], final: Sequence[str]) -> None:
+    """No duplicate `(source, outcome)`, no row leaving a final state."""
+    if not final:
+        raise PipelineError(pipeline, "no final state: a run could never end")
+    if initial in final:
+        raise PipelineError(pipeline, f"initial state {initial!r} is final: nothing to run")
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        key = (row[0], row[1])
+        if key in seen:
+            raise PipelineError(pipeline, f"duplicate row for state {row[0]!r}, outcome {row[1]!r}")
+        seen.add(key)
+        if row[0] in final:
+            raise PipelineError(pipeline, f"final state {row[0]!r} has an outgoing row {row!r}")
+
+
+def expand(rows: Sequence[Row], states: Sequence[str], final: Sequence[str]) -> list[Row]:
+    """Replace each `'*'` row by one row per non-final state lacking that outcome."""
+    explicit = {(s, o) for s, o, _ in rows if s != ANY}
+    expanded = [row for row in rows if row[0] != ANY]
+    for _, outcome, dest in (row for row in rows if row[0] == ANY):
+        expanded += [
+            (state, outcome, dest)
+            for state in states
+            if state not in final and (state, outcome) not in explicit
+        ]
+    return expanded
+
+
+def check_graph(
+    pipeline: str, states: Sequence[str], initial: str, rows: Sequence[Row], final: Sequence[str]
+) -> None:
+    """Every state is reachable from `initial`; every non-final state has a way out."""
+    successors: dict[str, set[str]] = {state: set() for state in states}
+    for source, _, dest in rows:
+        successors[source].add(dest)
+    unreachable = set(states) - _reachable(initial, successors)
+    if unreachable:
+        names = ", ".join(repr(s) for s in states if s in unreachable)
+        raise PipelineError(pipeline, f"unreachable from {initial!r}: {names}")
+    dead_ends = [s for s in states if s not in final and not successors[s]]
+    if dead_ends:
+        names = ", ".join(repr(s) for s in dead_ends)
+        raise PipelineError(pipeline, f"non-final state(s) with no outgoing row: {names}")
+
+
+def _reachable(initial: str, successors: dict[str, set[str]]) -> set[str]:
+    seen = {initial}
+    queue = deque([initial])
+    while queue:
+        for nxt in successors[queue.popleft()] - seen:
+            seen.add(nxt)
+            queue.append(nxt)
+    return seen
+
+
+def lookup(table: JSON) -> dict[tuple[str, str], str]:
+    """The `(state, outcome) -> dest` lookup of a stored table, `"*"` rows expanded.
+
+    Malformed rows are skipped: a projection folds what the engine already checked.
+    """
+    if not isinstance(table, Mapping):
+        return {}
+    rows = [(row[0], row[1], row[2]) for row in table.get("transitions") or () if _is_row(row)]
+    final = tuple(table.get("final") or ())
+    states = table.get("states") or derive_states(initial_state(table), rows, final)
+    return {(source, outcome): dest for source, outcome, dest in expand(rows, states, final)}
+
+
+def initial_state(table: JSON) -> str | None:
+    """The initial state a stored table names, or None when it names none."""
+    initial = table.get("initial") if isinstance(table, Mapping) else None
+    return initial if isinstance(initial, str) else None
+
+
+def _is_row(row: object) -> bool:
+    return isinstance(row, list | tuple) and len(row) == 3 and all(type(x) is str for x in row)
+
+
+def as_rows(moves: Lookup) -> list[list[str]]:
+    """A lookup as sorted ``[state, outcome, dest]`` rows (its JSON form)."""
+    return sorted([state, outcome, dest] for (state, outcome), dest in moves.items())
+
+
+def from_rows(data: Any) -> dict[tuple[str, str], str]:
+    """The lookup `as_rows` turned into JSON."""
+    return {(state, outcome): dest for state, outcome, dest in data}

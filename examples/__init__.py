@@ -1,1 +1,0 @@
-"""Runnable example pipelines; `stagetrail demo` records them."""

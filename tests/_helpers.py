@@ -1,0 +1,82 @@
+"""What several test modules share: the review pipeline, PostgreSQL access, small projections."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from engine.cli.demo.code_review import REVIEW as CODE_REVIEW
+from events import StageFailed
+from projections import Projection, on
+
+POSTGRES_URL = os.environ.get(
+    "STAGETRAIL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+REVIEW = CODE_REVIEW
+"""The code-review pipeline of the README, as the demo's examples define it."""
+
+
+def postgres_problem() -> str | None:
+    """Why PostgreSQL cannot be used, or None when it answers."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install -e '.[postgres]')"
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as error:
+        return f"no PostgreSQL reachable at {POSTGRES_URL}: {str(error).strip()}"
+    return None
+
+
+def require_postgres() -> None:
+    """Skip the test when PostgreSQL is unreachable, or fail under STAGETRAIL_REQUIRE_POSTGRES=1."""
+    problem = postgres_problem()
+    if problem is None:
+        return
+    if os.environ.get("STAGETRAIL_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"STAGETRAIL_REQUIRE_POSTGRES=1 but {problem}")
+    pytest.skip(problem)
+
+
+class FailuresByType(Projection[dict[str, int]]):
+    """Counts failures by error type: the custom projection of the docs."""
+
+    name = "failures_by_type"
+
+    def initial(self) -> dict[str, int]:
+        return {}
+
+    @on(StageFailed)
+    def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
+        return {**state, event.error_type: state.get(event.error_type, 0) + 1}
+
+
+class BreaksOnTimeouts(Projection[int]):
+    """Counts failures, and raises on a Timeout: a projection that fails part-way."""
+
+    def initial(self) -> int:
+        return 0
+
+    @on(StageFailed)
+    def failed(self, state: int, event: StageFailed) -> int:
+        if event.error_type == "Timeout":
+            raise RuntimeError("cannot count timeouts")
+        return state + 1
+
+
+# The table written out by hand, independently of Pipeline's lookup.
+EXPECTED = {
+    ("project_analysis", "completed"): "code_review",
+    ("project_analysis", "aborted"): "aborted",
+    ("code_review", "completed"): "developer",
+    ("code_review", "aborted"): "aborted",
+    ("developer", "completed"): "testing",
+    ("developer", "failed"): "developer",
+    ("developer", "aborted"): "aborted",
+    ("testing", "completed"): "done",
+    ("testing", "failed"): "developer",
+    ("testing", "aborted"): "aborted",
+}

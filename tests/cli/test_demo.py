@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from engine import Engine
+from engine.cli.demo import agent_loop, coordinator, record, supervised_review, tool_calls
+from projections import TaskTable
+
+
+def events(engine: Engine, run: Any) -> list[Any]:
+    return engine.events(run.id)
+
+
+def names(engine: Engine, run: Any) -> list[str]:
+    return [type(event).__name__ for event in events(engine, run)]
+
+
+class TestSupervisedReview:
+    def test_adapted_retries_then_success(self, engine: Engine) -> None:
+        """Seven critical issues give the developer 5 retries; two failed builds, then done."""
+        run = supervised_review.record_adapted_retries(engine)
+        assert run.status == "succeeded"
+        retries = [e for e in events(engine, run) if type(e).__name__ == "RetryScheduled"]
+        assert [r.delay for r in retries] == [30, 60]
+        assert {r.policy["chosen_by"] for r in retries} == {"adapt_developer"}
+        assert {r.policy["max_retries"] for r in retries} == {5}
+        assert names(engine, run).count("StageFailed") == 2
+
+    def test_breaker_opens_refuses_then_closes(self, engine: Engine) -> None:
+        """Three failed builds open the breaker; a caller is refused; a later trial closes it."""
+        run = supervised_review.record_breaker_cycle(engine)
+        assert run.status == "succeeded"
+        decisions = [n for n in names(engine, run) if n.startswith("Circuit") or n == "NoteAdded"]
+        assert decisions == ["CircuitOpened", "NoteAdded", "CircuitHalfOpened", "CircuitClosed"]
+
+    def test_runs_as_a_script(self, sqlite_url: str) -> None:
+        """`python -m engine.cli.demo.supervised_review URL` records both runs."""
+        done = subprocess.run(
+            [sys.executable, "-m", "engine.cli.demo.supervised_review", sqlite_url],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert done.stdout.count("succeeded") == 2
+
+
+class TestAgentLoop:
+    def test_the_stuck_agent_is_stopped(self, engine: Engine) -> None:
+        """An agent repeating one failing test without edits ends aborted_stuck, with a reason."""
+        run = agent_loop.record_stuck(engine)
+        finish = agent_loop.describe(engine, run)
+        assert finish["status"] == "aborted_stuck"
+        assert finish["reason"]["last_test_signature"] == agent_loop.FAILING_TEST
+        assert finish["reason"]["rule"] == "same_error"
+
+    def test_the_partial_agent_ends_done_partial(self, engine: Engine) -> None:
+        """The agent that meets its goal with diagnostics left ends done_partial under lenient."""
+        run = agent_loop.record_partial(engine)
+        finish = agent_loop.describe(engine, run)
+        assert finish["status"] == "done_partial"
+        assert finish["reason"]["last_diagnostics_signature"] == "mypy: 2 errors in parser.py"
+        assert finish["reason"]["policy"]["accept_partial"] is True
+
+
+class TestCoordinator:
+    def test_a_clean_run_builds_every_task_once(self, engine: Engine) -> None:
+        """Every task completes once, features close, one child run per feature passes."""
+        run = coordinator.coordinate(engine, coordinator.start(engine))
+        assert run.status == "succeeded"
+        tree = engine.project(run.id, TaskTable, tree=True)
+        assert len(tree.completed) == 6
+        assert tree.budget == {"usd": 4 * coordinator.TASK_COST}
+        children = engine.runs(parent=run.id)
+        assert sorted(c.labels["feature"] for c in children) == sorted(coordinator.FEATURES)
+        assert {c.status for c in children} == {"succeeded"}
+
+    def test_killed_and_resumed(self, sqlite_url: str) -> None:
+        """Killed in a child process at its 6th point and resumed: no task is built twice."""
+        with Engine(sqlite_url) as engine:
+            run = coordinator.killed_then_resumed(engine, sqlite_url, at=6)
+            assert run.status == "succeeded"
+            kinds = names(engine, run)
+            assert kinds.count("TaskCompleted") == 6
+            assert kinds.count("BudgetSpent") == 4
+            interrupted = [
+                e for e in events(engine, run) if getattr(e, "error_type", "") == "Interrupted"
+            ]
+            assert [type(e).__name__ for e in interrupted] == ["StageFailed", "TaskFailed"]
+
+
+class TestToolCalls:
+    def test_the_four_conversations(self, engine: Engine) -> None:
+        """Direct answer, round limit, failed tool, rolled-back round: each ends as modelled."""
+        direct, limited, broken, rolled = tool_calls.record_all(engine)
+        assert (direct.state, direct.status) == ("answered", "succeeded")
+        rounds = [
+            e.outcome
+            for e in events(engine, limited)
+            if getattr(e, "stage", "") == "tool_round" and hasattr(e, "outcome")
+        ]
+        assert rounds == ["tool_call", "tool_call", "enough"]  # the limit of 3 rounds
+        assert (broken.state, broken.status) == ("failed", "failed")
+        failed = next(e for e in events(engine, broken) if type(e).__name__ == "StageFailed")
+        assert failed.error_type == "ToolError"
+        assert "StateRolledBack" in names(engine, rolled)
+        assert rolled.status == "succeeded"
+
+
+class TestDemo:
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
+    def test_demo_records_every_example(self, backend: str, request: pytest.FixtureRequest) -> None:
+        """The demo records every example, the coordinator killed in a child process and resumed."""
+        url = request.getfixturevalue(backend)
+        with Engine(url) as engine:
+            runs = record.record_all(engine, url)
+            pipelines = {run.pipeline.name for run in runs}
+            assert pipelines == {"code-review", "agent-loop", "coordinator", "tool-calling"}
+            assert {run.status for run in runs} >= {
+                "succeeded",
+                "failed",
+                "aborted_stuck",
+                "done_partial",
+            }
+            assert all(run.status is not None for run in runs)

@@ -1,0 +1,101 @@
+"""docs/cli.md's transcript is what the commands print on a demo store (UPDATE_DOCS=1 rewrites it).
+
+The demo is recorded under freezegun with a seeded run id sequence (and its
+coordinator in process), so times and ids are the same on every machine; each
+``console`` block of the page is a list of ``$ stagetrail ...`` commands whose
+outputs the test regenerates and compares.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shlex
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from freezegun import freeze_time
+
+from engine.cli import main
+from engine.cli.demo import coordinator
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "cli.md"
+BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.S | re.M)
+HEAD = re.compile(r"^(.*?) \| head -n (\d+)$")
+
+
+def commands(block: str) -> list[str]:
+    return [line[2:] for line in block.splitlines() if line.startswith("$ ")]
+
+
+def run(command: str, cwd: Path) -> str:
+    """What `command` prints (stdout, then stderr), with `> file` and `| head -n N` handled."""
+    limit = None
+    piped = HEAD.match(command)
+    if piped:
+        command, limit = piped.group(1), int(piped.group(2))
+    args = shlex.split(command)
+    target = None
+    if ">" in args:
+        target = args[args.index(">") + 1]
+        args = args[: args.index(">")]
+    assert args[0] == "stagetrail", command
+    result = CliRunner().invoke(main, args[1:])
+    assert result.exception is None or isinstance(result.exception, SystemExit), command
+    if target is not None:
+        (cwd / target).write_text(result.stdout)
+        return result.stderr
+    text = result.stdout + result.stderr
+    if limit is not None:
+        text = "".join(text.splitlines(keepends=True)[:limit])
+    return text
+
+
+def transcript(block: str, cwd: Path) -> str:
+    return "".join(f"$ {command}\n{run(command, cwd)}" for command in commands(block))
+
+
+@pytest.fixture
+def demo_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty directory with the default store, fixed times and a seeded run id sequence."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STAGETRAIL_STORE", raising=False)
+    monkeypatch.delenv("STAGETRAIL_CIPHER_KEY", raising=False)
+    monkeypatch.setenv("COLUMNS", "100")  # click wraps --help at min(COLUMNS, 80)
+    seeded = random.Random(20261120)
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=seeded.getrandbits(128), version=4))
+    # The coordinator example is killed in a child process, which neither the frozen
+    # clock nor the seeded ids reach: record its in-process variant instead.
+    in_process = coordinator.record_all
+    monkeypatch.setattr(coordinator, "record_all", lambda engine, url=None: in_process(engine))
+    with freeze_time("2026-11-20 09:00:00", auto_tick_seconds=0.25):
+        yield tmp_path
+
+
+class TestTranscript:
+    def test_cli_md_matches_the_commands(self, demo_directory: Path) -> None:
+        """Every console block of docs/cli.md is the real output of its commands, in order."""
+        text = PAGE.read_text()
+        blocks = BLOCK.findall(text)
+        generated = [transcript(block, demo_directory) for block in blocks]
+        if os.environ.get("UPDATE_DOCS") == "1":
+            for old, new in zip(blocks, generated, strict=True):
+                text = text.replace(f"```console\n{old}```\n", f"```console\n{new}```\n", 1)
+            PAGE.write_text(text)
+            return
+        for old, new in zip(blocks, generated, strict=True):
+            assert new == old
+
+    def test_every_command_has_a_section(self) -> None:
+        """docs/cli.md has a section, and a transcript, for each command of the program."""
+        text = PAGE.read_text()
+        shown = {command.split()[1] for block in BLOCK.findall(text) for command in commands(block)}
+        assert set(main.commands) <= shown
+        headings = [line for line in text.splitlines() if line.startswith("## ")]
+        for name in main.commands:
+            assert any(f"`stagetrail {name}" in heading for heading in headings), name

@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import json
+import pickle
+import uuid
+from typing import Any, ClassVar
+
+import pytest
+
+from events import NoteAdded, RunStarted, StageCompleted, StageFailed
+from projections import Projection, ProjectionError, ProjectionStateError, as_projection, on
+from tests._helpers import REVIEW, FailuresByType
+
+RID = uuid.uuid4()
+
+
+def failed(version: int, error_type: str = "BuildException") -> StageFailed:
+    return StageFailed(
+        run_id=RID, version=version, stage="developer", attempt=version, error_type=error_type
+    )
+
+
+class Exploding(Projection[int]):
+    def initial(self) -> int:
+        return 0
+
+    @on(StageFailed)
+    def failed(self, state: int, event: StageFailed) -> int:
+        raise ZeroDivisionError("no")
+
+
+class TestOn:
+    def test_marks_a_handler_for_several_types(self) -> None:
+        """One method may handle several event types."""
+
+        class Both(Projection[int]):
+            def initial(self) -> int:
+                return 0
+
+            @on(StageFailed, StageCompleted)
+            def outcome(self, state: int, event: Any) -> int:
+                return state + 1
+
+        assert set(Both.handlers) == {StageFailed, StageCompleted}
+
+    @pytest.mark.parametrize("bad", [[], [int], ["StageFailed"]])
+    def test_refuses_what_is_not_an_event_type(self, bad: list[Any]) -> None:
+        """@on without event types, or with non-Event classes, raises TypeError."""
+        with pytest.raises(TypeError, match="@on"):
+            on(*bad)
+
+    def test_subclass_handler_overrides_its_base(self) -> None:
+        """A subclass's handler for a type replaces the base class's."""
+
+        class Doubled(FailuresByType):
+            name = "doubled"
+
+            @on(StageFailed)
+            def twice(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
+                return {**state, event.error_type: state.get(event.error_type, 0) + 2}
+
+        assert Doubled().fold([failed(1)]) == {"BuildException": 2}
+
+
+class TestProjection:
+    def test_folds_events_through_handlers(self) -> None:
+        """fold applies each handled event in order from the initial state."""
+        events = [failed(1), failed(2, "Timeout"), failed(3)]
+        assert FailuresByType().fold(events) == {"BuildException": 2, "Timeout": 1}
+
+    def test_passes_over_unknown_event_types(self) -> None:
+        """Events without a handler leave the state as it is."""
+        note = NoteAdded(run_id=RID, version=1, key="k", value=1)
+        assert FailuresByType().apply({"x": 1}, note) == {"x": 1}
+
+    def test_fold_continues_from_a_given_state(self) -> None:
+        """fold(events, state) starts from `state`, not from initial()."""
+        assert FailuresByType().fold([failed(2)], {"BuildException": 1}) == {"BuildException": 2}
+
+    def test_a_raising_handler_names_projection_event_and_version(self) -> None:
+        """A handler's exception becomes ProjectionError with the projection, event and version."""
+        with pytest.raises(ProjectionError) as caught:
+            Exploding().fold([failed(7)])
+        error = caught.value
+        assert (error.projection, error.event_type, error.version) == (
+            "exploding",
+            "StageFailed",
+            7,
+        )
+        assert error.run_id == RID
+        assert "ZeroDivisionError: no" in str(error)
+        assert isinstance(error.__cause__, ZeroDivisionError)
+
+    def test_projection_error_pickles(self) -> None:
+        """ProjectionError crosses process boundaries with its facts."""
+        with pytest.raises(ProjectionError) as caught:
+            Exploding().fold([failed(7)])
+        copy = pickle.loads(pickle.dumps(caught.value))
+        assert (copy.projection, copy.version, str(copy)) == ("exploding", 7, str(caught.value))
+
+    def test_default_name_is_the_class_name_in_snake_case(self) -> None:
+        """Without its own name, a projection (even a subclass) is named after its class."""
+
+        class BuildFailureCounter(FailuresByType):
+            pass
+
+        assert BuildFailureCounter.name == "build_failure_counter"
+
+        class TestRunsPerHour(Projection[int]):
+            def initial(self) -> int:
+                return 0
+
+        assert TestRunsPerHour.name == "test_runs_per_hour"
+
+    @pytest.mark.parametrize(
+        ("attribute", "value"), [("scope", "per_stage"), ("version", 0), ("version", "2")]
+    )
+    def test_bad_class_attributes_are_refused(self, attribute: str, value: object) -> None:
+        """An unknown scope or a version that is not an int >= 1 fails at class definition."""
+        with pytest.raises(TypeError, match=attribute):
+            type("Bad", (Projection,), {attribute: value, "initial": lambda self: 0})
+
+    def test_json_state_round_trips_by_default(self) -> None:
+        """A JSON state needs no codec: encode gives JSON, decode gives it back."""
+        projection = FailuresByType()
+        state = projection.fold([failed(1)])
+        assert projection.decode(json.loads(json.dumps(projection.encode(state)))) == state
+
+    def test_a_state_that_is_not_json_asks_for_a_codec(self) -> None:
+        """Encoding a non-JSON state without encode/decode names the projection and the fix."""
+
+        class Sets(Projection[set[str]]):
+            def initial(self) -> set[str]:
+                return set()
+
+        with pytest.raises(ProjectionStateError, match=r"'sets'.*define encode\(\) and decode"):
+            Sets().encode({"a"})
+
+    def test_fingerprint_changes_with_the_code_and_the_version(self) -> None:
+        """The fingerprint differs when a handler's code or the version changes."""
+
+        def make(increment: int, version: int) -> type[Projection[int]]:
+            body = f"return state + {increment}"
+            namespace: dict[str, Any] = {}
+            exec(f"def counted(self, state, event):\n    {body}\n", namespace)
+            return type(
+                "Counter",
+                (Projection,),
+                {
+                    "version": version,
+                    "initial": lambda self: 0,
+                    "counted": on(StageFailed)(namespace["counted"]),
+                },
+            )
+
+        same = make(1, 1).fingerprint()
+        assert make(1, 1).fingerprint() == same
+        assert make(2, 1).fingerprint() != same
+        assert make(1, 2).fingerprint() != same
+
+    def test_as_projection_takes_classes_and_instances(self) -> None:
+        """as_projection instantiates classes, keeps instances and refuses anything else."""
+        instance = FailuresByType()
+        assert as_projection(instance) is instance
+        assert isinstance(as_projection(FailuresByType), FailuresByType)
+        with pytest.raises(TypeError, match="Projection"):
+            as_projection(RunStarted)  # type: ignore[arg-type]
+
+    def test_relevant_follows_the_handlers(self) -> None:
+        """relevant() is true for handled types only, unless every_event is set."""
+
+        class Everything(FailuresByType):
+            every_event: ClassVar[bool] = True
+
+        start = RunStarted(run_id=RID, version=1, pipeline="p", table=REVIEW.to_dict())
+        assert FailuresByType().relevant(failed(1))
+        assert not FailuresByType().relevant(start)
+        assert Everything().relevant(start)
+
+
+class TestFingerprintCoverage:
+    def test_scope_and_constants_change_the_fingerprint(self) -> None:
+        """Two classes differing only in scope or a class constant get different fingerprints."""
+
+        def make(scope: str, limit: int) -> type[Projection[int]]:
+            return type(
+                "Count", (FailuresByType,), {"name": "count", "scope": scope, "LIMIT": limit}
+            )
+
+        base = make("all", 3).fingerprint()
+        assert make("run", 3).fingerprint() != base
+        assert make("all", 4).fingerprint() != base
+
+    def test_instance_settings_change_the_identity(self) -> None:
+        """Instances built with other arguments have another identity (snapshots, state)."""
+
+        class AtLeast(FailuresByType):
+            def __init__(self, minimum: int) -> None:
+                self.minimum = minimum
+
+        assert AtLeast(1).identity() == AtLeast(1).identity()
+        assert AtLeast(1).identity() != AtLeast(2).identity()
+        assert FailuresByType().identity() == FailuresByType.fingerprint()
+
+    def test_overriding_apply_sees_every_event(self) -> None:
+        """A class with its own apply gets every_event, so every path folds the same."""
+
+        class Counter(Projection[int]):
+            def initial(self) -> int:
+                return 0
+
+            def apply(self, state: int, event: Any) -> int:
+                return state + 1
+
+        note = NoteAdded(run_id=RID, version=1, key="k", value=1)
+        assert Counter.every_event is True
+        assert Counter().relevant(note)
+        assert Counter().fold([note, note]) == 2

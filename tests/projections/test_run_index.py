@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from freezegun import freeze_time
+
+from engine import Engine, InvalidArgument, Pipeline
+from projections import RUNNING, RunIndex, RunSummary
+from tests._helpers import REVIEW
+
+OTHER = Pipeline(
+    "other", initial="a", transitions=[("a", "completed", "b"), ("a", "failed", "a")], final=["b"]
+)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def fill(engine: Engine) -> dict[str, uuid.UUID]:
+    """Four runs an hour apart: finished, failing, other pipeline, child."""
+    ids: dict[str, uuid.UUID] = {}
+    with freeze_time(T0, tick=True) as clock:
+        done = engine.start_run(REVIEW, labels={"team": "core", "env": "ci"})
+        done.stage_completed("project_analysis", result={})
+        done.finish("succeeded")
+        ids["done"] = done.id
+        clock.move_to(T0 + timedelta(hours=1))
+        failing = engine.start_run(REVIEW, labels={"team": "core"})
+        for stage in ("project_analysis", "code_review"):
+            failing.stage_completed(stage, result={})
+        failing.stage_failed("developer", error="x")
+        failing.stage_failed("developer", error="x")
+        ids["failing"] = failing.id
+        clock.move_to(T0 + timedelta(hours=2))
+        ids["other"] = engine.start_run(OTHER, labels={"team": "web"}).id
+        clock.move_to(T0 + timedelta(hours=3))
+        ids["child"] = engine.start_run(OTHER, parent=failing).id
+    return ids
+
+
+class TestRuns:
+    def test_lists_newest_first_with_their_summary(self, engine: Engine) -> None:
+        """runs() gives every run, newest first, with state, status, attempts and failures."""
+        ids = fill(engine)
+        runs = engine.runs()
+        assert [r.run_id for r in runs] == [ids["child"], ids["other"], ids["failing"], ids["done"]]
+        failing = runs[2]
+        assert (failing.status, failing.state, failing.attempts, failing.failures) == (
+            RUNNING,
+            "developer",
+            4,
+            2,
+        )
+        assert runs[3].status == "succeeded"
+        assert runs[3].finished is not None
+        assert runs[3].state == "code_review"
+        assert runs[0].parent_run_id == ids["failing"]
+
+    @pytest.mark.parametrize(
+        ("query", "expected"),
+        [
+            ({"status": "succeeded"}, ["done"]),
+            ({"status": RUNNING}, ["child", "other", "failing"]),
+            ({"pipeline": "other"}, ["child", "other"]),
+            ({"label": "team=core"}, ["failing", "done"]),
+            ({"label": ["team=core", "env=ci"]}, ["done"]),
+            ({"label": {"team": "web"}}, ["other"]),
+            ({"label": "team=nobody"}, []),
+            ({"since": T0 + timedelta(hours=2)}, ["child", "other"]),
+            ({"limit": 1}, ["child"]),
+            ({"pipeline": "code-review", "status": RUNNING}, ["failing"]),
+        ],
+    )
+    def test_filters(self, engine: Engine, query: dict[str, object], expected: list[str]) -> None:
+        """Each filter keeps exactly the runs that match it, newest first."""
+        ids = fill(engine)
+        assert [r.run_id for r in engine.runs(**query)] == [ids[n] for n in expected]  # type: ignore[arg-type]
+
+    def test_parent_filter_lists_child_runs(self, engine: Engine) -> None:
+        """parent= lists the runs started with that parent."""
+        ids = fill(engine)
+        assert [r.run_id for r in engine.runs(parent=ids["failing"])] == [ids["child"]]
+        assert engine.runs(parent=str(ids["done"])) == []
+
+    def test_reflects_every_committed_event_at_once(self, engine: Engine) -> None:
+        """A run recorded after a listing shows up, up to date, in the next listing."""
+        run = engine.start_run(REVIEW)
+        assert engine.runs()[0].state == "project_analysis"
+        run.stage_completed("project_analysis", result={})
+        run.rollback(steps=1)
+        run.stage_completed("project_analysis", result={})
+        assert engine.runs()[0].state == "code_review"
+        assert engine.runs()[0].version == 4
+
+    @pytest.mark.parametrize(
+        ("query", "argument"),
+        [
+            ({"label": "team"}, "label"),
+            ({"label": "=x"}, "label"),
+            ({"limit": 0}, "limit"),
+            ({"limit": 2.5}, "limit"),
+            ({"since": datetime(2026, 1, 1)}, "since"),
+            ({"since": "yesterday"}, "since"),
+            ({"status": "done"}, "status"),
+            ({"status": 5}, "status"),
+            ({"parent": "not-a-run"}, "parent"),
+        ],
+    )
+    def test_bad_arguments_are_named(
+        self, engine: Engine, query: dict[str, object], argument: str
+    ) -> None:
+        """A malformed label, limit, since, status or parent raises InvalidArgument naming it."""
+        with pytest.raises(InvalidArgument, match=f"'{argument}'"):
+            engine.runs(**query)  # type: ignore[arg-type]
+
+
+class TestRunSummary:
+    def test_to_json_has_the_stable_fields(self, engine: Engine) -> None:
+        """to_json carries the documented field names with JSON values."""
+        fill(engine)
+        data = engine.runs(status="succeeded")[0].to_json()
+        for field in ("run_id", "pipeline", "status", "state", "started", "finished"):
+            assert isinstance(data[field], str)
+        assert (data["attempts"], data["failures"], data["labels"]) == (
+            1,
+            0,
+            {"team": "core", "env": "ci"},
+        )
+
+    def test_encode_decode_round_trip(self, engine: Engine) -> None:
+        """The stored form of a summary decodes to an equal summary."""
+        ids = fill(engine)
+        summary = engine.project(ids["failing"], RunIndex)
+        assert isinstance(summary, RunSummary)
+        index = RunIndex()
+        assert index.decode(index.encode(summary)) == summary
+
+    def test_duration_runs_to_the_finish(self, engine: Engine) -> None:
+        """duration is finished - started for a finished run."""
+        with freeze_time(T0) as clock:
+            run = engine.start_run(REVIEW)
+            clock.move_to(T0 + timedelta(seconds=90))
+            run.finish("cancelled")
+        assert engine.runs()[0].duration == 90.0

@@ -1,0 +1,298 @@
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events import JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from events.table import lookup
+from projections.stack import Frame, Stack, StateStack
+from tests._helpers import REVIEW
+
+RID = uuid.UUID(int=1)
+PROJECTION = StateStack()
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def started(table: JSON = None) -> RunStarted:
+    return RunStarted(
+        run_id=RID,
+        version=1,
+        pipeline="code-review",
+        table=REVIEW.to_dict() if table is None else table,
+    )
+
+
+def done(version: int, stage: str, result: JSON = None, **fields: Any) -> StageCompleted:
+    fields.setdefault("attempt", 1)
+    return StageCompleted(run_id=RID, version=version, stage=stage, result=result, **fields)
+
+
+def fail(version: int, stage: str, error: str = "boom", **fields: Any) -> StageFailed:
+    fields.setdefault("error_type", "BuildException")
+    fields.setdefault("attempt", 1)
+    return StageFailed(run_id=RID, version=version, stage=stage, error=error, **fields)
+
+
+def back(version: int, steps: int) -> StateRolledBack:
+    return StateRolledBack(run_id=RID, version=version, steps=steps)
+
+
+def fold(*events: Event) -> Stack:
+    return PROJECTION.fold(events)
+
+
+def roundtrip(state: Stack) -> Stack:
+    return PROJECTION.decode(json.loads(json.dumps(PROJECTION.encode(state), allow_nan=False)))
+
+
+HAPPY = (
+    started(),
+    done(2, "project_analysis", {"project_type": "python"}),
+    done(3, "code_review", {"comments": 2}),
+    fail(4, "developer", attempt=1, duration=1.5),
+    done(5, "developer", {"patch": "v2"}, attempt=2),
+)
+
+
+class TestLookup:
+    def test_explicit_rows(self) -> None:
+        """Each explicit row of the table maps (source, outcome) to its dest."""
+        table = lookup(REVIEW.to_dict())
+        assert table[("project_analysis", "completed")] == "code_review"
+        assert table[("testing", "failed")] == "developer"
+
+    def test_wildcard_expands_to_non_final_states(self) -> None:
+        """A '*' row applies to every non-final state, and to no final state."""
+        table = lookup(REVIEW.to_dict())
+        for state in ("project_analysis", "code_review", "developer", "testing"):
+            assert table[(state, "aborted")] == "aborted"
+        assert ("done", "aborted") not in table
+        assert ("aborted", "aborted") not in table
+
+    def test_own_row_beats_wildcard(self) -> None:
+        """A state's own row for an outcome wins over a '*' row for that outcome."""
+        table = lookup(
+            {
+                "initial": "a",
+                "final": ["z"],
+                "states": ["a", "b", "z"],
+                "transitions": [["*", "failed", "z"], ["a", "failed", "a"], ["a", "ok", "b"]],
+            }
+        )
+        assert table[("a", "failed")] == "a"
+        assert table[("b", "failed")] == "z"
+
+    def test_wildcard_without_states_list(self) -> None:
+        """Without a 'states' list the states are derived from initial and the rows."""
+        table = lookup(
+            {"initial": "a", "final": ["z"], "transitions": [["a", "ok", "b"], ["*", "x", "z"]]}
+        )
+        assert table == {("a", "ok"): "b", ("a", "x"): "z", ("b", "x"): "z"}
+
+    def test_malformed_table_gives_empty_lookup(self) -> None:
+        """A table that is not an object, or has malformed rows, never raises."""
+        assert lookup(None) == {}
+        assert lookup({"transitions": [["a", "ok"], 3, ["a", "ok", "b"]]}) == {("a", "ok"): "b"}
+
+
+class TestStateStack:
+    def test_initial_state_is_empty(self) -> None:
+        """Before any event the stack is empty, with no top and no current state."""
+        state = PROJECTION.initial()
+        assert (state.top, state.depth, state.frames, state.current) == (None, 0, (), None)
+
+    def test_run_started_sets_initial_state(self) -> None:
+        """After RunStarted the current state is the table's initial state."""
+        state = fold(started())
+        assert state.current == "project_analysis"
+        assert state.initial == "project_analysis"
+        assert state.depth == 0
+
+    def test_completed_pushes_frame_with_dest(self) -> None:
+        """A StageCompleted pushes a frame whose state is the table's dest for its outcome."""
+        state = fold(started(), done(2, "project_analysis", {"a": 1}, duration=5.2, timestamp=T0))
+        assert state.top == Frame(
+            state="code_review",
+            stage="project_analysis",
+            outcome="completed",
+            attempt=1,
+            failed=False,
+            result={"a": 1},
+            error=None,
+            error_type=None,
+            duration=5.2,
+            version=2,
+            timestamp=T0,
+        )
+        assert state.current == "code_review"
+        assert state.depth == 1
+
+    def test_failed_pushes_frame_with_error(self) -> None:
+        """A StageFailed pushes a failed frame holding the error and no result."""
+        state = fold(*HAPPY[:3], fail(4, "developer", "oops", error_type="KeyError"))
+        top = state.top
+        assert top is not None
+        assert (top.state, top.failed, top.result) == ("developer", True, None)
+        assert (top.error, top.error_type, top.outcome) == ("oops", "KeyError", "failed")
+        assert top.timestamp.tzinfo is not None
+
+    def test_wildcard_outcome(self) -> None:
+        """An outcome matched only by a '*' row leads to that row's dest."""
+        state = fold(*HAPPY[:3], done(4, "developer", outcome="aborted"))
+        assert state.current == "aborted"
+
+    def test_missing_row_uses_stage(self) -> None:
+        """An outcome with no row in the table leads to the event's stage, without raising."""
+        state = fold(started(), done(2, "project_analysis", outcome="weird"))
+        assert state.current == "project_analysis"
+
+    def test_outcome_before_run_started(self) -> None:
+        """Without a table every frame's state is its stage."""
+        state = fold(done(2, "developer"))
+        assert state.current == "developer"
+        assert state.initial is None
+
+    def test_frames_oldest_first(self) -> None:
+        """`frames` lists the frames oldest first and `top` is the newest."""
+        state = fold(*HAPPY)
+        assert [frame.version for frame in state.frames] == [2, 3, 4, 5]
+        assert state.top == state.frames[-1]
+        assert state.depth == 4
+        assert state.current == "testing"
+
+    def test_rollback_pops_frames(self) -> None:
+        """StateRolledBack(steps=k) removes the k newest frames."""
+        state = fold(*HAPPY, back(6, 2))
+        assert [frame.version for frame in state.frames] == [2, 3]
+        assert state.current == "developer"
+
+    def test_rollback_to_empty_returns_to_initial(self) -> None:
+        """Rolling back every frame leaves the run in its initial state."""
+        state = fold(*HAPPY, back(6, 4))
+        assert state.depth == 0
+        assert state.current == "project_analysis"
+
+    def test_rollback_past_bottom_does_not_raise(self) -> None:
+        """A rollback deeper than the stack empties it instead of raising."""
+        assert fold(*HAPPY[:2], back(3, 5)).depth == 0
+
+    def test_push_after_rollback(self) -> None:
+        """Frames pushed after a rollback sit on the remaining ones."""
+        state = fold(*HAPPY, back(6, 3), done(7, "code_review", {"comments": 0}))
+        assert [frame.version for frame in state.frames] == [2, 7]
+        assert state.latest_result("code_review") == {"comments": 0}
+
+    def test_earlier_states_unchanged(self) -> None:
+        """Folding more events leaves an earlier state's frames as they were."""
+        before = fold(*HAPPY[:3])
+        after = PROJECTION.fold([HAPPY[3], back(5, 2)], before)
+        assert [frame.version for frame in before.frames] == [2, 3]
+        assert [frame.version for frame in after.frames] == [2]
+
+    def test_latest_result_skips_failures(self) -> None:
+        """latest_result gives the newest successful result of a stage, ignoring failures."""
+        state = fold(*HAPPY, fail(6, "testing"), done(7, "developer", {"patch": "v3"}, attempt=3))
+        assert state.latest_result("developer") == {"patch": "v3"}
+        assert state.latest_result("testing") is None
+        assert state.latest_result("nope") is None
+
+    def test_latest_result_after_rollback(self) -> None:
+        """A result popped by a rollback is no longer the latest result."""
+        state = fold(*HAPPY, back(6, 1))
+        assert state.latest_result("developer") is None
+        assert state.latest_result("code_review") == {"comments": 2}
+
+    def test_all_latest_results(self) -> None:
+        """all_latest_results maps each stage with a successful frame to its newest result."""
+        state = fold(*HAPPY, fail(6, "testing"), done(7, "developer", {"patch": "v3"}, attempt=3))
+        assert state.all_latest_results() == {
+            "project_analysis": {"project_type": "python"},
+            "code_review": {"comments": 2},
+            "developer": {"patch": "v3"},
+        }
+
+    def test_failures(self) -> None:
+        """failures() lists failed frames oldest first, optionally of one stage."""
+        state = fold(*HAPPY, fail(6, "testing"), fail(7, "developer", attempt=3))
+        assert [frame.version for frame in state.failures()] == [4, 6, 7]
+        assert [frame.version for frame in state.failures("developer")] == [4, 7]
+        assert state.failures("code_review") == ()
+
+    def test_failures_popped_by_rollback(self) -> None:
+        """A failure popped by a rollback is no longer listed."""
+        assert fold(*HAPPY[:4], back(5, 1)).failures() == ()
+
+    def test_scope_is_run(self) -> None:
+        """Persistent use keeps one stack per run."""
+        assert StateStack.scope == "run"
+
+
+class TestStateStackCodec:
+    def test_roundtrip_initial(self) -> None:
+        """The empty stack survives encode, strict JSON and decode."""
+        assert roundtrip(PROJECTION.initial()) == PROJECTION.initial()
+
+    def test_roundtrip_after_rollback(self) -> None:
+        """A stack with frames, failures and a rollback survives a JSON round trip."""
+        state = fold(*HAPPY, back(6, 1), fail(7, "developer", attempt=3, timestamp=T0))
+        decoded = roundtrip(state)
+        assert decoded == state
+        assert decoded.frames == state.frames
+        assert decoded.table == state.table
+        assert decoded.top is not None
+        assert decoded.top.timestamp == T0
+
+    def test_decoded_stack_folds_on(self) -> None:
+        """A decoded stack keeps its table, so later outcomes find their dest."""
+        decoded = roundtrip(fold(*HAPPY[:2]))
+        assert PROJECTION.fold([done(3, "code_review")], decoded).current == "developer"
+
+    def test_encoded_timestamps_are_iso(self) -> None:
+        """Frame timestamps are encoded as ISO 8601 strings."""
+        encoded = PROJECTION.encode(fold(started(), done(2, "project_analysis", timestamp=T0)))
+        assert encoded["frames"][0][-1] == T0.isoformat()
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        st.lists(
+            st.one_of(
+                st.tuples(
+                    st.sampled_from(["done", "fail"]),
+                    st.sampled_from(["developer", "testing", "code_review"]),
+                    st.sampled_from(["completed", "failed", "aborted", "odd"]),
+                ),
+                st.tuples(st.just("back"), st.integers(1, 4), st.none()),
+            ),
+            max_size=25,
+        )
+    )
+    def test_roundtrip_every_prefix(self, ops: list[tuple[str, Any, Any]]) -> None:
+        """Every state reached by outcomes and rollbacks equals its JSON round trip."""
+        state = fold(started())
+        for version, (kind, arg, outcome) in enumerate(ops, start=2):
+            event: Event
+            if kind == "back":
+                event = back(version, arg)
+            elif kind == "done":
+                event = done(version, arg, {"v": version, "f": 0.5}, outcome=outcome)
+            else:
+                event = fail(version, arg, f"e{version % 3}", outcome=outcome)
+            state = PROJECTION.apply(state, event)
+            assert roundtrip(state) == state
+
+    def test_states_differ_when_frames_differ(self) -> None:
+        """Equality compares frames: stacks with different frames are unequal."""
+        state = fold(*HAPPY)
+        assert state != attrs.evolve(state, frame_list=state.frame_list.pop(1))
+
+    def test_malformed_data_raises(self) -> None:
+        """Decoding data that is not an encoded stack raises instead of guessing."""
+        with pytest.raises(KeyError):
+            PROJECTION.decode({"initial": "a"})

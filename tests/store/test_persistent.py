@@ -1,0 +1,325 @@
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+
+from engine import Engine
+from events import StageFailed
+from projections import (
+    FailurePatterns,
+    ProjectionError,
+    ProjectionNameTaken,
+    ProjectionReplaced,
+    StateStack,
+    UnknownProjection,
+    on,
+)
+from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType
+
+
+def record_failures(engine: Engine, *error_types: str) -> None:
+    """One run that reaches the developer stage and fails there once per error type."""
+    run = engine.start_run(REVIEW)
+    run.stage_completed("project_analysis", result={})
+    run.stage_completed("code_review", result={})
+    for error_type in error_types:
+        run.stage_failed("developer", error="boom", error_type=error_type)
+
+
+def wait_until(condition: Any, seconds: float = 20.0) -> None:
+    """Poll `condition` until it holds; fail after `seconds` (a deadline, not a timing assert)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached before the deadline"
+        time.sleep(0.01)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A store URL two engines can share: a SQLite file or a PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+class TestCatchUp:
+    def test_folds_every_run_once(self, engine: Engine) -> None:
+        """catch_up folds each run's events into the registered projection exactly once."""
+        engine.projections.register(FailuresByType)
+        record_failures(engine, "BuildException", "Timeout")
+        record_failures(engine, "BuildException")
+        folded = engine.projections.catch_up(["failures_by_type"])
+        assert folded["failures_by_type"] == 9
+        assert engine.projections.get("failures_by_type") == {"BuildException": 2, "Timeout": 1}
+        assert engine.projections.catch_up(["failures_by_type"])["failures_by_type"] == 0
+        assert engine.projections.get("failures_by_type") == {"BuildException": 2, "Timeout": 1}
+
+    def test_resumes_where_it_stopped(self, engine: Engine) -> None:
+        """Events appended after a catch-up are folded by the next one, and only they."""
+        engine.projections.register(FailuresByType)
+        record_failures(engine, "A")
+        engine.projections.catch_up()
+        record_failures(engine, "A", "B")
+        assert engine.projections.catch_up(["failures_by_type"])["failures_by_type"] == 5
+        assert engine.projections.get("failures_by_type") == {"A": 2, "B": 1}
+
+    def test_run_scoped_state_equals_the_on_demand_fold(self, engine: Engine) -> None:
+        """A per-run persistent projection holds, per run, what project() computes."""
+        engine.projections.register(StateStack)
+        record_failures(engine, "A", "B")
+        (summary,) = engine.runs()
+        persistent = engine.projections.get("state_stack", summary.run_id)
+        assert persistent == engine.project(summary.run_id, StateStack)
+        assert persistent.depth == 4
+
+    def test_pipeline_scoped_state_is_kept_per_pipeline(self, engine: Engine) -> None:
+        """FailurePatterns (scope pipeline) keeps one state per pipeline name."""
+        record_failures(engine, "A", "A")
+        states = engine.projections.states("failure_patterns")
+        assert list(states) == ["code-review"]
+        assert states["code-review"].by_error_type == {"A": 2}
+        assert states["code-review"].consecutive("developer") == 2
+        assert engine.projections.get("failure_patterns", "code-review") == states["code-review"]
+
+    def test_unknown_names_are_refused(self, engine: Engine) -> None:
+        """get, catch_up and rebuild of an unregistered name raise UnknownProjection."""
+        with pytest.raises(UnknownProjection, match=r"'nope'.*registered: failure_patterns"):
+            engine.projections.get("nope")
+        with pytest.raises(UnknownProjection):
+            engine.projections.catch_up(["nope"])
+        with pytest.raises(UnknownProjection):
+            engine.projections.rebuild("nope")
+
+    def test_a_name_cannot_hold_two_projections(self, engine: Engine) -> None:
+        """Registering another class under a taken name raises ProjectionNameTaken."""
+
+        class Impostor(FailuresByType):
+            name = "failure_patterns"
+
+        with pytest.raises(ProjectionNameTaken, match="failure_patterns"):
+            engine.projections.register(Impostor)
+
+
+class TestFailures:
+    def test_a_failing_projection_stops_alone(self, engine: Engine) -> None:
+        """A handler error is raised and kept; the projection stops just before the event."""
+        engine.projections.register(BreaksOnTimeouts)
+        engine.projections.register(FailuresByType)
+        record_failures(engine, "A", "Timeout", "A")
+        with pytest.raises(ProjectionError, match=r"breaks_on_timeouts.*StageFailed.*version 5"):
+            engine.projections.catch_up()
+        status = {s.name: s for s in engine.projections.status()}
+        assert status["failures_by_type"].lag == 0
+        assert status["breaks_on_timeouts"].position == 4  # the event before the failing one
+        assert "cannot count timeouts" in (status["breaks_on_timeouts"].last_error or "")
+        assert status["failures_by_type"].last_error is None
+        assert engine.projections.get("failures_by_type", catch_up=False) == {"A": 2, "Timeout": 1}
+        assert engine.projections.get("breaks_on_timeouts", catch_up=False) == 1
+        with pytest.raises(ProjectionError):  # the next catch-up meets the same event again
+            engine.projections.catch_up(["breaks_on_timeouts"])
+        assert engine.projections.get("breaks_on_timeouts", catch_up=False) == 1
+
+    def test_stale_code_cannot_write_over_newer_code(self, shared_url: str) -> None:
+        """A process whose projection was re-registered elsewhere by other code is refused."""
+        with Engine(shared_url) as old:
+            old.projections.register(FailuresByType)
+            record_failures(old, "A")
+
+            class FailuresByTypeV2(FailuresByType):
+                name = "failures_by_type"
+                version = 2
+
+            with Engine(shared_url) as new:
+                new.projections.register(FailuresByTypeV2)
+                with pytest.raises(ProjectionReplaced, match=r"'failures_by_type'.*stale code"):
+                    old.projections.catch_up(["failures_by_type"])
+                assert new.projections.get("failures_by_type") == {"A": 1}
+
+
+class TestStatusAndRebuild:
+    def test_status_reports_position_head_and_lag(self, engine: Engine) -> None:
+        """Before a catch-up the lag is the events not folded; after it, zero."""
+        engine.projections.register(FailuresByType)
+        record_failures(engine, "A")
+        before = {s.name: s for s in engine.projections.status()}["failures_by_type"]
+        assert (before.position, before.head, before.lag) == (0, 4, 4)
+        engine.projections.catch_up()
+        after = {s.name: s for s in engine.projections.status()}["failures_by_type"]
+        assert (after.position, after.lag, after.last_error) == (4, 0, None)
+
+    def test_rebuild_gives_the_same_state_and_reports_progress(self, engine: Engine) -> None:
+        """rebuild folds from zero to the same state, reporting (name, position, head)."""
+        engine.projections.register(FailuresByType)
+        record_failures(engine, "A", "B")
+        before = engine.projections.get("failures_by_type")
+        seen: list[tuple[str, int, int]] = []
+        count = engine.projections.rebuild(
+            "failures_by_type", on_progress=lambda *p: seen.append(p)
+        )
+        assert count == 5
+        assert seen[-1] == ("failures_by_type", 5, 5)
+        assert engine.projections.get("failures_by_type") == before
+
+    def test_changed_code_starts_again_from_zero(self, shared_url: str) -> None:
+        """Registering new code under a stored name discards the old state and refolds."""
+        with Engine(shared_url) as first:
+            first.projections.register(FailuresByType)
+            record_failures(first, "A")
+            first.projections.catch_up()
+
+        class FailuresByTypeV2(FailuresByType):
+            name = "failures_by_type"
+            version = 2
+
+            @on(StageFailed)
+            def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
+                return {**state, event.error_type.lower(): 1}
+
+        with Engine(shared_url) as second:
+            second.projections.register(FailuresByTypeV2)
+            position = {s.name: s.position for s in second.projections.status()}
+            assert position["failures_by_type"] == 0
+            assert second.projections.get("failures_by_type") == {"a": 1}
+
+
+class TestSharedStore:
+    def test_concurrent_catch_ups_fold_each_event_once(self, shared_url: str) -> None:
+        """Two engines catching up the same store at once never count an event twice."""
+        with Engine(shared_url) as writer:
+            for _ in range(30):
+                record_failures(writer, "A", "B")
+        engines = [Engine(shared_url) for _ in range(2)]
+        for engine in engines:
+            engine.projections.register(FailuresByType)
+        errors: list[BaseException] = []
+
+        def catch_up(engine: Engine) -> None:
+            try:
+                engine.projections.catch_up()
+            except BaseException as error:  # reported below, not swallowed
+                errors.append(error)
+
+        threads = [threading.Thread(target=catch_up, args=(e,)) for e in engines]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        for engine in engines:
+            assert engine.projections.get("failures_by_type") == {"A": 30, "B": 30}
+            engine.close()
+
+    def test_follow_folds_new_events_as_they_arrive(self, shared_url: str) -> None:
+        """A follower catches up, then folds events appended later by another engine."""
+        stop = threading.Event()
+        timeout = 60.0 if shared_url.startswith("postgresql") else 0.05
+        with Engine(shared_url) as follower_engine, Engine(shared_url) as writer:
+            follower_engine.projections.register(FailuresByType)
+            follower = threading.Thread(
+                target=follower_engine.projections.follow, args=(stop,), kwargs={"timeout": timeout}
+            )
+            follower.start()
+            try:
+                record_failures(writer, "A")
+                # On PostgreSQL the wait is 60 s: only a NOTIFY can wake it within the deadline.
+                wait_until(lambda: _position(follower_engine) == 4)
+            finally:
+                stop.set()
+                record_failures(writer, "wake")  # a NOTIFY ends the follower's wait at once
+                follower.join(timeout=90)
+            assert not follower.is_alive()
+        assert stop.is_set()
+
+
+def _position(engine: Engine) -> int:
+    return {s.name: s.position for s in engine.projections.status()}["failures_by_type"]
+
+
+@pytest.fixture
+def memory_engine() -> Iterator[Engine]:
+    with Engine("memory://") as engine:
+        yield engine
+
+
+class TestDefaults:
+    def test_run_index_and_failure_patterns_are_registered(self, memory_engine: Engine) -> None:
+        """Every engine keeps the run index and cross-run failure patterns persistent."""
+        assert memory_engine.projections.names == ["failure_patterns", "run_index"]
+        assert isinstance(memory_engine.projections.projection("failure_patterns"), FailurePatterns)
+
+
+class TestWaiting:
+    def test_a_wait_without_news_ends_at_its_timeout(self, shared_url: str) -> None:
+        """With no NOTIFY (or a lost one) the wait ends after its timeout, so a follower polls."""
+        with Engine(shared_url) as engine:
+            views = engine.store.views
+            assert views is not None
+            started = time.monotonic()
+            notified = views.wait_for_events(0.2, threading.Event())
+            assert notified is False
+            assert time.monotonic() - started < 30  # a deadline, not a timing assert
+
+    def test_an_append_wakes_a_postgres_wait(self, postgres_url: str) -> None:
+        """On PostgreSQL an append's NOTIFY ends the wait early and reports it."""
+        with Engine(postgres_url) as engine, Engine(postgres_url) as writer:
+            views = engine.store.views
+            assert views is not None
+            views.wait_for_events(0.01, threading.Event())  # LISTEN from now on
+            record_failures(writer, "A")
+            assert views.wait_for_events(60, threading.Event()) is True
+
+
+class FlakyEncode(FailuresByType):
+    name = "flaky_encode"
+    failures_left: ClassVar[list[int]] = [1]
+
+    def encode(self, state: dict[str, int]) -> Any:
+        if self.failures_left[0]:
+            self.failures_left[0] -= 1
+            raise RuntimeError("disk hiccup")
+        return state
+
+
+class TestInterruptedPages:
+    def test_an_error_mid_page_does_not_fold_the_page_twice(self, engine: Engine) -> None:
+        """Any error before a page commits leaves no half-folded state in the cache."""
+        FlakyEncode.failures_left[:] = [1]
+        engine.projections.register(FlakyEncode)
+        record_failures(engine, "A", "A", "A")
+        with pytest.raises(RuntimeError, match="disk hiccup"):
+            engine.projections.catch_up()
+        engine.projections.catch_up()
+        assert engine.projections.get("failure_patterns", "code-review").total == 3
+        assert engine.projections.get("flaky_encode") == {"A": 3}
+
+    def test_a_follower_survives_a_dropped_listen_connection(self, postgres_url: str) -> None:
+        """When its LISTEN connection dies, a follower reconnects and keeps folding."""
+        import psycopg
+
+        from tests._helpers import POSTGRES_URL
+
+        stop = threading.Event()
+        with Engine(postgres_url) as follower_engine, Engine(postgres_url) as writer:
+            follower_engine.projections.register(FailuresByType)
+            follower = threading.Thread(
+                target=follower_engine.projections.follow, args=(stop,), kwargs={"timeout": 0.2}
+            )
+            follower.start()
+            try:
+                record_failures(writer, "A")
+                wait_until(lambda: _position(follower_engine) == 4)
+                with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+                    )
+                record_failures(writer, "B")
+                wait_until(lambda: _position(follower_engine) == 8)
+                assert follower.is_alive()
+            finally:
+                stop.set()
+                follower.join(timeout=90)

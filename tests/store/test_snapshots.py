@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+
+from engine import Engine, InvalidArgument, RunNotFound
+from engine.store import Store, TimeTravel
+from projections import BUILT_INS, RunIndex, StateStack
+from tests._helpers import REVIEW, FailuresByType
+
+T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
+
+
+def review_with_loops(engine: Engine) -> uuid.UUID:
+    """A run with failures, a rollback, tasks, budget and a finish, the clock ticking."""
+    with freeze_time(T0, auto_tick_seconds=1):
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", result={"kind": "python"})
+        run.stage_completed("code_review", result={"critical": 6})
+        run.add_task("t1", title="fix")
+        run.task_started("t1")
+        run.stage_failed("developer", error="build", error_type="BuildException")
+        run.rollback(steps=1, reason="retry review")
+        run.stage_failed("developer", error="build", error_type="BuildException")
+        run.observe_progress(changed_files=0, test_signature="sig")
+        run.stage_completed("developer", result={"ok": True})
+        run.task_completed("t1", result=1)
+        run.spend(0.5, "usd")
+        run.stage_failed("testing", error="red")
+        run.stage_completed("developer", result={"ok": 2})
+        run.stage_completed("testing", result={"green": True})
+        run.finish("succeeded")
+    return run.id
+
+
+class CountingReader:
+    """The real store's reader, counting the events it hands out."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.count = 0
+
+    def stream(self, run_id: uuid.UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
+        for event in self.store.stream(run_id, gt=gt, lte=lte):
+            self.count += 1
+            yield event
+
+
+class TestProject:
+    @pytest.mark.parametrize("projection", BUILT_INS, ids=lambda p: p.name)
+    def test_every_version_equals_folding_that_prefix(
+        self, engine: Engine, projection: Any
+    ) -> None:
+        """The state at=N is the fold of the first N events, for every N and built-in."""
+        run_id = review_with_loops(engine)
+        events = engine.events(run_id)
+        for version in range(len(events) + 1):
+            expected = projection().fold(events[:version])
+            assert engine.project(run_id, projection, at=version) == expected, version
+
+    def test_without_at_gives_the_current_state(self, engine: Engine) -> None:
+        """project() with no `at` folds the whole run."""
+        run_id = review_with_loops(engine)
+        stack = engine.project(run_id, StateStack)
+        assert (stack.top.stage, stack.depth) == ("testing", 7)
+        assert stack.latest_result("code_review") == {"critical": 6}
+
+    def test_at_a_time_gives_the_state_after_the_last_event_by_then(self, engine: Engine) -> None:
+        """at=datetime folds the events stamped at or before it."""
+        run_id = review_with_loops(engine)
+        events = engine.events(run_id)
+        halfway = events[5].timestamp + (events[6].timestamp - events[5].timestamp) / 2
+        assert events[5].timestamp < halfway < events[6].timestamp
+        assert engine.project(run_id, RunIndex, at=halfway).version == 6
+        assert engine.project(run_id, RunIndex, at=events[6].timestamp).version == 7
+        assert engine.project(run_id, RunIndex, at=T0 - timedelta(days=1)) is None
+        assert engine.project(run_id, RunIndex, at=T0 + timedelta(days=1)).status == "succeeded"
+
+    def test_past_the_end_is_the_current_state(self, engine: Engine) -> None:
+        """A version past the newest gives the current state."""
+        run_id = review_with_loops(engine)
+        assert engine.project(run_id, StateStack, at=10_000) == engine.project(run_id, StateStack)
+
+    @pytest.mark.parametrize("at", [-1, 2.5, "3", datetime(2026, 4, 1)])
+    def test_bad_at_is_named(self, engine: Engine, at: Any) -> None:
+        """A negative, fractional, textual or naive `at` raises InvalidArgument naming 'at'."""
+        run_id = review_with_loops(engine)
+        with pytest.raises(InvalidArgument, match="'at'"):
+            engine.project(run_id, StateStack, at=at)
+
+    def test_unknown_run(self, engine: Engine) -> None:
+        """Projecting a run that is not in the store raises RunNotFound."""
+        with pytest.raises(RunNotFound):
+            engine.project(uuid.uuid4(), StateStack)
+
+    def test_user_projections_work_the_same(self, engine: Engine) -> None:
+        """A user projection gets on-demand and time-travel use with no extra code."""
+        run_id = review_with_loops(engine)
+        assert engine.project(run_id, FailuresByType) == {"BuildException": 2, "Error": 1}
+        assert engine.project(run_id, FailuresByType, at=7) == {"BuildException": 1}
+
+
+class TestSnapshots:
+    def long_run(self, engine: Engine, outcomes: int) -> uuid.UUID:
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", result={})
+        run.stage_completed("code_review", result={})
+        with run.batch():
+            for index in range(outcomes):
+                run.stage_failed("developer", error=f"e{index % 7}")
+        return run.id
+
+    def test_a_new_process_folds_only_from_the_nearest_stored_snapshot(
+        self, sqlite_url: str
+    ) -> None:
+        """After one query stored snapshots, a fresh engine folds at most one interval."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 1_300)
+            expected = engine.project(run_id, StateStack, at=1_250)
+        with Engine(sqlite_url) as fresh:
+            reader = CountingReader(fresh.store)
+            travel = TimeTravel(reader, fresh.store.views)
+            assert travel.project(run_id, StateStack(), 1_250) == expected
+            assert reader.count == 250
+            events = fresh.events(run_id, upto=1_100)
+            assert travel.project(run_id, StateStack(), 1_100) == StateStack().fold(events)
+            assert reader.count == 250 + 100
+
+    def test_snapshots_of_other_code_are_not_used(self, sqlite_url: str) -> None:
+        """A projection with another fingerprint folds from zero, not from old snapshots."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 600)
+            engine.project(run_id, FailuresByType)
+
+        class Renamed(FailuresByType):
+            version = 2
+
+        with Engine(sqlite_url) as fresh:
+            reader = CountingReader(fresh.store)
+            travel = TimeTravel(reader, fresh.store.views)
+            assert travel.project(run_id, Renamed(), 602) == {"Error": 599}
+            assert reader.count == 602
+
+    def test_memory_snapshots_serve_the_next_question(self, engine: Engine) -> None:
+        """In one process, a second query near the end folds only the tail."""
+        run_id = self.long_run(engine, 1_100)
+        reader = CountingReader(engine.store)
+        travel = TimeTravel(reader, None)
+        first = travel.project(run_id, StateStack(), 1_102)
+        assert reader.count == 1_102
+        assert travel.project(run_id, StateStack(), 1_050) == StateStack().fold(
+            engine.events(run_id, upto=1_050)
+        )
+        assert reader.count == 1_102 + 50
+        assert first.depth == 1_101

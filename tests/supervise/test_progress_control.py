@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine import Engine, ProgressPolicy, RetryPolicy, RunStopped, StageContext
+from tests.supervise._helpers import POLL, FakeTime, of_type
+
+
+def agent(observations: list[dict[str, Any]], error: Exception | None = None) -> Any:
+    """A stage function that records one observation per call, then fails or completes."""
+    calls = {"n": 0}
+
+    def step(context: StageContext) -> str:
+        observation = observations[min(calls["n"], len(observations) - 1)]
+        calls["n"] += 1
+        context.run.observe_progress(**observation)
+        if error is not None:
+            raise error
+        return f"step {calls['n']}"
+
+    step.calls = calls  # type: ignore[attr-defined]
+    return step
+
+
+NO_CHANGE = {"changed_files": 0, "test_signature": "test_parse::empty FAILED"}
+
+
+def stopped(engine: Engine, run: Any) -> dict[str, Any]:
+    finish = of_type(engine, run, "RunFinished")[0]
+    return finish.reason  # type: ignore[attr-defined,no-any-return]
+
+
+def drive(engine: Engine, run: Any, policy: ProgressPolicy, step: Any) -> Any:
+    sup = engine.supervisor(
+        progress=policy, retry=RetryPolicy(max_retries=100, delay=0), sleep=FakeTime().sleep
+    )
+    return sup.drive(run, {"step": step})
+
+
+class TestStuckRules:
+    def test_no_progress_stops_the_run_as_stuck(self, engine: Engine) -> None:
+        """Under strict, 3 observations without change finish the run aborted_stuck."""
+        run = engine.start_run(POLL)
+        step = agent([{"changed_files": 2, "test_signature": "a"}, NO_CHANGE])
+        drive(engine, run, ProgressPolicy.strict(max_same_error=None), step)
+        assert run.status == "aborted_stuck"
+        reason = stopped(engine, run)
+        assert reason["rule"] == "no_progress"
+        assert reason["consecutive_no_ops"] == 3
+        assert reason["limit"] == 3
+        assert reason["steps"] == 5  # the 2nd step changed the test signature: progress
+        assert "3 steps in a row changed no file" in reason["detected"]
+        assert reason["policy"]["max_consecutive_no_ops"] == 3
+        assert step.calls["n"] == 5
+
+    def test_the_same_error_again_and_again(self, engine: Engine) -> None:
+        """The same test signature max_same_error times stops the run, quoting the failures."""
+        run = engine.start_run(POLL)
+        changing = [{"changed_files": n + 1, "test_signature": "t::x FAILED"} for n in range(9)]
+        step = agent(changing, error=AssertionError("t::x FAILED"))
+        drive(engine, run, ProgressPolicy.strict(), step)
+        reason = stopped(engine, run)
+        assert (run.status, reason["rule"], reason["same_error_count"]) == (
+            "aborted_stuck", "same_error", 3,
+        )  # fmt: skip
+        assert reason["last_test_signature"] == "t::x FAILED"
+        assert reason["last_failures"][-1] == ["step", "AssertionError", "t::x FAILED"]
+        assert len(reason["last_failures"]) == 3
+        assert "the same test failure 't::x FAILED' 3 times" in reason["detected"]
+
+    def test_max_steps(self, engine: Engine) -> None:
+        """max_steps outcomes stop a run that keeps changing things."""
+        run = engine.start_run(POLL)
+        step = agent([{"changed_files": 1, "test_signature": None}])
+        drive(engine, run, ProgressPolicy(max_steps=5), step)
+        reason = stopped(engine, run)
+        assert (reason["rule"], reason["steps"], step.calls["n"]) == ("max_steps", 5, 5)
+
+    def test_progress_keeps_the_run_going(self, engine: Engine) -> None:
+        """Observations that change something never stop the run; it ends by its own outcome."""
+        run = engine.start_run(POLL)
+        calls = {"n": 0}
+
+        def step(context: StageContext) -> Any:
+            calls["n"] += 1
+            context.run.observe_progress(calls["n"], test_signature=f"sig-{calls['n']}")
+            from engine import Outcome
+
+            return Outcome("finished") if calls["n"] == 20 else None
+
+        drive(engine, run, ProgressPolicy.strict(), step)
+        assert (run.status, calls["n"]) == ("succeeded", 20)
+
+    def test_execute_raises_run_stopped(self, engine: Engine) -> None:
+        """execute raises RunStopped with the status and reason once the run is finished."""
+        run = engine.start_run(POLL)
+        sup = engine.supervisor(progress=ProgressPolicy(max_steps=1))
+        sup.execute(run, "step", lambda: None)
+        with pytest.raises(RunStopped) as raised:
+            sup.execute(run, "step", lambda: None)
+        assert raised.value.status == "aborted_stuck"
+        assert raised.value.reason["rule"] == "max_steps"
+        assert run.status == "aborted_stuck"
+
+
+class TestProfiles:
+    @pytest.mark.parametrize(
+        ("profile", "functional_ok", "status"),
+        [
+            ("strict", True, "aborted_stuck"),
+            ("strict", False, "aborted_stuck"),
+            ("lenient", True, "done_partial"),
+            ("lenient", False, "aborted_stuck"),
+            ("lenient", None, "aborted_stuck"),
+        ],
+    )
+    def test_only_lenient_accepts_partial_success(
+        self, engine: Engine, profile: str, functional_ok: bool | None, status: str
+    ) -> None:
+        """A loop without progress ends done_partial only under lenient with functional_ok."""
+        run = engine.start_run(POLL)
+        observation = {**NO_CHANGE, "functional_ok": functional_ok}
+        policy = getattr(ProgressPolicy, profile)(max_same_error=None)
+        drive(engine, run, policy, agent([observation]))
+        assert run.status == status
+        assert stopped(engine, run)["rule"] == "no_progress"
+
+    @pytest.mark.parametrize(("profile", "no_ops"), [("strict", 3), ("lenient", 6)])
+    def test_lenient_allows_more_attempts(self, engine: Engine, profile: str, no_ops: int) -> None:
+        """lenient tolerates twice as many no-op steps as strict before it stops."""
+        run = engine.start_run(POLL)
+        step = agent([NO_CHANGE])
+        drive(engine, run, getattr(ProgressPolicy, profile)(max_same_error=None), step)
+        assert step.calls["n"] == no_ops + 1  # the first sighting of a signature is progress

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from engine import Engine, RetryPolicy
+from engine.cli.demo import coordinator
+from engine.cli.demo.code_review import REVIEW
+from projections import TaskTable
+from tests.supervise._helpers import LOOP, kinds, of_type
+
+POINTS = ["plan"] + [
+    f"{task}:{when}" for tasks in coordinator.FEATURES.values() for task in tasks
+    for when in ("start", "done")
+] + ["integrate"] + [f"{feature}:verify" for feature in coordinator.FEATURES]  # fmt: skip
+"""Every point of a coordinator run where the kill test stops it, in order."""
+
+
+class TestResume:
+    def test_an_open_attempt_is_recorded_as_interrupted(self, engine: Engine) -> None:
+        """resume closes a started attempt with StageFailed('Interrupted'); drive retries it."""
+        run = engine.start_run(LOOP)
+        run.stage_started("work")
+        resumed = engine.resume(run.id)
+        failed = of_type(engine, run, "StageFailed")[0]
+        assert (failed.error_type, failed.attempt, failed.retryable) == ("Interrupted", 1, True)  # type: ignore[attr-defined]
+        assert "died before it ended" in failed.error  # type: ignore[attr-defined]
+        engine.supervisor(retry=RetryPolicy(delay=0)).drive(resumed, {"work": lambda c: c.attempt})
+        assert of_type(engine, run, "StageCompleted")[0].result == 2  # type: ignore[attr-defined]
+
+    def test_active_tasks_are_recorded_as_interrupted(self, engine: Engine) -> None:
+        """A task left active is TaskFailed('Interrupted'), in the attempt's transaction."""
+        run = engine.start_run(LOOP)
+        run.stage_started("work")
+        run.add_task("t-1")
+        run.task_started("t-1")
+        before = run.version
+        engine.resume(run.id)
+        assert kinds(engine, run)[before:] == ["StageFailed", "TaskFailed"]
+        assert of_type(engine, run, "TaskFailed")[0].error_type == "Interrupted"  # type: ignore[attr-defined]
+        assert engine.load(run.id).tasks == {"t-1": "failed"}
+
+    def test_nothing_to_do_records_nothing(self, engine: Engine) -> None:
+        """A run between attempts, or finished, is loaded unchanged."""
+        run = engine.start_run(LOOP)
+        assert engine.resume(run.id).version == 1
+        run.finish("cancelled")
+        assert engine.resume(run.id).status == "cancelled"
+        assert run.version == 2
+
+    def test_an_attempt_without_a_failed_row_stays_open(self, engine: Engine) -> None:
+        """Where no failure can be recorded, the open attempt is completed by the next call."""
+        run = engine.start_run(REVIEW)
+        run.stage_started("project_analysis")
+        resumed = engine.resume(run.id)
+        assert resumed.open_attempt == 1
+        sup = engine.supervisor()
+        sup.execute(resumed, "project_analysis", lambda: {"t": "py"})
+        done = of_type(engine, run, "StageCompleted")[0]
+        assert (done.stage, done.attempt) == ("project_analysis", 1)  # type: ignore[attr-defined]
+
+
+def kill_at(url: str, point: int) -> UUID:
+    """Run the coordinator in a real child process and SIGKILL it at its `point`-th point."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli.demo.coordinator", url, "--stop-at", str(point)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    run_id = UUID(child.stdout.readline().split()[-1])
+    assert child.stdout.readline().startswith(f"stopped at {point} {POINTS[point - 1]}")
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=30) == -signal.SIGKILL
+    return run_id
+
+
+def expected_state(point: str) -> str:
+    if point == "plan":
+        return "plan"
+    return "build" if point.startswith("task-") else "integrate"
+
+
+@pytest.mark.slow
+class TestResumeAfterSigkill:
+    @pytest.mark.parametrize("point", range(1, len(POINTS) + 1))
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
+    def test_resume_anywhere(
+        self, backend: str, point: int, request: pytest.FixtureRequest
+    ) -> None:
+        """Killed at any point, resume + drive ends succeeded: nothing done twice, budget exact."""
+        url = request.getfixturevalue(backend)
+        run_id = kill_at(url, point)
+        with Engine(url) as engine:
+            run = engine.resume(run_id)
+            assert run.state == expected_state(POINTS[point - 1])
+            coordinator.coordinate(engine, run)
+            assert run.status == "succeeded"
+            self._check_exactly_once(engine, run)
+            assert engine.verify(run.id).ok
+
+    def _check_exactly_once(self, engine: Engine, run: Any) -> None:
+        history: list[Any] = engine.events(run.id)
+        completed = Counter(e.stage for e in history if type(e).__name__ == "StageCompleted")
+        assert completed == {"plan": 1, "build": 1, "integrate": 1}
+        done = Counter(e.task_id for e in history if type(e).__name__ == "TaskCompleted")
+        assert set(done.values()) == {1}
+        assert len(done) == 6
+        for task in done:
+            started = sum(
+                1 for e in history if type(e).__name__ == "TaskStarted" and e.task_id == task
+            )
+            interrupted = sum(
+                1 for e in history
+                if type(e).__name__ == "TaskFailed" and e.task_id == task
+            )  # fmt: skip
+            assert started == 1 + interrupted
+        tree = engine.project(run.id, TaskTable, tree=True)
+        assert tree.budget == {"usd": 4 * coordinator.TASK_COST}
+        children = engine.runs(parent=run.id)
+        assert len(children) == len(coordinator.FEATURES)
+        assert {child.status for child in children} == {"succeeded"}

@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from engine import Engine, Outcome, RetryPolicy, RuleViolation, StageContext, StageGaveUp
+from engine.cli.demo.code_review import BuildException
+from tests.supervise._helpers import LOOP, FakeTime, failing, kinds, of_type
+
+
+@pytest.fixture
+def fake() -> FakeTime:
+    """A fake clock and sleep."""
+    return FakeTime()
+
+
+def supervise(engine: Engine, fake: FakeTime, **settings: Any) -> Any:
+    return engine.supervisor(sleep=fake.sleep, clock=fake.clock, **settings)
+
+
+class TestTimeout:
+    def test_an_attempt_longer_than_the_timeout_fails_as_timeout(
+        self, engine: Engine, fake: FakeTime
+    ) -> None:
+        """By the injected clock, a too-long attempt is StageFailed('Timeout') and retried."""
+        run = engine.start_run(LOOP)
+        durations = iter([10.0, 1.0])
+
+        def slow() -> str:
+            fake.advance(next(durations))
+            return "late"
+
+        sup = supervise(engine, fake, retry=RetryPolicy(timeout=5, delay=0))
+        assert sup.execute(run, "work", slow) == "late"
+        failed = of_type(engine, run, "StageFailed")[0]
+        assert (failed.error_type, failed.duration) == ("Timeout", 10.0)  # type: ignore[attr-defined]
+        assert "timeout of 5 s" in failed.error  # type: ignore[attr-defined]
+
+    def test_a_hanging_function_is_abandoned_at_the_timeout(self, engine: Engine) -> None:
+        """A sync function that never returns is given up on after its timeout (a real wait)."""
+        run = engine.start_run(LOOP)
+        release = threading.Event()
+        sup = engine.supervisor(retry=RetryPolicy(timeout=0.05, max_retries=0))
+        try:
+            with pytest.raises(StageGaveUp) as raised:
+                sup.execute(run, "work", release.wait)
+        finally:
+            release.set()
+        assert raised.value.error_type == "Timeout"
+        assert of_type(engine, run, "StageFailed")[0].error_type == "Timeout"  # type: ignore[attr-defined]
+
+    def test_an_abandoned_attempt_cannot_record_any_more(self, engine: Engine) -> None:
+        """What a sync function records after its timeout is refused; the history stays whole."""
+        run = engine.start_run(LOOP)
+        release = threading.Event()
+        late: dict[str, Any] = {}
+
+        def slow() -> None:
+            late["thread"] = threading.current_thread()
+            release.wait()
+            try:
+                run.note("late", "written after the timeout")
+            except RuleViolation as refused:
+                late["error"] = refused
+
+        sup = engine.supervisor(retry=RetryPolicy(timeout=0.05, max_retries=0))
+        with pytest.raises(StageGaveUp):
+            sup.execute(run, "work", slow)
+        release.set()
+        late["thread"].join(timeout=30)  # set before the 50 ms timeout could pass
+        assert late["error"].rule == "abandoned"
+        notes = [e.key for e in of_type(engine, run, "NoteAdded")]  # type: ignore[attr-defined]
+        assert notes == ["gave_up"]
+        assert run.note("after", 1).version == run.version  # the main thread still records
+
+    def test_errors_inside_the_timeout_thread_are_the_attempts_errors(
+        self, engine: Engine, fake: FakeTime
+    ) -> None:
+        """An exception raised by a function run under a timeout is recorded as itself."""
+        run = engine.start_run(LOOP)
+        sup = supervise(engine, fake, retry=RetryPolicy(timeout=30, delay=0))
+        assert sup.execute(run, "work", failing(1, OSError("disk"))) == "ok"
+        assert of_type(engine, run, "StageFailed")[0].error_type == "OSError"  # type: ignore[attr-defined]
+
+
+class TestAsync:
+    def test_execute_async_retries_an_async_function(self, engine: Engine, fake: FakeTime) -> None:
+        """An async stage function is awaited; failures are retried with the injected sleep."""
+        run = engine.start_run(LOOP)
+        calls = {"n": 0}
+
+        async def work(x: int) -> int:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise ConnectionError("reset")
+            return x * 2
+
+        sup = supervise(engine, fake, retry=RetryPolicy(delay=4))
+        assert asyncio.run(sup.execute_async(run, "work", work, 21)) == 42
+        assert fake.sleeps == [4]
+        assert kinds(engine, run).count("StageFailed") == 1
+
+    def test_an_async_timeout_cancels_the_attempt(self, engine: Engine) -> None:
+        """An awaited attempt longer than its timeout is cancelled and recorded as Timeout."""
+        run = engine.start_run(LOOP)
+        cancelled = {"yes": False}
+
+        async def hang() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled["yes"] = True
+                raise
+
+        sup = engine.supervisor(retry=RetryPolicy(timeout=0.02, max_retries=0))
+        with pytest.raises(StageGaveUp):
+            asyncio.run(sup.execute_async(run, "work", hang))
+        assert cancelled["yes"]
+        assert of_type(engine, run, "StageFailed")[0].error_type == "Timeout"  # type: ignore[attr-defined]
+
+    def test_a_timeout_error_of_the_function_is_its_own_error(self, engine: Engine) -> None:
+        """An async function raising TimeoutError itself is that error, not the policy's timeout."""
+
+        async def fetch() -> None:
+            raise TimeoutError("upstream read timed out")
+
+        for policy in (RetryPolicy(max_retries=0), RetryPolicy(max_retries=0, timeout=60)):
+            run = engine.start_run(LOOP)
+            with pytest.raises(StageGaveUp):
+                asyncio.run(engine.supervisor(retry=policy).execute_async(run, "work", fetch))
+            (failure,) = of_type(engine, run, "StageFailed")
+            assert failure.error_type == "TimeoutError"  # type: ignore[attr-defined]
+            assert failure.error == "upstream read timed out"  # type: ignore[attr-defined]
+
+    def test_drive_async_with_an_async_sleep(self, engine: Engine) -> None:
+        """drive_async follows the table; an async injected sleep is awaited."""
+        run = engine.start_run(LOOP)
+        slept: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            slept.append(seconds)
+
+        calls = {"n": 0}
+
+        async def work(context: StageContext) -> Outcome:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise ValueError("flaky")
+            return Outcome("partial")
+
+        async def check(context: StageContext) -> str:
+            return "fine"
+
+        sup = engine.supervisor(sleep=sleep, retry=RetryPolicy(delay=0.5))
+        asyncio.run(sup.drive_async(run, {"work": work, "check": check}))
+        assert slept == [0.5]
+        assert run.status == "succeeded"
+
+    def test_drive_async_gives_up_and_finishes_failed(self, engine: Engine, fake: FakeTime) -> None:
+        """A stage that gives up under drive_async finishes the run failed."""
+        run = engine.start_run(LOOP)
+
+        async def broken(context: StageContext) -> None:
+            raise BuildException("nope")
+
+        sup = supervise(engine, fake, retry=RetryPolicy(max_retries=0))
+        with pytest.raises(StageGaveUp):
+            asyncio.run(sup.drive_async(run, {"work": broken}))
+        assert run.status == "failed"
+
+    def test_cancelling_the_caller_cancels_the_attempt(self, engine: Engine) -> None:
+        """When the task awaiting execute_async is cancelled, the stage function is too."""
+        run = engine.start_run(LOOP)
+        seen = {"started": False, "cancelled": False}
+
+        async def work() -> None:
+            seen["started"] = True
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                seen["cancelled"] = True
+                raise
+
+        async def main() -> None:
+            caller = asyncio.ensure_future(engine.supervisor().execute_async(run, "work", work))
+            while not seen["started"]:
+                await asyncio.sleep(0)
+            caller.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+            await asyncio.sleep(0)  # one turn of the loop for the attempt to take its cancel
+            assert seen["cancelled"]  # now, not at asyncio.run's clean-up
+
+        asyncio.run(main())
+        assert run.open_attempt == 1  # no outcome: resume() records it as Interrupted

@@ -1,0 +1,91 @@
+"""The house's rooms: import arrows, no cycles, private modules kept private, the wheel."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import grimp
+import pytest
+from importlinter.cli import lint_imports
+from setuptools import find_packages
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "events", "projections")
+
+
+def module_name(path: Path) -> str:
+    """The dotted module name of a source file under ROOT."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a source file imports, absolute names (``from a import b`` gives a.b too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+class TestArrows:
+    def test_the_import_linter_contracts_hold(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """lint-imports keeps every contract of pyproject.toml (layers, private modules)."""
+        monkeypatch.chdir(ROOT)
+        assert lint_imports(no_cache=True) == 0
+
+    def test_no_module_imports_itself_back(self) -> None:
+        """No import cycle between any two modules of the installed packages."""
+        graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+        cycles = []
+        for module in sorted(graph.modules):
+            for imported in graph.find_modules_directly_imported_by(module):
+                back = graph.find_shortest_chain(importer=imported, imported=module)
+                if back is not None:
+                    cycles.append((module, *back))
+        assert cycles == []
+
+    def test_private_modules_are_imported_only_by_their_own_package(self) -> None:
+        """A module named _x is imported only from inside the package that holds it."""
+        offences = []
+        for package in PACKAGES:
+            for path in (ROOT / package).rglob("*.py"):
+                importer = module_name(path)
+                for name in imported_modules(path):
+                    parts = name.split(".")
+                    private = [i for i, part in enumerate(parts) if part.startswith("_")]
+                    if private and parts[0] in PACKAGES:
+                        owner = ".".join(parts[: private[0]])
+                        if not importer.startswith(owner + ".") and importer != owner:
+                            offences.append(f"{importer} imports {name}")
+        assert offences == []
+
+
+class TestWheel:
+    def test_only_the_three_packages_are_installed(self) -> None:
+        """The wheel holds engine (with its subpackages), events and projections; no examples."""
+        config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+        include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+        packages = set(find_packages(where=str(ROOT), include=include))
+        assert {package.split(".")[0] for package in packages} == set(PACKAGES)
+        assert {"engine.store", "engine.supervise", "engine.cli", "engine.cli.demo"} <= packages
+
+
+class TestContributing:
+    def test_every_path_contributing_names_exists(self) -> None:
+        """Each file or folder CONTRIBUTING.md points a contributor to is really there."""
+        text = (ROOT / "CONTRIBUTING.md").read_text()
+        paths = {p for p in _code_spans(text) if "/" in p and not p.startswith(("-", "http"))}
+        assert paths, "CONTRIBUTING.md names no paths"
+        missing = sorted(p for p in paths if not (ROOT / p.rstrip("/")).exists())
+        assert missing == []
+
+
+def _code_spans(text: str) -> set[str]:
+    spans = text.split("`")[1::2]
+    return {span for span in spans if " " not in span and "<" not in span}
