@@ -99,7 +99,7 @@ class FailurePatterns(Projection[Failures]):
             by_stage=data["by_stage"],
             by_error_type=data["by_error_type"],
             streaks=data["streaks"],
-            signatures=PMap.of(counts),
-            repeats=PMap.of({key: seen for key, seen in counts.items() if seen > 1}),
+            signatures=PMap(counts),
+            repeats=PMap({key: seen for key, seen in counts.items() if seen > 1}),
             total=data["total"],
         )

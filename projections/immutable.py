@@ -1,4 +1,4 @@
-"""Immutable maps and lists whose updates cost about the same at any size.
+"""The persistent map and list: updates that cost about the same at any size.
 
 Projection states are frozen values replaced at every event. Copying a plain
 dict or tuple that grows with the run (tasks, signatures, frames) on each event
@@ -7,70 +7,21 @@ would make long runs quadratic; these structures copy a small part instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Generic, Self, TypeAlias, TypeVar
+from collections.abc import Iterator
+from typing import Generic, TypeAlias, TypeVar
 
-K = TypeVar("K")
-V = TypeVar("V")
+from immutables import Map
+
 T = TypeVar("T")
 
-_FANOUT = 32
-_Buckets: TypeAlias = "tuple[tuple[dict[object, object], ...], ...]"
-_EMPTY: _Buckets = tuple(tuple({} for _ in range(_FANOUT)) for _ in range(_FANOUT))
+PMap = Map
+"""The persistent map: `immutables.Map`, a hash array mapped trie in C.
 
-
-class PMap(Mapping[K, V]):
-    """A two-level hash trie: `set` copies one bucket and two 32-slot tuples."""
-
-    __slots__ = ("_buckets", "_size")
-
-    def __init__(self, buckets: _Buckets = _EMPTY, size: int = 0) -> None:
-        self._buckets = buckets
-        self._size = size
-
-    @classmethod
-    def of(cls, items: Mapping[K, V]) -> PMap[K, V]:
-        """A map holding `items`."""
-        result: PMap[K, V] = cls()
-        for key, value in items.items():
-            result = result.set(key, value)
-        return result
-
-    def set(self, key: K, value: V) -> Self:
-        """A map like this one with `key` mapped to `value`."""
-        outer, inner = _slot(key)
-        row = self._buckets[outer]
-        bucket = dict(row[inner])
-        added = key not in bucket
-        bucket[key] = value
-        row = (*row[:inner], bucket, *row[inner + 1 :])
-        buckets = (*self._buckets[:outer], row, *self._buckets[outer + 1 :])
-        return type(self)(buckets, self._size + added)
-
-    def __getitem__(self, key: K) -> V:
-        outer, inner = _slot(key)
-        return self._buckets[outer][inner][key]  # type: ignore[return-value]
-
-    def __iter__(self) -> Iterator[K]:
-        for row in self._buckets:
-            for bucket in row:
-                yield from bucket  # type: ignore[misc]
-
-    def __len__(self) -> int:
-        return self._size
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({dict(self.items())!r})"
-
-
-def _slot(key: object) -> tuple[int, int]:
-    code = hash(key)
-    return (code >> 5) & (_FANOUT - 1), code & (_FANOUT - 1)
+`set` returns a new map sharing all but O(log n) nodes with the old one. It
+replaced a home-made two-level trie, which it beats at every size measured
+(`benchmarks/structures.py`, figures in docs/performance.md). Unlike a dict it
+compares equal only to another map: compare ``dict(m) == {...}``.
+"""
 
 
 Cons: TypeAlias = "tuple[T, Cons[T]] | None"

@@ -59,7 +59,7 @@ class TestQuickStart:
         assert test_command.startswith("python3 ")
         ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
         assert '"$PYTHON"' + test_command.removeprefix("python3") in ci_lines
-        assert 'PYTHON=${PYTHON:-python3}' in ci_lines
+        assert "PYTHON=${PYTHON:-python3}" in ci_lines
 
     def test_ci_installs_the_project_once(self) -> None:
         """.ci/run installs the project a single time: the linters use the tests' install."""

@@ -6,7 +6,9 @@ only when stdout is a terminal.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -345,3 +347,27 @@ STATUS_STYLES = {
     "done_partial": "yellow",
 }
 """The colour of each run status on a terminal."""
+
+
+def import_object(option: str, spec: str) -> Any:
+    """The object ``module:attr`` names (the current directory is importable, as with -m).
+
+    Raises:
+        BadOption: the module or the attribute cannot be found.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise BadOption(option, spec, "expected module:attr")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # an ImportError, or whatever the module raised on import
+        problem = f"cannot import {module_name}: {type(error).__name__}: {error}"
+        raise BadOption(option, spec, problem) from None
+    value = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise BadOption(option, spec, f"{module_name} has no attribute {attr!r}")
+        value = getattr(value, part)
+    return value

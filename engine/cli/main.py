@@ -1,7 +1,10 @@
 """The `stagetrail` command line.
 
-Each command imports what it needs when it runs, so that starting the program
-stays cheap; the work lives in the private ``engine._cli_*`` modules.
+This module declares every command and its options; the work of each command
+lives in the module named after it (``engine.cli.runs``, ``show``, ``state``,
+``replay``, ``diff``, ``fork``, ``verify``, ``export_import``, ``diagram``,
+``projections``, ``demo``). Each command imports its module only when it runs,
+so starting the program stays cheap.
 """
 
 from __future__ import annotations
@@ -202,7 +205,7 @@ def diff(
 def fork(run: str, at: int, store: str | None, as_json: bool) -> None:
     """Start a new run from a copy of RUN's first N events."""
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.state import fork_run
+    from engine.cli.fork import fork_run
 
     with open_engine(store) as engine:
         fork_run(engine, resolve_run(engine, run), at, as_json=as_json)
@@ -218,7 +221,7 @@ def verify(run: str, store: str | None, as_json: bool) -> None:
     The run is folded through the table stored in it and every persistent projection.
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.state import verify_run
+    from engine.cli.verify import verify_run
 
     with open_engine(store) as engine:
         ok = verify_run(engine, resolve_run(engine, run), as_json=as_json)
@@ -236,7 +239,7 @@ def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
     One event per line, each run's events in order; --all writes every run, oldest first.
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.transfer import export_runs
+    from engine.cli.export_import import export_runs
 
     if not runs and not everything:
         raise click.UsageError("name the runs to export, or give --all")
@@ -256,7 +259,7 @@ def import_(file: str, store: str | None, as_json: bool) -> None:
     each run is written in one transaction; runs already there, identical, are skipped.
     """
     from engine.cli.common import open_engine
-    from engine.cli.transfer import import_runs
+    from engine.cli.export_import import import_runs
 
     with open_engine(store, create=True) as engine:
         import_runs(engine, file, as_json=as_json)
@@ -271,7 +274,7 @@ def diagram(target: str, kind: str, store: str | None) -> None:
 
     A run's own recorded table, its state highlighted, or a Pipeline named module:attr.
     """
-    from engine.cli.admin import draw
+    from engine.cli.diagram import draw
 
     draw(target, kind, store)
 
@@ -286,8 +289,8 @@ def projections() -> None:
 @json_option
 def projections_list(store: str | None, as_json: bool) -> None:
     """The projections known by name: the built-ins and those this store keeps."""
-    from engine.cli.admin import list_projections
     from engine.cli.common import open_engine
+    from engine.cli.projections import list_projections
 
     with open_engine(store) as engine:
         list_projections(engine, as_json=as_json)
@@ -298,8 +301,8 @@ def projections_list(store: str | None, as_json: bool) -> None:
 @json_option
 def projections_status(store: str | None, as_json: bool) -> None:
     """Position, head, lag and last error of each persistent projection."""
-    from engine.cli.admin import projection_status
     from engine.cli.common import open_engine
+    from engine.cli.projections import projection_status
 
     with open_engine(store) as engine:
         projection_status(engine, as_json=as_json)
@@ -311,8 +314,8 @@ def projections_status(store: str | None, as_json: bool) -> None:
 @json_option
 def projections_rebuild(name: str, store: str | None, as_json: bool) -> None:
     """Fold projection NAME (a built-in name or ``module:attr``) again from the first event."""
-    from engine.cli.admin import rebuild_projection
     from engine.cli.common import open_engine
+    from engine.cli.projections import rebuild_projection
 
     with open_engine(store) as engine:
         rebuild_projection(engine, name, as_json=as_json)

@@ -261,7 +261,7 @@ class TestInterruptedImport:
         only_last = tmp_path / "last.jsonl"
         only_last.write_text("\n".join(kept) + "\n")
         ok("import", str(only_last), "--store", fresh)
-        monkeypatch.setattr("engine.cli.transfer._already_there", lambda engine, chunk: False)
+        monkeypatch.setattr("engine.cli.export_import._already_there", lambda engine, chunk: False)
         error = fails("import", str(path), "--store", fresh)
         runs_in_file = len({json.loads(line)["run_id"] for line in lines})
         assert f"import stopped after {runs_in_file - 1} new run(s)" in error

@@ -19,7 +19,7 @@ class TestPMap:
         for task_id, status in changes:
             statuses = statuses.set(task_id, status)
             expected[task_id] = status
-        assert statuses == expected
+        assert dict(statuses) == expected
         assert len(statuses) == len(expected)
         assert sorted(statuses) == sorted(expected)
         assert all(statuses.get(key) == value for key, value in expected.items())

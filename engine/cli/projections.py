@@ -1,45 +1,14 @@
-"""`stagetrail diagram` and `stagetrail projections list|status|rebuild`."""
+"""`stagetrail projections list|status|rebuild`, and finding a projection by name."""
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
-from engine.cli.common import BadOption, Output, ProgressBar, open_engine, print_json, resolve_run
-from engine.cli.state import find_projection, import_object
-from engine.errors import StoreError
-from engine.pipeline import Pipeline
-from events import RunStarted
-from projections import BUILT_INS, Projection, RunIndex
+from engine.cli.common import BadOption, Output, ProgressBar, import_object, print_json
+from projections import BUILT_INS, Projection, UnknownProjection, as_projection
 
 if TYPE_CHECKING:
-    from uuid import UUID
-
     from engine.engine import Engine
-
-
-def draw(target: str, kind: str, store: str | None) -> None:
-    """Print the Mermaid or DOT source of a pipeline (``module:attr``) or of a run's table."""
-    if ":" in target:
-        pipeline = import_object("PIPELINE_OR_RUN", target)
-        if not isinstance(pipeline, Pipeline):
-            raise BadOption("PIPELINE_OR_RUN", target, "is not a Pipeline")
-        current = None
-    else:
-        with open_engine(store) as engine:
-            pipeline, current = _recorded(engine, resolve_run(engine, target))
-    source = pipeline.to_mermaid(current) if kind == "mermaid" else pipeline.to_dot(current)
-    sys.stdout.write(source.rstrip("\n") + "\n")
-
-
-def _recorded(engine: Engine, run_id: UUID) -> tuple[Pipeline, str | None]:
-    """The table stored in the run's `RunStarted`, and the run's current state."""
-    first = engine.store.read(run_id, lte=1)
-    if not first or not isinstance(first[0], RunStarted):
-        raise StoreError(engine.url, f"run {run_id} does not begin with RunStarted")
-    pipeline = Pipeline.from_dict(first[0].table)
-    summary = engine.project(run_id, RunIndex)
-    return pipeline, None if summary is None else summary.state
 
 
 def _known(engine: Engine) -> dict[str, Projection[Any]]:
@@ -135,3 +104,28 @@ def rebuild_projection(engine: Engine, name: str, *, as_json: bool) -> None:
         print_json({"name": projection.name, "events": folded, "position": head})
         return
     Output().line(f"rebuilt {projection.name}: {folded} events folded, position {head}")
+
+
+def find_projection(engine: Engine, name: str) -> Projection[Any]:
+    """A projection by its `name` (built-in or registered in the store), or ``module:attr``.
+
+    Raises:
+        UnknownProjection: no projection of that name.
+        BadOption: ``module:attr`` does not name a projection.
+    """
+    if ":" in name:
+        found = import_object("--projection", name)
+        if not (isinstance(found, Projection) or _is_projection_class(found)):
+            raise BadOption("--projection", name, "is not a Projection (class or instance)")
+        return as_projection(found)
+    for cls in BUILT_INS:
+        if cls.name == name:
+            return cls()
+    if name in engine.projections.names:
+        return engine.projections.projection(name)
+    known = sorted({cls.name for cls in BUILT_INS} | set(engine.projections.names))
+    raise UnknownProjection(name, known)
+
+
+def _is_projection_class(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, Projection)

@@ -1,0 +1,41 @@
+"""`stagetrail diagram`: a pipeline's table as Mermaid or DOT, from code or from a run."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from engine.cli.common import BadOption, import_object, open_engine, resolve_run
+from engine.errors import StoreError
+from engine.pipeline import Pipeline
+from events import RunStarted
+from projections import RunIndex
+
+if TYPE_CHECKING:
+    from uuid import UUID
+
+    from engine.engine import Engine
+
+
+def draw(target: str, kind: str, store: str | None) -> None:
+    """Print the Mermaid or DOT source of a pipeline (``module:attr``) or of a run's table."""
+    if ":" in target:
+        pipeline = import_object("PIPELINE_OR_RUN", target)
+        if not isinstance(pipeline, Pipeline):
+            raise BadOption("PIPELINE_OR_RUN", target, "is not a Pipeline")
+        current = None
+    else:
+        with open_engine(store) as engine:
+            pipeline, current = _recorded(engine, resolve_run(engine, target))
+    source = pipeline.to_mermaid(current) if kind == "mermaid" else pipeline.to_dot(current)
+    sys.stdout.write(source.rstrip("\n") + "\n")
+
+
+def _recorded(engine: Engine, run_id: UUID) -> tuple[Pipeline, str | None]:
+    """The table stored in the run's `RunStarted`, and the run's current state."""
+    first = engine.store.read(run_id, lte=1)
+    if not first or not isinstance(first[0], RunStarted):
+        raise StoreError(engine.url, f"run {run_id} does not begin with RunStarted")
+    pipeline = Pipeline.from_dict(first[0].table)
+    summary = engine.project(run_id, RunIndex)
+    return pipeline, None if summary is None else summary.state
