@@ -5,8 +5,8 @@ No I/O and no imports from `engine` or `projections` live here.
 
 from __future__ import annotations
 
-from events._fields import utc_now
-from events._json import JSON, strict_json
+from events._strict_json import JSON, strict_json
+from events._validation import utc_now
 from events.base import EVENT_TYPES, Event
 from events.codec import decode, encode
 from events.errors import EventFormatError, InvalidEvent, InvalidPayload, StagetrailError

@@ -9,7 +9,7 @@ from uuid import UUID
 
 import attrs
 
-from events import _fields
+from events import _validation as fields
 
 EVENT_TYPES: dict[str, type[Event]] = {}
 """Every event class by its topic, the name it is stored under."""
@@ -26,9 +26,9 @@ class Event:
     rewrite a stored state dict of version N in place to version N+1.
     """
 
-    run_id: UUID = _fields.run_id()
-    version: int = _fields.count(minimum=1)
-    timestamp: datetime = _fields.timestamp()
+    run_id: UUID = fields.run_id()
+    version: int = fields.count(minimum=1)
+    timestamp: datetime = fields.timestamp()
 
     class_version: ClassVar[int] = 1
     topic: ClassVar[str] = ""

@@ -8,8 +8,8 @@ from uuid import UUID
 
 import attrs
 
-from events import _fields
-from events._json import JSON
+from events import _validation as fields
+from events._strict_json import JSON
 from events.base import Event
 from events.errors import InvalidEvent, InvalidPayload
 
@@ -59,12 +59,12 @@ def _decode_run_id(value: str | None) -> UUID | None:
 class RunStarted(Event):
     """A run of a pipeline began; it carries the whole table so it can be replayed."""
 
-    pipeline: str = _fields.name()
-    table: JSON = _fields.json_value()
-    params: JSON = _fields.json_value(default={})
-    labels: dict[str, str] = _fields.checked(_labels, factory=dict)
-    parent_run_id: UUID | None = _fields.optional_run_id()
-    forked_from: tuple[UUID, int] | None = _fields.checked(_fork_point, default=None)
+    pipeline: str = fields.name()
+    table: JSON = fields.json_value()
+    params: JSON = fields.json_value(default={})
+    labels: dict[str, str] = fields.checked(_labels, factory=dict)
+    parent_run_id: UUID | None = fields.optional_run_id()
+    forked_from: tuple[UUID, int] | None = fields.checked(_fork_point, default=None)
 
     class_version: ClassVar[int] = 2
     encoders: ClassVar = {"parent_run_id": _encode_run_id, "forked_from": _encode_fork}
@@ -81,29 +81,29 @@ class RunStarted(Event):
 class RunFinished(Event):
     """The run ended; nothing may follow this event."""
 
-    status: str = _fields.one_of(RUN_STATUSES)
-    reason: JSON = _fields.json_value(default="")
+    status: str = fields.one_of(RUN_STATUSES)
+    reason: JSON = fields.json_value(default="")
 
 
 @attrs.frozen(slots=False, kw_only=True)
 class StateRolledBack(Event):
     """The newest `steps` outcomes on the state stack were undone."""
 
-    steps: int = _fields.count(minimum=1)
-    reason: str = _fields.text(default="")
+    steps: int = fields.count(minimum=1)
+    reason: str = fields.text(default="")
 
 
 @attrs.frozen(slots=False, kw_only=True)
 class NoteAdded(Event):
     """A free note: a strategy tried, a pattern learned, anything worth keeping."""
 
-    key: str = _fields.name()
-    value: JSON = _fields.json_value()
+    key: str = fields.name()
+    value: JSON = fields.json_value()
 
 
 @attrs.frozen(slots=False, kw_only=True)
 class BudgetSpent(Event):
     """Some budget (money, tokens, minutes) was spent."""
 
-    amount: float = _fields.seconds()
-    unit: str = _fields.name()
+    amount: float = fields.seconds()
+    unit: str = fields.name()

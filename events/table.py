@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from events._json import JSON
+from events._strict_json import JSON
 from events.errors import PipelineError
 
 ANY = "*"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from events import _fields
-from events._json import JSON
+from events import _validation as fields
+from events._strict_json import JSON
 from events.base import Event
 
 
@@ -13,30 +13,30 @@ from events.base import Event
 class TaskAdded(Event):
     """A task was added, optionally under a parent task."""
 
-    task_id: str = _fields.name()
-    parent_id: str | None = _fields.optional_name()
-    title: str = _fields.text(default="")
+    task_id: str = fields.name()
+    parent_id: str | None = fields.optional_name()
+    title: str = fields.text(default="")
 
 
 @attrs.frozen(slots=False, kw_only=True)
 class TaskStarted(Event):
     """Work on a task began."""
 
-    task_id: str = _fields.name()
+    task_id: str = fields.name()
 
 
 @attrs.frozen(slots=False, kw_only=True)
 class TaskCompleted(Event):
     """A task was done, with a result."""
 
-    task_id: str = _fields.name()
-    result: JSON = _fields.json_value()
+    task_id: str = fields.name()
+    result: JSON = fields.json_value()
 
 
 @attrs.frozen(slots=False, kw_only=True)
 class TaskFailed(Event):
     """A task failed; it may be started again."""
 
-    task_id: str = _fields.name()
-    error: str = _fields.text(default="")
-    error_type: str = _fields.name(default="Error")
+    task_id: str = fields.name()
+    error: str = fields.text(default="")
+    error_type: str = fields.name(default="Error")

@@ -1,4 +1,4 @@
-"""attrs field makers that check and normalise event payload values.
+"""Event validation: attrs field makers that check and normalise payload values.
 
 Each converter takes the value and the attrs field, so its error names the
 field. Converters run on every append: each starts with a one-check fast path.
@@ -14,7 +14,7 @@ from uuid import UUID
 
 import attrs
 
-from events._json import JSON, finite_number, strict_json
+from events._strict_json import JSON, finite_number, strict_json
 from events.errors import InvalidEvent, InvalidPayload
 
 Converter = Callable[[Any, "attrs.Attribute[Any]"], Any]
