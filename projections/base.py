@@ -7,7 +7,9 @@ so the same code serves on-demand folds, time travel and persistent use.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import inspect
 import re
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -257,9 +259,6 @@ def _code_text(function: Any) -> str:
     from the code object: bytecode, names and constants without the docstring — the
     only record of the logic left, so such a class changes fingerprint with Python.
     """
-    import ast
-    import inspect
-
     code = function.__code__
     try:
         source = inspect.getsource(function)  # of the function it wraps, if any
@@ -283,8 +282,6 @@ def _code_text(function: Any) -> str:
 
 def _strip_docstrings(tree: Any) -> None:
     """Remove the docstring of each class and function in `tree`."""
-    import ast
-
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -303,8 +300,6 @@ def _tree_text(node: object) -> str:
     since 3.12: here fields that are None or empty are left out on every version, as
     are positions, string prefixes (`kind`) and type comments.
     """
-    import ast
-
     if isinstance(node, ast.JoinedStr):  # f-string parts joined: 3.12 adds empty ones
         parts: list[str] = []
         text = ""
@@ -333,8 +328,6 @@ def _tree_text(node: object) -> str:
 
 def _code_data(code: CodeType) -> str:
     """Bytecode, names and constants of `code` and the code nested in it, docstrings left out."""
-    import inspect
-
     constants = code.co_consts
     has_docstring = getattr(inspect, "CO_HAS_DOCSTRING", None)  # Python 3.14
     if has_docstring is not None:
