@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -91,9 +91,15 @@ class Run:
         return self._state.open_attempt
 
     @property
-    def tasks(self) -> dict[str, str]:
-        """Each task's status: pending, active, completed or failed."""
-        return dict(self._state.tasks)
+    def tasks(self) -> Mapping[str, str]:
+        """Each task's status (pending, active, completed or failed), by task id.
+
+        The run's own immutable map, not a copy: reading it costs O(1) at any number
+        of tasks, and it cannot be changed (a later event gives the run a new map; one
+        read earlier stays as it was). It is a `Mapping`, not a dict: to compare it
+        with a dict, write ``dict(run.tasks) == {...}``.
+        """
+        return self._state.tasks
 
     @property
     def in_batch(self) -> bool:

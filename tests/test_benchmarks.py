@@ -74,3 +74,14 @@ class TestBenchmarks:
         assert all(row["by_hand"] > 0 and row["supervised"] > 0 for row in rows)
         assert isinstance(rows[0]["met"], bool)
         assert rows[2]["met"] is None
+
+    def test_tasks_benchmark_reports_every_size(self) -> None:
+        """benchmarks.tasks --quick prints µs per task per store and size, and a ratio."""
+        done = quick_run("tasks")
+        rows = json.loads(done.stdout)["results"]
+        sizes = [(row["store"], row["tasks"]) for row in rows[:-1]]
+        assert sizes == [("memory", 100), ("memory", 1_000), ("sqlite", 100), ("sqlite", 1_000)]
+        assert all(row["us_per_task"] > 0 for row in rows[:-1])
+        assert rows[-1]["case"].startswith("flatness")
+        assert rows[-1]["ratio"] > 0
+        assert rows[-1]["met"] is None  # the target is judged on the full sizes only

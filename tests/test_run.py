@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 import pytest
@@ -209,7 +209,7 @@ class TestTasks:
         run.task_failed("task-7", ValueError("bad input"))
         run.task_started("task-7")
         run.task_completed("task-7", result={"lines": 10})
-        assert run.tasks == {"feature-3": "pending", "task-7": "completed"}
+        assert dict(run.tasks) == {"feature-3": "pending", "task-7": "completed"}
         assert engine.load(run.id).tasks == run.tasks
 
     @pytest.mark.parametrize(
@@ -241,6 +241,21 @@ class TestTasks:
         assert len(engine.events(run.id)) == version
 
 
+class TestTaskMap:
+    def test_tasks_is_the_runs_immutable_map_not_a_copy(self, engine: Engine) -> None:
+        """`run.tasks` returns the run's own immutable map (no copy per read), kept current."""
+        run = engine.start_run(REVIEW)
+        run.add_task("t-1")
+        before = run.tasks
+        assert isinstance(before, Mapping)
+        assert not isinstance(before, dict)
+        assert not hasattr(before, "__setitem__")
+        assert run.tasks is before is run.machine.tasks
+        run.add_task("t-2")
+        assert dict(run.tasks) == {"t-1": "pending", "t-2": "pending"}
+        assert dict(before) == {"t-1": "pending"}  # an earlier read is a snapshot
+
+
 class TestFinish:
     def test_nothing_follows_run_finished(self, engine: Engine) -> None:
         """After finish, every recording method raises RunAlreadyFinished."""
@@ -258,7 +273,7 @@ class TestFinish:
         assert engine.load(run.id).status == "succeeded"
 
     def test_unknown_status_is_refused(self, engine: Engine) -> None:
-        """finish() only takes the statuses of the design."""
+        """finish() only takes the documented run statuses."""
         run = engine.start_run(REVIEW)
         with pytest.raises(ValueError, match="'status'"):
             run.finish("done")

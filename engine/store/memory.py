@@ -6,8 +6,9 @@ import copy
 import threading
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import StoredEvent, Tracking
 from eventsourcing.popo import POPOApplicationRecorder, POPOTrackingRecorder
 
 from engine.store import meta
@@ -123,6 +124,37 @@ class MemoryViews(POPOTrackingRecorder):
         return False
 
 
+class MemoryRecorder(POPOApplicationRecorder):
+    """eventsourcing's in-memory recorder, reading a run's newest events without a scan.
+
+    The POPO recorder walks every version of a run to select the ones after `gt`,
+    so re-reading a run's few new events (as the supervisor does after a stage
+    function records its own) cost O(run length). A run's versions are 1..n with
+    no gap (the engine's fold refuses any other), so they are looked up directly.
+    """
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """The run's stored events with `gt < version <= lte`, at most `limit`."""
+        with self._database_lock:
+            index = self._stored_events_index[str(originator_id)]
+            last = next(reversed(index), 0) if index else 0
+            if desc or last != len(index):  # not 1..n: eventsourcing's general scan
+                return super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+            start = max(gt or 0, 0) + 1
+            stop = last if lte is None else min(lte, last)
+            if limit is not None:
+                stop = min(stop, start + limit - 1)
+            return [self._stored_events[index[v]] for v in range(start, stop + 1)]
+
+
 def open_memory(settings: meta.AtRest) -> Backend:
     """A new, empty in-memory store (nothing outlives the engine)."""
-    return Backend(POPOApplicationRecorder(), settings.mapper(), lambda: None, MemoryViews())
+    return Backend(MemoryRecorder(), settings.mapper(), lambda: None, MemoryViews())

@@ -44,7 +44,7 @@ class TestResume:
         engine.resume(run.id)
         assert kinds(engine, run)[before:] == ["StageFailed", "TaskFailed"]
         assert of_type(engine, run, "TaskFailed")[0].error_type == "Interrupted"  # type: ignore[attr-defined]
-        assert engine.load(run.id).tasks == {"t-1": "failed"}
+        assert dict(engine.load(run.id).tasks) == {"t-1": "failed"}
 
     def test_nothing_to_do_records_nothing(self, engine: Engine) -> None:
         """A run between attempts, or finished, is loaded unchanged."""

@@ -16,7 +16,7 @@ class TestTask:
         sup = engine.supervisor()
         assert sup.task(run, "t-1", lambda n: {"built": n}, 3) == {"built": 3}
         assert kinds(engine, run)[1:] == ["TaskAdded", "TaskStarted", "TaskCompleted"]
-        assert run.tasks == {"t-1": "completed"}
+        assert dict(run.tasks) == {"t-1": "completed"}
 
     def test_a_completed_task_is_skipped_with_its_recorded_result(self, store_url: str) -> None:
         """A task completed earlier is not run again, even by a new engine; its result returns."""
