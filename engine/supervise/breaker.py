@@ -1,4 +1,4 @@
-"""Circuit breakers: their settings, and their state derived from events.
+"""Circuit breaker state, derived from events (the settings are `CircuitBreaker`, in policies).
 
 A breaker's state is never held in memory alone: `CircuitStates` folds stage
 outcomes and the `CircuitOpened` / `CircuitHalfOpened` / `CircuitClosed`
