@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -59,6 +59,7 @@ class Run:
         self.pipeline = pipeline
         self._state = state
         self._pending: list[StoredEvent] | None = None
+        self._clock: Callable[[], datetime] = utc_now
 
     @property
     def id(self) -> UUID:
@@ -312,8 +313,21 @@ class Run:
             kind(run_id=head.run_id, version=head.version + 1, timestamp=self._now(), **payload)
         )
 
+    @contextmanager
+    def stamped_by(self, clock: Callable[[], datetime]) -> Iterator[Run]:
+        """Stamp the events recorded inside the block with `clock` (a supervisor's clock).
+
+        The run's time stays monotonic: a clock behind the newest event stamps that
+        event's time. The previous clock is back when the block ends.
+        """
+        previous, self._clock = self._clock, clock
+        try:
+            yield self
+        finally:
+            self._clock = previous
+
     def _now(self) -> datetime:
-        now = utc_now()
+        now = self._clock()
         last = self._state.last_timestamp
         return now if now >= last else last  # keep a run's time monotonic
 
@@ -338,7 +352,7 @@ class Run:
         if given is not None:
             return given
         opened = self._state.opened_at
-        return 0.0 if opened is None else max(0.0, (utc_now() - opened).total_seconds())
+        return 0.0 if opened is None else max(0.0, (self._clock() - opened).total_seconds())
 
     def __repr__(self) -> str:
         status = self._state.status or "running"

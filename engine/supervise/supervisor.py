@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from engine.errors import AttemptTimeout, InvalidArgument, RunStopped, StageGaveUp, StageNotDriven
@@ -38,7 +39,8 @@ class Supervisor:
         breaker: a `CircuitBreaker` per stage (default: none).
         progress: a `ProgressPolicy` evaluated before each attempt (default: none).
         sleep: waits between attempts (default `time.sleep`; `asyncio.sleep` when async).
-        clock: seconds since the epoch, for durations, timeouts and the breaker's reset.
+        clock: seconds since the epoch; it stamps every event the supervisor records and
+            measures durations, timeouts and the breaker's reset (one clock for all).
         rng: the random source of the jitter.
     """
 
@@ -81,15 +83,17 @@ class Supervisor:
             CircuitOpen: the stage's breaker is open (or tripped now).
             RunStopped: the progress policy finished the run as stuck or partial.
         """
-        attempted = self._drive_sync(self.decisions.stage(run, stage), fn, args, kwargs)
-        return self._result(run, stage, attempted)
+        with run.stamped_by(self._now):
+            attempted = self._drive_sync(self.decisions.stage(run, stage), fn, args, kwargs)
+            return self._result(run, stage, attempted)
 
     async def execute_async(
         self, run: Run, stage: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         """`execute` for an async stage function (a timeout cancels the attempt)."""
-        attempted = await self._drive_async(self.decisions.stage(run, stage), fn, args, kwargs)
-        return self._result(run, stage, attempted)
+        with run.stamped_by(self._now):
+            attempted = await self._drive_async(self.decisions.stage(run, stage), fn, args, kwargs)
+            return self._result(run, stage, attempted)
 
     def task(
         self, run: Run, task_id: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -102,13 +106,15 @@ class Supervisor:
         Raises:
             StageGaveUp: the policy stopped retrying the task.
         """
-        return self._drive_sync(self.decisions.task(run, task_id), fn, args, kwargs)
+        with run.stamped_by(self._now):
+            return self._drive_sync(self.decisions.task(run, task_id), fn, args, kwargs)
 
     async def task_async(
         self, run: Run, task_id: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         """`task` for an async task function."""
-        return await self._drive_async(self.decisions.task(run, task_id), fn, args, kwargs)
+        with run.stamped_by(self._now):
+            return await self._drive_async(self.decisions.task(run, task_id), fn, args, kwargs)
 
     def drive(
         self,
@@ -132,10 +138,11 @@ class Supervisor:
             CircuitOpen: a stage's breaker is open; the run stays where it is.
         """
         _check_stages(run, stages)
-        while (fn := self._next(run, stages, statuses)) is not None:
-            loop = self.decisions.stage(run, run.state)
-            with self._ending(run):
-                self._drive_sync(loop, self._with_context(run, fn), (), {})
+        with run.stamped_by(self._now):
+            while (fn := self._next(run, stages, statuses)) is not None:
+                loop = self.decisions.stage(run, run.state)
+                with self._ending(run):
+                    self._drive_sync(loop, self._with_context(run, fn), (), {})
         return run
 
     async def drive_async(
@@ -147,11 +154,16 @@ class Supervisor:
     ) -> Run:
         """`drive` with async stage functions."""
         _check_stages(run, stages)
-        while (fn := self._next(run, stages, statuses)) is not None:
-            loop = self.decisions.stage(run, run.state)
-            with self._ending(run):
-                await self._drive_async(loop, self._with_context(run, fn), (), {})
+        with run.stamped_by(self._now):
+            while (fn := self._next(run, stages, statuses)) is not None:
+                loop = self.decisions.stage(run, run.state)
+                with self._ending(run):
+                    await self._drive_async(loop, self._with_context(run, fn), (), {})
         return run
+
+    def _now(self) -> datetime:
+        """The supervisor's clock as an event timestamp: one clock for all it writes and reads."""
+        return datetime.fromtimestamp(self.clock(), UTC)
 
     def _with_context(self, run: Run, fn: Callable[[StageContext], Any]) -> Callable[[], Any]:
         """`fn` called with a new `StageContext` per attempt, so each sees the ones before."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ from engine import (
     StageGaveUp,
 )
 from events import CircuitClosed, CircuitHalfOpened, CircuitOpened, StageCompleted, StageFailed
-from tests.supervise._helpers import POLL, failing, kinds, of_type
+from tests.supervise._helpers import POLL, FakeTime, failing, kinds, of_type
 
 RUN = "00000000-0000-4000-8000-000000000001"
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -297,3 +298,34 @@ class TestBreakerInSupervisor:
         assert (circuit.status, circuit.reason) == ("open", "the trial attempt failed")
         with pytest.raises(CircuitOpen, match="the trial attempt failed"):
             supervise(engine, frozen).execute(resumed, "step", lambda: None)
+
+
+class TestOneClock:
+    def test_an_injected_clock_times_the_reset_window(self, engine: Engine) -> None:
+        """On an injected clock, a breaker opened after 400 s of back-off still waits its 300 s."""
+        fake = FakeTime(time.time())
+        sup = engine.supervisor(
+            retry=RetryPolicy(max_retries=5, delay=400, max_delay=400),
+            breaker=CircuitBreaker(fail_max=2, reset_timeout=300),
+            sleep=fake.sleep,
+            clock=fake.clock,
+        )
+        run = engine.start_run(POLL)
+        with pytest.raises(CircuitOpen) as first:
+            sup.execute(run, "step", failing(99, ConnectionError("refused")))
+        assert first.value.retry_after == 300
+        with pytest.raises(CircuitOpen) as second:
+            sup.execute(run, "step", lambda: "ok")
+        assert second.value.retry_after == 300
+        assert "CircuitHalfOpened" not in kinds(engine, run)
+
+    def test_the_supervisors_events_carry_its_clock(self, engine: Engine) -> None:
+        """Every event the supervisor records is stamped by its clock, sleeps included."""
+        fake = FakeTime(float(int(time.time()) + 3600))
+        policy = RetryPolicy(max_retries=2, delay=400, max_delay=400)
+        sup = engine.supervisor(retry=policy, sleep=fake.sleep, clock=fake.clock)
+        run = engine.start_run(POLL)
+        start = fake.now
+        sup.execute(run, "step", failing(1, ConnectionError("refused"), result="ok"))
+        stamps = [e.timestamp.timestamp() for e in engine.events(run.id)[1:]]
+        assert stamps == [start, start, start, start + 400, start + 400]
