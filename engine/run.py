@@ -248,13 +248,18 @@ class Run:
 
     def observe_progress(
         self,
-        changed_files: int | list[str] = 0,
+        changed_files: int | list[str] | None = None,
         *,
         diagnostics_signature: str | None = None,
         test_signature: str | None = None,
         functional_ok: bool | None = None,
     ) -> ProgressObserved:
-        """Record what changed in a step, so loops without progress can be caught."""
+        """Record what one observer saw in a step, so loops without progress can be caught.
+
+        Pass only the signals this observer knows (a coder its changed files, a
+        verifier its failing test's signature, ``""`` when nothing fails); a signal
+        left out keeps the value an earlier observation gave it.
+        """
         return self._record(
             ProgressObserved,
             changed_files=changed_files,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -79,7 +79,9 @@ class CircuitClosed(Event):
     reason: str = fields.text(default="")
 
 
-def _changed_files(value: object, field: attrs.Attribute[Any]) -> int | list[str]:
+def _changed_files(value: object, field: attrs.Attribute[Any]) -> int | list[str] | None:
+    if value is None:
+        return None
     if type(value) is int:
         if value < 0:
             raise InvalidEvent(field.name, f"must not be negative, got {value}")
@@ -91,9 +93,24 @@ def _changed_files(value: object, field: attrs.Attribute[Any]) -> int | list[str
 
 @attrs.frozen(slots=False, kw_only=True)
 class ProgressObserved(Event):
-    """What changed during a step, so loops without progress can be detected."""
+    """What one observer saw during a step, so loops without progress can be detected.
 
-    changed_files: int | list[str] = fields.checked(_changed_files, default=0)
+    Each signal is optional: None means "not observed here", and the progress fold
+    keeps the signal's previous value, so a coder reporting its changed files and a
+    verifier reporting its failing test may record separate observations. A test or
+    diagnostics signature of ``""`` reports that nothing fails.
+    """
+
+    class_version: ClassVar[int] = 2
+
+    changed_files: int | list[str] | None = fields.checked(_changed_files, default=None)
     diagnostics_signature: str | None = fields.optional_text()
     test_signature: str | None = fields.optional_text()
     functional_ok: bool | None = fields.optional_flag()
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 observed every signal in each event; None then meant "no signature"."""
+        for name in ("diagnostics_signature", "test_signature"):
+            if state.get(name) is None:
+                state[name] = ""

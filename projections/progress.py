@@ -98,24 +98,38 @@ class Progress:
         }
 
     def observed(self, event: ProgressObserved) -> Progress:
-        """The counters after an observation."""
-        changed = (
-            bool(event.changed_files)
-            or event.diagnostics_signature != self.last_diagnostics_signature
-            or event.test_signature != self.last_test_signature
+        """The counters after an observation; a signal it does not carry keeps its value.
+
+        Progress is a changed file, or a diagnostics or test signature that differs
+        from the last one seen. An observation of changed files that shows none counts
+        one more no-op; a test signature equal to the last counts one more same error.
+        """
+        files, diagnostics, test, ok = (
+            event.changed_files,
+            event.diagnostics_signature,
+            event.test_signature,
+            event.functional_ok,
         )
+        changed = (
+            bool(files)
+            or (diagnostics is not None and diagnostics != self.last_diagnostics_signature)
+            or (test is not None and test != self.last_test_signature)
+        )
+        no_ops = 0 if changed else self.consecutive_no_ops + (files is not None)
         return attrs.evolve(
             self,
             last_progress_step=self.total_steps if changed else self.last_progress_step,
-            consecutive_no_ops=0 if changed else self.consecutive_no_ops + 1,
-            same_error_count=self._same_error(event.test_signature),
-            last_test_signature=event.test_signature,
-            last_diagnostics_signature=event.diagnostics_signature,
-            functional_ok=event.functional_ok,
+            consecutive_no_ops=no_ops,
+            same_error_count=self.same_error_count if test is None else self._same_error(test),
+            last_test_signature=self.last_test_signature if test is None else test,
+            last_diagnostics_signature=(
+                self.last_diagnostics_signature if diagnostics is None else diagnostics
+            ),
+            functional_ok=self.functional_ok if ok is None else ok,
         )
 
-    def _same_error(self, signature: str | None) -> int:
-        if signature is None:
+    def _same_error(self, signature: str) -> int:
+        if not signature:  # "": nothing fails
             return 0
         return self.same_error_count + 1 if signature == self.last_test_signature else 1
 

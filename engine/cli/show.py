@@ -136,14 +136,19 @@ def _started(event: RunStarted) -> str:
 
 
 def _progress(event: ProgressObserved) -> str:
+    """The signals an observation carries; the ones it does not observe are left out."""
     changed = event.changed_files
-    count = len(changed) if isinstance(changed, list) else changed
-    parts = [f"{count} files changed"]
-    if event.test_signature:
-        parts.append(f"tests {event.test_signature}")
+    parts = []
+    if changed is not None:
+        parts.append(f"{len(changed) if isinstance(changed, list) else changed} files changed")
+    if event.test_signature is not None:
+        parts.append(f"tests {event.test_signature}" if event.test_signature else "tests pass")
+    if event.diagnostics_signature is not None:
+        diagnostics = event.diagnostics_signature
+        parts.append(f"diagnostics {diagnostics}" if diagnostics else "no diagnostics")
     if event.functional_ok is not None:
         parts.append("functional" if event.functional_ok else "not functional")
-    return ", ".join(parts)
+    return ", ".join(parts) or "nothing observed"
 
 
 _DESCRIBE: dict[type[Any], Callable[[Any], str]] = {

@@ -24,8 +24,8 @@ CLOSED = Circuit()
 
 _DETECTED = {
     "max_steps": "{steps} steps taken without finishing (max_steps={limit})",
-    "no_progress": "{consecutive_no_ops} steps in a row changed no file, diagnostic or "
-    "test result (max_consecutive_no_ops={limit})",
+    "no_progress": "{consecutive_no_ops} observations in a row without a changed file, "
+    "diagnostic or test result (max_consecutive_no_ops={limit})",
     "same_error": "the same test failure {last_test_signature!r} {same_error_count} times "
     "in a row (max_same_error={limit})",
 }

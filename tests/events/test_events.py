@@ -245,6 +245,23 @@ class TestUpcasting:
         assert isinstance(event, RunStarted)
         assert (event.labels, event.forked_from) == ({}, None)
 
+    def test_version_1_progress_observed_reported_every_signal(self) -> None:
+        """A version-1 ProgressObserved's missing signatures decode as reported empty ("")."""
+        state: dict[str, Any] = {
+            "timestamp": WHEN.isoformat(),
+            "changed_files": 0,
+            "diagnostics_signature": None,
+            "test_signature": None,
+            "functional_ok": None,
+        }
+        event = decode(ProgressObserved.topic, state, RUN, 4)
+        assert isinstance(event, ProgressObserved)
+        assert (event.changed_files, event.diagnostics_signature, event.test_signature) == (
+            0,
+            "",
+            "",
+        )
+
     def test_current_class_version_is_written(self) -> None:
         """Encoding a versioned class writes its class_version for later upcasting."""
         assert encode(make(RunStarted))[1]["class_version"] == RunStarted.class_version == 2

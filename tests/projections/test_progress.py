@@ -25,7 +25,13 @@ def fail(version: int, stage: str = "d") -> StageFailed:
 
 
 def seen(version: int, **fields: Any) -> ProgressObserved:
-    return ProgressObserved(run_id=RID, version=version, **fields)
+    """An observation of every signal: no changed file unless `fields` say otherwise."""
+    return ProgressObserved(run_id=RID, version=version, **{"changed_files": 0, **fields})
+
+
+def observe(version: int, **signals: Any) -> ProgressObserved:
+    """An observation of only the signals given (one observer's report)."""
+    return ProgressObserved(run_id=RID, version=version, **signals)
 
 
 def fold(*events: Event) -> Progress:
@@ -142,10 +148,35 @@ class TestProgressState:
         assert state.last_progress_step == 0
 
     def test_signature_cleared_is_change(self) -> None:
-        """A signature that disappears (e.g. tests now pass) differs from the previous one."""
-        state = fold(seen(2, test_signature="t"), done(3), seen(4))
+        """A signature reported empty (tests now pass) differs from the previous one."""
+        state = fold(seen(2, test_signature="t"), done(3), seen(4, test_signature=""))
         assert state.last_progress_step == 1
         assert state.consecutive_no_ops == 0
+        assert state.same_error_count == 0
+
+    def test_a_signal_not_observed_keeps_its_value(self) -> None:
+        """An observation without a test signature keeps the last one and its count."""
+        state = fold(observe(2, test_signature="t"), done(3), observe(4, changed_files=0))
+        assert state.last_test_signature == "t"
+        assert state.same_error_count == 1
+        assert state.consecutive_no_ops == 1
+
+    def test_split_observers_grow_both_counters(self) -> None:
+        """A coder's no-change reports and a verifier's same failure each count, interleaved."""
+        events: list[Event] = []
+        for step in range(3):
+            base = 2 + 4 * step
+            events += [observe(base, changed_files=0), done(base + 1)]
+            events += [observe(base + 2, test_signature="t"), done(base + 3)]
+        state = fold(*events)
+        assert state.same_error_count == 3
+        assert state.consecutive_no_ops == 2  # the first failing test was news; then no change
+        assert state.evaluate(ProgressPolicy.strict()).decision == "stuck"
+
+    def test_functional_ok_not_observed_keeps_its_value(self) -> None:
+        """A verifier's functional_ok survives a later coder observation that omits it."""
+        state = fold(observe(2, functional_ok=True), observe(3, changed_files=0))
+        assert state.functional_ok is True
 
     def test_last_progress_step_zero_without_change(self) -> None:
         """last_progress_step stays 0 when no observation showed a change."""
@@ -169,21 +200,23 @@ class TestProgressState:
         assert state.same_error_count == 3
         assert PROJECTION.apply(state, seen(5, test_signature="b")).same_error_count == 1
 
-    def test_same_error_zero_without_signature(self) -> None:
-        """same_error_count is 0 when the latest observation has no test signature."""
-        state = fold(seen(2, test_signature="a"), seen(3, test_signature="a"), seen(4))
+    def test_same_error_zero_when_nothing_fails(self) -> None:
+        """same_error_count is 0 when the latest test report says nothing fails ("")."""
+        state = fold(
+            seen(2, test_signature="a"), seen(3, test_signature="a"), seen(4, test_signature="")
+        )
         assert state.same_error_count == 0
         assert PROJECTION.apply(state, seen(5, test_signature="a")).same_error_count == 1
 
     def test_latest_observation_fields(self) -> None:
-        """Signatures and functional_ok are those of the newest observation."""
+        """Signatures and functional_ok are the newest ones reported, signal by signal."""
         state = fold(
             seen(2, test_signature="t", diagnostics_signature="d", functional_ok=True),
             seen(3, diagnostics_signature="d2"),
         )
-        assert state.last_test_signature is None
+        assert state.last_test_signature == "t"
         assert state.last_diagnostics_signature == "d2"
-        assert state.functional_ok is None
+        assert state.functional_ok is True
 
     def test_roundtrip(self) -> None:
         """Progress counters survive encode, strict JSON and decode."""

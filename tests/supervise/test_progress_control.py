@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from engine import Engine, ProgressPolicy, RetryPolicy, RunStopped, StageContext
+from engine import Engine, Outcome, Pipeline, ProgressPolicy, RetryPolicy, RunStopped, StageContext
 from tests.supervise._helpers import POLL, FakeTime, of_type
 
 
@@ -51,7 +51,7 @@ class TestStuckRules:
         assert reason["consecutive_no_ops"] == 3
         assert reason["limit"] == 3
         assert reason["steps"] == 5  # the 2nd step changed the test signature: progress
-        assert "3 steps in a row changed no file" in reason["detected"]
+        assert "3 observations in a row without a changed file" in reason["detected"]
         assert reason["policy"]["max_consecutive_no_ops"] == 3
         assert step.calls["n"] == 5
 
@@ -134,3 +134,38 @@ class TestProfiles:
         step = agent([NO_CHANGE])
         drive(engine, run, getattr(ProgressPolicy, profile)(max_same_error=None), step)
         assert step.calls["n"] == no_ops + 1  # the first sighting of a signature is progress
+
+
+SPLIT = Pipeline(
+    "split-observers",
+    initial="code",
+    transitions=[
+        ("code", "completed", "verify"),
+        ("verify", "tests_failing", "code"),
+        ("verify", "completed", "done"),
+    ],
+    final=["done"],
+)
+"""A coder and a verifier that each report only what they see, as the progress design has it."""
+
+
+class TestSplitObservations:
+    def test_a_coder_and_a_verifier_reporting_apart_are_caught_stuck(self, engine: Engine) -> None:
+        """Separate no-change and same-failure reports still stop the loop after 3 failures."""
+
+        def code(context: StageContext) -> str:
+            context.run.observe_progress(changed_files=0)
+            return "patched"
+
+        def verify(context: StageContext) -> Outcome:
+            context.run.observe_progress(test_signature="test_parse::empty FAILED")
+            return Outcome("tests_failing")
+
+        run = engine.start_run(SPLIT)
+        sup = engine.supervisor(progress=ProgressPolicy.strict(), sleep=FakeTime().sleep)
+        sup.drive(run, {"code": code, "verify": verify})
+        assert run.status == "aborted_stuck"
+        reason = stopped(engine, run)
+        assert reason["rule"] == "same_error"
+        assert reason["steps"] == 6
+        assert "3 times in a row" in reason["detected"]
