@@ -192,16 +192,27 @@ class RunStopped(StagetrailError, RuntimeError):
     """The progress policy stopped the run (``aborted_stuck`` or ``done_partial``).
 
     Attributes:
-        run_id: the run, now finished.
-        status: the status it finished with.
-        reason: the structured reason recorded in its `RunFinished`.
+        run_id: the run: finished, or moved to the handler stage of `routed_to`.
+        status: the status it finished with (or will, once its handler is done).
+        reason: the structured reason recorded in its `RunFinished` (or its verdict).
+        routed_to: the handler state the table routed the verdict to, or None.
     """
 
-    def __init__(self, run_id: UUID, status: str, reason: dict[str, Any]) -> None:
+    def __init__(
+        self, run_id: UUID, status: str, reason: dict[str, Any], routed_to: str | None = None
+    ) -> None:
         self.run_id = run_id
         self.status = status
         self.reason = reason
-        super().__init__(f"run {run_id} stopped as {status}: {reason.get('detected', reason)}")
+        self.routed_to = routed_to
+        detected = reason.get("detected", reason)
+        if routed_to is None:
+            super().__init__(f"run {run_id} stopped as {status}: {detected}")
+        else:
+            super().__init__(
+                f"run {run_id} is {status.removeprefix('aborted_').removeprefix('done_')}: "
+                f"{detected}; the table routed it to {routed_to!r}"
+            )
 
 
 class StageNotDriven(StagetrailError, LookupError):

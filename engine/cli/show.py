@@ -53,7 +53,7 @@ DECISION_EVENTS = (
 )
 """Events that record a decision: marked with ``*`` and highlighted."""
 
-DECISION_NOTES = frozenset({"gave_up", "circuit_rejected"})
+DECISION_NOTES = frozenset({"gave_up", "circuit_rejected", "progress_verdict"})
 """Keys of the notes in which the supervisor records a decision."""
 
 

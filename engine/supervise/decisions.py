@@ -30,7 +30,7 @@ from engine.supervise.guards import CLOSED, BreakerGuard, progress_stop
 from engine.supervise.outcome import Outcome, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy
 from engine.supervise.reader import RunReader
-from engine.supervise.watch import RunWatch
+from engine.supervise.watch import VERDICT_NOTE, RunWatch
 from events import JSON, CircuitClosed, CircuitOpened, Event, RetryScheduled
 
 PolicyChoice: TypeAlias = "RetryPolicy | Callable[[StageContext], RetryPolicy]"
@@ -68,6 +68,9 @@ class Attempted:
     result: JSON = None
     routed: bool = False
 
+
+VERDICT_OUTCOMES = {"aborted_stuck": "stuck", "done_partial": "partial"}
+"""The outcome a table row names to route a progress verdict to a handler stage."""
 
 Step: TypeAlias = Generator[Call | Pause, Any, Any]
 Chosen: TypeAlias = tuple[RetryPolicy, str]
@@ -346,12 +349,28 @@ class Decisions:
         return note, StageGaveUp(run.id, stage, attempts, reason, error_type, error)
 
     def _check_progress(self, run: Run, watch: RunWatch, stage: str) -> None:
-        if self.progress is None:
-            return
+        """Stop a stuck (or partial) run: route the verdict to its handler stage, or finish it.
+
+        A table with a ``stuck`` (``partial``) row from the current state sends the
+        verdict there, recorded as a decision with the outcome that moves the run; the
+        handler stage then runs, and reaching a final state finishes the run with the
+        verdict's status. Without such a row the run is finished at once.
+        """
+        if self.progress is None or watch.verdict is not None:
+            return  # a routed verdict is being handled: the handler is not stopped again
         stop = progress_stop(self.progress, watch, stage)
         if stop is None:
             return
         status, reason = stop
+        outcome = VERDICT_OUTCOMES[status]
+        if outcome in run.allowed_outcomes():
+            with run.batch():  # the verdict and the outcome that routes it: together
+                events: list[Event] = [
+                    run.note(VERDICT_NOTE, {"status": status, "reason": reason}),
+                    run.stage_completed(stage, reason, outcome=outcome, duration=0.0),
+                ]
+            watch.see_all(events)
+            raise RunStopped(run.id, status, reason, routed_to=run.state)
         run.finish(status, reason)
         self.forget(run)
         raise RunStopped(run.id, status, reason)

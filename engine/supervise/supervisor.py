@@ -22,6 +22,7 @@ from engine.supervise.context import StageContext
 from engine.supervise.decisions import Attempted, Call, Decisions, Ended, PolicyChoice, Step
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy
 from engine.supervise.reader import RunReader
+from events import JSON
 
 FAILED_FINALS = {"failed": "failed", "aborted": "failed", "cancelled": "cancelled"}
 """The status `drive` finishes with in these final states; any other final state succeeds."""
@@ -177,13 +178,26 @@ class Supervisor:
             return None
         state = run.state
         if run.pipeline.is_final(state):
-            status = {**FAILED_FINALS, **(statuses or {})}.get(state, "succeeded")
-            self.decisions.watch(run).see(run.finish(status, f"reached final state {state!r}"))
+            status, reason = self._final_status(run, state, statuses)
+            self.decisions.watch(run).see(run.finish(status, reason))
             self.decisions.forget(run)
             return None
         if state not in stages:
             raise StageNotDriven(run.id, state, stages)
         return stages[state]
+
+    def _final_status(
+        self, run: Run, state: str, statuses: Mapping[str, str] | None
+    ) -> tuple[str, JSON]:
+        """How a driven run that reached `state` finishes: a routed verdict decides first."""
+        if statuses and state in statuses:
+            return statuses[state], f"reached final state {state!r}"
+        verdict = self.decisions.watch(run).verdict
+        if verdict is not None:
+            reason = verdict["reason"]
+            handled = {**reason, "final_state": state} if isinstance(reason, dict) else reason
+            return str(verdict["status"]), handled
+        return FAILED_FINALS.get(state, "succeeded"), f"reached final state {state!r}"
 
     @contextmanager
     def _ending(self, run: Run) -> Iterator[None]:

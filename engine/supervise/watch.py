@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.run import Run
 from engine.supervise.breaker import Circuits, CircuitStates
-from events import Event, StageFailed, TaskCompleted, TaskFailed
+from events import JSON, Event, NoteAdded, StageFailed, TaskCompleted, TaskFailed
 from projections import ProgressState
 from projections.progress import Progress
 
@@ -20,6 +20,9 @@ _PROGRESS = ProgressState()
 _CIRCUITS = CircuitStates()
 RECENT_FAILURES = 5
 """How many of a run's latest failures a stuck verdict quotes."""
+
+VERDICT_NOTE = "progress_verdict"
+"""The note that records a stuck or partial verdict the table routes to a handler stage."""
 
 
 class RunWatch:
@@ -34,6 +37,8 @@ class RunWatch:
         self.task_failures: dict[str, int] = {}
         self.task_errors: dict[str, tuple[str, str]] = {}
         self.task_results: dict[str, Any] = {}
+        self.verdict: dict[str, JSON] | None = None
+        """The progress verdict routed to a handler stage (status, reason), once there is one."""
 
     def catch_up(self, run: Run) -> RunWatch:
         """Fold the events of `run` this watch has not seen yet."""
@@ -72,4 +77,6 @@ class RunWatch:
             self.task_errors[task_id] = (event.error_type, event.error)  # type: ignore[attr-defined]
         elif kind is TaskCompleted:
             self.task_results[event.task_id] = event.result  # type: ignore[attr-defined]
+        elif kind is NoteAdded and event.key == VERDICT_NOTE:  # type: ignore[attr-defined]
+            self.verdict = event.value  # type: ignore[attr-defined]
         return event

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from engine import Engine, Outcome, Pipeline, ProgressPolicy, RetryPolicy, RunStopped, StageContext
-from tests.supervise._helpers import POLL, FakeTime, of_type
+from tests.supervise._helpers import POLL, FakeTime, kinds, of_type
 
 
 def agent(observations: list[dict[str, Any]], error: Exception | None = None) -> Any:
@@ -169,3 +169,95 @@ class TestSplitObservations:
         assert reason["rule"] == "same_error"
         assert reason["steps"] == 6
         assert "3 times in a row" in reason["detected"]
+
+
+HANDLED = Pipeline(
+    "handled",
+    initial="iterate",
+    transitions=[
+        ("iterate", "tests_failing", "iterate"),
+        ("iterate", "completed", "done"),
+        ("*", "stuck", "stuck_handler"),
+        ("*", "partial", "partial_review"),
+        ("stuck_handler", "completed", "aborted"),
+        ("partial_review", "completed", "done"),
+    ],
+    final=["done", "aborted"],
+)
+"""A loop whose stuck and partial verdicts go to handler stages of the table."""
+
+SAME_FAILURE: dict[str, Any] = {"changed_files": 0, "test_signature": "test_parse::empty FAILED"}
+
+
+def looping(context: StageContext) -> Outcome:
+    """An agent step that changes nothing and keeps failing the same test."""
+    context.run.observe_progress(**SAME_FAILURE)
+    return Outcome("tests_failing")
+
+
+class TestStuckHandler:
+    def test_a_stuck_verdict_runs_the_tables_handler_before_finishing(self, engine: Engine) -> None:
+        """("*", "stuck", handler) sends the verdict to the handler; the run ends aborted_stuck."""
+        handled: list[Any] = []
+
+        def snitch(context: StageContext) -> dict[str, str]:
+            verdict = context.stack.top
+            handled.append(verdict.result if verdict else None)
+            context.run.note("diagnosis", "the same test fails after every patch")
+            return {"ticket": "OPS-7"}
+
+        run = engine.start_run(HANDLED)
+        sup = engine.supervisor(progress=ProgressPolicy.strict(), sleep=FakeTime().sleep)
+        sup.drive(run, {"iterate": looping, "stuck_handler": snitch})
+        assert run.status == "aborted_stuck"
+        assert run.state == "aborted"
+        names = kinds(engine, run)
+        verdict_at = names.index("NoteAdded")
+        assert names[verdict_at : verdict_at + 2] == ["NoteAdded", "StageCompleted"]
+        routed = of_type(engine, run, "StageCompleted")[-2]
+        assert (routed.stage, routed.outcome) == ("iterate", "stuck")  # type: ignore[attr-defined]
+        assert handled[0]["rule"] == "same_error"
+        reason = stopped(engine, run)
+        assert reason["rule"] == "same_error"
+        assert reason["final_state"] == "aborted"
+        notes = [e.key for e in of_type(engine, run, "NoteAdded")]  # type: ignore[attr-defined]
+        assert notes == ["progress_verdict", "diagnosis"]
+
+    def test_a_partial_verdict_goes_to_its_own_handler(self, engine: Engine) -> None:
+        """Under lenient, a functional loop without progress goes to "partial": done_partial."""
+
+        def functional(context: StageContext) -> Outcome:
+            context.run.observe_progress(changed_files=0, functional_ok=True)
+            return Outcome("tests_failing")
+
+        run = engine.start_run(HANDLED)
+        policy = ProgressPolicy.lenient(max_consecutive_no_ops=2)
+        sup = engine.supervisor(progress=policy, sleep=FakeTime().sleep)
+        sup.drive(run, {"iterate": functional, "partial_review": lambda context: "reviewed"})
+        assert (run.status, run.state) == ("done_partial", "done")
+        assert stopped(engine, run)["rule"] == "no_progress"
+
+    def test_execute_says_where_the_verdict_went(self, engine: Engine) -> None:
+        """execute raises RunStopped naming the handler state; the run is not finished yet."""
+        run = engine.start_run(HANDLED)
+        sup = engine.supervisor(progress=ProgressPolicy.strict(), sleep=FakeTime().sleep)
+        with pytest.raises(RunStopped) as raised:
+            for _ in range(10):
+                sup.execute(run, "iterate", looping, context_for(engine, run))
+        assert raised.value.routed_to == "stuck_handler"
+        assert run.status is None
+        assert run.state == "stuck_handler"
+        assert "routed it to 'stuck_handler'" in str(raised.value)
+
+    def test_a_table_without_the_row_still_finishes_at_once(self, engine: Engine) -> None:
+        """Without a "stuck" row the verdict finishes the run, as before."""
+        run = engine.start_run(POLL)
+        step = agent([SAME_FAILURE])
+        drive(engine, run, ProgressPolicy.strict(), step)
+        assert run.status == "aborted_stuck"
+        assert "NoteAdded" not in kinds(engine, run)
+
+
+def context_for(engine: Engine, run: Any) -> StageContext:
+    """A stage context for a function called through `execute`."""
+    return StageContext(engine, run, run.state)
