@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from engine.engine import Engine
 from engine.errors import (
+    GIVE_UP_CAUSES,
     AttemptError,
     AttemptTimeout,
     CircuitOpen,
@@ -56,6 +57,7 @@ __all__ = [
     "CircuitStates",
     "ConcurrencyConflict",
     "Engine",
+    "GIVE_UP_CAUSES",
     "InvalidArgument",
     "InvalidEvent",
     "InvalidFork",

@@ -140,6 +140,10 @@ class InvalidFork(StagetrailError, ValueError):
         super().__init__(f"cannot fork run {run_id} at version {at}: {reason}")
 
 
+GIVE_UP_CAUSES = ("budget_spent", "not_retryable", "no_failure_row", "routed", "final_state")
+"""Why a supervisor stops retrying a stage: `StageGaveUp.cause`."""
+
+
 class StageGaveUp(StagetrailError, RuntimeError):
     """The supervisor stopped retrying a stage (or task); the last error is the cause.
 
@@ -150,10 +154,22 @@ class StageGaveUp(StagetrailError, RuntimeError):
         reason: why no further attempt is made.
         error_type: the last error's type name.
         error: the last error's message.
+        cause: which rule stopped it, one of `GIVE_UP_CAUSES`: ``"budget_spent"`` (the
+            retry budget), ``"not_retryable"`` (the policy never retries this error),
+            ``"no_failure_row"`` (the table cannot record this failure in this state),
+            ``"routed"`` (the table moved the failed stage on to another stage) or
+            ``"final_state"`` (the table ended the run on this failure).
     """
 
     def __init__(
-        self, run_id: UUID, stage: str, attempts: int, reason: str, error_type: str, error: str
+        self,
+        run_id: UUID,
+        stage: str,
+        attempts: int,
+        reason: str,
+        error_type: str,
+        error: str,
+        cause: str = "budget_spent",
     ) -> None:
         self.run_id = run_id
         self.stage = stage
@@ -161,6 +177,7 @@ class StageGaveUp(StagetrailError, RuntimeError):
         self.reason = reason
         self.error_type = error_type
         self.error = error
+        self.cause = cause
         super().__init__(
             f"run {run_id}: gave up on {stage!r} after {attempts} failed attempt(s): "
             f"{reason}; last error {error_type}: {error}"

@@ -126,7 +126,7 @@ class Decisions:
             self._check_progress(run, watch, stage)
             circuit = None if self.guard is None else self.guard.admit(run, stage, watch)
             chosen = self.policy(run, stage, stage)
-            recordable = "failed" in run.allowed_outcomes()
+            recordable = _records_failures(run, chosen[0])
             if recordable:
                 streak = watch.circuits.get(stage, CLOSED).consecutive
                 self._check_budget(run, stage, streak, watch.last_failure(stage), chosen)
@@ -209,10 +209,13 @@ class Decisions:
         error = ended.error
         assert error is not None
         watch = self.watch(run)
-        if not recordable:
-            reason = f"the table has no 'failed' row for {stage!r}, so it is not retried"
+        outcome = chosen[0].outcome_for(error)
+        if not recordable or outcome not in run.allowed_outcomes():
+            reason = f"the table has no {outcome!r} row for {stage!r}, so it is not retried"
             attempts = run.attempts(stage) + 1
-            note, gave_up = self._gave_up(run, stage, attempts, reason, _kind(error), chosen)
+            note, gave_up = self._gave_up(
+                run, stage, attempts, reason, _kind(error), chosen, "no_failure_row"
+            )
             watch.see(note)
             raise gave_up from error
         streak = watch.circuits.get(stage, CLOSED).consecutive + 1
@@ -221,6 +224,7 @@ class Decisions:
                 run.stage_failed(
                     stage,
                     error,
+                    outcome=outcome,
                     error_type="Timeout" if isinstance(error, AttemptTimeout) else None,
                     retryable=chosen[0].retryable(error),
                     duration=ended.duration,
@@ -293,9 +297,10 @@ class Decisions:
         routed: bool = False,
     ) -> float | Exception | None:
         policy, chosen_by = chosen
-        problem = _exhausted(policy, error, streak)
-        if problem is not None:
-            note, gave_up = self._gave_up(run, stage, streak, problem, _kind(error), chosen)
+        exhausted = _exhausted(policy, error, streak)
+        if exhausted is not None:
+            cause, problem = exhausted
+            note, gave_up = self._gave_up(run, stage, streak, problem, _kind(error), chosen, cause)
             events.append(note)
             return gave_up
         if routed:
@@ -334,19 +339,21 @@ class Decisions:
         reason: str,
         last: tuple[str, str],
         chosen: Chosen,
+        cause: str = "budget_spent",
     ) -> tuple[Event, StageGaveUp]:
         policy, chosen_by = chosen
         error_type, error = last
         decision: dict[str, JSON] = {
             "stage": stage,
             "attempts": attempts,
+            "cause": cause,
             "reason": reason,
             "error_type": error_type,
             "error": error,
             "policy": {**policy.to_json(), "chosen_by": chosen_by},
         }
         note = run.note("gave_up", decision)
-        return note, StageGaveUp(run.id, stage, attempts, reason, error_type, error)
+        return note, StageGaveUp(run.id, stage, attempts, reason, error_type, error, cause)
 
     def _check_progress(self, run: Run, watch: RunWatch, stage: str) -> None:
         """Stop a stuck (or partial) run: route the verdict to its handler stage, or finish it.
@@ -376,12 +383,19 @@ class Decisions:
         raise RunStopped(run.id, status, reason)
 
 
-def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> str | None:
+def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> tuple[str, str] | None:
+    """Why no retry follows this failure (cause, reason), or None when one may."""
     if not policy.retryable(error):
-        return f"{_kind(error)[0]} is not retried by the policy"
+        return "not_retryable", f"{_kind(error)[0]} is not retried by the policy"
     if streak > policy.max_retries:
-        return f"{streak} failures in a row (max_retries={policy.max_retries})"
+        return "budget_spent", f"{streak} failures in a row (max_retries={policy.max_retries})"
     return None
+
+
+def _records_failures(run: Run, policy: RetryPolicy) -> bool:
+    """Whether the table can record a failure of the current stage, with any mapped outcome."""
+    allowed = run.allowed_outcomes()
+    return "failed" in allowed or any(outcome in allowed for _, outcome in policy.outcomes)
 
 
 def _check_current(run: Run, stage: str) -> None:

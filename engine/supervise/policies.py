@@ -8,6 +8,7 @@ sleeps or reads a clock itself.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,19 @@ import attrs
 from engine.supervise import validators as check
 from engine.supervise.breaker import Circuit
 from events import JSON
+
+
+def _failure_outcomes(value: object) -> tuple[tuple[type[BaseException], str], ...]:
+    """`{ExceptionType: "outcome"}` as pairs, checked: classes to non-empty outcome names."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"outcomes must map exception classes to outcomes, got {value!r}")
+    pairs = []
+    for kind, outcome in value.items():
+        _exception_types(kind)
+        if type(outcome) is not str or not outcome:
+            raise ValueError(f"outcomes[{kind.__name__}] must be a non-empty str, got {outcome!r}")
+        pairs.append((kind, outcome))
+    return tuple(pairs)
 
 
 def _exception_types(value: object) -> tuple[type[BaseException], ...]:
@@ -40,6 +54,13 @@ class RetryPolicy:
         timeout: seconds an attempt may take; a late attempt fails as ``"Timeout"``.
         retry_on: exception types that may be retried.
         give_up_on: exception types never retried (checked first).
+        outcomes: the outcome a failure with an exception of a type records (the
+            first type that matches, in order; else ``"failed"``), so the table can
+            route it: ``{ToolError: "error_occurred"}``.
+
+    Raises:
+        ValueError: a field out of range, or a `delay` above `max_delay` (every
+            delay would be cut to `max_delay`: raise it, or lower `delay`).
     """
 
     max_retries: int = attrs.field(default=3, validator=check.count)
@@ -54,6 +75,23 @@ class RetryPolicy:
     give_up_on: tuple[type[BaseException], ...] = attrs.field(
         default=(), converter=_exception_types
     )
+    outcomes: tuple[tuple[type[BaseException], str], ...] = attrs.field(
+        factory=dict, converter=_failure_outcomes
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.delay > self.max_delay:
+            raise ValueError(
+                f"delay={self.delay:g} is above max_delay={self.max_delay:g}, which would cut "
+                f"every delay to {self.max_delay:g} s; raise max_delay or lower delay"
+            )
+
+    def outcome_for(self, error: BaseException) -> str:
+        """The outcome a failure with `error` records: the first matching type's, or "failed"."""
+        for kind, outcome in self.outcomes:
+            if isinstance(error, kind):
+                return outcome
+        return "failed"
 
     def retryable(self, error: BaseException) -> bool:
         """Whether `error` may be retried at all (`give_up_on` wins over `retry_on`)."""
@@ -81,6 +119,7 @@ class RetryPolicy:
             "timeout": self.timeout,
             "retry_on": [kind.__name__ for kind in self.retry_on],
             "give_up_on": [kind.__name__ for kind in self.give_up_on],
+            "outcomes": {kind.__name__: outcome for kind, outcome in self.outcomes},
         }
 
 

@@ -205,9 +205,9 @@ class Supervisor:
         try:
             yield
         except StageGaveUp as gave_up:
-            reason = {"rule": "gave_up", "stage": gave_up.stage, "attempts": gave_up.attempts,
-                      "detected": gave_up.reason, "error_type": gave_up.error_type,
-                      "error": gave_up.error}  # fmt: skip
+            reason = {"rule": "gave_up", "cause": gave_up.cause, "stage": gave_up.stage,
+                      "attempts": gave_up.attempts, "detected": gave_up.reason,
+                      "error_type": gave_up.error_type, "error": gave_up.error}  # fmt: skip
             if run.status is None:
                 run.finish("failed", reason)
             self.decisions.forget(run)
@@ -306,7 +306,8 @@ class Supervisor:
         error_type, error = watch.last_failure(stage)
         streak = watch.circuits[stage].consecutive  # failures in a row, as for any give-up
         moved = f"the table moved the failed stage on to {run.state!r}"
-        raise StageGaveUp(run.id, stage, streak, moved, error_type, error)
+        cause = "final_state" if run.pipeline.is_final(run.state) else "routed"
+        raise StageGaveUp(run.id, stage, streak, moved, error_type, error, cause)
 
     def _since(self, began: float) -> float:
         return max(0.0, self.clock() - began)

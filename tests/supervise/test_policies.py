@@ -97,3 +97,40 @@ class TestOutcomeAndSpent:
         assert Spent({"ok": True}, 0.5).unit == "usd"
         with pytest.raises(ValueError, match="amount"):
             Spent(None, -1)
+
+
+class ToolError(Exception):
+    """A tool call failed."""
+
+
+class TestDelayAndOutcomes:
+    def test_a_delay_above_max_delay_is_refused(self) -> None:
+        """RetryPolicy(delay=180) under the default max_delay=60 is refused, naming both."""
+        with pytest.raises(ValueError, match=r"delay=180 is above max_delay=60"):
+            RetryPolicy(delay=180)
+        assert RetryPolicy(delay=180, max_delay=600).delay_for(1) == 180.0
+
+    def test_failures_record_failed_unless_mapped(self) -> None:
+        """outcome_for gives the first matching type's outcome, else "failed"."""
+        policy = RetryPolicy(outcomes={ToolError: "error_occurred", Exception: "crashed"})
+        assert policy.outcome_for(ToolError("timeout")) == "error_occurred"
+        assert policy.outcome_for(ValueError("x")) == "crashed"
+        assert RetryPolicy().outcome_for(ToolError("x")) == "failed"
+        assert policy.to_json()["outcomes"] == {
+            "ToolError": "error_occurred",
+            "Exception": "crashed",
+        }
+
+    @pytest.mark.parametrize(
+        ("outcomes", "problem"),
+        [
+            ({ToolError: ""}, "must be a non-empty str"),
+            ({ToolError: 3}, "must be a non-empty str"),
+            ({"ToolError": "error_occurred"}, "expected exception classes"),
+            ([ToolError], "must map exception classes to outcomes"),
+        ],
+    )
+    def test_bad_outcome_maps_are_refused(self, outcomes: object, problem: str) -> None:
+        """A map that is not exception classes to outcome names raises ValueError saying so."""
+        with pytest.raises(ValueError, match=problem):
+            RetryPolicy(outcomes=outcomes)

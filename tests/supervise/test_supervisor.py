@@ -5,10 +5,12 @@ from typing import Any
 import pytest
 
 from engine import (
+    GIVE_UP_CAUSES,
     AttemptError,
     Engine,
     InvalidArgument,
     Outcome,
+    Pipeline,
     RetryPolicy,
     RuleViolation,
     Run,
@@ -411,3 +413,87 @@ class TestAtomicDecisions:
         assert (raised.value.error_type, raised.value.error) == ("OSError", "disk")
         relaxed = engine.supervisor(retry=RetryPolicy(max_retries=3))
         assert relaxed.task(run, "t-1", again) == "ok"
+
+
+TOOLS = Pipeline(
+    "tools",
+    initial="round",
+    transitions=[
+        ("round", "tool_call", "round"),
+        ("round", "error_occurred", "recover"),
+        ("round", "failed", "round"),
+        ("round", "answered", "done"),
+        ("recover", "completed", "round"),
+        ("recover", "failed", "aborted"),
+    ],
+    final=["done", "aborted"],
+)
+
+
+class ToolError(Exception):
+    """A tool call failed."""
+
+
+class TestFailureOutcomes:
+    def test_a_mapped_error_records_its_outcome_and_the_table_routes_it(
+        self, engine: Engine, fake: FakeTime
+    ) -> None:
+        """RetryPolicy(outcomes={ToolError: "error_occurred"}) routes a tool error to recover."""
+        run = engine.start_run(TOOLS)
+        policy = RetryPolicy(outcomes={ToolError: "error_occurred"})
+        sup = supervise(engine, fake, retry=policy)
+        with pytest.raises(StageGaveUp) as raised:
+            sup.execute(run, "round", failing(1, ToolError("search timed out")))
+        assert raised.value.cause == "routed"
+        failed = of_type(engine, run, "StageFailed")[0]
+        assert failed.outcome == "error_occurred"  # type: ignore[attr-defined]
+        assert run.state == "recover"
+
+    def test_other_errors_still_record_failed_and_retry(
+        self, engine: Engine, fake: FakeTime
+    ) -> None:
+        """An error the map does not name records "failed" and is retried as before."""
+        run = engine.start_run(TOOLS)
+        sup = supervise(engine, fake, retry=RetryPolicy(outcomes={ToolError: "error_occurred"}))
+        answer = Outcome("answered", "42")
+        assert sup.execute(run, "round", failing(1, RuntimeError("flaky"), answer)) == "42"
+        assert [e.outcome for e in of_type(engine, run, "StageFailed")] == ["failed"]  # type: ignore[attr-defined]
+        assert run.state == "done"
+
+
+class TestGiveUpCauses:
+    def test_each_cause_is_named(self, engine: Engine, fake: FakeTime) -> None:
+        """StageGaveUp.cause tells a spent budget, an unretried error, no row, a route, an end."""
+        causes = []
+        run = engine.start_run(LOOP)
+        sup = supervise(engine, fake, retry=RetryPolicy(max_retries=1, delay=0))
+        with pytest.raises(StageGaveUp) as spent:
+            sup.execute(run, "work", failing(9, ValueError("x")))
+        causes.append(spent.value.cause)
+        strict = supervise(engine, fake, retry=RetryPolicy(give_up_on=PermissionError))
+        with pytest.raises(StageGaveUp) as never:
+            strict.execute(engine.start_run(LOOP), "work", failing(1, PermissionError("no")))
+        causes.append(never.value.cause)
+        review = engine.start_run(REVIEW)
+        sup.execute(review, "project_analysis", lambda: {})
+        with pytest.raises(StageGaveUp) as no_row:
+            sup.execute(review, "code_review", failing(1, RuntimeError("llm down")))
+        causes.append(no_row.value.cause)
+        tools = engine.start_run(TOOLS)
+        mapped = supervise(engine, fake, retry=RetryPolicy(outcomes={ToolError: "error_occurred"}))
+        with pytest.raises(StageGaveUp) as routed:
+            mapped.execute(tools, "round", failing(1, ToolError("t")))
+        causes.append(routed.value.cause)
+        with pytest.raises(StageGaveUp) as ended:
+            mapped.execute(tools, "recover", failing(1, RuntimeError("r")))
+        causes.append(ended.value.cause)
+        assert causes == [
+            "budget_spent",
+            "not_retryable",
+            "no_failure_row",
+            "routed",
+            "final_state",
+        ]
+        assert set(causes) == set(GIVE_UP_CAUSES)
+        notes = [e.value for e in of_type(engine, run, "NoteAdded")]  # type: ignore[attr-defined]
+        assert notes[-1]["cause"] == "budget_spent"
