@@ -183,8 +183,12 @@ class Run:
         error_type: str | None = None,
         retryable: bool = True,
         duration: float | None = None,
+        details: JSON = None,
     ) -> StageFailed:
         """Record a failed attempt from an exception (or a message); `outcome` moves the machine.
+
+        Args:
+            details: strict JSON that says more than the message (failing test names).
 
         Raises:
             InvalidTransition: `stage` is not current or `outcome` not allowed;
@@ -200,6 +204,7 @@ class Run:
             error_type=error_type or kind,
             retryable=retryable,
             duration=self._duration(duration),
+            details=details,
         )
 
     def rollback(self, steps: int = 1, reason: str = "") -> StateRolledBack:

@@ -33,7 +33,14 @@ class StageCompleted(Event):
 
 @attrs.frozen(slots=False, kw_only=True)
 class StageFailed(Event):
-    """An attempt of a stage ended with an error; `outcome` moves the machine."""
+    """An attempt of a stage ended with an error; `outcome` moves the machine.
+
+    `details` is any strict JSON the caller adds to the message (the failing test
+    names, a tool's response): from ``stage_failed(details=)``, or the `details`
+    attribute of the exception a supervised stage function raised.
+    """
+
+    class_version: ClassVar[int] = 2
 
     stage: str = fields.name()
     attempt: int = fields.count(minimum=1)
@@ -42,6 +49,12 @@ class StageFailed(Event):
     error_type: str = fields.name(default="Error")
     retryable: bool = fields.flag(default=True)
     duration: float = fields.seconds()
+    details: JSON = fields.json_value()
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 had no details."""
+        state["details"] = None
 
 
 @attrs.frozen(slots=False, kw_only=True)

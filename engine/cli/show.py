@@ -101,7 +101,8 @@ def _completed(event: StageCompleted) -> str:
 
 def _failed(event: StageFailed) -> str:
     retry = "" if event.retryable else " (not retryable)"
-    return f"{event.error_type}: {event.error}{retry}"
+    details = "" if event.details is None else f" {compact(event.details, 50)}"
+    return f"{event.error_type}: {event.error}{retry}{details}"
 
 
 def _retry(event: RetryScheduled) -> str:

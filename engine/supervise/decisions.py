@@ -228,6 +228,7 @@ class Decisions:
                     error_type="Timeout" if isinstance(error, AttemptTimeout) else None,
                     retryable=chosen[0].retryable(error),
                     duration=ended.duration,
+                    details=getattr(error, "details", None),
                 )
             ]
             decision = self._decide(run, stage, streak, circuit, error, chosen, events)

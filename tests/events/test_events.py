@@ -262,6 +262,22 @@ class TestUpcasting:
             "",
         )
 
+    def test_version_1_stage_failed_has_no_details(self) -> None:
+        """A version-1 StageFailed state decodes with details None."""
+        state: dict[str, Any] = {
+            "timestamp": WHEN.isoformat(),
+            "stage": "build",
+            "attempt": 1,
+            "outcome": "failed",
+            "error": "boom",
+            "error_type": "Error",
+            "retryable": True,
+            "duration": 0.5,
+        }
+        event = decode(StageFailed.topic, state, RUN, 2)
+        assert isinstance(event, StageFailed)
+        assert (event.error, event.details) == ("boom", None)
+
     def test_current_class_version_is_written(self) -> None:
         """Encoding a versioned class writes its class_version for later upcasting."""
         assert encode(make(RunStarted))[1]["class_version"] == RunStarted.class_version == 2

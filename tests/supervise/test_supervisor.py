@@ -9,6 +9,7 @@ from engine import (
     AttemptError,
     Engine,
     InvalidArgument,
+    InvalidPayload,
     Outcome,
     Pipeline,
     RetryPolicy,
@@ -497,3 +498,33 @@ class TestGiveUpCauses:
         assert set(causes) == set(GIVE_UP_CAUSES)
         notes = [e.value for e in of_type(engine, run, "NoteAdded")]  # type: ignore[attr-defined]
         assert notes[-1]["cause"] == "budget_spent"
+
+
+class FailingTests(Exception):
+    """Tests failed; `details` names them."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(f"{len(names)} tests failed")
+        self.details = {"failing": names}
+
+
+class TestFailureDetails:
+    def test_an_exceptions_details_are_recorded_with_its_failure(
+        self, engine: Engine, fake: FakeTime
+    ) -> None:
+        """A stage function's exception with a `details` attribute records it in StageFailed."""
+        run = engine.start_run(LOOP)
+        error = FailingTests(["test_empty", "test_unicode"])
+        assert supervise(engine, fake).execute(run, "work", failing(1, error)) == "ok"
+        failed = of_type(engine, run, "StageFailed")[0]
+        assert failed.details == {"failing": ["test_empty", "test_unicode"]}  # type: ignore[attr-defined]
+        assert failed.error == "2 tests failed"  # type: ignore[attr-defined]
+
+    def test_by_hand_details_must_be_strict_json(self, engine: Engine) -> None:
+        """stage_failed(details=...) refuses a value JSON cannot hold, naming the field."""
+        run = engine.start_run(LOOP)
+        with pytest.raises(InvalidPayload, match="details"):
+            run.stage_failed("work", "boom", details={"tests": {"a", "b"}})
+        assert run.version == 1
+        recorded = run.stage_failed("work", "boom", details=["test_empty"])
+        assert engine.events(run.id)[-1] == recorded
