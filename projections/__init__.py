@@ -20,6 +20,7 @@ from projections.errors import (
 from projections.failures import FailurePatterns, Failures
 from projections.progress import Progress, ProgressLimits, ProgressState, Verdict
 from projections.results import Attempt, Results, Retries, RetryCounts, StageResults
+from projections.rounds import Round, Rounds, RoundsTable
 from projections.run_index import RUNNING, RunIndex, RunSummary
 from projections.stack import Frame, Stack, StateStack
 from projections.tasks import Task, Tasks, TaskTable
@@ -28,6 +29,7 @@ BUILT_INS: tuple[type[Projection[Any]], ...] = (
     FailurePatterns,
     ProgressState,
     RetryCounts,
+    RoundsTable,
     RunIndex,
     StageResults,
     StateStack,
@@ -53,6 +55,9 @@ __all__ = [
     "Results",
     "Retries",
     "RetryCounts",
+    "Round",
+    "Rounds",
+    "RoundsTable",
     "RunIndex",
     "RunSummary",
     "SCOPES",

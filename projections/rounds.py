@@ -1,0 +1,206 @@
+"""Every round of a run, rolled back or not: the audit trail `StateStack` forgets.
+
+In a loop driven by a rounds table (a tool-calling conversation, a review cycle)
+each stage outcome is a round. `StateRolledBack(steps=k)` pops the `k` newest
+outcomes off the `StateStack`, which then forgets them; `RoundsTable` keeps them
+and marks each one with the version and reason of the rollback that undid it.
+
+Rounds live in a hash-trie map keyed by their number, with a persistent stack of
+the live ones (overall and per stage): recording a round costs the same at any
+length, and a rollback of `k` steps costs O(k).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from events import JSON, StageCompleted, StageFailed, StateRolledBack
+from events.values import build, evolve
+from projections.base import Projection, on
+from projections.immutable import PList, PMap
+
+
+@attrs.frozen(slots=False)
+class Rollback:
+    """The `StateRolledBack` that undid a round: its version and reason."""
+
+    version: int
+    reason: str
+
+
+@attrs.frozen(slots=False)
+class Round:
+    """One stage outcome, numbered in recording order, and the rollback that undid it."""
+
+    number: int
+    stage: str
+    attempt: int
+    outcome: str
+    result: JSON
+    error: str | None
+    error_type: str | None
+    version: int
+    timestamp: datetime
+    rolled_back: Rollback | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the round was a `StageFailed`."""
+        return self.error_type is not None
+
+
+@attrs.frozen(slots=False)
+class Rounds:
+    """Every round of a run, oldest first, with the live ones (not rolled back) indexed."""
+
+    table: PMap[int, Round] = attrs.field(factory=PMap)
+    live_numbers: PList[int] = attrs.field(factory=PList)
+    live_by_stage: PMap[str, PList[int]] = attrs.field(factory=PMap)
+
+    @property
+    def rounds(self) -> tuple[Round, ...]:
+        """Every round, oldest first, rolled back or not."""
+        table = self.table
+        return tuple(table[number] for number in range(1, len(table) + 1))
+
+    @property
+    def live(self) -> tuple[Round, ...]:
+        """The rounds not rolled back, oldest first (the outcomes `StateStack` holds)."""
+        table = self.table
+        return tuple(table[number] for number in self.live_numbers)
+
+    @property
+    def rolled_back(self) -> tuple[Round, ...]:
+        """The rounds a rollback undid, oldest first."""
+        return tuple(round_ for round_ in self.rounds if round_.rolled_back is not None)
+
+    def latest(self, stage: str) -> Round | None:
+        """The newest round of `stage` not rolled back, or None."""
+        numbers = self.live_by_stage.get(stage)
+        if numbers is None:
+            return None
+        number = numbers.last
+        return None if number is None else self.table[number]
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+class RoundsTable(Projection[Rounds]):
+    """A round per stage outcome; rollbacks mark rounds as rolled back instead of dropping them."""
+
+    scope = "run"
+
+    def initial(self) -> Rounds:
+        """No rounds yet."""
+        return Rounds()
+
+    @on(StageCompleted)
+    def completed(self, state: Rounds, event: StageCompleted) -> Rounds:
+        """Record a round holding the stage's result."""
+        return _record(state, event, result=event.result, error=None, error_type=None)
+
+    @on(StageFailed)
+    def failed(self, state: Rounds, event: StageFailed) -> Rounds:
+        """Record a round holding the stage's error."""
+        return _record(state, event, result=None, error=event.error, error_type=event.error_type)
+
+    @on(StateRolledBack)
+    def rolled_back(self, state: Rounds, event: StateRolledBack) -> Rounds:
+        """Mark the newest `steps` live rounds as rolled back (rolled-back ones are skipped)."""
+        mark = build(Rollback, {"version": event.version, "reason": event.reason})
+        table, live, by_stage = state.table, state.live_numbers, state.live_by_stage
+        for _ in range(min(event.steps, len(live))):
+            number = live.last
+            assert number is not None
+            live = live.pop()
+            round_ = table[number]
+            table = table.set(number, evolve(round_, rolled_back=mark))
+            # The newest live round overall is also the newest live round of its stage.
+            stage_live = by_stage[round_.stage].pop()
+            by_stage = (
+                by_stage.set(round_.stage, stage_live)
+                if len(stage_live)
+                else by_stage.delete(round_.stage)
+            )
+        return build(Rounds, {"table": table, "live_numbers": live, "live_by_stage": by_stage})
+
+    def encode(self, state: Rounds) -> JSON:
+        """Every round as a JSON object, oldest first (timestamps in ISO 8601)."""
+        return {"rounds": [encode_round(round_) for round_ in state.rounds]}
+
+    def decode(self, data: JSON) -> Rounds:
+        """The rounds `encode` turned into `data`."""
+        rounds = [decode_round(row) for row in data["rounds"]]
+        live = [round_ for round_ in rounds if round_.rolled_back is None]
+        by_stage: defaultdict[str, list[int]] = defaultdict(list)
+        for round_ in live:
+            by_stage[round_.stage].append(round_.number)
+        return Rounds(
+            table=PMap((round_.number, round_) for round_ in rounds),
+            live_numbers=PList.of([round_.number for round_ in live]),
+            live_by_stage=PMap({stage: PList.of(numbers) for stage, numbers in by_stage.items()}),
+        )
+
+
+def encode_round(round_: Round) -> dict[str, JSON]:
+    """A round as a JSON object: its fields, the timestamp in ISO 8601."""
+    data: dict[str, Any] = attrs.asdict(round_, recurse=False)
+    data["timestamp"] = round_.timestamp.isoformat()
+    mark = round_.rolled_back
+    data["rolled_back"] = None if mark is None else {"version": mark.version, "reason": mark.reason}
+    return data
+
+
+def decode_round(data: dict[str, Any]) -> Round:
+    """The round `encode_round` turned into `data`."""
+    mark = data["rolled_back"]
+    return build(
+        Round,
+        {
+            **data,
+            "timestamp": datetime.fromisoformat(data["timestamp"]),
+            "rolled_back": None if mark is None else build(Rollback, dict(mark)),
+        },
+    )
+
+
+def _record(
+    state: Rounds,
+    event: StageCompleted | StageFailed,
+    *,
+    result: JSON,
+    error: str | None,
+    error_type: str | None,
+) -> Rounds:
+    number = len(state.table) + 1
+    round_ = build(
+        Round,
+        {
+            "number": number,
+            "stage": event.stage,
+            "attempt": event.attempt,
+            "outcome": event.outcome,
+            "result": result,
+            "error": error,
+            "error_type": error_type,
+            "version": event.version,
+            "timestamp": event.timestamp,
+            "rolled_back": None,
+        },
+    )
+    by_stage = state.live_by_stage
+    return build(
+        Rounds,
+        {
+            "table": state.table.set(number, round_),
+            "live_numbers": state.live_numbers.push(number),
+            "live_by_stage": by_stage.set(
+                event.stage, by_stage.get(event.stage, PList()).push(number)
+            ),
+        },
+    )

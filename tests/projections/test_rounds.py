@@ -1,0 +1,248 @@
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import Engine, Pipeline
+from events import JSON, Event, StageCompleted, StageFailed, StateRolledBack
+from projections import Round, Rounds, RoundsTable, StateStack
+from projections.rounds import Rollback
+
+RID = uuid.UUID(int=7)
+PROJECTION = RoundsTable()
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+TOOL_LOOP = Pipeline(
+    "tool-loop",
+    initial="round",
+    transitions=[
+        ("round", "tool_call", "round"),
+        ("round", "failed", "round"),
+        ("round", "answered", "done"),
+    ],
+    final=["done"],
+)
+
+
+def at(version: int) -> datetime:
+    return T0 + timedelta(seconds=version)
+
+
+def done(version: int, stage: str, result: JSON = None, **fields: Any) -> StageCompleted:
+    fields.setdefault("attempt", 1)
+    return StageCompleted(
+        run_id=RID, version=version, timestamp=at(version), stage=stage, result=result, **fields
+    )
+
+
+def fail(version: int, stage: str, error: str = "boom", **fields: Any) -> StageFailed:
+    fields.setdefault("error_type", "ToolError")
+    fields.setdefault("attempt", 1)
+    return StageFailed(
+        run_id=RID, version=version, timestamp=at(version), stage=stage, error=error, **fields
+    )
+
+
+def back(version: int, steps: int, reason: str = "") -> StateRolledBack:
+    return StateRolledBack(
+        run_id=RID, version=version, timestamp=at(version), steps=steps, reason=reason
+    )
+
+
+def fold(*events: Event) -> Rounds:
+    return PROJECTION.fold(events)
+
+
+def roundtrip(state: Rounds) -> Rounds:
+    return PROJECTION.decode(json.loads(json.dumps(PROJECTION.encode(state), allow_nan=False)))
+
+
+LOOP = (
+    done(2, "query", {"tools": ["search"]}, outcome="tool_call"),
+    done(3, "tool_round", {"hits": 2}, outcome="tool_call"),
+    fail(4, "tool_round", "HTTP 503", attempt=2),
+    done(5, "tool_round", {"hits": 5}, outcome="tool_call", attempt=3),
+)
+
+
+class TestRoundsTable:
+    def test_identity(self) -> None:
+        """The built-in is named rounds_table and keeps one state per run."""
+        assert (RoundsTable.name, RoundsTable.scope) == ("rounds_table", "run")
+
+    def test_empty(self) -> None:
+        """Before any outcome there are no rounds and no latest round."""
+        state = fold()
+        assert len(state) == 0
+        assert state.rounds == state.live == state.rolled_back == ()
+        assert state.latest("query") is None
+
+    def test_rounds_in_order_with_their_fields(self) -> None:
+        """Each outcome is a round numbered in recording order, with its result or error."""
+        state = fold(*LOOP)
+        assert len(state) == 4
+        assert [r.number for r in state.rounds] == [1, 2, 3, 4]
+        assert [r.version for r in state.rounds] == [2, 3, 4, 5]
+        first, _, failed, last = state.rounds
+        assert first == Round(
+            number=1,
+            stage="query",
+            attempt=1,
+            outcome="tool_call",
+            result={"tools": ["search"]},
+            error=None,
+            error_type=None,
+            version=2,
+            timestamp=at(2),
+        )
+        assert (failed.outcome, failed.error, failed.error_type) == (
+            "failed",
+            "HTTP 503",
+            "ToolError",
+        )
+        assert failed.result is None
+        assert failed.failed
+        assert not first.failed
+        assert (last.attempt, last.result) == (3, {"hits": 5})
+        assert state.live == state.rounds
+        assert state.rolled_back == ()
+
+    def test_rollback_marks_the_newest_live_rounds(self) -> None:
+        """A rollback of 2 marks the 2 newest rounds with its version and reason, out of live."""
+        state = fold(*LOOP, back(6, 2, "round 2 read a stale index"))
+        mark = Rollback(version=6, reason="round 2 read a stale index")
+        assert len(state) == 4
+        assert [r.rolled_back for r in state.rounds] == [None, None, mark, mark]
+        assert [r.number for r in state.rolled_back] == [3, 4]
+        assert [r.number for r in state.live] == [1, 2]
+
+    def test_a_second_rollback_skips_rolled_back_rounds(self) -> None:
+        """A later rollback marks the newest rounds still live, not those already rolled back."""
+        state = fold(
+            *LOOP,
+            back(6, 2, "stale"),
+            done(7, "tool_round", {"hits": 4}, outcome="tool_call", attempt=4),
+            back(8, 2, "wrong question"),
+        )
+        marks = [r.rolled_back for r in state.rounds]
+        first, second = Rollback(6, "stale"), Rollback(8, "wrong question")
+        assert marks == [None, second, first, first, second]
+        assert [r.number for r in state.live] == [1]
+        assert [r.version for r in state.live] == [2]
+
+    def test_rollback_deeper_than_the_live_rounds_marks_them_all(self) -> None:
+        """A rollback of more steps than live rounds marks every live round and no other."""
+        state = fold(*LOOP, back(6, 1), back(7, 10))
+        assert state.live == ()
+        assert len(state.rolled_back) == 4
+        assert [r.rolled_back.version for r in state.rounds if r.rolled_back] == [7, 7, 7, 6]
+
+    def test_latest_ignores_rolled_back_rounds(self) -> None:
+        """latest(stage) is the newest round of the stage that no rollback undid."""
+        state = fold(*LOOP)
+        assert state.latest("tool_round").number == 4  # type: ignore[union-attr]
+        state = fold(*LOOP, back(6, 1))
+        assert state.latest("tool_round").number == 3  # type: ignore[union-attr]
+        state = fold(*LOOP, back(6, 3))
+        assert state.latest("tool_round") is None
+        assert state.latest("query").number == 1  # type: ignore[union-attr]
+        assert state.latest("synthesis") is None
+
+    def test_live_versions_match_the_state_stack(self) -> None:
+        """The live rounds are the outcomes the state stack still holds."""
+        events = (*LOOP, back(6, 2), done(7, "tool_round", attempt=4), back(8, 1))
+        stack = StateStack().fold(events)
+        assert [r.version for r in fold(*events).live] == [f.version for f in stack.frames]
+
+    def test_folding_leaves_earlier_states_unchanged(self) -> None:
+        """A state handed out stays as it was after later events are folded."""
+        before = fold(*LOOP)
+        after = PROJECTION.apply(before, back(6, 2))
+        assert before.rolled_back == ()
+        assert len(after.rolled_back) == 2
+
+    def test_encode_decode_roundtrip_through_strict_json(self) -> None:
+        """encode → strict JSON → decode gives back an equal state, indexes included."""
+        state = fold(
+            *LOOP,
+            back(6, 2, "stale"),
+            done(7, "tool_round", {"hits": 4}, outcome="tool_call", attempt=4),
+        )
+        again = roundtrip(state)
+        assert again == state
+        assert dict(again.live_by_stage) == dict(state.live_by_stage)
+        assert again.latest("tool_round") == state.latest("tool_round")
+        assert roundtrip(fold()) == fold()
+
+    def test_a_real_run_on_every_backend(self, engine: Engine) -> None:
+        """On each store, the rounds of a recorded run, at any version and persistently."""
+        run = engine.start_run(TOOL_LOOP)
+        run.stage_completed("round", {"tool": "search"}, outcome="tool_call")  # v2
+        run.stage_failed("round", TimeoutError("search timed out"))  # v3
+        run.stage_completed("round", {"tool": "fetch"}, outcome="tool_call")  # v4
+        run.rollback(2, reason="the search index was stale")  # v5
+        run.stage_completed("round", {"answer": 42}, outcome="answered")  # v6
+        run.finish()  # v7
+
+        rounds = engine.project(run.id, RoundsTable)
+        assert [(r.number, r.version, r.outcome) for r in rounds.rounds] == [
+            (1, 2, "tool_call"),
+            (2, 3, "failed"),
+            (3, 4, "tool_call"),
+            (4, 6, "answered"),
+        ]
+        assert rounds.rounds[1].error_type == "TimeoutError"
+        mark = Rollback(version=5, reason="the search index was stale")
+        assert [r.rolled_back for r in rounds.rolled_back] == [mark, mark]
+        assert [r.number for r in rounds.live] == [1, 4]
+        assert rounds.latest("round").result == {"answer": 42}
+
+        before = engine.project(run.id, RoundsTable, at=4)
+        assert len(before) == 3
+        assert before.rolled_back == ()
+        assert before.latest("round").version == 4
+        after = engine.project(run.id, RoundsTable, at=5)
+        assert [r.number for r in after.live] == [1]
+        assert after.latest("round").number == 1
+        assert engine.project(run.id, RoundsTable, at=1) == Rounds()
+
+        engine.projections.register(RoundsTable)
+        assert engine.projections.get("rounds_table", str(run.id)) == rounds
+
+
+STEPS = st.lists(
+    st.tuples(st.sampled_from(["done", "fail", "back"]), st.integers(min_value=1, max_value=3)),
+    max_size=30,
+)
+
+
+class TestAgainstTheStack:
+    @settings(max_examples=60, deadline=None)
+    @given(steps=STEPS)
+    def test_live_rounds_are_the_stack_frames(self, steps: list[tuple[str, int]]) -> None:
+        """On any history, live rounds are the stack's frames and every outcome is a round."""
+        events: list[Event] = []
+        for version, (kind, number) in enumerate(steps, start=2):
+            stage = f"s{number}"
+            if kind == "done":
+                events.append(done(version, stage, {"n": number}))
+            elif kind == "fail":
+                events.append(fail(version, stage, f"e{number}"))
+            else:
+                events.append(back(version, number, f"r{number}"))
+        state = fold(*events)
+        stack = StateStack().fold(events)
+        assert [r.version for r in state.live] == [f.version for f in stack.frames]
+        assert len(state) == sum(1 for kind, _ in steps if kind != "back")
+        assert len(state.live) + len(state.rolled_back) == len(state)
+        for stage in ("s1", "s2", "s3"):
+            frames = [f for f in stack.frames if f.stage == stage]
+            latest = state.latest(stage)
+            expected = frames[-1].version if frames else None
+            assert (None if latest is None else latest.version) == expected
+        assert roundtrip(state) == state
