@@ -206,7 +206,8 @@ class CircuitOpen(StagetrailError, RuntimeError):
 
 
 class RunStopped(StagetrailError, RuntimeError):
-    """The progress policy stopped the run (``aborted_stuck`` or ``done_partial``).
+    """A policy stopped the run: the progress policy (``aborted_stuck`` or ``done_partial``)
+    or the spending limit (``failed``).
 
     Attributes:
         run_id: the run: finished, or moved to the handler stage of `routed_to`.

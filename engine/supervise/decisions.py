@@ -28,7 +28,7 @@ from engine.supervise.breaker import Circuit
 from engine.supervise.context import StageContext
 from engine.supervise.guards import CLOSED, BreakerGuard, progress_stop
 from engine.supervise.outcome import Outcome, Spent
-from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy
+from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
 from engine.supervise.watch import VERDICT_NOTE, RunWatch
 from events import JSON, CircuitClosed, CircuitOpened, Event, RetryScheduled
@@ -92,6 +92,7 @@ class Decisions:
         policies: Mapping[str, PolicyChoice],
         breaker: CircuitBreaker | None,
         progress: ProgressPolicy | None,
+        spending: SpendingLimit | None = None,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
@@ -101,6 +102,7 @@ class Decisions:
         self.breaker = breaker
         self.guard = None if breaker is None else BreakerGuard(engine, breaker, clock)
         self.progress = progress
+        self.spending = spending
         self.rng = rng
         self._watches: dict[Any, RunWatch] = {}
 
@@ -123,6 +125,7 @@ class Decisions:
         watch = self.watch(run)
         _check_current(run, stage)
         while True:
+            self._check_spending(run, watch, stage)
             self._check_progress(run, watch, stage)
             circuit = None if self.guard is None else self.guard.admit(run, stage, watch)
             chosen = self.policy(run, stage, stage)
@@ -149,6 +152,7 @@ class Decisions:
         if task_id not in run.tasks:
             watch.see(run.add_task(task_id))
         while True:
+            self._check_spending(run, watch, f"task:{task_id}")
             chosen = self.policy(run, task_id, run.state)
             failures, last = watch.task_failures.get(task_id, 0), watch.task_errors.get(task_id)
             self._check_budget(run, f"task:{task_id}", failures, last or ("Error", ""), chosen)
@@ -355,6 +359,25 @@ class Decisions:
         }
         note = run.note("gave_up", decision)
         return note, StageGaveUp(run.id, stage, attempts, reason, error_type, error, cause)
+
+    def _check_spending(self, run: Run, watch: RunWatch, stage: str) -> None:
+        """Finish the run ``failed`` instead of another attempt once it spent its limit."""
+        limit = self.spending
+        if limit is None:
+            return
+        spent = watch.spent.get(limit.unit, 0.0)
+        if spent < limit.limit:
+            return
+        reason: dict[str, JSON] = {
+            "rule": "budget",
+            "detected": f"spent {spent:g} {limit.unit} of a {limit.limit:g} {limit.unit} limit",
+            "spent": spent,
+            **limit.to_json(),
+            "stage": stage,
+        }
+        watch.see(run.finish("failed", reason))
+        self.forget(run)
+        raise RunStopped(run.id, "failed", reason)
 
     def _check_progress(self, run: Run, watch: RunWatch, stage: str) -> None:
         """Stop a stuck (or partial) run: route the verdict to its handler stage, or finish it.

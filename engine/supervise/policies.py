@@ -194,3 +194,21 @@ class ProgressPolicy:
         """100 steps, 6 no-ops, 5 same errors; partial success is accepted."""
         defaults = {"max_steps": 100, "max_consecutive_no_ops": 6, "max_same_error": 5}
         return cls(**{**defaults, "accept_partial": True, **overrides})
+
+
+@attrs.frozen(kw_only=True)
+class SpendingLimit:
+    """How much a run may spend (its `BudgetSpent` events in one unit) before work stops.
+
+    Attributes:
+        limit: the most the run may spend; once its spending reaches it, the next
+            attempt is refused and the run finishes ``failed`` with a ``budget`` reason.
+        unit: the unit counted (``"usd"``, ``"tokens"``...); other units are not.
+    """
+
+    limit: float = attrs.field(validator=check.positive)
+    unit: str = attrs.field(default="usd", validator=check.name)
+
+    def to_json(self) -> dict[str, JSON]:
+        """The limit as JSON, recorded with the decision it made."""
+        return {"limit": self.limit, "unit": self.unit}

@@ -20,7 +20,7 @@ from engine.errors import AttemptTimeout, InvalidArgument, RunStopped, StageGave
 from engine.run import Run, abandon
 from engine.supervise.context import StageContext
 from engine.supervise.decisions import Attempted, Call, Decisions, Ended, PolicyChoice, Step
-from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy
+from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
 from events import JSON
 
@@ -39,6 +39,9 @@ class Supervisor:
             `StageContext` that returns the policy for the next attempt.
         breaker: a `CircuitBreaker` per stage (default: none).
         progress: a `ProgressPolicy` evaluated before each attempt (default: none).
+        budget: a `SpendingLimit`: once the run's `BudgetSpent` in its unit reach the
+            limit, the next attempt (stage or task) is refused and the run finishes
+            ``failed`` with a ``budget`` reason (default: none).
         sleep: waits between attempts (default `time.sleep`; `asyncio.sleep` when async).
         clock: seconds since the epoch; it stamps every event the supervisor records and
             measures durations, timeouts and the breaker's reset (one clock for all).
@@ -53,6 +56,7 @@ class Supervisor:
         policies: Mapping[str, PolicyChoice] | None = None,
         breaker: CircuitBreaker | None = None,
         progress: ProgressPolicy | None = None,
+        budget: SpendingLimit | None = None,
         sleep: Callable[[float], Any] | None = None,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
@@ -67,6 +71,7 @@ class Supervisor:
             policies=_checked_policies(policies or {}),
             breaker=breaker,
             progress=progress,
+            spending=budget,
             clock=self.clock,
             rng=rng or random.Random(),
         )

@@ -16,6 +16,12 @@ def non_negative(instance: object, field: attrs.Attribute[Any], value: object) -
         raise ValueError(f"{field.name} must be a finite number >= 0, got {value!r}")
 
 
+def positive(instance: object, field: attrs.Attribute[Any], value: object) -> None:
+    """A finite number > 0."""
+    if type(value) not in (int, float) or not 0 < value < math.inf:  # type: ignore[operator]
+        raise ValueError(f"{field.name} must be a finite number > 0, got {value!r}")
+
+
 def count(instance: object, field: attrs.Attribute[Any], value: object) -> None:
     """An int >= 0."""
     if type(value) is not int or value < 0:

@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.run import Run
 from engine.supervise.breaker import Circuits, CircuitStates
-from events import JSON, Event, NoteAdded, StageFailed, TaskCompleted, TaskFailed
+from events import JSON, BudgetSpent, Event, NoteAdded, StageFailed, TaskCompleted, TaskFailed
 from projections import ProgressState
 from projections.progress import Progress
 
@@ -37,6 +37,8 @@ class RunWatch:
         self.task_failures: dict[str, int] = {}
         self.task_errors: dict[str, tuple[str, str]] = {}
         self.task_results: dict[str, Any] = {}
+        self.spent: dict[str, float] = {}
+        """What the run has spent so far, by unit."""
         self.verdict: dict[str, JSON] | None = None
         """The progress verdict routed to a handler stage (status, reason), once there is one."""
 
@@ -77,6 +79,9 @@ class RunWatch:
             self.task_errors[task_id] = (event.error_type, event.error)  # type: ignore[attr-defined]
         elif kind is TaskCompleted:
             self.task_results[event.task_id] = event.result  # type: ignore[attr-defined]
+        elif kind is BudgetSpent:
+            unit = event.unit  # type: ignore[attr-defined]
+            self.spent[unit] = self.spent.get(unit, 0.0) + event.amount  # type: ignore[attr-defined]
         elif kind is NoteAdded and event.key == VERDICT_NOTE:  # type: ignore[attr-defined]
             self.verdict = event.value  # type: ignore[attr-defined]
         return event

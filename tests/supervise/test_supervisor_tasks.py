@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from engine import Engine, RetryPolicy, Spent, StageGaveUp
+from engine import Engine, RetryPolicy, RunStopped, SpendingLimit, Spent, StageGaveUp
 from projections import TaskTable
 from tests.supervise._helpers import LOOP, FakeTime, failing, kinds, of_type
 
@@ -133,3 +133,37 @@ class TestTask:
         assert {t.task_id for t in tree.completed} == {"feature-1", "task-1"}
         assert [t.task_id for t in tree.pending] == ["task-2"]
         assert tree.budget == {"usd": 3.0}
+
+
+class TestSpendingLimit:
+    def test_work_past_the_limit_is_refused_and_the_run_finishes_with_why(
+        self, engine: Engine
+    ) -> None:
+        """With SpendingLimit(1.0), the task after spending reaches it is not run; run failed."""
+        run = engine.start_run(LOOP)
+        sup = engine.supervisor(budget=SpendingLimit(limit=1.0, unit="usd"))
+        sup.task(run, "t-1", lambda: Spent("draft", 0.6))
+        sup.task(run, "t-2", lambda: Spent("review", 0.5))
+        never = failing(0, RuntimeError("unused"))
+        with pytest.raises(RunStopped) as stopped:
+            sup.task(run, "t-3", never)
+        assert never.calls["n"] == 0  # type: ignore[attr-defined]
+        assert run.status == "failed"
+        reason = stopped.value.reason
+        assert (reason["rule"], reason["spent"], reason["limit"]) == ("budget", 1.1, 1.0)
+        assert reason["detected"] == "spent 1.1 usd of a 1 usd limit"
+        assert of_type(engine, run, "RunFinished")[0].reason == reason  # type: ignore[attr-defined]
+
+    def test_other_units_do_not_count(self, engine: Engine) -> None:
+        """Spending in another unit leaves a usd limit untouched."""
+        run = engine.start_run(LOOP)
+        run.spend(5_000, "tokens")
+        sup = engine.supervisor(budget=SpendingLimit(limit=1.0))
+        assert sup.execute(run, "work", lambda: "done") == "done"
+        assert run.status is None
+
+    @pytest.mark.parametrize("limit", [0, -1.0, float("inf"), "1"])
+    def test_a_limit_must_be_a_positive_number(self, limit: object) -> None:
+        """SpendingLimit(limit=...) refuses zero, negatives, infinity and non-numbers."""
+        with pytest.raises(ValueError, match="limit must be a finite number > 0"):
+            SpendingLimit(limit=limit)  # type: ignore[arg-type]
