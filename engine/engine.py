@@ -287,7 +287,7 @@ class Engine:
         """
         return Supervisor(self, **settings)
 
-    def resume(self, run_id: UUID | str) -> Run:
+    def resume(self, run_id: UUID | str, *, tree: bool = False) -> Run:
         """Load a run whose process died, recording what the crash left unfinished.
 
         An attempt that was started but has no outcome is recorded as `StageFailed`
@@ -295,9 +295,24 @@ class Engine:
         stage (else it stays open and the next outcome closes it); a task left active
         is recorded as `TaskFailed` (``"Interrupted"``). Both in one transaction.
 
+        Args:
+            tree: also resume every unfinished descendant (child runs, their children...,
+                as `tree` lists them), parents first, each in its own transaction.
+                Finished runs are left alone. Only the root is returned: load the
+                children with `load`.
+
         Raises:
             RunNotFound: no such run.
         """
+        root = self._resume_one(self._run_id(run_id))
+        if tree:
+            for member in self.tree(root.id)[1:]:
+                if not isinstance(self.store.last(member), RunFinished):
+                    self._resume_one(member)
+        return root
+
+    def _resume_one(self, run_id: UUID) -> Run:
+        """`resume` for one run: its unfinished attempt and tasks, in one transaction."""
         run = self.load(run_id)
         if run.status is not None:
             return run

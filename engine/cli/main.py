@@ -137,18 +137,24 @@ def show(run: str, store: str | None, as_json: bool) -> None:
 @click.argument("run")
 @click.option("--at", default=None, metavar="N|TIME", help="After event N, or at a time.")
 @click.option("--projection", default="state_stack", show_default=True, metavar="NAME")
+@click.option(
+    "--tree", is_flag=True, help="Fold the run and its child runs together (--at: a time only)."
+)
 @store_option
 @json_option
-def state(run: str, at: str | None, projection: str, store: str | None, as_json: bool) -> None:
+def state(
+    run: str, at: str | None, projection: str, tree: bool, store: str | None, as_json: bool
+) -> None:
     """A projection of a run, now or at a past point.
 
     The state stack by default; --projection names any built-in or registered one.
+    --tree folds the run's child runs in too (task tables across child runs).
     """
     from engine.cli.common import open_engine, resolve_run
     from engine.cli.state import show_state
 
     with open_engine(store) as engine:
-        show_state(engine, resolve_run(engine, run), at, projection, as_json=as_json)
+        show_state(engine, resolve_run(engine, run), at, projection, tree=tree, as_json=as_json)
 
 
 @main.command()

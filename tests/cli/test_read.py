@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine
+from engine.cli.demo.coordinator import FEATURE_CHECK
 from projections import BUILT_INS
 from tests.cli._helpers import Filled, as_json, fails, fill, json_lines, ok
 
@@ -150,6 +151,76 @@ class TestState:
         )
         assert "--at 'yesterday'" in fails("state", run, "--at", "yesterday", "--store", filled.url)
         assert "int >= 0" in fails("state", run, "--at", "-3", "--store", filled.url)
+
+
+@pytest.fixture(params=["sqlite_url", "postgres_url"])
+def demo_url(request: pytest.FixtureRequest) -> str:
+    """A SQLite file or a PostgreSQL schema holding what `stagetrail demo` records."""
+    url: str = request.getfixturevalue(request.param)
+    ok("demo", "--store", url)
+    return url
+
+
+def coordinator_run(url: str) -> str:
+    """The id of the demo's coordinator run, the parent of two child runs."""
+    (row,) = as_json("runs", "--pipeline", "coordinator", "--store", url)
+    return str(row["run_id"])
+
+
+class TestStateTree:
+    def test_task_table_across_the_child_runs(self, demo_url: str) -> None:
+        """--tree folds the coordinator's child runs into its task table; the header says so."""
+        run = coordinator_run(demo_url)
+        children = {
+            row["run_id"]
+            for row in as_json("runs", "--pipeline", "feature-check", "--store", demo_url)
+        }
+        alone = as_json("state", run, "--projection", "task_table", "--store", demo_url)
+        tree = as_json("state", run, "--projection", "task_table", "--tree", "--store", demo_url)
+        assert alone["state"]["runs"] == [run]
+        assert set(tree["state"]["runs"]) == {run, *children}
+        members = [row["run_id"] for row in tree["runs"]]
+        assert (members[0], set(members)) == (run, {run, *children})
+        assert all(row["version"] == row["last_version"] for row in tree["runs"])
+        assert (tree["projection"], tree["tree"], tree["at"]) == ("task_table", True, None)
+        assert tree["state"]["budget"] == alone["state"]["budget"] == {"usd": 1.0}
+        out = ok("state", run[:8], "--projection", "task_table", "--tree", "--store", demo_url)
+        total = sum(row["last_version"] for row in tree["runs"])
+        assert out.splitlines()[0] == (
+            f"task_table of the tree of run {run[:8]} (3 runs), after {total} of {total} events"
+        )
+
+    def test_tasks_of_a_child_run_are_in_the_tree_only(self, demo_url: str) -> None:
+        """A task recorded in a child run is listed with --tree, not in the root's own table."""
+        run = coordinator_run(demo_url)
+        with Engine(demo_url, create=False) as engine:
+            child = engine.start_run(FEATURE_CHECK, parent=engine.load(run))
+            child.add_task("task-docs")
+        args = ("state", run, "--projection", "task_table", "--store", demo_url)
+        alone = [task["task_id"] for task in as_json(*args)["state"]["tasks"]]
+        tree = [task["task_id"] for task in as_json(*args, "--tree")["state"]["tasks"]]
+        assert len(tree) == len(alone) + 1
+        assert tree[-1] == "task-docs"
+        assert "task-docs" not in alone
+
+    def test_at_a_time_folds_each_run_up_to_it(self, demo_url: str) -> None:
+        """--tree --at TIME folds each run's events at or before the time."""
+        run = coordinator_run(demo_url)
+        with Engine(demo_url, create=False) as engine:
+            moment = engine.events(run)[0].timestamp
+        args = ("state", run, "--projection", "task_table", "--tree", "--store", demo_url)
+        data = as_json(*args, "--at", moment.isoformat())
+        assert data["at"] == moment.isoformat()
+        assert [row["version"] for row in data["runs"]] == [1, 0, 0]
+        assert (data["state"]["tasks"], data["state"]["runs"]) == ([], [run])
+        assert "(3 runs) at " in ok(*args, "--at", moment.isoformat()).splitlines()[0]
+
+    def test_a_version_at_is_refused(self, demo_url: str) -> None:
+        """--tree with --at N is a one-line error: versions are per run, give a time."""
+        error = fails(
+            "state", coordinator_run(demo_url), "--at", "3", "--tree", "--store", demo_url
+        )
+        assert "--at '3': with --tree, give a time" in error
 
 
 class TestReplay:

@@ -9,7 +9,7 @@ from uuid import UUID
 
 import pytest
 
-from engine import Engine, RetryPolicy
+from engine import Engine, RetryPolicy, Run
 from engine.cli.demo import coordinator
 from engine.cli.demo.code_review import REVIEW
 from projections import TaskTable
@@ -64,6 +64,76 @@ class TestResume:
         sup.execute(resumed, "project_analysis", lambda: {"t": "py"})
         done = of_type(engine, run, "StageCompleted")[0]
         assert (done.stage, done.attempt) == ("project_analysis", 1)  # type: ignore[attr-defined]
+
+
+def crashed_tree(engine: Engine) -> tuple[Run, list[Run], Run]:
+    """A parent with an open attempt, two crashed child runs (one with a child), a finished one."""
+    parent = engine.start_run(LOOP)
+    parent.stage_started("work")
+    busy = engine.start_run(LOOP, parent=parent)
+    busy.stage_started("work")
+    busy.add_task("t-1")
+    busy.task_started("t-1")
+    tasks = engine.start_run(LOOP, parent=parent)
+    tasks.add_task("t-2")
+    tasks.task_started("t-2")
+    grandchild = engine.start_run(LOOP, parent=busy)
+    grandchild.stage_started("work")
+    done = engine.start_run(LOOP, parent=parent)
+    done.stage_started("work")
+    done.stage_completed("work")
+    done.finish("succeeded")
+    return parent, [busy, tasks, grandchild], done
+
+
+class TestResumeTree:
+    def test_every_unfinished_run_of_the_tree_is_resumed(self, engine: Engine) -> None:
+        """tree=True records Interrupted events in the parent and every unfinished descendant."""
+        parent, (busy, tasks, grandchild), _ = crashed_tree(engine)
+        resumed = engine.resume(parent.id, tree=True)
+        assert (resumed.id, resumed.open_attempt) == (parent.id, None)
+        assert kinds(engine, parent)[-1] == "StageFailed"
+        assert kinds(engine, busy)[-2:] == ["StageFailed", "TaskFailed"]
+        assert kinds(engine, tasks)[-1] == "TaskFailed"
+        assert kinds(engine, grandchild)[-1] == "StageFailed"
+        for run in (parent, busy, tasks, grandchild):
+            interrupted = of_type(engine, run, "StageFailed") + of_type(engine, run, "TaskFailed")
+            assert {e.error_type for e in interrupted} == {"Interrupted"}  # type: ignore[attr-defined]
+        assert dict(engine.load(tasks.id).tasks) == {"t-2": "failed"}
+        assert engine.load(busy.id).open_attempt is None
+
+    def test_parents_are_resumed_first(self, engine: Engine) -> None:
+        """A run's Interrupted events come before its children's, theirs before their children's."""
+        parent, (busy, _, grandchild), _ = crashed_tree(engine)
+        engine.resume(parent.id, tree=True)
+        recorded = [engine.events(run.id)[-1].timestamp for run in (parent, busy, grandchild)]
+        assert recorded == sorted(recorded)
+
+    def test_a_finished_child_is_left_alone(self, engine: Engine) -> None:
+        """A finished run of the tree gets no new event."""
+        parent, _, done = crashed_tree(engine)
+        before = kinds(engine, done)
+        engine.resume(parent.id, tree=True)
+        assert kinds(engine, done) == before
+        assert engine.load(done.id).status == "succeeded"
+
+    def test_a_finished_parent_still_resumes_its_children(self, engine: Engine) -> None:
+        """The root's own status does not stop its unfinished children from being resumed."""
+        parent = engine.start_run(LOOP)
+        child = engine.start_run(LOOP, parent=parent)
+        child.stage_started("work")
+        parent.finish("cancelled")
+        assert engine.resume(parent.id, tree=True).status == "cancelled"
+        assert kinds(engine, parent) == ["RunStarted", "RunFinished"]
+        assert kinds(engine, child)[-1] == "StageFailed"
+
+    def test_without_tree_only_the_root_is_resumed(self, engine: Engine) -> None:
+        """The default, tree=False, records nothing in the child runs."""
+        parent, children, _ = crashed_tree(engine)
+        before = [kinds(engine, child) for child in children]
+        engine.resume(parent.id)
+        assert kinds(engine, parent)[-1] == "StageFailed"
+        assert [kinds(engine, child) for child in children] == before
 
 
 def kill_at(url: str, point: int) -> UUID:
