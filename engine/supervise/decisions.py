@@ -26,10 +26,11 @@ from engine.errors import (
 from engine.run import Run
 from engine.supervise.breaker import Circuit
 from engine.supervise.context import StageContext
-from engine.supervise.guards import CLOSED, BreakerGuard, progress_stop
+from engine.supervise.guards import BreakerGuard, progress_stop
 from engine.supervise.outcome import Outcome, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
+from engine.supervise.streaks import counts
 from engine.supervise.watch import VERDICT_NOTE, RunWatch
 from events import JSON, CircuitClosed, CircuitOpened, Event, RetryScheduled
 
@@ -117,7 +118,9 @@ class Decisions:
         if watch is None:
             if len(self._watches) >= MAX_WATCHES:
                 del self._watches[next(iter(self._watches))]
-            watch = self._watches[run.id] = RunWatch(progress=self.progress is not None)
+            watch = self._watches[run.id] = RunWatch(
+                run.pipeline, progress=self.progress is not None
+            )
         return watch.catch_up(run)
 
     def stage(self, run: Run, stage: str) -> Step:
@@ -131,7 +134,7 @@ class Decisions:
             chosen = self.policy(run, stage, stage)
             recordable = _records_failures(run, chosen[0])
             if recordable:
-                streak = watch.circuits.get(stage, CLOSED).consecutive
+                streak = watch.streaks.count(stage, chosen[0])
                 self._check_budget(run, stage, streak, watch.last_failure(stage), chosen)
                 if run.open_attempt is None:
                     watch.see(run.stage_started(stage))
@@ -154,7 +157,7 @@ class Decisions:
         while True:
             self._check_spending(run, watch, f"task:{task_id}")
             chosen = self.policy(run, task_id, run.state)
-            failures, last = watch.task_failures.get(task_id, 0), watch.task_errors.get(task_id)
+            failures, last = watch.task_streak(task_id, chosen[0]), watch.task_errors.get(task_id)
             self._check_budget(run, f"task:{task_id}", failures, last or ("Error", ""), chosen)
             if run.tasks[task_id] != "active":
                 watch.see(run.task_started(task_id))
@@ -222,7 +225,8 @@ class Decisions:
             )
             watch.see(note)
             raise gave_up from error
-        streak = watch.circuits.get(stage, CLOSED).consecutive + 1
+        routed = run.pipeline.next_state(stage, outcome) != stage
+        streak = watch.streaks.count(stage, chosen[0]) + counts((False, routed), chosen[0])
         with run.batch():
             events: list[Event] = [
                 run.stage_failed(
@@ -277,7 +281,7 @@ class Decisions:
         error = ended.error
         assert error is not None
         watch = self.watch(run)
-        failures = watch.task_failures.get(task_id, 0) + 1
+        failures = watch.task_streak(task_id, chosen[0]) + 1
         timeout = "Timeout" if isinstance(error, AttemptTimeout) else None
         with run.batch():
             events: list[Event] = [run.task_failed(task_id, error, error_type=timeout)]
@@ -302,14 +306,14 @@ class Decisions:
         routed: bool = False,
     ) -> float | Exception | None:
         policy, chosen_by = chosen
+        if routed:
+            return None  # the table moved the run on: the stage it went to decides
         exhausted = _exhausted(policy, error, streak)
         if exhausted is not None:
             cause, problem = exhausted
             note, gave_up = self._gave_up(run, stage, streak, problem, _kind(error), chosen, cause)
             events.append(note)
             return gave_up
-        if routed:
-            return None
         delay = policy.delay_for(streak, self.rng)
         reason = f"retry {streak} of {policy.max_retries} after {_describe(error)}"
         events.append(
@@ -331,7 +335,8 @@ class Decisions:
         if streak <= chosen[0].max_retries:
             return
         limit = chosen[0].max_retries
-        reason = f"the retry budget is spent: {streak} failures in a row (max_retries={limit})"
+        counted = "in the run" if chosen[0].budget == "run" else "in a row"
+        reason = f"the retry budget is spent: {streak} failures {counted} (max_retries={limit})"
         note, gave_up = self._gave_up(run, stage, streak, reason, last, chosen)
         self.watch(run).see(note)
         raise gave_up
@@ -412,7 +417,8 @@ def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> tuple[str,
     if not policy.retryable(error):
         return "not_retryable", f"{_kind(error)[0]} is not retried by the policy"
     if streak > policy.max_retries:
-        return "budget_spent", f"{streak} failures in a row (max_retries={policy.max_retries})"
+        counted = "in the run" if policy.budget == "run" else "in a row"
+        return "budget_spent", f"{streak} failures {counted} (max_retries={policy.max_retries})"
     return None
 
 

@@ -57,6 +57,17 @@ class RetryPolicy:
         outcomes: the outcome a failure with an exception of a type records (the
             first type that matches, in order; else ``"failed"``), so the table can
             route it: ``{ToolError: "error_occurred"}``.
+        budget: what `max_retries` counts: ``"stage"`` (default), the stage's failures
+            since its last completion; or ``"run"``, the failures of the whole run (a
+            run-wide budget, for tables that move failures between stages).
+        count_routed: whether a failure the table routes to another state spends the
+            budget of the stage that failed (default True: a loop through the table
+            still ends). The failure itself is never retried where it happened.
+        count_interrupted: whether an attempt a crash cut short (``Interrupted``,
+            recorded by `engine.resume`) spends the budget (default False: a
+            process killed four times has not failed four times).
+        forget_rolled_back: whether a failure taken off the stack by a rollback stops
+            spending the budget (default True: a rolled-back round is undone).
 
     Raises:
         ValueError: a field out of range, or a `delay` above `max_delay` (every
@@ -78,6 +89,10 @@ class RetryPolicy:
     outcomes: tuple[tuple[type[BaseException], str], ...] = attrs.field(
         factory=dict, converter=_failure_outcomes
     )
+    budget: str = attrs.field(default="stage", validator=check.budget)
+    count_routed: bool = attrs.field(default=True, validator=check.boolean)
+    count_interrupted: bool = attrs.field(default=False, validator=check.boolean)
+    forget_rolled_back: bool = attrs.field(default=True, validator=check.boolean)
 
     def __attrs_post_init__(self) -> None:
         if self.delay > self.max_delay:
@@ -120,6 +135,10 @@ class RetryPolicy:
             "retry_on": [kind.__name__ for kind in self.retry_on],
             "give_up_on": [kind.__name__ for kind in self.give_up_on],
             "outcomes": {kind.__name__: outcome for kind, outcome in self.outcomes},
+            "budget": self.budget,
+            "count_routed": self.count_routed,
+            "count_interrupted": self.count_interrupted,
+            "forget_rolled_back": self.forget_rolled_back,
         }
 
 

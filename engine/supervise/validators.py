@@ -72,6 +72,12 @@ def scope(instance: object, field: attrs.Attribute[Any], value: object) -> None:
         raise ValueError(f"{field.name} must be one of {SCOPES}, got {value!r}")
 
 
+def budget(instance: object, field: attrs.Attribute[Any], value: object) -> None:
+    """What a retry budget counts: "stage" or "run"."""
+    if value not in ("stage", "run"):
+        raise ValueError(f"{field.name} must be 'stage' or 'run', got {value!r}")
+
+
 def boolean(instance: object, field: attrs.Attribute[Any], value: object) -> None:
     """A bool."""
     if type(value) is not bool:

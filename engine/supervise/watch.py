@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.supervise.breaker import Circuits, CircuitStates
+from engine.supervise.streaks import INTERRUPTED, BudgetRules, RetryStreaks
 from events import JSON, BudgetSpent, Event, NoteAdded, StageFailed, TaskCompleted, TaskFailed
 from projections import ProgressState
 from projections.progress import Progress
@@ -28,13 +30,16 @@ VERDICT_NOTE = "progress_verdict"
 class RunWatch:
     """Progress, circuits, recent failures and task results of one run, folded incrementally."""
 
-    def __init__(self, *, progress: bool = True) -> None:
+    def __init__(self, pipeline: Pipeline, *, progress: bool = True) -> None:
         self.watches_progress = progress  # off when no ProgressPolicy asks: the hot path
+        self.streaks = RetryStreaks(pipeline)
+        """The failures retry budgets count."""
         self.version = 0
         self.progress: Progress = _PROGRESS.initial()
         self.circuits: Circuits = _CIRCUITS.initial()
         self.recent_failures: tuple[tuple[str, str, str], ...] = ()
         self.task_failures: dict[str, int] = {}
+        self.task_interruptions: dict[str, int] = {}
         self.task_errors: dict[str, tuple[str, str]] = {}
         self.task_results: dict[str, Any] = {}
         self.spent: dict[str, float] = {}
@@ -54,6 +59,13 @@ class RunWatch:
         for event in events:
             self.see(event)
 
+    def task_streak(self, task_id: str, rules: BudgetRules) -> int:
+        """The failures of a task its retry budget counts (interruptions only if asked)."""
+        failures = self.task_failures.get(task_id, 0)
+        if rules.count_interrupted:
+            return failures
+        return failures - self.task_interruptions.get(task_id, 0)
+
     def last_failure(self, stage: str) -> tuple[str, str]:
         """The newest (error_type, error) of `stage` this watch remembers."""
         for failed_stage, error_type, error in reversed(self.recent_failures):
@@ -69,6 +81,7 @@ class RunWatch:
         if self.watches_progress:
             self.progress = _PROGRESS.apply(self.progress, event)
         self.circuits = _CIRCUITS.apply(self.circuits, event)
+        self.streaks.see(event)
         kind = type(event)
         if kind is StageFailed:
             failure = (event.stage, event.error_type, event.error)  # type: ignore[attr-defined]
@@ -76,6 +89,8 @@ class RunWatch:
         elif kind is TaskFailed:
             task_id = event.task_id  # type: ignore[attr-defined]
             self.task_failures[task_id] = self.task_failures.get(task_id, 0) + 1
+            if event.error_type == INTERRUPTED:  # type: ignore[attr-defined]
+                self.task_interruptions[task_id] = self.task_interruptions.get(task_id, 0) + 1
             self.task_errors[task_id] = (event.error_type, event.error)  # type: ignore[attr-defined]
         elif kind is TaskCompleted:
             self.task_results[event.task_id] = event.result  # type: ignore[attr-defined]

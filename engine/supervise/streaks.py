@@ -1,0 +1,116 @@
+"""The failures a retry budget counts: by stage, by kind, and undone by rollbacks.
+
+A failure is of one of four kinds: it was `Interrupted` (recorded by `resume`
+for an attempt a crash cut short) or not, and the table routed it to another
+state or not. A `RetryPolicy` says which kinds its budget counts, whether a
+failure a rollback took off the stack still counts, and whether the budget is
+the stage's (failures since its last completion) or the run's. `RetryStreaks`
+keeps the counts for every combination at once, one event at a time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Protocol
+
+from engine.pipeline import Pipeline
+from events import Event, StageCompleted, StageFailed, StateRolledBack
+
+Kind = tuple[bool, bool]
+"""A failure's kind: (interrupted, routed)."""
+
+INTERRUPTED = "Interrupted"
+"""The error type `engine.resume` records for an attempt a crash cut short."""
+
+
+class BudgetRules(Protocol):
+    """What a retry budget counts (a `RetryPolicy` has these)."""
+
+    @property
+    def budget(self) -> str:
+        """``"stage"`` or ``"run"``."""
+
+    @property
+    def count_routed(self) -> bool:
+        """Whether a failure the table routed to another state counts."""
+
+    @property
+    def count_interrupted(self) -> bool:
+        """Whether an attempt a crash cut short counts."""
+
+    @property
+    def forget_rolled_back(self) -> bool:
+        """Whether a failure a rollback took off the stack stops counting."""
+
+
+def counts(kind: Kind, rules: BudgetRules) -> bool:
+    """Whether a failure of `kind` spends the budget under `rules`."""
+    interrupted, routed = kind
+    return (rules.count_interrupted or not interrupted) and (rules.count_routed or not routed)
+
+
+class RetryStreaks:
+    """Per stage and for the run: live and rolled-back failures by kind.
+
+    A stage's live failures are those since its last completion still on the
+    stack; a rollback moves the failures it pops to the rolled-back counts and
+    brings back the counts a popped completion had reset.
+    """
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.live: dict[str, Counter[Kind]] = {}
+        self.rolled_back: dict[str, Counter[Kind]] = {}
+        self.run_live: Counter[Kind] = Counter()
+        self.run_rolled_back: Counter[Kind] = Counter()
+        # One entry per outcome on the stack: (stage, kind of a failure, or the counts a
+        # completion reset), so a rollback can undo exactly what the outcome did.
+        self.stack: list[tuple[str, Kind | None, tuple[Counter[Kind], Counter[Kind]]]] = []
+
+    def see(self, event: Event) -> None:
+        """Fold one event of the run."""
+        if isinstance(event, StageFailed):
+            self.failed(event.stage, self.kind(event))
+        elif isinstance(event, StageCompleted):
+            reset = (
+                self.live.pop(event.stage, Counter()),
+                self.rolled_back.pop(event.stage, Counter()),
+            )
+            self.stack.append((event.stage, None, reset))
+        elif isinstance(event, StateRolledBack):
+            for _ in range(min(event.steps, len(self.stack))):
+                self._undo(*self.stack.pop())
+
+    def kind(self, event: StageFailed) -> Kind:
+        """A recorded failure's kind."""
+        routed = self.pipeline.next_state(event.stage, event.outcome) != event.stage
+        return event.error_type == INTERRUPTED, routed
+
+    def failed(self, stage: str, kind: Kind) -> None:
+        """Count a failure of `stage`."""
+        self.live.setdefault(stage, Counter())[kind] += 1
+        self.run_live[kind] += 1
+        self.stack.append((stage, kind, (Counter(), Counter())))
+
+    def count(self, stage: str, rules: BudgetRules) -> int:
+        """The failures the budget of `rules` counts for the next attempt of `stage`."""
+        if rules.budget == "run":
+            live, rolled_back = self.run_live, self.run_rolled_back
+        else:
+            live = self.live.get(stage, Counter())
+            rolled_back = self.rolled_back.get(stage, Counter())
+        total = sum(n for kind, n in live.items() if counts(kind, rules))
+        if not rules.forget_rolled_back:
+            total += sum(n for kind, n in rolled_back.items() if counts(kind, rules))
+        return total
+
+    def _undo(
+        self, stage: str, kind: Kind | None, reset: tuple[Counter[Kind], Counter[Kind]]
+    ) -> None:
+        if kind is None:  # a completion: the stage's counts before it are back
+            self.live[stage], self.rolled_back[stage] = reset
+            return
+        self.live[stage][kind] -= 1
+        self.rolled_back.setdefault(stage, Counter())[kind] += 1
+        self.run_live[kind] -= 1
+        self.run_rolled_back[kind] += 1
