@@ -9,8 +9,10 @@ package, in ``engine/cli/demo/``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
-from engine import Engine, Pipeline, RetryPolicy
+from engine import Engine, Pipeline, RetryPolicy, StageContext
 from events import StageFailed
 from projections import Projection, StateStack, on
 
@@ -49,7 +51,7 @@ class FlakyWriter:
     def __init__(self) -> None:
         self.calls = 0
 
-    def __call__(self, context: object) -> dict[str, int]:
+    def __call__(self, context: StageContext) -> dict[str, int]:
         """Write a draft; the first call raises."""
         self.calls += 1
         if self.calls == 1:
@@ -61,7 +63,10 @@ def main(url: str = "memory://") -> dict[str, int]:
     """Drive one run to `done` and return its failures by stage."""
     with Engine(url) as engine:
         sup = engine.supervisor(retry=RetryPolicy(max_retries=2, delay=0), sleep=lambda s: None)
-        stages = {"write": FlakyWriter(), "review": lambda context: {"approved": True}}
+        stages: dict[str, Callable[[StageContext], Any]] = {
+            "write": FlakyWriter(),
+            "review": lambda context: {"approved": True},
+        }
         run = sup.drive(engine.start_run(REVIEW, params={"topic": "docs"}), stages)
         failures: dict[str, int] = engine.project(run.id, FailuresByStage)
         first_outcome = engine.project(run.id, StateStack, at=3).top

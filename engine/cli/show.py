@@ -181,8 +181,13 @@ def reason_line(reason: Any) -> str:
 def reason_lines(reason: Any) -> list[str]:
     """A finish reason for the closing lines: one ``key: value`` line per field of a dict."""
     if isinstance(reason, dict):
-        return [f"  {key}: {compact(value, 1000)}" for key, value in reason.items()]
+        return [f"  {key}: {_shown(value)}" for key, value in reason.items()]
     return [f"  {compact(reason, 1000)}"] if reason not in (None, "") else []
+
+
+def _shown(value: Any) -> str:
+    """A reason's value on its line; an empty string shows as "" rather than as nothing."""
+    return '""' if value == "" else compact(value, 1000)
 
 
 class _Columns:
