@@ -34,6 +34,7 @@ from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.store import Projections, ProjectionStatus, Store
 from engine.supervise import (
+    FINISHED,
     Circuit,
     CircuitBreaker,
     CircuitStates,
@@ -58,6 +59,7 @@ __all__ = [
     "CircuitStates",
     "ConcurrencyConflict",
     "Engine",
+    "FINISHED",
     "GIVE_UP_CAUSES",
     "InvalidArgument",
     "InvalidEvent",

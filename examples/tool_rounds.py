@@ -104,8 +104,8 @@ def main(url: str = "sqlite:///stagetrail.db") -> list[UUID]:
         )
         chat, question = Conversation(), "Will it rain in Lyon tomorrow? Should I bike?"
         run = engine.start_run(ROUNDS, params={"question": question})
-        for stage in ["query", "round", "round"]:  # step by step, to inspect each round
-            found = sup.execute(run, stage, chat.stages()[stage], StageContext(engine, run, stage))
+        for _ in range(3):  # one move at a time, to look at each round as it ends
+            found = sup.step(run, chat.stages())
         if found.get("age_hours", 0) > 6:
             run.rollback(1, reason=f"round 2 read a forecast {found['age_hours']} h old")
         sup.drive(run, chat.stages())

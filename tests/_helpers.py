@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+from collections.abc import Iterator
 
 import pytest
+from freezegun import freeze_time
 
 from engine.cli.demo.code_review import REVIEW as CODE_REVIEW
 from events import StageFailed
@@ -80,3 +84,20 @@ EXPECTED = {
     ("testing", "failed"): "developer",
     ("testing", "aborted"): "aborted",
 }
+
+
+@contextlib.contextmanager
+def transcript_clock(start: str) -> Iterator[None]:
+    """Frozen time that ticks 0.25 s per reading, and no garbage collection meanwhile.
+
+    Hypothesis installs a garbage-collector callback that reads the clock, so once a
+    property test has run, every collection would tick the frozen clock too, and a
+    transcript's times would depend on when the collector happened to run.
+    """
+    gc.collect()
+    gc.disable()
+    try:
+        with freeze_time(start, auto_tick_seconds=0.25):
+            yield
+    finally:
+        gc.enable()

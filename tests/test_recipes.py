@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from freezegun import freeze_time
 
 from engine.cli import main
+from tests._helpers import transcript_clock
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "recipes.md"
@@ -85,7 +85,7 @@ def recipe_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     monkeypatch.delenv("STAGETRAIL_STORE", raising=False)
     monkeypatch.delenv("STAGETRAIL_CIPHER_KEY", raising=False)
     monkeypatch.setenv("COLUMNS", "100")
-    with freeze_time("2026-11-21 09:00:00", auto_tick_seconds=0.25):
+    with transcript_clock("2026-11-21 09:00:00"):
         yield tmp_path
 
 

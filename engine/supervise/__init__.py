@@ -15,12 +15,13 @@ from engine.supervise.context import StageContext
 from engine.supervise.outcome import Outcome, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
-from engine.supervise.supervisor import Supervisor
+from engine.supervise.supervisor import FINISHED, Supervisor
 
 __all__ = [
     "Circuit",
     "CircuitBreaker",
     "CircuitStates",
+    "FINISHED",
     "Outcome",
     "ProgressPolicy",
     "RetryPolicy",

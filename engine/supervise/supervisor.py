@@ -144,12 +144,41 @@ class Supervisor:
             CircuitOpen: a stage's breaker is open; the run stays where it is.
         """
         _check_stages(run, stages)
-        with run.stamped_by(self._now):
-            while (fn := self._next(run, stages, statuses)) is not None:
-                loop = self.decisions.stage(run, run.state)
-                with self._ending(run):
-                    self._drive_sync(loop, self._with_context(run, fn), (), {})
+        while self.step(run, stages, statuses=statuses) is not _FINISHED:
+            pass
         return run
+
+    def step(
+        self,
+        run: Run,
+        stages: Mapping[str, Callable[[StageContext], Any]],
+        *,
+        statuses: Mapping[str, str] | None = None,
+    ) -> Any:
+        """One move of `drive`: the current state's stage to its outcome, retries included.
+
+        For a caller that looks at each outcome before the next (and may roll it
+        back): ``while run.status is None: result = sup.step(run, stages)``. On a
+        final state it finishes the run, as `drive` does.
+
+        Returns:
+            The stage's result (None when its failure moved the run on, or a policy
+            stopped it), or `FINISHED` when the run was already in a final state.
+
+        Raises:
+            As `drive`.
+        """
+        _check_stages(run, stages)
+        with run.stamped_by(self._now):
+            fn = self._next(run, stages, statuses)
+            if fn is None:
+                return _FINISHED
+            loop = self.decisions.stage(run, run.state)
+            result = None  # stays None when a policy stops the run (`_ending` swallows it)
+            with self._ending(run):
+                attempted = self._drive_sync(loop, self._with_context(run, fn), (), {})
+                result = None if attempted.routed else attempted.result
+            return result
 
     async def drive_async(
         self,
@@ -316,6 +345,18 @@ class Supervisor:
 
     def _since(self, began: float) -> float:
         return max(0.0, self.clock() - began)
+
+
+class _Finished:
+    """What `Supervisor.step` returns for a run it found in a final state (and finished)."""
+
+    def __repr__(self) -> str:
+        return "FINISHED"
+
+
+_FINISHED: Any = _Finished()
+FINISHED = _FINISHED
+"""`Supervisor.step`'s answer when the run had nothing left to run."""
 
 
 def _real_sleep(seconds: float) -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from freezegun import freeze_time
 
 from engine.cli import main
 from engine.cli.demo import coordinator
+from tests._helpers import transcript_clock
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "cli.md"
@@ -73,7 +73,7 @@ def demo_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     # clock nor the seeded ids reach: record its in-process variant instead.
     in_process = coordinator.record_all
     monkeypatch.setattr(coordinator, "record_all", lambda engine, url=None: in_process(engine))
-    with freeze_time("2026-11-20 09:00:00", auto_tick_seconds=0.25):
+    with transcript_clock("2026-11-20 09:00:00"):
         yield tmp_path
 
 

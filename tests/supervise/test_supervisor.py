@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from engine import (
+    FINISHED,
     GIVE_UP_CAUSES,
     AttemptError,
     Engine,
@@ -12,6 +13,7 @@ from engine import (
     InvalidPayload,
     Outcome,
     Pipeline,
+    ProgressPolicy,
     RetryPolicy,
     RuleViolation,
     Run,
@@ -528,3 +530,31 @@ class TestFailureDetails:
         assert run.version == 1
         recorded = run.stage_failed("work", "boom", details=["test_empty"])
         assert engine.events(run.id)[-1] == recorded
+
+
+class TestStep:
+    def test_step_moves_one_stage_and_returns_its_result(
+        self, engine: Engine, fake: FakeTime
+    ) -> None:
+        """step runs the current state's function to its outcome; a caller may roll it back."""
+        run = engine.start_run(LOOP)
+        sup = supervise(engine, fake)
+        stages = {"work": lambda context: Outcome("partial", {"n": 1}), "check": lambda c: "ok"}
+        assert sup.step(run, stages) == {"n": 1}
+        assert run.state == "check"
+        run.rollback(1, "not good enough")
+        assert sup.step(run, stages) == {"n": 1}
+        assert sup.step(run, stages) == "ok"
+        assert run.state == "done"
+        assert run.status is None
+        assert sup.step(run, stages) is FINISHED
+        assert run.status == "succeeded"
+
+    def test_step_on_a_stopped_run_returns_none(self, engine: Engine, fake: FakeTime) -> None:
+        """A step a progress policy stops returns None, and the run is finished."""
+        run = engine.start_run(LOOP)
+        sup = supervise(engine, fake, progress=ProgressPolicy(max_steps=1))
+        stages = {"work": lambda context: Outcome("partial", "half"), "check": lambda c: "ok"}
+        assert sup.step(run, stages) == "half"
+        assert sup.step(run, stages) is None
+        assert run.status == "aborted_stuck"
