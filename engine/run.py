@@ -323,18 +323,13 @@ class Run:
             kind(run_id=head.run_id, version=head.version + 1, timestamp=self._now(), **payload)
         )
 
-    @contextmanager
-    def stamped_by(self, clock: Callable[[], datetime]) -> Iterator[Run]:
-        """Stamp the events recorded inside the block with `clock` (a supervisor's clock).
+    def stamped_by(self, clock: Callable[[], datetime]) -> _Stamping:
+        """Stamp the events recorded inside the ``with`` block with `clock` (a supervisor's).
 
         The run's time stays monotonic: a clock behind the newest event stamps that
         event's time. The previous clock is back when the block ends.
         """
-        previous, self._clock = self._clock, clock
-        try:
-            yield self
-        finally:
-            self._clock = previous
+        return _Stamping(self, clock)
 
     def _now(self) -> datetime:
         now = self._clock()
@@ -374,6 +369,24 @@ class Run:
 
 _ABANDONED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 _abandoned_any = False  # a plain flag: the append hot path checks it, not the WeakSet
+
+
+class _Stamping:
+    """The context of `Run.stamped_by` (a class: it wraps every supervised call)."""
+
+    __slots__ = ("_clock", "_previous", "_run")
+
+    def __init__(self, run: Run, clock: Callable[[], datetime]) -> None:
+        self._run, self._clock = run, clock
+        self._previous: Callable[[], datetime] = utc_now
+
+    def __enter__(self) -> Run:
+        run = self._run
+        self._previous, run._clock = run._clock, self._clock
+        return run
+
+    def __exit__(self, *exc: object) -> None:
+        self._run._clock = self._previous
 
 
 def abandon(thread: threading.Thread) -> None:

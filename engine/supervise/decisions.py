@@ -424,8 +424,10 @@ def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> tuple[str,
 
 def _records_failures(run: Run, policy: RetryPolicy) -> bool:
     """Whether the table can record a failure of the current stage, with any mapped outcome."""
-    allowed = run.allowed_outcomes()
-    return "failed" in allowed or any(outcome in allowed for _, outcome in policy.outcomes)
+    table, state = run.pipeline, run.state
+    if table.next_state(state, "failed") is not None:
+        return True
+    return any(table.next_state(state, outcome) is not None for _, outcome in policy.outcomes)
 
 
 def _check_current(run: Run, stage: str) -> None:

@@ -19,6 +19,11 @@ from events import Event, StageCompleted, StageFailed, StateRolledBack
 Kind = tuple[bool, bool]
 """A failure's kind: (interrupted, routed)."""
 
+Reset = tuple["Counter[Kind] | None", "Counter[Kind] | None"]
+"""A stage's (live, rolled-back) counts a completion reset: None where there were none."""
+
+_NOTHING: Reset = (None, None)
+
 INTERRUPTED = "Interrupted"
 """The error type `engine.resume` records for an attempt a crash cut short."""
 
@@ -65,20 +70,19 @@ class RetryStreaks:
         self.run_rolled_back: Counter[Kind] = Counter()
         # One entry per outcome on the stack: (stage, kind of a failure, or the counts a
         # completion reset), so a rollback can undo exactly what the outcome did.
-        self.stack: list[tuple[str, Kind | None, tuple[Counter[Kind], Counter[Kind]]]] = []
+        self.stack: list[tuple[str, Kind | None, Reset]] = []
 
     def see(self, event: Event) -> None:
         """Fold one event of the run."""
-        if isinstance(event, StageFailed):
-            self.failed(event.stage, self.kind(event))
-        elif isinstance(event, StageCompleted):
-            reset = (
-                self.live.pop(event.stage, Counter()),
-                self.rolled_back.pop(event.stage, Counter()),
-            )
-            self.stack.append((event.stage, None, reset))
-        elif isinstance(event, StateRolledBack):
-            for _ in range(min(event.steps, len(self.stack))):
+        kind = type(event)  # every event of a supervised run passes here: no isinstance chain
+        if kind is StageCompleted:
+            stage = event.stage  # type: ignore[attr-defined]
+            reset = (self.live.pop(stage, None), self.rolled_back.pop(stage, None))
+            self.stack.append((stage, None, _NOTHING if reset == _NOTHING else reset))
+        elif kind is StageFailed:
+            self.failed(event.stage, self.kind(event))  # type: ignore[attr-defined,arg-type]
+        elif kind is StateRolledBack:
+            for _ in range(min(event.steps, len(self.stack))):  # type: ignore[attr-defined]
                 self._undo(*self.stack.pop())
 
     def kind(self, event: StageFailed) -> Kind:
@@ -90,7 +94,7 @@ class RetryStreaks:
         """Count a failure of `stage`."""
         self.live.setdefault(stage, Counter())[kind] += 1
         self.run_live[kind] += 1
-        self.stack.append((stage, kind, (Counter(), Counter())))
+        self.stack.append((stage, kind, _NOTHING))
 
     def count(self, stage: str, rules: BudgetRules) -> int:
         """The failures the budget of `rules` counts for the next attempt of `stage`."""
@@ -104,11 +108,11 @@ class RetryStreaks:
             total += sum(n for kind, n in rolled_back.items() if counts(kind, rules))
         return total
 
-    def _undo(
-        self, stage: str, kind: Kind | None, reset: tuple[Counter[Kind], Counter[Kind]]
-    ) -> None:
+    def _undo(self, stage: str, kind: Kind | None, reset: Reset) -> None:
         if kind is None:  # a completion: the stage's counts before it are back
-            self.live[stage], self.rolled_back[stage] = reset
+            live, rolled_back = reset
+            self.live[stage] = live if live is not None else Counter()
+            self.rolled_back[stage] = rolled_back if rolled_back is not None else Counter()
             return
         self.live[stage][kind] -= 1
         self.rolled_back.setdefault(stage, Counter())[kind] += 1
