@@ -60,6 +60,7 @@ class Run:
         self._state = state
         self._pending: list[StoredEvent] | None = None
         self._clock: Callable[[], datetime] = utc_now
+        self._stampings = 0  # open `stamped_by` blocks: the clock is theirs while any is
 
     @property
     def id(self) -> UUID:
@@ -372,21 +373,29 @@ _abandoned_any = False  # a plain flag: the append hot path checks it, not the W
 
 
 class _Stamping:
-    """The context of `Run.stamped_by` (a class: it wraps every supervised call)."""
+    """The context of `Run.stamped_by` (a class: it wraps every supervised call).
 
-    __slots__ = ("_clock", "_previous", "_run")
+    Overlapping blocks on one run (two tasks of an async coordinator, threads) share
+    the clock of the outermost one, and the wall clock is back only when the last ends.
+    """
+
+    __slots__ = ("_clock", "_run")
 
     def __init__(self, run: Run, clock: Callable[[], datetime]) -> None:
         self._run, self._clock = run, clock
-        self._previous: Callable[[], datetime] = utc_now
 
     def __enter__(self) -> Run:
         run = self._run
-        self._previous, run._clock = run._clock, self._clock
+        if run._stampings == 0:
+            run._clock = self._clock
+        run._stampings += 1
         return run
 
     def __exit__(self, *exc: object) -> None:
-        self._run._clock = self._previous
+        run = self._run
+        run._stampings -= 1
+        if run._stampings == 0:
+            run._clock = utc_now
 
 
 def abandon(thread: threading.Thread) -> None:

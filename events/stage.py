@@ -123,7 +123,9 @@ class ProgressObserved(Event):
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
-        """Version 1 observed every signal in each event; None then meant "no signature"."""
+        """Version 1 observed every signal in each event: None meant "none" (not functional)."""
         for name in ("diagnostics_signature", "test_signature"):
             if state.get(name) is None:
                 state[name] = ""
+        if state.get("functional_ok") is None:
+            state["functional_ok"] = False

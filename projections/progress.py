@@ -110,10 +110,12 @@ class Progress:
             event.test_signature,
             event.functional_ok,
         )
+        # "" (reported: nothing) and None (never observed) both mean no signature: a
+        # first report of nothing is no change.
         changed = (
             bool(files)
-            or (diagnostics is not None and diagnostics != self.last_diagnostics_signature)
-            or (test is not None and test != self.last_test_signature)
+            or (diagnostics is not None and diagnostics != (self.last_diagnostics_signature or ""))
+            or (test is not None and test != (self.last_test_signature or ""))
         )
         no_ops = 0 if changed else self.consecutive_no_ops + (files is not None)
         return attrs.evolve(

@@ -498,3 +498,25 @@ def test_refresh_inside_a_batch_is_refused(engine: Engine) -> None:
         with pytest.raises(ValueError, match="inside a batch"):
             run.refresh()
     assert run.version == 2
+
+
+class TestStampedBy:
+    def test_overlapping_blocks_share_the_outer_clock_and_restore_once(
+        self, engine: Engine
+    ) -> None:
+        """Nested or overlapping stamped_by blocks keep the outer clock; the last exit restores."""
+        from datetime import UTC, datetime
+
+        from events import utc_now
+
+        run = engine.start_run(REVIEW)
+        later = datetime(2031, 1, 1, tzinfo=UTC)
+        outer, inner = run.stamped_by(lambda: later), run.stamped_by(lambda: later)
+        outer.__enter__()
+        inner.__enter__()
+        outer.__exit__(None, None, None)
+        assert run.note("k", 1).timestamp == later
+        inner.__exit__(None, None, None)
+        assert run.note("k", 2).timestamp == later  # monotonic: the wall clock is behind
+        # Monotonic time hides the wall clock behind 2031: check that it is back in place.
+        assert run._clock is utc_now

@@ -30,7 +30,7 @@ from engine.supervise.guards import BreakerGuard, progress_stop
 from engine.supervise.outcome import Outcome, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
-from engine.supervise.streaks import counts
+from engine.supervise.streaks import counts, routes_elsewhere
 from engine.supervise.watch import VERDICT_NOTE, RunWatch
 from events import JSON, CircuitClosed, CircuitOpened, Event, RetryScheduled
 
@@ -136,7 +136,8 @@ class Decisions:
             if recordable:
                 streak = watch.streaks.count(stage, chosen[0])
                 self._check_budget(run, stage, streak, watch.last_failure(stage), chosen)
-                if run.open_attempt is None:
+                # Opened only where every failure can close it, so none is left open.
+                if run.open_attempt is None and _every_failure_recordable(run, chosen[0]):
                     watch.see(run.stage_started(stage))
             ended = yield Call(chosen[0].timeout)
             watch = self.watch(run)  # the function may have recorded events of its own
@@ -217,7 +218,9 @@ class Decisions:
         assert error is not None
         watch = self.watch(run)
         outcome = chosen[0].outcome_for(error)
-        if not recordable or outcome not in run.allowed_outcomes():
+        if not _has_row(run, outcome) and _has_row(run, "failed"):
+            outcome = "failed"  # the table has no row for the mapped outcome here
+        if not recordable or not _has_row(run, outcome):
             reason = f"the table has no {outcome!r} row for {stage!r}, so it is not retried"
             attempts = run.attempts(stage) + 1
             note, gave_up = self._gave_up(
@@ -225,7 +228,7 @@ class Decisions:
             )
             watch.see(note)
             raise gave_up from error
-        routed = run.pipeline.next_state(stage, outcome) != stage
+        routed = routes_elsewhere(run.pipeline, stage, outcome)
         streak = watch.streaks.count(stage, chosen[0]) + counts((False, routed), chosen[0])
         with run.batch():
             events: list[Event] = [
@@ -239,7 +242,7 @@ class Decisions:
                     details=getattr(error, "details", None),
                 )
             ]
-            decision = self._decide(run, stage, streak, circuit, error, chosen, events)
+            decision = self._decide(run, stage, streak, circuit, error, chosen, events, routed)
         watch.see_all(events)
         if isinstance(decision, Exception):
             raise decision from error
@@ -254,6 +257,7 @@ class Decisions:
         error: Exception,
         chosen: Chosen,
         events: list[Event],
+        routed: bool,
     ) -> float | Exception | None:
         trip = None if circuit is None else self.breaker.trips(circuit.outcome(True))  # type: ignore[union-attr]
         if trip is not None:
@@ -261,7 +265,6 @@ class Decisions:
             return CircuitOpen(run.id, stage, self.breaker.reset_timeout, trip)  # type: ignore[union-attr]
         if run.pipeline.is_final(run.state):
             return None  # the table ends the run on this failure: nothing left to retry
-        routed = run.state != stage  # the table sends the failure elsewhere: no retry here
         attempt = run.attempts(stage) + 1
         return self._retry_or_give_up(run, stage, streak, attempt, error, chosen, events, routed)
 
@@ -285,8 +288,9 @@ class Decisions:
         timeout = "Timeout" if isinstance(error, AttemptTimeout) else None
         with run.batch():
             events: list[Event] = [run.task_failed(task_id, error, error_type=timeout)]
+            attempt = watch.task_failures.get(task_id, 0) + 2  # interruptions included
             decision = self._retry_or_give_up(
-                run, f"task:{task_id}", failures, failures + 1, error, chosen, events
+                run, f"task:{task_id}", failures, attempt, error, chosen, events
             )
         watch.see_all(events)
         if isinstance(decision, Exception):
@@ -332,11 +336,10 @@ class Decisions:
         self, run: Run, stage: str, streak: int, last: tuple[str, str], chosen: Chosen
     ) -> None:
         """Refuse to call again once the stage's (or task's) failures in a row spent the budget."""
-        if streak <= chosen[0].max_retries:
+        spent = _over_budget(chosen[0], streak)
+        if spent is None:
             return
-        limit = chosen[0].max_retries
-        counted = "in the run" if chosen[0].budget == "run" else "in a row"
-        reason = f"the retry budget is spent: {streak} failures {counted} (max_retries={limit})"
+        reason = f"the retry budget is spent: {spent}"
         note, gave_up = self._gave_up(run, stage, streak, reason, last, chosen)
         self.watch(run).see(note)
         raise gave_up
@@ -390,16 +393,22 @@ class Decisions:
         A table with a ``stuck`` (``partial``) row from the current state sends the
         verdict there, recorded as a decision with the outcome that moves the run; the
         handler stage then runs, and reaching a final state finishes the run with the
-        verdict's status. Without such a row the run is finished at once.
+        verdict's status. Without such a row the run is finished at once. A verdict is
+        routed once: after it only `max_steps` still applies, and it finishes the run,
+        so a handler that sends the run back into its loop cannot loop for ever.
         """
-        if self.progress is None or watch.verdict is not None:
-            return  # a routed verdict is being handled: the handler is not stopped again
-        stop = progress_stop(self.progress, watch, stage)
+        if self.progress is None:
+            return
+        handled = watch.verdict is not None
+        policy = attrs.evolve(
+            self.progress, max_consecutive_no_ops=None, max_same_error=None
+        ) if handled else self.progress  # fmt: skip
+        stop = progress_stop(policy, watch, stage)
         if stop is None:
             return
         status, reason = stop
         outcome = VERDICT_OUTCOMES[status]
-        if outcome in run.allowed_outcomes():
+        if not handled and outcome in run.allowed_outcomes():
             with run.batch():  # the verdict and the outcome that routes it: together
                 events: list[Event] = [
                     run.note(VERDICT_NOTE, {"status": status, "reason": reason}),
@@ -416,18 +425,39 @@ def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> tuple[str,
     """Why no retry follows this failure (cause, reason), or None when one may."""
     if not policy.retryable(error):
         return "not_retryable", f"{_kind(error)[0]} is not retried by the policy"
-    if streak > policy.max_retries:
-        counted = "in the run" if policy.budget == "run" else "in a row"
-        return "budget_spent", f"{streak} failures {counted} (max_retries={policy.max_retries})"
-    return None
+    spent = _over_budget(policy, streak)
+    return None if spent is None else ("budget_spent", spent)
+
+
+def _over_budget(policy: RetryPolicy, streak: int) -> str | None:
+    """How `streak` counted failures overspend the policy's budget, or None when they do not."""
+    if streak <= policy.max_retries:
+        return None
+    counted = "in the run" if policy.budget == "run" else "in a row"
+    return f"{streak} failures {counted} (max_retries={policy.max_retries})"
 
 
 def _records_failures(run: Run, policy: RetryPolicy) -> bool:
     """Whether the table can record a failure of the current stage, with any mapped outcome."""
-    table, state = run.pipeline, run.state
-    if table.next_state(state, "failed") is not None:
+    return _has_row(run, "failed") or any(_has_row(run, outcome) for _, outcome in policy.outcomes)
+
+
+def _every_failure_recordable(run: Run, policy: RetryPolicy) -> bool:
+    """Whether any exception of the stage function can be recorded as an outcome here.
+
+    A "failed" row takes every unmapped error; else a mapping of `Exception` itself
+    must have a row (a mapped outcome without a row falls back to "failed").
+    """
+    if _has_row(run, "failed"):
         return True
-    return any(table.next_state(state, outcome) is not None for _, outcome in policy.outcomes)
+    return any(
+        issubclass(Exception, kind) and _has_row(run, outcome) for kind, outcome in policy.outcomes
+    )
+
+
+def _has_row(run: Run, outcome: str) -> bool:
+    """Whether the run's table has a row for `outcome` in the run's current state."""
+    return run.pipeline.next_state(run.state, outcome) is not None
 
 
 def _check_current(run: Run, stage: str) -> None:

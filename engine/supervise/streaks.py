@@ -48,6 +48,11 @@ class BudgetRules(Protocol):
         """Whether a failure a rollback took off the stack stops counting."""
 
 
+def routes_elsewhere(pipeline: Pipeline, stage: str, outcome: str) -> bool:
+    """Whether the table sends a failure of `stage` with `outcome` to another state."""
+    return pipeline.next_state(stage, outcome) != stage
+
+
 def counts(kind: Kind, rules: BudgetRules) -> bool:
     """Whether a failure of `kind` spends the budget under `rules`."""
     interrupted, routed = kind
@@ -87,7 +92,7 @@ class RetryStreaks:
 
     def kind(self, event: StageFailed) -> Kind:
         """A recorded failure's kind."""
-        routed = self.pipeline.next_state(event.stage, event.outcome) != event.stage
+        routed = routes_elsewhere(self.pipeline, event.stage, event.outcome)
         return event.error_type == INTERRUPTED, routed
 
     def failed(self, stage: str, kind: Kind) -> None:
@@ -112,7 +117,9 @@ class RetryStreaks:
         if kind is None:  # a completion: the stage's counts before it are back
             live, rolled_back = reset
             self.live[stage] = live if live is not None else Counter()
-            self.rolled_back[stage] = rolled_back if rolled_back is not None else Counter()
+            # Failures after the completion were undone first: they join the ones before it.
+            later = self.rolled_back.get(stage, Counter())
+            self.rolled_back[stage] = (rolled_back or Counter()) + later
             return
         self.live[stage][kind] -= 1
         self.rolled_back.setdefault(stage, Counter())[kind] += 1

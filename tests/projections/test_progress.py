@@ -323,3 +323,21 @@ class TestEvaluate:
         assert state.evaluate(ProgressPolicy.strict()).reason["rule"] == "no_progress"
         assert state.evaluate(ProgressPolicy.strict()).decision == "stuck"
         assert state.evaluate(ProgressPolicy.lenient()).decision == "partial"
+
+
+class TestVersionOneHistories:
+    def test_a_v1_history_folds_as_it_did(self) -> None:
+        """Stored v1 observations (every signal, None for none) give the verdicts v1 gave."""
+        from events import decode
+
+        def v1(version: int, **signals: Any) -> Event:
+            state = {"timestamp": "2026-01-01T00:00:00+00:00", "changed_files": 0}
+            state |= {"diagnostics_signature": None, "test_signature": None, "functional_ok": None}
+            return decode(ProgressObserved.topic, {**state, **signals}, RID, version)
+
+        no_ops = fold(v1(2), v1(3), v1(4))
+        assert no_ops.consecutive_no_ops == 3
+        assert no_ops.evaluate(ProgressPolicy.strict()).decision == "stuck"
+        after = fold(v1(2, functional_ok=True), v1(3), v1(4), v1(5))
+        assert after.functional_ok is False
+        assert after.evaluate(ProgressPolicy.lenient(max_consecutive_no_ops=3)).decision == "stuck"

@@ -168,3 +168,63 @@ class TestRunWideBudget:
         """budget must be "stage" or "run"; anything else names the field."""
         with pytest.raises(ValueError, match="budget must be 'stage' or 'run'"):
             RetryPolicy(budget="week")
+
+
+class TestReviewFindings:
+    def test_rolled_back_failures_after_a_rolled_back_completion_still_count(
+        self, engine: Engine
+    ) -> None:
+        """forget_rolled_back=False: undoing a completion keeps the failures undone after it."""
+        run = engine.start_run(LOOP)
+        run.stage_failed("work", "F1")
+        run.stage_completed("work", outcome="partial")
+        run.stage_failed("check", "routed back to work")
+        run.stage_failed("work", "F2")
+        run.rollback(3, "all of it")
+        assert run.state == "work"
+        with pytest.raises(StageGaveUp, match="2 failures in a row"):
+            supervise(engine, max_retries=1, forget_rolled_back=False).execute(
+                run, "work", lambda: "ok"
+            )
+
+    def test_a_mapped_outcome_without_a_row_records_failed(self, engine: Engine) -> None:
+        """An outcomes= mapping the table has no row for falls back to "failed": no open attempt."""
+        run = engine.start_run(LOOP)
+        policy = {"outcomes": {KeyError: "error_occurred"}, "max_retries": 0}
+        with pytest.raises(StageGaveUp):
+            supervise(engine, **policy).execute(run, "work", failing(1, KeyError("k")))
+        failed = of_type(engine, run, "StageFailed")[0]
+        assert failed.outcome == "failed"  # type: ignore[attr-defined]
+        assert run.open_attempt is None
+
+    def test_a_task_retry_names_its_real_attempt_after_crashes(self, engine: Engine) -> None:
+        """After two interrupted attempts, the retry of the third failure is attempt 4."""
+        run = engine.start_run(LOOP)
+        run.add_task("t-1")
+        run = interrupted(engine, run, 2, task="t-1")
+        sup = supervise(engine, max_retries=3)
+        assert sup.task(run, "t-1", failing(1, RuntimeError("flaky"), "done")) == "done"
+        retry = of_type(engine, run, "RetryScheduled")[0]
+        assert retry.attempt == 4  # type: ignore[attr-defined]
+
+    def test_no_attempt_is_opened_that_an_unmapped_error_could_not_close(
+        self, engine: Engine
+    ) -> None:
+        """Without a "failed" row, only a catch-all mapping opens attempts; others stay closed."""
+        table = Pipeline(
+            "mapped-only",
+            initial="call",
+            transitions=[("call", "error_occurred", "call"), ("call", "completed", "done")],
+            final=["done"],
+        )
+        narrow = engine.start_run(table)
+        sup = supervise(engine, outcomes={KeyError: "error_occurred"}, max_retries=0)
+        with pytest.raises(StageGaveUp) as raised:
+            sup.execute(narrow, "call", failing(1, ValueError("unmapped")))
+        assert raised.value.cause == "no_failure_row"
+        assert narrow.open_attempt is None
+        assert "StageStarted" not in kinds(engine, narrow)
+        broad = engine.start_run(table)
+        sup = supervise(engine, outcomes={Exception: "error_occurred"})
+        assert sup.execute(broad, "call", failing(1, ValueError("mapped"), "ok")) == "ok"
+        assert kinds(engine, broad).count("StageStarted") == 2

@@ -261,3 +261,30 @@ class TestStuckHandler:
 def context_for(engine: Engine, run: Any) -> StageContext:
     """A stage context for a function called through `execute`."""
     return StageContext(engine, run, run.state)
+
+
+class TestHandlerLoops:
+    def test_a_handler_sending_the_run_back_is_stopped_by_max_steps(self, engine: Engine) -> None:
+        """After a routed verdict only max_steps applies, and it ends the run: no endless loop."""
+        table = Pipeline(
+            "retrying-handler",
+            initial="iterate",
+            transitions=[
+                ("iterate", "tests_failing", "iterate"),
+                ("iterate", "completed", "done"),
+                ("*", "stuck", "stuck_handler"),
+                ("stuck_handler", "retry", "iterate"),
+                ("stuck_handler", "completed", "aborted"),
+            ],
+            final=["done", "aborted"],
+        )
+        run = engine.start_run(table)
+        sup = engine.supervisor(
+            progress=ProgressPolicy.strict(max_steps=20), sleep=FakeTime().sleep
+        )
+        handler = {"stuck_handler": lambda context: Outcome("retry")}
+        sup.drive(run, {"iterate": looping, **handler})
+        assert (run.status, run.state) == ("aborted_stuck", "iterate")
+        assert stopped(engine, run)["rule"] == "max_steps"
+        notes = [e.key for e in of_type(engine, run, "NoteAdded")]  # type: ignore[attr-defined]
+        assert notes == ["progress_verdict"]
