@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import random
 import re
 import runpy
@@ -21,21 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from engine.cli import main
 from tests._helpers import transcript_clock
+from tests._transcripts import BLOCK, check_page, commands, first_lines, split_head, stagetrail
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "recipes.md"
-BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.S | re.M)
-HEAD = re.compile(r"^(.*?) \| head -n (\d+)$")
 EXAMPLE = re.compile(r"^python (examples/\w+\.py)$")
-
-
-def commands(block: str) -> list[str]:
-    """The `$ ` lines of a console block, without the prompt."""
-    return [line[2:] for line in block.splitlines() if line.startswith("$ ")]
 
 
 def run_example(path: str) -> str:
@@ -49,22 +40,14 @@ def run_example(path: str) -> str:
 
 def run(command: str) -> str:
     """What `command` prints (stdout, then stderr), with `| head -n N` handled."""
-    limit = None
-    piped = HEAD.match(command)
-    if piped:
-        command, limit = piped.group(1), int(piped.group(2))
+    command, limit = split_head(command)
     example = EXAMPLE.match(command)
     if example:
         text = run_example(example.group(1))
     else:
-        args = shlex.split(command)
-        assert args[0] == "stagetrail", command
-        result = CliRunner().invoke(main, args[1:])
-        assert result.exception is None or isinstance(result.exception, SystemExit), command
+        result = stagetrail(shlex.split(command), command)
         text = result.stdout + result.stderr
-    if limit is not None:
-        text = "".join(text.splitlines(keepends=True)[:limit])
-    return text
+    return first_lines(text, limit)
 
 
 def transcript(block: str, index: int, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -94,16 +77,7 @@ class TestTranscript:
         self, recipe_directory: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Every console block of docs/recipes.md is the real output of its commands, in order."""
-        text = PAGE.read_text()
-        blocks = BLOCK.findall(text)
-        generated = [transcript(block, i, monkeypatch) for i, block in enumerate(blocks)]
-        if os.environ.get("UPDATE_DOCS") == "1":
-            for old, new in zip(blocks, generated, strict=True):
-                text = text.replace(f"```console\n{old}```\n", f"```console\n{new}```\n", 1)
-            PAGE.write_text(text)
-            return
-        for old, new in zip(blocks, generated, strict=True):
-            assert new == old
+        check_page(PAGE, lambda index, block: transcript(block, index, monkeypatch))
 
     def test_every_example_has_a_recipe(self) -> None:
         """Each program in examples/ but review_loop.py is run in a block of docs/recipes.md."""

@@ -8,55 +8,40 @@ outputs the test regenerates and compares.
 
 from __future__ import annotations
 
-import os
 import random
-import re
 import shlex
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from engine.cli import main
 from engine.cli.demo import coordinator
 from tests._helpers import transcript_clock
+from tests._transcripts import BLOCK, check_page, commands, first_lines, split_head, stagetrail
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "cli.md"
-BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.S | re.M)
-HEAD = re.compile(r"^(.*?) \| head -n (\d+)$")
-
-
-def commands(block: str) -> list[str]:
-    return [line[2:] for line in block.splitlines() if line.startswith("$ ")]
 
 
 def run(command: str, cwd: Path) -> str:
     """What `command` prints (stdout, then stderr), with `> file` and `| head -n N` handled."""
-    limit = None
-    piped = HEAD.match(command)
-    if piped:
-        command, limit = piped.group(1), int(piped.group(2))
+    command, limit = split_head(command)
     args = shlex.split(command)
     target = None
     if ">" in args:
         target = args[args.index(">") + 1]
         args = args[: args.index(">")]
-    assert args[0] == "stagetrail", command
-    result = CliRunner().invoke(main, args[1:])
-    assert result.exception is None or isinstance(result.exception, SystemExit), command
+    result = stagetrail(args, command)
     if target is not None:
         (cwd / target).write_text(result.stdout)
         return result.stderr
-    text = result.stdout + result.stderr
-    if limit is not None:
-        text = "".join(text.splitlines(keepends=True)[:limit])
-    return text
+    return first_lines(result.stdout + result.stderr, limit)
 
 
 def transcript(block: str, cwd: Path) -> str:
+    """The block regenerated: each command followed by what it prints."""
     return "".join(f"$ {command}\n{run(command, cwd)}" for command in commands(block))
 
 
@@ -80,16 +65,7 @@ def demo_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 class TestTranscript:
     def test_cli_md_matches_the_commands(self, demo_directory: Path) -> None:
         """Every console block of docs/cli.md is the real output of its commands, in order."""
-        text = PAGE.read_text()
-        blocks = BLOCK.findall(text)
-        generated = [transcript(block, demo_directory) for block in blocks]
-        if os.environ.get("UPDATE_DOCS") == "1":
-            for old, new in zip(blocks, generated, strict=True):
-                text = text.replace(f"```console\n{old}```\n", f"```console\n{new}```\n", 1)
-            PAGE.write_text(text)
-            return
-        for old, new in zip(blocks, generated, strict=True):
-            assert new == old
+        check_page(PAGE, lambda index, block: transcript(block, demo_directory))
 
     def test_every_command_has_a_section(self) -> None:
         """docs/cli.md has a section, and a transcript, for each command of the program."""
