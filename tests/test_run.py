@@ -517,6 +517,6 @@ class TestStampedBy:
         outer.__exit__(None, None, None)
         assert run.note("k", 1).timestamp == later
         inner.__exit__(None, None, None)
-        assert run.note("k", 2).timestamp == later  # monotonic: the wall clock is behind
+        assert run.note("k", 2).timestamp == later  # a run's time never goes back: 2031 stays
         # Monotonic time hides the wall clock behind 2031: check that it is back in place.
         assert run._clock is utc_now
