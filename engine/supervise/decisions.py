@@ -119,7 +119,9 @@ class Decisions:
             if len(self._watches) >= MAX_WATCHES:
                 del self._watches[next(iter(self._watches))]
             watch = self._watches[run.id] = RunWatch(
-                run.pipeline, progress=self.progress is not None
+                run.pipeline,
+                progress=self.progress is not None,
+                forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
             )
         return watch.catch_up(run)
 

@@ -152,6 +152,9 @@ class CircuitBreaker:
         window: how many recent attempts the failure rate looks at.
         reset_timeout: seconds an open breaker waits before letting one trial through.
         scope: ``"run"`` (default) or ``"pipeline"`` (across all runs of the pipeline).
+        forget_rolled_back: whether a failure a rollback took off the run's stack stops
+            counting towards tripping (default False: the call did fail, whatever the
+            stack says). Only with ``scope="run"``; it never closes an open breaker.
     """
 
     fail_max: int | None = attrs.field(default=5, validator=check.positive_or_none)
@@ -159,6 +162,14 @@ class CircuitBreaker:
     window: int = attrs.field(default=10, validator=check.window)
     reset_timeout: float = attrs.field(default=60.0, validator=check.non_negative)
     scope: str = attrs.field(default="run", validator=check.scope)
+    forget_rolled_back: bool = attrs.field(default=False, validator=check.boolean)
+
+    def __attrs_post_init__(self) -> None:
+        if self.forget_rolled_back and self.scope != "run":
+            raise ValueError(
+                f"forget_rolled_back=True needs scope='run', not scope={self.scope!r}: a "
+                "rollback undoes one run's stack, not the pipeline's other runs"
+            )
 
     def waits(self, circuit: Circuit, now: datetime) -> float:
         """Seconds before `circuit` lets a trial through (0 when it may now).
@@ -178,13 +189,14 @@ class CircuitBreaker:
         """Why `circuit`, which has just counted a failure, should open; None if it should not."""
         if circuit.status == "half_open":
             return "the trial attempt failed"
+        counted = "; rolled-back failures not counted" if self.forget_rolled_back else ""
         if self.fail_max is not None and circuit.consecutive >= self.fail_max:
-            return f"{circuit.consecutive} consecutive failures (fail_max={self.fail_max})"
+            return f"{circuit.consecutive} consecutive failures (fail_max={self.fail_max}{counted})"
         rate = circuit.failure_rate(self.window)
         if self.failure_rate is not None and rate is not None and rate >= self.failure_rate:
             return (
                 f"{rate:.0%} of the last {self.window} attempts failed "
-                f"(failure_rate={self.failure_rate})"
+                f"(failure_rate={self.failure_rate}{counted})"
             )
         return None
 

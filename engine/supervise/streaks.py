@@ -74,8 +74,11 @@ class RetryStreaks:
         self.run_live: Counter[Kind] = Counter()
         self.run_rolled_back: Counter[Kind] = Counter()
         # One entry per outcome on the stack: (stage, kind of a failure, or the counts a
-        # completion reset), so a rollback can undo exactly what the outcome did.
-        self.stack: list[tuple[str, Kind | None, Reset]] = []
+        # completion reset, the outcome's version), so a rollback can undo exactly what
+        # the outcome did.
+        self.stack: list[tuple[str, Kind | None, Reset, int]] = []
+        self.popped_failures: set[int] = set()
+        """The versions of the failures rollbacks took off the stack."""
 
     def see(self, event: Event) -> None:
         """Fold one event of the run."""
@@ -83,9 +86,10 @@ class RetryStreaks:
         if kind is StageCompleted:
             stage = event.stage  # type: ignore[attr-defined]
             reset = (self.live.pop(stage, None), self.rolled_back.pop(stage, None))
-            self.stack.append((stage, None, _NOTHING if reset == _NOTHING else reset))
+            entry = (stage, None, _NOTHING if reset == _NOTHING else reset, event.version)
+            self.stack.append(entry)
         elif kind is StageFailed:
-            self.failed(event.stage, self.kind(event))  # type: ignore[attr-defined,arg-type]
+            self.failed(event.stage, self.kind(event), event.version)  # type: ignore[attr-defined,arg-type]
         elif kind is StateRolledBack:
             for _ in range(min(event.steps, len(self.stack))):  # type: ignore[attr-defined]
                 self._undo(*self.stack.pop())
@@ -95,11 +99,11 @@ class RetryStreaks:
         routed = routes_elsewhere(self.pipeline, event.stage, event.outcome)
         return event.error_type == INTERRUPTED, routed
 
-    def failed(self, stage: str, kind: Kind) -> None:
-        """Count a failure of `stage`."""
+    def failed(self, stage: str, kind: Kind, version: int) -> None:
+        """Count a failure of `stage` (recorded at `version`)."""
         self.live.setdefault(stage, Counter())[kind] += 1
         self.run_live[kind] += 1
-        self.stack.append((stage, kind, _NOTHING))
+        self.stack.append((stage, kind, _NOTHING, version))
 
     def count(self, stage: str, rules: BudgetRules) -> int:
         """The failures the budget of `rules` counts for the next attempt of `stage`."""
@@ -113,7 +117,7 @@ class RetryStreaks:
             total += sum(n for kind, n in rolled_back.items() if counts(kind, rules))
         return total
 
-    def _undo(self, stage: str, kind: Kind | None, reset: Reset) -> None:
+    def _undo(self, stage: str, kind: Kind | None, reset: Reset, version: int) -> None:
         if kind is None:  # a completion: the stage's counts before it are back
             live, rolled_back = reset
             self.live[stage] = live if live is not None else Counter()
@@ -121,6 +125,7 @@ class RetryStreaks:
             later = self.rolled_back.get(stage, Counter())
             self.rolled_back[stage] = (rolled_back or Counter()) + later
             return
+        self.popped_failures.add(version)
         self.live[stage][kind] -= 1
         self.rolled_back.setdefault(stage, Counter())[kind] += 1
         self.run_live[kind] -= 1

@@ -14,7 +14,20 @@ from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.supervise.breaker import Circuits, CircuitStates
 from engine.supervise.streaks import INTERRUPTED, BudgetRules, RetryStreaks
-from events import JSON, BudgetSpent, Event, NoteAdded, StageFailed, TaskCompleted, TaskFailed
+from events import (
+    JSON,
+    BudgetSpent,
+    CircuitClosed,
+    CircuitHalfOpened,
+    CircuitOpened,
+    Event,
+    NoteAdded,
+    StageCompleted,
+    StageFailed,
+    StateRolledBack,
+    TaskCompleted,
+    TaskFailed,
+)
 from projections import ProgressState
 from projections.progress import Progress
 
@@ -26,12 +39,19 @@ RECENT_FAILURES = 5
 VERDICT_NOTE = "progress_verdict"
 """The note that records a stuck or partial verdict the table routes to a handler stage."""
 
+_BREAKER_EVENTS = (StageCompleted, StageFailed, CircuitOpened, CircuitHalfOpened, CircuitClosed)
+
 
 class RunWatch:
     """Progress, circuits, recent failures and task results of one run, folded incrementally."""
 
-    def __init__(self, pipeline: Pipeline, *, progress: bool = True) -> None:
+    def __init__(
+        self, pipeline: Pipeline, *, progress: bool = True, forget_rolled_back: bool = False
+    ) -> None:
         self.watches_progress = progress  # off when no ProgressPolicy asks: the hot path
+        self.forgets_rolled_back = forget_rolled_back
+        """Whether the circuits leave out failures a rollback took off the stack."""
+        self._breaker_events: list[Event] = []  # kept only to refold after a rollback
         self.streaks = RetryStreaks(pipeline)
         """The failures retry budgets count."""
         self.version = 0
@@ -83,6 +103,8 @@ class RunWatch:
         self.circuits = _CIRCUITS.apply(self.circuits, event)
         self.streaks.see(event)
         kind = type(event)
+        if self.forgets_rolled_back:
+            self._forget_rolled_back(event)
         if kind is StageFailed:
             failure = (event.stage, event.error_type, event.error)  # type: ignore[attr-defined]
             self.recent_failures = (*self.recent_failures[1 - RECENT_FAILURES :], failure)
@@ -100,3 +122,16 @@ class RunWatch:
         elif kind is NoteAdded and event.key == VERDICT_NOTE:  # type: ignore[attr-defined]
             self.verdict = event.value  # type: ignore[attr-defined]
         return event
+
+    def _forget_rolled_back(self, event: Event) -> None:
+        """Keep the breaker's events; after a rollback, refold them without the popped failures.
+
+        A rollback is rare and pops few outcomes, so refolding the run's breaker
+        events then costs less than an undo log for every circuit.
+        """
+        if isinstance(event, _BREAKER_EVENTS):
+            self._breaker_events.append(event)
+        elif type(event) is StateRolledBack:
+            popped = self.streaks.popped_failures
+            kept = (e for e in self._breaker_events if e.version not in popped)
+            self.circuits = _CIRCUITS.fold(kept)

@@ -329,3 +329,47 @@ class TestOneClock:
         sup.execute(run, "step", failing(1, ConnectionError("refused"), result="ok"))
         stamps = [e.timestamp.timestamp() for e in engine.events(run.id)[1:]]
         assert stamps == [start, start, start, start + 400, start + 400]
+
+
+class TestRolledBackFailures:
+    def rolled_back(self, engine: Engine, failures: int) -> Any:
+        """A run whose `step` failed `failures` times by hand, all then rolled back."""
+        run = engine.start_run(POLL)
+        for _ in range(failures):
+            run.stage_failed("step", "refused")
+        run.rollback(failures, "the endpoint was misconfigured")
+        return run
+
+    def test_by_default_they_still_count(self, engine: Engine, frozen: Any) -> None:
+        """forget_rolled_back=False: two popped failures and one more trip fail_max=3."""
+        run = self.rolled_back(engine, 2)
+        with pytest.raises(CircuitOpen, match=r"3 consecutive failures \(fail_max=3\)"):
+            supervise(engine, frozen).execute(run, "step", failing(1, ConnectionError("x")))
+
+    def test_forget_rolled_back_leaves_them_out(self, engine: Engine, frozen: Any) -> None:
+        """forget_rolled_back=True: the popped failures do not count, so one more does not trip."""
+        run = self.rolled_back(engine, 2)
+        sup = supervise(engine, frozen, forget_rolled_back=True)
+        assert sup.execute(run, "step", failing(1, ConnectionError("x"))) == "ok"
+        assert "CircuitOpened" not in kinds(engine, run)
+
+    def test_failures_after_the_rollback_still_trip_it(self, engine: Engine, frozen: Any) -> None:
+        """Only popped failures are forgotten; the reason records the choice."""
+        run = self.rolled_back(engine, 2)
+        opened = trip(engine, supervise(engine, frozen, forget_rolled_back=True), run)
+        assert opened.reason == (
+            "3 consecutive failures (fail_max=3; rolled-back failures not counted)"
+        )
+        assert kinds(engine, run).count("StageFailed") == 5
+
+    def test_a_resumed_supervisor_forgets_them_too(self, engine: Engine, frozen: Any) -> None:
+        """A new supervisor folds the stored run the same way: the choice survives a restart."""
+        run = self.rolled_back(engine, 2)
+        run.stage_failed("step", "refused")
+        sup = supervise(engine, frozen, forget_rolled_back=True)
+        assert sup.execute(run, "step", failing(1, ConnectionError("x"))) == "ok"
+
+    def test_only_a_run_scoped_breaker_can_forget(self) -> None:
+        """Across a pipeline a rollback cannot undo other runs' failures: the setting is refused."""
+        with pytest.raises(ValueError, match="forget_rolled_back=True needs scope='run'"):
+            CircuitBreaker(forget_rolled_back=True, scope="pipeline")
