@@ -60,7 +60,9 @@ class Coordinator:
         time = SimulatedTime()
         self.engine, self.crash_at, self.built = engine, crash_at, list[str]()
         self.sup = engine.supervisor(
-            budget=SpendingLimit(limit=1.0, unit="usd"), clock=time.clock, sleep=time.sleep
+            budget=SpendingLimit(limit=2.0, unit="usd", scope="tree"),
+            clock=time.clock,
+            sleep=time.sleep,
         )
 
     def plan(self, context: StageContext) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from engine.supervise.reader import RunReader
 from engine.supervise.streaks import counts, routes_elsewhere
 from engine.supervise.watch import VERDICT_NOTE, RunWatch
 from events import JSON, CircuitClosed, CircuitOpened, Event, RetryScheduled
+from projections import TaskTable
 
 PolicyChoice: TypeAlias = "RetryPolicy | Callable[[StageContext], RetryPolicy]"
 MAX_WATCHES = 1024
@@ -375,12 +376,14 @@ class Decisions:
         limit = self.spending
         if limit is None:
             return
-        spent = watch.spent.get(limit.unit, 0.0)
+        spent = self._spent(run, watch, limit)
         if spent < limit.limit:
             return
+        whose = "" if limit.scope == "run" else " by the run's tree"
         reason: dict[str, JSON] = {
             "rule": "budget",
-            "detected": f"spent {spent:g} {limit.unit} of a {limit.limit:g} {limit.unit} limit",
+            "detected": f"spent {spent:g} {limit.unit}{whose} of a {limit.limit:g} "
+            f"{limit.unit} limit",
             "spent": spent,
             **limit.to_json(),
             "stage": stage,
@@ -388,6 +391,16 @@ class Decisions:
         watch.see(run.finish("failed", reason))
         self.forget(run)
         raise RunStopped(run.id, "failed", reason)
+
+    def _spent(self, run: Run, watch: RunWatch, limit: SpendingLimit) -> float:
+        """What counts against `limit`: the run's own spending, or its whole tree's."""
+        if limit.scope == "run":
+            return watch.spent.get(limit.unit, 0.0)
+        root = run.id
+        while (parent := self.engine.events(root, upto=1)[0].parent_run_id) is not None:  # type: ignore[attr-defined]
+            root = parent
+        tasks = self.engine.project(root, TaskTable, tree=True)
+        return float(tasks.budget.get(limit.unit, 0.0))
 
     def _check_progress(self, run: Run, watch: RunWatch, stage: str) -> None:
         """Stop a stuck (or partial) run: route the verdict to its handler stage, or finish it.

@@ -235,11 +235,15 @@ class SpendingLimit:
         limit: the most the run may spend; once its spending reaches it, the next
             attempt is refused and the run finishes ``failed`` with a ``budget`` reason.
         unit: the unit counted (``"usd"``, ``"tokens"``...); other units are not.
+        scope: ``"run"`` (default): the run's own spending; ``"tree"``: the spending of
+            every run in its tree (its topmost parent run and all that run's children),
+            for a coordinator whose child runs share one budget.
     """
 
     limit: float = attrs.field(validator=check.positive)
     unit: str = attrs.field(default="usd", validator=check.name)
+    scope: str = attrs.field(default="run", validator=check.spending_scope)
 
     def to_json(self) -> dict[str, JSON]:
         """The limit as JSON, recorded with the decision it made."""
-        return {"limit": self.limit, "unit": self.unit}
+        return {"limit": self.limit, "unit": self.unit, "scope": self.scope}

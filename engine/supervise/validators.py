@@ -72,6 +72,12 @@ def scope(instance: object, field: attrs.Attribute[Any], value: object) -> None:
         raise ValueError(f"{field.name} must be one of {SCOPES}, got {value!r}")
 
 
+def spending_scope(instance: object, field: attrs.Attribute[Any], value: object) -> None:
+    """Whose spending a limit counts: "run" or "tree"."""
+    if value not in ("run", "tree"):
+        raise ValueError(f"{field.name} must be 'run' or 'tree', got {value!r}")
+
+
 def budget(instance: object, field: attrs.Attribute[Any], value: object) -> None:
     """What a retry budget counts: "stage" or "run"."""
     if value not in ("stage", "run"):

@@ -162,6 +162,35 @@ class TestSpendingLimit:
         assert sup.execute(run, "work", lambda: "done") == "done"
         assert run.status is None
 
+    def test_a_tree_limit_counts_what_the_whole_tree_spent(self, engine: Engine) -> None:
+        """scope="tree": spending by the parent and a sibling child stops work in another child."""
+        root = engine.start_run(LOOP)
+        first, second = (engine.start_run(LOOP, parent=root) for _ in range(2))
+        sup = engine.supervisor(budget=SpendingLimit(limit=1.0, scope="tree"))
+        sup.task(root, "plan", lambda: Spent("plan", 0.25))
+        sup.task(first, "t-1", lambda: Spent("built", 0.5))
+        sup.task(second, "t-2", lambda: Spent("built", 0.25))
+        never = failing(0, RuntimeError("unused"))
+        with pytest.raises(RunStopped) as stopped:
+            sup.task(second, "t-3", never)
+        assert never.calls["n"] == 0  # type: ignore[attr-defined]
+        assert (second.status, first.status, root.status) == ("failed", None, None)
+        assert stopped.value.reason["detected"] == "spent 1 usd by the run's tree of a 1 usd limit"
+        assert stopped.value.reason["scope"] == "tree"
+
+    def test_a_run_limit_ignores_the_rest_of_the_tree(self, engine: Engine) -> None:
+        """scope="run" (the default): a child's limit counts only the child's own spending."""
+        root = engine.start_run(LOOP)
+        root.spend(5.0)
+        child = engine.start_run(LOOP, parent=root)
+        sup = engine.supervisor(budget=SpendingLimit(limit=1.0))
+        assert sup.task(child, "t-1", lambda: Spent("built", 0.5)) == "built"
+
+    def test_a_scope_must_be_run_or_tree(self) -> None:
+        """SpendingLimit(scope=...) refuses anything but "run" and "tree", naming the field."""
+        with pytest.raises(ValueError, match="scope must be 'run' or 'tree', got 'pipeline'"):
+            SpendingLimit(limit=1.0, scope="pipeline")
+
     @pytest.mark.parametrize("limit", [0, -1.0, float("inf"), "1"])
     def test_a_limit_must_be_a_positive_number(self, limit: object) -> None:
         """SpendingLimit(limit=...) refuses zero, negatives, infinity and non-numbers."""
