@@ -118,15 +118,26 @@ def parse_time(option: str, text: str) -> datetime:
     """
     ago = _AGO.fullmatch(text.strip())
     if ago:
-        span = timedelta(seconds=float(ago.group(1)) * _UNITS[ago.group(2)])
-        return datetime.now(UTC) - span
+        return _ago(option, text, float(ago.group(1)) * _UNITS[ago.group(2)])
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise BadOption(
             option, text, "not a time: give ISO 8601 (2026-11-20T09:00:00Z) or a span ago (90m, 2d)"
         ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise BadOption(option, text, "is outside the years 1 to 9999 in UTC") from None
+
+
+def _ago(option: str, text: str, seconds_ago: float) -> datetime:
+    """The time `seconds_ago` before now."""
+    try:
+        return datetime.now(UTC) - timedelta(seconds=seconds_ago)
+    except (OverflowError, ValueError):
+        raise BadOption(option, text, "reaches back before the year 1") from None
 
 
 def parse_at(text: str) -> int | datetime:
@@ -143,7 +154,9 @@ def parse_at(text: str) -> int | datetime:
         return version
     try:
         return parse_time("--at", stripped)
-    except BadOption:
+    except BadOption as error:
+        if not error.reason.startswith("not a time"):
+            raise  # a time, but out of range: say so
         raise BadOption(
             "--at", text, "not a version (17) or a time (2026-11-20T09:00:00Z, 90m)"
         ) from None
