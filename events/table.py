@@ -8,7 +8,7 @@ Each check raises one clear `PipelineError`.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -52,7 +52,7 @@ def state_list(kind: str, values: object, pipeline: str) -> tuple[str, ...]:
         )
     item = "final state" if kind == "final" else "state"
     names = tuple(check_state(item, value, pipeline) for value in values)
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    duplicates = sorted(name for name, seen in Counter(names).items() if seen > 1)
     if duplicates:
         raise PipelineError(pipeline, f"{kind} lists {', '.join(map(repr, duplicates))} twice")
     return names
