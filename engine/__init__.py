@@ -47,7 +47,7 @@ from engine.supervise import (
     Supervisor,
 )
 from engine.verify import Problem, VerifyReport
-from events import InvalidEvent, InvalidPayload, StagetrailError
+from events import InvalidEvent, InvalidPayload, PayloadTooLarge, StagetrailError
 from projections import ProjectionError, RunSummary
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "InvalidRollback",
     "InvalidTransition",
     "Outcome",
+    "PayloadTooLarge",
     "Pipeline",
     "PipelineError",
     "Problem",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -22,7 +22,7 @@ def version_at(store: Store, run_id: UUID, at: int | datetime, last: int, name: 
     if isinstance(at, datetime):
         if at.tzinfo is None:
             raise InvalidArgument(name, "must be timezone-aware (naive datetimes are ambiguous)")
-        return _last_before(store, run_id, at, last)
+        return _last_before(store, run_id, in_utc(at, name), last)
     if type(at) is not int or at < 0:
         raise InvalidArgument(name, f"must be a version (int >= 0) or a datetime, got {at!r}")
     return min(at, last)
@@ -88,23 +88,43 @@ def run_id(value: Any, name: str) -> UUID:
         raise InvalidArgument(name, f"{value!r} is not a run id") from None
 
 
+MAX_INT = 2**63 - 1
+"""The largest number a store's queries take (a signed 64-bit integer)."""
+
+
 def limit(value: Any) -> int:
-    """A positive row limit.
+    """A positive row limit that fits a 64-bit integer.
 
     Raises:
-        InvalidArgument: not an int >= 1.
+        InvalidArgument: not an int from 1 to `MAX_INT`.
     """
     if type(value) is not int or value < 1:
         raise InvalidArgument("limit", f"must be an int >= 1, got {value!r}")
+    if value > MAX_INT:
+        raise InvalidArgument("limit", f"must be at most {MAX_INT:,} (64 bits), got {value:.3g}")
     return value
 
 
 def since(value: datetime | None) -> datetime | None:
-    """A timezone-aware lower bound on start times.
+    """A timezone-aware lower bound on start times, in UTC.
 
     Raises:
-        InvalidArgument: a naive datetime or not a datetime.
+        InvalidArgument: a naive datetime, not a datetime, or one outside years 1 to 9999 in UTC.
     """
     if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
         raise InvalidArgument("since", f"must be a timezone-aware datetime, got {value!r}")
-    return value
+    return None if value is None else in_utc(value, "since")
+
+
+def in_utc(moment: datetime, name: str) -> datetime:
+    """`moment` (timezone-aware) in UTC.
+
+    Raises:
+        InvalidArgument: it falls outside the years 1 to 9999 once in UTC.
+    """
+    try:
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidArgument(
+            name, f"{moment.isoformat()} is outside the years 1 to 9999 in UTC"
+        ) from None

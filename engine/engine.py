@@ -46,16 +46,29 @@ class Engine:
         url: the store; default ``$STAGETRAIL_STORE``, else ``sqlite:///stagetrail.db``.
         create: whether a missing store may be created.
         cipher_key: AES key for encryption at rest; default ``$STAGETRAIL_CIPHER_KEY``.
+        max_event_bytes: the largest event, serialised as JSON, an append may write;
+            default the URL's ``?max_event_bytes=`` option, else 1 MiB (1,048,576).
 
     Raises:
         StoreError: the store cannot be opened.
+        InvalidPayload: `max_event_bytes` is not an int >= 1.
     """
 
     def __init__(
-        self, url: str | None = None, *, create: bool = True, cipher_key: str | None = None
+        self,
+        url: str | None = None,
+        *,
+        create: bool = True,
+        cipher_key: str | None = None,
+        max_event_bytes: int | None = None,
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
-        self.store = Store(url or urls.default_url(), create=create, cipher_key=key)
+        self.store = Store(
+            url or urls.default_url(),
+            create=create,
+            cipher_key=key,
+            max_event_bytes=max_event_bytes,
+        )
         self.projections = self._projections()
         """The persistent projections: register, catch_up, get, status, rebuild."""
         self._time_travel = TimeTravel(self.store, self.store.views)

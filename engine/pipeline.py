@@ -115,7 +115,13 @@ class Pipeline:
         """
         if not isinstance(data, Mapping):
             raise PipelineError("?", f"a stored table must be an object, got {type(data).__name__}")
-        return _from_json(json.dumps(data, sort_keys=True))
+        try:
+            text = json.dumps(data, sort_keys=True)
+        except (TypeError, ValueError, RecursionError) as error:
+            problem = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+            name = str(data.get("name", "?"))
+            raise PipelineError(name, f"stored table is not JSON: {problem}") from None
+        return _from_json(text)
 
     def to_mermaid(self, current: str | None = None) -> str:
         """Mermaid `stateDiagram-v2` source of the table, drawn by `transitions`."""

@@ -28,6 +28,7 @@ from events.stage import (
     StageFailed,
     StageStarted,
 )
+from events.storable import DEFAULT_MAX_EVENT_BYTES, PayloadTooLarge
 from events.task import TaskAdded, TaskCompleted, TaskFailed, TaskStarted
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitHalfOpened",
     "CircuitOpened",
+    "DEFAULT_MAX_EVENT_BYTES",
     "EVENT_TYPES",
     "Event",
     "EventFormatError",
@@ -42,6 +44,7 @@ __all__ = [
     "InvalidPayload",
     "JSON",
     "NoteAdded",
+    "PayloadTooLarge",
     "ProgressObserved",
     "RUN_STATUSES",
     "RetryScheduled",

@@ -8,12 +8,13 @@ Each check raises one clear `PipelineError`.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from events._strict_json import JSON
 from events.errors import PipelineError
+from events.storable import unstorable_text
 
 ANY = "*"
 """The source of a row that applies to every non-final state lacking its own row."""
@@ -26,9 +27,12 @@ Lookup = Mapping[tuple[str, str], str]
 
 
 def check_name(kind: str, value: object, pipeline: str) -> str:
-    """Return `value` if it is a non-empty str, else raise naming `kind`."""
+    """Return `value` if it is a non-empty str every store can keep, else raise naming `kind`."""
     if type(value) is not str or not value:
         raise PipelineError(pipeline, f"{kind} must be a non-empty str, got {value!r}")
+    problem = unstorable_text(value)
+    if problem is not None:
+        raise PipelineError(pipeline, f"{kind} {value!r} {problem}")
     return value
 
 
@@ -48,7 +52,7 @@ def state_list(kind: str, values: object, pipeline: str) -> tuple[str, ...]:
         )
     item = "final state" if kind == "final" else "state"
     names = tuple(check_state(item, value, pipeline) for value in values)
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    duplicates = sorted(name for name, seen in Counter(names).items() if seen > 1)
     if duplicates:
         raise PipelineError(pipeline, f"{kind} lists {', '.join(map(repr, duplicates))} twice")
     return names

@@ -85,3 +85,9 @@ class TestBenchmarks:
         assert rows[-1]["case"].startswith("flatness")
         assert rows[-1]["ratio"] > 0
         assert rows[-1]["met"] is None  # the target is judged on the full sizes only
+
+    def test_tables_benchmark_reports_growth(self) -> None:
+        """benchmarks.tables --quick prints from_dict's and load's per-state growth."""
+        rows = json.loads(quick_run("tables").stdout)["results"]
+        assert [row["case"].split(",")[0] for row in rows] == ["Pipeline.from_dict", "engine.load"]
+        assert all(row["growth"] > 0 for row in rows)

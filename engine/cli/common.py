@@ -118,15 +118,26 @@ def parse_time(option: str, text: str) -> datetime:
     """
     ago = _AGO.fullmatch(text.strip())
     if ago:
-        span = timedelta(seconds=float(ago.group(1)) * _UNITS[ago.group(2)])
-        return datetime.now(UTC) - span
+        return _ago(option, text, float(ago.group(1)) * _UNITS[ago.group(2)])
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise BadOption(
             option, text, "not a time: give ISO 8601 (2026-11-20T09:00:00Z) or a span ago (90m, 2d)"
         ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise BadOption(option, text, "is outside the years 1 to 9999 in UTC") from None
+
+
+def _ago(option: str, text: str, seconds_ago: float) -> datetime:
+    """The time `seconds_ago` before now."""
+    try:
+        return datetime.now(UTC) - timedelta(seconds=seconds_ago)
+    except (OverflowError, ValueError):
+        raise BadOption(option, text, "reaches back before the year 1") from None
 
 
 def parse_at(text: str) -> int | datetime:
@@ -143,7 +154,9 @@ def parse_at(text: str) -> int | datetime:
         return version
     try:
         return parse_time("--at", stripped)
-    except BadOption:
+    except BadOption as error:
+        if not error.reason.startswith("not a time"):
+            raise  # a time, but out of range: say so
         raise BadOption(
             "--at", text, "not a version (17) or a time (2026-11-20T09:00:00Z, 90m)"
         ) from None
@@ -182,21 +195,60 @@ def compact(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+# What a terminal would act on rather than show: C0 controls (ESC starts CSI/OSC
+# sequences: clear screen, window title, hyperlinks), DEL, C1 controls (0x9b is a
+# one-byte CSI), and the bidirectional overrides that reorder what is shown.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+_CONTROLS_IN_A_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+_RAW_IN_JSON = re.compile(f"[\x7f-\x9f{_BIDI}]")  # json.dumps escapes only C0 itself
+
+
+def clean(text: str, *, one_line: bool = False) -> str:
+    """`text` safe for a terminal: each control character shown as an escape (``\\x1b``).
+
+    Recorded names, errors, results and reasons pass through here before any
+    human output, so an escape sequence in them is shown, never obeyed. Newlines
+    and tabs are kept unless `one_line` (a table cell, a timeline row).
+    """
+    pattern = _CONTROLS_IN_A_LINE if one_line else _CONTROLS
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _json_text(text: str) -> str:
+    """JSON text with C1 and bidi controls escaped too: the same value, safe to print."""
+    if text.isascii() or _RAW_IN_JSON.search(text) is None:
+        return text
+    return _RAW_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def json_text(value: Any, *, indent: int | None = 2) -> str:
+    """One JSON document as text (UTF-8 kept, every control character escaped)."""
+    return _json_text(json.dumps(value, indent=indent, ensure_ascii=False))
+
+
 def print_json(value: Any) -> None:
     """Print one JSON document."""
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(value) + "\n")
 
 
 def json_line(value: Any) -> str:
-    """One line of JSON Lines (compact, no newline)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """One line of JSON Lines (compact, no newline, every control character escaped)."""
+    return _json_text(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def write_lines(lines: Iterable[str]) -> None:
-    """Write lines to stdout in batches of 1000 (fast, and memory stays flat)."""
+    """Write lines to stdout in batches of 1000 (fast, and memory stays flat), each `clean`."""
     write, batch = sys.stdout.write, []
     for line in lines:
-        batch.append(line)
+        batch.append(clean(line, one_line=True))
         if len(batch) == 1000:
             write("\n".join(batch) + "\n")
             batch.clear()
@@ -235,6 +287,7 @@ class Output:
 
     def line(self, text: str = "", style: str | None = None, *, crop: bool = False) -> None:
         """Print one line, in `style` on a terminal (cut at its width with `crop`, else wrapped)."""
+        text = clean(text)
         if self.terminal:
             from rich.text import Text
 
@@ -259,8 +312,10 @@ class Output:
         """Print a table; `styles` colours rows, `right` aligns columns to the right.
 
         On a narrow terminal only the `wrap` columns (default: the last) are wrapped;
-        the others keep their width.
+        the others keep their width. Every cell and the title are `clean`ed.
         """
+        rows = [[clean(cell, one_line=True) for cell in row] for row in rows]
+        title = None if title is None else clean(title, one_line=True)
         if self.terminal:
             folding = (len(columns) - 1,) if wrap is None else wrap
             self._rich_table(columns, rows, title, styles, right, folding)
@@ -286,9 +341,10 @@ class Output:
     ) -> None:
         from rich import box
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(
-            title=title,
+            title=None if title is None else Text(title),
             title_justify="left",
             box=box.SIMPLE_HEAD,
             show_edge=False,
@@ -306,7 +362,8 @@ class Output:
                 overflow="fold",
             )
         for index, row in enumerate(rows):
-            table.add_row(*row, style=styles[index] if styles else None)
+            # Text, not str: rich would read "[link=...]" in a recorded name as markup.
+            table.add_row(*map(Text, row), style=styles[index] if styles else None)
         self.console.print(table)
 
 

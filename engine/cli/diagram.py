@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from engine.cli.common import BadOption, import_object, open_engine, resolve_run
+from engine.cli.common import BadOption, clean, import_object, open_engine, resolve_run
 from engine.errors import StoreError
 from engine.pipeline import Pipeline
 from events import RunStarted
@@ -28,7 +28,7 @@ def draw(target: str, kind: str, store: str | None) -> None:
         with open_engine(store) as engine:
             pipeline, current = _recorded(engine, resolve_run(engine, target))
     source = pipeline.to_mermaid(current) if kind == "mermaid" else pipeline.to_dot(current)
-    sys.stdout.write(source.rstrip("\n") + "\n")
+    sys.stdout.write(clean(source.rstrip("\n")) + "\n")
 
 
 def _recorded(engine: Engine, run_id: UUID) -> tuple[Pipeline, str | None]:

@@ -20,7 +20,13 @@ from uuid import UUID
 import attrs
 
 from engine.cli.common import Output, ProgressBar, json_line, print_json, short
-from engine.cli.import_check import Chunk, ImportInterrupted, RunConflict, read_chunks
+from engine.cli.import_check import (
+    Chunk,
+    ImportInterrupted,
+    RunConflict,
+    check_storable,
+    read_chunks,
+)
 from events import Event, StagetrailError, encode
 
 if TYPE_CHECKING:
@@ -135,6 +141,11 @@ def import_runs(engine: Engine, path: str, *, as_json: bool) -> None:
 
 
 def _import(engine: Engine, path: str) -> ImportReport:
+    """Check the whole file first (rules, tables, and that the store can keep every
+    event), then write: nothing in the file can stop the import half-way.
+
+    The file is read twice, one run at a time, so memory holds one run, not the file.
+    """
     size = os.path.getsize(path)
     new: set[UUID] = set()
     identical: list[UUID] = []
@@ -144,6 +155,7 @@ def _import(engine: Engine, path: str) -> ImportReport:
             if _already_there(engine, chunk):
                 identical.append(chunk.run_id)
             else:
+                check_storable(chunk, engine.store.serialize)
                 new.add(chunk.run_id)
     finally:
         progress.close()

@@ -70,6 +70,8 @@ def parse_line(number: int, text: str) -> Event:
         data = json.loads(text)
     except ValueError as error:
         raise BadImportLine(number, "-", f"not JSON ({error})") from None
+    except RecursionError:
+        raise BadImportLine(number, "-", "JSON nested too deeply to read") from None
     if not isinstance(data, dict) or sorted(data) != sorted(_KEYS):
         raise BadImportLine(number, "-", f"expected an object with the keys {', '.join(_KEYS)}")
     run_id = _run_id(number, data["run_id"])
@@ -104,6 +106,22 @@ def _event(number: int, data: dict[str, Any], run_id: UUID, version: int) -> Eve
         raise BadImportLine(number, f"state.{error.field}", _reason(error)) from None
     except (TypeError, ValueError) as error:
         raise BadImportLine(number, "state", str(error)) from None
+
+
+def check_storable(chunk: Chunk, serialize: Callable[[Event], object]) -> None:
+    """Serialise each event of `chunk` as the store will, so no value is refused mid-import.
+
+    Raises:
+        BadImportLine: an event the store cannot keep (a NUL, a lone surrogate, over
+            the store's `max_event_bytes`), by line and field.
+    """
+    for index, event in enumerate(chunk.events):
+        try:
+            serialize(event)
+        except InvalidPayload as error:
+            raise BadImportLine(
+                chunk.first_line + index, f"state.{error.field}", _reason(error)
+            ) from None
 
 
 def _reason(error: InvalidPayload | InvalidEvent) -> str:

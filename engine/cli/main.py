@@ -43,7 +43,9 @@ class _Group(click.Group):
         except Exception as error:
             if ctx.find_root().params.get("debug") or not _reported(error):
                 raise
-            click.echo(f"stagetrail: error: {_one_line(error)}", err=True)
+            from engine.cli.common import clean
+
+            click.echo(f"stagetrail: error: {clean(_one_line(error), one_line=True)}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("stagetrail: interrupted", err=True)

@@ -5,7 +5,6 @@ With ``--tree``, of the run and its child runs folded together.
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from engine.cli.common import (
     BadOption,
     Output,
     compact,
+    json_text,
     parse_at,
     print_json,
     seconds,
@@ -169,6 +169,6 @@ def _frame_detail(result: Any, error: str | None, error_type: str | None) -> str
 
 def _json_block(out: Output, value: Any) -> None:
     if out.terminal:
-        out.console.print_json(json.dumps(value, ensure_ascii=False))
+        out.console.print_json(json_text(value, indent=None))
     else:
-        sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(value) + "\n")

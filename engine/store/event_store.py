@@ -21,6 +21,7 @@ from engine.store.errors import ConcurrencyConflict, StoreError
 from engine.store.memory import open_memory
 from engine.store.sqlite import open_sqlite
 from events import Event, EventFormatError, InvalidPayload
+from events.storable import check_max_event_bytes, unstorable_field
 
 PAGE = 1000
 """Events read per query when streaming a run."""
@@ -33,20 +34,38 @@ class Store:
         url: ``memory://``, ``sqlite:///file.db`` or ``postgresql://...``.
         create: whether a missing store may be created (read-only tools say no).
         cipher_key: AES key (base64) for encryption at rest.
+        max_event_bytes: the largest event (serialised JSON) `append` writes; default
+            the URL's ``max_event_bytes`` option, else 1 MiB.
 
     Raises:
         StoreError: the URL is bad, the store unreachable, foreign or too new.
+        InvalidPayload: `max_event_bytes` is not an int >= 1.
     """
 
-    def __init__(self, url: str, *, create: bool = True, cipher_key: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        cipher_key: str | None = None,
+        max_event_bytes: int | None = None,
+    ) -> None:
         parsed = urls.parse(url)
         self.url = parsed.masked
+        limit = parsed.max_event_bytes if max_event_bytes is None else max_event_bytes
+        check_max_event_bytes(limit)
         self._backend: Backend = open_backend(parsed, create=create, cipher_key=cipher_key)
         self.recorder = self._backend.recorder
         self._mapper = self._backend.mapper
+        self._mapper.max_event_bytes = limit
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
         self.views = self._backend.views
         self.views_problem = self._backend.views_problem
+
+    @property
+    def max_event_bytes(self) -> int:
+        """The largest event (serialised JSON, in bytes) `append` writes."""
+        return self._mapper.max_event_bytes
 
     @property
     def mapper(self) -> Mapper[UUID]:
@@ -57,7 +76,8 @@ class Store:
         """Serialise and write `events` in one transaction; return their notification ids.
 
         Raises:
-            InvalidPayload: an event holds a value JSON cannot store; nothing written.
+            InvalidPayload: an event holds a value JSON cannot store, a NUL or a lone
+                surrogate, or is over `max_event_bytes`; nothing written.
             ConcurrencyConflict: another writer holds one of the versions.
             StoreError: the database failed; nothing was written.
         """
@@ -68,10 +88,13 @@ class Store:
 
         Raises:
             InvalidPayload: naming the field the transcoder cannot store (a lone
-                surrogate in a str, an int too long to print, ...).
+                surrogate in a str, a NUL, an int too long to print, ...) or the
+                largest field of an event over `max_event_bytes`.
         """
         try:
             return self._mapper.to_stored_event(event)
+        except InvalidPayload:
+            raise
         except (UnicodeError, ValueError, TypeError) as error:
             raise _unstorable(self._mapper, event, error) from None
 
@@ -146,6 +169,9 @@ def _as_uuid(value: UUID | str) -> UUID:
 
 def _unstorable(mapper: Mapper[UUID], event: Event, error: Exception) -> InvalidPayload:
     """Find the payload field the transcoder refused, to name it in the error."""
+    refused = unstorable_field(event)
+    if refused is not None:
+        return refused
     for name, value in event.payload().items():
         try:
             mapper.transcoder.encode({name: value})

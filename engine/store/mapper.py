@@ -12,9 +12,10 @@ from json import scanner as json_scanner
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import JSONTranscoder, Mapper, StoredEvent
+from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper, StoredEvent
 
 from events import Event, EventFormatError, decode, encode
+from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
 from events.values import build
 
 
@@ -73,12 +74,32 @@ class FastJSONTranscoder(JSONTranscoder):
 
 
 class EventMapper(Mapper[UUID]):
-    """Converts stagetrail events to eventsourcing `StoredEvent`s and back."""
+    """Converts stagetrail events to eventsourcing `StoredEvent`s and back.
+
+    Args:
+        max_event_bytes: the largest serialised event (JSON, before compression
+            and encryption) it writes.
+    """
+
+    def __init__(
+        self,
+        transcoder: FastJSONTranscoder,
+        compressor: Compressor | None = None,
+        cipher: Cipher | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        super().__init__(transcoder, compressor, cipher)
+        self.max_event_bytes = max_event_bytes
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        """Serialise an event: payload and timestamp become its stored state."""
+        """Serialise an event: payload and timestamp become its stored state.
+
+        Raises:
+            InvalidPayload: the event is over `max_event_bytes` or holds a NUL.
+        """
         topic, state = encode(domain_event)
         data = self.transcoder.encode(state)
+        check_stored(domain_event, data, self.max_event_bytes)
         if self.compressor:
             data = self.compressor.compress(data)
         if self.cipher:

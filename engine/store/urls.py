@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import attrs
 
 from engine.store.errors import StoreError
+from events.storable import DEFAULT_MAX_EVENT_BYTES
 
 _SCHEME_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/*")
 HIDDEN = "***"
@@ -71,6 +72,22 @@ class StoreURL:
     dbname: str = ""
     options: dict[str, str] = attrs.field(factory=dict)
 
+    @property
+    def max_event_bytes(self) -> int:
+        """The URL's ``max_event_bytes`` option, else the default of 1 MiB.
+
+        Raises:
+            StoreError: the option is not a positive whole number.
+        """
+        text = self.options.get("max_event_bytes")
+        if text is None:
+            return DEFAULT_MAX_EVENT_BYTES
+        if not text.isdigit() or len(text) > 18 or int(text) < 1:
+            raise StoreError(
+                self.masked, f"max_event_bytes={text!r} must be a number of bytes >= 1"
+            )
+        return int(text)
+
 
 def default_url() -> str:
     """`$STAGETRAIL_STORE`, else the SQLite file ./stagetrail.db."""
@@ -109,9 +126,9 @@ LIBPQ_OPTIONS = (
 """libpq connection settings a PostgreSQL URL may carry."""
 
 _KNOWN = {
-    "memory": ("compress",),
-    "sqlite": ("compress",),
-    "postgresql": ("compress", "connect_timeout", "schema", *LIBPQ_OPTIONS),
+    "memory": ("compress", "max_event_bytes"),
+    "sqlite": ("compress", "max_event_bytes"),
+    "postgresql": ("compress", "connect_timeout", "max_event_bytes", "schema", *LIBPQ_OPTIONS),
 }
 
 

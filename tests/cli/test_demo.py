@@ -124,3 +124,35 @@ class TestDemo:
                 "done_partial",
             }
             assert all(run.status is not None for run in runs)
+
+
+class _WatchedPopen(subprocess.Popen):  # type: ignore[type-arg]
+    """subprocess.Popen that keeps each child's argv and its /proc command line."""
+
+    seen: list[tuple[list[str], bytes]] = []
+
+    def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
+        super().__init__(args, *rest, **kwargs)
+        with open(f"/proc/{self.pid}/cmdline", "rb") as cmdline:
+            _WatchedPopen.seen.append(([str(arg) for arg in args], cmdline.read()))
+
+
+class TestDemoSecrets:
+    def test_no_child_command_line_holds_the_password(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`stagetrail demo` on a URL with a password starts its child without it in argv."""
+        secret = "s3cret-Pa55"
+        url = postgres_url.replace("postgres@", f"postgres:{secret}@", 1)
+        assert secret in url
+        _WatchedPopen.seen = []
+        monkeypatch.setattr(subprocess, "Popen", _WatchedPopen)
+        from tests.cli._helpers import invoke
+
+        result = invoke("demo", "--store", url)
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert _WatchedPopen.seen, "the demo starts the coordinator in a child process"
+        for argv, cmdline in _WatchedPopen.seen:
+            assert not any(secret in arg for arg in argv)
+            assert secret.encode() not in cmdline
+        assert secret not in result.stdout + result.stderr

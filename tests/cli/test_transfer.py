@@ -189,6 +189,59 @@ class TestRefusals:
 KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
 
 
+class TestRefusedOnlyByTheStore:
+    """Values the event checks let through but no store keeps: found before any write."""
+
+    @pytest.mark.parametrize(
+        ("labels", "why"),
+        [({"team": "\ud800"}, "lone surrogate"), ({"team": "a\x00"}, "NUL character")],
+    )
+    def test_a_late_run_with_unstorable_text_writes_no_earlier_run(
+        self,
+        exported: tuple[Filled, list[str]],
+        tmp_path: Path,
+        labels: dict[str, str],
+        why: str,
+    ) -> None:
+        """The file's last run holds a NUL or lone surrogate: the runs before it are not written."""
+        _, lines = exported
+        last = max(i for i, line in enumerate(lines) if json.loads(line)["version"] == 1)
+        lines[last] = edit(lines[last], state={"labels": labels})
+        error, _ = refused(lines, tmp_path)
+        assert f"line {last + 1}, field state.labels:" in error
+        assert why in error
+        assert "nothing was imported" in error
+
+    def test_an_event_over_the_target_limit_writes_nothing(
+        self, exported: tuple[Filled, list[str]], tmp_path: Path
+    ) -> None:
+        """An event over the target store's max_event_bytes is refused before any run is written."""
+        _, lines = exported
+        lines[-1] = edit(lines[-1], state={"reason": "x" * (1 << 20)})
+        error, url = refused(lines, tmp_path)
+        assert f"line {len(lines)}, field state.reason:" in error
+        assert "max_event_bytes" in error
+        path = tmp_path / "bad.jsonl"
+        ok("import", str(path), "--store", url + "?max_event_bytes=2000000")
+        assert count_events(url) == len(lines)
+
+    @pytest.mark.parametrize("where", ["line", "result"])
+    def test_deeply_nested_json_is_one_error_naming_the_line(
+        self, exported: tuple[Filled, list[str]], tmp_path: Path, where: str
+    ) -> None:
+        """JSON nested 100,000 deep (the line) or 5,000 deep (a result) is one clean error."""
+        _, lines = exported
+        depth = 100_000 if where == "line" else 5_000
+        nested = "[" * depth + "]" * depth
+        if where == "line":
+            lines[4] = lines[4][:-1] + ', "x": ' + nested + "}"
+        else:
+            lines[2] = lines[2].replace('"result":', '"result":' + nested + ', "was":', 1)
+        error, _ = refused(lines, tmp_path)
+        assert error.startswith(f"stagetrail: error: line {5 if where == 'line' else 3}, field")
+        assert "nested too deeply" in error
+
+
 class TestAcrossSettings:
     def test_encrypted_and_compressed_to_plain(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

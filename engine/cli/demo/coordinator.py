@@ -7,7 +7,9 @@ to verify it. Killed at any point, the run is continued by
 ``engine.resume(run_id)`` then ``sup.drive(run, stages)``: finished tasks and
 child runs are not done again, and the budget counts each task once.
 
-Run it with ``python -m engine.cli.demo.coordinator [STORE_URL] [--stop-at N]``: with
+Run it with ``python -m engine.cli.demo.coordinator [--stop-at N]`` (the store is
+``$STAGETRAIL_STORE``; a URL argument is still read, but a command line is visible to
+every user, so keep passwords out of it): with
 ``--stop-at N`` the process prints ``stopped at N <point>`` at its N-th point
 and waits on stdin, so that a test (or the demo) can SIGKILL it right there.
 """
@@ -150,10 +152,16 @@ def stop_at(n: int) -> Hook:
 
 
 def killed_then_resumed(engine: Engine, url: str, at: int = 6) -> Run:
-    """Run the coordinator in a child process on `url`, SIGKILL it at point `at`, resume here."""
+    """Run the coordinator in a child process on `url`, SIGKILL it at point `at`, resume here.
+
+    The URL (which may hold a password) goes to the child in ``$STAGETRAIL_STORE``,
+    never on its command line: every user of the machine can read a command line,
+    only its owner a process's environment.
+    """
     child = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli.demo.coordinator", url, "--stop-at", str(at)],
+        [sys.executable, "-m", "engine.cli.demo.coordinator", "--stop-at", str(at)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "STAGETRAIL_STORE": url},
     )  # fmt: skip
     assert child.stdout is not None
     run_id = UUID(child.stdout.readline().split()[-1])
