@@ -91,3 +91,15 @@ class TestBenchmarks:
         rows = json.loads(quick_run("tables").stdout)["results"]
         assert [row["case"].split(",")[0] for row in rows] == ["Pipeline.from_dict", "engine.load"]
         assert all(row["growth"] > 0 for row in rows)
+
+    def test_scale_benchmark_reports_both_curves(self) -> None:
+        """benchmarks.scale --quick prints events/s and follower lag per writer count."""
+        done = quick_run("scale")
+        rows = json.loads(done.stdout)["results"]
+        curves = [row["case"] for row in rows[:-1]]
+        assert curves[:2] == ["sqlite, 1 writer(s)", "sqlite, 2 writer(s)"]
+        assert curves[2:] in ([], ["postgresql, 1 writer(s)", "postgresql, 2 writer(s)"])
+        assert all(row["events_per_s"] > 0 and row["max_lag"] >= 0 for row in rows[:-1])
+        assert rows[0]["speedup"] == 1.0
+        assert rows[-1]["case"] == "machine"
+        assert rows[-1]["cpus"] > 0

@@ -1,0 +1,118 @@
+"""Scale-out: total events/s and follower lag with 1, 2, 4 and 8 writer processes.
+
+Each writer is a `benchmarks.fleet` worker supervising runs of the code-review
+pipeline (failures, retries, give-ups) to their end, every event durable in its
+own transaction (a failure and its decision share one). One follower process
+folds `RunIndex` and `FailurePatterns` with `Projections.follow` meanwhile
+(LISTEN/NOTIFY on PostgreSQL, polling every 0.2 s on SQLite) and samples its
+lag (head minus its position, in events) four times a second.
+
+The store is created before the processes start: this measures appending, not
+creating. The baseline of each curve is its own 1-writer row (`speedup`).
+
+Run: ``python -m benchmarks.scale`` (``--quick`` for a smoke run). PostgreSQL is
+``$STAGETRAIL_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``),
+each measurement in a fresh schema dropped afterwards; without a server only
+SQLite is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from benchmarks._common import arguments, report, scratch
+from benchmarks.fleet import start
+from engine import Engine
+
+POSTGRES = os.environ.get("STAGETRAIL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+WRITERS = (1, 2, 4, 8)
+RUNS = 100
+"""Runs per writer (about 13 events each)."""
+
+
+@contextmanager
+def sqlite_store() -> Iterator[str]:
+    """A new SQLite store file."""
+    yield f"sqlite:///{scratch('scale.db')}"
+
+
+@contextmanager
+def postgres_store() -> Iterator[str]:
+    """A new PostgreSQL schema, dropped afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{POSTGRES}?schema={schema}"
+    finally:
+        with psycopg.connect(POSTGRES, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def postgres_reachable() -> bool:
+    """Whether the benchmark's PostgreSQL answers."""
+    try:
+        import psycopg
+
+        psycopg.connect(POSTGRES, connect_timeout=3).close()
+    except Exception:  # not installed, or no server: SQLite only
+        return False
+    return True
+
+
+def measure(url: str, writers: int, runs: int) -> dict[str, Any]:
+    """One point of the curve: `writers` workers and one follower on the store at `url`."""
+    Engine(url).close()  # created up front: this measures appending, not creating
+    follower = start("follower", url)
+    workers = [start("worker", url, "--index", str(i), "--runs", str(runs)) for i in range(writers)]
+    written = [json.loads(worker.communicate()[0]) for worker in workers]
+    followed = json.loads(follower.communicate("finish\n")[0])
+    if any(process.returncode for process in (*workers, follower)):
+        raise RuntimeError(f"a fleet process failed on {url}")
+    began = min(report["began"] for report in written)
+    ended = max(report["ended"] for report in written)
+    events = sum(report["events"] for report in written)
+    return {
+        "writers": writers,
+        "events": events,
+        "seconds": ended - began,
+        "events_per_s": events / (ended - began),
+        "max_lag": followed["max_lag"],
+        "mean_lag": followed["mean_lag"],
+        "catch_up_s": followed["catch_up_seconds"],
+    }
+
+
+def curve(backend: str, writers: tuple[int, ...], runs: int) -> list[dict[str, Any]]:
+    """The rows of one backend, each with its speedup over the 1-writer row."""
+    store = postgres_store if backend == "postgresql" else sqlite_store
+    rows = []
+    for count in writers:
+        with store() as url:
+            rows.append({"case": f"{backend}, {count} writer(s)", **measure(url, count, runs)})
+    for row in rows:
+        row["speedup"] = row["events_per_s"] / rows[0]["events_per_s"]
+    return rows
+
+
+def main() -> None:
+    """Measure both curves (SQLite only without PostgreSQL) and print them."""
+    options = arguments(__doc__.splitlines()[0])
+    writers, runs = ((1, 2), 10) if options.quick else (WRITERS, RUNS)
+    load_before = os.getloadavg()[0]
+    rows: list[dict[str, Any]] = curve("sqlite", writers, runs)
+    if postgres_reachable():
+        rows += curve("postgresql", writers, runs)
+    machine: dict[str, Any] = {"case": "machine", "cpus": os.cpu_count(), "load_before": load_before,
+               "load_after": os.getloadavg()[0]}  # fmt: skip
+    report("scale-out: writer processes, events/s, follower lag", [*rows, machine], options.json)
+
+
+if __name__ == "__main__":
+    main()
