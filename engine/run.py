@@ -59,6 +59,8 @@ class Run:
         self.pipeline = pipeline
         self._state = state
         self._pending: list[StoredEvent] | None = None
+        self._held = 0  # open `held()` blocks: their queue is written at each `flush()`
+        self._flushed = state  # the state the store holds while events are held
         self._clock: Callable[[], datetime] = utc_now
         self._stampings = 0  # open `stamped_by` blocks: the clock is theirs while any is
 
@@ -106,7 +108,7 @@ class Run:
     @property
     def in_batch(self) -> bool:
         """Whether events are being queued by `batch()` rather than written at once."""
-        return self._pending is not None
+        return self._pending is not None and not self._held
 
     @property
     def store(self) -> Store:
@@ -130,7 +132,7 @@ class Run:
 
     def stage_started(self, stage: str) -> StageStarted:
         """Record that an attempt of the current stage began."""
-        head = self._state
+        head, pending = self._state, self._pending
         return self._append(
             StageStarted(
                 run_id=head.run_id,
@@ -138,6 +140,7 @@ class Run:
                 timestamp=self._now(),
                 stage=stage,
                 attempt=head.next_attempt(stage),
+                committed_with=pending[0].originator_version if pending else None,
             )
         )
 
@@ -300,6 +303,74 @@ class Run:
             raise
         finally:
             self._pending = None
+
+    @contextmanager
+    def held(self) -> Iterator[Run]:
+        """Hold the events recorded in the block and write them together at each `flush()`.
+
+        What is held is written at the block's end, also when the block raises (each
+        event passed its checks: it happened). The supervisor holds a run it drives
+        and flushes before any code of the caller runs (`released`) and before any
+        wait, so every outcome is durable before the next attempt begins, in one
+        transaction with its decision and the next attempt's start. A nested block
+        joins the outer one.
+
+        Raises:
+            RuleViolation: the run is inside `batch()`.
+        """
+        if self._held:
+            self._held += 1
+            try:
+                yield self
+            finally:
+                self._held -= 1
+            return
+        if self._pending is not None:
+            raise RuleViolation(self.id, "batch", "cannot hold a run inside a batch")
+        self._held, self._pending, self._flushed = 1, [], self._state
+        try:
+            yield self
+        finally:
+            try:
+                self.flush()
+            finally:
+                self._held, self._pending = 0, None
+
+    def flush(self) -> None:
+        """Write what a `held()` block has queued, in one transaction (else do nothing).
+
+        Raises:
+            ConcurrencyConflict, StoreError: nothing queued was written; the run is back
+                in the state the store holds.
+        """
+        pending = self._pending
+        if not self._held or not pending:
+            return
+        try:
+            self._store.write(pending)
+        except BaseException:
+            self._state = self._flushed
+            raise
+        finally:
+            pending.clear()
+        self._flushed = self._state
+
+    @contextmanager
+    def released(self) -> Iterator[Run]:
+        """Inside a `held()` block: write what is held, then record directly in this block.
+
+        Code of the caller (a stage function) runs here: what it records is durable
+        when its call returns, as anywhere else.
+        """
+        if not self._held or self._pending is None:
+            yield self
+            return
+        self.flush()
+        self._pending = None
+        try:
+            yield self
+        finally:
+            self._pending, self._flushed = [], self._state
 
     def _nested_batch(self, pending: list[StoredEvent]) -> Iterator[Run]:
         before, mark = self._state, len(pending)

@@ -139,6 +139,11 @@ def optional_flag() -> Any:
     return checked(_or_none(_flag), None)
 
 
+def optional_count(minimum: int = 1) -> Any:
+    """An int field (bools refused) of at least `minimum`, or None."""
+    return checked(_or_none(_at_least(minimum)), None)
+
+
 def optional_run_id() -> Any:
     """The UUID of another run, or None."""
     return checked(_or_none(_uuid), None)

@@ -14,10 +14,24 @@ from events.errors import InvalidEvent, InvalidPayload
 
 @attrs.frozen(slots=False, kw_only=True)
 class StageStarted(Event):
-    """An attempt of the current stage began."""
+    """An attempt of the current stage began.
+
+    `committed_with` is the version of the first event of the transaction this
+    start was written in, when earlier events shared it (a supervisor writes the
+    start of the next attempt with the outcome and decision before it), else None:
+    an audit sees exactly which records were committed together.
+    """
+
+    class_version: ClassVar[int] = 2
 
     stage: str = fields.name()
     attempt: int = fields.count(minimum=1)
+    committed_with: int | None = fields.optional_count()
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 was always written in a transaction of its own, or nobody recorded it."""
+        state["committed_with"] = None
 
 
 @attrs.frozen(slots=False, kw_only=True)

@@ -103,3 +103,18 @@ class TestBenchmarks:
         assert rows[0]["speedup"] == 1.0
         assert rows[-1]["case"] == "machine"
         assert rows[-1]["cpus"] > 0
+
+class TestCompare:
+    def test_compare_reports_every_installed_system(self) -> None:
+        """benchmarks.compare --quick measures raw, eventsourcing and both stagetrail variants."""
+        command = [sys.executable, "-m", "benchmarks.compare", "--quick", "--json", "--only",
+                   "raw", "eventsourcing", "stagetrail-run", "stagetrail-drive"]  # fmt: skip
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+        report = json.loads(done.stdout)
+        rows = {row["key"]: row for row in report["results"]}
+        assert list(rows) == ["raw", "eventsourcing", "stagetrail-run", "stagetrail-drive"]
+        assert all(row["runs_s"] > 0 and row["bytes_run"] > 0 for row in rows.values())
+        assert rows["raw"]["runs_s_vs_raw"] == 1.0
+        assert rows["raw"]["records_run"] == 18
+        assert all(row["failures_visible"] for row in rows.values())
+        assert report["environment"]["versions"]["eventsourcing"]

@@ -178,6 +178,7 @@ class Decisions:
             return self.retry, "default"
         if isinstance(choice, RetryPolicy):
             return choice, f"policies[{key if key in self.policies else stage!r}]"
+        run.flush()  # the function reads the run from the store: let it see everything
         policy = choice(StageContext(self.engine, run, stage))
         if not isinstance(policy, RetryPolicy):
             raise TypeError(

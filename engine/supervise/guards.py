@@ -45,6 +45,7 @@ class BreakerGuard:
         """The stage's circuit: from the run's own events, or from all runs of its pipeline."""
         if self.breaker.scope == "run":
             return watch.circuits.get(stage, CLOSED)
+        run.flush()  # the other runs' circuits are read from the store: this run's too
         projections = self.engine.projections
         if CircuitStates.name not in projections.names:
             projections.register(CircuitStates)

@@ -42,6 +42,13 @@ class Supervisor:
         budget: a `SpendingLimit`: once the run's `BudgetSpent` in its unit reach the
             limit, the next attempt (stage or task) is refused and the run finishes
             ``failed`` with a ``budget`` reason (default: none).
+        group_commits: write what is decided between two calls of your code in one
+            transaction (default): an attempt's outcome, its decision and the start of
+            the next attempt, or the last outcome and `RunFinished`. Each is durable
+            before the next call or wait begins, so resuming after a crash still
+            records every interrupted attempt; a grouped start names the version its
+            transaction began with (`StageStarted.committed_with`). False writes each
+            event (a failure with its decision) in a transaction of its own.
         sleep: waits between attempts (default `time.sleep`; `asyncio.sleep` when async).
         clock: seconds since the epoch; it stamps every event the supervisor records and
             measures durations, timeouts and the breaker's reset (one clock for all).
@@ -57,11 +64,13 @@ class Supervisor:
         breaker: CircuitBreaker | None = None,
         progress: ProgressPolicy | None = None,
         budget: SpendingLimit | None = None,
+        group_commits: bool = True,
         sleep: Callable[[float], Any] | None = None,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.engine = engine
+        self.group_commits = group_commits
         # Looked up at each call, not bound now, so freezegun's clock reaches them.
         self.sleep: Callable[[float], Any] = sleep or _real_sleep
         self.clock: Callable[[], float] = clock or _real_clock
@@ -89,17 +98,17 @@ class Supervisor:
             CircuitOpen: the stage's breaker is open (or tripped now).
             RunStopped: the progress policy finished the run as stuck or partial.
         """
-        with run.stamped_by(self._now):
-            attempted = self._drive_sync(self.decisions.stage(run, stage), fn, args, kwargs)
-            return self._result(run, stage, attempted)
+        with run.stamped_by(self._now), self._holding(run):
+            loop = self.decisions.stage(run, stage)
+            return self._result(run, stage, self._drive_sync(run, loop, fn, args, kwargs))
 
     async def execute_async(
         self, run: Run, stage: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         """`execute` for an async stage function (a timeout cancels the attempt)."""
-        with run.stamped_by(self._now):
-            attempted = await self._drive_async(self.decisions.stage(run, stage), fn, args, kwargs)
-            return self._result(run, stage, attempted)
+        with run.stamped_by(self._now), self._holding(run):
+            loop = self.decisions.stage(run, stage)
+            return self._result(run, stage, await self._drive_async(run, loop, fn, args, kwargs))
 
     def task(
         self, run: Run, task_id: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -113,14 +122,16 @@ class Supervisor:
             StageGaveUp: the policy stopped retrying the task.
         """
         with run.stamped_by(self._now):
-            return self._drive_sync(self.decisions.task(run, task_id), fn, args, kwargs)
+            return self._drive_sync(run, self.decisions.task(run, task_id), fn, args, kwargs)
 
     async def task_async(
         self, run: Run, task_id: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         """`task` for an async task function."""
         with run.stamped_by(self._now):
-            return await self._drive_async(self.decisions.task(run, task_id), fn, args, kwargs)
+            return await self._drive_async(
+                run, self.decisions.task(run, task_id), fn, args, kwargs
+            )
 
     def drive(
         self,
@@ -144,8 +155,9 @@ class Supervisor:
             CircuitOpen: a stage's breaker is open; the run stays where it is.
         """
         _check_stages(run, stages)
-        while self.step(run, stages, statuses=statuses) is not _FINISHED:
-            pass
+        with self._holding(run):  # an outcome shares a transaction with what follows it
+            while self.step(run, stages, statuses=statuses) is not _FINISHED:
+                pass
         return run
 
     def step(
@@ -169,14 +181,14 @@ class Supervisor:
             As `drive`.
         """
         _check_stages(run, stages)
-        with run.stamped_by(self._now):
+        with run.stamped_by(self._now), self._holding(run):
             fn = self._next(run, stages, statuses)
             if fn is None:
                 return _FINISHED
             loop = self.decisions.stage(run, run.state)
             result = None  # stays None when a policy stops the run (`_ending` swallows it)
             with self._ending(run):
-                attempted = self._drive_sync(loop, self._with_context(run, fn), (), {})
+                attempted = self._drive_sync(run, loop, self._with_context(run, fn), (), {})
                 result = None if attempted.routed else attempted.result
             return result
 
@@ -189,11 +201,11 @@ class Supervisor:
     ) -> Run:
         """`drive` with async stage functions."""
         _check_stages(run, stages)
-        with run.stamped_by(self._now):
+        with run.stamped_by(self._now), self._holding(run):
             while (fn := self._next(run, stages, statuses)) is not None:
                 loop = self.decisions.stage(run, run.state)
                 with self._ending(run):
-                    await self._drive_async(loop, self._with_context(run, fn), (), {})
+                    await self._drive_async(run, loop, self._with_context(run, fn), (), {})
         return run
 
     def _now(self) -> datetime:
@@ -249,32 +261,60 @@ class Supervisor:
         except RunStopped:
             pass  # the progress policy has finished the run already
 
+    @contextmanager
+    def _holding(self, run: Run) -> Iterator[None]:
+        """Hold what is recorded in the block (`group_commits`); see `Run.held`."""
+        if not self.group_commits or run.in_batch:  # in a batch: `Decisions.watch` refuses
+            yield
+            return
+        try:
+            with run.held():
+                yield
+        except BaseException:
+            self.decisions.forget(run)  # its watch may have seen events a failed write dropped
+            raise
+
     def _drive_sync(
-        self, loop: Step, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        run: Run,
+        loop: Step,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         try:
             command = next(loop)
             while True:
                 if isinstance(command, Call):
-                    command = loop.send(self._call(fn, args, kwargs, command.timeout))
+                    with run.released():  # what the supervisor held is durable first
+                        ended = self._call(fn, args, kwargs, command.timeout)
+                    command = loop.send(ended)
                 else:
+                    if command.seconds > 0:
+                        run.flush()  # a crash while waiting keeps the failure and its decision
                     self.sleep(command.seconds)
                     command = loop.send(None)
         except StopIteration as done:
             return done.value
 
     async def _drive_async(
-        self, loop: Step, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        run: Run,
+        loop: Step,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         try:
             command = next(loop)
             while True:
-                if isinstance(command, Call):
-                    ended = await self._call_async(fn, args, kwargs, command.timeout)
-                    command = loop.send(ended)
-                else:
-                    await self._pause(command.seconds)
-                    command = loop.send(None)
+                # Other coroutines run while this one awaits: nothing is held meanwhile.
+                with run.released():
+                    if isinstance(command, Call):
+                        ended = await self._call_async(fn, args, kwargs, command.timeout)
+                    else:
+                        ended = await self._pause(command.seconds)
+                command = loop.send(ended)
         except StopIteration as done:
             return done.value
 

@@ -70,6 +70,7 @@ class RunWatch:
     def catch_up(self, run: Run) -> RunWatch:
         """Fold the events of `run` this watch has not seen yet."""
         if run.version > self.version:
+            run.flush()  # what a supervisor holds is read back from the store
             for event in run.store.stream(run.id, gt=self.version, lte=run.version):
                 self.see(event)
         return self

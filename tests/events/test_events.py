@@ -120,7 +120,11 @@ class TestVocabulary:
 
     def test_payload_excludes_identity_fields(self) -> None:
         """payload() is only the event's own fields."""
-        assert make(StageStarted).payload() == {"stage": "build", "attempt": 2}
+        assert make(StageStarted).payload() == {
+            "stage": "build",
+            "attempt": 2,
+            "committed_with": None,
+        }
 
 
 class TestStrictJSON:
@@ -277,6 +281,23 @@ class TestUpcasting:
         event = decode(StageFailed.topic, state, RUN, 2)
         assert isinstance(event, StageFailed)
         assert (event.error, event.details) == ("boom", None)
+
+    def test_version_1_stage_started_was_committed_alone(self) -> None:
+        """A version-1 StageStarted state decodes with committed_with None."""
+        state = {"timestamp": WHEN.isoformat(), "stage": "build", "attempt": 3}
+        event = decode(StageStarted.topic, state, RUN, 4)
+        assert isinstance(event, StageStarted)
+        assert (event.attempt, event.committed_with) == (3, None)
+
+    @pytest.mark.parametrize(
+        ("bad", "error"),
+        [(0, InvalidEvent), (-1, InvalidEvent), (True, InvalidPayload), ("2", InvalidPayload),
+         (1.5, InvalidPayload)],
+    )  # fmt: skip
+    def test_committed_with_is_a_version_or_none(self, bad: object, error: type) -> None:
+        """committed_with refuses anything but a version (an int >= 1) or None, naming it."""
+        with pytest.raises(error, match="committed_with"):
+            StageStarted(run_id=RUN, version=4, stage="build", attempt=1, committed_with=bad)  # type: ignore[arg-type]
 
     def test_current_class_version_is_written(self) -> None:
         """Encoding a versioned class writes its class_version for later upcasting."""

@@ -1,0 +1,1 @@
+"""The systems `benchmarks.compare` records the review workload with, one module each."""
