@@ -15,6 +15,7 @@ import base64
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -53,6 +54,7 @@ THREAD_LABEL = "langgraph.thread"
 _NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-1b2a3c4d5e6f")
 _PULL = "~__pregel_pull, "
 _RETRIES = 5
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ALL_THREADS = 1_000_000
 
 Spec = tuple[type[Event], dict[str, Any]]
@@ -96,6 +98,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
         self._threads: dict[str, Thread] = {}
+        self._read_at: dict[str, datetime] = {}
+        """When each thread was last read: an invocation begins by reading its thread."""
         self._lock = threading.RLock()
 
     # -- reading ---------------------------------------------------------------------------
@@ -105,6 +109,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         ns = conf.get("checkpoint_ns", "")
         with self._lock:
+            self._read_at[str(conf["thread_id"])] = utc_now()
             thread = self._live(str(conf["thread_id"]))
             if thread is None:
                 return None
@@ -254,6 +259,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return []
         attempt = thread.machine.attempts.get(node, 0) + 1
         route = (StageCompleted, {"stage": HUB, "attempt": 0, "outcome": node})
+        duration = self._duration(thread)
         errors = [value for ch, value in writes if ch == ERROR]
         if errors:
             error = errors[0]
@@ -263,10 +269,25 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 route,
                 (
                     StageFailed,
-                    {"stage": node, "attempt": attempt, "error": message, "error_type": kind},
+                    {
+                        "stage": node,
+                        "attempt": attempt,
+                        "error": message,
+                        "error_type": kind,
+                        "duration": duration,
+                    },
                 ),
             ]
-        return [route, (StageCompleted, {"stage": node, "attempt": attempt})]
+        return [route, (StageCompleted, {"stage": node, "attempt": attempt, "duration": duration})]
+
+    def _duration(self, thread: Thread) -> float:
+        """Seconds since the thread's newest event or the invocation's first read, if later.
+
+        LangGraph does not tell a saver when a task began; in a sequential graph this is
+        the node's run time, and for parallel nodes it is bounded by their super-step's.
+        """
+        since = max(thread.machine.last_timestamp, self._read_at.get(thread.thread_id, _EPOCH))
+        return max(0.0, (utc_now() - since).total_seconds())
 
     def _append(
         self,
