@@ -49,7 +49,7 @@ def flaky_graph(failures: int) -> StateGraph[Any]:
 
 
 def invoke_until_done(
-    graph: Any, config: dict[str, Any], tries: int, durability: str = "sync"
+    graph: Any, config: RunnableConfig, tries: int, durability: str = "sync"
 ) -> list[str]:
     """Invoke the thread, then resume it after each failure; the errors seen, in order."""
     errors = []
@@ -78,7 +78,7 @@ class TestFlakyGraph:
         builder = flaky_graph(failures=2)
         with Engine(store_url) as engine:
             graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
-            config = {"configurable": {"thread_id": "order-7"}}
+            config: RunnableConfig = {"configurable": {"thread_id": "order-7"}}
             errors = invoke_until_done(graph, config, tries=3)
             assert errors == ["build broke (1)", "build broke (2)"]
             (summary,) = engine.runs()
@@ -104,7 +104,7 @@ class TestFlakyGraph:
         builder = flaky_graph(failures=2)
         with Engine(store_url) as engine:
             graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
-            config = {"configurable": {"thread_id": "order-8"}}
+            config: RunnableConfig = {"configurable": {"thread_id": "order-8"}}
             invoke_until_done(graph, config, tries=3, durability="async")
             (summary,) = engine.runs()
             outcomes: dict[str, list[tuple[int, str]]] = {}
