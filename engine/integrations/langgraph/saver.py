@@ -14,11 +14,12 @@ import asyncio
 import base64
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import attrs
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -37,6 +38,7 @@ from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, RunAlreadyExists
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
 from engine.integrations.langgraph.thread import Thread
+from engine.machine import apply
 from events import (
     CheckpointSaved,
     CheckpointsRemoved,
@@ -64,6 +66,8 @@ Tuples = list[CheckpointTuple]
 Threads = list[Thread]
 Events = list[Event]
 Removed = list[list[str]]
+Build = Callable[[Thread], Specs]
+"""Makes the events to append from the thread's current state (empty: nothing to do)."""
 
 
 def thread_run_ids(thread_id: str) -> Iterator[UUID]:
@@ -289,39 +293,43 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         since = max(thread.machine.last_timestamp, self._read_at.get(thread.thread_id, _EPOCH))
         return max(0.0, (utc_now() - since).total_seconds())
 
-    def _append(
-        self,
-        thread_id: str,
-        build: Any,
-        *,
-        create: bool,
-    ) -> None:
-        """Build events against the thread's newest state and append them in one transaction.
+    def _append(self, thread_id: str, build: Build, *, create: bool) -> None:
+        """Build events on the thread's state as this saver knows it; append them atomically.
 
-        Another process appending first makes this one re-read the thread and build again.
+        Optimistic, as event sourcing is: no read before the write. If another process
+        appended first, the store refuses the versions; this saver then catches up with
+        the thread and builds again.
         """
         with self._lock:
+            thread = self._threads.get(thread_id)
             for _ in range(_RETRIES):
-                thread = self._live(thread_id)
-                started: Events = []
-                if thread is None:
-                    first = self._run_started(thread_id)
-                    thread, started = Thread(thread_id, first), [first]
-                specs = build(thread)
-                if not specs:
+                if thread is None or thread.deleted:
+                    thread = self._live(thread_id)
+                if thread is None and not create:
                     return
-                events = started + self._stamped(thread, specs)
-                try:
-                    self.engine.store.append(events)
-                except (ConcurrencyConflict, RunAlreadyExists):
-                    self._threads.pop(thread_id, None)
-                    continue
-                for event in events[len(started) :]:
-                    thread.fold(event)
-                self._threads[thread_id] = thread
-                return
-            assert thread is not None  # the loop ran at least once
-            raise ConcurrencyConflict(thread.run_id, thread.version + 1)
+                if self._try_append(thread_id, thread, build):
+                    return
+                thread = None  # refused: catch up with the store and build again
+            raise ConcurrencyConflict(self._find_id(thread_id) or uuid.UUID(int=0), 0)
+
+    def _try_append(self, thread_id: str, thread: Thread | None, build: Build) -> bool:
+        started: Events = []
+        if thread is None:
+            first = self._run_started(thread_id)
+            thread, started = Thread(thread_id, first), [first]
+        specs = build(thread)
+        if not specs:
+            return True
+        events = started + self._stamped(thread, specs)
+        try:
+            self.engine.store.append(events)
+        except (ConcurrencyConflict, RunAlreadyExists):
+            self._threads.pop(thread_id, None)
+            return False
+        for event in events[len(started) :]:
+            thread.fold(event)
+        self._threads[thread_id] = thread
+        return True
 
     def _stamped(self, thread: Thread, specs: Specs) -> Events:
         """Events from (class, payload) pairs, numbered after the thread's newest event.
@@ -332,8 +340,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         now, machine, made = utc_now(), thread.machine, []
         if now < machine.last_timestamp:
             now = machine.last_timestamp
-        from engine.machine import apply  # the same fold that checks every append
-
         for kind, payload in specs:
             if payload.get("attempt") == 0:
                 payload = {**payload, "attempt": machine.next_attempt(payload["stage"])}
@@ -560,10 +566,8 @@ def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return all(metadata.get(key) == value for key, value in wanted.items())
 
 
-def _forked(events: list[Event], thread_id: str, run_id: UUID) -> list[Event]:
+def _forked(events: Events, thread_id: str, run_id: UUID) -> Events:
     """Copies of a thread's events for another thread: its labels, the source as `forked_from`."""
-    import attrs
-
     now, first = utc_now(), events[0]
     assert isinstance(first, RunStarted)
     started = attrs.evolve(
