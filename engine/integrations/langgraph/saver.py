@@ -36,8 +36,9 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, RunAlreadyExists
+from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
-from engine.integrations.langgraph.thread import Thread
+from engine.integrations.langgraph.thread import REFERENCE, Thread, Typed
 from engine.machine import apply
 from events import (
     CheckpointSaved,
@@ -57,6 +58,7 @@ _NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-1b2a3c4d5e6f")
 _PULL = "~__pregel_pull, "
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EMPTY: Typed = ("empty", b"")
 _ALL_THREADS = 1_000_000
 
 Spec = tuple[type[Event], dict[str, Any]]
@@ -66,6 +68,8 @@ Tuples = list[CheckpointTuple]
 Threads = list[Thread]
 Events = list[Event]
 Removed = list[list[str]]
+Encoded = list[str]
+"""A serialised value in an event: ``[type, base64]``."""
 Build = Callable[[Thread], Specs]
 """Makes the events to append from the thread's current state (empty: nothing to do)."""
 
@@ -148,7 +152,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                             continue
                         if before_id and saved.checkpoint_id >= before_id:
                             continue
-                        if filter and not _matches(self._load(saved.metadata), filter):
+                        if filter and not _matches(self._metadata(saved), filter):
                             continue
                         if limit is not None and len(found) >= limit:
                             break
@@ -170,16 +174,19 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
         ns, tid = saved.namespace, thread.thread_id
-        skeleton = self._load(saved.checkpoint)
-        values = thread.channel_values(ns, skeleton["channel_versions"])
-        skeleton["channel_values"] = {ch: self._load(v) for ch, v in values.items()}
+        plain = thread.skeletons.get((ns, saved.checkpoint_id))
+        checkpoint: Any = (
+            skeleton_json.copy_plain(plain) if plain is not None else self._load(saved.checkpoint)
+        )
+        values = thread.channel_values(ns, checkpoint["channel_versions"])
+        checkpoint["channel_values"] = {ch: self.serde.loads_typed(v) for ch, v in values.items()}
         writes = thread.pending_writes(ns, saved.checkpoint_id)
         return CheckpointTuple(
             config=_config(tid, ns, saved.checkpoint_id),
-            checkpoint=skeleton,
-            metadata=self._load(saved.metadata),
+            checkpoint=checkpoint,
+            metadata=self._metadata(saved),
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
-            pending_writes=[(task, ch, self._load(value)) for task, ch, value, _ in writes],
+            pending_writes=[(task, ch, self.serde.loads_typed(v)) for task, ch, v, _ in writes],
         )
 
     # -- writing ---------------------------------------------------------------------------
@@ -196,10 +203,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         values = checkpoint["channel_values"]
-        blobs = {
-            ch: [str(version), *self._dump(values[ch])]
-            if ch in values
-            else [str(version), "empty", ""]
+        dumped = {
+            ch: (str(version), self.serde.dumps_typed(values[ch]) if ch in values else _EMPTY)
             for ch, version in new_versions.items()
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -208,12 +213,21 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             "namespace": ns,
             "checkpoint_id": checkpoint["id"],
             "parent_id": conf.get("checkpoint_id") or None,
-            "checkpoint": self._dump(skeleton),
-            "metadata": self._dump(full_metadata),
-            "blobs": blobs,
+            "metadata": {"json": full_metadata}
+            if skeleton_json.is_plain(full_metadata)
+            else self._dump(full_metadata),
             "invocation": None if invocation is None else str(invocation),
         }
-        self._append(thread_id, lambda thread: [(CheckpointSaved, payload)], create=True)
+
+        def events(thread: Thread) -> Specs:
+            blobs = {
+                ch: [version, *_stored(thread, value)] for ch, (version, value) in dumped.items()
+            }
+            parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
+            stored = skeleton_json.encode(skeleton, parent) or self._dump(skeleton)
+            return [(CheckpointSaved, {**payload, "checkpoint": stored, "blobs": blobs})]
+
+        self._append(thread_id, events, create=True)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -231,7 +245,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
         def events(thread: Thread) -> Specs:
             new = [
-                [index, ch, *self._dump(value)]
+                [index, ch, *_encoded(self.serde.dumps_typed(value))]
                 for index, ch, value in indexed
                 if index < 0 or not thread.has_write(ns, checkpoint_id, task_id, index)
             ]
@@ -536,16 +550,22 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """`prune`, off the event loop."""
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
-    def get_next_version(self, current: str | None, channel: None) -> str:
-        """The next channel version: zero-padded counters, so versions sort as strings."""
-        number = 0 if current is None else int(str(current).split(".")[0])
-        return f"{number + 1:032}"
+    def get_next_version(self, current: str | int | None, channel: None) -> str:
+        """The next channel version: a counter (ints sort, and take a byte or two to store)."""
+        if current is None:
+            return 1  # type: ignore[return-value]
+        return int(str(current).split(".")[0]) + 1  # type: ignore[return-value]
 
     # -- values ----------------------------------------------------------------------------
 
-    def _dump(self, value: Any) -> Any:
-        kind, data = self.serde.dumps_typed(value)
-        return [kind, base64.b64encode(data).decode("ascii")]
+    def _dump(self, value: Any) -> Encoded:
+        return _encoded(self.serde.dumps_typed(value))
+
+    def _metadata(self, saved: CheckpointSaved) -> Any:
+        stored = saved.metadata
+        if isinstance(stored, dict):
+            return skeleton_json.copy_plain(stored["json"])
+        return self._load(stored)
 
     def _load(self, stored: Any) -> Any:
         kind, data = stored
@@ -560,6 +580,17 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def _stored(thread: Thread, value: Typed) -> Encoded:
+    """The value, or a reference to the identical one the run already holds (a node's write)."""
+    where = thread.reference(value)
+    return _encoded(value) if where is None else [REFERENCE, where]
+
+
+def _encoded(value: Typed) -> Encoded:
+    """A serialised value as JSON can hold it: its type tag and its bytes in base64."""
+    return [value[0], base64.b64encode(value[1]).decode("ascii")]
 
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:

@@ -7,9 +7,11 @@ only when a caller asks for them.
 
 from __future__ import annotations
 
+from base64 import b64decode
 from typing import Any
 from uuid import UUID
 
+from engine.integrations.langgraph import skeleton
 from engine.machine import RunState, apply, start
 from engine.pipeline import Pipeline
 from events import (
@@ -21,8 +23,10 @@ from events import (
     WritesSaved,
 )
 
-Typed = tuple[str, str]
-"""A value as LangGraph's serde wrote it: its type tag and its bytes in base64."""
+Typed = tuple[str, bytes]
+"""A value as LangGraph's serde wrote it: type tag and bytes (base64 in the events)."""
+REFERENCE = "="
+"""The type tag of a blob that is a reference to an identical value stored earlier in the run."""
 Write = tuple[str, str, Typed, str]
 """One pending write: task id, channel, value, task path."""
 
@@ -41,6 +45,12 @@ class Thread:
         """(namespace, checkpoint id) → (task id, index) → the write."""
         self.blobs: dict[tuple[str, str, str], Typed] = {}
         """(namespace, channel, version) → the channel's value at that version."""
+        self.skeletons: dict[tuple[str, str], dict[str, Any] | None] = {}
+        """(namespace, checkpoint id) → the skeleton stored as JSON, rebuilt (None: serde's)."""
+        self.known: dict[Typed, str] = {}
+        """Each value stored so far → where it is (``version.index``), to refer to, not repeat."""
+        self.values: dict[str, Typed] = {}
+        """Where a value is stored → the value."""
         self.deleted = False
 
     @property
@@ -64,13 +74,31 @@ class Thread:
     def _checkpoint(self, event: CheckpointSaved) -> None:
         ns = event.namespace
         self.checkpoints.setdefault(ns, {})[event.checkpoint_id] = event
+        stored = event.checkpoint
+        parent = self.skeletons.get((ns, event.parent_id or ""))
+        plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
+        self.skeletons[(ns, event.checkpoint_id)] = plain
         for channel, (version, kind, data) in event.blobs.items():
-            self.blobs[(ns, channel, str(version))] = (kind, data)
+            value = self.values[data] if kind == REFERENCE else (kind, b64decode(data))
+            self.blobs[(ns, channel, str(version))] = value
+            if kind != REFERENCE:
+                self._keep(value, f"{event.version}.{channel}")
 
     def _writes(self, event: WritesSaved) -> None:
         stored = self.writes.setdefault((event.namespace, event.checkpoint_id), {})
-        for index, channel, kind, data in event.writes:
-            stored[(event.task_id, index)] = (event.task_id, channel, (kind, data), event.task_path)
+        for position, (index, channel, kind, data) in enumerate(event.writes):
+            value = (kind, b64decode(data))
+            stored[(event.task_id, index)] = (event.task_id, channel, value, event.task_path)
+            self._keep(value, f"{event.version}.{position}")
+
+    def _keep(self, value: Typed, where: str) -> None:
+        if len(value[1]) > len(where) + 8 and value not in self.known:
+            self.known[value] = where
+            self.values[where] = value
+
+    def reference(self, value: Typed) -> str | None:
+        """Where an identical value is stored already in this run, if anywhere."""
+        return self.known.get(value)
 
     def _removed(self, event: CheckpointsRemoved) -> None:
         for ns, checkpoint_id in event.removed:
