@@ -8,6 +8,7 @@ from __future__ import annotations
 from events._strict_json import JSON, strict_json
 from events._validation import utc_now
 from events.base import EVENT_TYPES, Event
+from events.checkpoint import CheckpointSaved, CheckpointsRemoved, WritesSaved
 from events.codec import decode, encode
 from events.errors import EventFormatError, InvalidEvent, InvalidPayload, StagetrailError
 from events.run import (
@@ -33,6 +34,8 @@ from events.task import TaskAdded, TaskCompleted, TaskFailed, TaskStarted
 
 __all__ = [
     "BudgetSpent",
+    "CheckpointSaved",
+    "CheckpointsRemoved",
     "CircuitClosed",
     "CircuitHalfOpened",
     "CircuitOpened",
@@ -59,6 +62,7 @@ __all__ = [
     "TaskCompleted",
     "TaskFailed",
     "TaskStarted",
+    "WritesSaved",
     "decode",
     "encode",
     "strict_json",

@@ -13,8 +13,10 @@ from events._strict_json import JSON
 from events.base import Event
 from events.errors import InvalidEvent, InvalidPayload
 
-RUN_STATUSES = frozenset({"succeeded", "failed", "aborted_stuck", "done_partial", "cancelled"})
-"""The statuses a run may finish with."""
+RUN_STATUSES = frozenset(
+    {"succeeded", "failed", "aborted_stuck", "done_partial", "cancelled", "deleted"}
+)
+"""The statuses a run may finish with (``deleted``: erased by its owner, gone once compacted)."""
 
 
 def _labels(value: object, field: attrs.Attribute[Any]) -> dict[str, str]:

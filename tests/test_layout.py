@@ -66,6 +66,44 @@ class TestArrows:
         assert offences == []
 
 
+OPTIONAL = {
+    "langgraph": "engine.integrations.langgraph",
+    "langchain_core": "engine.integrations.langgraph",
+}
+"""Each optional extra's top-level import, and the only package allowed to import it."""
+
+
+class TestOptionalExtras:
+    @pytest.mark.parametrize(("extra", "owner"), sorted(OPTIONAL.items()))
+    def test_only_its_integration_imports_an_optional_package(self, extra: str, owner: str) -> None:
+        """No module outside the integration's own package imports the optional dependency."""
+        offences = []
+        for package in PACKAGES:
+            for path in (ROOT / package).rglob("*.py"):
+                importer = module_name(path)
+                if importer == owner or importer.startswith(owner + "."):
+                    continue
+                names = imported_modules(path)
+                if any(name == extra or name.startswith(extra + ".") for name in names):
+                    offences.append(importer)
+        assert offences == []
+
+    def test_the_core_imports_without_the_optional_packages(self) -> None:
+        """`import engine` (and the CLI) load no optional integration's dependency."""
+        import subprocess
+        import sys
+
+        code = (
+            "import sys, engine, engine.cli, engine.cli.main, engine.integrations; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('langgraph', 'langchain_core')))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip() == "[]"
+
+
 class TestWheel:
     def test_only_the_three_packages_are_installed(self) -> None:
         """The wheel holds engine (with its subpackages), events and projections; no examples."""

@@ -9,6 +9,7 @@ PACKAGES = [
     "engine.cli",
     "engine.cli.demo",
     "engine.integrations",
+    "engine.integrations.langgraph",
     "engine.store",
     "engine.supervise",
     "events",

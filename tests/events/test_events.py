@@ -81,6 +81,23 @@ EXAMPLES: dict[type[Event], dict[str, Any]] = {
     events.BudgetSpent: {"amount": 0.12, "unit": "usd"},
     events.NoteAdded: {"key": "strategy", "value": ["refactor", {"depth": 2}]},
     events.RunFinished: {"status": "done_partial", "reason": {"loop": "same test failure"}},
+    events.CheckpointSaved: {
+        "namespace": "child:1",
+        "checkpoint_id": "1f0-a",
+        "parent_id": "1f0-9",
+        "checkpoint": ["msgpack", "gqF2BA=="],
+        "metadata": ["msgpack", "gaRzdGVwAQ=="],
+        "blobs": {"messages": ["00000000000000000000000000000002", "msgpack", "kA=="]},
+        "invocation": "run-1",
+    },
+    events.WritesSaved: {
+        "namespace": "",
+        "checkpoint_id": "1f0-a",
+        "task_id": "task-1",
+        "task_path": "~__pregel_pull, agent",
+        "writes": [[0, "messages", "msgpack", "kA=="], [-1, "__error__", "json", "e30="]],
+    },
+    events.CheckpointsRemoved: {"removed": [["", "1f0-9"]], "reason": "prune keep_latest"},
 }
 
 

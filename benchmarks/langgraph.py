@@ -1,0 +1,210 @@
+"""LangGraph on stagetrail: `StagetrailSaver` over SQLite vs LangGraph's own `SqliteSaver`.
+
+The same graph on both, in one process, repetitions interleaved: five nodes in a
+row, each adding a text result to the state (an agent's reply: words drawn at
+random, so it compresses as prose does); the third node fails three times per
+run (each failure ends an invoke, the next invoke retries it). Figures:
+super-steps per second, bytes on disk per run (at two reply sizes) and
+``get_state_history`` time.
+
+Run: ``python -m benchmarks.langgraph`` (``--quick`` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import sqlite3
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from benchmarks._common import arguments, median_rates, report, scratch, timed
+from engine import Engine
+from engine.integrations.langgraph import StagetrailSaver
+
+NODES = ("research", "plan", "build", "test", "review")
+FLAKY = "build"
+FAILURES = 3
+WORDS = [
+    "agent",
+    "build",
+    "test",
+    "plan",
+    "review",
+    "code",
+    "error",
+    "fix",
+    "module",
+    "function",
+    "value",
+    "state",
+    "graph",
+    "node",
+]
+REPLY = 1024
+"""Bytes of text each node adds to the state by default (about 250 tokens of a model's reply)."""
+
+
+class Work(TypedDict, total=False):
+    topic: str
+    log: Annotated[list[str], operator.add]
+    research: dict[str, Any]
+    plan: dict[str, Any]
+    build: dict[str, Any]
+    test: dict[str, Any]
+    review: dict[str, Any]
+
+
+class FlakyBuild(RuntimeError):
+    """The flaky node's failure."""
+
+
+def reply(size: int, rng: random.Random) -> str:
+    """`size` characters of words drawn at random: text that compresses as prose does."""
+    text = ""
+    while len(text) < size:
+        text += rng.choice(WORDS) + " "
+    return text[:size]
+
+
+def node(name: str, failures: dict[str, int], size: int) -> Callable[[Work], Any]:
+    """A node that adds its reply; the flaky one fails `FAILURES` times per thread first."""
+    rng = random.Random(name)
+
+    def run(state: Work) -> Any:
+        if name == FLAKY:
+            seen = failures.get(state["topic"], 0)
+            if seen < FAILURES:
+                failures[state["topic"]] = seen + 1
+                raise FlakyBuild(f"{name} failed (attempt {seen + 1})")
+        return {"log": [name], name: {"text": reply(size, rng), "step": len(state["log"])}}
+
+    return run
+
+
+def builder(failures: dict[str, int], size: int) -> StateGraph[Work]:
+    graph = StateGraph(Work)
+    for name in NODES:
+        graph.add_node(name, node(name, failures, size))  # type: ignore[call-overload]
+    for source, dest in zip((START, *NODES), (*NODES, END), strict=True):
+        graph.add_edge(source, dest)
+    return graph
+
+
+def run_thread(graph: Any, thread_id: str) -> int:
+    """Invoke a thread until it ends; the super-steps it took (node attempts)."""
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    first: Work | None = {"topic": thread_id, "log": []}
+    for _ in range(FAILURES + 1):
+        try:
+            graph.invoke(first, config, durability="sync")
+            return len(NODES) + FAILURES
+        except FlakyBuild:
+            first = None
+    raise AssertionError("the flaky node never succeeded")
+
+
+Make = Callable[[Path, StateGraph[Work]], BaseCheckpointSaver[Any]]
+
+
+class Side:
+    """One saver on its own SQLite file, with its compiled graph and the threads it ran."""
+
+    def __init__(self, name: str, make: Make, size: int = REPLY) -> None:
+        self.name = name
+        self.path = scratch(f"{name}.db")
+        self.failures: dict[str, int] = {}
+        graph = builder(self.failures, size)
+        self.graph = graph.compile(checkpointer=make(self.path, graph))
+        self.threads: list[str] = []
+
+    def runs(self, count: int) -> int:
+        steps = 0
+        for _ in range(count):
+            thread_id = f"{self.name}-{len(self.threads)}"
+            self.threads.append(thread_id)
+            steps += run_thread(self.graph, thread_id)
+        return steps
+
+    def history(self, thread_id: str) -> int:
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        return len(list(self.graph.get_state_history(config)))
+
+    def bytes_per_run(self) -> float:
+        """The database's size on disk (WAL folded in) divided by the runs it holds."""
+        conn = sqlite3.connect(self.path)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        files = [self.path, *self.path.parent.glob(self.path.name + "-*")]
+        return sum(f.stat().st_size for f in files if f.exists()) / len(self.threads)
+
+
+def sqlite_saver(path: Path, graph: StateGraph[Work]) -> BaseCheckpointSaver[Any]:
+    return SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+
+
+def stagetrail_saver(path: Path, graph: StateGraph[Work]) -> BaseCheckpointSaver[Any]:
+    return StagetrailSaver(Engine(f"sqlite:///{path}"), graph)
+
+
+def history_seconds(sides: dict[str, Side], sample: int) -> dict[str, float]:
+    """Median seconds of one ``get_state_history`` per side, the sides interleaved per thread."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for index in range(sample):
+        for name, side in sides.items():
+            thread_id = side.threads[index]
+            count, seconds = timed(lambda s=side, t=thread_id: s.history(t))  # type: ignore[misc]
+            assert count == len(NODES) + 2, count
+            times[name].append(seconds)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def sizes(runs: int, size: int) -> dict[str, float]:
+    """Bytes per run of each saver after `runs` runs with replies of `size` bytes."""
+    found = {}
+    for name, make in (("SqliteSaver", sqlite_saver), ("StagetrailSaver", stagetrail_saver)):
+        side = Side(f"size-{name}", make, size)
+        side.runs(runs)
+        found[name] = side.bytes_per_run()
+    return found
+
+
+def row(case: str, figures: dict[str, float], target: float, higher: bool) -> dict[str, object]:
+    base, ours = figures["SqliteSaver"], figures["StagetrailSaver"]
+    ratio = ours / base
+    return {
+        "case": case,
+        "SqliteSaver": base,
+        "StagetrailSaver": ours,
+        "ratio": ratio,
+        "target": f"{'>=' if higher else '<='} {target}",
+        "met": ratio >= target if higher else ratio <= target,
+    }
+
+
+def main() -> None:
+    args = arguments(__doc__ or "")
+    runs, repeats, sample = (3, 2, 3) if args.quick else (40, 5, 40)
+    sides = {
+        "SqliteSaver": Side("sqlite", sqlite_saver),
+        "StagetrailSaver": Side("stagetrail", stagetrail_saver),
+    }
+    work = {name: (lambda s=side: s.runs(runs)) for name, side in sides.items()}
+    rates = median_rates(work, repeats)  # type: ignore[arg-type]
+    history = {k: v * 1000 for k, v in history_seconds(sides, sample).items()}
+    rows = [row("super-steps/s", rates, 0.8, higher=True)]
+    for size in (REPLY, 256):
+        rows.append(row(f"bytes on disk per run, {size} B replies", sizes(runs, size), 0.5, False))
+    rows.append(row("get_state_history of a run (ms)", history, 1.0, higher=False))
+    report(f"LangGraph savers on SQLite ({runs * repeats} runs each)", rows, args.json)
+
+
+if __name__ == "__main__":
+    main()

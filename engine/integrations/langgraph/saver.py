@@ -1,0 +1,612 @@
+"""`StagetrailSaver`: a LangGraph checkpointer whose storage is a stagetrail store.
+
+Each LangGraph thread is one stagetrail run (pipeline ``langgraph``). A
+checkpoint is a `CheckpointSaved` event holding only the channels whose version
+changed; a task's writes are a `WritesSaved` event, written in one transaction
+with the node's outcome as `StageCompleted` or `StageFailed` (stage = the node's
+name, routed from the ``__graph__`` hub: see `table`). Values go through
+LangGraph's own serde, so what comes back is what LangGraph gave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import attrs
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+
+from engine.engine import Engine
+from engine.errors import ConcurrencyConflict, RunAlreadyExists
+from engine.integrations.langgraph import skeleton as skeleton_json
+from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
+from engine.integrations.langgraph.thread import REFERENCE, Thread, Typed
+from engine.machine import apply
+from events import (
+    CheckpointSaved,
+    CheckpointsRemoved,
+    Event,
+    RunFinished,
+    RunStarted,
+    StageCompleted,
+    StageFailed,
+    WritesSaved,
+    utc_now,
+)
+
+THREAD_LABEL = "langgraph.thread"
+"""The label holding a run's LangGraph thread id."""
+_NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-1b2a3c4d5e6f")
+_PULL = "~__pregel_pull, "
+_RETRIES = 5
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EMPTY: Typed = ("empty", b"")
+_ALL_THREADS = 1_000_000
+
+Spec = tuple[type[Event], dict[str, Any]]
+"""An event to append, as its class and payload (numbered and stamped when appended)."""
+Specs = list[Spec]
+Tuples = list[CheckpointTuple]
+Threads = list[Thread]
+Events = list[Event]
+Removed = list[list[str]]
+Encoded = list[str]
+"""A serialised value in an event: ``[type, base64]``."""
+Build = Callable[[Thread], Specs]
+"""Makes the events to append from the thread's current state (empty: nothing to do)."""
+
+
+def thread_run_ids(thread_id: str) -> Iterator[UUID]:
+    """The run ids a thread's runs take in turn: a deleted thread used again starts the next."""
+    yield uuid.uuid5(_NAMESPACE, thread_id)
+    generation = 1
+    while True:
+        yield uuid.uuid5(_NAMESPACE, f"{thread_id}\x00{generation}")
+        generation += 1
+
+
+class StagetrailSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer that records every checkpoint, write and node outcome as events.
+
+    Args:
+        engine: the stagetrail engine whose store keeps the threads (memory, SQLite, PostgreSQL).
+        graph: the graph (a `StateGraph` or a compiled one) or its node names; its nodes
+            become the stages of each thread's run. Without it, checkpoints are kept but
+            node outcomes are not recorded as stages.
+        serde: LangGraph's serializer (default: LangGraph's `JsonPlusSerializer`).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        graph: Any = None,
+        *,
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.engine = engine
+        nodes = getattr(graph, "nodes", graph) or ()
+        self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
+        self._threads: dict[str, Thread] = {}
+        self._read_at: dict[str, datetime] = {}
+        """When each thread was last read: an invocation begins by reading its thread."""
+        self._lock = threading.RLock()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint `config` names (or the thread's newest), with its pending writes."""
+        conf = config["configurable"]
+        ns = conf.get("checkpoint_ns", "")
+        with self._lock:
+            self._read_at[str(conf["thread_id"])] = utc_now()
+            thread = self._live(str(conf["thread_id"]))
+            if thread is None:
+                return None
+            checkpoint_id = get_checkpoint_id(config)
+            if checkpoint_id:
+                saved = thread.checkpoints.get(ns, {}).get(checkpoint_id)
+            else:
+                saved = thread.latest(ns)
+            return None if saved is None else self._tuple(thread, saved)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first, by thread, namespace, metadata `filter`, `before`, `limit`."""
+        conf = config["configurable"] if config else {}
+        wanted_ns = conf.get("checkpoint_ns")
+        wanted_id = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        with self._lock:
+            found: Tuples = []
+            for thread in self._threads_for(conf.get("thread_id")):
+                for ns in thread.namespaces():
+                    if wanted_ns is not None and ns != wanted_ns:
+                        continue
+                    for saved in thread.events_of(ns):
+                        if wanted_id and saved.checkpoint_id != wanted_id:
+                            continue
+                        if before_id and saved.checkpoint_id >= before_id:
+                            continue
+                        if filter and not _matches(self._metadata(saved), filter):
+                            continue
+                        if limit is not None and len(found) >= limit:
+                            break
+                        found.append(self._tuple(thread, saved))
+        yield from found
+
+    def _threads_for(self, thread_id: Any) -> Threads:
+        if thread_id is not None:
+            thread = self._live(str(thread_id))
+            return [] if thread is None else [thread]
+        threads = []
+        for summary in self.engine.runs(status="running", limit=_ALL_THREADS):
+            label = summary.labels.get(THREAD_LABEL)
+            if summary.pipeline.startswith(PIPELINE_PREFIX) and label is not None:
+                thread = self._live(label)
+                if thread is not None and thread.run_id == summary.run_id:
+                    threads.append(thread)
+        return threads
+
+    def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
+        ns, tid = saved.namespace, thread.thread_id
+        plain = thread.skeletons.get((ns, saved.checkpoint_id))
+        checkpoint: Any = (
+            skeleton_json.copy_plain(plain) if plain is not None else self._load(saved.checkpoint)
+        )
+        values = thread.channel_values(ns, checkpoint["channel_versions"])
+        checkpoint["channel_values"] = {ch: self.serde.loads_typed(v) for ch, v in values.items()}
+        writes = thread.pending_writes(ns, saved.checkpoint_id)
+        return CheckpointTuple(
+            config=_config(tid, ns, saved.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=self._metadata(saved),
+            parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
+            pending_writes=[(task, ch, self.serde.loads_typed(v)) for task, ch, v, _ in writes],
+        )
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Record a checkpoint: its skeleton, metadata and the channels whose version changed."""
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        values = checkpoint["channel_values"]
+        dumped = {
+            ch: (str(version), self.serde.dumps_typed(values[ch]) if ch in values else _EMPTY)
+            for ch, version in new_versions.items()
+        }
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        invocation = full_metadata.get("run_id")
+        payload = {
+            "namespace": ns,
+            "checkpoint_id": checkpoint["id"],
+            "parent_id": conf.get("checkpoint_id") or None,
+            "metadata": {"json": full_metadata}
+            if skeleton_json.is_plain(full_metadata)
+            else self._dump(full_metadata),
+            "invocation": None if invocation is None else str(invocation),
+        }
+
+        def events(thread: Thread) -> Specs:
+            blobs = {
+                ch: [version, *_stored(thread, value)] for ch, (version, value) in dumped.items()
+            }
+            parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
+            stored = skeleton_json.encode(skeleton, parent) or self._dump(skeleton)
+            return [(CheckpointSaved, {**payload, "checkpoint": stored, "blobs": blobs})]
+
+        self._append(thread_id, events, create=True)
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Record a task's writes and, for a node of the graph, its outcome as a stage."""
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        checkpoint_id = str(conf["checkpoint_id"])
+        indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
+
+        def events(thread: Thread) -> Specs:
+            new = [
+                [index, ch, *_encoded(self.serde.dumps_typed(value))]
+                for index, ch, value in indexed
+                if index < 0 or not thread.has_write(ns, checkpoint_id, task_id, index)
+            ]
+            if not new:
+                return []
+            made: Specs = [
+                (
+                    WritesSaved,
+                    {
+                        "namespace": ns,
+                        "checkpoint_id": checkpoint_id,
+                        "task_id": task_id,
+                        "task_path": task_path,
+                        "writes": new,
+                    },
+                )
+            ]
+            if ns == "":
+                made += self._outcome(thread, task_path, writes)
+            return made
+
+        self._append(thread_id, events, create=True)
+
+    def _outcome(self, thread: Thread, task_path: str, writes: Sequence[tuple[str, Any]]) -> Specs:
+        """The hub's route to the node and the node's outcome, for a node of the thread's table."""
+        node = task_path[len(_PULL) :] if task_path.startswith(_PULL) else None
+        channels = {ch for ch, _ in writes}
+        if node is None or INTERRUPT in channels or thread.pipeline.next_state(HUB, node) is None:
+            return []
+        attempt = thread.machine.attempts.get(node, 0) + 1
+        route = (StageCompleted, {"stage": HUB, "attempt": 0, "outcome": node})
+        duration = self._duration(thread)
+        errors = [value for ch, value in writes if ch == ERROR]
+        if errors:
+            error = errors[0]
+            message = str(error) if isinstance(error, BaseException) else repr(error)
+            kind = type(error).__name__ if isinstance(error, BaseException) else "Error"
+            return [
+                route,
+                (
+                    StageFailed,
+                    {
+                        "stage": node,
+                        "attempt": attempt,
+                        "error": message,
+                        "error_type": kind,
+                        "duration": duration,
+                    },
+                ),
+            ]
+        return [route, (StageCompleted, {"stage": node, "attempt": attempt, "duration": duration})]
+
+    def _duration(self, thread: Thread) -> float:
+        """Seconds since the thread's newest event or the invocation's first read, if later.
+
+        LangGraph does not tell a saver when a task began; in a sequential graph this is
+        the node's run time, and for parallel nodes it is bounded by their super-step's.
+        """
+        since = max(thread.machine.last_timestamp, self._read_at.get(thread.thread_id, _EPOCH))
+        return max(0.0, (utc_now() - since).total_seconds())
+
+    def _append(self, thread_id: str, build: Build, *, create: bool) -> None:
+        """Build events on the thread's state as this saver knows it; append them atomically.
+
+        Optimistic, as event sourcing is: no read before the write. If another process
+        appended first, the store refuses the versions; this saver then catches up with
+        the thread and builds again.
+        """
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            for _ in range(_RETRIES):
+                if thread is None or thread.deleted:
+                    thread = self._live(thread_id)
+                if thread is None and not create:
+                    return
+                if self._try_append(thread_id, thread, build):
+                    return
+                thread = None  # refused: catch up with the store and build again
+            raise ConcurrencyConflict(self._find_id(thread_id) or uuid.UUID(int=0), 0)
+
+    def _try_append(self, thread_id: str, thread: Thread | None, build: Build) -> bool:
+        started: Events = []
+        if thread is None:
+            first = self._run_started(thread_id)
+            thread, started = Thread(thread_id, first), [first]
+        specs = build(thread)
+        if not specs:
+            return True
+        events = started + self._stamped(thread, specs)
+        try:
+            self.engine.store.append(events)
+        except (ConcurrencyConflict, RunAlreadyExists):
+            self._threads.pop(thread_id, None)
+            return False
+        for event in events[len(started) :]:
+            thread.fold(event)
+        self._threads[thread_id] = thread
+        return True
+
+    def _stamped(self, thread: Thread, specs: Specs) -> Events:
+        """Events from (class, payload) pairs, numbered after the thread's newest event.
+
+        Each is checked against the table on a scratch copy of the machine, so nothing
+        illegal reaches the store; attempt 0 asks for the hub's next attempt number.
+        """
+        now, machine, made = utc_now(), thread.machine, []
+        if now < machine.last_timestamp:
+            now = machine.last_timestamp
+        for kind, payload in specs:
+            if payload.get("attempt") == 0:
+                payload = {**payload, "attempt": machine.next_attempt(payload["stage"])}
+            event = kind(
+                run_id=thread.run_id, version=machine.version + 1, timestamp=now, **payload
+            )
+            machine = apply(thread.pipeline, machine, event)
+            made.append(event)
+        return made
+
+    def _run_started(self, thread_id: str) -> RunStarted:
+        run_id = self._next_run_id(thread_id)
+        return RunStarted(
+            run_id=run_id,
+            version=1,
+            pipeline=self.pipeline.name,
+            table=self.pipeline.to_dict(),
+            params={"thread_id": thread_id},
+            labels={THREAD_LABEL: thread_id},
+        )
+
+    def _next_run_id(self, thread_id: str) -> UUID:
+        for run_id in thread_run_ids(thread_id):
+            last = self.engine.store.last(run_id)
+            if last is None:
+                return run_id
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _live(self, thread_id: str) -> Thread | None:
+        """The thread's run caught up with the store; None if it has none or it was deleted."""
+        thread = self._threads.get(thread_id)
+        if thread is not None:
+            for event in self.engine.store.stream(thread.run_id, gt=thread.version):
+                thread.fold(event)
+            if not thread.deleted:
+                return thread
+            del self._threads[thread_id]
+        thread = self._find(thread_id)
+        if thread is not None:
+            self._threads[thread_id] = thread
+        return thread
+
+    def _find_id(self, thread_id: str) -> UUID | None:
+        """The id of the thread's newest run, deleted or not; None if it never had one."""
+        found = None
+        for run_id in thread_run_ids(thread_id):
+            if self.engine.store.last(run_id) is None:
+                return found
+            found = run_id
+        return None  # pragma: no cover
+
+    def _find(self, thread_id: str) -> Thread | None:
+        run_id = self._find_id(thread_id)
+        if run_id is None:
+            return None
+        events = self.engine.store.stream(run_id)
+        first = next(events)
+        assert isinstance(first, RunStarted)
+        thread = Thread(thread_id, first)
+        for event in events:
+            thread.fold(event)
+        return None if thread.deleted else thread
+
+    # -- deleting, copying, pruning --------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Record the thread's deletion (`RunFinished` with status ``deleted``).
+
+        Readers treat it as gone at once; `Engine.compact()` (``stagetrail compact``)
+        removes its events from the store.
+        """
+
+        def finish(thread: Thread) -> Specs:
+            return [(RunFinished, {"status": "deleted", "reason": {"langgraph": "delete_thread"}})]
+
+        with self._lock:
+            if self._live(thread_id) is not None:
+                self._append(thread_id, finish, create=False)
+            self._threads.pop(thread_id, None)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Treat the checkpoints (and their writes) made by these LangGraph runs as gone."""
+        doomed = {str(r) for r in run_ids}
+        if not doomed:
+            return
+        with self._lock:
+            for thread in self._threads_for(None):
+                removed = [
+                    [ns, saved.checkpoint_id]
+                    for ns in thread.namespaces()
+                    for saved in thread.events_of(ns)
+                    if saved.invocation in doomed
+                ]
+                self._remove(thread.thread_id, removed, "delete_for_runs")
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: each namespace keeps its newest checkpoint; ``delete``: all go.
+
+        Raises:
+            ValueError: an unknown strategy.
+        """
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        with self._lock:
+            for thread_id in thread_ids:
+                if strategy == "delete":
+                    self.delete_thread(thread_id)
+                    continue
+                thread = self._live(thread_id)
+                if thread is None:
+                    continue
+                removed = [
+                    [ns, saved.checkpoint_id]
+                    for ns in thread.namespaces()
+                    for saved in thread.events_of(ns)[1:]
+                ]
+                self._remove(thread_id, removed, "prune keep_latest")
+
+    def _remove(self, thread_id: str, removed: Removed, reason: str) -> None:
+        if removed:
+            spec = (CheckpointsRemoved, {"removed": removed, "reason": reason})
+            self._append(thread_id, lambda thread: [spec], create=False)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread as a fork: a new run whose events are copies of the source's.
+
+        Raises:
+            ValueError: the target thread has checkpoints already.
+        """
+        with self._lock:
+            source = self._live(source_thread_id)
+            if source is None:
+                return
+            if self._live(target_thread_id) is not None:
+                raise ValueError(f"cannot copy into thread {target_thread_id!r}: it exists")
+            events = list(self.engine.store.stream(source.run_id, lte=source.version))
+            copies = _forked(events, target_thread_id, self._next_run_id(target_thread_id))
+            self.engine.store.append(copies)
+
+    # -- async -----------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """`get_tuple`, off the event loop."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """`list`, off the event loop."""
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """`put`, off the event loop."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """`put_writes`, off the event loop."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """`delete_thread`, off the event loop."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """`delete_for_runs`, off the event loop."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """`copy_thread`, off the event loop."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`prune`, off the event loop."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    def get_next_version(self, current: str | int | None, channel: None) -> str:
+        """The next channel version: a counter (ints sort, and take a byte or two to store)."""
+        if current is None:
+            return 1  # type: ignore[return-value]
+        return int(str(current).split(".")[0]) + 1  # type: ignore[return-value]
+
+    # -- values ----------------------------------------------------------------------------
+
+    def _dump(self, value: Any) -> Encoded:
+        return _encoded(self.serde.dumps_typed(value))
+
+    def _metadata(self, saved: CheckpointSaved) -> Any:
+        stored = saved.metadata
+        if isinstance(stored, dict):
+            return skeleton_json.copy_plain(stored["json"])
+        return self._load(stored)
+
+    def _load(self, stored: Any) -> Any:
+        kind, data = stored
+        return self.serde.loads_typed((kind, base64.b64decode(data)))
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _stored(thread: Thread, value: Typed) -> Encoded:
+    """The value, or a reference to the identical one the run already holds (a node's write)."""
+    where = thread.reference(value)
+    return _encoded(value) if where is None else [REFERENCE, where]
+
+
+def _encoded(value: Typed) -> Encoded:
+    """A serialised value as JSON can hold it: its type tag and its bytes in base64."""
+    return [value[0], base64.b64encode(value[1]).decode("ascii")]
+
+
+def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return all(metadata.get(key) == value for key, value in wanted.items())
+
+
+def _forked(events: Events, thread_id: str, run_id: UUID) -> Events:
+    """Copies of a thread's events for another thread: its labels, the source as `forked_from`."""
+    now, first = utc_now(), events[0]
+    assert isinstance(first, RunStarted)
+    started = attrs.evolve(
+        first,
+        run_id=run_id,
+        timestamp=now,
+        params={"thread_id": thread_id},
+        labels={**first.labels, THREAD_LABEL: thread_id},
+        forked_from=(first.run_id, len(events)),
+    )
+    return [started, *(attrs.evolve(e, run_id=run_id, timestamp=now) for e in events[1:])]

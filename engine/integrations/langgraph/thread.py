@@ -1,0 +1,139 @@
+"""What a LangGraph thread's run holds: a fold of its events into checkpoints, writes and blobs.
+
+Pure: no LangGraph import and no I/O. The saver reads a thread's new events
+from the store, folds them in here, and decodes values with LangGraph's serde
+only when a caller asks for them.
+"""
+
+from __future__ import annotations
+
+from base64 import b64decode
+from typing import Any
+from uuid import UUID
+
+from engine.integrations.langgraph import skeleton
+from engine.machine import RunState, apply, start
+from engine.pipeline import Pipeline
+from events import (
+    CheckpointSaved,
+    CheckpointsRemoved,
+    Event,
+    RunFinished,
+    RunStarted,
+    WritesSaved,
+)
+
+Typed = tuple[str, bytes]
+"""A value as LangGraph's serde wrote it: type tag and bytes (base64 in the events)."""
+REFERENCE = "="
+"""The type tag of a blob that is a reference to an identical value stored earlier in the run."""
+Write = tuple[str, str, Typed, str]
+"""One pending write: task id, channel, value, task path."""
+
+
+class Thread:
+    """One thread's run folded: the machine state and every live checkpoint, write and blob."""
+
+    def __init__(self, thread_id: str, first: RunStarted) -> None:
+        self.thread_id = thread_id
+        self.run_id: UUID = first.run_id
+        self.pipeline = Pipeline.from_dict(first.table)
+        self.machine: RunState = start(self.pipeline, first)
+        self.checkpoints: dict[str, dict[str, CheckpointSaved]] = {}
+        """Namespace → checkpoint id → its event, in the order they were saved."""
+        self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
+        """(namespace, checkpoint id) → (task id, index) → the write."""
+        self.blobs: dict[tuple[str, str, str], Typed] = {}
+        """(namespace, channel, version) → the channel's value at that version."""
+        self.skeletons: dict[tuple[str, str], dict[str, Any] | None] = {}
+        """(namespace, checkpoint id) → the skeleton stored as JSON, rebuilt (None: serde's)."""
+        self.known: dict[Typed, str] = {}
+        """Each value stored so far → where it is (``version.index``), to refer to, not repeat."""
+        self.values: dict[str, Typed] = {}
+        """Where a value is stored → the value."""
+        self.deleted = False
+
+    @property
+    def version(self) -> int:
+        """The version of the newest event folded in."""
+        return self.machine.version
+
+    def fold(self, event: Event) -> None:
+        """Take in the next event of the run, checking it with the engine's rules."""
+        self.machine = apply(self.pipeline, self.machine, event)
+        kind = type(event)
+        if kind is CheckpointSaved:
+            self._checkpoint(event)  # type: ignore[arg-type]
+        elif kind is WritesSaved:
+            self._writes(event)  # type: ignore[arg-type]
+        elif kind is CheckpointsRemoved:
+            self._removed(event)  # type: ignore[arg-type]
+        elif kind is RunFinished:
+            self.deleted = True
+
+    def _checkpoint(self, event: CheckpointSaved) -> None:
+        ns = event.namespace
+        self.checkpoints.setdefault(ns, {})[event.checkpoint_id] = event
+        stored = event.checkpoint
+        parent = self.skeletons.get((ns, event.parent_id or ""))
+        plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
+        self.skeletons[(ns, event.checkpoint_id)] = plain
+        for channel, (version, kind, data) in event.blobs.items():
+            value = self.values[data] if kind == REFERENCE else (kind, b64decode(data))
+            self.blobs[(ns, channel, str(version))] = value
+            if kind != REFERENCE:
+                self._keep(value, f"{event.version}.{channel}")
+
+    def _writes(self, event: WritesSaved) -> None:
+        stored = self.writes.setdefault((event.namespace, event.checkpoint_id), {})
+        for position, (index, channel, kind, data) in enumerate(event.writes):
+            value = (kind, b64decode(data))
+            stored[(event.task_id, index)] = (event.task_id, channel, value, event.task_path)
+            self._keep(value, f"{event.version}.{position}")
+
+    def _keep(self, value: Typed, where: str) -> None:
+        if len(value[1]) > len(where) + 8 and value not in self.known:
+            self.known[value] = where
+            self.values[where] = value
+
+    def reference(self, value: Typed) -> str | None:
+        """Where an identical value is stored already in this run, if anywhere."""
+        return self.known.get(value)
+
+    def _removed(self, event: CheckpointsRemoved) -> None:
+        for ns, checkpoint_id in event.removed:
+            self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
+            self.writes.pop((ns, checkpoint_id), None)
+
+    def has_write(self, ns: str, checkpoint_id: str, task_id: str, index: int) -> bool:
+        """Whether this task's write at `index` against the checkpoint is stored already."""
+        return (task_id, index) in self.writes.get((ns, checkpoint_id), {})
+
+    def latest(self, ns: str) -> CheckpointSaved | None:
+        """The newest live checkpoint of a namespace (LangGraph's ids sort by time)."""
+        saved = self.checkpoints.get(ns)
+        return saved[max(saved)] if saved else None
+
+    def channel_values(self, ns: str, versions: dict[str, Any]) -> dict[str, Typed]:
+        """The stored value of each channel at its version (channels left empty are absent)."""
+        found: dict[str, Typed] = {}
+        for channel, version in versions.items():
+            blob = self.blobs.get((ns, channel, str(version)))
+            if blob is not None and blob[0] != "empty":
+                found[channel] = blob
+        return found
+
+    def pending_writes(self, ns: str, checkpoint_id: str) -> list[Write]:
+        """The checkpoint's writes in the order LangGraph applies them (path, task id, index)."""
+        stored = self.writes.get((ns, checkpoint_id), {})
+        keys = sorted(stored, key=lambda k: (stored[k][3], k[0], k[1]))
+        return [stored[k] for k in keys]
+
+    def events_of(self, ns: str) -> list[CheckpointSaved]:
+        """The live checkpoints of a namespace, newest first."""
+        saved = self.checkpoints.get(ns, {})
+        return [saved[k] for k in sorted(saved, reverse=True)]
+
+    def namespaces(self) -> list[str]:
+        """The namespaces with at least one live checkpoint."""
+        return [ns for ns, saved in self.checkpoints.items() if saved]

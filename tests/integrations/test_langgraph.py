@@ -1,0 +1,159 @@
+"""A real LangGraph graph checkpointed by `StagetrailSaver`, read back through stagetrail."""
+
+from __future__ import annotations
+
+import json
+import operator
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph", reason="needs the langgraph extra")
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+
+from engine import Engine
+from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline
+from events import StageCompleted, StageFailed
+from projections import FailurePatterns, RetryCounts
+
+
+class Flaky(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def flaky_graph(failures: int) -> StateGraph[Any]:
+    """plan -> build -> ship, where build raises `failures` times before it succeeds."""
+    calls = {"build": 0}
+
+    def build(state: Flaky) -> dict[str, list[str]]:
+        calls["build"] += 1
+        if calls["build"] <= failures:
+            raise RuntimeError(f"build broke ({calls['build']})")
+        return {"log": ["build"]}
+
+    builder = StateGraph(Flaky)
+    builder.add_node("plan", lambda state: {"log": ["plan"]})
+    builder.add_node("build", build)
+    builder.add_node("ship", lambda state: {"log": ["ship"]})
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "build")
+    builder.add_edge("build", "ship")
+    builder.add_edge("ship", END)
+    return builder
+
+
+def invoke_until_done(
+    graph: Any, config: RunnableConfig, tries: int, durability: str = "sync"
+) -> list[str]:
+    """Invoke the thread, then resume it after each failure; the errors seen, in order."""
+    errors = []
+    for attempt in range(tries):
+        try:
+            first: Flaky | None = {"log": []} if attempt == 0 else None
+            result = graph.invoke(first, config, durability=durability)
+        except RuntimeError as error:
+            errors.append(str(error))
+            continue
+        assert result == {"log": ["plan", "build", "ship"]}
+        return errors
+    raise AssertionError(f"still failing after {tries} invokes: {errors}")
+
+
+def stagetrail(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed `stagetrail` command line."""
+    command = shutil.which("stagetrail", path=str(Path(sys.executable).parent))
+    assert command is not None, "the stagetrail console script is not installed"
+    return subprocess.run([command, *args], capture_output=True, text=True, check=True)
+
+
+class TestFlakyGraph:
+    def test_two_failures_then_success_are_stage_events(self, store_url: str) -> None:
+        """Each failed invoke is a StageFailed of the node; the third attempt completes it."""
+        builder = flaky_graph(failures=2)
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            config: RunnableConfig = {"configurable": {"thread_id": "order-7"}}
+            errors = invoke_until_done(graph, config, tries=3)
+            assert errors == ["build broke (1)", "build broke (2)"]
+            (summary,) = engine.runs()
+            outcomes = [
+                (type(e).__name__, e.stage, e.attempt, e.outcome)
+                for e in engine.events(summary.run_id)
+                if isinstance(e, StageCompleted | StageFailed) and e.stage != HUB
+            ]
+            assert outcomes == [
+                ("StageCompleted", "plan", 1, "completed"),
+                ("StageFailed", "build", 1, "failed"),
+                ("StageFailed", "build", 2, "failed"),
+                ("StageCompleted", "build", 3, "completed"),
+                ("StageCompleted", "ship", 1, "completed"),
+            ]
+            assert engine.project(summary.run_id, RetryCounts).retries("build") == 2
+            patterns = engine.project(summary.run_id, FailurePatterns)
+            assert patterns.by_error_type == {"RuntimeError": 2}
+            assert engine.verify(summary.run_id).ok
+
+    def test_background_saves_keep_each_node_in_order(self, store_url: str) -> None:
+        """With LangGraph's default async durability, each node's own attempts stay in order."""
+        builder = flaky_graph(failures=2)
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            config: RunnableConfig = {"configurable": {"thread_id": "order-8"}}
+            invoke_until_done(graph, config, tries=3, durability="async")
+            (summary,) = engine.runs()
+            outcomes: dict[str, list[tuple[int, str]]] = {}
+            for e in engine.events(summary.run_id):
+                if isinstance(e, StageCompleted | StageFailed) and e.stage != HUB:
+                    outcomes.setdefault(e.stage, []).append((e.attempt, e.outcome))
+            assert outcomes == {
+                "plan": [(1, "completed")],
+                "build": [(1, "failed"), (2, "failed"), (3, "completed")],
+                "ship": [(1, "completed")],
+            }
+            assert engine.verify(summary.run_id).ok
+
+    def test_state_history_comes_back_through_the_saver(self, store_url: str) -> None:
+        """LangGraph's own get_state and get_state_history read what the saver stored."""
+        builder = flaky_graph(failures=1)
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+            invoke_until_done(graph, config, tries=2)
+            assert graph.get_state(config).values == {"log": ["plan", "build", "ship"]}
+            history = list(graph.get_state_history(config))
+            assert [len(s.values.get("log", [])) for s in history] == [3, 2, 1, 0, 0]
+
+    def test_show_lists_the_failed_attempts(self, tmp_path: Path) -> None:
+        """`stagetrail show` prints the two failed attempts of the thread's run as StageFailed."""
+        url = f"sqlite:///{tmp_path / 'graph.db'}"
+        builder = flaky_graph(failures=2)
+        with Engine(url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            invoke_until_done(graph, {"configurable": {"thread_id": "order-7"}}, tries=3)
+        (run,) = json.loads(stagetrail("runs", "--store", url, "--json").stdout)
+        assert (run["pipeline"], run["failures"]) == ("langgraph", 2)
+        shown = stagetrail("show", run["run_id"][:8], "--store", url).stdout
+        failed = [line.split() for line in shown.splitlines() if " StageFailed " in line]
+        assert [line[2:] for line in failed] == [
+            ["StageFailed", "build", "1", "failed", "RuntimeError:", "build", "broke", "(1)"],
+            ["StageFailed", "build", "2", "failed", "RuntimeError:", "build", "broke", "(2)"],
+        ]
+
+
+class TestThreadPipeline:
+    def test_the_hub_routes_to_every_node_and_back(self) -> None:
+        """Each node is reached from the hub by its name and returns there on either outcome."""
+        pipeline = thread_pipeline(["plan", "build", "__start__"])
+        assert pipeline.initial == HUB
+        assert pipeline.allowed(HUB) == ("__end__", "build", "plan")
+        for node in ("plan", "build"):
+            assert pipeline.next_state(HUB, node) == node
+            assert pipeline.allowed(node) == ("completed", "failed")
+            assert pipeline.next_state(node, "failed") == HUB
+        assert "__start__" not in pipeline.states
