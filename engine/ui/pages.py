@@ -215,6 +215,7 @@ def run_page(
         rows=[event_row(event, start) for event in events],
         page=page,
         pages=pages,
+        per_page=EVENTS_PER_PAGE,
         script=script,
         note=note,
         home=home,
