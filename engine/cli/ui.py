@@ -77,5 +77,5 @@ def report(engine: Engine, run_id: UUID, path: str, *, as_json: bool) -> None:
     if not written.every_version:
         out.line(
             f"the slider steps through {written.embedded} evenly spaced versions"
-            f" of {written.events} (runs over 5000 events)"
+            f" of {written.events}, as for every run this long"
         )

@@ -42,7 +42,7 @@ def build_report(engine: Engine, run_id: UUID) -> Report:
         RunNotFound: no such run.
     """
     data = pages.read_run(engine, run_id)
-    versions = snapshot.spaced_versions(data.last_version)
+    versions = snapshot.spaced_versions(data.last_version, snapshot.EMBEDDED_VERSIONS)
     views = list(snapshot.every_version(data.events, versions))
     note = ""
     if len(versions) < data.last_version:

@@ -118,9 +118,9 @@ def browser() -> Iterator[Any]:
     """One headless Chromium (Debian's) for the module, with an empty profile."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (as .ci/run does)")
-    from playwright.sync_api import sync_playwright
-
     import tempfile
+
+    from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(

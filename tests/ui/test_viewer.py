@@ -73,7 +73,8 @@ class TestRunsPage:
         page.goto(f"{viewer.base}/?{query}")
         shown = page.eval_on_selector_all("tr.run", "rows => rows.map(r => r.dataset.runId)")
         expected = [str(run.run_id) for run in engine.runs(**filters)]  # type: ignore[arg-type]
-        assert shown == expected and expected
+        assert shown == expected
+        assert expected
 
     def test_a_bad_filter_is_one_clear_error(self, viewer: Served, page: Any) -> None:
         """An unknown status shows the library's error, naming the argument."""
@@ -83,7 +84,9 @@ class TestRunsPage:
 
 
 class TestRunPage:
-    def test_one_bar_per_attempt(self, viewer: Served, stocked: Stocked, engine: Engine, page: Any) -> None:
+    def test_one_bar_per_attempt(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
         """The timeline draws one bar per stage attempt, failed and retried ones coloured apart."""
         run_id = stocked.filled.retried
         page.goto(f"{viewer.base}/runs/{run_id}")
@@ -96,16 +99,14 @@ class TestRunPage:
         """Retries, the breaker, a rollback and a stuck verdict each get a marker."""
         page.goto(f"{viewer.base}/runs/{stocked.filled.busy}")
         page.wait_for_selector("body[data-ready='1']", state="attached")
-        kinds = page.eval_on_selector_all(
-            "path.marker", "marks => marks.map(m => m.classList[1])"
-        )
+        kinds = page.eval_on_selector_all("path.marker", "marks => marks.map(m => m.classList[1])")
         assert sorted(kinds) == ["breaker", "retry", "rollback", "verdict"]
         assert page.locator("rect.bar.rolled_back").count() == 1
 
     def test_the_slider_shows_the_projected_stack_at_every_version(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
     ) -> None:
-        """At each version N the stack table is engine.project(run, StateStack, at=N), entry by entry."""
+        """At each version N the stack table is engine.project(run, StateStack, at=N), by row."""
         run_id = stocked.filled.retried
         last = len(engine.events(run_id))
         page.goto(f"{viewer.base}/runs/{run_id}")
@@ -123,7 +124,9 @@ class TestRunPage:
         assert highlighted == [current]
         screenshot(page, "run-at-8")
 
-    def test_events_expand_to_their_payload(self, viewer: Served, stocked: Stocked, page: Any) -> None:
+    def test_events_expand_to_their_payload(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
         """Clicking an event shows its whole payload."""
         page.goto(f"{viewer.base}/runs/{stocked.filled.retried}")
         payload = page.locator("#ev-6 pre.payload")
@@ -132,7 +135,9 @@ class TestRunPage:
         assert payload.is_visible()
         assert '"error_type": "BuildException"' in payload.inner_text()
 
-    def test_a_supervised_run_draws_its_retries(self, viewer: Served, stocked: Stocked, engine: Engine, page: Any) -> None:
+    def test_a_supervised_run_draws_its_retries(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
         """The breaker-cycle run of the supervisor shows its bars and breaker markers."""
         run_id = stocked.supervised[1]
         page.goto(f"{viewer.base}/runs/{run_id}")
@@ -168,7 +173,8 @@ class TestEscaping:
         """Every page is sent with a policy that refuses inline script, a second line of defence."""
         response = page.goto(f"{viewer.base}/runs/{stocked.hostile}")
         policy = response.headers["content-security-policy"]
-        assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+        assert "script-src 'self'" in policy
+        assert "unsafe-inline" not in policy
 
 
 def test_artifacts_are_git_ignored() -> None:
