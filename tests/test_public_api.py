@@ -11,6 +11,7 @@ PACKAGES = [
     "engine.integrations",
     "engine.store",
     "engine.supervise",
+    "engine.ui",
     "events",
     "projections",
 ]
