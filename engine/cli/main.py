@@ -335,7 +335,13 @@ def projections_rebuild(name: str, store: str | None, as_json: bool) -> None:
     show_default=True,
     help="Address to listen on; anything but loopback exposes your runs.",
 )
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port",
+    default=8765,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Port to listen on.",
+)
 def ui(store: str | None, host: str, port: int) -> None:
     """Browse runs in a local, read-only web viewer.
 

