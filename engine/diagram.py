@@ -21,6 +21,7 @@ def _graph(
     spec: Mapping[str, Any],
     engine: Literal["mermaid", "graphviz"],
     current: str | None,
+    highlight: bool = True,
 ) -> Any:
     from transitions.extensions import GraphMachine
 
@@ -35,7 +36,11 @@ def _graph(
     )
     if current is not None:  # highlighted, while the [*] arrow still points at the initial state
         machine.set_state(current, model=sketch)
-    return sketch.get_graph(force_new=True)  # type: ignore[attr-defined]
+    graph = sketch.get_graph(force_new=True)  # type: ignore[attr-defined]
+    if highlight:
+        return graph
+    machine.model_graphs[id(sketch)].reset_styling()  # a viewer highlights states itself
+    return sketch.get_graph()  # type: ignore[attr-defined]
 
 
 def mermaid(title: str, spec: Mapping[str, Any], current: str | None) -> str:
@@ -44,7 +49,11 @@ def mermaid(title: str, spec: Mapping[str, Any], current: str | None) -> str:
     return source
 
 
-def dot(title: str, spec: Mapping[str, Any], current: str | None) -> str:
-    """Graphviz DOT source; `current` (default: the initial state) is highlighted."""
-    source: str = _graph(title, spec, "graphviz", current).source
+def dot(title: str, spec: Mapping[str, Any], current: str | None, *, highlight: bool = True) -> str:
+    """Graphviz DOT source; `current` (default: the initial state) is highlighted.
+
+    Args:
+        highlight: False draws every state alike (for a viewer that highlights them itself).
+    """
+    source: str = _graph(title, spec, "graphviz", current, highlight).source
     return source

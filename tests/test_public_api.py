@@ -12,6 +12,7 @@ PACKAGES = [
     "engine.integrations.langgraph",
     "engine.store",
     "engine.supervise",
+    "engine.ui",
     "events",
     "projections",
 ]

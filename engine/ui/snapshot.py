@@ -1,0 +1,169 @@
+"""What the time slider shows at a version: the built-in projections' states, as JSON.
+
+The states come from the projections themselves, folded side by side by
+`RunView` (each event is read and decoded once for the five of them):
+`at_version` asks `engine.project(run_id, RunView, at=N)` (what the JSON API
+serves, from the engine's snapshots), `every_version` folds the same `RunView`
+once over the events (what the offline report embeds). Both go through `view`,
+so the page draws the same either way.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+from uuid import UUID
+
+from events import JSON, Event
+from projections import (
+    Frame,
+    ProgressState,
+    Projection,
+    Results,
+    RetryCounts,
+    RunIndex,
+    RunSummary,
+    Stack,
+    StageResults,
+    StateStack,
+)
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+PANELS: Mapping[str, type[Projection[Any]]] = {
+    "summary": RunIndex,
+    "stack": StateStack,
+    "results": StageResults,
+    "retries": RetryCounts,
+    "progress": ProgressState,
+}
+"""Each panel of the run page and the projection it shows."""
+
+SHOWN_FRAMES = 100
+"""The newest frames of the stack a view holds; deeper ones are counted, not listed."""
+
+EMBEDDED_VERSIONS = 5000
+"""At most this many versions' states go into an offline report."""
+
+_PARTS: tuple[Projection[Any], ...] = tuple(cls() for cls in PANELS.values())
+
+
+class RunView(Projection[tuple[Any, ...]]):
+    """The panels' projections folded side by side: a tuple of their states, in `PANELS` order.
+
+    Each part's own `apply`, `encode` and `decode` do the work; the fingerprints of
+    the parts are a class constant, so a change to any of them discards the snapshots.
+    """
+
+    name: ClassVar[str] = "ui_run_view"
+    scope: ClassVar[str] = "run"
+    PART_FINGERPRINTS: ClassVar[tuple[str, ...]] = tuple(
+        cls.fingerprint() for cls in PANELS.values()
+    )
+
+    def initial(self) -> tuple[Any, ...]:
+        """Each part's initial state."""
+        return tuple(part.initial() for part in _PARTS)
+
+    def apply(self, state: tuple[Any, ...], event: Event) -> tuple[Any, ...]:
+        """Each part's state after `event`."""
+        return tuple(part.apply(each, event) for part, each in zip(_PARTS, state, strict=True))
+
+    def encode(self, state: tuple[Any, ...]) -> JSON:
+        """Each part's state as its own `encode` writes it."""
+        return [part.encode(each) for part, each in zip(_PARTS, state, strict=True)]
+
+    def decode(self, data: JSON) -> tuple[Any, ...]:
+        """The states `encode` wrote."""
+        return tuple(part.decode(each) for part, each in zip(_PARTS, data, strict=True))
+
+
+def at_version(engine: Engine, run_id: UUID, version: int, last_version: int) -> dict[str, JSON]:
+    """The view after event `version`, from ``engine.project(run_id, RunView, at=version)``."""
+    states = engine.project(run_id, RunView, at=version)
+    return view(version, last_version, dict(zip(PANELS, states, strict=True)))
+
+
+def every_version(events: Iterable[Event], versions: Iterable[int]) -> Iterator[dict[str, JSON]]:
+    """The view after each of `versions` (ascending), folding the events once."""
+    projection = RunView()
+    state = projection.initial()
+    materialised = list(events)
+    last = materialised[-1].version if materialised else 0
+    position = 0
+    for version in sorted(set(versions)):
+        while position < len(materialised) and materialised[position].version <= version:
+            state = projection.apply(state, materialised[position])
+            position += 1
+        yield view(version, last, dict(zip(PANELS, state, strict=True)))
+
+
+def spaced_versions(last_version: int, limit: int = EMBEDDED_VERSIONS) -> list[int]:
+    """Every version 1..`last_version`, or `limit` of them evenly spaced (first and last kept)."""
+    if last_version <= limit:
+        return list(range(1, last_version + 1))
+    step = (last_version - 1) / (limit - 1)
+    return sorted({1 + round(index * step) for index in range(limit)})
+
+
+def view(version: int, last_version: int, states: Mapping[str, Any]) -> dict[str, JSON]:
+    """The JSON the page draws from the panels' projection states."""
+    summary: RunSummary | None = states["summary"]
+    return {
+        "version": version,
+        "last_version": last_version,
+        "summary": None if summary is None else summary.to_json(),
+        "stack": _stack(states["stack"]),
+        "results": _results(states["results"]),
+        "retries": PANELS["retries"]().encode(states["retries"]),
+        "progress": PANELS["progress"]().encode(states["progress"]),
+    }
+
+
+def frame_json(frame: Frame, position: int) -> dict[str, JSON]:
+    """One frame of the stack, with its 1-based position from the bottom."""
+    return {
+        "n": position,
+        "state": frame.state,
+        "stage": frame.stage,
+        "outcome": frame.outcome,
+        "attempt": frame.attempt,
+        "failed": frame.failed,
+        "result": frame.result,
+        "error": frame.error,
+        "error_type": frame.error_type,
+        "duration": frame.duration,
+        "version": frame.version,
+        "timestamp": frame.timestamp.isoformat(),
+    }
+
+
+def _stack(stack: Stack) -> dict[str, JSON]:
+    newest = list(itertools.islice(stack.frame_list.newest_first(), SHOWN_FRAMES))
+    first = stack.depth - len(newest) + 1
+    frames = [frame_json(frame, first + i) for i, frame in enumerate(reversed(newest))]
+    return {
+        "current": stack.current,
+        "depth": stack.depth,
+        "hidden": stack.depth - len(newest),
+        "frames": frames,
+    }
+
+
+def _results(results: Results) -> list[JSON]:
+    rows: list[JSON] = []
+    for stage in results.stages:
+        attempts = results.attempts(stage)
+        rows.append(
+            {
+                "stage": stage,
+                "attempts": len(attempts),
+                "failures": sum(attempt.failed for attempt in attempts),
+                "last_outcome": attempts[-1].outcome,
+                "latest": results.latest(stage),
+                "seconds": round(sum(attempt.duration for attempt in attempts), 3),
+            }
+        )
+    return rows

@@ -1,0 +1,213 @@
+"use strict";
+// The run page's time slider. Every state it shows was computed in Python by the
+// projections (fetched from the JSON API, or embedded by the offline report):
+// this script only draws them, always as text (never as HTML).
+(function () {
+  const data = JSON.parse(document.getElementById("run-data").textContent);
+  const slider = document.getElementById("slider");
+  const label = document.getElementById("slider-label");
+  const problem = document.getElementById("slider-error");
+  const cache = new Map();
+  let wanted = null;
+  let busy = false;
+
+  function cell(row, text, className) {
+    const td = document.createElement("td");
+    td.textContent = text === null || text === undefined ? "" : String(text);
+    if (className) td.className = className;
+    row.appendChild(td);
+    return td;
+  }
+
+  function json(value) {
+    return value === null || value === undefined ? "" : JSON.stringify(value);
+  }
+
+  function seconds(value) {
+    return Number(value).toFixed(1) + "s";
+  }
+
+  function fill(id, rows) {
+    const body = document.querySelector("#" + id + " tbody");
+    const fragment = document.createDocumentFragment();
+    rows.forEach(function (row) { fragment.appendChild(row); });
+    body.replaceChildren(fragment);
+  }
+
+  function pairs(id, entries) {
+    const list = document.getElementById(id);
+    const fragment = document.createDocumentFragment();
+    entries.forEach(function (entry) {
+      const dt = document.createElement("dt");
+      dt.textContent = entry[0];
+      const dd = document.createElement("dd");
+      dd.textContent = entry[1];
+      fragment.appendChild(dt);
+      fragment.appendChild(dd);
+    });
+    list.replaceChildren(fragment);
+  }
+
+  function drawStack(stack) {
+    document.getElementById("stack-depth").textContent = "depth " + stack.depth;
+    const hidden = document.getElementById("stack-hidden");
+    hidden.hidden = stack.hidden === 0;
+    hidden.textContent = stack.hidden + " older frames not listed";
+    fill("stack", stack.frames.map(function (frame) {
+      const row = document.createElement("tr");
+      row.className = frame.failed ? "failed" : "completed";
+      row.dataset.version = frame.version;
+      cell(row, frame.n, "num");
+      cell(row, frame.version, "num");
+      cell(row, frame.state);
+      cell(row, frame.stage);
+      cell(row, frame.outcome);
+      cell(row, frame.attempt, "num");
+      cell(row, seconds(frame.duration), "num");
+      cell(row, frame.failed ? frame.error_type + ": " + frame.error : json(frame.result), "text");
+      return row;
+    }));
+  }
+
+  function drawResults(results) {
+    fill("results", results.map(function (entry) {
+      const row = document.createElement("tr");
+      cell(row, entry.stage);
+      cell(row, entry.attempts, "num");
+      cell(row, entry.failures, "num");
+      cell(row, entry.last_outcome);
+      cell(row, seconds(entry.seconds), "num");
+      cell(row, json(entry.latest), "text");
+      return row;
+    }));
+  }
+
+  function drawCounters(view) {
+    const retries = view.retries;
+    const entries = [["total attempts", retries.total_attempts]];
+    Object.keys(retries.retry_counts).sort().forEach(function (stage) {
+      entries.push(["retries of " + stage, retries.retry_counts[stage]]);
+    });
+    if (retries.open_stage) entries.push(["open attempt", retries.open_stage]);
+    pairs("retries", entries);
+    const progress = view.progress;
+    pairs("progress", Object.keys(progress).sort().map(function (key) {
+      return [key.replace(/_/g, " "), progress[key] === null ? "-" : String(progress[key])];
+    }));
+  }
+
+  function highlight(state) {
+    document.querySelectorAll("svg.pipeline g.node").forEach(function (node) {
+      const title = node.querySelector("title");
+      node.classList.toggle("current", title !== null && title.textContent === state);
+    });
+  }
+
+  function mark(version) {
+    const previous = document.querySelector(".events li.at");
+    if (previous) previous.classList.remove("at");
+    const item = document.getElementById("ev-" + version);
+    if (item) item.classList.add("at");
+    document.querySelectorAll("rect.bar").forEach(function (bar) {
+      bar.classList.toggle("future", Number(bar.dataset.version) > version);
+    });
+    const x = data.cursor[version - 1];
+    const cursor = document.getElementById("cursor");
+    cursor.setAttribute("x1", x);
+    cursor.setAttribute("x2", x);
+  }
+
+  function draw(view, requested) {
+    const summary = view.summary || {};
+    document.getElementById("current-state").textContent = view.stack.current || "";
+    document.getElementById("current-status").textContent = summary.status || "";
+    drawStack(view.stack);
+    drawResults(view.results);
+    drawCounters(view);
+    highlight(view.stack.current);
+    mark(view.version);
+    let text = "after event " + view.version + " of " + view.last_version + ": " +
+      data.kinds[view.version - 1];
+    if (view.version !== requested) text += " (nearest embedded version to " + requested + ")";
+    label.textContent = text;
+    problem.hidden = true;
+    document.body.dataset.shownVersion = String(requested);
+  }
+
+  function expand(compact) {
+    // The report stores each distinct value once: put the view back together.
+    const embedded = data.embedded;
+    const frames = compact.stack.frames.map(function (version, index) {
+      return Object.assign({n: compact.stack.depth - compact.stack.frames.length + index + 1},
+        embedded.frames[version]);
+    });
+    return {
+      version: compact.version,
+      last_version: data.last_version,
+      summary: embedded.values[compact.summary],
+      stack: Object.assign({}, compact.stack, {frames: frames}),
+      results: embedded.values[compact.results],
+      retries: embedded.values[compact.retries],
+      progress: embedded.values[compact.progress],
+    };
+  }
+
+  function embeddedView(version) {
+    const versions = data.embedded.versions;
+    let low = 0;
+    let high = versions.length - 1;
+    while (low < high) {  // the newest embedded version at or before `version`
+      const middle = Math.ceil((low + high) / 2);
+      if (versions[middle] <= version) low = middle; else high = middle - 1;
+    }
+    return expand(data.embedded.states[low]);
+  }
+
+  async function stateAt(version) {
+    if (data.embedded) return embeddedView(version);
+    if (cache.has(version)) return cache.get(version);
+    const response = await fetch(data.api + "/state?at=" + version,
+      {headers: {Accept: "application/json"}});
+    if (!response.ok) throw new Error("the viewer answered " + response.status);
+    const view = await response.json();
+    cache.set(version, view);
+    return view;
+  }
+
+  async function show(version) {
+    wanted = version;
+    if (busy) return;
+    busy = true;
+    try {
+      while (wanted !== null) {  // a newer move replaces any not yet drawn
+        const next = wanted;
+        wanted = null;
+        const view = await stateAt(next);
+        if (wanted === null) draw(view, next);
+      }
+    } catch (error) {
+      problem.textContent = String(error.message || error);
+      problem.hidden = false;
+    } finally {
+      busy = false;
+    }
+  }
+
+  function step(delta) {
+    const value = Math.min(Math.max(Number(slider.value) + delta, 1), data.last_version);
+    slider.value = String(value);
+    show(value);
+  }
+
+  slider.addEventListener("input", function () { show(Number(slider.value)); });
+  document.getElementById("prev").addEventListener("click", function () { step(-1); });
+  document.getElementById("next").addEventListener("click", function () { step(1); });
+  document.querySelectorAll(".events li").forEach(function (item) {
+    item.addEventListener("dblclick", function () {
+      slider.value = item.dataset.version;
+      show(Number(item.dataset.version));
+    });
+  });
+  draw(data.initial, data.last_version);
+  document.body.dataset.ready = "1";
+})();

@@ -1,0 +1,177 @@
+"""A run's attempts on a time axis (the Gantt chart of the run page), from its events.
+
+One bar per stage attempt, one row per stage (in order of first appearance), and
+a marker per decision. This is drawing data, not a projection: the states the
+slider shows come from the projections themselves (`engine.ui.snapshot`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import attrs
+
+from events import (
+    CircuitClosed,
+    CircuitHalfOpened,
+    CircuitOpened,
+    Event,
+    NoteAdded,
+    RetryScheduled,
+    RunFinished,
+    StageCompleted,
+    StageFailed,
+    StageStarted,
+    StateRolledBack,
+)
+
+STUCK_STATUSES = frozenset({"aborted_stuck", "done_partial"})
+"""Finish statuses that are a progress verdict, marked as such."""
+
+VERDICT_NOTES = frozenset({"gave_up", "circuit_rejected", "progress_verdict"})
+"""Keys of the notes in which the supervisor records a decision."""
+
+
+@attrs.frozen
+class Bar:
+    """One attempt of a stage: when it ran and how it ended.
+
+    `kind` is ``completed``, ``failed``, ``retried`` (failed, then tried again),
+    ``rolled_back`` (its outcome was undone by a rollback) or ``open`` (no outcome yet).
+    """
+
+    stage: str
+    row: int
+    attempt: int
+    kind: str
+    outcome: str
+    start: float
+    end: float
+    version: int
+
+
+@attrs.frozen
+class Marker:
+    """A decision on the time axis: ``retry``, ``breaker``, ``rollback``, ``verdict`` or ``finish``.
+
+    A ``verdict`` is the supervisor's: a run ended stuck or partial, or a decision note.
+    """
+
+    kind: str
+    at: float
+    version: int
+    label: str
+
+
+@attrs.frozen
+class Timeline:
+    """Every attempt and decision of a run, in seconds from its first event."""
+
+    stages: tuple[str, ...]
+    bars: tuple[Bar, ...]
+    markers: tuple[Marker, ...]
+    times: tuple[float, ...]
+    """Seconds from the start of each event, by version - 1."""
+
+    @property
+    def span(self) -> float:
+        """Seconds from the first event to the last one (or the end of the last bar)."""
+        ends = [bar.end for bar in self.bars]
+        return max([*self.times, *ends, 0.0])
+
+
+@attrs.define
+class _Builder:
+    """The mutable state of one pass over the events."""
+
+    start: datetime | None = None
+    stages: list[str] = attrs.Factory(list)
+    bars: list[Bar] = attrs.Factory(list)
+    markers: list[Marker] = attrs.Factory(list)
+    times: list[float] = attrs.Factory(list)
+    opened: dict[str, tuple[float, int]] = attrs.Factory(dict)
+    pushed: list[int] = attrs.Factory(list)
+    failed_last: dict[str, int] = attrs.Factory(dict)
+
+    def row(self, stage: str) -> int:
+        if stage not in self.stages:
+            self.stages.append(stage)
+        return self.stages.index(stage)
+
+    def retry_of(self, stage: str) -> None:
+        """A new attempt of `stage`: its last failed attempt was retried."""
+        index = self.failed_last.pop(stage, None)
+        if index is not None and self.bars[index].kind == "failed":
+            self.bars[index] = attrs.evolve(self.bars[index], kind="retried")
+
+    def mark(self, kind: str, at: float, event: Event, label: str) -> None:
+        self.markers.append(Marker(kind, at, event.version, label))
+
+
+def timeline(events: Iterable[Event]) -> Timeline:
+    """The attempts and decisions of a run's events (oldest first)."""
+    build = _Builder()
+    for event in events:
+        if build.start is None:
+            build.start = event.timestamp
+        at = (event.timestamp - build.start).total_seconds()
+        build.times.append(at)
+        _add(build, event, at)
+    last = build.times[-1] if build.times else 0.0
+    for stage, (start, version) in build.opened.items():
+        build.bars.append(Bar(stage, build.row(stage), 0, "open", "", start, last, version))
+    return Timeline(
+        tuple(build.stages), tuple(build.bars), tuple(build.markers), tuple(build.times)
+    )
+
+
+def _add(build: _Builder, event: Event, at: float) -> None:
+    if isinstance(event, StageStarted):
+        build.row(event.stage)
+        build.retry_of(event.stage)
+        build.opened[event.stage] = (at, event.version)
+    elif isinstance(event, StageCompleted | StageFailed):
+        _outcome(build, event, at)
+    elif isinstance(event, StateRolledBack):
+        _rollback(build, event, at)
+    else:
+        _decision(build, event, at)
+
+
+def _outcome(build: _Builder, event: StageCompleted | StageFailed, at: float) -> None:
+    opened = build.opened.pop(event.stage, None)
+    if opened is None:  # an outcome recorded without StageStarted opens and closes its attempt
+        build.retry_of(event.stage)
+    start = opened[0] if opened else max(0.0, at - event.duration)
+    failed = isinstance(event, StageFailed)
+    row = build.row(event.stage)
+    kind = "failed" if failed else "completed"
+    bar = Bar(event.stage, row, event.attempt, kind, event.outcome, start, at, event.version)
+    build.bars.append(bar)
+    build.pushed.append(len(build.bars) - 1)
+    if failed:
+        build.failed_last[event.stage] = len(build.bars) - 1
+    else:
+        build.failed_last.pop(event.stage, None)
+
+
+def _rollback(build: _Builder, event: StateRolledBack, at: float) -> None:
+    for _ in range(min(event.steps, len(build.pushed))):
+        index = build.pushed.pop()
+        build.bars[index] = attrs.evolve(build.bars[index], kind="rolled_back")
+    reason = f": {event.reason}" if event.reason else ""
+    build.mark("rollback", at, event, f"rolled back {event.steps}{reason}")
+
+
+def _decision(build: _Builder, event: Event, at: float) -> None:
+    if isinstance(event, RetryScheduled):
+        build.mark("retry", at, event, f"retry {event.stage} (attempt {event.attempt})")
+    elif isinstance(event, CircuitOpened | CircuitHalfOpened | CircuitClosed):
+        name = type(event).__name__.removeprefix("Circuit").lower()
+        build.mark("breaker", at, event, f"breaker {name} for {event.stage}: {event.reason}")
+    elif isinstance(event, NoteAdded) and event.key in VERDICT_NOTES:
+        build.mark("verdict", at, event, f"{event.key}")
+    elif isinstance(event, RunFinished):
+        kind = "verdict" if event.status in STUCK_STATUSES else "finish"
+        build.mark(kind, at, event, f"finished: {event.status}")

@@ -1,0 +1,91 @@
+"""Stores for the viewer's tests: the examples, a hostile run, and what the stack should show."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import UUID
+
+import attrs
+
+from engine import Engine, Pipeline
+from engine.cli.demo import supervised_review
+from projections import StateStack
+from tests.cli._helpers import Filled, fill
+
+HOSTILE_STAGE = '<img src=x onerror="window.__pwned=1">'
+HOSTILE_RESULT = {"html": "<script>window.__pwned=2</script>", "note": "</pre><b>bold?</b>"}
+HOSTILE_ERROR = "<img src=x onerror=window.__pwned=3>"
+
+HOSTILE = Pipeline(
+    "evil<script>window.__pwned=4</script>",
+    initial=HOSTILE_STAGE,
+    transitions=[
+        (HOSTILE_STAGE, "failed", HOSTILE_STAGE),
+        (HOSTILE_STAGE, "completed", "done"),
+    ],
+    final=["done"],
+)
+"""A pipeline whose names, results and errors are markup that would run if not escaped."""
+
+
+@attrs.frozen
+class Stocked:
+    """A store with the examples, two supervised runs and a hostile run."""
+
+    url: str
+    filled: Filled
+    supervised: tuple[UUID, ...]
+    hostile: UUID
+
+
+def record_hostile(engine: Engine) -> UUID:
+    """A run of `HOSTILE` with markup in its labels, error and result."""
+    run = engine.start_run(HOSTILE, labels={"who": "<script>window.__pwned=5</script>"})
+    run.stage_started(HOSTILE_STAGE)
+    run.stage_failed(HOSTILE_STAGE, HOSTILE_ERROR, error_type="Injected", duration=1.0)
+    run.stage_completed(HOSTILE_STAGE, HOSTILE_RESULT, duration=2.0)
+    run.finish("succeeded", reason="<img src=x onerror=window.__pwned=6>")
+    return run.id
+
+
+def stock(url: str) -> Stocked:
+    """Fill the store at `url` with every kind of run the viewer must show."""
+    filled = fill(url)
+    with Engine(url) as engine:
+        supervised = tuple(run.id for run in supervised_review.record_all(engine))
+        hostile = record_hostile(engine)
+    return Stocked(url, filled, supervised, hostile)
+
+
+def stack_rows(engine: Engine, run_id: UUID, at: int) -> list[list[str]]:
+    """The rows the stack table must show after event `at`: each frame of `engine.project`."""
+    stack = engine.project(run_id, StateStack, at=at)
+    return [
+        [
+            str(position),
+            str(frame.version),
+            frame.state,
+            frame.stage,
+            frame.outcome,
+            str(frame.attempt),
+            f"{frame.duration:.1f}s",
+            f"{frame.error_type}: {frame.error}" if frame.failed else _compact(frame.result),
+        ]
+        for position, frame in enumerate(stack.frames, start=1)
+    ]
+
+
+def _compact(value: Any) -> str:
+    """A value as JavaScript's JSON.stringify writes it (the page's result cells)."""
+    return "" if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+SHOWN_ROWS = "rows => rows.map(row => Array.from(row.cells, cell => cell.textContent))"
+"""Playwright: the text of every cell of every row matched."""
+
+
+def move_slider(page: Any, version: int) -> None:
+    """Set the slider to `version` and wait until the page has drawn that version."""
+    page.fill("#slider", str(version))
+    page.wait_for_selector(f"body[data-shown-version='{version}']", state="attached")

@@ -1,0 +1,140 @@
+"""`stagetrail report RUN --html FILE`: one file whose slider works from file:// with no server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import Engine
+from engine.ui import build_report, snapshot
+from tests.cli._helpers import as_json, ok
+from tests.ui._helpers import (
+    HOSTILE_ERROR,
+    HOSTILE_RESULT,
+    SHOWN_ROWS,
+    Stocked,
+    move_slider,
+    stack_rows,
+    stock,
+)
+from tests.ui.conftest import screenshot
+
+
+@pytest.fixture(scope="module")
+def stocked(tmp_path_factory: pytest.TempPathFactory) -> Stocked:
+    """A SQLite store with the examples, supervised runs and a hostile run."""
+    return stock(f"sqlite:///{tmp_path_factory.mktemp('report') / 'runs.db'}")
+
+
+@pytest.fixture(scope="module")
+def engine(stocked: Stocked) -> Iterator[Engine]:
+    """The stocked store, for the expected answers."""
+    with Engine(stocked.url, create=False) as opened:
+        yield opened
+
+
+def offline(page: Any, path: Path) -> list[str]:
+    """Open the report at `path` from file://; return every URL the page asked for."""
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready='1']", state="attached")
+    return requested
+
+
+@pytest.mark.browser
+class TestOfflineReport:
+    def test_the_slider_shows_the_projected_stack_with_no_server(
+        self, stocked: Stocked, engine: Engine, page: Any, tmp_path: Path
+    ) -> None:
+        """From file://, the stack at each version N is engine.project(run, StateStack, at=N)."""
+        run_id = stocked.filled.busy
+        path = tmp_path / "busy.html"
+        ok("report", str(run_id)[:8], "--html", str(path), "--store", stocked.url)
+        requested = offline(page, path)
+        last = len(engine.events(run_id))
+        for version in range(1, last + 1):
+            move_slider(page, version)
+            shown = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
+            assert shown == stack_rows(engine, run_id, version), version
+        assert requested == [path.as_uri()]  # nothing fetched: CSS, script, SVG all inline
+        move_slider(page, 5)
+        screenshot(page, "report-busy-at-5")
+
+    def test_hostile_payloads_stay_text(self, stocked: Stocked, page: Any, tmp_path: Path) -> None:
+        """Markup in the report's names, results and errors never runs; it reads as text."""
+        path = tmp_path / "hostile.html"
+        ok("report", str(stocked.hostile), "--html", str(path), "--store", stocked.url)
+        offline(page, path)
+        for version in (3, 4, 5):
+            move_slider(page, version)
+        page.click("#ev-4 summary")
+        assert page.evaluate("window.__pwned") is None
+        text = page.inner_text("body")
+        assert HOSTILE_RESULT["html"] in text
+        assert HOSTILE_ERROR in text
+        assert page.locator("img").count() == 0
+
+    def test_a_long_run_embeds_spaced_versions_and_says_so(
+        self,
+        stocked: Stocked,
+        engine: Engine,
+        page: Any,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Past the limit, the slider shows the nearest embedded version at or before N."""
+        monkeypatch.setattr(snapshot, "EMBEDDED_VERSIONS", 5)
+        run_id = stocked.filled.retried
+        report = build_report(engine, run_id)
+        assert (report.events, report.embedded) == (17, 5)
+        path = tmp_path / "spaced.html"
+        path.write_text(report.html)
+        offline(page, path)
+        assert "embeds the states of 5 evenly spaced versions of 17" in page.inner_text("#note")
+        embedded = snapshot.spaced_versions(17, 5)
+        assert embedded == [1, 5, 9, 13, 17]
+        move_slider(page, 11)
+        shown = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
+        assert shown == stack_rows(engine, run_id, 9)
+        assert "nearest embedded version" in page.inner_text("#slider-label")
+
+
+class TestReportCommand:
+    def test_json_names_the_file_and_the_versions(self, stocked: Stocked, tmp_path: Path) -> None:
+        """`report --json` says where the report went and how many versions it embeds."""
+        path = tmp_path / "clean.html"
+        answer = as_json(
+            "report", str(stocked.filled.clean), "--html", str(path), "--store", stocked.url
+        )
+        assert answer["file"] == str(path)
+        assert answer["events"] == answer["embedded_versions"] == 9
+        assert path.read_text().startswith("<!doctype html>")
+
+    def test_the_report_is_one_file(self, stocked: Stocked, engine: Engine) -> None:
+        """No stylesheet, script or image is linked: everything is inline."""
+        html = build_report(engine, stocked.filled.clean).html
+        assert '<link rel="stylesheet"' not in html
+        assert "<script src" not in html
+        assert "http://" not in html.replace("http://www.w3.org", "")
+        assert "<svg" in html
+        assert "Content-Security-Policy" in html
+
+
+class TestSpacedVersions:
+    @pytest.mark.parametrize(
+        ("last", "limit", "expected"),
+        [
+            (1, 5, [1]),
+            (5, 5, [1, 2, 3, 4, 5]),
+            (6, 5, [1, 2, 3, 5, 6]),
+            (17, 5, [1, 5, 9, 13, 17]),
+            (10_000, 3, [1, 5001, 10_000]),
+        ],
+    )
+    def test_first_and_last_are_kept(self, last: int, limit: int, expected: list[int]) -> None:
+        """Every version up to the limit; past it, `limit` evenly spaced ones, ends included."""
+        assert snapshot.spaced_versions(last, limit) == expected

@@ -1,0 +1,183 @@
+"""`stagetrail ui` in a real browser: the runs page, the run page, the time slider, escaping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import Engine
+from events import StageCompleted, StageFailed
+from tests.ui._helpers import (
+    HOSTILE_ERROR,
+    HOSTILE_RESULT,
+    HOSTILE_STAGE,
+    SHOWN_ROWS,
+    Stocked,
+    move_slider,
+    stack_rows,
+    stock,
+)
+from tests.ui.conftest import Served, screenshot
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def stocked(tmp_path_factory: pytest.TempPathFactory) -> Stocked:
+    """A SQLite store with the examples, supervised runs and a hostile run."""
+    return stock(f"sqlite:///{tmp_path_factory.mktemp('viewer') / 'runs.db'}")
+
+
+@pytest.fixture(scope="module")
+def viewer(serve: Any, stocked: Stocked) -> Served:
+    """`stagetrail ui` serving the stocked store."""
+    served: Served = serve(stocked.url)
+    return served
+
+
+@pytest.fixture(scope="module")
+def engine(stocked: Stocked) -> Iterator[Engine]:
+    """The stocked store, for the expected answers."""
+    with Engine(stocked.url, create=False) as opened:
+        yield opened
+
+
+def _attempts(engine: Engine, run_id: Any) -> int:
+    return sum(isinstance(e, StageCompleted | StageFailed) for e in engine.events(run_id))
+
+
+class TestRunsPage:
+    def test_lists_every_run_newest_first(self, viewer: Served, engine: Engine, page: Any) -> None:
+        """The runs page lists the run index's runs, in its order (newest first)."""
+        page.goto(viewer.base + "/")
+        shown = page.eval_on_selector_all("tr.run", "rows => rows.map(r => r.dataset.runId)")
+        assert shown == [str(run.run_id) for run in engine.runs(limit=50)]
+        assert len(shown) >= 8
+        screenshot(page, "runs")
+
+    @pytest.mark.parametrize(
+        ("query", "filters"),
+        [
+            ("status=failed", {"status": "failed"}),
+            ("pipeline=code-review", {"pipeline": "code-review"}),
+            ("label=team%3Dcore", {"label": "team=core"}),
+        ],
+    )
+    def test_filters_match_the_library(
+        self, viewer: Served, engine: Engine, page: Any, query: str, filters: dict[str, str]
+    ) -> None:
+        """Each filter of the page lists what engine.runs() gives for it."""
+        page.goto(f"{viewer.base}/?{query}")
+        shown = page.eval_on_selector_all("tr.run", "rows => rows.map(r => r.dataset.runId)")
+        expected = [str(run.run_id) for run in engine.runs(**filters)]  # type: ignore[arg-type]
+        assert shown == expected
+        assert expected
+
+    def test_a_bad_filter_is_one_clear_error(self, viewer: Served, page: Any) -> None:
+        """An unknown status shows the library's error, naming the argument."""
+        response = page.goto(viewer.base + "/?status=sleeping")
+        assert response.status == 400
+        assert "status" in page.inner_text("p.error")
+
+
+class TestRunPage:
+    def test_one_bar_per_attempt(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """The timeline draws one bar per stage attempt, failed and retried ones coloured apart."""
+        run_id = stocked.filled.retried
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.locator("rect.bar").count() == _attempts(engine, run_id)
+        assert page.locator("rect.bar.retried").count() == 3  # two builds, one test run
+        assert page.locator("rect.bar.completed").count() == _attempts(engine, run_id) - 3
+
+    def test_decisions_are_marked(self, viewer: Served, stocked: Stocked, page: Any) -> None:
+        """Retries, the breaker, a rollback and a stuck verdict each get a marker."""
+        page.goto(f"{viewer.base}/runs/{stocked.filled.busy}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        kinds = page.eval_on_selector_all("path.marker", "marks => marks.map(m => m.classList[1])")
+        assert sorted(kinds) == ["breaker", "retry", "rollback", "verdict"]
+        assert page.locator("rect.bar.rolled_back").count() == 1
+
+    def test_the_slider_shows_the_projected_stack_at_every_version(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """At each version N the stack table is engine.project(run, StateStack, at=N), by row."""
+        run_id = stocked.filled.retried
+        last = len(engine.events(run_id))
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        for version in [*range(1, last + 1), 3]:
+            move_slider(page, version)
+            shown = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
+            assert shown == stack_rows(engine, run_id, version), version
+        move_slider(page, 8)
+        current = page.inner_text("#current-state")
+        assert current == "developer"
+        highlighted = page.eval_on_selector_all(
+            "svg.pipeline g.node.current title", "titles => titles.map(t => t.textContent)"
+        )
+        assert highlighted == [current]
+        screenshot(page, "run-at-8")
+
+    def test_events_expand_to_their_payload(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Clicking an event shows its whole payload."""
+        page.goto(f"{viewer.base}/runs/{stocked.filled.retried}")
+        payload = page.locator("#ev-6 pre.payload")
+        assert not payload.is_visible()
+        page.click("#ev-6 summary")
+        assert payload.is_visible()
+        assert '"error_type": "BuildException"' in payload.inner_text()
+
+    def test_a_supervised_run_draws_its_retries(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """The breaker-cycle run of the supervisor shows its bars and breaker markers."""
+        run_id = stocked.supervised[1]
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.locator("rect.bar").count() == _attempts(engine, run_id)
+        assert page.locator("path.marker.breaker").count() >= 2
+        screenshot(page, "supervised")
+
+
+class TestEscaping:
+    def test_hostile_names_and_payloads_show_as_text(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Markup in a stage name, a result, an error or a label never runs; it reads as text."""
+        page.goto(f"{viewer.base}/runs/{stocked.hostile}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        for version in (4, 5, 3):
+            move_slider(page, version)
+        page.click("#ev-4 summary")
+        page.click("#ev-3 summary")
+        assert page.evaluate("window.__pwned") is None
+        text = page.inner_text("body")
+        assert HOSTILE_RESULT["html"] in text
+        assert HOSTILE_ERROR in text
+        assert HOSTILE_STAGE in page.inner_text("#stack")
+        assert page.locator("img").count() == 0
+        assert page.locator("main script:not([type='application/json'])").count() == 0
+        page.goto(viewer.base + "/")
+        assert page.evaluate("window.__pwned") is None
+        assert "<script>window.__pwned=5</script>" in page.inner_text("table.runs")
+
+    def test_pages_forbid_inline_script(self, viewer: Served, stocked: Stocked, page: Any) -> None:
+        """Every page is sent with a policy that refuses inline script, a second line of defence."""
+        response = page.goto(f"{viewer.base}/runs/{stocked.hostile}")
+        policy = response.headers["content-security-policy"]
+        assert "script-src 'self'" in policy
+        assert "unsafe-inline" not in policy
+
+
+def test_artifacts_are_git_ignored() -> None:
+    """The screenshots the tests take stay out of the repository."""
+    ignore = Path(__file__).resolve().parents[2] / ".gitignore"
+    assert "tests/ui/artifacts/" in ignore.read_text().splitlines()
