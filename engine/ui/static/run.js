@@ -7,6 +7,7 @@
   const slider = document.getElementById("slider");
   const label = document.getElementById("slider-label");
   const problem = document.getElementById("slider-error");
+  const gantt = document.getElementById("gantt");
   const cache = new Map();
   let wanted = null;
   let busy = false;
@@ -103,18 +104,47 @@
     });
   }
 
+  // The report holds every page of events in <template>s and shows one at a time.
+  const perPage = data.per_page;
+  const pageCount = Math.max(1, Math.ceil(data.last_version / perPage));
+  let eventPage = 1;
+
+  function showEvents(number) {
+    const page = document.getElementById("events-page-" + number);
+    if (!page || number === eventPage) return;
+    eventPage = number;
+    document.getElementById("events").replaceChildren(page.content.cloneNode(true));
+    bindEvents();
+    const last = Math.min(number * perPage, data.last_version);
+    document.getElementById("events-range").textContent =
+      "events " + ((number - 1) * perPage + 1) + "–" + last + " of " + data.last_version;
+  }
+
+  function bindEvents() {
+    document.querySelectorAll(".events li").forEach(function (item) {
+      item.addEventListener("dblclick", function () {
+        slider.value = item.dataset.version;
+        show(Number(item.dataset.version));
+      });
+    });
+  }
+
   function mark(version) {
+    if (data.embedded && document.getElementById("event-pager")) {
+      showEvents(Math.ceil(version / perPage));
+    }
     const previous = document.querySelector(".events li.at");
     if (previous) previous.classList.remove("at");
     const item = document.getElementById("ev-" + version);
     if (item) item.classList.add("at");
-    document.querySelectorAll("rect.bar").forEach(function (bar) {
-      bar.classList.toggle("future", Number(bar.dataset.version) > version);
-    });
+    // What happened after the version is veiled: one rectangle, however many bars.
     const x = data.cursor[version - 1];
     const cursor = document.getElementById("cursor");
     cursor.setAttribute("x1", x);
     cursor.setAttribute("x2", x);
+    const veil = document.getElementById("veil");
+    veil.setAttribute("x", x);
+    veil.setAttribute("width", Math.max(Number(gantt.dataset.width) - x, 0));
   }
 
   function draw(view, requested) {
@@ -202,12 +232,17 @@
   slider.addEventListener("input", function () { show(Number(slider.value)); });
   document.getElementById("prev").addEventListener("click", function () { step(-1); });
   document.getElementById("next").addEventListener("click", function () { step(1); });
-  document.querySelectorAll(".events li").forEach(function (item) {
-    item.addEventListener("dblclick", function () {
-      slider.value = item.dataset.version;
-      show(Number(item.dataset.version));
+  bindEvents();
+  if (document.getElementById("event-pager")) {
+    eventPage = 0;
+    showEvents(1);
+    document.getElementById("events-prev").addEventListener("click", function () {
+      showEvents(Math.max(eventPage - 1, 1));
     });
-  });
+    document.getElementById("events-next").addEventListener("click", function () {
+      showEvents(Math.min(eventPage + 1, pageCount));
+    });
+  }
   draw(data.initial, data.last_version);
   document.body.dataset.ready = "1";
 })();
