@@ -7,7 +7,7 @@
   const slider = document.getElementById("slider");
   const label = document.getElementById("slider-label");
   const problem = document.getElementById("slider-error");
-  const gantt = document.getElementById("gantt");
+  const overlay = document.getElementById("overlay");
   const cache = new Map();
   let wanted = null;
   let busy = false;
@@ -144,7 +144,7 @@
     cursor.setAttribute("x2", x);
     const veil = document.getElementById("veil");
     veil.setAttribute("x", x);
-    veil.setAttribute("width", Math.max(Number(gantt.dataset.width) - x, 0));
+    veil.setAttribute("width", Math.max(Number(overlay.dataset.width) - x, 0));
   }
 
   function draw(view, requested) {
