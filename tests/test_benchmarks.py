@@ -85,3 +85,21 @@ class TestBenchmarks:
         assert rows[-1]["case"].startswith("flatness")
         assert rows[-1]["ratio"] > 0
         assert rows[-1]["met"] is None  # the target is judged on the full sizes only
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+class TestViewerBenchmark:
+    def test_ui_benchmark_reports_every_figure(self) -> None:
+        """benchmarks.ui --quick drives Chromium and prints load, slider and report figures."""
+        rows = json.loads(quick_run("ui").stdout)["results"]
+        cases = [row["case"] for row in rows]
+        assert cases[0].startswith("run page load to interactive")
+        assert cases[1].startswith("slider move, uncached version")
+        assert cases[2].startswith("slider move, version seen before")
+        assert cases[3] == "offline report of the same run"
+        assert cases[4] == "machine"
+        assert min(rows[0]["median_ms"], rows[1]["median_ms"], rows[2]["median_ms"]) > 0
+        assert rows[3]["embedded_versions"] > 0
+        assert isinstance(rows[0]["met"], bool)
+        assert isinstance(rows[1]["met"], bool)

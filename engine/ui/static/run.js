@@ -49,25 +49,36 @@
     list.replaceChildren(fragment);
   }
 
+  // A frame's row never changes: the frame pushed by event v sits at the same depth
+  // in every stack that holds it. Rows are made once and reused as the slider moves.
+  const frameRows = new Map();
+
+  function frameRow(frame) {
+    let row = frameRows.get(frame.version);
+    if (row) return row;
+    row = document.createElement("tr");
+    row.className = frame.failed ? "failed" : "completed";
+    row.dataset.version = frame.version;
+    cell(row, frame.n, "num");
+    cell(row, frame.version, "num");
+    cell(row, frame.state);
+    cell(row, frame.stage);
+    cell(row, frame.outcome);
+    cell(row, frame.attempt, "num");
+    cell(row, seconds(frame.duration), "num");
+    cell(row, frame.failed ? frame.error_type + ": " + frame.error : json(frame.result), "text");
+    frameRows.set(frame.version, row);
+    return row;
+  }
+
   function drawStack(stack) {
     document.getElementById("stack-depth").textContent = "depth " + stack.depth;
     const hidden = document.getElementById("stack-hidden");
     hidden.hidden = stack.hidden === 0;
     hidden.textContent = stack.hidden + " older frames not listed";
-    fill("stack", stack.frames.map(function (frame) {
-      const row = document.createElement("tr");
-      row.className = frame.failed ? "failed" : "completed";
-      row.dataset.version = frame.version;
-      cell(row, frame.n, "num");
-      cell(row, frame.version, "num");
-      cell(row, frame.state);
-      cell(row, frame.stage);
-      cell(row, frame.outcome);
-      cell(row, frame.attempt, "num");
-      cell(row, seconds(frame.duration), "num");
-      cell(row, frame.failed ? frame.error_type + ": " + frame.error : json(frame.result), "text");
-      return row;
-    }));
+    fill("stack", stack.frames.map(frameRow));
+    const panel = document.getElementById("stack-panel");
+    panel.scrollTop = panel.scrollHeight;  // the top of the stack in view
   }
 
   function drawResults(results) {
