@@ -10,6 +10,7 @@ import pytest
 
 from engine import Engine
 from events import StageCompleted, StageFailed
+from projections import StageResults
 from tests.ui._helpers import (
     HOSTILE_ERROR,
     HOSTILE_RESULT,
@@ -116,6 +117,14 @@ class TestRunPage:
             shown = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
             assert shown == stack_rows(engine, run_id, version), version
         move_slider(page, 8)
+        results = engine.project(run_id, StageResults, at=8)
+        expected = [
+            [stage, str(len(tried)), tried[-1].outcome, f"{tried[-1].duration:.1f}s"]
+            for stage, tried in ((stage, results.attempts(stage)) for stage in results.stages)
+        ]
+        shown = page.eval_on_selector_all("#results tbody tr", SHOWN_ROWS)
+        assert [row[:4] for row in shown] == expected
+        assert shown[0][4] == '{"project_type":"python"}'
         current = page.inner_text("#current-state")
         assert current == "developer"
         highlighted = page.eval_on_selector_all(

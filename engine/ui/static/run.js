@@ -84,11 +84,11 @@
   function drawResults(results) {
     fill("results", results.map(function (entry) {
       const row = document.createElement("tr");
+      if (entry.last_failed) row.className = "failed";
       cell(row, entry.stage);
       cell(row, entry.attempts, "num");
-      cell(row, entry.failures, "num");
       cell(row, entry.last_outcome);
-      cell(row, seconds(entry.seconds), "num");
+      cell(row, seconds(entry.last_seconds), "num");
       cell(row, json(entry.latest), "text");
       return row;
     }));
