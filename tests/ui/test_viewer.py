@@ -128,7 +128,7 @@ class TestRunPage:
         current = page.inner_text("#current-state")
         assert current == "developer"
         highlighted = page.eval_on_selector_all(
-            "svg.pipeline g.node.current title", "titles => titles.map(t => t.textContent)"
+            "svg.pipeline g.node.current", "nodes => nodes.map(n => n.getAttribute('data-state'))"
         )
         assert highlighted == [current]
         screenshot(page, "run-at-8")
@@ -172,6 +172,10 @@ class TestEscaping:
         assert HOSTILE_RESULT["html"] in text
         assert HOSTILE_ERROR in text
         assert HOSTILE_STAGE in page.inner_text("#stack")
+        highlighted = page.eval_on_selector_all(
+            "svg.pipeline g.node.current", "nodes => nodes.map(n => n.getAttribute('data-state'))"
+        )
+        assert highlighted == [HOSTILE_STAGE]  # the state at version 3, its name as recorded
         assert page.locator("img").count() == 0
         assert page.locator("main script:not([type='application/json'])").count() == 0
         page.goto(viewer.base + "/")

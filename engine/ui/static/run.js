@@ -110,8 +110,7 @@
 
   function highlight(state) {
     document.querySelectorAll("svg.pipeline g.node").forEach(function (node) {
-      const title = node.querySelector("title");
-      node.classList.toggle("current", title !== null && title.textContent === state);
+      node.classList.toggle("current", node.getAttribute("data-state") === state);
     });
   }
 
