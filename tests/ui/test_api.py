@@ -79,6 +79,9 @@ class TestSQLite:
         with Engine(sqlite_stocked.url, create=False) as engine:
             expected = [run.to_json() for run in engine.runs(status="failed")]
         assert sqlite_viewer.get("/api/runs?status=failed")["runs"] == expected
+        run = expected[0]
+        answer = sqlite_viewer.get(f"/api/runs/{run['run_id']}")
+        assert answer == {"run_id": run["run_id"], "last_version": run["version"], "summary": run}
 
     @pytest.mark.parametrize(
         ("path", "status", "named"),
