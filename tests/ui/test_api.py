@@ -127,13 +127,15 @@ class TestPostgreSQL:
         """On PostgreSQL (its own schema) the state and events answers are the library's."""
         stocked = stock(postgres_url)
         served: Served = serve(postgres_url)
-        check_state_api(served, postgres_url, stocked.filled.retried)
-        check_events_api(served, postgres_url, stocked.filled.busy)
-        listed = {run["run_id"] for run in served.get("/api/runs")["runs"]}
+        try:
+            check_state_api(served, postgres_url, stocked.filled.retried)
+            check_events_api(served, postgres_url, stocked.filled.busy)
+            listed = {run["run_id"] for run in served.get("/api/runs")["runs"]}
+        finally:  # its connections go before the fixture drops the schema
+            served.process.terminate()
+            served.process.wait(timeout=10)
         assert str(stocked.hostile) in listed
         assert len(listed) == 8
-        served.process.terminate()
-        served.process.wait(timeout=10)
 
     def test_a_missing_schema_is_refused(self, postgres_url: str) -> None:
         """The viewer never creates a PostgreSQL store: an empty schema is an error."""
