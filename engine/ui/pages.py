@@ -151,7 +151,8 @@ def run_page(
 
     Args:
         page: which page of events to list (1-based); the report lists them all (0).
-        initial: the view the page draws before the slider moves (the newest version).
+        initial: the view the page draws before the slider moves (its version is where
+            the slider starts).
         embedded: the report's states; None for the live page, which calls `api`.
         note: a line under the slider (e.g. that a report embeds spaced versions).
     """
@@ -176,6 +177,7 @@ def run_page(
         first=data.first,
         summary=data.summary,
         last_version=data.last_version,
+        start_version=initial["version"],
         svg=pipeline_svg(data.first.table),
         gantt=drawing,
         rows=[event_row(event, start) for event in events],
@@ -202,6 +204,7 @@ def _page_slice(page: int) -> slice:
     return slice((page - 1) * EVENTS_PER_PAGE, page * EVENTS_PER_PAGE)
 
 
-def initial_view(engine: Engine, data: RunData) -> dict[str, Any]:
-    """The view of the newest version, from the projections."""
-    return snapshot.at_version(engine, data.run_id, data.last_version, data.last_version)
+def initial_view(engine: Engine, data: RunData, version: int | None = None) -> dict[str, Any]:
+    """The view after event `version` (default: the newest), from the projections."""
+    at = data.last_version if version is None else min(version, data.last_version)
+    return snapshot.at_version(engine, data.run_id, at, data.last_version)

@@ -18,6 +18,7 @@ from tests.ui._helpers import (
     SHOWN_ROWS,
     Stocked,
     move_slider,
+    record_long,
     stack_rows,
     stock,
 )
@@ -143,6 +144,26 @@ class TestRunPage:
         page.click("#ev-6 summary")
         assert payload.is_visible()
         assert '"error_type": "BuildException"' in payload.inner_text()
+
+    def test_the_slider_leads_to_its_event_on_another_page(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """On a long run, a version on another page of events links there, slider kept."""
+        run_id = record_long(stocked.url, 150)  # 303 events: four pages, 152 frames
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        move_slider(page, 251)
+        jump = page.locator("#events-jump")
+        assert jump.is_visible()
+        jump.click()
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.input_value("#slider") == "251"
+        assert page.get_attribute("#ev-251", "class") == "at"
+        assert not jump.is_visible()
+        expected = stack_rows(engine, run_id, 251)
+        assert len(expected) == 126  # deeper than the 100 frames a view lists
+        assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == expected[-100:]
+        assert page.inner_text("#stack-hidden") == "26 older frames not listed"
 
     def test_a_supervised_run_draws_its_retries(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any

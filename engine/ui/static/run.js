@@ -147,6 +147,13 @@
     if (previous) previous.classList.remove("at");
     const item = document.getElementById("ev-" + version);
     if (item) item.classList.add("at");
+    const jump = document.getElementById("events-jump");
+    jump.hidden = item !== null || Boolean(data.embedded);
+    if (!jump.hidden) {  // the live page lists one page of events: offer the one with this event
+      const page = Math.ceil(version / perPage);
+      jump.href = "?page=" + page + "&at=" + version + "#ev-" + version;
+      jump.textContent = "event " + version + " in the list";
+    }
     // What happened after the version is veiled: one rectangle, however many bars.
     const x = data.cursor[version - 1];
     const cursor = document.getElementById("cursor");
@@ -253,6 +260,6 @@
       showEvents(Math.min(eventPage + 1, pageCount));
     });
   }
-  draw(data.initial, data.last_version);
+  draw(data.initial, data.initial.version);
   document.body.dataset.ready = "1";
 })();
