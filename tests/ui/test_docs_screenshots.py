@@ -32,6 +32,7 @@ def retake(browser: Any, serve: Any, directory: Path) -> None:
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(served.base + "/")
     page.screenshot(path=str(ROOT / "docs" / SHOTS[0]), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 1800})  # all of it on screen, as scrolled to
     page.goto(f"{served.base}/runs/{breaker.run_id}")
     page.wait_for_selector("body[data-ready='1']", state="attached")
     move_slider(page, 12)
