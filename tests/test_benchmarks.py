@@ -104,6 +104,7 @@ class TestBenchmarks:
         assert rows[-1]["case"] == "machine"
         assert rows[-1]["cpus"] > 0
 
+
 class TestCompare:
     def test_compare_reports_every_installed_system(self) -> None:
         """benchmarks.compare --quick measures raw, eventsourcing and both stagetrail variants."""
@@ -118,3 +119,22 @@ class TestCompare:
         assert rows["raw"]["records_run"] == 18
         assert all(row["failures_visible"] for row in rows.values())
         assert report["environment"]["versions"]["eventsourcing"]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+class TestViewerBenchmark:
+    def test_ui_benchmark_reports_every_figure(self) -> None:
+        """benchmarks.ui --quick drives Chromium and prints load, slider and report figures."""
+        rows = json.loads(quick_run("ui").stdout)["results"]
+        cases = [row["case"] for row in rows]
+        assert cases[0].startswith("run page load to interactive")
+        assert cases[1].startswith("slider move, uncached version")
+        assert cases[2].startswith("slider move, version seen before")
+        assert cases[3].startswith("slider step to the next version")
+        assert cases[4] == "offline report of the same run"
+        assert cases[5] == "machine"
+        assert min(rows[0]["median_ms"], rows[1]["median_ms"], rows[2]["median_ms"]) > 0
+        assert rows[4]["embedded_versions"] > 0
+        assert isinstance(rows[0]["met"], bool)
+        assert isinstance(rows[1]["met"], bool)

@@ -366,8 +366,6 @@ def report(run: str, path: str, store: str | None, as_json: bool) -> None:
     Inline CSS, script and diagram, and the state at every version (evenly
     spaced ones past 5000 events): the slider works offline, from a file.
     """
-    from engine.cli.common import open_engine, resolve_run
     from engine.cli.ui import report as write
 
-    with open_engine(store) as engine:
-        write(engine, resolve_run(engine, run), path, as_json=as_json)
+    write(store, run, path, as_json=as_json)

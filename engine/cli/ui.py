@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import sys
-from typing import TYPE_CHECKING, Any
-from uuid import UUID
+from typing import Any
 
-from engine.cli.common import BadOption, Output, print_json, short
-
-if TYPE_CHECKING:
-    from engine.engine import Engine
+from engine.cli.common import BadOption, Output, open_engine, print_json, resolve_run, short
 
 EXTRA_HINT = "the viewer needs the ui extra: pip install 'stagetrail[ui]'"
 
@@ -59,9 +55,12 @@ def app_store(app: Any) -> str:
     return str(app.state.store_url)
 
 
-def report(engine: Engine, run_id: UUID, path: str, *, as_json: bool) -> None:
-    """Write the self-contained HTML report of the run to `path`."""
-    written = _ui_module().write_report(engine, run_id, path)
+def report(store: str | None, run: str, path: str, *, as_json: bool) -> None:
+    """Write the self-contained HTML report of `run` (an id or a prefix) to `path`."""
+    ui = _ui_module()
+    with open_engine(store) as engine:
+        run_id = resolve_run(engine, run)
+        written = ui.write_report(engine, run_id, path)
     if as_json:
         print_json(
             {

@@ -2,7 +2,7 @@
 
 Routes:
     ``/`` the runs (filters ``status``, ``pipeline``, ``label``; ``page``);
-    ``/runs/{id}`` a run's page (``page`` of its events);
+    ``/runs/{id}`` a run's page (``page`` of its events, the slider ``at`` a version);
     ``/api/runs`` the runs as JSON; ``/api/runs/{id}`` one run's summary;
     ``/api/runs/{id}/state?at=N`` the slider's view after event N;
     ``/api/runs/{id}/events?after=N&limit=M`` a page of events.
@@ -196,7 +196,7 @@ def _run_page(engine: Engine, request: Request) -> Response:
     data = pages.read_run(engine, run_id)
     pages_count = max(1, -(-data.last_version // pages.EVENTS_PER_PAGE))
     page = min(_int(request, "page", 1, 1), pages_count)
-    initial = pages.initial_view(engine, data)
+    initial = pages.initial_view(engine, data, _int(request, "at", data.last_version, 1))
     html = pages.run_page(data, page=page, initial=initial, api=f"/api/runs/{run_id}")
     return HTMLResponse(html)
 

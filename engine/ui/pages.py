@@ -20,7 +20,7 @@ import attrs
 import jinja2
 
 from engine.errors import RunNotFound, StoreError
-from engine.ui import snapshot
+from engine.ui import gantt, snapshot
 from engine.ui.diagram import pipeline_svg
 from engine.ui.timeline import Timeline, timeline
 from events import Event, RunStarted, encode
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 
 EVENTS_PER_PAGE = 100
 """Events listed per page of the run page (the API pages them the same way)."""
-
-GANTT_WIDTH = 1000.0
-GANTT_LABELS = 150.0
-GANTT_ROW = 24.0
 
 _SUMMARY_FIELDS = (
     "stage",
@@ -141,38 +137,6 @@ def read_run(engine: Engine, run_id: UUID) -> RunData:
     return RunData(run_id, first, events, summary, timeline(events))
 
 
-def gantt(line: Timeline) -> dict[str, Any]:
-    """Positions (in SVG user units) of the bars, markers and version cursor of the timeline."""
-    span = line.span or 1.0
-    scale = (GANTT_WIDTH - GANTT_LABELS - 10) / span
-
-    def x(seconds: float) -> float:
-        return round(GANTT_LABELS + seconds * scale, 2)
-
-    bars = [
-        {
-            "bar": bar,
-            "x": x(bar.start),
-            "y": bar.row * GANTT_ROW + 4,
-            "width": max(round((bar.end - bar.start) * scale, 2), 3.0),
-        }
-        for bar in line.bars
-    ]
-    markers = [{"marker": marker, "x": x(marker.at)} for marker in line.markers]
-    height = max(len(line.stages), 1) * GANTT_ROW + 20
-    return {
-        "width": GANTT_WIDTH,
-        "height": height,
-        "labels": GANTT_LABELS,
-        "row": GANTT_ROW,
-        "stages": line.stages,
-        "bars": bars,
-        "markers": markers,
-        "cursor": [x(at) for at in line.times],
-        "span": span,
-    }
-
-
 def run_page(
     data: RunData,
     *,
@@ -187,22 +151,25 @@ def run_page(
 
     Args:
         page: which page of events to list (1-based); the report lists them all (0).
-        initial: the view the page draws before the slider moves (the newest version).
+        initial: the view the page draws before the slider moves (its version is where
+            the slider starts).
         embedded: the report's states; None for the live page, which calls `api`.
         note: a line under the slider (e.g. that a report embeds spaced versions).
     """
     start = data.first.timestamp.timestamp()
     events = data.events if page == 0 else data.events[_page_slice(page)]
     pages = max(1, -(-len(data.events) // EVENTS_PER_PAGE))
+    drawing = gantt.draw(data.timeline)
     js = asset("run.js") if embedded is not None else ""
     script = {
         "run_id": str(data.run_id),
         "last_version": data.last_version,
         "api": api,
         "kinds": [type(event).__name__ for event in data.events],
-        "cursor": gantt(data.timeline)["cursor"],
+        "cursor": drawing.cursor,
         "initial": initial,
         "embedded": embedded,
+        "per_page": EVENTS_PER_PAGE,
     }
     return render(
         "run.html",
@@ -210,8 +177,9 @@ def run_page(
         first=data.first,
         summary=data.summary,
         last_version=data.last_version,
+        start_version=initial["version"],
         svg=pipeline_svg(data.first.table),
-        gantt=gantt(data.timeline),
+        gantt=drawing,
         rows=[event_row(event, start) for event in events],
         page=page,
         pages=pages,
@@ -236,6 +204,7 @@ def _page_slice(page: int) -> slice:
     return slice((page - 1) * EVENTS_PER_PAGE, page * EVENTS_PER_PAGE)
 
 
-def initial_view(engine: Engine, data: RunData) -> dict[str, Any]:
-    """The view of the newest version, from the projections."""
-    return snapshot.at_version(engine, data.run_id, data.last_version, data.last_version)
+def initial_view(engine: Engine, data: RunData, version: int | None = None) -> dict[str, Any]:
+    """The view after event `version` (default: the newest), from the projections."""
+    at = data.last_version if version is None else min(version, data.last_version)
+    return snapshot.at_version(engine, data.run_id, at, data.last_version)

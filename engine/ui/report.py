@@ -43,7 +43,9 @@ def build_report(engine: Engine, run_id: UUID) -> Report:
     """
     data = pages.read_run(engine, run_id)
     versions = snapshot.spaced_versions(data.last_version, snapshot.EMBEDDED_VERSIONS)
-    views = list(snapshot.every_version(data.events, versions))
+    embedded = _Embedder()
+    for version, states in snapshot.every_state(data.events, versions):
+        embedded.add(version, states)
     note = ""
     if len(versions) < data.last_version:
         note = (
@@ -51,8 +53,9 @@ def build_report(engine: Engine, run_id: UUID) -> Report:
             f" {data.last_version}; the slider shows the nearest one at or before the event"
             " chosen. `stagetrail ui` shows every version."
         )
+    initial = snapshot.view(data.last_version, data.last_version, embedded.last)
     html = pages.run_page(
-        data, page=0, initial=views[-1], embedded=_compact(views), note=note, home="#"
+        data, page=0, initial=initial, embedded=embedded.data(), note=note, home="#"
     )
     return Report(run_id, data.last_version, len(versions), html)
 
@@ -64,30 +67,45 @@ def write_report(engine: Engine, run_id: UUID, path: str | Path) -> Report:
     return report
 
 
-def _compact(views: list[dict[str, Any]]) -> dict[str, Any]:
-    """The views with each frame and each distinct panel value stored once."""
-    values: list[Any] = []
-    index: dict[str, int] = {}
-    frames: dict[int, Any] = {}
+class _Embedder:
+    """The views of many versions, with each frame and each distinct panel value stored once.
 
-    def ref(value: Any) -> int:
+    The page's script puts a view back together (`expand` in run.js): the same
+    JSON `snapshot.view` gives, which the API serves.
+    """
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self.index: dict[str, int] = {}
+        self.frames: dict[int, Any] = {}
+        self.states: list[dict[str, Any]] = []
+        self.last: dict[str, Any] = {}
+
+    def add(self, version: int, states: dict[str, Any]) -> None:
+        """Embed the view after `version`, its panels' states given by name."""
+        shown = snapshot.shown_frames(states["stack"])
+        for position, frame in shown:
+            if frame.version not in self.frames:
+                as_json = snapshot.frame_json(frame, position)
+                del as_json["n"]
+                self.frames[frame.version] = as_json
+        stack = {**snapshot.stack_view(states["stack"]), "frames": [f.version for _, f in shown]}
+        refs = {name: self._ref(value) for name, value in snapshot.panels(states).items()}
+        self.states.append({"version": version, "stack": stack, **refs})
+        self.last = states
+
+    def _ref(self, value: Any) -> int:
         key = json.dumps(value, sort_keys=True)
-        if key not in index:
-            index[key] = len(values)
-            values.append(value)
-        return index[key]
+        if key not in self.index:
+            self.index[key] = len(self.values)
+            self.values.append(value)
+        return self.index[key]
 
-    states = []
-    for view in views:
-        stack = view["stack"]
-        for frame in stack["frames"]:
-            frames.setdefault(frame["version"], {k: v for k, v in frame.items() if k != "n"})
-        states.append(
-            {
-                "version": view["version"],
-                "stack": {**stack, "frames": [frame["version"] for frame in stack["frames"]]},
-                **{name: ref(view[name]) for name in ("summary", "results", "retries", "progress")},
-            }
-        )
-    versions = [view["version"] for view in views]
-    return {"versions": versions, "states": states, "frames": frames, "values": values}
+    def data(self) -> dict[str, Any]:
+        """What the page's script reads: versions, compact states, frames and values."""
+        return {
+            "versions": [state["version"] for state in self.states],
+            "states": self.states,
+            "frames": self.frames,
+            "values": self.values,
+        }

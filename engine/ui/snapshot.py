@@ -86,18 +86,17 @@ def at_version(engine: Engine, run_id: UUID, version: int, last_version: int) ->
     return view(version, last_version, dict(zip(PANELS, states, strict=True)))
 
 
-def every_version(events: Iterable[Event], versions: Iterable[int]) -> Iterator[dict[str, JSON]]:
-    """The view after each of `versions` (ascending), folding the events once."""
+def every_state(events: Iterable[Event], versions: Iterable[int]) -> Iterator[tuple[int, Any]]:
+    """The panels' states (by panel name) after each of `versions`, folding the events once."""
     projection = RunView()
     state = projection.initial()
     materialised = list(events)
-    last = materialised[-1].version if materialised else 0
     position = 0
     for version in sorted(set(versions)):
         while position < len(materialised) and materialised[position].version <= version:
             state = projection.apply(state, materialised[position])
             position += 1
-        yield view(version, last, dict(zip(PANELS, state, strict=True)))
+        yield version, dict(zip(PANELS, state, strict=True))
 
 
 def spaced_versions(last_version: int, limit: int = EMBEDDED_VERSIONS) -> list[int]:
@@ -110,16 +109,33 @@ def spaced_versions(last_version: int, limit: int = EMBEDDED_VERSIONS) -> list[i
 
 def view(version: int, last_version: int, states: Mapping[str, Any]) -> dict[str, JSON]:
     """The JSON the page draws from the panels' projection states."""
+    stack = stack_view(states["stack"])
+    stack["frames"] = [frame_json(frame, n) for n, frame in shown_frames(states["stack"])]
+    return {"version": version, "last_version": last_version, "stack": stack, **panels(states)}
+
+
+def panels(states: Mapping[str, Any]) -> dict[str, JSON]:
+    """The JSON of every panel but the stack's."""
     summary: RunSummary | None = states["summary"]
     return {
-        "version": version,
-        "last_version": last_version,
         "summary": None if summary is None else summary.to_json(),
-        "stack": _stack(states["stack"]),
         "results": _results(states["results"]),
         "retries": PANELS["retries"]().encode(states["retries"]),
         "progress": PANELS["progress"]().encode(states["progress"]),
     }
+
+
+def stack_view(stack: Stack) -> dict[str, Any]:
+    """The stack's current state, depth and how many frames are not listed (no frames)."""
+    shown = min(stack.depth, SHOWN_FRAMES)
+    return {"current": stack.current, "depth": stack.depth, "hidden": stack.depth - shown}
+
+
+def shown_frames(stack: Stack) -> list[tuple[int, Frame]]:
+    """The newest `SHOWN_FRAMES` frames, oldest first, each with its position from the bottom."""
+    newest = list(itertools.islice(stack.frame_list.newest_first(), SHOWN_FRAMES))
+    first = stack.depth - len(newest) + 1
+    return [(first + index, frame) for index, frame in enumerate(reversed(newest))]
 
 
 def frame_json(frame: Frame, position: int) -> dict[str, JSON]:
@@ -140,30 +156,25 @@ def frame_json(frame: Frame, position: int) -> dict[str, JSON]:
     }
 
 
-def _stack(stack: Stack) -> dict[str, JSON]:
-    newest = list(itertools.islice(stack.frame_list.newest_first(), SHOWN_FRAMES))
-    first = stack.depth - len(newest) + 1
-    frames = [frame_json(frame, first + i) for i, frame in enumerate(reversed(newest))]
-    return {
-        "current": stack.current,
-        "depth": stack.depth,
-        "hidden": stack.depth - len(newest),
-        "frames": frames,
-    }
-
-
 def _results(results: Results) -> list[JSON]:
+    """Per stage: attempts, the last attempt's outcome and time, the latest result.
+
+    Read from the newest end of each stage's list, so a view costs the same at
+    any length of run (the report makes thousands of them).
+    """
     rows: list[JSON] = []
-    for stage in results.stages:
-        attempts = results.attempts(stage)
+    for stage, attempts in results.by_stage.items():
+        last = attempts.last
+        if last is None:
+            continue
         rows.append(
             {
                 "stage": stage,
                 "attempts": len(attempts),
-                "failures": sum(attempt.failed for attempt in attempts),
-                "last_outcome": attempts[-1].outcome,
+                "last_outcome": last.outcome,
+                "last_failed": last.failed,
+                "last_seconds": last.duration,
                 "latest": results.latest(stage),
-                "seconds": round(sum(attempt.duration for attempt in attempts), 3),
             }
         )
     return rows

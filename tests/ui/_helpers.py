@@ -10,6 +10,7 @@ import attrs
 
 from engine import Engine, Pipeline
 from engine.cli.demo import supervised_review
+from engine.cli.demo.code_review import REVIEW
 from projections import StateStack
 from tests.cli._helpers import Filled, fill
 
@@ -79,6 +80,18 @@ def stack_rows(engine: Engine, run_id: UUID, at: int) -> list[list[str]]:
 def _compact(value: Any) -> str:
     """A value as JavaScript's JSON.stringify writes it (the page's result cells)."""
     return "" if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def record_long(url: str, failures: int) -> UUID:
+    """A review whose build fails `failures` times: two events per failure."""
+    with Engine(url) as engine:
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", {"project_type": "python"})
+        run.stage_completed("code_review", {"critical": 1})
+        for attempt in range(failures):
+            run.stage_started("developer")
+            run.stage_failed("developer", f"compile error #{attempt}", error_type="BuildException")
+        return run.id
 
 
 SHOWN_ROWS = "rows => rows.map(row => Array.from(row.cells, cell => cell.textContent))"

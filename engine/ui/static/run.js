@@ -7,6 +7,7 @@
   const slider = document.getElementById("slider");
   const label = document.getElementById("slider-label");
   const problem = document.getElementById("slider-error");
+  const overlay = document.getElementById("overlay");
   const cache = new Map();
   let wanted = null;
   let busy = false;
@@ -48,35 +49,46 @@
     list.replaceChildren(fragment);
   }
 
+  // A frame's row never changes: the frame pushed by event v sits at the same depth
+  // in every stack that holds it. Rows are made once and reused as the slider moves.
+  const frameRows = new Map();
+
+  function frameRow(frame) {
+    let row = frameRows.get(frame.version);
+    if (row) return row;
+    row = document.createElement("tr");
+    row.className = frame.failed ? "failed" : "completed";
+    row.dataset.version = frame.version;
+    cell(row, frame.n, "num");
+    cell(row, frame.version, "num");
+    cell(row, frame.state);
+    cell(row, frame.stage);
+    cell(row, frame.outcome);
+    cell(row, frame.attempt, "num");
+    cell(row, seconds(frame.duration), "num");
+    cell(row, frame.failed ? frame.error_type + ": " + frame.error : json(frame.result), "text");
+    frameRows.set(frame.version, row);
+    return row;
+  }
+
   function drawStack(stack) {
     document.getElementById("stack-depth").textContent = "depth " + stack.depth;
     const hidden = document.getElementById("stack-hidden");
     hidden.hidden = stack.hidden === 0;
     hidden.textContent = stack.hidden + " older frames not listed";
-    fill("stack", stack.frames.map(function (frame) {
-      const row = document.createElement("tr");
-      row.className = frame.failed ? "failed" : "completed";
-      row.dataset.version = frame.version;
-      cell(row, frame.n, "num");
-      cell(row, frame.version, "num");
-      cell(row, frame.state);
-      cell(row, frame.stage);
-      cell(row, frame.outcome);
-      cell(row, frame.attempt, "num");
-      cell(row, seconds(frame.duration), "num");
-      cell(row, frame.failed ? frame.error_type + ": " + frame.error : json(frame.result), "text");
-      return row;
-    }));
+    fill("stack", stack.frames.map(frameRow));
+    const panel = document.getElementById("stack-panel");
+    panel.scrollTop = panel.scrollHeight;  // the top of the stack in view
   }
 
   function drawResults(results) {
     fill("results", results.map(function (entry) {
       const row = document.createElement("tr");
+      if (entry.last_failed) row.className = "failed";
       cell(row, entry.stage);
       cell(row, entry.attempts, "num");
-      cell(row, entry.failures, "num");
       cell(row, entry.last_outcome);
-      cell(row, seconds(entry.seconds), "num");
+      cell(row, seconds(entry.last_seconds), "num");
       cell(row, json(entry.latest), "text");
       return row;
     }));
@@ -98,23 +110,58 @@
 
   function highlight(state) {
     document.querySelectorAll("svg.pipeline g.node").forEach(function (node) {
-      const title = node.querySelector("title");
-      node.classList.toggle("current", title !== null && title.textContent === state);
+      node.classList.toggle("current", node.getAttribute("data-state") === state);
+    });
+  }
+
+  // The report holds every page of events in <template>s and shows one at a time.
+  const perPage = data.per_page;
+  const pageCount = Math.max(1, Math.ceil(data.last_version / perPage));
+  let eventPage = 1;
+
+  function showEvents(number) {
+    const page = document.getElementById("events-page-" + number);
+    if (!page || number === eventPage) return;
+    eventPage = number;
+    document.getElementById("events").replaceChildren(page.content.cloneNode(true));
+    bindEvents();
+    const last = Math.min(number * perPage, data.last_version);
+    document.getElementById("events-range").textContent =
+      "events " + ((number - 1) * perPage + 1) + "–" + last + " of " + data.last_version;
+  }
+
+  function bindEvents() {
+    document.querySelectorAll(".events li").forEach(function (item) {
+      item.addEventListener("dblclick", function () {
+        slider.value = item.dataset.version;
+        show(Number(item.dataset.version));
+      });
     });
   }
 
   function mark(version) {
+    if (data.embedded && document.getElementById("event-pager")) {
+      showEvents(Math.ceil(version / perPage));
+    }
     const previous = document.querySelector(".events li.at");
     if (previous) previous.classList.remove("at");
     const item = document.getElementById("ev-" + version);
     if (item) item.classList.add("at");
-    document.querySelectorAll("rect.bar").forEach(function (bar) {
-      bar.classList.toggle("future", Number(bar.dataset.version) > version);
-    });
+    const jump = document.getElementById("events-jump");
+    jump.hidden = item !== null || Boolean(data.embedded);
+    if (!jump.hidden) {  // the live page lists one page of events: offer the one with this event
+      const page = Math.ceil(version / perPage);
+      jump.href = "?page=" + page + "&at=" + version + "#ev-" + version;
+      jump.textContent = "event " + version + " in the list";
+    }
+    // What happened after the version is veiled: one rectangle, however many bars.
     const x = data.cursor[version - 1];
     const cursor = document.getElementById("cursor");
     cursor.setAttribute("x1", x);
     cursor.setAttribute("x2", x);
+    const veil = document.getElementById("veil");
+    veil.setAttribute("x", x);
+    veil.setAttribute("width", Math.max(Number(overlay.dataset.width) - x, 0));
   }
 
   function draw(view, requested) {
@@ -202,12 +249,17 @@
   slider.addEventListener("input", function () { show(Number(slider.value)); });
   document.getElementById("prev").addEventListener("click", function () { step(-1); });
   document.getElementById("next").addEventListener("click", function () { step(1); });
-  document.querySelectorAll(".events li").forEach(function (item) {
-    item.addEventListener("dblclick", function () {
-      slider.value = item.dataset.version;
-      show(Number(item.dataset.version));
+  bindEvents();
+  if (document.getElementById("event-pager")) {
+    eventPage = 0;
+    showEvents(1);
+    document.getElementById("events-prev").addEventListener("click", function () {
+      showEvents(Math.max(eventPage - 1, 1));
     });
-  });
-  draw(data.initial, data.last_version);
+    document.getElementById("events-next").addEventListener("click", function () {
+      showEvents(Math.min(eventPage + 1, pageCount));
+    });
+  }
+  draw(data.initial, data.initial.version);
   document.body.dataset.ready = "1";
 })();
