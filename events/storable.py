@@ -88,14 +88,17 @@ def unstorable_field(event: Event) -> InvalidPayload | None:
 def unstorable_text(text: str) -> str | None:
     """Why `text` cannot be stored (a NUL, a lone surrogate), or None when it can."""
     if "\x00" in text:
-        return f"contains a NUL character at index {text.index(chr(0))}, which no store can hold"
+        return (
+            f"contains a NUL character at index {text.index(chr(0))}, which cannot be "
+            "stored (PostgreSQL text and JSON hold no NUL; no store accepts one)"
+        )
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
             return (
                 f"contains a lone surrogate {text[error.start]!r} at index {error.start}, "
-                "which is not text (UTF-8 cannot encode it)"
+                "which cannot be stored as JSON (UTF-8 cannot encode it)"
             )
     return None
 

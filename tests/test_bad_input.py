@@ -126,10 +126,10 @@ LIBRARY_CASES: list[tuple[str, Action, type[Exception], str]] = [
     ),
     ("nul-note-key", lambda e, r: r.note("k\x00", 1), InvalidPayload, "'key'"),
     (
-        "nul-error",
-        lambda e, r: r.stage_failed("developer", "bad\x00", outcome="aborted"),
+        "nul-error-type",
+        lambda e, r: r.stage_failed("developer", "bad", error_type="Bad\x00"),
         InvalidPayload,
-        "'error'",
+        "'error_type'",
     ),
     (
         "nul-deep-in-result",

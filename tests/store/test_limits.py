@@ -107,9 +107,9 @@ class TestUnstorableText:
             (lambda run: run.note("k\x00", "v"), "key"),
             (
                 lambda run: run.stage_failed(
-                    "project_analysis", error="boom\x00", outcome="aborted"
+                    "project_analysis", "boom", outcome="aborted", error_type="E\x00"
                 ),
-                "error",
+                "error_type",
             ),
             (lambda run: run.finish("failed", reason={"why": "\x00"}), "reason"),
             (lambda run: run.add_task("t\x00"), "task_id"),
