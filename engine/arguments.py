@@ -128,3 +128,14 @@ def in_utc(moment: datetime, name: str) -> datetime:
         raise InvalidArgument(
             name, f"{moment.isoformat()} is outside the years 1 to 9999 in UTC"
         ) from None
+
+
+def max_event_bytes(value: Any) -> int:
+    """A limit on one event's serialised size, in bytes.
+
+    Raises:
+        InvalidArgument: not an int >= 1.
+    """
+    if type(value) is not int or value < 1:
+        raise InvalidArgument("max_event_bytes", f"must be an int >= 1, got {value!r}")
+    return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, InvalidPayload, PayloadTooLarge, StoreError
+from engine import Engine, InvalidArgument, InvalidPayload, PayloadTooLarge, Store, StoreError
 from events import DEFAULT_MAX_EVENT_BYTES
 from tests._helpers import REVIEW
 
@@ -67,9 +67,11 @@ class TestPayloadLimit:
 
     @pytest.mark.parametrize("bad", [0, -5, 1.5, "1000", True])
     def test_a_bad_argument_limit_is_refused(self, bad: object) -> None:
-        """max_event_bytes must be an int >= 1."""
-        with pytest.raises(InvalidPayload, match="max_event_bytes"):
+        """A limit that is not an int >= 1: InvalidArgument from Engine, StoreError from Store."""
+        with pytest.raises(InvalidArgument, match="'max_event_bytes': must be an int >= 1"):
             Engine("memory://", max_event_bytes=bad)  # type: ignore[arg-type]
+        with pytest.raises(StoreError, match="max_event_bytes must be an int >= 1"):
+            Store("memory://", max_event_bytes=bad)  # type: ignore[arg-type]
 
 
 def _note_state(run: object, value: str) -> dict[str, object]:
