@@ -240,7 +240,7 @@ class Engine:
         """
         query = RunQuery(
             status=arguments.status(status),
-            pipeline=pipeline,
+            pipeline=arguments.text("pipeline", pipeline),
             labels=arguments.labels(label),
             since=arguments.since(since),
             parent=None if parent is None else str(arguments.run_id(parent, "parent")),

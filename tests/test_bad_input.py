@@ -238,6 +238,14 @@ LIBRARY_CASES: list[tuple[str, Action, type[Exception], str]] = [
     ),
     ("at-negative", lambda e, r: e.project(r.id, StateStack, at=-1), InvalidArgument, "'at'"),
     ("unknown-status-filter", lambda e, r: e.runs(status="happy"), InvalidArgument, "'status'"),
+    ("nul-pipeline-filter", lambda e, r: e.runs(pipeline="x\x00"), InvalidArgument, "'pipeline'"),
+    ("nul-label-filter", lambda e, r: e.runs(label="team=core\x00"), InvalidArgument, "NUL"),
+    (
+        "surrogate-label-filter",
+        lambda e, r: e.runs(label={"\ud800": "x"}),
+        InvalidArgument,
+        "surrogate",
+    ),
     ("fork-at-zero", lambda e, r: e.fork(r.id, at=0), InvalidFork, "int >= 1"),
     ("fork-beyond", lambda e, r: e.fork(r.id, at=10**30), InvalidFork, "only"),
     # hostile tables
