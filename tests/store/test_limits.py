@@ -139,3 +139,28 @@ class TestUnstorableText:
             engine.start_run(REVIEW, labels={"team": "\x00"})
         engine.start_run(REVIEW, labels={"team": "core"})
         assert [summary.labels for summary in engine.runs()] == [{"team": "core"}]
+
+
+class TestStoresWrittenBeforeTheCheck:
+    def test_a_nul_already_in_a_store_does_not_stop_the_run_index(self, engine: Engine) -> None:
+        """A NUL label written by an older release does not stop runs() or the run index."""
+        import uuid
+
+        from eventsourcing.persistence import StoredEvent
+
+        from events import RunStarted, encode
+
+        old = RunStarted(
+            run_id=uuid.uuid4(),
+            version=1,
+            pipeline=REVIEW.name,
+            table=REVIEW.to_dict(),
+            labels={"team": "co\x00re"},
+        )
+        topic, state = encode(old)
+        data = engine.store.mapper.transcoder.encode(state)  # as written before the check
+        engine.store.write([StoredEvent(old.run_id, 1, topic, data)])
+        (summary,) = engine.runs()
+        assert summary.labels == {"team": "co\x00re"}
+        run_index = next(s for s in engine.projections.status() if s.name == "run_index")
+        assert (run_index.lag, run_index.last_error) == (0, None)
