@@ -10,6 +10,7 @@ from uuid import UUID
 from engine.errors import InvalidArgument
 from engine.store import Store
 from events import RUN_STATUSES
+from events.storable import unstorable_text
 from projections import RUNNING
 
 
@@ -51,15 +52,31 @@ def labels(label: str | Mapping[str, str] | Iterable[str] | None) -> dict[str, s
     if label is None:
         return {}
     if isinstance(label, Mapping):
-        return {str(k): str(v) for k, v in label.items()}
-    items = [label] if isinstance(label, str) else list(label)
-    found: dict[str, str] = {}
-    for item in items:
-        key, equals, value = str(item).partition("=")
-        if not equals or not key:
-            raise InvalidArgument("label", f"{item!r} must look like key=value")
-        found[key] = value
-    return found
+        pairs = {str(k): str(v) for k, v in label.items()}
+    else:
+        pairs = {}
+        for item in [label] if isinstance(label, str) else list(label):
+            key, equals, value = str(item).partition("=")
+            if not equals or not key:
+                raise InvalidArgument("label", f"{item!r} must look like key=value")
+            pairs[key] = value
+    for key, value in pairs.items():
+        text(f"label {key!r}", key)
+        text(f"label {key!r}", value)
+    return pairs
+
+
+def text(name: str, value: Any) -> Any:
+    """`value` if it is not a str, or a str a store can hold (no NUL, no lone surrogate).
+
+    Raises:
+        InvalidArgument: a str no store can hold, so nothing can match it.
+    """
+    if isinstance(value, str):
+        problem = unstorable_text(value)
+        if problem is not None:
+            raise InvalidArgument(name, f"{value!r} {problem}, so no run can match it")
+    return value
 
 
 def status(value: Any) -> str | None:
@@ -128,3 +145,14 @@ def in_utc(moment: datetime, name: str) -> datetime:
         raise InvalidArgument(
             name, f"{moment.isoformat()} is outside the years 1 to 9999 in UTC"
         ) from None
+
+
+def max_event_bytes(value: Any) -> int:
+    """A limit on one event's serialised size, in bytes.
+
+    Raises:
+        InvalidArgument: not an int >= 1.
+    """
+    if type(value) is not int or value < 1:
+        raise InvalidArgument("max_event_bytes", f"must be an int >= 1, got {value!r}")
+    return value

@@ -51,7 +51,7 @@ class Engine:
 
     Raises:
         StoreError: the store cannot be opened.
-        InvalidPayload: `max_event_bytes` is not an int >= 1.
+        InvalidArgument: `max_event_bytes` is not an int >= 1.
     """
 
     def __init__(
@@ -63,6 +63,8 @@ class Engine:
         max_event_bytes: int | None = None,
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
+        if max_event_bytes is not None:
+            arguments.max_event_bytes(max_event_bytes)
         self.store = Store(
             url or urls.default_url(),
             create=create,
@@ -238,7 +240,7 @@ class Engine:
         """
         query = RunQuery(
             status=arguments.status(status),
-            pipeline=pipeline,
+            pipeline=arguments.text("pipeline", pipeline),
             labels=arguments.labels(label),
             since=arguments.since(since),
             parent=None if parent is None else str(arguments.run_id(parent, "parent")),

@@ -477,7 +477,8 @@ def abandon(thread: threading.Thread) -> None:
 
 
 def _describe(error: BaseException | str) -> tuple[str, str]:
-    """An error's message and type name; lone surrogates (undecodable file names) escaped.
+    """An error's message and type name; lone surrogates (undecodable file names) and
+    NUL characters escaped (``\\udce9``, ``\\x00``), since no store keeps them.
 
     Recording a failure must not itself fail on an odd byte in the message.
     """
@@ -487,4 +488,6 @@ def _describe(error: BaseException | str) -> tuple[str, str]:
         message, kind = error, "Error"
     if isinstance(message, str) and not message.isascii():
         message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(message, str) and "\x00" in message:
+        message = message.replace("\x00", "\\x00")
     return message, kind

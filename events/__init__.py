@@ -10,7 +10,13 @@ from events._validation import utc_now
 from events.base import EVENT_TYPES, Event
 from events.checkpoint import CheckpointSaved, CheckpointsRemoved, WritesSaved
 from events.codec import decode, encode
-from events.errors import EventFormatError, InvalidEvent, InvalidPayload, StagetrailError
+from events.errors import (
+    EventFormatError,
+    InvalidEvent,
+    InvalidPayload,
+    PayloadTooLarge,
+    StagetrailError,
+)
 from events.run import (
     RUN_STATUSES,
     BudgetSpent,
@@ -29,7 +35,7 @@ from events.stage import (
     StageFailed,
     StageStarted,
 )
-from events.storable import DEFAULT_MAX_EVENT_BYTES, PayloadTooLarge
+from events.storable import DEFAULT_MAX_EVENT_BYTES
 from events.task import TaskAdded, TaskCompleted, TaskFailed, TaskStarted
 
 __all__ = [

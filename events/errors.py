@@ -43,6 +43,28 @@ class InvalidPayload(StagetrailError, TypeError):
         super().__init__(f"field {field!r}: {path} {reason}")
 
 
+class PayloadTooLarge(InvalidPayload):
+    """An event is larger, serialised, than the store's `max_event_bytes`.
+
+    Attributes:
+        size: the event's serialised size in bytes.
+        limit: the store's limit in bytes.
+        field_size: the serialised size of `field`, the largest field.
+    """
+
+    def __init__(self, field: str, field_size: int, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        self.field_size = field_size
+        super().__init__(
+            field,
+            field,
+            f"is {field_size:,} bytes serialised: the event would be {size:,} bytes, over "
+            f"the store's limit of {limit:,} bytes (max_event_bytes); store large data "
+            "elsewhere and record a reference to it, or raise the limit",
+        )
+
+
 class InvalidEvent(StagetrailError, ValueError):
     """A field value is of the right type but outside its allowed range.
 

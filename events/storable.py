@@ -15,47 +15,12 @@ from json import dumps
 from typing import Any
 
 from events.base import Event
-from events.errors import InvalidPayload
+from events.errors import InvalidPayload, PayloadTooLarge
 
 DEFAULT_MAX_EVENT_BYTES = 1 << 20
 """The default limit on one event's serialised size: 1 MiB."""
 
 _NUL_IN_JSON = b"\\u0000"
-
-
-class PayloadTooLarge(InvalidPayload):
-    """An event is larger, serialised, than the store's `max_event_bytes`.
-
-    Attributes:
-        size: the event's serialised size in bytes.
-        limit: the store's limit in bytes.
-        field_size: the serialised size of `field`, the largest field.
-    """
-
-    def __init__(self, field: str, field_size: int, size: int, limit: int) -> None:
-        self.size = size
-        self.limit = limit
-        self.field_size = field_size
-        super().__init__(
-            field,
-            field,
-            f"is {field_size:,} bytes serialised: the event would be {size:,} bytes, over "
-            f"the store's limit of {limit:,} bytes (max_event_bytes); store large data "
-            "elsewhere and record a reference to it, or raise the limit",
-        )
-
-
-def check_max_event_bytes(value: object) -> int:
-    """Return `value` if it can be a `max_event_bytes` limit: an int >= 1.
-
-    Raises:
-        InvalidPayload: naming ``max_event_bytes``.
-    """
-    if type(value) is not int or value < 1:
-        raise InvalidPayload(
-            "max_event_bytes", "max_event_bytes", f"must be an int >= 1, got {value!r}"
-        )
-    return value
 
 
 def check_stored(event: Event, data: bytes, limit: int) -> None:
@@ -88,14 +53,17 @@ def unstorable_field(event: Event) -> InvalidPayload | None:
 def unstorable_text(text: str) -> str | None:
     """Why `text` cannot be stored (a NUL, a lone surrogate), or None when it can."""
     if "\x00" in text:
-        return f"contains a NUL character at index {text.index(chr(0))}, which no store can hold"
+        return (
+            f"contains a NUL character at index {text.index(chr(0))}, which cannot be "
+            "stored (PostgreSQL text and JSON hold no NUL; no store accepts one)"
+        )
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
             return (
                 f"contains a lone surrogate {text[error.start]!r} at index {error.start}, "
-                "which is not text (UTF-8 cannot encode it)"
+                "which cannot be stored as JSON (UTF-8 cannot encode it)"
             )
     return None
 

@@ -126,10 +126,10 @@ LIBRARY_CASES: list[tuple[str, Action, type[Exception], str]] = [
     ),
     ("nul-note-key", lambda e, r: r.note("k\x00", 1), InvalidPayload, "'key'"),
     (
-        "nul-error",
-        lambda e, r: r.stage_failed("developer", "bad\x00", outcome="aborted"),
+        "nul-error-type",
+        lambda e, r: r.stage_failed("developer", "bad", error_type="Bad\x00"),
         InvalidPayload,
-        "'error'",
+        "'error_type'",
     ),
     (
         "nul-deep-in-result",
@@ -238,6 +238,14 @@ LIBRARY_CASES: list[tuple[str, Action, type[Exception], str]] = [
     ),
     ("at-negative", lambda e, r: e.project(r.id, StateStack, at=-1), InvalidArgument, "'at'"),
     ("unknown-status-filter", lambda e, r: e.runs(status="happy"), InvalidArgument, "'status'"),
+    ("nul-pipeline-filter", lambda e, r: e.runs(pipeline="x\x00"), InvalidArgument, "'pipeline'"),
+    ("nul-label-filter", lambda e, r: e.runs(label="team=core\x00"), InvalidArgument, "NUL"),
+    (
+        "surrogate-label-filter",
+        lambda e, r: e.runs(label={"\ud800": "x"}),
+        InvalidArgument,
+        "surrogate",
+    ),
     ("fork-at-zero", lambda e, r: e.fork(r.id, at=0), InvalidFork, "int >= 1"),
     ("fork-beyond", lambda e, r: e.fork(r.id, at=10**30), InvalidFork, "only"),
     # hostile tables
@@ -590,3 +598,36 @@ class TestSQLiteFiles:
         _garbage(path)
         with pytest.raises(StoreError, match="not a stagetrail store"):
             Engine(f"sqlite:///{path}")
+
+
+EVERY_COMMAND = [
+    ("runs",),
+    ("show", "0123abcd"),
+    ("state", "0123abcd"),
+    ("replay", "0123abcd"),
+    ("diff", "0123abcd", "--from", "1"),
+    ("fork", "0123abcd", "--at", "1"),
+    ("verify", "0123abcd"),
+    ("export", "--all"),
+    ("diagram", "0123abcd"),
+    ("projections", "list"),
+    ("projections", "status"),
+    ("projections", "rebuild", "run_index"),
+]
+
+
+class TestEveryCommand:
+    @pytest.mark.parametrize("command", EVERY_COMMAND, ids=" ".join)
+    @pytest.mark.parametrize(
+        "store",
+        ["sqlite:///{tmp}/missing.db", "postgresql://nobody:pw@127.0.0.1:9/none?connect_timeout=1"],
+        ids=["missing-sqlite-file", "unreachable-postgres"],
+    )
+    def test_a_store_error_is_one_line_from_every_command(
+        self, tmp_path: Path, command: tuple[str, ...], store: str
+    ) -> None:
+        """Every command turns a StoreError into one line, exit 2, password masked."""
+        error = one_line_error(*command, "--store", store.format(tmp=tmp_path))
+        assert "store " in error
+        assert ":pw@" not in error
+        assert not (tmp_path / "missing.db").exists()

@@ -321,6 +321,13 @@ class TestBadInput:
         assert event.error == "cannot open caf\\udce9.txt"
         assert engine.events(run.id)[-1] == event
 
+    def test_nul_in_an_error_message_is_escaped(self, engine: Engine) -> None:
+        """A NUL in an exception's message is recorded as the text \\x00: the failure is kept."""
+        run = reach(engine, "developer")
+        event = run.stage_failed("developer", ValueError("bad byte \x00 in input"))
+        assert event.error == "bad byte \\x00 in input"
+        assert engine.events(run.id)[-1] == event
+
     def test_non_json_params_are_refused(self, engine: Engine) -> None:
         """start_run with a set in params raises InvalidPayload and records no run."""
         before = engine.store.recorder.max_notification_id()

@@ -10,6 +10,7 @@ from engine.cli.common import (
     STATUS_STYLES,
     BadOption,
     Output,
+    clean,
     clock,
     compact,
     json_line,
@@ -196,10 +197,12 @@ class _Columns:
     def __init__(self, first: RunStarted, last_version: int) -> None:
         table: Any = first.table
         rows = table.get("transitions", []) if isinstance(table, dict) else []
-        stages = [str(row[0]) for row in rows] + [str(row[2]) for row in rows]
+        # Widths of the names as shown: a control character takes 4 columns (\x1b).
+        stages = [clean(str(row[0]), one_line=True) for row in rows]
+        stages += [clean(str(row[2]), one_line=True) for row in rows]
         self.version = max(len(str(last_version)), 1)
         self.stage = max([5, *(len(s) for s in stages)])
-        self.outcome = max([7, *(len(str(row[1])) for row in rows)])
+        self.outcome = max([7, *(len(clean(str(row[1]), one_line=True)) for row in rows)])
 
     def header(self) -> str:
         return self.line(" ", "v", "time", "event", "stage", "try", "outcome", "detail")
@@ -211,9 +214,9 @@ class _Columns:
             str(event.version),
             clock(event.timestamp),
             type(event).__name__,
-            str(getattr(event, "stage", "")),
+            clean(str(getattr(event, "stage", "")), one_line=True),
             "" if attempt is None else str(attempt),
-            str(getattr(event, "outcome", "")),
+            clean(str(getattr(event, "outcome", "")), one_line=True),
             detail(event),
         )
 

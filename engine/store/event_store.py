@@ -21,7 +21,7 @@ from engine.store.errors import ConcurrencyConflict, StoreError
 from engine.store.memory import open_memory
 from engine.store.sqlite import open_sqlite
 from events import Event, EventFormatError, InvalidPayload
-from events.storable import check_max_event_bytes, unstorable_field
+from events.storable import unstorable_field
 
 PAGE = 1000
 """Events read per query when streaming a run."""
@@ -38,8 +38,8 @@ class Store:
             the URL's ``max_event_bytes`` option, else 1 MiB.
 
     Raises:
-        StoreError: the URL is bad, the store unreachable, foreign or too new.
-        InvalidPayload: `max_event_bytes` is not an int >= 1.
+        StoreError: the URL is bad, the store unreachable, foreign or too new, or
+            `max_event_bytes` is not an int >= 1.
     """
 
     def __init__(
@@ -53,7 +53,8 @@ class Store:
         parsed = urls.parse(url)
         self.url = parsed.masked
         limit = parsed.max_event_bytes if max_event_bytes is None else max_event_bytes
-        check_max_event_bytes(limit)
+        if type(limit) is not int or limit < 1:
+            raise StoreError(self.url, f"max_event_bytes must be an int >= 1, got {limit!r}")
         self._backend: Backend = open_backend(parsed, create=create, cipher_key=cipher_key)
         self.recorder = self._backend.recorder
         self._mapper = self._backend.mapper

@@ -18,6 +18,9 @@ from events import Event, EventFormatError, decode, encode
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
 from events.values import build
 
+_NUL_IN_JSON = b"\\u0000"
+"""How the transcoder writes a NUL character."""
+
 
 class FastJSONTranscoder(JSONTranscoder):
     """eventsourcing's JSON transcoder for plain JSON, its C encoder built once.
@@ -99,7 +102,8 @@ class EventMapper(Mapper[UUID]):
         """
         topic, state = encode(domain_event)
         data = self.transcoder.encode(state)
-        check_stored(domain_event, data, self.max_event_bytes)
+        if len(data) > self.max_event_bytes or _NUL_IN_JSON in data:  # rare: checked inline
+            check_stored(domain_event, data, self.max_event_bytes)
         if self.compressor:
             data = self.compressor.compress(data)
         if self.cipher:

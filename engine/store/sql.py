@@ -17,7 +17,7 @@ from typing import Any
 
 from eventsourcing.persistence import Tracking
 
-from engine.store.views import PageSave, RunQuery, run_columns
+from engine.store.views import PageSave, RunQuery, indexable, run_columns
 from projections.errors import PositionMoved, ProjectionReplaced
 
 TABLES = (
@@ -212,7 +212,7 @@ class SQLViews:
                 "ON CONFLICT (key, value, run_id) DO NOTHING"
             ),
             [
-                (key, value, run_id)
+                (indexable(key), indexable(value), run_id)
                 for run_id, data in runs.items()
                 for key, value in data["labels"].items()
             ],

@@ -71,13 +71,24 @@ def run_columns(data: dict[str, Any]) -> tuple[Any, ...]:
     """The indexed columns of an encoded run summary."""
     return (
         data["run_id"],
-        data["pipeline"],
+        indexable(data["pipeline"]),
         data["status"],
-        data["state"],
+        indexable(data["state"]),
         data["started"],
         data["finished"],
         data["parent_run_id"],
     )
+
+
+def indexable(value: Any) -> Any:
+    """`value` as an index column keeps it: a NUL shown as ``\\x00``.
+
+    Appends refuse NUL characters; a store written before they did may hold
+    some, and PostgreSQL text cannot, so its run index would stop for good.
+    """
+    if type(value) is str and "\x00" in value:
+        return value.replace("\x00", "\\x00")
+    return value
 
 
 class Views(Protocol):

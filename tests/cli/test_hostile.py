@@ -7,6 +7,8 @@ import re
 from uuid import UUID
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import Engine, Pipeline
 from engine.cli import common
@@ -173,6 +175,24 @@ class TestClean:
     def test_json_lines_escape_c1_and_bidi_but_decode_the_same(self) -> None:
         """json_line escapes what json.dumps leaves raw, and still decodes to the same value."""
         value = {"k\x9b": "a\u202eb\x1b"}
+        line = json_line(value)
+        assert RAW.search(line) is None
+        assert json.loads(line) == value
+
+    @given(st.text())
+    def test_no_text_survives_clean_with_a_control_character(self, text: str) -> None:
+        """For any text, clean() leaves no control character but newline and tab."""
+        assert RAW.search(clean(text).replace("\n", "").replace("\t", "")) is None
+        assert RAW.search(clean(text, one_line=True)) is None
+
+    @given(
+        st.recursive(
+            st.text() | st.integers() | st.none(),
+            lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+        )
+    )
+    def test_any_json_value_prints_safely_and_decodes_the_same(self, value: object) -> None:
+        """json_line of any JSON value holds no raw control character and decodes to the value."""
         line = json_line(value)
         assert RAW.search(line) is None
         assert json.loads(line) == value

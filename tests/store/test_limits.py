@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, InvalidPayload, PayloadTooLarge, StoreError
+from engine import Engine, InvalidArgument, InvalidPayload, PayloadTooLarge, Store, StoreError
 from events import DEFAULT_MAX_EVENT_BYTES
 from tests._helpers import REVIEW
 
@@ -67,9 +67,11 @@ class TestPayloadLimit:
 
     @pytest.mark.parametrize("bad", [0, -5, 1.5, "1000", True])
     def test_a_bad_argument_limit_is_refused(self, bad: object) -> None:
-        """max_event_bytes must be an int >= 1."""
-        with pytest.raises(InvalidPayload, match="max_event_bytes"):
+        """A limit that is not an int >= 1: InvalidArgument from Engine, StoreError from Store."""
+        with pytest.raises(InvalidArgument, match="'max_event_bytes': must be an int >= 1"):
             Engine("memory://", max_event_bytes=bad)  # type: ignore[arg-type]
+        with pytest.raises(StoreError, match="max_event_bytes must be an int >= 1"):
+            Store("memory://", max_event_bytes=bad)  # type: ignore[arg-type]
 
 
 def _note_state(run: object, value: str) -> dict[str, object]:
@@ -107,9 +109,9 @@ class TestUnstorableText:
             (lambda run: run.note("k\x00", "v"), "key"),
             (
                 lambda run: run.stage_failed(
-                    "project_analysis", error="boom\x00", outcome="aborted"
+                    "project_analysis", "boom", outcome="aborted", error_type="E\x00"
                 ),
-                "error",
+                "error_type",
             ),
             (lambda run: run.finish("failed", reason={"why": "\x00"}), "reason"),
             (lambda run: run.add_task("t\x00"), "task_id"),
@@ -137,3 +139,28 @@ class TestUnstorableText:
             engine.start_run(REVIEW, labels={"team": "\x00"})
         engine.start_run(REVIEW, labels={"team": "core"})
         assert [summary.labels for summary in engine.runs()] == [{"team": "core"}]
+
+
+class TestStoresWrittenBeforeTheCheck:
+    def test_a_nul_already_in_a_store_does_not_stop_the_run_index(self, engine: Engine) -> None:
+        """A NUL label written by an older release does not stop runs() or the run index."""
+        import uuid
+
+        from eventsourcing.persistence import StoredEvent
+
+        from events import RunStarted, encode
+
+        old = RunStarted(
+            run_id=uuid.uuid4(),
+            version=1,
+            pipeline=REVIEW.name,
+            table=REVIEW.to_dict(),
+            labels={"team": "co\x00re"},
+        )
+        topic, state = encode(old)
+        data = engine.store.mapper.transcoder.encode(state)  # as written before the check
+        engine.store.write([StoredEvent(old.run_id, 1, topic, data)])
+        (summary,) = engine.runs()
+        assert summary.labels == {"team": "co\x00re"}
+        run_index = next(s for s in engine.projections.status() if s.name == "run_index")
+        assert (run_index.lag, run_index.last_error) == (0, None)
