@@ -73,9 +73,11 @@ def _delta(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
 
 def copy_plain(value: Any) -> Any:
     """A copy of plain JSON data (dicts and lists copied, the rest shared: it is immutable)."""
-    kind = type(value)
-    if kind is dict:
-        return {k: copy_plain(v) for k, v in value.items()}
-    if kind is list:
-        return [copy_plain(v) for v in value]
+    if type(value) is dict:
+        return {k: copy_plain(v) if type(v) in _NESTED else v for k, v in value.items()}
+    if type(value) is list:
+        return [copy_plain(v) if type(v) in _NESTED else v for v in value]
     return value
+
+
+_NESTED = frozenset({dict, list})
