@@ -17,8 +17,9 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
-from engine import Engine
+from engine import Engine, RunNotFound
 from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline
+from engine.integrations.langgraph import THREAD_LABEL as THREAD
 from events import StageCompleted, StageFailed
 from projections import FailurePatterns, RetryCounts
 
@@ -157,3 +158,47 @@ class TestThreadPipeline:
             assert pipeline.allowed(node) == ("completed", "failed")
             assert pipeline.next_state(node, "failed") == HUB
         assert "__start__" not in pipeline.states
+
+
+class TestDeletion:
+    def test_a_deleted_thread_is_gone_then_compacted_away(self, store_url: str) -> None:
+        """delete_thread records the deletion; readers see nothing; compact erases the events."""
+        builder = flaky_graph(failures=0)
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, builder)
+            graph = builder.compile(checkpointer=saver)
+            for thread in ("keep", "erase"):
+                invoke_until_done(graph, {"configurable": {"thread_id": thread}}, tries=1)
+            (doomed,) = [s.run_id for s in engine.runs() if s.labels[THREAD] == "erase"]
+            saver.delete_thread("erase")
+            erase: RunnableConfig = {"configurable": {"thread_id": "erase"}}
+            assert saver.get_tuple(erase) is None
+            assert list(saver.list(erase)) == []
+            assert [s.labels[THREAD] for s in saver_threads(engine)] == ["keep"]
+            assert engine.runs(status="deleted")[0].run_id == doomed
+            done = engine.compact()
+            assert done.runs == (doomed,)
+            assert engine.runs(status="deleted") == []
+            with pytest.raises(RunNotFound):
+                engine.events(doomed)
+            keep: RunnableConfig = {"configurable": {"thread_id": "keep"}}
+            assert graph.get_state(keep).values == {"log": ["plan", "build", "ship"]}
+
+    def test_a_deleted_thread_id_can_be_used_again(self, store_url: str) -> None:
+        """After delete_thread the same thread id starts afresh, in a new run."""
+        builder = flaky_graph(failures=0)
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, builder)
+            graph = builder.compile(checkpointer=saver)
+            config: RunnableConfig = {"configurable": {"thread_id": "again"}}
+            invoke_until_done(graph, config, tries=1)
+            saver.delete_thread("again")
+            invoke_until_done(graph, config, tries=1)
+            assert graph.get_state(config).values == {"log": ["plan", "build", "ship"]}
+            statuses = sorted(s.status for s in engine.runs())
+            assert statuses == ["deleted", "running"]
+
+
+def saver_threads(engine: Engine) -> list[Any]:
+    """The runs of LangGraph threads that are not deleted."""
+    return [s for s in engine.runs(status="running") if THREAD in s.labels]
