@@ -20,6 +20,7 @@ from typing import Any
 from uuid import UUID
 
 import attrs
+import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -38,7 +39,7 @@ from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
-from engine.integrations.langgraph.thread import REFERENCE, Thread, Typed
+from engine.integrations.langgraph.thread import AS_JSON, REFERENCE, Thread, Typed
 from engine.machine import apply
 from events import (
     CheckpointSaved,
@@ -68,7 +69,7 @@ Tuples = list[CheckpointTuple]
 Threads = list[Thread]
 Events = list[Event]
 Removed = list[list[str]]
-Encoded = list[str]
+Encoded = list[Any]
 """A serialised value in an event: ``[type, base64]``."""
 Build = Callable[[Thread], Specs]
 """Makes the events to append from the thread's current state (empty: nothing to do)."""
@@ -179,14 +180,14 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             skeleton_json.copy_plain(plain) if plain is not None else self._load(saved.checkpoint)
         )
         values = thread.channel_values(ns, checkpoint["channel_versions"])
-        checkpoint["channel_values"] = {ch: self.serde.loads_typed(v) for ch, v in values.items()}
+        checkpoint["channel_values"] = {ch: self._value(v) for ch, v in values.items()}
         writes = thread.pending_writes(ns, saved.checkpoint_id)
         return CheckpointTuple(
             config=_config(tid, ns, saved.checkpoint_id),
             checkpoint=checkpoint,
             metadata=self._metadata(saved),
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
-            pending_writes=[(task, ch, self.serde.loads_typed(v)) for task, ch, v, _ in writes],
+            pending_writes=[(task, ch, self._value(v)) for task, ch, v, _ in writes],
         )
 
     # -- writing ---------------------------------------------------------------------------
@@ -204,7 +205,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         values = checkpoint["channel_values"]
         dumped = {
-            ch: (str(version), self.serde.dumps_typed(values[ch]) if ch in values else _EMPTY)
+            ch: (str(version), self._typed(values[ch]) if ch in values else _EMPTY)
             for ch, version in new_versions.items()
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -245,7 +246,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
         def events(thread: Thread) -> Specs:
             new = [
-                [index, ch, *_encoded(self.serde.dumps_typed(value))]
+                [index, ch, *_encoded(self._typed(value))]
                 for index, ch, value in indexed
                 if index < 0 or not thread.has_write(ns, checkpoint_id, task_id, index)
             ]
@@ -567,6 +568,25 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return skeleton_json.copy_plain(stored["json"])
         return self._load(stored)
 
+    def _typed(self, value: Any) -> Typed:
+        """The value through LangGraph's serde; plain JSON msgpack is kept as that JSON."""
+        kind, data = self.serde.dumps_typed(value)
+        if kind == "msgpack":
+            try:
+                plain = ormsgpack.unpackb(data)  # no extension types: those stay bytes
+            except (ValueError, TypeError):
+                return (kind, data)
+            if skeleton_json.is_plain(plain):
+                return (AS_JSON, plain)
+        return (kind, data)
+
+    def _value(self, typed: Typed) -> Any:
+        """A stored value back through LangGraph's serde, as `get_tuple` returns it."""
+        kind, data = typed
+        if kind == AS_JSON:
+            return self.serde.loads_typed(("msgpack", ormsgpack.packb(data)))
+        return self.serde.loads_typed(typed)
+
     def _load(self, stored: Any) -> Any:
         kind, data = stored
         return self.serde.loads_typed((kind, base64.b64decode(data)))
@@ -589,8 +609,9 @@ def _stored(thread: Thread, value: Typed) -> Encoded:
 
 
 def _encoded(value: Typed) -> Encoded:
-    """A serialised value as JSON can hold it: its type tag and its bytes in base64."""
-    return [value[0], base64.b64encode(value[1]).decode("ascii")]
+    """A serialised value as JSON can hold it: its type tag and its JSON, or its bytes in base64."""
+    kind, data = value
+    return [kind, data if kind == AS_JSON else base64.b64encode(data).decode("ascii")]
 
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
