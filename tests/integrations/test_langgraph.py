@@ -140,7 +140,10 @@ class TestFlakyGraph:
         (run,) = json.loads(stagetrail("runs", "--store", url, "--json").stdout)
         assert (run["pipeline"], run["failures"]) == ("langgraph", 2)
         shown = stagetrail("show", run["run_id"][:8], "--store", url).stdout
-        failed = [line.split() for line in shown.splitlines() if " StageFailed " in line]
+        lines = shown.splitlines()
+        assert any("CheckpointSaved" in line and "step 0 (loop)" in line for line in lines)
+        assert any("WritesSaved" in line and "build: __error__" in line for line in lines)
+        failed = [line.split() for line in lines if " StageFailed " in line]
         assert [line[2:] for line in failed] == [
             ["StageFailed", "build", "1", "failed", "RuntimeError:", "build", "broke", "(1)"],
             ["StageFailed", "build", "2", "failed", "RuntimeError:", "build", "broke", "(2)"],
