@@ -9,7 +9,7 @@ exactly (a tuple, bytes) is left to LangGraph's serde instead. Pure: no I/O.
 
 from __future__ import annotations
 
-import math
+import json
 from typing import Any
 
 VERSIONS = ("channel_versions", "versions_seen")
@@ -17,17 +17,16 @@ VERSIONS = ("channel_versions", "versions_seen")
 
 
 def is_plain(value: Any) -> bool:
-    """Whether JSON holds `value` exactly: dicts with str keys, lists, str, int, finite floats."""
-    kind = type(value)
-    if kind in (str, int, bool) or value is None:
-        return True
-    if kind is float:
-        return math.isfinite(value)
-    if kind is list:
-        return all(is_plain(item) for item in value)
-    if kind is dict:
-        return all(type(k) is str and is_plain(v) for k, v in value.items())
-    return False
+    """Whether JSON holds `value` exactly: dicts with str keys, lists, str, int, finite floats.
+
+    Checked by a round trip through the C JSON codec: a tuple, an int key, bytes, a set
+    or NaN does not come back equal (or does not go at all).
+    """
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return False
+    return bool(json.loads(text) == value)
 
 
 def encode(skeleton: dict[str, Any], parent: dict[str, Any] | None) -> dict[str, Any] | None:
