@@ -60,6 +60,8 @@ _PULL = "~__pregel_pull, "
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EMPTY: Typed = ("empty", b"")
+_JSON_FROM = 96
+"""Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
 _ALL_THREADS = 1_000_000
 
 Spec = tuple[type[Event], dict[str, Any]]
@@ -571,7 +573,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _typed(self, value: Any) -> Typed:
         """The value through LangGraph's serde; plain JSON msgpack is kept as that JSON."""
         kind, data = self.serde.dumps_typed(value)
-        if kind == "msgpack":
+        if kind == "msgpack" and len(data) >= _JSON_FROM:
             try:
                 plain = ormsgpack.unpackb(data)  # no extension types: those stay bytes
             except (ValueError, TypeError):
