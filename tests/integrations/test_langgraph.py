@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import operator
 import shutil
@@ -205,3 +207,51 @@ class TestDeletion:
 def saver_threads(engine: Engine) -> list[Any]:
     """The runs of LangGraph threads that are not deleted."""
     return [s for s in engine.runs(status="running") if THREAD in s.labels]
+
+
+class TestWriters:
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
+    def test_two_savers_on_one_thread_both_land(
+        self, backend: str, request: pytest.FixtureRequest
+    ) -> None:
+        """A saver whose view of the thread is stale catches up and appends after the other."""
+        store_url = str(request.getfixturevalue(backend))
+        builder = flaky_graph(failures=0)
+        with Engine(store_url) as first_engine, Engine(store_url) as second_engine:
+            first = StagetrailSaver(first_engine, builder)
+            second = StagetrailSaver(second_engine, builder)
+            config: RunnableConfig = {"configurable": {"thread_id": "shared"}}
+            invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
+            assert second.get_tuple(config) is not None  # second now caches the thread
+            latest = first.get_tuple(config)
+            assert latest is not None
+            first.put_writes(latest.config, [("log", ["by first"])], "task-a")
+            second.put_writes(latest.config, [("log", ["by second"])], "task-b")
+            writes = first.get_tuple(latest.config)
+            assert writes is not None
+            assert sorted(w[2][0] for w in writes.pending_writes or []) == [
+                "by first",
+                "by second",
+            ]
+            (summary,) = first_engine.runs()
+            assert first_engine.verify(summary.run_id).ok
+
+
+class TestAsync:
+    def test_an_async_graph_runs_on_the_saver(self, store_url: str) -> None:
+        """ainvoke, aget_state and the history go through the saver's async methods."""
+        builder = flaky_graph(failures=1)
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            config: RunnableConfig = {"configurable": {"thread_id": "async"}}
+
+            async def run() -> list[str]:
+                with contextlib.suppress(RuntimeError):
+                    await graph.ainvoke({"log": []}, config, durability="sync")
+                await graph.ainvoke(None, config, durability="sync")
+                state = await graph.aget_state(config)
+                return list(state.values["log"])
+
+            assert asyncio.run(run()) == ["plan", "build", "ship"]
+            (summary,) = engine.runs()
+            assert summary.failures == 1
