@@ -109,6 +109,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
         self._threads: dict[str, Thread] = {}
+        self._free: dict[str, UUID] = {}
+        """The run id a thread's next run takes, as last seen in the store."""
         self._read_at: dict[str, datetime] = {}
         """When each thread was last read: an invocation begins by reading its thread."""
         self._lock = threading.RLock()
@@ -320,7 +322,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         with self._lock:
             thread = self._threads.get(thread_id)
             for _ in range(_RETRIES):
-                if thread is None or thread.deleted:
+                known_absent = thread is None and thread_id in self._free
+                if (thread is None or thread.deleted) and not known_absent:
                     thread = self._live(thread_id)
                 if thread is None and not create:
                     return
@@ -342,6 +345,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             self.engine.store.append(events)
         except (ConcurrencyConflict, RunAlreadyExists):
             self._threads.pop(thread_id, None)
+            self._free.pop(thread_id, None)
             return False
         for event in events[len(started) :]:
             thread.fold(event)
@@ -379,6 +383,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         )
 
     def _next_run_id(self, thread_id: str) -> UUID:
+        free = self._free.pop(thread_id, None)
+        if free is not None:
+            return free  # as of the last look; taken meanwhile, the append is refused
         for run_id in thread_run_ids(thread_id):
             last = self.engine.store.last(run_id)
             if last is None:
@@ -401,17 +408,26 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _find_id(self, thread_id: str) -> UUID | None:
         """The id of the thread's newest run, deleted or not; None if it never had one."""
+        return self._probe(thread_id)[0]
+
+    def _probe(self, thread_id: str) -> tuple[UUID | None, UUID]:
+        """The thread's newest run id (None if none), and the first id no run has taken."""
         found = None
         for run_id in thread_run_ids(thread_id):
             if self.engine.store.last(run_id) is None:
-                return found
+                return found, run_id
             found = run_id
-        return None  # pragma: no cover
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _find(self, thread_id: str) -> Thread | None:
-        run_id = self._find_id(thread_id)
-        if run_id is None:
-            return None
+        """The thread's live run read from the store; None (its next run id noted) if none."""
+        run_id, free = self._probe(thread_id)
+        thread = None if run_id is None else self._read_thread(thread_id, run_id)
+        if thread is None:
+            self._free[thread_id] = free
+        return thread
+
+    def _read_thread(self, thread_id: str, run_id: UUID) -> Thread | None:
         events = self.engine.store.stream(run_id)
         first = next(events)
         assert isinstance(first, RunStarted)

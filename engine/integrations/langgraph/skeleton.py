@@ -38,10 +38,8 @@ def encode(skeleton: dict[str, Any], parent: dict[str, Any] | None) -> dict[str,
     """
     if not is_plain(skeleton):
         return None
-    if parent is not None:
-        delta = _delta(skeleton, parent)
-        if decode({"delta": delta}, parent) == skeleton:
-            return {"delta": delta}
+    if parent is not None and _only_grows(skeleton, parent):
+        return {"delta": _delta(skeleton, parent)}
     return {"full": skeleton}
 
 
@@ -60,6 +58,15 @@ def decode(stored: dict[str, Any], parent: dict[str, Any] | None) -> dict[str, A
     for field in VERSIONS:
         rebuilt[field] = {**parent.get(field, {}), **delta.get(field, {})}
     return rebuilt
+
+
+def _only_grows(skeleton: dict[str, Any], parent: dict[str, Any]) -> bool:
+    """Whether every versioned key of the parent is still in the child (a delta can't drop one)."""
+    for field in VERSIONS:
+        now, before = skeleton.get(field), parent.get(field, {})
+        if type(now) is not dict or type(before) is not dict or not before.keys() <= now.keys():
+            return False
+    return True
 
 
 def _delta(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:

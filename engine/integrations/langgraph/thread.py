@@ -97,8 +97,6 @@ class Thread:
         for channel, (version, kind, data) in event.blobs.items():
             value = self.values[data] if kind == REFERENCE else _value(kind, data)
             self.blobs[(ns, channel, str(version))] = value
-            if kind != REFERENCE:
-                self._keep(value, f"{event.version}.{channel}")
 
     def _writes(self, event: WritesSaved) -> None:
         stored = self.writes.setdefault((event.namespace, event.checkpoint_id), {})
@@ -108,13 +106,20 @@ class Thread:
             self._keep(value, f"{event.version}.{position}")
 
     def _keep(self, value: Typed, where: str) -> None:
+        """Remember a write's value, for a later channel value equal to it to refer to.
+
+        Only values worth a reference: JSON ones are large by construction; a few
+        bytes cost less to repeat than to point at.
+        """
+        if value[0] != AS_JSON and len(value[1]) <= len(where) + 8:
+            return
         key = identity(value)
-        if len(key[1]) > len(where) + 8 and key not in self.known:
+        if key not in self.known:
             self.known[key] = where
             self.values[where] = value
 
     def reference(self, value: Typed) -> str | None:
-        """Where an identical value is stored already in this run, if anywhere."""
+        """Where a write with an identical value is stored already in this run, if anywhere."""
         return self.known.get(identity(value))
 
     def _removed(self, event: CheckpointsRemoved) -> None:
