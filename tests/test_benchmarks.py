@@ -85,3 +85,15 @@ class TestBenchmarks:
         assert rows[-1]["case"].startswith("flatness")
         assert rows[-1]["ratio"] > 0
         assert rows[-1]["met"] is None  # the target is judged on the full sizes only
+
+    def test_langgraph_benchmark_reports_every_figure(self) -> None:
+        """benchmarks.langgraph --quick prints speed, sizes and history against SqliteSaver."""
+        pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph extra")
+        rows = json.loads(quick_run("langgraph").stdout)["results"]
+        cases = [row["case"] for row in rows]
+        assert cases[0] == "super-steps/s"
+        assert cases[1].startswith("bytes on disk per run, 1024 B")
+        assert cases[2].startswith("same, store with ?compress=zlib")
+        assert cases[-1].startswith("get_state_history")
+        assert all(row["SqliteSaver"] > 0 and row["StagetrailSaver"] > 0 for row in rows)
+        assert all(isinstance(row["met"], bool) for row in rows)
