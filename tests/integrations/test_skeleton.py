@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("langgraph", reason="needs the langgraph extra (the package imports it)")
+
 from engine.integrations.langgraph import skeleton
 
 PARENT: dict[str, Any] = {
