@@ -154,6 +154,11 @@ def stagetrail_saver(path: Path, graph: StateGraph[Work]) -> BaseCheckpointSaver
     return StagetrailSaver(Engine(f"sqlite:///{path}"), graph)
 
 
+def compressed_saver(path: Path, graph: StateGraph[Work]) -> BaseCheckpointSaver[Any]:
+    """`StagetrailSaver` on a store created with eventsourcing's zlib compression."""
+    return StagetrailSaver(Engine(f"sqlite:///{path}?compress=zlib"), graph)
+
+
 def history_seconds(sides: dict[str, Side], sample: int) -> dict[str, float]:
     """Median seconds of one ``get_state_history`` per side, the sides interleaved per thread."""
     times: dict[str, list[float]] = {name: [] for name in sides}
@@ -166,10 +171,10 @@ def history_seconds(sides: dict[str, Side], sample: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def sizes(runs: int, size: int) -> dict[str, float]:
-    """Bytes per run of each saver after `runs` runs with replies of `size` bytes."""
+def sizes(runs: int, size: int, ours: Make = stagetrail_saver) -> dict[str, float]:
+    """Bytes per run of `SqliteSaver` and `ours` after `runs` runs with `size`-byte replies."""
     found = {}
-    for name, make in (("SqliteSaver", sqlite_saver), ("StagetrailSaver", stagetrail_saver)):
+    for name, make in (("SqliteSaver", sqlite_saver), ("StagetrailSaver", ours)):
         side = Side(f"size-{name}", make, size)
         side.runs(runs)
         found[name] = side.bytes_per_run()
@@ -202,6 +207,8 @@ def main() -> None:
     rows = [row("super-steps/s", rates, 0.8, higher=True)]
     for size in (REPLY, 256):
         rows.append(row(f"bytes on disk per run, {size} B replies", sizes(runs, size), 0.5, False))
+        zlib = sizes(runs, size, compressed_saver)
+        rows.append(row(f"same, store with ?compress=zlib, {size} B replies", zlib, 0.5, False))
     rows.append(row("get_state_history of a run (ms)", history, 1.0, higher=False))
     report(f"LangGraph savers on SQLite ({runs * repeats} runs each)", rows, args.json)
 

@@ -7,7 +7,7 @@ policies, `cli/` is the command line, `integrations/` holds framework adapters.
 
 from __future__ import annotations
 
-from engine.engine import Engine
+from engine.engine import Compacted, Engine
 from engine.errors import (
     GIVE_UP_CAUSES,
     AttemptError,
@@ -57,6 +57,7 @@ __all__ = [
     "CircuitBreaker",
     "CircuitOpen",
     "CircuitStates",
+    "Compacted",
     "ConcurrencyConflict",
     "Engine",
     "FINISHED",

@@ -293,6 +293,31 @@ class Engine:
         registered = [self.projections.projection(n) for n in self.projections.names]
         return verify_events(rid, self.store.stream(rid), registered)
 
+    def compact(self) -> Compacted:
+        """Physically remove every run finished as ``deleted``; rebuild the persistent projections.
+
+        Deletion itself is an event (`RunFinished` with status ``deleted``): readers treat
+        such a run as gone at once, but its events stay until this removes them, with
+        their snapshots, in one transaction. The persistent projections are reset first
+        and folded again afterwards, so no materialized state remembers an erased run and
+        none holds a position among ids the store may give out again; a crash in between
+        leaves them reset, and the next catch-up folds them from the first event. Run it
+        while no other process writes to the store, as one would VACUUM.
+
+        Raises:
+            StoreError: the database failed; nothing was removed.
+        """
+        doomed = tuple(s.run_id for s in self.runs(status="deleted", limit=_ALL_CHILDREN))
+        if not doomed:
+            return Compacted((), 0, ())
+        names = tuple(self.projections.names)
+        for name in names:
+            self.projections.reset(name)
+        erased = self.store.erase(doomed)
+        for name in names:
+            self.projections.rebuild(name)
+        return Compacted(doomed, erased, names)
+
     def supervisor(self, **settings: Any) -> Supervisor:
         """A `Supervisor` recording into this engine's store.
 
@@ -378,6 +403,15 @@ class Engine:
             return UUID(str(run_id))
         except ValueError:
             raise RunNotFound(run_id, self.url) from None
+
+
+@attrs.frozen
+class Compacted:
+    """What `Engine.compact` removed: the deleted runs, their events, the projections rebuilt."""
+
+    runs: tuple[UUID, ...]
+    events: int
+    rebuilt: tuple[str, ...]
 
 
 def _interrupted(run: Run) -> None:

@@ -104,6 +104,18 @@ class TestBenchmarks:
         assert rows[-1]["case"] == "machine"
         assert rows[-1]["cpus"] > 0
 
+    def test_langgraph_benchmark_reports_every_figure(self) -> None:
+        """benchmarks.langgraph --quick prints speed, sizes and history against SqliteSaver."""
+        pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph extra")
+        rows = json.loads(quick_run("langgraph").stdout)["results"]
+        cases = [row["case"] for row in rows]
+        assert cases[0] == "super-steps/s"
+        assert cases[1].startswith("bytes on disk per run, 1024 B")
+        assert cases[2].startswith("same, store with ?compress=zlib")
+        assert cases[-1].startswith("get_state_history")
+        assert all(row["SqliteSaver"] > 0 and row["StagetrailSaver"] > 0 for row in rows)
+        assert all(isinstance(row["met"], bool) for row in rows)
+
 
 class TestCompare:
     def test_compare_reports_every_installed_system(self) -> None:

@@ -69,6 +69,7 @@ class TestArrows:
 OPTIONAL = {
     "langgraph": "engine.integrations.langgraph",
     "langchain_core": "engine.integrations.langgraph",
+    "ormsgpack": "engine.integrations.langgraph",
 }
 """Each optional extra's top-level import, and the only package allowed to import it."""
 

@@ -2,9 +2,9 @@
 
 This module declares every command and its options; the work of each command
 lives in the module named after it (``engine.cli.runs``, ``show``, ``state``,
-``replay``, ``diff``, ``fork``, ``verify``, ``export_import``, ``diagram``,
-``projections``, ``demo``; ``ui`` holds ``ui`` and ``report``). Each command imports
-its module only when it runs, so starting the program stays cheap.
+``replay``, ``diff``, ``fork``, ``verify``, ``compact``, ``export_import``,
+``diagram``, ``projections``, ``demo``; ``ui`` holds ``ui`` and ``report``). Each
+command imports its module only when it runs, so starting the program stays cheap.
 """
 
 from __future__ import annotations
@@ -217,6 +217,23 @@ def fork(run: str, at: int, store: str | None, as_json: bool) -> None:
 
     with open_engine(store) as engine:
         fork_run(engine, resolve_run(engine, run), at, as_json=as_json)
+
+
+@main.command()
+@store_option
+@json_option
+def compact(store: str | None, as_json: bool) -> None:
+    """Physically remove the events of runs finished as deleted.
+
+    Deleting a run (a LangGraph thread's delete_thread) is an event; this erases
+    those runs' events and snapshots and rebuilds the persistent projections.
+    Run it while nothing else writes to the store.
+    """
+    from engine.cli.common import open_engine
+    from engine.cli.compact import compact_store
+
+    with open_engine(store) as engine:
+        compact_store(engine, as_json=as_json)
 
 
 @main.command()

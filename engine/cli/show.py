@@ -22,6 +22,8 @@ from engine.cli.common import (
 from engine.errors import RunNotFound
 from events import (
     BudgetSpent,
+    CheckpointSaved,
+    CheckpointsRemoved,
     CircuitClosed,
     CircuitHalfOpened,
     CircuitOpened,
@@ -37,6 +39,7 @@ from events import (
     TaskAdded,
     TaskCompleted,
     TaskFailed,
+    WritesSaved,
     encode,
 )
 from projections import RunIndex, RunSummary
@@ -153,7 +156,28 @@ def _progress(event: ProgressObserved) -> str:
     return ", ".join(parts) or "nothing observed"
 
 
+def _checkpoint(event: CheckpointSaved) -> str:
+    """The checkpoint's step and source when its metadata is JSON, then its namespace."""
+    metadata = event.metadata.get("json") if isinstance(event.metadata, dict) else None
+    parts = [f"checkpoint {event.checkpoint_id[-12:]}"]
+    if isinstance(metadata, dict) and "step" in metadata:
+        parts.append(f"step {metadata['step']} ({metadata.get('source', '?')})")
+    if event.namespace:
+        parts.append(f"in {event.namespace}")
+    return ", ".join(parts)
+
+
+def _writes(event: WritesSaved) -> str:
+    """Which task wrote to which channels."""
+    task = event.task_path.removeprefix("~__pregel_pull, ") or event.task_id
+    channels = ", ".join(str(write[1]) for write in event.writes)
+    return f"{task}: {channels}"
+
+
 _DESCRIBE: dict[type[Any], Callable[[Any], str]] = {
+    CheckpointSaved: _checkpoint,
+    WritesSaved: _writes,
+    CheckpointsRemoved: lambda e: f"{len(e.removed)} checkpoint(s): {e.reason}",
     RunStarted: _started,
     StageCompleted: _completed,
     StageFailed: _failed,

@@ -7,8 +7,9 @@ table, so a half-created store is still recognised as stagetrail's on the next o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+from uuid import UUID
 
 import attrs
 from eventsourcing.persistence import ApplicationRecorder
@@ -26,6 +27,8 @@ class Backend:
     close: Callable[[], None]
     views: Views | None = None
     views_problem: str = ""
+    erase: Callable[[Sequence[UUID]], int] | None = None
+    """Physically removes runs' events and snapshots in one transaction; the events removed."""
 
 
 def prepare_views(make: Callable[[], Any]) -> tuple[Any, str]:

@@ -150,6 +150,23 @@ class Store:
         newest = self._get(run_id, desc=True, limit=1)
         return newest[0] if newest else None
 
+    def erase(self, run_ids: Sequence[UUID]) -> int:
+        """Physically remove runs' events and snapshots, in one transaction; the events removed.
+
+        The only way anything leaves the store (`Engine.compact` uses it for deleted runs).
+        Their notification ids are not given out again where the database keeps a
+        sequence; persistent projections must be rebuilt afterwards.
+
+        Raises:
+            StoreError: the database failed; nothing was removed.
+        """
+        if self._backend.erase is None or not run_ids:
+            return 0
+        try:
+            return self._backend.erase(run_ids)
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreError(self.url, f"erase failed, nothing removed: {error}") from error
+
     def close(self) -> None:
         """Release the store's connections."""
         self._backend.close()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent, Tracking
+from eventsourcing.persistence import Notification, StoredEvent, Tracking
 from eventsourcing.popo import POPOApplicationRecorder, POPOTrackingRecorder
 
 from engine.store import meta
@@ -118,6 +118,13 @@ class MemoryViews(POPOTrackingRecorder):
             for version, text in states:
                 stored.setdefault(version, text)
 
+    def erase_snapshots(self, run_ids: Sequence[UUID]) -> None:
+        """Forget the snapshots of these runs."""
+        names = {str(run_id) for run_id in run_ids}
+        with self._database_lock:
+            for key in [key for key in self._snapshots if key[0] in names]:
+                del self._snapshots[key]
+
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
         """No notifications in memory: wait out the poll interval (or until stopped)."""
         stop.wait(timeout)
@@ -154,7 +161,55 @@ class MemoryRecorder(POPOApplicationRecorder):
                 stop = min(stop, start + limit - 1)
             return [self._stored_events[index[v]] for v in range(start, stop + 1)]
 
+    def erase(self, run_ids: Sequence[UUID]) -> int:
+        """Remove the runs' events; their notification ids stay taken (gaps, as in SQL)."""
+        removed = 0
+        with self._database_lock:
+            for run_id in run_ids:
+                index = self._stored_events_index.pop(str(run_id), {})
+                for position in index.values():
+                    self._stored_events[position] = None  # type: ignore[call-overload]
+                removed += len(index)
+        return removed
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """eventsourcing's POPO selection, passing over the gaps `erase` left."""
+        first = 1 if start is None else max(start + (0 if inclusive_of_start else 1), 1)
+        found: list[Notification] = []
+        with self._database_lock:
+            end = len(self._stored_events) if stop is None else min(stop, len(self._stored_events))
+            for position in range(first - 1, end):
+                stored = self._stored_events[position]
+                if stored is None or (topics and stored.topic not in topics):
+                    continue
+                found.append(
+                    Notification(
+                        id=position + 1,
+                        originator_id=stored.originator_id,
+                        originator_version=stored.originator_version,
+                        topic=stored.topic,
+                        state=stored.state,
+                    )
+                )
+                if len(found) == limit:
+                    break
+        return found
+
 
 def open_memory(settings: meta.AtRest) -> Backend:
     """A new, empty in-memory store (nothing outlives the engine)."""
-    return Backend(MemoryRecorder(), settings.mapper(), lambda: None, MemoryViews())
+    recorder, views = MemoryRecorder(), MemoryViews()
+
+    def erase(run_ids: Sequence[UUID]) -> int:
+        views.erase_snapshots(run_ids)
+        return recorder.erase(run_ids)
+
+    return Backend(recorder, settings.mapper(), lambda: None, views, erase=erase)

@@ -305,14 +305,19 @@ class Projections:
             self._pipelines[run_id.int] = "" if row is None else row["pipeline"]
         return self._pipelines[run_id.int]
 
-    def rebuild(self, name: str, *, on_progress: Progress | None = None) -> int:
-        """Fold projection `name` again from the first event; return the events folded."""
+    def reset(self, name: str) -> None:
+        """Discard `name`'s materialized state and position: the next catch-up starts over."""
         projection = self.projection(name)
         with self._lock:
             self.views.reset(name, projection.identity())
             self._cache.pop(name, None)
             if name == RunIndex.name:
                 self._pipelines.clear()
+
+    def rebuild(self, name: str, *, on_progress: Progress | None = None) -> int:
+        """Fold projection `name` again from the first event; return the events folded."""
+        with self._lock:
+            self.reset(name)
             return self._catch_up(self._with_run_index([name]), self.head(), on_progress)[name]
 
     def get(self, name: str, key: str | UUID = "", *, catch_up: bool = True) -> Any:

@@ -5,11 +5,14 @@ recorder in the store's schema, the views beside the events, and LISTEN/NOTIFY w
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import threading
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import Tracking
 from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
@@ -229,7 +232,26 @@ def open_postgres(url: StoreURL, create: bool, settings: meta.AtRest) -> Backend
         raise StoreError(url.masked, f"cannot prepare the store: {_describe(error, url)}") from None
 
     views, problem = prepare_views(lambda: PostgresViews(datastore, recorder.channel_name))
-    return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem)
+    erase = functools.partial(erase_runs, datastore, views)
+    return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem, erase)
+
+
+def erase_runs(datastore: Any, views: PostgresViews | None, run_ids: Sequence[UUID]) -> int:
+    """Delete the runs' events and snapshots in one transaction; return the events deleted."""
+    events = SQL("DELETE FROM {} WHERE originator_id=%s").format(
+        Identifier(datastore.schema, meta.EVENTS_TABLE)
+    )
+    snapshots = SQL("DELETE FROM {} WHERE run_id=%s").format(
+        Identifier(datastore.schema, NAMES["snapshots"])
+    )
+    removed = 0
+    with datastore.transaction(commit=True) as cursor:
+        for run_id in run_ids:
+            cursor.execute(events, (run_id,))
+            removed += cursor.rowcount
+            if views is not None:
+                cursor.execute(snapshots, (str(run_id),))
+    return removed
 
 
 def _closer(datastore: Any, views: Any) -> Any:

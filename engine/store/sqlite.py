@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import PersistenceError, Tracking
 from eventsourcing.sqlite import (
@@ -68,7 +71,20 @@ def open_sqlite(url: StoreURL, create: bool, settings: meta.AtRest) -> Backend:
         datastore.close()
         raise StoreError(url.masked, f"not a stagetrail store ({error})") from error
     views, problem = prepare_views(lambda: SQLiteViews(datastore))
-    return Backend(recorder, settings.mapper(), datastore.close, views, problem)
+    erase = functools.partial(erase_runs, datastore, views is not None)
+    return Backend(recorder, settings.mapper(), datastore.close, views, problem, erase)
+
+
+def erase_runs(datastore: SQLiteDatastore, has_views: bool, run_ids: Sequence[UUID]) -> int:
+    """Delete the runs' events and snapshots in one transaction; return the events deleted."""
+    removed = 0
+    with datastore.transaction(commit=True) as cursor:
+        for run_id in run_ids:
+            cursor.execute(f"DELETE FROM {meta.EVENTS_TABLE} WHERE originator_id=?", (run_id.hex,))
+            removed += cursor.sqlite_cursor.rowcount
+            if has_views:
+                cursor.execute(f"DELETE FROM {NAMES['snapshots']} WHERE run_id=?", (str(run_id),))
+    return removed
 
 
 def _check_sqlite_path(url: StoreURL, create: bool) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import operator
 import shutil
@@ -17,8 +19,9 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
-from engine import Engine
+from engine import Engine, RunNotFound
 from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline
+from engine.integrations.langgraph import THREAD_LABEL as THREAD
 from events import StageCompleted, StageFailed
 from projections import FailurePatterns, RetryCounts
 
@@ -139,7 +142,10 @@ class TestFlakyGraph:
         (run,) = json.loads(stagetrail("runs", "--store", url, "--json").stdout)
         assert (run["pipeline"], run["failures"]) == ("langgraph", 2)
         shown = stagetrail("show", run["run_id"][:8], "--store", url).stdout
-        failed = [line.split() for line in shown.splitlines() if " StageFailed " in line]
+        lines = shown.splitlines()
+        assert any("CheckpointSaved" in line and "step 0 (loop)" in line for line in lines)
+        assert any("WritesSaved" in line and "build: __error__" in line for line in lines)
+        failed = [line.split() for line in lines if " StageFailed " in line]
         assert [line[2:] for line in failed] == [
             ["StageFailed", "build", "1", "failed", "RuntimeError:", "build", "broke", "(1)"],
             ["StageFailed", "build", "2", "failed", "RuntimeError:", "build", "broke", "(2)"],
@@ -157,3 +163,95 @@ class TestThreadPipeline:
             assert pipeline.allowed(node) == ("completed", "failed")
             assert pipeline.next_state(node, "failed") == HUB
         assert "__start__" not in pipeline.states
+
+
+class TestDeletion:
+    def test_a_deleted_thread_is_gone_then_compacted_away(self, store_url: str) -> None:
+        """delete_thread records the deletion; readers see nothing; compact erases the events."""
+        builder = flaky_graph(failures=0)
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, builder)
+            graph = builder.compile(checkpointer=saver)
+            for thread in ("keep", "erase"):
+                invoke_until_done(graph, {"configurable": {"thread_id": thread}}, tries=1)
+            (doomed,) = [s.run_id for s in engine.runs() if s.labels[THREAD] == "erase"]
+            saver.delete_thread("erase")
+            erase: RunnableConfig = {"configurable": {"thread_id": "erase"}}
+            assert saver.get_tuple(erase) is None
+            assert list(saver.list(erase)) == []
+            assert [s.labels[THREAD] for s in saver_threads(engine)] == ["keep"]
+            assert engine.runs(status="deleted")[0].run_id == doomed
+            done = engine.compact()
+            assert done.runs == (doomed,)
+            assert engine.runs(status="deleted") == []
+            with pytest.raises(RunNotFound):
+                engine.events(doomed)
+            keep: RunnableConfig = {"configurable": {"thread_id": "keep"}}
+            assert graph.get_state(keep).values == {"log": ["plan", "build", "ship"]}
+
+    def test_a_deleted_thread_id_can_be_used_again(self, store_url: str) -> None:
+        """After delete_thread the same thread id starts afresh, in a new run."""
+        builder = flaky_graph(failures=0)
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, builder)
+            graph = builder.compile(checkpointer=saver)
+            config: RunnableConfig = {"configurable": {"thread_id": "again"}}
+            invoke_until_done(graph, config, tries=1)
+            saver.delete_thread("again")
+            invoke_until_done(graph, config, tries=1)
+            assert graph.get_state(config).values == {"log": ["plan", "build", "ship"]}
+            statuses = sorted(s.status for s in engine.runs())
+            assert statuses == ["deleted", "running"]
+
+
+def saver_threads(engine: Engine) -> list[Any]:
+    """The runs of LangGraph threads that are not deleted."""
+    return [s for s in engine.runs(status="running") if THREAD in s.labels]
+
+
+class TestWriters:
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
+    def test_two_savers_on_one_thread_both_land(
+        self, backend: str, request: pytest.FixtureRequest
+    ) -> None:
+        """A saver whose view of the thread is stale catches up and appends after the other."""
+        store_url = str(request.getfixturevalue(backend))
+        builder = flaky_graph(failures=0)
+        with Engine(store_url) as first_engine, Engine(store_url) as second_engine:
+            first = StagetrailSaver(first_engine, builder)
+            second = StagetrailSaver(second_engine, builder)
+            config: RunnableConfig = {"configurable": {"thread_id": "shared"}}
+            invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
+            assert second.get_tuple(config) is not None  # second now caches the thread
+            latest = first.get_tuple(config)
+            assert latest is not None
+            first.put_writes(latest.config, [("log", ["by first"])], "task-a")
+            second.put_writes(latest.config, [("log", ["by second"])], "task-b")
+            writes = first.get_tuple(latest.config)
+            assert writes is not None
+            assert sorted(w[2][0] for w in writes.pending_writes or []) == [
+                "by first",
+                "by second",
+            ]
+            (summary,) = first_engine.runs()
+            assert first_engine.verify(summary.run_id).ok
+
+
+class TestAsync:
+    def test_an_async_graph_runs_on_the_saver(self, store_url: str) -> None:
+        """ainvoke, aget_state and the history go through the saver's async methods."""
+        builder = flaky_graph(failures=1)
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            config: RunnableConfig = {"configurable": {"thread_id": "async"}}
+
+            async def run() -> list[str]:
+                with contextlib.suppress(RuntimeError):
+                    await graph.ainvoke({"log": []}, config, durability="sync")
+                await graph.ainvoke(None, config, durability="sync")
+                state = await graph.aget_state(config)
+                return list(state.values["log"])
+
+            assert asyncio.run(run()) == ["plan", "build", "ship"]
+            (summary,) = engine.runs()
+            assert summary.failures == 1

@@ -6,7 +6,7 @@ stagetrail imports LangGraph.
 
 from __future__ import annotations
 
-from engine.integrations.langgraph.saver import StagetrailSaver, thread_run_ids
+from engine.integrations.langgraph.saver import THREAD_LABEL, StagetrailSaver, thread_run_ids
 from engine.integrations.langgraph.table import HUB, thread_pipeline
 
-__all__ = ["HUB", "StagetrailSaver", "thread_pipeline", "thread_run_ids"]
+__all__ = ["HUB", "StagetrailSaver", "THREAD_LABEL", "thread_pipeline", "thread_run_ids"]

@@ -20,6 +20,7 @@ from typing import Any
 from uuid import UUID
 
 import attrs
+import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -38,7 +39,7 @@ from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
-from engine.integrations.langgraph.thread import REFERENCE, Thread, Typed
+from engine.integrations.langgraph.thread import AS_JSON, REFERENCE, Thread, Typed
 from engine.machine import apply
 from events import (
     CheckpointSaved,
@@ -59,6 +60,8 @@ _PULL = "~__pregel_pull, "
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EMPTY: Typed = ("empty", b"")
+_JSON_FROM = 96
+"""Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
 _ALL_THREADS = 1_000_000
 
 Spec = tuple[type[Event], dict[str, Any]]
@@ -68,7 +71,7 @@ Tuples = list[CheckpointTuple]
 Threads = list[Thread]
 Events = list[Event]
 Removed = list[list[str]]
-Encoded = list[str]
+Encoded = list[Any]
 """A serialised value in an event: ``[type, base64]``."""
 Build = Callable[[Thread], Specs]
 """Makes the events to append from the thread's current state (empty: nothing to do)."""
@@ -106,6 +109,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
         self._threads: dict[str, Thread] = {}
+        self._free: dict[str, UUID] = {}
+        """The run id a thread's next run takes, as last seen in the store."""
         self._read_at: dict[str, datetime] = {}
         """When each thread was last read: an invocation begins by reading its thread."""
         self._lock = threading.RLock()
@@ -179,14 +184,14 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             skeleton_json.copy_plain(plain) if plain is not None else self._load(saved.checkpoint)
         )
         values = thread.channel_values(ns, checkpoint["channel_versions"])
-        checkpoint["channel_values"] = {ch: self.serde.loads_typed(v) for ch, v in values.items()}
+        checkpoint["channel_values"] = {ch: self._value(v) for ch, v in values.items()}
         writes = thread.pending_writes(ns, saved.checkpoint_id)
         return CheckpointTuple(
             config=_config(tid, ns, saved.checkpoint_id),
             checkpoint=checkpoint,
             metadata=self._metadata(saved),
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
-            pending_writes=[(task, ch, self.serde.loads_typed(v)) for task, ch, v, _ in writes],
+            pending_writes=[(task, ch, self._value(v)) for task, ch, v, _ in writes],
         )
 
     # -- writing ---------------------------------------------------------------------------
@@ -204,7 +209,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         values = checkpoint["channel_values"]
         dumped = {
-            ch: (str(version), self.serde.dumps_typed(values[ch]) if ch in values else _EMPTY)
+            ch: (str(version), self._typed(values[ch]) if ch in values else _EMPTY)
             for ch, version in new_versions.items()
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -245,7 +250,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
         def events(thread: Thread) -> Specs:
             new = [
-                [index, ch, *_encoded(self.serde.dumps_typed(value))]
+                [index, ch, *_encoded(self._typed(value))]
                 for index, ch, value in indexed
                 if index < 0 or not thread.has_write(ns, checkpoint_id, task_id, index)
             ]
@@ -317,7 +322,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         with self._lock:
             thread = self._threads.get(thread_id)
             for _ in range(_RETRIES):
-                if thread is None or thread.deleted:
+                known_absent = thread is None and thread_id in self._free
+                if (thread is None or thread.deleted) and not known_absent:
                     thread = self._live(thread_id)
                 if thread is None and not create:
                     return
@@ -339,6 +345,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             self.engine.store.append(events)
         except (ConcurrencyConflict, RunAlreadyExists):
             self._threads.pop(thread_id, None)
+            self._free.pop(thread_id, None)
             return False
         for event in events[len(started) :]:
             thread.fold(event)
@@ -376,6 +383,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         )
 
     def _next_run_id(self, thread_id: str) -> UUID:
+        free = self._free.pop(thread_id, None)
+        if free is not None:
+            return free  # as of the last look; taken meanwhile, the append is refused
         for run_id in thread_run_ids(thread_id):
             last = self.engine.store.last(run_id)
             if last is None:
@@ -398,17 +408,26 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _find_id(self, thread_id: str) -> UUID | None:
         """The id of the thread's newest run, deleted or not; None if it never had one."""
+        return self._probe(thread_id)[0]
+
+    def _probe(self, thread_id: str) -> tuple[UUID | None, UUID]:
+        """The thread's newest run id (None if none), and the first id no run has taken."""
         found = None
         for run_id in thread_run_ids(thread_id):
             if self.engine.store.last(run_id) is None:
-                return found
+                return found, run_id
             found = run_id
-        return None  # pragma: no cover
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _find(self, thread_id: str) -> Thread | None:
-        run_id = self._find_id(thread_id)
-        if run_id is None:
-            return None
+        """The thread's live run read from the store; None (its next run id noted) if none."""
+        run_id, free = self._probe(thread_id)
+        thread = None if run_id is None else self._read_thread(thread_id, run_id)
+        if thread is None:
+            self._free[thread_id] = free
+        return thread
+
+    def _read_thread(self, thread_id: str, run_id: UUID) -> Thread | None:
         events = self.engine.store.stream(run_id)
         first = next(events)
         assert isinstance(first, RunStarted)
@@ -567,6 +586,25 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return skeleton_json.copy_plain(stored["json"])
         return self._load(stored)
 
+    def _typed(self, value: Any) -> Typed:
+        """The value through LangGraph's serde; plain JSON msgpack is kept as that JSON."""
+        kind, data = self.serde.dumps_typed(value)
+        if kind == "msgpack" and len(data) >= _JSON_FROM:
+            try:
+                plain = ormsgpack.unpackb(data)  # no extension types: those stay bytes
+            except (ValueError, TypeError):
+                return (kind, data)
+            if skeleton_json.is_plain(plain):
+                return (AS_JSON, plain)
+        return (kind, data)
+
+    def _value(self, typed: Typed) -> Any:
+        """A stored value back through LangGraph's serde, as `get_tuple` returns it."""
+        kind, data = typed
+        if kind == AS_JSON:
+            return self.serde.loads_typed(("msgpack", ormsgpack.packb(data)))
+        return self.serde.loads_typed(typed)
+
     def _load(self, stored: Any) -> Any:
         kind, data = stored
         return self.serde.loads_typed((kind, base64.b64decode(data)))
@@ -589,8 +627,9 @@ def _stored(thread: Thread, value: Typed) -> Encoded:
 
 
 def _encoded(value: Typed) -> Encoded:
-    """A serialised value as JSON can hold it: its type tag and its bytes in base64."""
-    return [value[0], base64.b64encode(value[1]).decode("ascii")]
+    """A serialised value as JSON can hold it: its type tag and its JSON, or its bytes in base64."""
+    kind, data = value
+    return [kind, data if kind == AS_JSON else base64.b64encode(data).decode("ascii")]
 
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:

@@ -9,7 +9,7 @@ exactly (a tuple, bytes) is left to LangGraph's serde instead. Pure: no I/O.
 
 from __future__ import annotations
 
-import math
+import json
 from typing import Any
 
 VERSIONS = ("channel_versions", "versions_seen")
@@ -17,17 +17,16 @@ VERSIONS = ("channel_versions", "versions_seen")
 
 
 def is_plain(value: Any) -> bool:
-    """Whether JSON holds `value` exactly: dicts with str keys, lists, str, int, finite floats."""
-    kind = type(value)
-    if kind in (str, int, bool) or value is None:
-        return True
-    if kind is float:
-        return math.isfinite(value)
-    if kind is list:
-        return all(is_plain(item) for item in value)
-    if kind is dict:
-        return all(type(k) is str and is_plain(v) for k, v in value.items())
-    return False
+    """Whether JSON holds `value` exactly: dicts with str keys, lists, str, int, finite floats.
+
+    Checked by a round trip through the C JSON codec: a tuple, an int key, bytes, a set
+    or NaN does not come back equal (or does not go at all).
+    """
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return False
+    return bool(json.loads(text) == value)
 
 
 def encode(skeleton: dict[str, Any], parent: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -39,10 +38,8 @@ def encode(skeleton: dict[str, Any], parent: dict[str, Any] | None) -> dict[str,
     """
     if not is_plain(skeleton):
         return None
-    if parent is not None:
-        delta = _delta(skeleton, parent)
-        if decode({"delta": delta}, parent) == skeleton:
-            return {"delta": delta}
+    if parent is not None and _only_grows(skeleton, parent):
+        return {"delta": _delta(skeleton, parent)}
     return {"full": skeleton}
 
 
@@ -63,6 +60,15 @@ def decode(stored: dict[str, Any], parent: dict[str, Any] | None) -> dict[str, A
     return rebuilt
 
 
+def _only_grows(skeleton: dict[str, Any], parent: dict[str, Any]) -> bool:
+    """Whether every versioned key of the parent is still in the child (a delta can't drop one)."""
+    for field in VERSIONS:
+        now, before = skeleton.get(field), parent.get(field, {})
+        if type(now) is not dict or type(before) is not dict or not before.keys() <= now.keys():
+            return False
+    return True
+
+
 def _delta(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
     delta = {k: v for k, v in skeleton.items() if k not in VERSIONS}
     for field in VERSIONS:
@@ -73,9 +79,11 @@ def _delta(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
 
 def copy_plain(value: Any) -> Any:
     """A copy of plain JSON data (dicts and lists copied, the rest shared: it is immutable)."""
-    kind = type(value)
-    if kind is dict:
-        return {k: copy_plain(v) for k, v in value.items()}
-    if kind is list:
-        return [copy_plain(v) for v in value]
+    if type(value) is dict:
+        return {k: copy_plain(v) if type(v) in _NESTED else v for k, v in value.items()}
+    if type(value) is list:
+        return [copy_plain(v) if type(v) in _NESTED else v for v in value]
     return value
+
+
+_NESTED = frozenset({dict, list})

@@ -7,6 +7,7 @@ only when a caller asks for them.
 
 from __future__ import annotations
 
+import json
 from base64 import b64decode
 from typing import Any
 from uuid import UUID
@@ -23,12 +24,27 @@ from events import (
     WritesSaved,
 )
 
-Typed = tuple[str, bytes]
+Typed = tuple[str, Any]
 """A value as LangGraph's serde wrote it: type tag and bytes (base64 in the events)."""
+AS_JSON = "~msgpack"
+"""The type tag of a msgpack value that is plain JSON, stored as that JSON (not as base64)."""
 REFERENCE = "="
 """The type tag of a blob that is a reference to an identical value stored earlier in the run."""
 Write = tuple[str, str, Typed, str]
 """One pending write: task id, channel, value, task path."""
+
+
+def _value(kind: str, data: Any) -> Typed:
+    """A value as an event holds it, decoded: JSON stays JSON, base64 becomes bytes."""
+    return (kind, data) if kind == AS_JSON else (kind, b64decode(data))
+
+
+def identity(value: Typed) -> tuple[str, str | bytes]:
+    """What two equal stored values share (their bytes, or their JSON text)."""
+    kind, data = value
+    if kind == AS_JSON:
+        return (kind, json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+    return (kind, data)
 
 
 class Thread:
@@ -47,7 +63,7 @@ class Thread:
         """(namespace, channel, version) → the channel's value at that version."""
         self.skeletons: dict[tuple[str, str], dict[str, Any] | None] = {}
         """(namespace, checkpoint id) → the skeleton stored as JSON, rebuilt (None: serde's)."""
-        self.known: dict[Typed, str] = {}
+        self.known: dict[tuple[str, str | bytes], str] = {}
         """Each value stored so far → where it is (``version.index``), to refer to, not repeat."""
         self.values: dict[str, Typed] = {}
         """Where a value is stored → the value."""
@@ -79,26 +95,32 @@ class Thread:
         plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
         self.skeletons[(ns, event.checkpoint_id)] = plain
         for channel, (version, kind, data) in event.blobs.items():
-            value = self.values[data] if kind == REFERENCE else (kind, b64decode(data))
+            value = self.values[data] if kind == REFERENCE else _value(kind, data)
             self.blobs[(ns, channel, str(version))] = value
-            if kind != REFERENCE:
-                self._keep(value, f"{event.version}.{channel}")
 
     def _writes(self, event: WritesSaved) -> None:
         stored = self.writes.setdefault((event.namespace, event.checkpoint_id), {})
         for position, (index, channel, kind, data) in enumerate(event.writes):
-            value = (kind, b64decode(data))
+            value = _value(kind, data)
             stored[(event.task_id, index)] = (event.task_id, channel, value, event.task_path)
             self._keep(value, f"{event.version}.{position}")
 
     def _keep(self, value: Typed, where: str) -> None:
-        if len(value[1]) > len(where) + 8 and value not in self.known:
-            self.known[value] = where
+        """Remember a write's value, for a later channel value equal to it to refer to.
+
+        Only values worth a reference: JSON ones are large by construction; a few
+        bytes cost less to repeat than to point at.
+        """
+        if value[0] != AS_JSON and len(value[1]) <= len(where) + 8:
+            return
+        key = identity(value)
+        if key not in self.known:
+            self.known[key] = where
             self.values[where] = value
 
     def reference(self, value: Typed) -> str | None:
-        """Where an identical value is stored already in this run, if anywhere."""
-        return self.known.get(value)
+        """Where a write with an identical value is stored already in this run, if anywhere."""
+        return self.known.get(identity(value))
 
     def _removed(self, event: CheckpointsRemoved) -> None:
         for ns, checkpoint_id in event.removed:
