@@ -41,6 +41,10 @@ SYSTEMS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "stagetrail-drive": (
         "benchmarks.peers.stagetrail_runs", "Stagetrail", {"variant": "Supervisor.drive"},
     ),
+    "stagetrail-drive-each": (
+        "benchmarks.peers.stagetrail_runs", "Stagetrail",
+        {"variant": "Supervisor.drive", "group_commits": False},
+    ),
 }  # fmt: skip
 """Each system's key: (module, class, arguments)."""
 
