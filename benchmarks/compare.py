@@ -41,6 +41,10 @@ SYSTEMS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "stagetrail-drive": (
         "benchmarks.peers.stagetrail_runs", "Stagetrail", {"variant": "Supervisor.drive"},
     ),
+    "stagetrail-drive-each": (
+        "benchmarks.peers.stagetrail_runs", "Stagetrail",
+        {"variant": "Supervisor.drive", "group_commits": False},
+    ),
 }  # fmt: skip
 """Each system's key: (module, class, arguments)."""
 
@@ -134,7 +138,16 @@ def compare(keys: list[str], runs: int, repetitions: int) -> list[dict[str, Any]
         for key in order:
             print(f"  repetition {repetition + 1}: {key}", file=sys.stderr, flush=True)
             rounds[key].append(measure(key, builds[key], runs))
-    return [_summary(key, rounds[key], rounds.get("raw")) for key in builds]
+    summaries = [_summary(key, rounds[key], rounds.get("raw")) for key in builds]
+    drive = rounds.get("stagetrail-drive")
+    for summary in summaries:
+        summary["rounds"] = rounds[summary["key"]]
+        if drive is not None:  # how many times faster the supervised stagetrail records
+            summary["drive_speedup"] = statistics.median(
+                ours["runs_s"] / theirs["runs_s"]
+                for ours, theirs in zip(drive, rounds[summary["key"]], strict=True)
+            )
+    return summaries
 
 
 def _summary(
@@ -184,7 +197,7 @@ COLUMNS = (
     ("records/run", "records_run", "{:.1f}"), ("history (ms)", "history_ms", "{:.3f}"),
     ("vs raw", "history_ms_vs_raw", "{:.1f}x"), ("state @4 (ms)", "state_ms", "{:.3f}"),
     ("vs raw", "state_ms_vs_raw", "{:.1f}x"), ("failures kept", "failures_visible", "{}"),
-    ("import (ms)", "import_ms", "{:.0f}"),
+    ("import (ms)", "import_ms", "{:.0f}"), ("drive is faster by", "drive_speedup", "{:.2f}x"),
 )  # fmt: skip
 
 

@@ -165,9 +165,42 @@ def lookup(table: JSON) -> dict[tuple[str, str], str]:
     """The `(state, outcome) -> dest` lookup of a stored table, `"*"` rows expanded.
 
     Malformed rows are skipped: a projection folds what the engine already checked.
+    Every fold of a run starts here, so the expansion is kept per table (a copy is
+    returned).
     """
     if not isinstance(table, Mapping):
         return {}
+    key = _table_key(table)
+    known = _LOOKUPS.get(key) if key is not None else None
+    if known is None:
+        known = _expanded(table)
+        if key is not None:
+            if len(_LOOKUPS) >= _LOOKUPS_KEPT:
+                _LOOKUPS.clear()
+            _LOOKUPS[key] = known
+    return dict(known)
+
+
+_LOOKUPS: dict[Any, dict[tuple[str, str], str]] = {}
+_LOOKUPS_KEPT = 256
+
+
+def _table_key(table: Mapping[str, Any]) -> Any:
+    """A hashable form of what `lookup` reads from a table, or None for odd tables."""
+    try:
+        key = (
+            table.get("initial"),
+            tuple(table.get("final") or ()),
+            tuple(table.get("states") or ()),
+            tuple(tuple(row) for row in table.get("transitions") or ()),
+        )
+        hash(key)
+        return key
+    except TypeError:  # an unhashable or non-iterable part: not worth caching
+        return None
+
+
+def _expanded(table: Mapping[str, Any]) -> dict[tuple[str, str], str]:
     rows = [(row[0], row[1], row[2]) for row in table.get("transitions") or () if _is_row(row)]
     final = tuple(table.get("final") or ())
     states = table.get("states") or derive_states(initial_state(table), rows, final)

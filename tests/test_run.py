@@ -13,6 +13,7 @@ from engine import (
     InvalidPayload,
     InvalidRollback,
     InvalidTransition,
+    RuleViolation,
     Run,
     RunAlreadyFinished,
     TaskError,
@@ -416,6 +417,86 @@ class TestBatch:
             run.note("b", 2)
         assert [type(e) for e in engine.events(run.id)][1:] == [NoteAdded]
         assert run.version == 1
+
+
+class TestHeld:
+    def test_held_events_are_written_together_at_flush_and_at_the_end(self, engine: Engine) -> None:
+        """Inside held() nothing is stored until flush(); the rest is stored at the end."""
+        run = engine.start_run(REVIEW)
+        with run.held():
+            run.stage_completed("project_analysis")
+            run.note("k", "v")
+            assert (len(engine.events(run.id)), run.version, run.in_batch) == (1, 3, False)
+            run.flush()
+            assert len(engine.events(run.id)) == 3
+            run.stage_started("code_review")
+            assert len(engine.events(run.id)) == 3
+        assert [e.version for e in engine.events(run.id)] == [1, 2, 3, 4]
+
+    def test_an_exception_in_the_block_still_writes_what_was_recorded(self, engine: Engine) -> None:
+        """Unlike a batch, a held block that raises keeps its events: they happened."""
+        run = engine.start_run(REVIEW)
+        with pytest.raises(RuntimeError), run.held():
+            run.stage_completed("project_analysis")
+            raise RuntimeError("the supervisor gives up")
+        assert (run.version, len(engine.events(run.id))) == (2, 2)
+
+    def test_a_start_written_with_earlier_events_names_the_first(self, engine: Engine) -> None:
+        """committed_with is the version the start's transaction began with, None when alone."""
+        run = engine.start_run(REVIEW)
+        with run.held():
+            run.stage_started("project_analysis")
+            run.flush()
+            run.stage_completed("project_analysis")
+            run.note("k", "v")
+            run.stage_started("code_review")
+        starts = [e for e in engine.events(run.id) if isinstance(e, StageStarted)]
+        assert [(s.version, s.committed_with) for s in starts] == [(2, None), (5, 3)]
+
+    def test_released_writes_directly_and_flushes_first(self, engine: Engine) -> None:
+        """Inside released() what was held is stored, and each new event at once."""
+        run = engine.start_run(REVIEW)
+        with run.held():
+            run.stage_completed("project_analysis")
+            with run.released():
+                assert len(engine.events(run.id)) == 2
+                run.note("by", "the stage function")
+                assert len(engine.events(run.id)) == 3
+            run.note("after", "release")
+            assert len(engine.events(run.id)) == 3
+        assert len(engine.events(run.id)) == 4
+
+    def test_a_nested_hold_joins_the_outer_one(self, engine: Engine) -> None:
+        """Leaving an inner held() writes nothing; the outer one writes all."""
+        run = engine.start_run(REVIEW)
+        with run.held():
+            with run.held():
+                run.stage_completed("project_analysis")
+            assert len(engine.events(run.id)) == 1
+        assert len(engine.events(run.id)) == 2
+
+    def test_a_failed_flush_leaves_the_run_as_the_store_holds_it(self, engine: Engine) -> None:
+        """A conflicting writer makes the held events fail whole; the run goes back."""
+        run = engine.start_run(REVIEW)
+        with pytest.raises(ConcurrencyConflict), run.held():
+            run.stage_completed("project_analysis")
+            engine.load(run.id).note("other", "writer")
+        assert (run.version, run.state) == (1, "project_analysis")
+        assert [type(e).__name__ for e in engine.events(run.id)] == ["RunStarted", "NoteAdded"]
+
+    def test_holding_inside_a_batch_is_refused(self, engine: Engine) -> None:
+        """held() inside batch() raises RuleViolation naming the batch."""
+        run = engine.start_run(REVIEW)
+        with pytest.raises(RuleViolation, match="inside a batch"), run.batch(), run.held():
+            pass
+
+    def test_flush_and_released_outside_a_hold_do_nothing(self, engine: Engine) -> None:
+        """Without held(), flush() writes nothing and released() changes nothing."""
+        run = engine.start_run(REVIEW)
+        run.flush()
+        with run.released():
+            run.note("k", "v")
+        assert len(engine.events(run.id)) == 2
 
 
 class TestConcurrency:

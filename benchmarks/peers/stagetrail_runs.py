@@ -32,7 +32,8 @@ class Stagetrail:
 
     def __init__(self, path: Path, variant: str, **supervisor: Any) -> None:
         self.variant = variant
-        self.name = f"stagetrail ({variant})"
+        grouped = "" if supervisor.get("group_commits", True) else ", group_commits=False"
+        self.name = f"stagetrail ({variant}{grouped})"
         self.engine = Engine(f"sqlite:///{path}")
         self.supervisor = self.engine.supervisor(
             retry=RetryPolicy(max_retries=3, delay=0.0, jitter=0.0, timeout=None), **supervisor

@@ -129,9 +129,7 @@ class Supervisor:
     ) -> Any:
         """`task` for an async task function."""
         with run.stamped_by(self._now):
-            return await self._drive_async(
-                run, self.decisions.task(run, task_id), fn, args, kwargs
-            )
+            return await self._drive_async(run, self.decisions.task(run, task_id), fn, args, kwargs)
 
     def drive(
         self,
@@ -309,11 +307,12 @@ class Supervisor:
             command = next(loop)
             while True:
                 # Other coroutines run while this one awaits: nothing is held meanwhile.
+                ended: Ended | None = None
                 with run.released():
                     if isinstance(command, Call):
                         ended = await self._call_async(fn, args, kwargs, command.timeout)
                     else:
-                        ended = await self._pause(command.seconds)
+                        await self._pause(command.seconds)
                 command = loop.send(ended)
         except StopIteration as done:
             return done.value
@@ -400,7 +399,8 @@ FINISHED = _FINISHED
 
 
 def _real_sleep(seconds: float) -> None:
-    time.sleep(seconds)
+    if seconds > 0:  # sleep(0) gives the processor away: on a busy machine, for milliseconds
+        time.sleep(seconds)
 
 
 def _real_clock() -> float:

@@ -195,3 +195,103 @@ class TestResumeAfterSigkill:
         children = engine.runs(parent=run.id)
         assert len(children) == len(coordinator.FEATURES)
         assert {child.status for child in children} == {"succeeded"}
+
+
+GROUPED = """
+import os, signal, sys, time
+from engine import Engine, Pipeline, RetryPolicy
+
+url, mode, point = sys.argv[1], sys.argv[2], int(sys.argv[3])
+engine = Engine(url)
+run = engine.start_run(Pipeline("grouped", initial="plan", transitions=[
+    ("plan", "completed", "build"), ("plan", "failed", "plan"), ("build", "failed", "build"),
+    ("build", "completed", "test"), ("test", "failed", "test"), ("test", "completed", "done"),
+], final=["done"]))
+print(run.id, flush=True)
+calls = groups = 0
+
+def stage(fails):
+    def fn(context):
+        global calls
+        calls += 1
+        if mode == "call" and calls == point:
+            print("stopped", flush=True)
+            time.sleep(60)
+        if context.attempt <= fails:
+            raise RuntimeError(f"{context.stage} {context.attempt} failed")
+        return context.stage
+    return fn
+
+if mode == "commit":  # SIGKILL inside the point-th grouped write: rows inserted, no COMMIT
+    recorder = type(engine.store.recorder)
+    insert = recorder._insert_events
+    def killing(self, cursor, stored, **kwargs):
+        global groups
+        result = insert(self, cursor, stored, **kwargs)
+        if len(stored) > 1:
+            groups += 1
+            if groups == point:
+                print("stopped", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    recorder._insert_events = killing
+
+engine.supervisor(retry=RetryPolicy(delay=0)).drive(
+    run, {"plan": stage(0), "build": stage(2), "test": stage(1)}
+)
+print("finished", flush=True)
+"""
+"""Drives plan, build (2 failures), test (1 failure) with group commits, killed at a point."""
+
+GROUP_SIZES = [2, 3, 3, 2, 3, 2]
+"""The grouped writes of that run: [outcome (+decision) + next start] ..., [outcome + finish]."""
+
+
+def kill_grouped(url: str, mode: str, point: int) -> UUID:
+    """Run GROUPED in a child process and SIGKILL it at its `point`-th call or grouped write."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", GROUPED, url, mode, str(point)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    run_id = UUID(child.stdout.readline().strip())
+    assert child.stdout.readline().strip() == "stopped"
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=30) == -signal.SIGKILL
+    return run_id
+
+
+@pytest.mark.slow
+class TestGroupedCommitsAfterSigkill:
+    @pytest.mark.parametrize("mode", ["call", "commit"])
+    @pytest.mark.parametrize("point", range(1, 7))
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
+    def test_every_interrupted_attempt_is_recorded(
+        self, backend: str, mode: str, point: int, request: pytest.FixtureRequest
+    ) -> None:
+        """Killed in a stage function or inside a grouped write, resume records the attempt."""
+        url = request.getfixturevalue(backend)
+        run_id = kill_grouped(url, mode, point)
+        with Engine(url) as engine:
+            stored = kinds(engine, engine.load(run_id))
+            if mode == "commit":  # the grouped write is gone whole, and nothing after it
+                assert len(stored) == 2 + sum(GROUP_SIZES[: point - 1])
+            assert stored[-1] == "StageStarted"  # the attempt that was under way
+            run = engine.resume(run_id)
+            assert of_type(engine, run, "StageFailed")[-1].error_type == "Interrupted"  # type: ignore[attr-defined]
+            engine.supervisor(retry=RetryPolicy(delay=0)).drive(
+                run, {stage: (lambda context: context.stage) for stage in ("plan", "build", "test")}
+            )
+            assert run.status == "succeeded"
+            assert engine.verify(run.id).ok
+            self._check_every_attempt_closed(engine.events(run.id))
+
+    def _check_every_attempt_closed(self, history: list[Any]) -> None:
+        started = [(e.stage, e.attempt) for e in history if type(e).__name__ == "StageStarted"]
+        ended = [(e.stage, e.attempt) for e in history
+                 if type(e).__name__ in ("StageFailed", "StageCompleted")]  # fmt: skip
+        assert started == ended
+        interrupted = [e for e in history if getattr(e, "error_type", None) == "Interrupted"]
+        assert len(interrupted) == 1
+        for stage in ("plan", "build", "test"):
+            numbers = [attempt for name, attempt in ended if name == stage]
+            assert numbers == list(range(1, len(numbers) + 1))

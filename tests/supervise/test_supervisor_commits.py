@@ -47,8 +47,8 @@ def fake() -> FakeTime:
 
 
 @pytest.fixture
-def writes(engine: Engine) -> Iterator[Writes]:
-    yield Writes(engine)
+def writes(engine: Engine) -> Writes:
+    return Writes(engine)
 
 
 def build_failing(times: int) -> dict[str, Any]:
@@ -66,7 +66,7 @@ class TestGroupCommits:
     def test_an_outcome_its_decision_and_the_next_start_share_one_write(
         self, engine: Engine, writes: Writes, fake: FakeTime
     ) -> None:
-        """drive writes each outcome with its decision and the next start, the last with RunFinished."""
+        """drive writes an outcome, its decision and the next start together (last: the finish)."""
         run = engine.start_run(BUILD)
         sup = engine.supervisor(retry=RetryPolicy(delay=0), clock=fake.clock, sleep=fake.sleep)
         sup.drive(run, build_failing(2))
@@ -202,7 +202,7 @@ class TestGroupCommits:
         """execute groups a failure, its retry and the next start; its result is durable."""
         run: Run = engine.start_run(BUILD)
         sup = engine.supervisor(retry=RetryPolicy(delay=0), clock=fake.clock, sleep=fake.sleep)
-        calls = iter([RuntimeError("no"), "planned"])
+        calls: Iterator[Exception | str] = iter([RuntimeError("no"), "planned"])
 
         def plan() -> str:
             value = next(calls)
