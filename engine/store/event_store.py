@@ -39,15 +39,28 @@ class Store:
         url: ``memory://``, ``sqlite:///file.db`` or ``postgresql://...``.
         create: whether a missing store may be created (read-only tools say no).
         cipher_key: AES key (base64) for encryption at rest.
+        read_only: open the store for reading only: nothing is ever written to it
+            (a SQLite file is opened ``mode=ro``; projections fold new events in
+            memory), so a read replica, a read-only role or file serves every read.
 
     Raises:
         StoreError: the URL is bad, the store unreachable, foreign or too new.
     """
 
-    def __init__(self, url: str, *, create: bool = True, cipher_key: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        cipher_key: str | None = None,
+        read_only: bool = False,
+    ) -> None:
         parsed = urls.parse(url)
         self.url = parsed.masked
-        self._backend: Backend = open_backend(parsed, create=create, cipher_key=cipher_key)
+        self.read_only = read_only
+        self._backend: Backend = open_backend(
+            parsed, create=create and not read_only, cipher_key=cipher_key, read_only=read_only
+        )
         self.recorder = self._backend.recorder
         self._mapper = self._backend.mapper
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
@@ -172,7 +185,9 @@ def _unstorable(mapper: Mapper[UUID], event: Event, error: Exception) -> Invalid
     return InvalidPayload("?", type(event).__name__, f"cannot be stored as JSON ({error})")
 
 
-def open_backend(url: urls.StoreURL, *, create: bool, cipher_key: str | None) -> Backend:
+def open_backend(
+    url: urls.StoreURL, *, create: bool, cipher_key: str | None, read_only: bool = False
+) -> Backend:
     """Open (or create, when allowed) the store `url` names, with the backend of its scheme.
 
     Raises:
@@ -182,11 +197,11 @@ def open_backend(url: urls.StoreURL, *, create: bool, cipher_key: str | None) ->
     if url.scheme == "memory":
         return open_memory(settings)
     if url.scheme == "sqlite":
-        return open_sqlite(url, create, settings)
+        return open_sqlite(url, create, settings, read_only=read_only)
     try:  # psycopg is the optional `postgres` extra: imported only for PostgreSQL stores
         from engine.store.postgres import open_postgres
     except ImportError:
         raise StoreError(
             url.masked, "PostgreSQL support is not installed: pip install 'stagetrail[postgres]'"
         ) from None
-    return open_postgres(url, create, settings)
+    return open_postgres(url, create, settings, read_only=read_only)
