@@ -49,6 +49,8 @@ class Engine:
         read_only: only read: nothing is ever written to the store (a SQLite file
             opens ``mode=ro``; a PostgreSQL read replica or read-only role serves
             every read), persistent projections fold newer events in memory.
+        settings: settings of an ``eventsourcing://TOPIC`` store's persistence
+            module, beside those in the URL (see docs/reliability.md).
 
     Raises:
         StoreError: the store cannot be opened.
@@ -61,10 +63,15 @@ class Engine:
         create: bool = True,
         cipher_key: str | None = None,
         read_only: bool = False,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
         self.store = Store(
-            url or urls.default_url(), create=create, cipher_key=key, read_only=read_only
+            url or urls.default_url(),
+            create=create,
+            cipher_key=key,
+            read_only=read_only,
+            settings=settings,
         )
         self.projections = self._projections()
         """The persistent projections: register, catch_up, get, status, rebuild."""
