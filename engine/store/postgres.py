@@ -98,6 +98,9 @@ class PostgresRecorder(PostgresApplicationRecorder):
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
+        # eventsourcing names the NOTIFY channel after the table alone, so every
+        # store of the database (one per schema) would wake every other's followers.
+        self.channel_name = f"stagetrail_{datastore.schema}"
         self.recovered = {"stored": 0, "absent": 0}
         self._select_versions = SQL(
             "SELECT originator_version, topic, state, notification_id FROM {0}.{1} "
