@@ -235,8 +235,9 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
     prefix_order = 'run_id COLLATE "C"'
     """The order of the byte-order index, so a prefix lookup reads only its range."""
 
-    def __init__(self, datastore: PostgresDatastore, channel: str) -> None:
+    def __init__(self, datastore: PostgresDatastore, channel: str, url: str = "-") -> None:
         super().__init__(datastore, tracking_table_name=TRACKING_TABLE)
+        self.url = url
         schema = datastore.schema
         self.names = {
             key: table if key in _INDEXES else f'"{schema}"."{table}"'
@@ -253,7 +254,7 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
         index = f"CREATE INDEX IF NOT EXISTS stagetrail_runs_id_bytes ON {self.names['runs']}"
         curs.execute(f'{index} ((run_id COLLATE "C"))')
 
-    def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
+    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=commit)
 
     def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
@@ -417,9 +418,13 @@ def open_postgres(
         datastore = _datastore(url)
         recorder = _recorder(url, datastore, has_events or read_only)
         if read_only:
-            views = overlay.read_only(url.masked, PostgresViews(datastore, recorder.channel_name))
+            views = overlay.read_only(
+                url.masked, PostgresViews(datastore, recorder.channel_name, url.masked)
+            )
             return Backend(recorder, settings.mapper(), _closer(datastore, views), views)
-        views, problem = prepare_views(lambda: PostgresViews(datastore, recorder.channel_name))
+        views, problem = prepare_views(
+            lambda: PostgresViews(datastore, recorder.channel_name, url.masked)
+        )
     return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem)
 
 
