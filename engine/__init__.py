@@ -18,6 +18,7 @@ from engine.errors import (
     InvalidFork,
     InvalidRollback,
     InvalidTransition,
+    OutcomeUnknown,
     PipelineError,
     RuleViolation,
     RunAlreadyExists,
@@ -27,6 +28,8 @@ from engine.errors import (
     StageGaveUp,
     StageNotDriven,
     StoreError,
+    StoreFull,
+    StoreReadOnly,
     TaskError,
 )
 from engine.machine import RunState
@@ -69,6 +72,7 @@ __all__ = [
     "InvalidRollback",
     "InvalidTransition",
     "Outcome",
+    "OutcomeUnknown",
     "PayloadTooLarge",
     "Pipeline",
     "PipelineError",
@@ -94,6 +98,8 @@ __all__ = [
     "StagetrailError",
     "Store",
     "StoreError",
+    "StoreFull",
+    "StoreReadOnly",
     "Supervisor",
     "TaskError",
     "VerifyReport",

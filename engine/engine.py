@@ -48,6 +48,11 @@ class Engine:
         cipher_key: AES key for encryption at rest; default ``$STAGETRAIL_CIPHER_KEY``.
         max_event_bytes: the largest event, serialised as JSON, an append may write;
             default the URL's ``?max_event_bytes=`` option, else 1 MiB (1,048,576).
+        read_only: only read: nothing is ever written to the store (a SQLite file
+            opens ``mode=ro``; a PostgreSQL read replica or read-only role serves
+            every read), persistent projections fold newer events in memory.
+        settings: settings of an ``eventsourcing://TOPIC`` store's persistence
+            module, beside those in the URL (see docs/reliability.md).
 
     Raises:
         StoreError: the store cannot be opened.
@@ -61,6 +66,8 @@ class Engine:
         create: bool = True,
         cipher_key: str | None = None,
         max_event_bytes: int | None = None,
+        read_only: bool = False,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
         if max_event_bytes is not None:
@@ -70,6 +77,8 @@ class Engine:
             create=create,
             cipher_key=key,
             max_event_bytes=max_event_bytes,
+            read_only=read_only,
+            settings=settings,
         )
         self.projections = self._projections()
         """The persistent projections: register, catch_up, get, status, rebuild."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -17,8 +17,15 @@ from eventsourcing.persistence import (
 
 from engine.store import meta, urls
 from engine.store.backend import Backend
-from engine.store.errors import ConcurrencyConflict, StoreError
+from engine.store.errors import (
+    AppendOutcomeUnknown,
+    ConcurrencyConflict,
+    OutcomeUnknown,
+    StoreError,
+)
+from engine.store.failures import classify
 from engine.store.memory import open_memory
+from engine.store.module import open_module
 from engine.store.sqlite import open_sqlite
 from events import Event, EventFormatError, InvalidPayload
 from events.storable import unstorable_field
@@ -31,11 +38,17 @@ class Store:
     """Appends events atomically and reads each run's events back, in pages.
 
     Args:
-        url: ``memory://``, ``sqlite:///file.db`` or ``postgresql://...``.
+        url: ``memory://``, ``sqlite:///file.db``, ``postgresql://...`` or
+            ``eventsourcing://TOPIC?SETTING=value`` (any eventsourcing persistence module).
         create: whether a missing store may be created (read-only tools say no).
         cipher_key: AES key (base64) for encryption at rest.
         max_event_bytes: the largest event (serialised JSON) `append` writes; default
             the URL's ``max_event_bytes`` option, else 1 MiB.
+        read_only: open the store for reading only: nothing is ever written to it
+            (a SQLite file is opened ``mode=ro``; projections fold new events in
+            memory), so a read replica, a read-only role or file serves every read.
+        settings: more settings for an ``eventsourcing://`` persistence module
+            (e.g. its password, kept out of the URL).
 
     Raises:
         StoreError: the URL is bad, the store unreachable, foreign or too new, or
@@ -49,13 +62,22 @@ class Store:
         create: bool = True,
         cipher_key: str | None = None,
         max_event_bytes: int | None = None,
+        read_only: bool = False,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         parsed = urls.parse(url)
         self.url = parsed.masked
+        self.read_only = read_only
         limit = parsed.max_event_bytes if max_event_bytes is None else max_event_bytes
         if type(limit) is not int or limit < 1:
             raise StoreError(self.url, f"max_event_bytes must be an int >= 1, got {limit!r}")
-        self._backend: Backend = open_backend(parsed, create=create, cipher_key=cipher_key)
+        self._backend: Backend = open_backend(
+            parsed,
+            create=create and not read_only,
+            cipher_key=cipher_key,
+            read_only=read_only,
+            module_settings=settings,
+        )
         self.recorder = self._backend.recorder
         self._mapper = self._backend.mapper
         self._mapper.max_event_bytes = limit
@@ -102,9 +124,16 @@ class Store:
     def write(self, stored: Sequence[StoredEvent]) -> list[int]:
         """Write serialised events in one transaction; return their notification ids.
 
+        A lost connection is retried; an append found stored after it is a success,
+        never a conflict with itself.
+
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
-            StoreError: the database failed; nothing was written.
+            OutcomeUnknown: the store stayed unreachable while the append was
+                committing; `run.refresh()` later tells whether it was stored.
+            StoreReadOnly: the store may not be written (read-only file, role, replica).
+            StoreFull: the disk or database is full.
+            StoreError: the database failed otherwise; nothing was written.
         """
         try:
             notification_ids = self.recorder.insert_events(stored)
@@ -113,8 +142,13 @@ class Store:
             raise ConcurrencyConflict(
                 _as_uuid(first.originator_id), first.originator_version
             ) from None
+        except AppendOutcomeUnknown as error:
+            first = stored[0]
+            raise OutcomeUnknown(
+                self.url, _as_uuid(first.originator_id), first.originator_version, str(error)
+            ) from error
         except (PersistenceError, sqlite3.Error) as error:
-            raise StoreError(self.url, f"append failed, nothing written: {error}") from error
+            raise classify(self.url, error, "append failed, nothing written") from error
         return list(notification_ids or ())
 
     def read(
@@ -134,7 +168,7 @@ class Store:
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:
-            raise StoreError(self.url, f"read failed: {error}") from error
+            raise classify(self.url, error, "read failed") from error
 
     def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
         """The run's events after `gt`, page by page, so memory stays flat."""
@@ -198,7 +232,14 @@ def _unstorable(mapper: Mapper[UUID], event: Event, error: Exception) -> Invalid
     return InvalidPayload("?", type(event).__name__, f"cannot be stored as JSON ({error})")
 
 
-def open_backend(url: urls.StoreURL, *, create: bool, cipher_key: str | None) -> Backend:
+def open_backend(
+    url: urls.StoreURL,
+    *,
+    create: bool,
+    cipher_key: str | None,
+    read_only: bool = False,
+    module_settings: Mapping[str, str] | None = None,
+) -> Backend:
     """Open (or create, when allowed) the store `url` names, with the backend of its scheme.
 
     Raises:
@@ -208,11 +249,13 @@ def open_backend(url: urls.StoreURL, *, create: bool, cipher_key: str | None) ->
     if url.scheme == "memory":
         return open_memory(settings)
     if url.scheme == "sqlite":
-        return open_sqlite(url, create, settings)
+        return open_sqlite(url, create, settings, read_only=read_only)
+    if url.scheme == "eventsourcing":
+        return open_module(url, settings, module_settings or {})
     try:  # psycopg is the optional `postgres` extra: imported only for PostgreSQL stores
         from engine.store.postgres import open_postgres
     except ImportError:
         raise StoreError(
             url.masked, "PostgreSQL support is not installed: pip install 'stagetrail[postgres]'"
         ) from None
-    return open_postgres(url, create, settings)
+    return open_postgres(url, create, settings, read_only=read_only)
