@@ -109,8 +109,12 @@ def main() -> None:
     rows: list[dict[str, Any]] = curve("sqlite", writers, runs)
     if postgres_reachable():
         rows += curve("postgresql", writers, runs)
-    machine: dict[str, Any] = {"case": "machine", "cpus": os.cpu_count(), "load_before": load_before,
-               "load_after": os.getloadavg()[0]}  # fmt: skip
+    machine: dict[str, Any] = {
+        "case": "machine",
+        "cpus": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
     report("scale-out: writer processes, events/s, follower lag", [*rows, machine], options.json)
 
 
