@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from eventsourcing.persistence import PersistenceError
+
 from events.errors import StagetrailError
 
 
@@ -36,3 +38,38 @@ class StoreError(StagetrailError, OSError):
         self.url = url
         self.problem = problem
         super().__init__(f"store {url}: {problem}")
+
+
+class AppendOutcomeUnknown(PersistenceError):
+    """A recorder lost its connection around a commit and could not learn the outcome."""
+
+
+class OutcomeUnknown(StoreError):
+    """The store became unreachable while an append was committing; it may or may not be stored.
+
+    Call `run.refresh()` once the store answers again: if the run's newest events
+    are the ones you recorded, the append was stored; otherwise record them again.
+
+    Attributes:
+        run_id: the run appended to.
+        version: the first version of the append.
+    """
+
+    def __init__(self, url: str, run_id: UUID, version: int, problem: str) -> None:
+        self.run_id = run_id
+        self.version = version
+        super().__init__(
+            url,
+            f"the connection was lost while appending to run {run_id} at version {version} "
+            f"and the store stayed unreachable, so whether it was stored is unknown "
+            f"({problem}); call run.refresh() when the store answers: if the run's "
+            "newest events are yours it was stored, else record them again",
+        )
+
+
+class StoreReadOnly(StoreError, PermissionError):
+    """The store can be read but not written (file permissions, read-only role, replica)."""
+
+
+class StoreFull(StoreError):
+    """The disk (or the database's size limit) is full; nothing of this write was stored."""

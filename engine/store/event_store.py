@@ -17,7 +17,13 @@ from eventsourcing.persistence import (
 
 from engine.store import meta, urls
 from engine.store.backend import Backend
-from engine.store.errors import ConcurrencyConflict, StoreError
+from engine.store.errors import (
+    AppendOutcomeUnknown,
+    ConcurrencyConflict,
+    OutcomeUnknown,
+    StoreError,
+)
+from engine.store.failures import classify
 from engine.store.memory import open_memory
 from engine.store.sqlite import open_sqlite
 from events import Event, EventFormatError, InvalidPayload
@@ -78,9 +84,16 @@ class Store:
     def write(self, stored: Sequence[StoredEvent]) -> list[int]:
         """Write serialised events in one transaction; return their notification ids.
 
+        A lost connection is retried; an append found stored after it is a success,
+        never a conflict with itself.
+
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
-            StoreError: the database failed; nothing was written.
+            OutcomeUnknown: the store stayed unreachable while the append was
+                committing; `run.refresh()` later tells whether it was stored.
+            StoreReadOnly: the store may not be written (read-only file, role, replica).
+            StoreFull: the disk or database is full.
+            StoreError: the database failed otherwise; nothing was written.
         """
         try:
             notification_ids = self.recorder.insert_events(stored)
@@ -89,8 +102,13 @@ class Store:
             raise ConcurrencyConflict(
                 _as_uuid(first.originator_id), first.originator_version
             ) from None
+        except AppendOutcomeUnknown as error:
+            first = stored[0]
+            raise OutcomeUnknown(
+                self.url, _as_uuid(first.originator_id), first.originator_version, str(error)
+            ) from error
         except (PersistenceError, sqlite3.Error) as error:
-            raise StoreError(self.url, f"append failed, nothing written: {error}") from error
+            raise classify(self.url, error, "append failed, nothing written") from error
         return list(notification_ids or ())
 
     def read(
@@ -110,7 +128,7 @@ class Store:
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:
-            raise StoreError(self.url, f"read failed: {error}") from error
+            raise classify(self.url, error, "read failed") from error
 
     def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
         """The run's events after `gt`, page by page, so memory stays flat."""

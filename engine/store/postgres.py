@@ -5,19 +5,32 @@ recorder in the store's schema, the views beside the events, and LISTEN/NOTIFY w
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import re
 import threading
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from eventsourcing.persistence import Tracking
-from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
+from eventsourcing.persistence import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    StoredEvent,
+    Tracking,
+)
+from eventsourcing.postgres import (
+    PostgresApplicationRecorder,
+    PostgresDatastore,
+    PostgresTrackingRecorder,
+)
 from psycopg.sql import SQL, Identifier
 
 from engine.store import meta
 from engine.store.backend import Backend, prepare_views
-from engine.store.errors import StoreError
+from engine.store.errors import AppendOutcomeUnknown, StoreError
 from engine.store.sql import NAMES, SQLViews
 from engine.store.urls import LIBPQ_OPTIONS, StoreURL
 
@@ -26,6 +39,181 @@ _log = logging.getLogger(__name__)
 _INDEXES = ("runs_started", "runs_parent")
 # Lower case only: eventsourcing creates its composite type under the folded name.
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,50}")
+
+
+PIPELINE_BYTES = 1 << 20
+"""Largest append (bytes of event state) sent in psycopg's pipeline mode.
+
+psycopg's pipeline deadlocks on large parameters: the client waits in the
+pipeline sync for results while the server still waits for the rest of the
+INSERT, holding the events table's EXCLUSIVE lock (every writer then blocks).
+Larger appends go statement by statement, where a round trip is negligible.
+"""
+
+RETRY_SECONDS = 30.0
+"""How long an append keeps retrying a lost connection before it gives up."""
+
+_CONNECTION_LOST = (OperationalError, InterfaceError)
+
+
+class Datastore(PostgresDatastore):
+    """eventsourcing's datastore, discarding a connection as soon as it is found lost.
+
+    eventsourcing gives a failed connection back to the pool, which may keep it
+    (a pipeline that failed part-way still looks healthy) and serve it to every
+    retry in turn. Closing it on the spot makes the pool replace it, and checking
+    the idle ones spares the next calls the other dead connections of a restart.
+    """
+
+    @contextlib.contextmanager
+    def get_connection(self) -> Iterator[Any]:
+        """A pooled connection (see `PostgresDatastore.get_connection`)."""
+        import psycopg
+
+        try:
+            with super().get_connection() as conn:
+                try:
+                    yield conn
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    conn.close()
+                    raise
+        except _CONNECTION_LOST:
+            with contextlib.suppress(Exception):  # the server may still be down
+                self.pool.check()
+            raise
+
+
+class PostgresRecorder(PostgresApplicationRecorder):
+    """eventsourcing's application recorder, with appends that never hang nor double.
+
+    An append whose connection is lost around its commit may have been committed
+    although the client saw an error. eventsourcing's recorder would send it again
+    and report a conflict with itself; this one asks the database whether the
+    very bytes it sent are stored at those versions, and reports success if so.
+    """
+
+    retry_seconds = RETRY_SECONDS
+    recovered: dict[str, int]
+    """Appends whose connection was lost, by what the check found (for the fault suite)."""
+
+    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str) -> None:
+        super().__init__(datastore, events_table_name=events_table_name)
+        self.recovered = {"stored": 0, "absent": 0}
+        self._select_versions = SQL(
+            "SELECT originator_version, topic, state, notification_id FROM {0}.{1} "
+            "WHERE originator_id = %s AND originator_version >= %s "
+            "AND originator_version <= %s"
+        ).format(Identifier(datastore.schema), Identifier(events_table_name))
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """Append atomically; retry a lost connection without ever writing twice.
+
+        Raises:
+            IntegrityError: another writer holds one of the versions.
+            AppendOutcomeUnknown: the database stayed unreachable, so whether the
+                append was committed could not be learned.
+            OperationalError: the database refused the append (nothing written).
+        """
+        if not stored_events:
+            return []
+        deadline = time.monotonic() + self.retry_seconds
+        lost, pause = False, _FIRST_PAUSE
+        while True:
+            try:
+                return self._insert_once(stored_events)
+            except IntegrityError:
+                if lost:  # our own earlier attempt may be the one holding the versions
+                    found = self._stored_ids(stored_events, deadline)
+                    if found:
+                        return found
+                raise
+            except _CONNECTION_LOST as error:
+                lost = True
+                found = self._stored_ids(stored_events, deadline, error)
+                self.recovered["stored" if found else "absent"] += 1
+                if found:
+                    _log.warning("connection lost after a commit; the append was stored")
+                    return found
+                _log.debug("append retried after: %s", error)
+                pause = _pause(deadline, error, pause)
+
+    def _insert_once(self, stored_events: Sequence[StoredEvent]) -> Sequence[int] | None:
+        if sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES:
+            pipelined = PostgresApplicationRecorder.insert_events.__wrapped__
+            return pipelined(self, stored_events)  # type: ignore[no-any-return]
+        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
+            self._insert_stored_events(curs, stored_events)
+            return self._fetch_ids_after_insert_events(curs, stored_events)
+
+    def _stored_ids(
+        self,
+        stored_events: Sequence[StoredEvent],
+        deadline: float,
+        error: Exception | None = None,
+    ) -> list[int]:
+        """Notification ids of `stored_events` if these very events are stored, else [].
+
+        Raises:
+            IntegrityError: another writer's events hold some of the versions.
+            AppendOutcomeUnknown: the database could not be asked before `deadline`.
+        """
+        pause = _FIRST_PAUSE
+        while True:
+            try:
+                return self._compare(stored_events)
+            except _CONNECTION_LOST as lost:
+                error = lost
+                if time.monotonic() >= deadline:
+                    raise AppendOutcomeUnknown(str(error)) from error
+                pause = _pause(deadline, error, pause)
+
+    def _compare(self, stored_events: Sequence[StoredEvent]) -> list[int]:
+        sent = {(str(e.originator_id), e.originator_version): e for e in stored_events}
+        found: dict[tuple[str, int], int] = {}
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            for originator_id, low, high in _ranges(stored_events):
+                curs.execute(self._select_versions, (originator_id, low, high))
+                for row in curs.fetchall():
+                    key = (str(originator_id), row["originator_version"])
+                    mine = sent.get(key)
+                    if mine is None or (mine.topic, mine.state) != (
+                        row["topic"],
+                        bytes(row["state"]),
+                    ):
+                        raise IntegrityError(f"another writer holds version {key[1]}")
+                    found[key] = row["notification_id"]
+        if not found:
+            return []
+        if len(found) != len(sent):  # an append is one transaction: never partly stored
+            raise IntegrityError("part of the versions are held by another writer")
+        return [found[(str(e.originator_id), e.originator_version)] for e in stored_events]
+
+
+def _ranges(stored_events: Sequence[StoredEvent]) -> list[tuple[Any, int, int]]:
+    """(originator id, lowest, highest version) for each originator of an append."""
+    spans: dict[Any, tuple[int, int]] = {}
+    for event in stored_events:
+        version = event.originator_version
+        low, high = spans.get(event.originator_id, (version, version))
+        spans[event.originator_id] = (min(low, version), max(high, version))
+    return [(key, low, high) for key, (low, high) in spans.items()]
+
+
+_FIRST_PAUSE = 0.02
+
+
+def _pause(deadline: float, error: Exception, pause: float) -> float:
+    """Wait `pause` before another attempt and return the next, longer one (at most 1 s).
+
+    Raises:
+        error: the deadline has passed.
+    """
+    if time.monotonic() >= deadline:
+        raise error
+    time.sleep(pause)
+    return min(pause * 2, 1.0)
 
 
 class PostgresViews(PostgresTrackingRecorder, SQLViews):
@@ -195,19 +383,37 @@ def _create_meta(conn: Any, schema: str, settings: meta.AtRest) -> None:
 def open_postgres(url: StoreURL, create: bool, settings: meta.AtRest) -> Backend:
     """Open or create a stagetrail store in a PostgreSQL schema.
 
+    Workers opening a new store at the same moment take turns: creation runs
+    under an advisory lock on the schema's name (PostgreSQL's CREATE ... IF NOT
+    EXISTS is not safe against a concurrent creation of the same table or type).
+
     Raises:
         StoreError: unreachable server, missing rights, missing store, newer schema, wrong key.
     """
     import psycopg
-    from eventsourcing.persistence import PersistenceError
-    from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
-    try:
-        with _connect(url) as conn:
+    with _connect(url) as conn:
+        try:
+            if create:  # held until the probe connection closes, after the views exist
+                conn.execute("SELECT pg_advisory_lock(%s)", (_creation_lock(_schema(url)),))
             settings, has_events = _settle_meta(conn, url, create, settings)
-    except psycopg.Error as error:
-        raise StoreError(url.masked, f"cannot open the store: {_describe(error, url)}") from None
-    datastore = PostgresDatastore(
+        except psycopg.Error as error:
+            problem = f"cannot open the store: {_describe(error, url)}"
+            raise StoreError(url.masked, problem) from None
+        datastore = _datastore(url)
+        recorder = _recorder(url, datastore, has_events)
+        views, problem = prepare_views(lambda: PostgresViews(datastore, recorder.channel_name))
+    return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem)
+
+
+def _creation_lock(schema: str) -> int:
+    """The advisory lock key (a signed 64-bit int) serialising creation in `schema`."""
+    digest = hashlib.sha256(f"stagetrail:create:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _datastore(url: StoreURL) -> Datastore:
+    datastore = Datastore(
         dbname=url.dbname,
         host=url.host,
         port=url.port,
@@ -220,16 +426,21 @@ def open_postgres(url: StoreURL, create: bool, settings: meta.AtRest) -> Backend
     )
     # eventsourcing's datastore knows no libpq options; its pool passes these on.
     datastore.pool.kwargs.update(_connection_options(url))  # type: ignore[union-attr]
+    return datastore
+
+
+def _recorder(url: StoreURL, datastore: Datastore, has_events: bool) -> PostgresRecorder:
+    import psycopg
+    from eventsourcing.persistence import PersistenceError
+
     try:
-        recorder = PostgresApplicationRecorder(datastore, events_table_name=meta.EVENTS_TABLE)
+        recorder = PostgresRecorder(datastore, events_table_name=meta.EVENTS_TABLE)
         if not has_events:  # a read-only role can open a store it could not create
             recorder.create_table()
     except (psycopg.Error, PersistenceError) as error:
         datastore.close()
         raise StoreError(url.masked, f"cannot prepare the store: {_describe(error, url)}") from None
-
-    views, problem = prepare_views(lambda: PostgresViews(datastore, recorder.channel_name))
-    return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem)
+    return recorder
 
 
 def _closer(datastore: Any, views: Any) -> Any:

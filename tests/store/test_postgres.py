@@ -1,0 +1,214 @@
+"""The PostgreSQL recorder under load and faults: big appends, lost connections, racing opens."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import ConcurrencyConflict, Engine, Run, StoreError
+from engine.store.errors import OutcomeUnknown
+from events import NoteAdded
+from tests._helpers import POSTGRES_URL, REVIEW, FailuresByType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BIG_BATCH = textwrap.dedent(
+    """
+    import sys
+    from engine import Engine
+    from tests._helpers import REVIEW
+
+    with Engine(sys.argv[1]) as engine:
+        run = engine.start_run(REVIEW)
+        with run.batch():
+            for index in range(120):  # 120 results of 100 KB each: a 12 MB transaction
+                run.note("result", f"{index:03d}" + "x" * 100_000)
+        print(run.id)
+    """
+)
+
+
+class TestBigAppends:
+    def test_a_12_mb_batch_returns_and_blocks_no_writer(self, postgres_url: str) -> None:
+        """A 12 MB batch commits (psycopg's pipeline hung on it holding the table lock)."""
+        done = subprocess.run(  # a process, so a hang is killed and its lock released
+            [sys.executable, "-c", BIG_BATCH, postgres_url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        run_id = done.stdout.strip()
+        with Engine(postgres_url) as engine:
+            notes = engine.events(run_id)[1:]
+            other = engine.start_run(REVIEW)  # another writer gets the lock at once
+            other.note("after", 1)
+        assert [n.value[:3] for n in notes] == [f"{i:03d}" for i in range(120)]  # type: ignore[attr-defined]
+        assert all(len(n.value) == 100_003 for n in notes)  # type: ignore[attr-defined]
+
+    def test_a_big_and_a_small_append_share_a_store(self, postgres_url: str) -> None:
+        """Appends above the pipeline limit go statement by statement, below it pipelined."""
+        from engine.store.postgres import PIPELINE_BYTES
+
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for _ in range(3):
+                    run.note("big", "y" * (PIPELINE_BYTES // 2))
+            run.note("small", 1)
+            values = [e.value for e in engine.events(run.id)[1:]]  # type: ignore[attr-defined]
+        assert [len(v) if isinstance(v, str) else v for v in values] == [
+            PIPELINE_BYTES // 2,
+            PIPELINE_BYTES // 2,
+            PIPELINE_BYTES // 2,
+            1,
+        ]
+
+
+def _terminate_connections(name: str, stop: threading.Event, seed: int) -> list[int]:
+    """Terminate, at random moments, the busy server backends of connections named `name`.
+
+    Busy ones only (running a statement or inside a transaction): that is where an
+    append's commit is, and idle pool connections killed between appends would
+    only test the pool's reconnection.
+    """
+    import psycopg
+
+    rng = random.Random(seed)
+    killed = [0]
+    with psycopg.connect(POSTGRES_URL, autocommit=True, application_name="killer") as conn:
+        while not stop.is_set():
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s AND state <> 'idle' AND pid <> pg_backend_pid()",
+                (name,),
+            ).fetchone()
+            killed[0] += row[0] if row else 0
+            stop.wait(rng.uniform(0.01, 0.1))
+    return killed
+
+
+def _append_following_the_advice(run: Run, key: str, value: int, stats: dict[str, int]) -> None:
+    """Record one note as docs/reliability.md advises for each error an append may raise."""
+    check = ""  # what to do first on the next turn: "" (append), "refresh", "unknown"
+    while True:
+        try:
+            if check:
+                run.refresh()
+                if check == "unknown" and _newest_is(run, key, value):
+                    return  # the lost append was stored
+                check = ""
+            run.note(key, value)
+            return
+        except ConcurrencyConflict:
+            stats["conflicts"] += 1
+            check = "refresh"
+        except OutcomeUnknown:
+            stats["unknown"] += 1
+            check = "unknown"
+        except StoreError:
+            stats["store_errors"] += 1  # nothing written (or a read failed): try again
+
+
+def _newest_is(run: Run, key: str, value: int) -> bool:
+    newest = run.store.last(run.id)
+    return isinstance(newest, NoteAdded) and (newest.key, newest.value) == (key, value)
+
+
+@pytest.mark.slow
+class TestLostConnections:
+    APPENDS = 1200
+
+    def test_terminated_backends_lose_and_double_nothing(self, postgres_url: str) -> None:
+        """1,200 appends while their backends are terminated at random: each stored once."""
+        name = f"st_fault_{uuid.uuid4().hex[:8]}"  # only this test's connections are terminated
+        stop = threading.Event()
+        killed: list[int] = []
+        stats = {"conflicts": 0, "unknown": 0, "store_errors": 0}
+        with Engine(f"{postgres_url}&application_name={name}") as engine:
+            run = engine.start_run(REVIEW)
+            killer = threading.Thread(
+                target=lambda: killed.extend(_terminate_connections(name, stop, 11))
+            )
+            killer.start()
+            try:
+                for index in range(self.APPENDS):
+                    _append_following_the_advice(run, "n", index, stats)
+            finally:
+                stop.set()
+                killer.join()
+            recovered = dict(engine.store.recorder.recovered)  # type: ignore[attr-defined]
+        with Engine(postgres_url) as reader:
+            notes = reader.events(run.id)[1:]
+        values = [note.value for note in notes]  # type: ignore[attr-defined]
+        print(f"terminated={killed[0]} recovered={recovered} advice={stats}")
+        assert values == list(range(self.APPENDS))  # none lost, none doubled, in order
+        assert [note.version for note in notes] == list(range(2, self.APPENDS + 2))
+        assert killed[0] >= 50
+        assert recovered["stored"] + recovered["absent"] >= 20
+        assert stats["conflicts"] == 0  # a writer never conflicts with its own append
+
+
+def _open_new_store(url: str, barrier: object, results: object) -> None:
+    try:
+        barrier.wait()  # type: ignore[attr-defined]
+        with Engine(url) as engine:
+            engine.start_run(REVIEW)
+            engine.projections.register(FailuresByType)
+        results.put("ok")  # type: ignore[attr-defined]
+    except BaseException as error:  # report anything to the parent
+        results.put(f"{type(error).__name__}: {error}")  # type: ignore[attr-defined]
+
+
+def open_together(url: str, workers: int) -> list[str]:
+    """Open the same new store from `workers` processes released at one instant."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(workers)
+    results = context.Queue()
+    processes = [
+        context.Process(target=_open_new_store, args=(url, barrier, results))
+        for _ in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+    return outcomes
+
+
+@pytest.fixture
+def fresh_schemas() -> Iterator[list[str]]:
+    """Names of schemas the test creates; dropped after it."""
+    import psycopg
+
+    names: list[str] = []
+    yield names
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@pytest.mark.slow
+class TestFleetStart:
+    def test_workers_starting_together_on_an_empty_postgres(
+        self, postgres_url: str, fresh_schemas: list[str]
+    ) -> None:
+        """4 workers opening one new schema at once, 5 trials: every one starts."""
+        base = postgres_url.split("?")[0]
+        for _ in range(5):
+            schema = f"t_{uuid.uuid4().hex[:16]}"
+            fresh_schemas.append(schema)
+            outcomes = open_together(f"{base}?schema={schema}", 4)
+            assert outcomes == ["ok"] * 4
