@@ -83,6 +83,7 @@ class Victim:
                 for item in range(size):
                     note = {"batch": number, "item": item, "size": size, "pad": "x" * 40}
                     run.note("batch", note)
+                self.say("commit")  # built: what follows is the batch's one transaction
 
     def drive(self) -> None:
         """A supervised review whose developer stage fails and retries."""
@@ -167,15 +168,20 @@ def kill_one(url: str, seed: int, rng: random.Random) -> list[str]:
 
 
 def where(lines: list[str]) -> str:
-    """Where the kill landed: inside an unfinished step (batch, drive, task...), or between."""
-    opened: list[str] = []
+    """Where the kill landed: inside an unfinished step (batch, drive, task...), or between.
+
+    A batch killed after it was built, while it committed, is ``batch_commit``.
+    """
+    place = "between"
     for line in lines:
         word, kind, *_ = [*line.split(), ""]
         if word == "open":
-            opened.append(kind)
+            place = kind
+        elif word == "commit":
+            place = f"{place}_commit"
         elif word == "done" and kind in {"batch", "drive", "task", "catch_up"}:
-            opened.pop()
-    return opened[-1] if opened else "between"
+            place = "between"
+    return place
 
 
 class Checker:
