@@ -90,10 +90,10 @@ class Victim:
         run = self.engine.start_run(REVIEW, labels={"kind": "drive"})
         self.say("done", "start", run.id, 1)
         worker, number = self.rng.randrange(1000), self.rng.randrange(1000)
+        self.say("params", run.id, worker, number)  # so a resumed run fails as planned
         sup = self.engine.supervisor(retry=RETRY, sleep=lambda seconds: None)
         with self.step("drive", run), contextlib.suppress(StageGaveUp):
             sup.drive(run, self._reported(run, stages(worker, number)))
-        self.say("params", run.id, worker, number)
 
     def _reported(self, run: Run, functions: dict[str, Any]) -> dict[str, Any]:
         def wrap(fn: Callable[[StageContext], Any]) -> Callable[[StageContext], Any]:
@@ -240,7 +240,7 @@ class Checker:
             assert isinstance(new[0], StageFailed)
             assert (new[0].error_type, new[0].attempt) == ("Interrupted", open_attempt)
             self.counts["interrupted_attempts"] += 1
-        interrupted = [e.task_id for e in new if type(e).__name__ == "TaskFailed"]  # type: ignore[attr-defined]
+        interrupted = sorted(e.task_id for e in new if type(e).__name__ == "TaskFailed")  # type: ignore[attr-defined]
         assert interrupted == active_tasks
         self.counts["interrupted_tasks"] += len(interrupted)
         self._finish(run, plan)
