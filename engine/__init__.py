@@ -18,6 +18,7 @@ from engine.errors import (
     InvalidFork,
     InvalidRollback,
     InvalidTransition,
+    OutcomeUnknown,
     PipelineError,
     RuleViolation,
     RunAlreadyExists,
@@ -27,6 +28,8 @@ from engine.errors import (
     StageGaveUp,
     StageNotDriven,
     StoreError,
+    StoreFull,
+    StoreReadOnly,
     TaskError,
 )
 from engine.machine import RunState
@@ -68,6 +71,7 @@ __all__ = [
     "InvalidRollback",
     "InvalidTransition",
     "Outcome",
+    "OutcomeUnknown",
     "Pipeline",
     "PipelineError",
     "Problem",
@@ -92,6 +96,8 @@ __all__ = [
     "StagetrailError",
     "Store",
     "StoreError",
+    "StoreFull",
+    "StoreReadOnly",
     "Supervisor",
     "TaskError",
     "VerifyReport",

@@ -46,16 +46,33 @@ class Engine:
         url: the store; default ``$STAGETRAIL_STORE``, else ``sqlite:///stagetrail.db``.
         create: whether a missing store may be created.
         cipher_key: AES key for encryption at rest; default ``$STAGETRAIL_CIPHER_KEY``.
+        read_only: only read: nothing is ever written to the store (a SQLite file
+            opens ``mode=ro``; a PostgreSQL read replica or read-only role serves
+            every read), persistent projections fold newer events in memory.
+        settings: settings of an ``eventsourcing://TOPIC`` store's persistence
+            module, beside those in the URL (see docs/reliability.md).
 
     Raises:
         StoreError: the store cannot be opened.
     """
 
     def __init__(
-        self, url: str | None = None, *, create: bool = True, cipher_key: str | None = None
+        self,
+        url: str | None = None,
+        *,
+        create: bool = True,
+        cipher_key: str | None = None,
+        read_only: bool = False,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
-        self.store = Store(url or urls.default_url(), create=create, cipher_key=key)
+        self.store = Store(
+            url or urls.default_url(),
+            create=create,
+            cipher_key=key,
+            read_only=read_only,
+            settings=settings,
+        )
         self.projections = self._projections()
         """The persistent projections: register, catch_up, get, status, rebuild."""
         self._time_travel = TimeTravel(self.store, self.store.views)

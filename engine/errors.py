@@ -9,7 +9,10 @@ from uuid import UUID
 # Raised below the engine (by the store, by table checks); re-exported here so
 # every engine error is importable from one module.
 from engine.store.errors import ConcurrencyConflict as ConcurrencyConflict
+from engine.store.errors import OutcomeUnknown as OutcomeUnknown
 from engine.store.errors import StoreError as StoreError
+from engine.store.errors import StoreFull as StoreFull
+from engine.store.errors import StoreReadOnly as StoreReadOnly
 from events.errors import PipelineError as PipelineError
 from events.errors import StagetrailError
 

@@ -61,11 +61,17 @@ class BadOption(StagetrailError, ValueError):
 
 
 @contextmanager
-def open_engine(url: str | None, *, create: bool = False) -> Iterator[Engine]:
-    """An engine over the store `url` (default store if None); never creates one unless asked."""
+def open_engine(
+    url: str | None, *, create: bool = False, read_only: bool = False
+) -> Iterator[Engine]:
+    """An engine over the store `url` (default store if None); never creates one unless asked.
+
+    Commands that only read pass `read_only`: they never change the store (or a
+    file that is not one), and work on a read replica or with a read-only role.
+    """
     from engine.engine import Engine
 
-    with Engine(url, create=create) as engine:
+    with Engine(url, create=create, read_only=read_only) as engine:
         yield engine
 
 

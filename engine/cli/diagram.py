@@ -25,7 +25,7 @@ def draw(target: str, kind: str, store: str | None) -> None:
             raise BadOption("PIPELINE_OR_RUN", target, "is not a Pipeline")
         current = None
     else:
-        with open_engine(store) as engine:
+        with open_engine(store, read_only=True) as engine:
             pipeline, current = _recorded(engine, resolve_run(engine, target))
     source = pipeline.to_mermaid(current) if kind == "mermaid" else pipeline.to_dot(current)
     sys.stdout.write(source.rstrip("\n") + "\n")

@@ -105,7 +105,7 @@ def runs(
     from engine.cli.common import open_engine
     from engine.cli.runs import list_runs
 
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         list_runs(
             engine,
             status=status,
@@ -129,7 +129,7 @@ def show(run: str, store: str | None, as_json: bool) -> None:
     from engine.cli.common import open_engine, resolve_run
     from engine.cli.show import show_run
 
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         show_run(engine, resolve_run(engine, run), as_json=as_json)
 
 
@@ -153,7 +153,7 @@ def state(
     from engine.cli.common import open_engine, resolve_run
     from engine.cli.state import show_state
 
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         show_state(engine, resolve_run(engine, run), at, projection, tree=tree, as_json=as_json)
 
 
@@ -171,7 +171,7 @@ def replay(run: str, start: int, stop: int | None, store: str | None, as_json: b
     from engine.cli.common import open_engine, resolve_run
     from engine.cli.replay import replay_run
 
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         replay_run(engine, resolve_run(engine, run), start, stop, as_json=as_json)
 
 
@@ -197,7 +197,7 @@ def diff(
     from engine.cli.common import open_engine, resolve_run
     from engine.cli.diff import diff_points
 
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         first = resolve_run(engine, run)
         second = None if other is None else resolve_run(engine, other)
         diff_points(engine, first, second, start, stop, as_json=as_json)
@@ -229,7 +229,7 @@ def verify(run: str, store: str | None, as_json: bool) -> None:
     from engine.cli.common import open_engine, resolve_run
     from engine.cli.verify import verify_run
 
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         ok = verify_run(engine, resolve_run(engine, run), as_json=as_json)
     if not ok:
         sys.exit(1)
@@ -249,7 +249,7 @@ def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
 
     if not runs and not everything:
         raise click.UsageError("name the runs to export, or give --all")
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         chosen = None if everything else [resolve_run(engine, run) for run in runs]
         export_runs(engine, chosen)
 
@@ -298,7 +298,7 @@ def projections_list(store: str | None, as_json: bool) -> None:
     from engine.cli.common import open_engine
     from engine.cli.projections import list_projections
 
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         list_projections(engine, as_json=as_json)
 
 
@@ -310,7 +310,7 @@ def projections_status(store: str | None, as_json: bool) -> None:
     from engine.cli.common import open_engine
     from engine.cli.projections import projection_status
 
-    with open_engine(store) as engine:
+    with open_engine(store, read_only=True) as engine:
         projection_status(engine, as_json=as_json)
 
 

@@ -9,7 +9,13 @@ projections with eventsourcing's tracking records.
 
 from __future__ import annotations
 
-from engine.store.errors import ConcurrencyConflict, StoreError
+from engine.store.errors import (
+    ConcurrencyConflict,
+    OutcomeUnknown,
+    StoreError,
+    StoreFull,
+    StoreReadOnly,
+)
 from engine.store.event_store import PAGE, Store
 from engine.store.persistent import Projections, ProjectionStatus
 from engine.store.snapshots import SNAPSHOT_INTERVAL, TimeTravel
@@ -17,12 +23,15 @@ from engine.store.urls import StoreURL, default_url, mask, parse
 
 __all__ = [
     "ConcurrencyConflict",
+    "OutcomeUnknown",
     "PAGE",
     "ProjectionStatus",
     "Projections",
     "SNAPSHOT_INTERVAL",
     "Store",
     "StoreError",
+    "StoreFull",
+    "StoreReadOnly",
     "StoreURL",
     "TimeTravel",
     "default_url",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -25,6 +25,7 @@ from engine.store.errors import (
 )
 from engine.store.failures import classify
 from engine.store.memory import open_memory
+from engine.store.module import open_module
 from engine.store.sqlite import open_sqlite
 from events import Event, EventFormatError, InvalidPayload
 
@@ -36,18 +37,39 @@ class Store:
     """Appends events atomically and reads each run's events back, in pages.
 
     Args:
-        url: ``memory://``, ``sqlite:///file.db`` or ``postgresql://...``.
+        url: ``memory://``, ``sqlite:///file.db``, ``postgresql://...`` or
+            ``eventsourcing://TOPIC?SETTING=value`` (any eventsourcing persistence module).
         create: whether a missing store may be created (read-only tools say no).
         cipher_key: AES key (base64) for encryption at rest.
+        read_only: open the store for reading only: nothing is ever written to it
+            (a SQLite file is opened ``mode=ro``; projections fold new events in
+            memory), so a read replica, a read-only role or file serves every read.
+        settings: more settings for an ``eventsourcing://`` persistence module
+            (e.g. its password, kept out of the URL).
 
     Raises:
         StoreError: the URL is bad, the store unreachable, foreign or too new.
     """
 
-    def __init__(self, url: str, *, create: bool = True, cipher_key: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        cipher_key: str | None = None,
+        read_only: bool = False,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         parsed = urls.parse(url)
         self.url = parsed.masked
-        self._backend: Backend = open_backend(parsed, create=create, cipher_key=cipher_key)
+        self.read_only = read_only
+        self._backend: Backend = open_backend(
+            parsed,
+            create=create and not read_only,
+            cipher_key=cipher_key,
+            read_only=read_only,
+            module_settings=settings,
+        )
         self.recorder = self._backend.recorder
         self._mapper = self._backend.mapper
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
@@ -172,7 +194,14 @@ def _unstorable(mapper: Mapper[UUID], event: Event, error: Exception) -> Invalid
     return InvalidPayload("?", type(event).__name__, f"cannot be stored as JSON ({error})")
 
 
-def open_backend(url: urls.StoreURL, *, create: bool, cipher_key: str | None) -> Backend:
+def open_backend(
+    url: urls.StoreURL,
+    *,
+    create: bool,
+    cipher_key: str | None,
+    read_only: bool = False,
+    module_settings: Mapping[str, str] | None = None,
+) -> Backend:
     """Open (or create, when allowed) the store `url` names, with the backend of its scheme.
 
     Raises:
@@ -182,11 +211,13 @@ def open_backend(url: urls.StoreURL, *, create: bool, cipher_key: str | None) ->
     if url.scheme == "memory":
         return open_memory(settings)
     if url.scheme == "sqlite":
-        return open_sqlite(url, create, settings)
+        return open_sqlite(url, create, settings, read_only=read_only)
+    if url.scheme == "eventsourcing":
+        return open_module(url, settings, module_settings or {})
     try:  # psycopg is the optional `postgres` extra: imported only for PostgreSQL stores
         from engine.store.postgres import open_postgres
     except ImportError:
         raise StoreError(
             url.masked, "PostgreSQL support is not installed: pip install 'stagetrail[postgres]'"
         ) from None
-    return open_postgres(url, create, settings)
+    return open_postgres(url, create, settings, read_only=read_only)

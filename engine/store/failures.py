@@ -44,15 +44,15 @@ def classify(url: str, error: BaseException, doing: str) -> StoreError:
     """
     cause = driver_error(error)
     text = describe(cause)
-    if _code(cause, "sqlite_errorcode") in _SQLITE_READ_ONLY or _code(cause, "sqlstate") in (
-        _PG_READ_ONLY
-    ):
+    sqlite_code = _code(cause, "sqlite_errorcode")
+    primary = sqlite_code & 0xFF if isinstance(sqlite_code, int) else None  # extended codes
+    if primary in _SQLITE_READ_ONLY or _code(cause, "sqlstate") in _PG_READ_ONLY:
         return StoreReadOnly(
             url,
             f"{doing}: the store is read-only for this user ({text}); check the file's and "
             "its directory's permissions, or the database role, or use a writable server",
         )
-    if _code(cause, "sqlite_errorcode") in _SQLITE_FULL or _code(cause, "sqlstate") in _PG_FULL:
+    if primary in _SQLITE_FULL or _code(cause, "sqlstate") in _PG_FULL:
         return StoreFull(
             url,
             f"{doing}: the disk or the database is full ({text}); free space and try again",

@@ -28,7 +28,7 @@ from eventsourcing.postgres import (
 )
 from psycopg.sql import SQL, Identifier
 
-from engine.store import meta
+from engine.store import meta, overlay
 from engine.store.backend import Backend, prepare_views
 from engine.store.errors import AppendOutcomeUnknown, StoreError
 from engine.store.sql import NAMES, SQLViews
@@ -98,6 +98,9 @@ class PostgresRecorder(PostgresApplicationRecorder):
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
+        # eventsourcing names the NOTIFY channel after the table alone, so every
+        # store of the database (one per schema) would wake every other's followers.
+        self.channel_name = f"stagetrail_{datastore.schema}"
         self.recovered = {"stored": 0, "absent": 0}
         self._select_versions = SQL(
             "SELECT originator_version, topic, state, notification_id FROM {0}.{1} "
@@ -118,26 +121,33 @@ class PostgresRecorder(PostgresApplicationRecorder):
         """
         if not stored_events:
             return []
-        deadline = time.monotonic() + self.retry_seconds
-        lost, pause = False, _FIRST_PAUSE
+        try:
+            return self._insert_once(stored_events)
+        except _CONNECTION_LOST as error:
+            return self._recover(stored_events, error)
+
+    def _recover(self, stored_events: Sequence[StoredEvent], error: Exception) -> Sequence[int]:
+        """After a lost connection: the append's ids if it was stored, else send it again."""
+        deadline = time.monotonic() + self.retry_seconds  # read only here: frozen clocks tick
+        pause = _FIRST_PAUSE
         while True:
+            found = self._stored_ids(stored_events, deadline, error)
+            self.recovered["stored" if found else "absent"] += 1
+            if found:
+                _log.warning("connection lost after a commit; the append was stored")
+                return found
+            _log.debug("append retried after: %s", error)
+            pause = _pause(deadline, error, pause)
             try:
-                return self._insert_once(stored_events)
+                return self._insert_once(stored_events) or []
             except IntegrityError:
-                if lost:  # our own earlier attempt may be the one holding the versions
-                    found = self._stored_ids(stored_events, deadline)
-                    if found:
-                        return found
-                raise
-            except _CONNECTION_LOST as error:
-                lost = True
-                found = self._stored_ids(stored_events, deadline, error)
-                self.recovered["stored" if found else "absent"] += 1
+                # A commit of ours that was still in flight when we looked may hold them.
+                found = self._stored_ids(stored_events, deadline)
                 if found:
-                    _log.warning("connection lost after a commit; the append was stored")
                     return found
-                _log.debug("append retried after: %s", error)
-                pause = _pause(deadline, error, pause)
+                raise
+            except _CONNECTION_LOST as lost:
+                error = lost
 
     def _insert_once(self, stored_events: Sequence[StoredEvent]) -> Sequence[int] | None:
         if sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES:
@@ -380,12 +390,16 @@ def _create_meta(conn: Any, schema: str, settings: meta.AtRest) -> None:
             )
 
 
-def open_postgres(url: StoreURL, create: bool, settings: meta.AtRest) -> Backend:
+def open_postgres(
+    url: StoreURL, create: bool, settings: meta.AtRest, *, read_only: bool = False
+) -> Backend:
     """Open or create a stagetrail store in a PostgreSQL schema.
 
     Workers opening a new store at the same moment take turns: creation runs
     under an advisory lock on the schema's name (PostgreSQL's CREATE ... IF NOT
     EXISTS is not safe against a concurrent creation of the same table or type).
+    With `read_only` nothing is created or written (a read-only role, a replica):
+    projections fold in memory over the stored views.
 
     Raises:
         StoreError: unreachable server, missing rights, missing store, newer schema, wrong key.
@@ -401,7 +415,10 @@ def open_postgres(url: StoreURL, create: bool, settings: meta.AtRest) -> Backend
             problem = f"cannot open the store: {_describe(error, url)}"
             raise StoreError(url.masked, problem) from None
         datastore = _datastore(url)
-        recorder = _recorder(url, datastore, has_events)
+        recorder = _recorder(url, datastore, has_events or read_only)
+        if read_only:
+            views = overlay.read_only(url.masked, PostgresViews(datastore, recorder.channel_name))
+            return Backend(recorder, settings.mapper(), _closer(datastore, views), views)
         views, problem = prepare_views(lambda: PostgresViews(datastore, recorder.channel_name))
     return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem)
 

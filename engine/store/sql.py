@@ -93,6 +93,13 @@ class SQLViews:
             self._reset(cursor, name, fingerprint)
             return row is not None
 
+    def fingerprint(self, name: str) -> str | None:
+        """The code fingerprint `name`'s stored state was folded by (None: not registered)."""
+        with self._transaction(commit=False) as cursor:
+            cursor.execute(self._sql("SELECT fingerprint FROM {projections} WHERE name=?"), (name,))
+            row = cursor.fetchone()
+            return None if row is None else str(row["fingerprint"])
+
     def reset(self, name: str, fingerprint: str) -> None:
         """Discard `name`'s state and move its position back to zero."""
         with self._transaction(commit=True) as cursor:

@@ -2,25 +2,81 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
+from urllib.parse import quote
 
-from eventsourcing.persistence import PersistenceError, Tracking
+from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
 from eventsourcing.sqlite import (
     SQLiteApplicationRecorder,
     SQLiteCursor,
     SQLiteDatastore,
     SQLiteTrackingRecorder,
+    SQLiteTransaction,
 )
 
-from engine.store import meta
+from engine.store import meta, overlay
 from engine.store.backend import Backend, prepare_views
 from engine.store.errors import StoreError
+from engine.store.failures import classify
 from engine.store.sql import NAMES, SQLViews
 from engine.store.urls import StoreURL
+
+LOCK_TIMEOUT = 30
+"""Seconds a writer waits for another process's write lock before "database is locked"."""
+
+_HEADER = b"SQLite format 3\x00"
+
+
+class _Immediate(SQLiteTransaction):
+    """A write transaction that takes the write lock when it begins.
+
+    eventsourcing begins every transaction DEFERRED: one that reads, then writes
+    (creating a store, registering a projection) cannot wait for the lock in WAL
+    mode when another process committed in between, and fails at once with
+    "database is locked". BEGIN IMMEDIATE waits its turn (the busy timeout) instead.
+    """
+
+    def __enter__(self) -> SQLiteCursor:
+        cursor = self.connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        return cursor
+
+
+class Datastore(SQLiteDatastore):
+    """eventsourcing's SQLite datastore: write transactions IMMEDIATE, or the file read-only.
+
+    Args:
+        path: the store file.
+        read_only: open the file read-only (``mode=ro``), never switching its
+            journal mode: a read must not change a file, ours or another program's.
+    """
+
+    def __init__(self, path: str, *, read_only: bool) -> None:
+        name = _read_only_uri(path) if read_only else f"file:{quote(os.path.abspath(path))}"
+        super().__init__(db_name=name, pool_size=2, max_overflow=8, lock_timeout=LOCK_TIMEOUT)
+        if read_only:  # the pool would otherwise switch the file to WAL on first connect
+            self.pool.is_journal_mode_wal = True
+
+    @contextlib.contextmanager
+    def transaction(self, *, commit: bool) -> Iterator[Any]:
+        """A transaction; a committing one holds the write lock from its start."""
+        if not commit:
+            with super().transaction(commit=False) as cursor:
+                yield cursor
+            return
+        with (
+            self.get_connection(commit=True) as conn,
+            _Immediate(conn, commit=True) as cursor,
+            cursor as raw,
+        ):
+            yield raw
 
 
 class SQLiteViews(SQLiteTrackingRecorder, SQLViews):
@@ -31,6 +87,15 @@ class SQLiteViews(SQLiteTrackingRecorder, SQLViews):
 
     def __init__(self, datastore: SQLiteDatastore) -> None:
         super().__init__(datastore)
+
+    def create_table(self) -> None:
+        """Create the tracking and views tables, even while another process does too."""
+        try:
+            super().create_table()
+        except IntegrityError:
+            # Both saw no tracking table and both recorded its migration marker: the
+            # other was first. Looking again finds its tables and adds nothing.
+            super().create_table()
 
     def _create_table(self, c: SQLiteCursor) -> None:
         super()._create_table(c)
@@ -48,27 +113,135 @@ class SQLiteViews(SQLiteTrackingRecorder, SQLViews):
         return False
 
 
-def open_sqlite(url: StoreURL, create: bool, settings: meta.AtRest) -> Backend:
+def open_sqlite(
+    url: StoreURL, create: bool, settings: meta.AtRest, *, read_only: bool = False
+) -> Backend:
     """Open (or create, when allowed) the SQLite store file `url` names.
 
+    A file that is not (yet) a stagetrail store is inspected read-only and left
+    exactly as it was; with `read_only` the file is opened ``mode=ro`` and the
+    projections fold in memory over what it holds.
+
     Raises:
-        StoreError: no such file (and not allowed to create it), or not a stagetrail store.
+        StoreError: no such file (and not allowed to create it), not a stagetrail
+            store, or not readable (`StoreReadOnly` when it cannot be created).
     """
     _check_sqlite_path(url, create)
-    datastore = SQLiteDatastore(db_name=url.path, pool_size=2, max_overflow=8)
+    found = _inspect(url, create, settings)
+    if not read_only:
+        _use_wal(url)
+    datastore = Datastore(url.path, read_only=read_only)
     try:
-        with datastore.transaction(commit=True) as cursor:
-            settings = _sqlite_meta(cursor, url, create, settings)
+        if found is None:  # a new store: meta first, so a half-made one is still ours
+            with datastore.transaction(commit=True) as cursor:
+                found = _sqlite_meta(cursor, url, create, settings) or _create_meta(
+                    cursor, settings
+                )
         recorder = SQLiteApplicationRecorder(datastore, events_table_name=meta.EVENTS_TABLE)
-        recorder.create_table()
+        if not read_only:
+            recorder.create_table()
     except StoreError:
         datastore.close()
         raise
     except (sqlite3.Error, PersistenceError) as error:
         datastore.close()
-        raise StoreError(url.masked, f"not a stagetrail store ({error})") from error
+        raise classify(url.masked, error, "cannot open the store") from error
+    if read_only:
+        return Backend(
+            recorder,
+            found.mapper(),
+            datastore.close,
+            overlay.read_only(url.masked, _views(datastore)),
+        )
     views, problem = prepare_views(lambda: SQLiteViews(datastore))
-    return Backend(recorder, settings.mapper(), datastore.close, views, problem)
+    return Backend(recorder, found.mapper(), datastore.close, views, problem)
+
+
+def _views(datastore: Datastore) -> SQLiteViews | None:
+    """The file's views if it has them (a read-only open creates nothing)."""
+    with datastore.transaction(commit=False) as cursor:
+        cursor.execute("SELECT 1 FROM sqlite_master WHERE name=?", (NAMES["projections"],))
+        return SQLiteViews(datastore) if cursor.fetchone() else None
+
+
+def _inspect(url: StoreURL, create: bool, settings: meta.AtRest) -> meta.AtRest | None:
+    """Check an existing file read-only: its settings if it is a store, None if new.
+
+    Raises:
+        StoreError: not a SQLite file, another program's database, or empty and
+            `create` not allowed.
+    """
+    if not os.path.exists(url.path):
+        return None
+    if os.path.getsize(url.path) == 0:
+        if create:
+            return None
+        raise StoreError(url.masked, f"not a stagetrail store: {url.path} is an empty file")
+    _check_header(url)
+    try:
+        conn = sqlite3.connect(_read_only_uri(url.path), uri=True)
+    except sqlite3.Error as error:
+        raise classify(url.masked, error, "cannot read the store") from error
+    try:
+        return _sqlite_meta(conn.cursor(), url, create, settings)
+    except sqlite3.Error as error:
+        raise classify(url.masked, error, "cannot read the store") from error
+    finally:
+        conn.close()
+
+
+def _use_wal(url: StoreURL) -> None:
+    """Put the store (new, or checked to be ours) in WAL mode, waiting for other openers.
+
+    eventsourcing's pool switches the journal mode on its first connection, and
+    SQLite refuses that at once ("database is locked") while another process
+    holds the file: the case of a fleet of workers creating one store together.
+
+    Raises:
+        StoreError: the file stayed locked for `LOCK_TIMEOUT` seconds, or cannot be opened.
+    """
+    deadline = None  # read the clock only once something waits (frozen clocks tick per read)
+    while True:
+        try:
+            conn = sqlite3.connect(url.path, timeout=LOCK_TIMEOUT)
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                return
+            finally:
+                conn.close()
+        except sqlite3.OperationalError as error:
+            busy = (error.sqlite_errorcode & 0xFF) == sqlite3.SQLITE_BUSY
+            deadline = deadline or time.monotonic() + LOCK_TIMEOUT
+            if not busy or time.monotonic() > deadline:
+                raise classify(url.masked, error, "cannot open the store") from error
+            time.sleep(0.01)
+
+
+def _read_only_uri(path: str) -> str:
+    """A URI opening `path` read-only.
+
+    A WAL file is read through its shared-memory file, which a reader creates
+    when missing; where it cannot (a read-only directory or file system) and
+    no writer has one open (none exists), the file cannot change while it is
+    read, and SQLite is told so (``immutable=1``) instead of failing to open.
+    """
+    absolute = os.path.abspath(path)
+    uri = f"file:{quote(absolute)}?mode=ro"
+    writable = os.access(os.path.dirname(absolute), os.W_OK)
+    if not writable and not os.path.exists(absolute + "-shm"):
+        uri += "&immutable=1"
+    return uri
+
+
+def _check_header(url: StoreURL) -> None:
+    try:
+        with open(url.path, "rb") as file:
+            header = file.read(len(_HEADER))
+    except OSError as error:
+        raise classify(url.masked, error, "cannot read the store") from None
+    if header != _HEADER:
+        raise StoreError(url.masked, f"not a stagetrail store: {url.path} is not a SQLite database")
 
 
 def _check_sqlite_path(url: StoreURL, create: bool) -> None:
@@ -83,7 +256,15 @@ def _check_sqlite_path(url: StoreURL, create: bool) -> None:
         raise StoreError(url.masked, f"cannot create {url.path}: no directory {parent}")
 
 
-def _sqlite_meta(cursor: Any, url: StoreURL, create: bool, settings: meta.AtRest) -> meta.AtRest:
+def _sqlite_meta(
+    cursor: Any, url: StoreURL, create: bool, settings: meta.AtRest
+) -> meta.AtRest | None:
+    """The store's settings from its meta table, or None for a file without tables.
+
+    Raises:
+        StoreError: another program's tables, a store this program cannot read,
+            or no store and `create` not allowed.
+    """
     cursor.execute("SELECT name FROM sqlite_master WHERE type='table'")
     tables = {row[0] for row in cursor.fetchall()}
     if meta.META_TABLE in tables:
@@ -96,6 +277,11 @@ def _sqlite_meta(cursor: Any, url: StoreURL, create: bool, settings: meta.AtRest
         )
     if not create:
         raise StoreError(url.masked, "no stagetrail store in this file")
+    return None
+
+
+def _create_meta(cursor: Any, settings: meta.AtRest) -> meta.AtRest:
+    """Create the meta table of a new store (inside the caller's write transaction)."""
     cursor.execute(
         f"CREATE TABLE IF NOT EXISTS {meta.META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
     )

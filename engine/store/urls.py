@@ -54,7 +54,12 @@ def _mask_pair(pair: str) -> str:
 
 
 DEFAULT_STORE = "sqlite:///stagetrail.db"
-SCHEMES = ("memory://", "sqlite:///path", "postgresql://user:password@host:5432/db")
+SCHEMES = (
+    "memory://",
+    "sqlite:///path",
+    "postgresql://user:password@host:5432/db",
+    "eventsourcing://persistence.module?SETTING=value",
+)
 
 
 @attrs.frozen
@@ -94,6 +99,8 @@ def parse(url: str) -> StoreURL:
         return _sqlite(url, masked)
     if scheme in ("postgresql", "postgres"):
         return _postgres(url, masked)
+    if scheme == "eventsourcing":
+        return _module(url, masked)
     hint = f" (did you mean sqlite:///{masked}?)" if not scheme else ""
     raise StoreError(masked, f"unsupported store URL{hint}; use one of {', '.join(SCHEMES)}")
 
@@ -164,3 +171,22 @@ def _postgres(url: str, masked: str) -> StoreURL:
         dbname=dbname,
         options=_options(parts.query, masked, _KNOWN["postgresql"]),
     )
+
+
+def _module(url: str, masked: str) -> StoreURL:
+    """``eventsourcing://TOPIC?SETTING=value&...``: any eventsourcing persistence module.
+
+    TOPIC is what eventsourcing's ``PERSISTENCE_MODULE`` takes (a module such as
+    ``eventsourcing.sqlite``, or ``package.module:FactoryClass``); the settings are
+    that module's own (``SQLITE_DBNAME``, ``POSTGRES_HOST``, ...). ``compress``
+    stays stagetrail's.
+    """
+    head, _, query = url.partition("?")
+    topic = unquote(head.removeprefix("eventsourcing://").rstrip("/"))
+    if not topic:
+        raise StoreError(
+            masked, "name the persistence module: eventsourcing://eventsourcing.sqlite?..."
+        )
+    pairs = parse_qs(query, keep_blank_values=True)  # an empty password is a setting too
+    options = {key: values[-1] for key, values in pairs.items()}
+    return StoreURL(scheme="eventsourcing", masked=masked, path=topic, options=options)

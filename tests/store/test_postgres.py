@@ -212,3 +212,89 @@ class TestFleetStart:
             fresh_schemas.append(schema)
             outcomes = open_together(f"{base}?schema={schema}", 4)
             assert outcomes == ["ok"] * 4
+
+
+@pytest.fixture
+def reader_url(postgres_url: str) -> Iterator[str]:
+    """The store's URL as a new role that may only read it (read-only transactions too)."""
+    import psycopg
+
+    base = postgres_url.split("?schema=")[0]
+    role = f"st_ro_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")  # as a replica
+    yield f"{postgres_url.replace('postgres@', f'{role}@')}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
+
+
+def grant_reading(postgres_url: str, reader_url: str) -> None:
+    import psycopg
+
+    base, schema = postgres_url.split("?schema=")
+    role = reader_url.split("://", 1)[1].split("@", 1)[0]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+
+
+READ_COMMANDS = [
+    ["runs"],
+    ["runs", "--json", "--label", "team=core"],
+    ["show", "{run}"],
+    ["state", "{run}"],
+    ["state", "{run}", "--at", "2", "--projection", "retry_counts"],
+    ["replay", "{run}"],
+    ["diff", "{run}", "--from", "1", "--to", "3"],
+    ["verify", "{run}"],
+    ["export", "--all"],
+    ["diagram", "{run}"],
+    ["projections", "list"],
+    ["projections", "status"],
+]
+
+
+class TestReadOnlyRole:
+    @pytest.mark.parametrize("command", READ_COMMANDS, ids=lambda c: " ".join(c))
+    def test_every_read_command_works_for_a_read_only_role(
+        self, postgres_url: str, reader_url: str, command: list[str]
+    ) -> None:
+        """A role that can only SELECT, in read-only transactions, serves each read command."""
+        from click.testing import CliRunner
+
+        from engine.cli import main
+
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW, labels={"team": "core"})
+            run.stage_completed("project_analysis")
+            run.stage_completed("code_review")
+            run.stage_failed("developer", error="flaky")
+            owner.runs()  # the stored index is current up to here...
+            later = owner.start_run(REVIEW, labels={"team": "core"})  # ...this run is newer
+        grant_reading(postgres_url, reader_url)
+        args = [part.replace("{run}", str(run.id)) for part in command]
+        result = CliRunner().invoke(main, [*args, "--store", reader_url])
+        assert result.exit_code == 0, result.output
+        if command[0] == "runs":
+            assert str(later.id)[:8] in result.output
+            assert str(run.id)[:8] in result.output
+
+    def test_a_read_only_role_cannot_write_and_says_so(
+        self, postgres_url: str, reader_url: str
+    ) -> None:
+        """An append through the read-only role is StoreReadOnly, in one line; nothing written."""
+        from engine.store.errors import StoreReadOnly
+
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW)
+        grant_reading(postgres_url, reader_url)
+        with Engine(reader_url, read_only=True) as reader:
+            with pytest.raises(StoreReadOnly, match="read-only") as caught:
+                reader.load(run.id).note("k", 1)
+            assert [r.run_id for r in reader.runs()] == [run.id]  # folded in memory
+            assert {s.name: s.lag for s in reader.projections.status()}["run_index"] == 0
+        assert "\n" not in str(caught.value)
+        with Engine(postgres_url) as owner:
+            assert owner.load(run.id).version == 1

@@ -1,0 +1,188 @@
+"""Projections over a store opened read-only: the stored views, with newer events folded in memory.
+
+A read-only file, a read-only role or a read replica cannot save projection
+states, yet `runs()`, `projections status` and `get` must still answer from every
+committed event. `ReadOnlyViews` reads what the store holds (when its views are
+current for the projection's code) and keeps whatever this process folds beyond
+that in memory, layered on top. Nothing is ever written to the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from engine.store.failures import classify
+from engine.store.views import PageSave, RunQuery, Views
+from events.errors import StagetrailError
+from projections.errors import PositionMoved
+
+_log = logging.getLogger(__name__)
+
+
+class ReadOnlyViews:
+    """`Views` that read the store's own views and fold newer pages in memory.
+
+    Args:
+        url: the store's masked URL, for errors.
+        base: the store's views (read from, never written), or None when the
+            store has none this user can read (then everything folds in memory).
+    """
+
+    def __init__(self, url: str, base: Any | None) -> None:
+        self._url = url
+        self._base = base
+        self._lock = threading.Lock()
+        self._from_base: dict[str, bool] = {}  # name -> stored state is current for its code
+        self._positions: dict[str, int] = {}
+        self._states: dict[str, dict[str, Any]] = {}
+        self._errors: dict[str, str | None] = {}
+
+    def register(self, name: str, fingerprint: str) -> bool:
+        """Use the stored state of `name` when it was folded by this code; never reset it."""
+        with self._lock:
+            if name in self._from_base:
+                return False
+            stored = self._stored_fingerprint(name)
+            self._from_base[name] = stored == fingerprint
+            self._positions[name] = self._base_position(name) if self._from_base[name] else 0
+            self._states[name] = {}
+            return stored is not None and stored != fingerprint
+
+    def _stored_fingerprint(self, name: str) -> str | None:
+        if self._base is None:
+            return None
+        try:
+            return self._base.fingerprint(name)  # type: ignore[no-any-return]
+        except Exception as error:  # views the role may not read: fold from zero instead
+            _log.debug("stored views unreadable, folding in memory: %s", error)
+            self._base = None
+            return None
+
+    def _base_position(self, name: str) -> int:
+        assert self._base is not None
+        return int(self._read("positions", [name])[name])
+
+    def reset(self, name: str, fingerprint: str) -> None:
+        """Fold `name` from zero in memory (the stored state is left as it is)."""
+        with self._lock:
+            self._from_base[name] = False
+            self._positions[name] = 0
+            self._states[name] = {}
+            self._errors[name] = None
+
+    def positions(self, names: Sequence[str]) -> dict[str, int]:
+        """Each projection's position: the stored one, or as far as memory got."""
+        with self._lock:
+            return {name: self._positions.get(name, 0) for name in names}
+
+    def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
+        """States by key: folded in memory first, else as stored."""
+        with self._lock:
+            found = {k: self._states[name][k] for k in keys if k in self._states.get(name, {})}
+            use_base = self._from_base.get(name, False)
+        missing = [key for key in keys if key not in found]
+        if use_base and missing and self._base is not None:
+            found.update(self._read("load", name, missing))
+        return found
+
+    def commit(self, saves: Sequence[PageSave]) -> None:
+        """Keep folded pages in memory, checking positions as a store would."""
+        with self._lock:
+            for save in saves:
+                if self._positions.get(save.name, 0) != save.start:
+                    raise PositionMoved(save.name, save.start, self._positions.get(save.name, 0))
+            for save in saves:
+                self._states.setdefault(save.name, {}).update(save.states)
+                self._positions[save.name] = save.end
+                self._errors[save.name] = None
+
+    def record_error(self, name: str, error: str) -> None:
+        """Keep the error that stopped a projection (in memory)."""
+        with self._lock:
+            self._errors[name] = error
+
+    def errors(self) -> dict[str, str | None]:
+        """The last error of every projection the store keeps or this process registered."""
+        stored = self._read("errors") if self._base is not None else {}
+        with self._lock:
+            return {**stored, **{name: self._errors.get(name) for name in self._from_base}}
+
+    def _read(self, method: str, *args: Any) -> Any:
+        """Call a reading method of the stored views; a database failure is a StoreError."""
+        try:
+            return getattr(self._base, method)(*args)
+        except StagetrailError:
+            raise
+        except Exception as error:
+            raise classify(self._url, error, "cannot read the stored projections") from error
+
+    def states(self, name: str) -> dict[str, Any]:
+        """Every state of `name`: stored ones overlaid by those folded in memory."""
+        with self._lock:
+            use_base = self._from_base.get(name, False)
+            mine = dict(self._states.get(name, {}))
+        stored = self._read("states", name) if use_base and self._base is not None else {}
+        return {**stored, **mine}
+
+    def runs(self, query: RunQuery) -> list[Any]:
+        """Run index rows matching `query`, newest first, memory's rows replacing stored ones."""
+        name = "run_index"
+        with self._lock:
+            mine = dict(self._states.get(name, {}))
+            use_base = self._from_base.get(name, False)
+        rows = [data for data in mine.values() if query.matches(data)]
+        if use_base and self._base is not None:
+            wider = RunQuery(
+                status=query.status,
+                pipeline=query.pipeline,
+                labels=query.labels,
+                since=query.since,
+                parent=query.parent,
+                limit=query.limit + len(mine),
+            )
+            rows += [data for data in self._read("runs", wider) if data["run_id"] not in mine]
+        rows.sort(key=lambda data: (data["started"], data["run_id"]), reverse=True)
+        return rows[: query.limit]
+
+    def run_ids(self, prefix: str, limit: int) -> list[str]:
+        """Ids of indexed runs starting with `prefix`, from both layers."""
+        with self._lock:
+            found = {key for key in self._states.get("run_index", {}) if key.startswith(prefix)}
+            use_base = self._from_base.get("run_index", False)
+        if use_base and self._base is not None:
+            found.update(self._read("run_ids", prefix, limit))
+        return sorted(found)[:limit]
+
+    def snapshot(
+        self, run_id: str, projection: str, fingerprint: str, version: int
+    ) -> tuple[int, str] | None:
+        """A stored snapshot, if the store has one (they are keyed by the code's fingerprint)."""
+        if self._base is None:
+            return None
+        return self._read("snapshot", run_id, projection, fingerprint, version)  # type: ignore[no-any-return]
+
+    def save_snapshots(
+        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
+    ) -> None:
+        """Nothing: a read-only store keeps no new snapshots (answers stay correct)."""
+
+    def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
+        """Wait as the store's views do (NOTIFY on PostgreSQL), or poll."""
+        if self._base is None:
+            stop.wait(timeout)
+            return False
+        return bool(self._base.wait_for_events(timeout, stop))
+
+    def close_listener(self) -> None:
+        """Close the stored views' LISTEN connection, if any."""
+        close = getattr(self._base, "close_listener", None)
+        if close is not None:
+            close()
+
+
+def read_only(url: str, base: Any | None) -> Views:
+    """`base` (a store's views, or None) behind a layer that never writes to the store."""
+    return ReadOnlyViews(url, base)

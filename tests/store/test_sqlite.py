@@ -1,0 +1,144 @@
+"""The SQLite store file: fleets opening it at once, read-only opens, refusals as one line."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import Engine, StoreError
+from engine.store.errors import StoreFull, StoreReadOnly
+from tests._helpers import REVIEW
+from tests.store.test_postgres import open_together
+
+
+def _snapshot(path: Path) -> tuple[bytes, list[str]]:
+    """The file's bytes and the names beside it (a journal or WAL file would show)."""
+    return path.read_bytes(), sorted(os.listdir(path.parent))
+
+
+@pytest.mark.slow
+class TestFleetStart:
+    def test_workers_starting_together_on_a_new_file(self, tmp_path: Path) -> None:
+        """4 processes creating one store and registering one projection at once, 5 trials."""
+        for trial in range(5):
+            url = f"sqlite:///{tmp_path / f'fleet{trial}.db'}"
+            assert open_together(url, 4) == ["ok"] * 4
+            with Engine(url) as engine:
+                assert len(engine.runs()) == 4
+
+
+class TestReadOnlyOpens:
+    def test_another_programs_database_is_left_untouched(self, tmp_path: Path) -> None:
+        """A read-only open of a foreign rollback-journal database changes no byte of it."""
+        path = tmp_path / "app.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE invoices (id INTEGER)")
+        conn.close()
+        before = _snapshot(path)
+        with pytest.raises(StoreError, match=r"holds other tables \(invoices\)"):
+            Engine(f"sqlite:///{path}", read_only=True)
+        assert _snapshot(path) == before
+        with sqlite3.connect(path) as check:
+            assert check.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+    @pytest.mark.parametrize("create", [False, True])
+    def test_a_foreign_database_keeps_its_journal_mode(self, tmp_path: Path, create: bool) -> None:
+        """Even a command that may create a store refuses a foreign file before touching it."""
+        path = tmp_path / "app.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE invoices (id INTEGER)")
+        conn.close()
+        before = _snapshot(path)
+        with pytest.raises(StoreError, match="not a stagetrail store"):
+            Engine(f"sqlite:///{path}", create=create)
+        assert _snapshot(path) == before
+
+    def test_an_empty_file_stays_empty(self, tmp_path: Path) -> None:
+        """A read-only open of a 0-byte file is refused and leaves it at 0 bytes."""
+        path = tmp_path / "empty.db"
+        path.touch()
+        for read_only in (True, False):
+            with pytest.raises(StoreError, match="is an empty file"):
+                Engine(f"sqlite:///{path}", create=False, read_only=read_only)
+        assert path.stat().st_size == 0
+        assert os.listdir(tmp_path) == ["empty.db"]
+
+    def test_a_file_that_is_not_sqlite_is_refused_unread(self, tmp_path: Path) -> None:
+        """A text file is refused by its header, in one line, and not changed."""
+        path = tmp_path / "notes.db"
+        path.write_text("shopping list\n")
+        with pytest.raises(StoreError, match="is not a SQLite database") as caught:
+            Engine(f"sqlite:///{path}", read_only=True)
+        assert "\n" not in str(caught.value)
+        assert path.read_text() == "shopping list\n"
+
+    def test_a_read_only_open_reads_without_writing(self, sqlite_url: str, tmp_path: Path) -> None:
+        """read_only serves reads, the run index included; an append is a StoreReadOnly."""
+        with Engine(sqlite_url) as writer:
+            run = writer.start_run(REVIEW)
+            writer.runs()  # the stored index is current up to here
+            later = writer.start_run(REVIEW)  # ...and this run only folds in memory
+        before = (tmp_path / "runs.db").read_bytes()
+        with Engine(sqlite_url, read_only=True) as reader:
+            assert reader.load(run.id).state == "project_analysis"
+            assert [r.run_id for r in reader.runs()] == [later.id, run.id]
+            assert {s.name: s.lag for s in reader.projections.status()}["run_index"] == 0
+            with pytest.raises(StoreReadOnly, match="read-only") as caught:
+                reader.load(run.id).note("k", 1)
+        assert "\n" not in str(caught.value)
+        assert (tmp_path / "runs.db").read_bytes() == before
+        with Engine(sqlite_url) as writer:
+            assert writer.load(run.id).version == 1
+
+
+@pytest.fixture
+def tiny_mount(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for the test (skipped where this user may not mount)."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+class TestRefusals:
+    def test_a_full_disk_is_one_line_and_writes_nothing(self, tiny_mount: Path) -> None:
+        """Filling a 1 MiB filesystem gives StoreFull naming the cause; earlier events stay."""
+        url = f"sqlite:///{tiny_mount / 'runs.db'}"
+        with Engine(url) as engine:
+            run = engine.start_run(REVIEW)
+            written = 0
+            with pytest.raises(StoreFull, match="full") as caught:
+                for index in range(1000):
+                    run.note("fill", f"{index}" + "z" * 20_000)
+                    written += 1
+            assert "\n" not in str(caught.value)
+            assert isinstance(caught.value, StoreError)
+            assert run.version == 1 + written
+        (tiny_mount / "runs.db-wal").unlink(missing_ok=True)
+
+    def test_a_read_only_file_system_is_one_line(self, tiny_mount: Path) -> None:
+        """A store on a file system remounted read-only reads, and refuses appends clearly."""
+        url = f"sqlite:///{tiny_mount / 'runs.db'}"
+        with Engine(url) as engine:
+            run = engine.start_run(REVIEW)
+        subprocess.run(["mount", "-o", "remount,ro", str(tiny_mount)], check=True)
+        with Engine(url, read_only=True) as reader:
+            assert reader.load(run.id).version == 1
+            assert [r.run_id for r in reader.runs()] == [run.id]
+        with pytest.raises(StoreError, match="read-only") as caught, Engine(url) as writer:
+            writer.load(run.id).note("k", 1)
+        assert "\n" not in str(caught.value)
