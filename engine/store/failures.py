@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from eventsourcing.persistence import PersistenceError
+
 from engine.store.errors import StoreError, StoreFull, StoreReadOnly
 
 _SQLITE_READ_ONLY = {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN}
@@ -27,6 +29,11 @@ def driver_error(error: BaseException) -> BaseException:
 
 def _is_driver(error: BaseException) -> bool:
     return isinstance(error, sqlite3.Error) or type(error).__module__.startswith("psycopg")
+
+
+def is_database_error(error: BaseException) -> bool:
+    """Whether `error` is a database's (eventsourcing's wrapping, sqlite3's, psycopg's)."""
+    return isinstance(error, PersistenceError) or _is_driver(error)
 
 
 def describe(error: BaseException) -> str:

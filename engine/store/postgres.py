@@ -127,11 +127,15 @@ class PostgresRecorder(PostgresApplicationRecorder):
             return self._recover(stored_events, error)
 
     def _recover(self, stored_events: Sequence[StoredEvent], error: Exception) -> Sequence[int]:
-        """After a lost connection: the append's ids if it was stored, else send it again."""
+        """After a lost connection: the append's ids if it was stored, else send it again.
+
+        Raises:
+            error: the store stayed unreachable and the append was never sent.
+        """
         deadline = time.monotonic() + self.retry_seconds  # read only here: frozen clocks tick
-        pause = _FIRST_PAUSE
+        pause, maybe_sent = _FIRST_PAUSE, _maybe_sent(error)
         while True:
-            found = self._stored_ids(stored_events, deadline, error)
+            found = self._stored_ids(stored_events, deadline) if maybe_sent else []
             self.recovered["stored" if found else "absent"] += 1
             if found:
                 _log.warning("connection lost after a commit; the append was stored")
@@ -147,7 +151,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
                     return found
                 raise
             except _CONNECTION_LOST as lost:
-                error = lost
+                error, maybe_sent = lost, maybe_sent or _maybe_sent(lost)
 
     def _insert_once(self, stored_events: Sequence[StoredEvent]) -> Sequence[int] | None:
         if sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES:
@@ -157,12 +161,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
             self._insert_stored_events(curs, stored_events)
             return self._fetch_ids_after_insert_events(curs, stored_events)
 
-    def _stored_ids(
-        self,
-        stored_events: Sequence[StoredEvent],
-        deadline: float,
-        error: Exception | None = None,
-    ) -> list[int]:
+    def _stored_ids(self, stored_events: Sequence[StoredEvent], deadline: float) -> list[int]:
         """Notification ids of `stored_events` if these very events are stored, else [].
 
         Raises:
@@ -201,6 +200,16 @@ class PostgresRecorder(PostgresApplicationRecorder):
         return [found[(str(e.originator_id), e.originator_version)] for e in stored_events]
 
 
+def _maybe_sent(error: BaseException) -> bool:
+    """Whether an append that failed with `error` may have reached the server.
+
+    Only a pool that could not hand out a connection proves nothing was sent.
+    """
+    from psycopg_pool import PoolTimeout
+
+    return not isinstance(error.__cause__, PoolTimeout)
+
+
 def _ranges(stored_events: Sequence[StoredEvent]) -> list[tuple[Any, int, int]]:
     """(originator id, lowest, highest version) for each originator of an append."""
     spans: dict[Any, tuple[int, int]] = {}
@@ -235,8 +244,9 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
     prefix_order = 'run_id COLLATE "C"'
     """The order of the byte-order index, so a prefix lookup reads only its range."""
 
-    def __init__(self, datastore: PostgresDatastore, channel: str) -> None:
+    def __init__(self, datastore: PostgresDatastore, channel: str, url: str = "-") -> None:
         super().__init__(datastore, tracking_table_name=TRACKING_TABLE)
+        self.url = url
         schema = datastore.schema
         self.names = {
             key: table if key in _INDEXES else f'"{schema}"."{table}"'
@@ -253,7 +263,7 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
         index = f"CREATE INDEX IF NOT EXISTS stagetrail_runs_id_bytes ON {self.names['runs']}"
         curs.execute(f'{index} ((run_id COLLATE "C"))')
 
-    def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
+    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=commit)
 
     def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
@@ -417,9 +427,13 @@ def open_postgres(
         datastore = _datastore(url)
         recorder = _recorder(url, datastore, has_events or read_only)
         if read_only:
-            views = overlay.read_only(url.masked, PostgresViews(datastore, recorder.channel_name))
+            views = overlay.read_only(
+                url.masked, PostgresViews(datastore, recorder.channel_name, url.masked)
+            )
             return Backend(recorder, settings.mapper(), _closer(datastore, views), views)
-        views, problem = prepare_views(lambda: PostgresViews(datastore, recorder.channel_name))
+        views, problem = prepare_views(
+            lambda: PostgresViews(datastore, recorder.channel_name, url.masked)
+        )
     return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem)
 
 

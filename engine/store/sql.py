@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
 from eventsourcing.persistence import Tracking
 
+from engine.store.failures import classify, is_database_error
 from engine.store.views import PageSave, RunQuery, run_columns
+from events.errors import StagetrailError
 from projections.errors import PositionMoved, ProjectionReplaced
 
 TABLES = (
@@ -64,8 +66,24 @@ class SQLViews:
     prefix_order = "run_id"
     """The order that range is read in."""
 
-    def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
+    url = "-"
+    """The store's masked URL, for errors (set by the backend)."""
+
+    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         raise NotImplementedError
+
+    @contextmanager
+    def _transaction(self, *, commit: bool) -> Iterator[Any]:
+        """A transaction of the views; a database refusal is a `StoreError` (kind by cause)."""
+        try:
+            with self._database_transaction(commit=commit) as cursor:
+                yield cursor
+        except StagetrailError:
+            raise
+        except Exception as error:
+            if not is_database_error(error):
+                raise
+            raise classify(self.url, error, "projection storage failed") from error
 
     def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
         raise NotImplementedError

@@ -85,8 +85,9 @@ class SQLiteViews(SQLiteTrackingRecorder, SQLViews):
     names = NAMES
     tracking_table = "tracking"  # eventsourcing's SQLite recorder fixes this name
 
-    def __init__(self, datastore: SQLiteDatastore) -> None:
+    def __init__(self, datastore: SQLiteDatastore, url: str = "-") -> None:
         super().__init__(datastore)
+        self.url = url
 
     def create_table(self) -> None:
         """Create the tracking and views tables, even while another process does too."""
@@ -101,7 +102,7 @@ class SQLiteViews(SQLiteTrackingRecorder, SQLViews):
         super()._create_table(c)
         self.create_views(c)
 
-    def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
+    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         return self.datastore.transaction(commit=commit)
 
     def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
@@ -151,17 +152,17 @@ def open_sqlite(
             recorder,
             found.mapper(),
             datastore.close,
-            overlay.read_only(url.masked, _views(datastore)),
+            overlay.read_only(url.masked, _views(datastore, url.masked)),
         )
-    views, problem = prepare_views(lambda: SQLiteViews(datastore))
+    views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked))
     return Backend(recorder, found.mapper(), datastore.close, views, problem)
 
 
-def _views(datastore: Datastore) -> SQLiteViews | None:
+def _views(datastore: Datastore, url: str) -> SQLiteViews | None:
     """The file's views if it has them (a read-only open creates nothing)."""
     with datastore.transaction(commit=False) as cursor:
         cursor.execute("SELECT 1 FROM sqlite_master WHERE name=?", (NAMES["projections"],))
-        return SQLiteViews(datastore) if cursor.fetchone() else None
+        return SQLiteViews(datastore, url) if cursor.fetchone() else None
 
 
 def _inspect(url: StoreURL, create: bool, settings: meta.AtRest) -> meta.AtRest | None:

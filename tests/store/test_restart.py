@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import Engine
+from engine import Engine, OutcomeUnknown, StoreError
+from events import NoteAdded
 from tests._helpers import REVIEW
 from tests.store.test_postgres import _append_following_the_advice
 
@@ -110,3 +111,23 @@ class TestServerRestart:
         assert [s.run_id for s in summaries] == [run.id]
         assert summaries[0].attempts == 0
         assert stats["conflicts"] == 0
+
+    def test_a_server_down_for_longer_than_the_retries_is_outcome_unknown(
+        self, cluster: Cluster
+    ) -> None:
+        """With the server down past the retry time: OutcomeUnknown, then refresh() resolves it."""
+        with Engine(f"{cluster.url}?schema=runs") as engine:
+            run = engine.start_run(REVIEW)
+            engine.store.recorder.retry_seconds = 1.0  # type: ignore[attr-defined]
+            cluster.pg_ctl("stop")
+            with pytest.raises(OutcomeUnknown, match=r"call run\.refresh\(\)") as caught:
+                run.note("k", "lost?")  # its pooled connection died with the server
+            assert "\n" not in str(caught.value)
+            assert isinstance(caught.value, StoreError)
+            cluster.pg_ctl("start")
+            run.refresh()
+            newest = engine.store.last(run.id)
+            if not (isinstance(newest, NoteAdded) and newest.value == "lost?"):
+                run.note("k", "lost?")  # the advice: not stored, so record it again
+            values = [e.value for e in engine.events(run.id)[1:]]  # type: ignore[attr-defined]
+        assert values == ["lost?"]

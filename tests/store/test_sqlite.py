@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -96,6 +97,32 @@ class TestReadOnlyOpens:
             assert writer.load(run.id).version == 1
 
 
+class TestReadCommandsLeaveFilesAlone:
+    @pytest.mark.parametrize("command", [["runs"], ["show", "abcd"], ["projections", "status"]])
+    @pytest.mark.parametrize("kind", ["foreign", "empty"])
+    def test_a_read_command_changes_no_byte(
+        self, tmp_path: Path, kind: str, command: list[str]
+    ) -> None:
+        """A read command on another program's database or an empty file: one line, exit 2."""
+        from click.testing import CliRunner
+
+        from engine.cli import main
+
+        path = tmp_path / "app.db"
+        if kind == "foreign":
+            with sqlite3.connect(path) as conn:
+                conn.execute("CREATE TABLE invoices (id INTEGER)")
+            conn.close()
+        else:
+            path.touch()
+        before = _snapshot(path)
+        result = CliRunner().invoke(main, [*command, "--store", f"sqlite:///{path}"])
+        assert result.exit_code == 2
+        assert result.stderr.count("\n") == 1
+        assert "not a stagetrail store" in result.stderr
+        assert _snapshot(path) == before
+
+
 @pytest.fixture
 def tiny_mount(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs mounted for the test (skipped where this user may not mount)."""
@@ -117,6 +144,10 @@ def tiny_mount(tmp_path: Path) -> Iterator[Path]:
 class TestRefusals:
     def test_a_full_disk_is_one_line_and_writes_nothing(self, tiny_mount: Path) -> None:
         """Filling a 1 MiB filesystem gives StoreFull naming the cause; earlier events stay."""
+        from click.testing import CliRunner
+
+        from engine.cli import main
+
         url = f"sqlite:///{tiny_mount / 'runs.db'}"
         with Engine(url) as engine:
             run = engine.start_run(REVIEW)
@@ -128,7 +159,11 @@ class TestRefusals:
             assert "\n" not in str(caught.value)
             assert isinstance(caught.value, StoreError)
             assert run.version == 1 + written
-        (tiny_mount / "runs.db-wal").unlink(missing_ok=True)
+            with pytest.raises(StoreFull, match="projection storage failed"):
+                engine.runs()  # the run index cannot be saved either: one line, its kind
+        result = CliRunner().invoke(main, ["runs", "--json", "--store", url])
+        assert result.exit_code == 0, result.stderr  # reads need no room
+        assert json.loads(result.stdout)[0]["run_id"] == str(run.id)
 
     def test_a_read_only_file_system_is_one_line(self, tiny_mount: Path) -> None:
         """A store on a file system remounted read-only reads, and refuses appends clearly."""
