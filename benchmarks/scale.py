@@ -71,10 +71,13 @@ def measure(url: str, writers: int, runs: int) -> dict[str, Any]:
     Engine(url).close()  # created up front: this measures appending, not creating
     follower = start("follower", url)
     workers = [start("worker", url, "--index", str(i), "--runs", str(runs)) for i in range(writers)]
-    written = [json.loads(worker.communicate()[0]) for worker in workers]
-    followed = json.loads(follower.communicate("finish\n")[0])
-    if any(process.returncode for process in (*workers, follower)):
-        raise RuntimeError(f"a fleet process failed on {url}")
+    outputs = [worker.communicate() for worker in workers]
+    outputs.append(follower.communicate("finish\n"))
+    for process, (_, err) in zip((*workers, follower), outputs, strict=True):
+        if process.returncode:
+            raise RuntimeError(f"a fleet process failed on {url}:\n{err}")
+    written = [json.loads(out) for out, _ in outputs[:-1]]
+    followed = json.loads(outputs[-1][0])
     began = min(report["began"] for report in written)
     ended = max(report["ended"] for report in written)
     events = sum(report["events"] for report in written)
@@ -109,8 +112,12 @@ def main() -> None:
     rows: list[dict[str, Any]] = curve("sqlite", writers, runs)
     if postgres_reachable():
         rows += curve("postgresql", writers, runs)
-    machine: dict[str, Any] = {"case": "machine", "cpus": os.cpu_count(), "load_before": load_before,
-               "load_after": os.getloadavg()[0]}  # fmt: skip
+    machine: dict[str, Any] = {
+        "case": "machine",
+        "cpus": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+    }
     report("scale-out: writer processes, events/s, follower lag", [*rows, machine], options.json)
 
 

@@ -83,16 +83,17 @@ class Victim:
                 for item in range(size):
                     note = {"batch": number, "item": item, "size": size, "pad": "x" * 40}
                     run.note("batch", note)
+                self.say("commit")  # built: what follows is the batch's one transaction
 
     def drive(self) -> None:
         """A supervised review whose developer stage fails and retries."""
         run = self.engine.start_run(REVIEW, labels={"kind": "drive"})
         self.say("done", "start", run.id, 1)
         worker, number = self.rng.randrange(1000), self.rng.randrange(1000)
+        self.say("params", run.id, worker, number)  # so a resumed run fails as planned
         sup = self.engine.supervisor(retry=RETRY, sleep=lambda seconds: None)
         with self.step("drive", run), contextlib.suppress(StageGaveUp):
             sup.drive(run, self._reported(run, stages(worker, number)))
-        self.say("params", run.id, worker, number)
 
     def _reported(self, run: Run, functions: dict[str, Any]) -> dict[str, Any]:
         def wrap(fn: Callable[[StageContext], Any]) -> Callable[[StageContext], Any]:
@@ -167,15 +168,20 @@ def kill_one(url: str, seed: int, rng: random.Random) -> list[str]:
 
 
 def where(lines: list[str]) -> str:
-    """Where the kill landed: inside an unfinished step (batch, drive, task...), or between."""
-    opened: list[str] = []
+    """Where the kill landed: inside an unfinished step (batch, drive, task...), or between.
+
+    A batch killed after it was built, while it committed, is ``batch_commit``.
+    """
+    place = "between"
     for line in lines:
         word, kind, *_ = [*line.split(), ""]
         if word == "open":
-            opened.append(kind)
+            place = kind
+        elif word == "commit":
+            place = f"{place}_commit"
         elif word == "done" and kind in {"batch", "drive", "task", "catch_up"}:
-            opened.pop()
-    return opened[-1] if opened else "between"
+            place = "between"
+    return place
 
 
 class Checker:
@@ -234,7 +240,7 @@ class Checker:
             assert isinstance(new[0], StageFailed)
             assert (new[0].error_type, new[0].attempt) == ("Interrupted", open_attempt)
             self.counts["interrupted_attempts"] += 1
-        interrupted = [e.task_id for e in new if type(e).__name__ == "TaskFailed"]  # type: ignore[attr-defined]
+        interrupted = sorted(e.task_id for e in new if type(e).__name__ == "TaskFailed")  # type: ignore[attr-defined]
         assert interrupted == active_tasks
         self.counts["interrupted_tasks"] += len(interrupted)
         self._finish(run, plan)

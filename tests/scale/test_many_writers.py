@@ -66,6 +66,10 @@ class TestManyWriters:
         url = request.getfixturevalue(backend)
         reports, follows = run_fleet(url, workers, runs)
         recorded = {UUID(run): tuple(end) for r in reports for run, end in r["runs"].items()}
+        events = sum(report["events"] for report in reports)
+        seconds = max(r["ended"] for r in reports) - min(r["began"] for r in reports)
+        lags = [follow["max_lag"] for follow in follows]
+        print(f"{backend}: {len(recorded)} runs, {events} events in {seconds:.1f} s, lag {lags}")
         assert len(recorded) == workers * runs
         for follow in follows:
             assert [(name, lag, error) for name, _, _, lag, error in follow["status"]] == [
