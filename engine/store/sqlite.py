@@ -167,7 +167,7 @@ def erase_runs(datastore: SQLiteDatastore, has_views: bool, run_ids: Sequence[UU
     with datastore.transaction(commit=True) as cursor:
         for run_id in run_ids:
             cursor.execute(f"DELETE FROM {meta.EVENTS_TABLE} WHERE originator_id=?", (run_id.hex,))
-            removed += cursor.sqlite_cursor.rowcount
+            removed += cursor.rowcount
             if has_views:
                 cursor.execute(f"DELETE FROM {NAMES['snapshots']} WHERE run_id=?", (str(run_id),))
     return removed
