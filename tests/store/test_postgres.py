@@ -76,17 +76,16 @@ class TestBigAppends:
         ]
 
 
-def _terminate_connections(name: str, stop: threading.Event, seed: int) -> list[int]:
+def _terminate_connections(name: str, stop: threading.Event, killed: list[int]) -> None:
     """Terminate, at random moments, the busy server backends of connections named `name`.
 
     Busy ones only (running a statement or inside a transaction): that is where an
     append's commit is, and idle pool connections killed between appends would
-    only test the pool's reconnection.
+    only test the pool's reconnection. `killed[0]` counts the terminations.
     """
     import psycopg
 
-    rng = random.Random(seed)
-    killed = [0]
+    rng = random.Random(11)
     with psycopg.connect(POSTGRES_URL, autocommit=True, application_name="killer") as conn:
         while not stop.is_set():
             row = conn.execute(
@@ -95,8 +94,7 @@ def _terminate_connections(name: str, stop: threading.Event, seed: int) -> list[
                 (name,),
             ).fetchone()
             killed[0] += row[0] if row else 0
-            stop.wait(rng.uniform(0.01, 0.1))
-    return killed
+            stop.wait(rng.uniform(0.001, 0.02))
 
 
 def _append_following_the_advice(run: Run, key: str, value: int, stats: dict[str, int]) -> None:
@@ -129,22 +127,26 @@ def _newest_is(run: Run, key: str, value: int) -> bool:
 @pytest.mark.slow
 class TestLostConnections:
     APPENDS = 1200
+    TERMINATIONS = 100
+    MOST = 50_000
 
     def test_terminated_backends_lose_and_double_nothing(self, postgres_url: str) -> None:
-        """1,200 appends while their backends are terminated at random: each stored once."""
+        """≥ 1,200 appends and ≥ 100 terminations of their backends: each stored once."""
         name = f"st_fault_{uuid.uuid4().hex[:8]}"  # only this test's connections are terminated
         stop = threading.Event()
-        killed: list[int] = []
+        killed = [0]
         stats = {"conflicts": 0, "unknown": 0, "store_errors": 0}
         with Engine(f"{postgres_url}&application_name={name}") as engine:
             run = engine.start_run(REVIEW)
-            killer = threading.Thread(
-                target=lambda: killed.extend(_terminate_connections(name, stop, 11))
-            )
+            killer = threading.Thread(target=_terminate_connections, args=(name, stop, killed))
             killer.start()
-            try:
-                for index in range(self.APPENDS):
-                    _append_following_the_advice(run, "n", index, stats)
+            appended = 0
+            try:  # at least APPENDS, and on until TERMINATIONS backends were terminated
+                while appended < self.MOST and (
+                    appended < self.APPENDS or killed[0] < self.TERMINATIONS
+                ):
+                    _append_following_the_advice(run, "n", appended, stats)
+                    appended += 1
             finally:
                 stop.set()
                 killer.join()
@@ -152,11 +154,12 @@ class TestLostConnections:
         with Engine(postgres_url) as reader:
             notes = reader.events(run.id)[1:]
         values = [note.value for note in notes]  # type: ignore[attr-defined]
-        print(f"terminated={killed[0]} recovered={recovered} advice={stats}")
-        assert values == list(range(self.APPENDS))  # none lost, none doubled, in order
-        assert [note.version for note in notes] == list(range(2, self.APPENDS + 2))
-        assert killed[0] >= 50
-        assert recovered["stored"] + recovered["absent"] >= 20
+        print(f"appends={appended} terminated={killed[0]} recovered={recovered} advice={stats}")
+        assert values == list(range(appended))  # none lost, none doubled, in order
+        assert [note.version for note in notes] == list(range(2, appended + 2))
+        assert appended >= self.APPENDS
+        assert killed[0] >= self.TERMINATIONS
+        assert recovered["stored"] + recovered["absent"] >= self.TERMINATIONS // 2
         assert stats["conflicts"] == 0  # a writer never conflicts with its own append
 
 
