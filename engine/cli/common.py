@@ -66,13 +66,42 @@ def open_engine(
 ) -> Iterator[Engine]:
     """An engine over the store `url` (default store if None); never creates one unless asked.
 
-    Commands that only read pass `read_only`: they never change the store (or a
-    file that is not one), and work on a read replica or with a read-only role.
+    Commands that only read pass `read_only`: they never change a file that is not
+    a store, nor any event. Where the store may be written they save the progress
+    of the persistent projections they catch up (the run index), so the next
+    command does not fold the same events again; elsewhere (a read-only file, a
+    read replica, a role that may only read) they open it read-only and fold in memory.
     """
     from engine.engine import Engine
+    from engine.store import default_url, writable
 
-    with Engine(url, create=create, read_only=read_only) as engine:
+    saving = None
+    if read_only and writable(url or default_url()):
+        saving = _saving_engine(url, create)
+    with saving or Engine(url, create=create, read_only=read_only) as engine:
         yield engine
+
+
+def _saving_engine(url: str | None, create: bool) -> Engine | None:
+    """A writable engine with its run index caught up and saved; None where saving fails.
+
+    A full disk or a file system remounted read-only refuses the save: the read
+    command then folds in memory on a read-only open, and still answers.
+    """
+    from engine.engine import Engine
+    from engine.store import StoreFull, StoreReadOnly
+    from projections import RunIndex
+
+    engine = Engine(url, create=create)
+    try:
+        engine.projections.catch_up([RunIndex.name])
+    except (StoreFull, StoreReadOnly):
+        engine.close()
+        return None
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 _HEX = re.compile(r"[0-9a-f]{1,32}")

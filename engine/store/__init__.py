@@ -16,7 +16,7 @@ from engine.store.errors import (
     StoreFull,
     StoreReadOnly,
 )
-from engine.store.event_store import PAGE, Store
+from engine.store.event_store import PAGE, Store, writable
 from engine.store.persistent import Projections, ProjectionStatus
 from engine.store.snapshots import SNAPSHOT_INTERVAL, TimeTravel
 from engine.store.urls import StoreURL, default_url, mask, parse
@@ -37,4 +37,5 @@ __all__ = [
     "default_url",
     "mask",
     "parse",
+    "writable",
 ]

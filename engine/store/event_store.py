@@ -27,6 +27,7 @@ from engine.store.failures import classify
 from engine.store.memory import open_memory
 from engine.store.module import open_module
 from engine.store.sqlite import open_sqlite
+from engine.store.sqlite import writable as sqlite_writable
 from events import Event, EventFormatError, InvalidPayload
 from events.storable import unstorable_field
 
@@ -259,3 +260,29 @@ def open_backend(
             url.masked, "PostgreSQL support is not installed: pip install 'stagetrail[postgres]'"
         ) from None
     return open_postgres(url, create, settings, read_only=read_only)
+
+
+def writable(url: str) -> bool:
+    """Whether this process may write to the existing store `url` (its projections' progress too).
+
+    A read command opens a store it may write normally, so the persistent
+    projections it catches up are saved for the next command, and opens the
+    others read-only (a read-only file or directory, a replica, a role that may
+    only read), folding in memory. A store that cannot be reached or is not a
+    stagetrail store answers False: the read-only open then says why.
+    """
+    try:
+        parsed = urls.parse(url)
+    except StoreError:
+        return False
+    if parsed.scheme == "memory":
+        return True
+    if parsed.scheme == "sqlite":
+        return sqlite_writable(parsed)
+    if parsed.scheme != "postgresql":
+        return False
+    try:
+        from engine.store.postgres import writable as postgres_writable
+    except ImportError:
+        return False
+    return postgres_writable(parsed)

@@ -28,7 +28,7 @@ from eventsourcing.postgres import (
     PostgresDatastore,
     PostgresTrackingRecorder,
 )
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Identifier, Literal
 
 from engine.store import meta, overlay
 from engine.store.backend import Backend, prepare_views
@@ -438,6 +438,30 @@ def open_postgres(
         )
     erase = functools.partial(erase_runs, datastore, views)
     return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem, erase)
+
+
+def writable(url: StoreURL) -> bool:
+    """Whether this role may append and save projections here: a primary, not read-only."""
+    import psycopg
+
+    probe = SQL(
+        "SELECT NOT pg_is_in_recovery()"
+        " AND current_setting('transaction_read_only') = 'off'"
+        " AND has_table_privilege({events}, 'INSERT')"
+        " AND has_table_privilege({projections}, 'UPDATE')"
+    ).format(
+        events=_qualified(url, meta.EVENTS_TABLE), projections=_qualified(url, NAMES["projections"])
+    )
+    try:
+        with _connect(url) as conn:
+            return bool(conn.execute(probe).fetchone()[0])
+    except (StoreError, psycopg.Error):  # no such store, or no rights: the read-only open says
+        return False
+
+
+def _qualified(url: StoreURL, table: str) -> Any:
+    """`schema.table` as a string literal, for the privilege functions."""
+    return Literal(f"{_schema(url)}.{table}")
 
 
 def _creation_lock(schema: str) -> int:

@@ -161,7 +161,13 @@ def open_sqlite(
     return Backend(recorder, found.mapper(), datastore.close, views, problem, erase)
 
 
-def erase_runs(datastore: SQLiteDatastore, has_views: bool, run_ids: Sequence[UUID]) -> int:
+def writable(url: StoreURL) -> bool:
+    """Whether the existing file and its directory (for the WAL's files) may be written."""
+    path = os.path.abspath(url.path)
+    return os.access(path, os.W_OK) and os.access(os.path.dirname(path), os.W_OK)
+
+
+def erase_runs(datastore: Datastore, has_views: bool, run_ids: Sequence[UUID]) -> int:
     """Delete the runs' events and snapshots in one transaction; return the events deleted."""
     removed = 0
     with datastore.transaction(commit=True) as cursor:

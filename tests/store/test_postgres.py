@@ -284,6 +284,20 @@ class TestReadOnlyRole:
             assert str(later.id)[:8] in result.output
             assert str(run.id)[:8] in result.output
 
+    def test_only_the_owner_is_told_it_may_write(self, postgres_url: str, reader_url: str) -> None:
+        """`writable` is True for the owner, False for the read-only role and a missing store."""
+        from engine.store import writable
+
+        with Engine(postgres_url) as owner:
+            owner.start_run(REVIEW)
+        grant_reading(postgres_url, reader_url)
+        missing = postgres_url.split("?schema=")[0] + f"?schema=t_{uuid.uuid4().hex[:12]}"
+        assert (writable(postgres_url), writable(reader_url), writable(missing)) == (
+            True,
+            False,
+            False,
+        )
+
     def test_a_read_only_role_cannot_write_and_says_so(
         self, postgres_url: str, reader_url: str
     ) -> None:

@@ -97,6 +97,28 @@ class TestReadOnlyOpens:
             assert writer.load(run.id).version == 1
 
 
+class TestReadCommandsOnAStore:
+    def test_a_read_command_saves_the_index_it_caught_up(self, sqlite_url: str) -> None:
+        """On a store it may write, `runs` saves the run index's progress for the next command."""
+        from click.testing import CliRunner
+
+        from engine.cli import main
+
+        with Engine(sqlite_url) as engine:
+            engine.start_run(REVIEW).stage_completed("project_analysis")
+            assert {s.name: s.lag for s in engine.projections.status()}["run_index"] > 0
+        assert CliRunner().invoke(main, ["runs", "--store", sqlite_url]).exit_code == 0
+        with Engine(sqlite_url, read_only=True) as reader:
+            assert {s.name: s.lag for s in reader.projections.status()}["run_index"] == 0
+
+    def test_a_missing_file_is_not_writable(self, tmp_path: Path) -> None:
+        """`writable` says no for a file that does not exist: the read-only open then says why."""
+        from engine.store import writable
+
+        assert writable(f"sqlite:///{tmp_path / 'none.db'}") is False
+        assert writable("memory://") is True
+
+
 class TestReadCommandsLeaveFilesAlone:
     @pytest.mark.parametrize("command", [["runs"], ["show", "abcd"], ["projections", "status"]])
     @pytest.mark.parametrize("kind", ["foreign", "empty"])
