@@ -29,7 +29,15 @@ from engine.errors import (
 from engine.machine import RunState, apply, start
 from engine.pipeline import Pipeline
 from engine.run import Run
-from engine.store import Projections, Store, TimeTravel, urls
+from engine.store import (
+    Projections,
+    Store,
+    StoreFull,
+    StoreReadOnly,
+    TimeTravel,
+    urls,
+    writable,
+)
 from engine.store.views import NoViews, RunQuery
 from engine.supervise import Supervisor
 from engine.verify import VerifyReport, verify_events
@@ -375,6 +383,31 @@ class Engine:
         with run.batch():
             _interrupted(run)
         return run
+
+    @classmethod
+    def for_reading(cls, url: str | None = None, *, create: bool = False) -> Engine:
+        """An engine for a reader (a read command, the viewer), which never records an event.
+
+        On a store this process may write (`engine.store.writable`) the engine opens
+        normally, with its run index caught up and saved, so the next reader starts
+        where this one stopped. Elsewhere (a read-only file, a read replica, a role
+        that may only read), or when that save fails (a full disk, a file system
+        remounted read-only), it opens the store read-only and folds in memory.
+
+        Raises:
+            StoreError: the store cannot be opened (or is missing, unless `create`).
+        """
+        if writable(url or urls.default_url()):
+            engine = cls(url, create=create)
+            try:
+                engine.projections.catch_up([RunIndex.name])
+                return engine
+            except (StoreFull, StoreReadOnly):
+                engine.close()
+            except BaseException:
+                engine.close()
+                raise
+        return cls(url, create=create, read_only=True)
 
     def close(self) -> None:
         """Release the store's connections."""

@@ -73,35 +73,10 @@ def open_engine(
     read replica, a role that may only read) they open it read-only and fold in memory.
     """
     from engine.engine import Engine
-    from engine.store import default_url, writable
 
-    saving = None
-    if read_only and writable(url or default_url()):
-        saving = _saving_engine(url, create)
-    with saving or Engine(url, create=create, read_only=read_only) as engine:
+    opened = Engine.for_reading(url, create=create) if read_only else Engine(url, create=create)
+    with opened as engine:
         yield engine
-
-
-def _saving_engine(url: str | None, create: bool) -> Engine | None:
-    """A writable engine with its run index caught up and saved; None where saving fails.
-
-    A full disk or a file system remounted read-only refuses the save: the read
-    command then folds in memory on a read-only open, and still answers.
-    """
-    from engine.engine import Engine
-    from engine.store import StoreFull, StoreReadOnly
-    from projections import RunIndex
-
-    engine = Engine(url, create=create)
-    try:
-        engine.projections.catch_up([RunIndex.name])
-    except (StoreFull, StoreReadOnly):
-        engine.close()
-        return None
-    except BaseException:
-        engine.close()
-        raise
-    return engine
 
 
 _HEX = re.compile(r"[0-9a-f]{1,32}")

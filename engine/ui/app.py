@@ -79,7 +79,7 @@ def create_app(
     Raises:
         StoreError: the store does not exist or cannot be opened (never created).
     """
-    viewer = Viewer(Engine(url, create=False))
+    viewer = Viewer(Engine.for_reading(url))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
