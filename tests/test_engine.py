@@ -312,3 +312,20 @@ class TestProjectionsUnavailable:
             assert reader.project(run.id, StateStack).depth == 1
             with pytest.raises(StoreError, match=r"cannot keep projections.*views are frozen"):
                 reader.runs()
+
+
+class TestForReading:
+    def test_a_writable_store_opens_with_its_run_index_saved(self, sqlite_url: str) -> None:
+        """On a store it may write, a reader's engine is writable and its run index is current."""
+        with Engine(sqlite_url) as engine:
+            engine.start_run(REVIEW)
+        with Engine.for_reading(sqlite_url) as reader:
+            assert reader.store.read_only is False
+            assert {s.name: s.lag for s in reader.projections.status()}["run_index"] == 0
+
+    def test_a_missing_store_is_refused_not_created(self, tmp_path: Path) -> None:
+        """A reader never creates a store: a missing file is one StoreError, and stays missing."""
+        path = tmp_path / "none.db"
+        with pytest.raises(StoreError):
+            Engine.for_reading(f"sqlite:///{path}")
+        assert not path.exists()
