@@ -23,6 +23,9 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from events.values import build
 
+KEEP = 4
+"""Idle reading connections kept per store (eventsourcing's pool keeps 2 for all uses)."""
+
 
 class ReaderConnections:
     """Connections kept for reading one database, lent to one caller at a time.
@@ -35,11 +38,14 @@ class ReaderConnections:
         uri: the database as a ``file:`` URI (``mode=ro`` for a read-only store:
             a reader never changes the file, nor its journal mode).
         timeout: seconds to wait for a lock (WAL recovery) before failing.
+        keep: idle connections kept at most; one given back beyond them is
+            closed, so a burst of reading threads leaves no open files behind.
     """
 
-    def __init__(self, uri: str, timeout: float) -> None:
+    def __init__(self, uri: str, timeout: float, keep: int = KEEP) -> None:
         self.uri = uri
         self.timeout = timeout
+        self.keep = keep
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
 
@@ -64,7 +70,10 @@ class ReaderConnections:
         )
 
     def give_back(self, connection: sqlite3.Connection) -> None:
-        """Keep `connection` for the next read (or close it, once `close` was called)."""
+        """Keep `connection` for the next read (or close it: `keep` are idle, or closed)."""
+        if len(self._idle) >= self.keep:
+            connection.close()
+            return
         self._idle.append(connection)
         if self._closed:  # close ran while it was lent: it was not there to be closed
             self._drain()

@@ -158,6 +158,17 @@ class TestReaderConnections:
         assert readers.borrow() is not readers.borrow()
         readers.close()
 
+    def test_no_more_than_keep_are_kept_idle(self, tmp_path: Path) -> None:
+        """A connection given back while `keep` are idle is closed, not kept."""
+        readers = ReaderConnections(f"file:{tmp_path / 'a.db'}", 1, keep=2)
+        lent = [readers.borrow() for _ in range(3)]
+        for connection in lent:
+            readers.give_back(connection)
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            lent[2].execute("SELECT 1")
+        assert {readers.borrow(), readers.borrow()} == set(lent[:2])
+        readers.close()
+
     def test_close_closes_kept_and_lent_connections(self, tmp_path: Path) -> None:
         """close closes the idle ones at once and a lent one when it comes back; borrow fails."""
         readers = ReaderConnections(f"file:{tmp_path / 'a.db'}", 1)
