@@ -8,7 +8,7 @@ floor, same workload) timed in the same rounds. Cases: point-in-time state
 (`engine.project(at=4)`), a run's history (`engine.events`), and recording
 supervised runs, whose supervisor re-reads each run's new events after every stage.
 
-Run: ``python -m benchmarks.reads`` (about a minute; ``--quick`` for a smoke run).
+Run: ``python -m benchmarks.reads`` (about 20 seconds; ``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ def main() -> None:
         theirs, mine = picked.sample(raw_ids, sample), picked.sample(our_ids, sample)
         _add(times, "raw state", _median_us(lambda r: raw.state_at(r, 4), theirs))
         _add(times, "raw history", _median_us(raw.history, theirs))
-        _add(times, "raw record", timed(lambda: len(raw.record(runs // 10)))[1])
+        _add(times, "raw record", timed(lambda: len(raw.record(runs // 3)))[1])
         for name, select in paths.items():
             recorder.select_events = select  # type: ignore[method-assign]
             _add(times, f"{name} state", _median_us(lambda r: ours.state_at(r, 4), mine))
             _add(times, f"{name} history", _median_us(ours.history, mine))
-            _add(times, f"{name} record", timed(lambda: len(ours.record(runs // 10)))[1])
+            _add(times, f"{name} record", timed(lambda: len(ours.record(runs // 3)))[1])
     raw.close()
     ours.close()
     report(f"Reading a run's events on SQLite ({runs} runs, {rounds} rounds)",
