@@ -132,6 +132,19 @@ class TestCompare:
         assert all(row["failures_visible"] for row in rows.values())
         assert report["environment"]["versions"]["eventsourcing"]
 
+    def test_reads_benchmark_reports_both_read_paths(self) -> None:
+        """benchmarks.reads --quick times both read paths against raw sqlite3 per case."""
+        rows = json.loads(quick_run("reads").stdout)["results"]
+        assert [row["case"] for row in rows] == [
+            "state (us, median)",
+            "history (us, median)",
+            "supervised recording (lean read's speed-up; >1 is faster)",
+        ]
+        for row in rows[:2]:
+            assert min(row["raw_sqlite3"], row["eventsourcing_read"], row["lean_read"]) > 0
+            assert isinstance(row["met"], bool)
+        assert rows[2]["speedup"] > 0
+
 
 @pytest.mark.slow
 @pytest.mark.browser

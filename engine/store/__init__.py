@@ -1,7 +1,8 @@
 """Persistence: eventsourcing's recorders behind `Store`, one module per backend.
 
 `memory`, `sqlite` and `postgres` each open their kind of store (its recorder and
-its projection tables); `urls` parses store URLs, `meta` keeps the store's schema
+its projection tables; `sqlite_recorder` reads a run's events from a SQLite file
+with one plain SELECT); `urls` parses store URLs, `meta` keeps the store's schema
 version and at-rest settings, `mapper` turns events into stored bytes,
 `snapshots` keeps time-travel snapshots and `persistent` runs persistent
 projections with eventsourcing's tracking records.

@@ -1,4 +1,8 @@
-"""The SQLite backend: eventsourcing's recorder on a file, and the views beside the events."""
+"""The SQLite backend: eventsourcing's recorder on a file, and the views beside the events.
+
+The recorder is `sqlite_recorder.SQLiteRecorder`: eventsourcing's, except that a
+run's events are read with one SELECT on a kept reading connection.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,6 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
 from eventsourcing.sqlite import (
-    SQLiteApplicationRecorder,
     SQLiteCursor,
     SQLiteDatastore,
     SQLiteTrackingRecorder,
@@ -28,6 +31,7 @@ from engine.store.backend import Backend, prepare_views
 from engine.store.errors import StoreError
 from engine.store.failures import classify
 from engine.store.sql import NAMES, SQLViews
+from engine.store.sqlite_recorder import SQLiteRecorder
 from engine.store.urls import StoreURL
 
 LOCK_TIMEOUT = 30
@@ -140,7 +144,7 @@ def open_sqlite(
                 found = _sqlite_meta(cursor, url, create, settings) or _create_meta(
                     cursor, settings
                 )
-        recorder = SQLiteApplicationRecorder(datastore, events_table_name=meta.EVENTS_TABLE)
+        recorder = SQLiteRecorder(datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT)
         if not read_only:
             recorder.create_table()
     except StoreError:
@@ -149,22 +153,29 @@ def open_sqlite(
     except (sqlite3.Error, PersistenceError) as error:
         datastore.close()
         raise classify(url.masked, error, "cannot open the store") from error
+    close = functools.partial(_close, recorder, datastore)
     if read_only:
         return Backend(
             recorder,
             found.mapper(),
-            datastore.close,
+            close,
             overlay.read_only(url.masked, _views(datastore, url.masked)),
         )
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked))
     erase = functools.partial(erase_runs, datastore, views is not None)
-    return Backend(recorder, found.mapper(), datastore.close, views, problem, erase)
+    return Backend(recorder, found.mapper(), close, views, problem, erase)
 
 
 def writable(url: StoreURL) -> bool:
     """Whether the existing file and its directory (for the WAL's files) may be written."""
     path = os.path.abspath(url.path)
     return os.access(path, os.W_OK) and os.access(os.path.dirname(path), os.W_OK)
+
+
+def _close(recorder: SQLiteRecorder, datastore: SQLiteDatastore) -> None:
+    """Close the recorder's reading connections, then the datastore's pool."""
+    recorder.close()
+    datastore.close()
 
 
 def erase_runs(datastore: Datastore, has_views: bool, run_ids: Sequence[UUID]) -> int:

@@ -311,3 +311,42 @@ class TestOldAndNewEvents:
         )
         with pytest.raises(StoreError, match=f"run {run.id} version 2.*upgrade stagetrail"):
             engine.events(run.id)
+
+
+class TestReads:
+    @pytest.mark.parametrize(
+        ("query", "versions"),
+        [
+            ({}, [1, 2, 3, 4, 5]),
+            ({"gt": 2}, [3, 4, 5]),
+            ({"lte": 3}, [1, 2, 3]),
+            ({"gt": 1, "lte": 4}, [2, 3, 4]),
+            ({"limit": 2}, [1, 2]),
+            ({"gt": 3, "limit": 5}, [4, 5]),
+            ({"gt": 5}, []),
+            ({"lte": 0}, []),
+        ],
+        ids=str,
+    )
+    def test_read_selects_versions(
+        self, engine: Engine, query: dict[str, int], versions: list[int]
+    ) -> None:
+        """Store.read returns the versions `gt < v <= lte`, oldest first, at most `limit`."""
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", {"score": 1})
+        run.stage_completed("code_review")
+        run.stage_failed("developer", "flaky")
+        run.note("k", "v")
+        events = engine.store.read(run.id, **query)
+        assert [e.version for e in events] == versions
+        assert all(e.run_id == run.id for e in events)
+
+    def test_last_and_an_unknown_run(self, engine: Engine) -> None:
+        """last gives the newest event; an unknown run reads as nothing on every backend."""
+        run = engine.start_run(REVIEW)
+        run.note("k", "v")
+        newest = engine.store.last(run.id)
+        assert newest is not None
+        assert newest.version == 2
+        assert engine.store.last(uuid.uuid4()) is None
+        assert engine.store.read(uuid.uuid4()) == []
