@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -39,8 +40,8 @@ from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
-from engine.integrations.langgraph.thread import AS_JSON, REFERENCE, Thread, Typed
-from engine.machine import apply
+from engine.integrations.langgraph.thread import AS_JSON, REFERENCE, Thread, Typed, serde_form
+from engine.machine import RunState, apply
 from events import (
     CheckpointSaved,
     CheckpointsRemoved,
@@ -70,6 +71,7 @@ Specs = list[Spec]
 Tuples = list[CheckpointTuple]
 Threads = list[Thread]
 Events = list[Event]
+Machines = list[RunState]
 Removed = list[list[str]]
 Encoded = list[Any]
 """A serialised value in an event: ``[type, base64]``."""
@@ -226,7 +228,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
         def events(thread: Thread) -> Specs:
             blobs = {
-                ch: [version, *_stored(thread, value)] for ch, (version, value) in dumped.items()
+                ch: [version, *self._stored(thread, value)]
+                for ch, (version, value) in dumped.items()
             }
             parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
             stored = skeleton_json.encode(skeleton, parent) or self._dump(skeleton)
@@ -340,25 +343,27 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         specs = build(thread)
         if not specs:
             return True
-        events = started + self._stamped(thread, specs)
+        stamped, machines = self._stamped(thread, specs)
+        events = started + stamped
         try:
             self.engine.store.append(events)
         except (ConcurrencyConflict, RunAlreadyExists):
             self._threads.pop(thread_id, None)
             self._free.pop(thread_id, None)
             return False
-        for event in events[len(started) :]:
-            thread.fold(event)
+        for event, machine in zip(events[len(started) :], machines, strict=True):
+            thread.fold(event, machine)
         self._threads[thread_id] = thread
         return True
 
-    def _stamped(self, thread: Thread, specs: Specs) -> Events:
+    def _stamped(self, thread: Thread, specs: Specs) -> tuple[Events, Machines]:
         """Events from (class, payload) pairs, numbered after the thread's newest event.
 
         Each is checked against the table on a scratch copy of the machine, so nothing
         illegal reaches the store; attempt 0 asks for the hub's next attempt number.
+        Returns the events and the machine state after each, for the fold to take.
         """
-        now, machine, made = utc_now(), thread.machine, []
+        now, machine, made, machines = utc_now(), thread.machine, [], []
         if now < machine.last_timestamp:
             now = machine.last_timestamp
         for kind, payload in specs:
@@ -369,7 +374,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             )
             machine = apply(thread.pipeline, machine, event)
             made.append(event)
-        return made
+            machines.append(machine)
+        return made, machines
 
     def _run_started(self, thread_id: str) -> RunStarted:
         run_id = self._next_run_id(thread_id)
@@ -587,27 +593,20 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return self._load(stored)
 
     def _typed(self, value: Any) -> Typed:
-        """The value through LangGraph's serde; plain JSON msgpack is kept as that JSON."""
-        kind, data = self.serde.dumps_typed(value)
-        if kind == "msgpack" and len(data) >= _JSON_FROM:
-            try:
-                plain = ormsgpack.unpackb(data)  # no extension types: those stay bytes
-            except (ValueError, TypeError):
-                return (kind, data)
-            if skeleton_json.is_plain(plain):
-                return (AS_JSON, plain)
-        return (kind, data)
+        """The value through LangGraph's serde: its type tag and bytes."""
+        return self.serde.dumps_typed(value)
+
+    def _stored(self, thread: Thread, value: Typed) -> Encoded:
+        """A channel value as stored: a reference to the identical write the run holds, or it."""
+        where = thread.reference(value)
+        return _encoded(value) if where is None else [REFERENCE, where]
 
     def _value(self, typed: Typed) -> Any:
         """A stored value back through LangGraph's serde, as `get_tuple` returns it."""
-        kind, data = typed
-        if kind == AS_JSON:
-            return self.serde.loads_typed(("msgpack", ormsgpack.packb(data)))
         return self.serde.loads_typed(typed)
 
     def _load(self, stored: Any) -> Any:
-        kind, data = stored
-        return self.serde.loads_typed((kind, base64.b64decode(data)))
+        return self.serde.loads_typed(serde_form(*stored))
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -620,16 +619,23 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     }
 
 
-def _stored(thread: Thread, value: Typed) -> Encoded:
-    """The value, or a reference to the identical one the run already holds (a node's write)."""
-    where = thread.reference(value)
-    return _encoded(value) if where is None else [REFERENCE, where]
-
-
 def _encoded(value: Typed) -> Encoded:
-    """A serialised value as JSON can hold it: its type tag and its JSON, or its bytes in base64."""
+    """A serialised value as JSON can hold it: plain msgpack as its JSON, else base64.
+
+    msgpack that unpacks without extension types or non-str keys is plain JSON unless
+    it holds bytes or a NaN, which JSON refuses: then it stays base64. Below
+    `_JSON_FROM` bytes, base64 costs less than the check.
+    """
     kind, data = value
-    return [kind, data if kind == AS_JSON else base64.b64encode(data).decode("ascii")]
+    if kind == "msgpack" and len(data) >= _JSON_FROM:
+        try:
+            plain = ormsgpack.unpackb(data)
+            json.dumps(plain, allow_nan=False)
+        except (ValueError, TypeError):
+            pass
+        else:
+            return [AS_JSON, plain]
+    return [kind, base64.b64encode(data).decode("ascii")]
 
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
