@@ -64,6 +64,8 @@ _EMPTY: Typed = ("empty", b"")
 _JSON_FROM = 96
 """Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
 _ALL_THREADS = 1_000_000
+_NOT_IN_SKELETON = frozenset({"channel_values", "id"})
+"""A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
 Spec = tuple[type[Event], dict[str, Any]]
 """An event to append, as its class and payload (numbered and stamped when appended)."""
@@ -185,6 +187,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         checkpoint: Any = (
             skeleton_json.copy_plain(plain) if plain is not None else self._load(saved.checkpoint)
         )
+        checkpoint.setdefault("id", saved.checkpoint_id)
         values = thread.channel_values(ns, checkpoint["channel_versions"])
         checkpoint["channel_values"] = {ch: self._value(v) for ch, v in values.items()}
         writes = thread.pending_writes(ns, saved.checkpoint_id)
@@ -208,7 +211,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """Record a checkpoint: its skeleton, metadata and the channels whose version changed."""
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
-        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        # The id is the event's checkpoint_id, and a blob's version is most often the
+        # skeleton's: neither is stored twice.
+        skeleton = {k: v for k, v in checkpoint.items() if k not in _NOT_IN_SKELETON}
         values = checkpoint["channel_values"]
         dumped = {
             ch: (str(version), self._typed(values[ch]) if ch in values else _EMPTY)
@@ -227,12 +232,14 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         }
 
         def events(thread: Thread) -> Specs:
+            parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
+            plain = skeleton_json.encode(skeleton, parent)
+            known = skeleton["channel_versions"] if plain is not None else {}
             blobs = {
-                ch: [version, *self._stored(thread, value)]
+                ch: [*_unless_known(version, known.get(ch)), *self._stored(thread, value)]
                 for ch, (version, value) in dumped.items()
             }
-            parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
-            stored = skeleton_json.encode(skeleton, parent) or self._dump(skeleton)
+            stored = plain or self._dump(skeleton)
             return [(CheckpointSaved, {**payload, "checkpoint": stored, "blobs": blobs})]
 
         self._append(thread_id, events, create=True)
@@ -636,6 +643,11 @@ def _encoded(value: Typed) -> Encoded:
         else:
             return [AS_JSON, plain]
     return [kind, base64.b64encode(data).decode("ascii")]
+
+
+def _unless_known(version: str, known: Any) -> list[str]:
+    """A blob's version, or nothing when the stored skeleton says it already."""
+    return [] if known is not None and str(known) == version else [version]
 
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:

@@ -98,10 +98,15 @@ class Thread:
         stored = event.checkpoint
         parent = self.skeletons.get((ns, event.parent_id or ""))
         plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
+        if plain is not None:
+            plain.setdefault("id", event.checkpoint_id)  # stored once, as the event's
         self.skeletons[(ns, event.checkpoint_id)] = plain
-        for channel, (version, kind, data) in event.blobs.items():
+        versions = {} if plain is None else plain["channel_versions"]
+        for channel, blob in event.blobs.items():
+            *version, kind, data = blob  # no version: the skeleton's for the channel
             value = self.values[data] if kind == REFERENCE else serde_form(kind, data)
-            self.blobs[(ns, channel, str(version))] = value
+            at = version[0] if version else versions[channel]
+            self.blobs[(ns, channel, str(at))] = value
 
     def _writes(self, event: WritesSaved) -> None:
         stored = self.writes.setdefault((event.namespace, event.checkpoint_id), {})
