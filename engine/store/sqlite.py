@@ -161,7 +161,7 @@ def open_sqlite(
     return Backend(recorder, found.mapper(), datastore.close, views, problem, erase)
 
 
-def erase_runs(datastore: SQLiteDatastore, has_views: bool, run_ids: Sequence[UUID]) -> int:
+def erase_runs(datastore: Datastore, has_views: bool, run_ids: Sequence[UUID]) -> int:
     """Delete the runs' events and snapshots in one transaction; return the events deleted."""
     removed = 0
     with datastore.transaction(commit=True) as cursor:
