@@ -161,7 +161,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                             continue
                         if before_id and saved.checkpoint_id >= before_id:
                             continue
-                        if filter and not _matches(self._metadata(saved), filter):
+                        if filter and not _matches(self._metadata(thread, saved), filter):
                             continue
                         if limit is not None and len(found) >= limit:
                             break
@@ -183,18 +183,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
         ns, tid = saved.namespace, thread.thread_id
-        plain = thread.skeletons.get((ns, saved.checkpoint_id))
-        checkpoint: Any = (
-            skeleton_json.copy_plain(plain) if plain is not None else self._load(saved.checkpoint)
-        )
+        checkpoint: Any = thread.skeleton(ns, saved.checkpoint_id)
+        if checkpoint is None:
+            checkpoint = self._load(saved.checkpoint)
         checkpoint.setdefault("id", saved.checkpoint_id)
         values = thread.channel_values(ns, checkpoint["channel_versions"])
-        checkpoint["channel_values"] = {ch: self._value(v) for ch, v in values.items()}
+        loads = self.serde.loads_typed
+        checkpoint["channel_values"] = {ch: loads(v) for ch, v in values.items()}
         writes = thread.pending_writes(ns, saved.checkpoint_id)
         return CheckpointTuple(
             config=_config(tid, ns, saved.checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self._metadata(saved),
+            metadata=self._metadata(thread, saved),
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
             pending_writes=[(task, ch, self._value(v)) for task, ch, v, _ in writes],
         )
@@ -234,7 +234,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         def events(thread: Thread) -> Specs:
             parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
             plain = skeleton_json.encode(skeleton, parent)
-            known = skeleton["channel_versions"] if plain is not None else {}
+            known: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
             blobs = {
                 ch: [*_unless_known(version, known.get(ch)), *self._stored(thread, value)]
                 for ch, (version, value) in dumped.items()
@@ -593,11 +593,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _dump(self, value: Any) -> Encoded:
         return _encoded(self.serde.dumps_typed(value))
 
-    def _metadata(self, saved: CheckpointSaved) -> Any:
-        stored = saved.metadata
-        if isinstance(stored, dict):
-            return skeleton_json.copy_plain(stored["json"])
-        return self._load(stored)
+    def _metadata(self, thread: Thread, saved: CheckpointSaved) -> Any:
+        plain = thread.metadata(saved)
+        return self._load(saved.metadata) if plain is None else plain
 
     def _typed(self, value: Any) -> Typed:
         """The value through LangGraph's serde: its type tag and bytes."""

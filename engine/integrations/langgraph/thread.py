@@ -7,6 +7,7 @@ only when a caller asks for them.
 
 from __future__ import annotations
 
+import marshal
 from base64 import b64decode
 from typing import Any
 from uuid import UUID
@@ -62,6 +63,10 @@ class Thread:
         """(namespace, channel, version) → the channel's value at that version."""
         self.skeletons: dict[tuple[str, str], dict[str, Any] | None] = {}
         """(namespace, checkpoint id) → the skeleton stored as JSON, rebuilt (None: serde's)."""
+        self.frozen: dict[tuple[str, str, str], bytes] = {}
+        """(field, namespace, checkpoint id) → a checkpoint's JSON skeleton or metadata as
+        `marshal` bytes, made at its first read: neither ever changes, and a copy comes
+        back in one C call."""
         self.known: dict[Typed, str] = {}
         """Each value stored so far → where it is (``version.index``), to refer to, not repeat."""
         self.values: dict[str, Typed] = {}
@@ -108,6 +113,28 @@ class Thread:
             at = version[0] if version else versions[channel]
             self.blobs[(ns, channel, str(at))] = value
 
+    def skeleton(self, ns: str, checkpoint_id: str) -> dict[str, Any] | None:
+        """A fresh copy of the checkpoint's skeleton stored as JSON (None: stored by serde)."""
+        return self._copy(("skeleton", ns, checkpoint_id), self.skeletons.get((ns, checkpoint_id)))
+
+    def metadata(self, saved: CheckpointSaved) -> dict[str, Any] | None:
+        """A fresh copy of the checkpoint's metadata stored as JSON (None: stored by serde)."""
+        stored = saved.metadata
+        plain = stored["json"] if isinstance(stored, dict) else None
+        return self._copy(("metadata", saved.namespace, saved.checkpoint_id), plain)
+
+    def _copy(
+        self, key: tuple[str, str, str], plain: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        if plain is None:
+            return None
+        frozen = self.frozen.get(key)
+        if frozen is None:
+            # Plain JSON holds only what marshal copies exactly: dict, list, str, numbers.
+            frozen = self.frozen[key] = marshal.dumps(plain)
+        copied: dict[str, Any] = marshal.loads(frozen)
+        return copied
+
     def _writes(self, event: WritesSaved) -> None:
         stored = self.writes.setdefault((event.namespace, event.checkpoint_id), {})
         for position, (index, channel, kind, data) in enumerate(event.writes):
@@ -135,6 +162,8 @@ class Thread:
         for ns, checkpoint_id in event.removed:
             self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
             self.writes.pop((ns, checkpoint_id), None)
+            self.frozen.pop(("skeleton", ns, checkpoint_id), None)
+            self.frozen.pop(("metadata", ns, checkpoint_id), None)
 
     def has_write(self, ns: str, checkpoint_id: str, task_id: str, index: int) -> bool:
         """Whether this task's write at `index` against the checkpoint is stored already."""
