@@ -183,7 +183,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
         ns, tid = saved.namespace, thread.thread_id
-        checkpoint: Any = thread.skeleton(ns, saved.checkpoint_id)
+        checkpoint, metadata = thread.copies(ns, saved.checkpoint_id)
         if checkpoint is None:
             checkpoint = self._load(saved.checkpoint)
         checkpoint.setdefault("id", saved.checkpoint_id)
@@ -194,7 +194,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return CheckpointTuple(
             config=_config(tid, ns, saved.checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self._metadata(thread, saved),
+            metadata=self._load(saved.metadata) if metadata is None else metadata,
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
             pending_writes=[(task, ch, self._value(v)) for task, ch, v, _ in writes],
         )
@@ -594,7 +594,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return _encoded(self.serde.dumps_typed(value))
 
     def _metadata(self, thread: Thread, saved: CheckpointSaved) -> Any:
-        plain = thread.metadata(saved)
+        plain = thread.copies(saved.namespace, saved.checkpoint_id)[1]
         return self._load(saved.metadata) if plain is None else plain
 
     def _typed(self, value: Any) -> Typed:

@@ -63,10 +63,9 @@ class Thread:
         """(namespace, channel, version) → the channel's value at that version."""
         self.skeletons: dict[tuple[str, str], dict[str, Any] | None] = {}
         """(namespace, checkpoint id) → the skeleton stored as JSON, rebuilt (None: serde's)."""
-        self.frozen: dict[tuple[str, str, str], bytes] = {}
-        """(field, namespace, checkpoint id) → a checkpoint's JSON skeleton or metadata as
-        `marshal` bytes, made at its first read: neither ever changes, and a copy comes
-        back in one C call."""
+        self.frozen: dict[tuple[str, str], bytes] = {}
+        """(namespace, checkpoint id) → its JSON skeleton and metadata as `marshal` bytes:
+        neither ever changes, and each reader's copy of both comes back in one C call."""
         self.known: dict[Typed, str] = {}
         """Each value stored so far → where it is (``version.index``), to refer to, not repeat."""
         self.values: dict[str, Typed] = {}
@@ -106,6 +105,9 @@ class Thread:
         if plain is not None:
             plain.setdefault("id", event.checkpoint_id)  # stored once, as the event's
         self.skeletons[(ns, event.checkpoint_id)] = plain
+        metadata = event.metadata["json"] if isinstance(event.metadata, dict) else None
+        # Plain JSON holds only what marshal copies exactly: dict, list, str, numbers.
+        self.frozen[(ns, event.checkpoint_id)] = marshal.dumps((plain, metadata))
         versions = {} if plain is None else plain["channel_versions"]
         for channel, blob in event.blobs.items():
             *version, kind, data = blob  # no version: the skeleton's for the channel
@@ -113,26 +115,9 @@ class Thread:
             at = version[0] if version else versions[channel]
             self.blobs[(ns, channel, str(at))] = value
 
-    def skeleton(self, ns: str, checkpoint_id: str) -> dict[str, Any] | None:
-        """A fresh copy of the checkpoint's skeleton stored as JSON (None: stored by serde)."""
-        return self._copy(("skeleton", ns, checkpoint_id), self.skeletons.get((ns, checkpoint_id)))
-
-    def metadata(self, saved: CheckpointSaved) -> dict[str, Any] | None:
-        """A fresh copy of the checkpoint's metadata stored as JSON (None: stored by serde)."""
-        stored = saved.metadata
-        plain = stored["json"] if isinstance(stored, dict) else None
-        return self._copy(("metadata", saved.namespace, saved.checkpoint_id), plain)
-
-    def _copy(
-        self, key: tuple[str, str, str], plain: dict[str, Any] | None
-    ) -> dict[str, Any] | None:
-        if plain is None:
-            return None
-        frozen = self.frozen.get(key)
-        if frozen is None:
-            # Plain JSON holds only what marshal copies exactly: dict, list, str, numbers.
-            frozen = self.frozen[key] = marshal.dumps(plain)
-        copied: dict[str, Any] = marshal.loads(frozen)
+    def copies(self, ns: str, checkpoint_id: str) -> tuple[Any, Any]:
+        """Fresh copies of the checkpoint's JSON skeleton and metadata (None: stored by serde)."""
+        copied: tuple[Any, Any] = marshal.loads(self.frozen[(ns, checkpoint_id)])
         return copied
 
     def _writes(self, event: WritesSaved) -> None:
@@ -162,8 +147,7 @@ class Thread:
         for ns, checkpoint_id in event.removed:
             self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
             self.writes.pop((ns, checkpoint_id), None)
-            self.frozen.pop(("skeleton", ns, checkpoint_id), None)
-            self.frozen.pop(("metadata", ns, checkpoint_id), None)
+            self.frozen.pop((ns, checkpoint_id), None)
 
     def has_write(self, ns: str, checkpoint_id: str, task_id: str, index: int) -> bool:
         """Whether this task's write at `index` against the checkpoint is stored already."""
