@@ -42,6 +42,7 @@ from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
 from engine.integrations.langgraph.thread import AS_JSON, REFERENCE, Thread, Typed, serde_form
 from engine.machine import RunState, apply
+from engine.store import PAGE
 from events import (
     CheckpointSaved,
     CheckpointsRemoved,
@@ -186,9 +187,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         checkpoint, metadata = thread.copies(ns, saved.checkpoint_id)
         if checkpoint is None:
             checkpoint = self._load(saved.checkpoint)
-        checkpoint.setdefault("id", saved.checkpoint_id)
-        values = thread.channel_values(ns, checkpoint["channel_versions"])
+            checkpoint.setdefault("id", saved.checkpoint_id)
         loads = self.serde.loads_typed
+        values = thread.channel_values(ns, checkpoint["channel_versions"])
         checkpoint["channel_values"] = {ch: loads(v) for ch, v in values.items()}
         writes = thread.pending_writes(ns, saved.checkpoint_id)
         return CheckpointTuple(
@@ -196,7 +197,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             checkpoint=checkpoint,
             metadata=self._load(saved.metadata) if metadata is None else metadata,
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
-            pending_writes=[(task, ch, self._value(v)) for task, ch, v, _ in writes],
+            pending_writes=[(task, ch, loads(v)) for task, ch, v, _ in writes],
         )
 
     # -- writing ---------------------------------------------------------------------------
@@ -409,8 +410,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The thread's run caught up with the store; None if it has none or it was deleted."""
         thread = self._threads.get(thread_id)
         if thread is not None:
-            for event in self.engine.store.stream(thread.run_id, gt=thread.version):
-                thread.fold(event)
+            self._catch_up(thread)
             if not thread.deleted:
                 return thread
             del self._threads[thread_id]
@@ -418,6 +418,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if thread is not None:
             self._threads[thread_id] = thread
         return thread
+
+    def _catch_up(self, thread: Thread) -> None:
+        """Fold the thread's events that other writers appended since this saver's last look."""
+        store = self.engine.store
+        newer = store.read(thread.run_id, gt=thread.version, limit=PAGE)  # most often none
+        for event in newer if len(newer) < PAGE else store.stream(thread.run_id, gt=thread.version):
+            thread.fold(event)
 
     def _find_id(self, thread_id: str) -> UUID | None:
         """The id of the thread's newest run, deleted or not; None if it never had one."""
@@ -605,10 +612,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """A channel value as stored: a reference to the identical write the run holds, or it."""
         where = thread.reference(value)
         return _encoded(value) if where is None else [REFERENCE, where]
-
-    def _value(self, typed: Typed) -> Any:
-        """A stored value back through LangGraph's serde, as `get_tuple` returns it."""
-        return self.serde.loads_typed(typed)
 
     def _load(self, stored: Any) -> Any:
         return self.serde.loads_typed(serde_form(*stored))

@@ -169,7 +169,9 @@ class Thread:
 
     def pending_writes(self, ns: str, checkpoint_id: str) -> list[Write]:
         """The checkpoint's writes in the order LangGraph applies them (path, task id, index)."""
-        stored = self.writes.get((ns, checkpoint_id), {})
+        stored = self.writes.get((ns, checkpoint_id))
+        if not stored:
+            return []
         keys = sorted(stored, key=lambda k: (stored[k][3], k[0], k[1]))
         return [stored[k] for k in keys]
 
