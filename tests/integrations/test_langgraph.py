@@ -23,6 +23,7 @@ from langgraph.graph import END, START, StateGraph
 from engine import Engine, RunNotFound
 from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline
 from engine.integrations.langgraph import THREAD_LABEL as THREAD
+from engine.integrations.langgraph import saver as saver_module
 from events import CheckpointSaved, StageCompleted, StageFailed
 from projections import FailurePatterns, RetryCounts
 
@@ -296,3 +297,22 @@ class TestStoredForm:
             assert all(len(blob) == 2 for blob in event.blobs.values())
         newest = graph.get_state(config).config["configurable"]["checkpoint_id"]
         assert newest == saved[-1].checkpoint_id
+
+
+class TestThreadCache:
+    def test_threads_beyond_the_cache_are_read_again_from_the_store(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A saver keeps a bounded number of threads' folds; a forgotten one reads back whole."""
+        monkeypatch.setattr(saver_module, "_CACHED_THREADS", 1)
+        engine = Engine("memory://")
+        builder = flaky_graph(1)
+        saver = StagetrailSaver(engine, builder)
+        graph = builder.compile(checkpointer=saver)
+        configs: list[RunnableConfig] = [{"configurable": {"thread_id": t}} for t in "ab"]
+        errors = [invoke_until_done(graph, config, tries=2) for config in configs]
+        assert errors == [["build broke (1)"], []]  # the graph's build fails once in all
+        assert list(saver._threads) == ["b"]
+        assert graph.get_state(configs[0]).values == {"log": ["plan", "build", "ship"]}
+        assert len(list(graph.get_state_history(configs[0]))) == 5
+        assert list(saver._threads) == ["a"]

@@ -15,6 +15,7 @@ import base64
 import json
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -65,6 +66,8 @@ _EMPTY: Typed = ("empty", b"")
 _JSON_FROM = 96
 """Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
 _ALL_THREADS = 1_000_000
+_CACHED_THREADS = 256
+"""Threads whose fold a saver keeps between calls; others are read again from the store."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
@@ -113,7 +116,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self.engine = engine
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
-        self._threads: dict[str, Thread] = {}
+        self._threads: OrderedDict[str, Thread] = OrderedDict()
+        """The threads folded so far, least recently used first (at most `_CACHED_THREADS`)."""
         self._free: dict[str, UUID] = {}
         """The run id a thread's next run takes, as last seen in the store."""
         self._read_at: dict[str, datetime] = {}
@@ -361,8 +365,17 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return False
         for event, machine in zip(events[len(started) :], machines, strict=True):
             thread.fold(event, machine)
-        self._threads[thread_id] = thread
+        self._remember(thread)
         return True
+
+    def _remember(self, thread: Thread) -> None:
+        """Keep the thread's fold for the next call; forget the least recently used beyond
+        `_CACHED_THREADS` (the store has them all), so memory and GC stay flat."""
+        self._threads[thread.thread_id] = thread
+        self._threads.move_to_end(thread.thread_id)
+        while len(self._threads) > _CACHED_THREADS:
+            forgotten, _ = self._threads.popitem(last=False)
+            self._read_at.pop(forgotten, None)
 
     def _stamped(self, thread: Thread, specs: Specs) -> tuple[Events, Machines]:
         """Events from (class, payload) pairs, numbered after the thread's newest event.
@@ -412,11 +425,12 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if thread is not None:
             self._catch_up(thread)
             if not thread.deleted:
+                self._threads.move_to_end(thread_id)
                 return thread
             del self._threads[thread_id]
         thread = self._find(thread_id)
         if thread is not None:
-            self._threads[thread_id] = thread
+            self._remember(thread)
         return thread
 
     def _catch_up(self, thread: Thread) -> None:
