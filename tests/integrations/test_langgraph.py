@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import operator
@@ -22,7 +23,8 @@ from langgraph.graph import END, START, StateGraph
 from engine import Engine, RunNotFound
 from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline
 from engine.integrations.langgraph import THREAD_LABEL as THREAD
-from events import StageCompleted, StageFailed
+from engine.integrations.langgraph import saver as saver_module
+from events import CheckpointSaved, StageCompleted, StageFailed
 from projections import FailurePatterns, RetryCounts
 
 
@@ -255,3 +257,62 @@ class TestAsync:
             assert asyncio.run(run()) == ["plan", "build", "ship"]
             (summary,) = engine.runs()
             assert summary.failures == 1
+
+
+class TestStoredForm:
+    def test_checkpoints_stored_before_ids_and_versions_were_derived_still_read(self) -> None:
+        """The first stored format (the id in the skeleton, versions in blobs) still reads."""
+        engine = Engine("memory://")
+        saver = StagetrailSaver(engine, flaky_graph(0))
+        first = saver._run_started("old")
+        skeleton = {"v": 4, "ts": "2026-11-23T10:00:00+00:00", "id": "1f0-1"}
+        skeleton |= {"channel_versions": {"log": 2}, "versions_seen": {}, "updated_channels": []}
+        saved = CheckpointSaved(
+            run_id=first.run_id,
+            version=2,
+            checkpoint_id="1f0-1",
+            checkpoint={"full": skeleton},
+            metadata={"json": {"source": "input", "step": -1}},
+            blobs={"log": ["2", "msgpack", base64.b64encode(b"\x91\xa4plan").decode()]},
+        )
+        engine.store.append([first, saved])
+        found = saver.get_tuple({"configurable": {"thread_id": "old"}})
+        assert found is not None
+        assert found.checkpoint["id"] == "1f0-1"
+        assert found.checkpoint["channel_values"] == {"log": ["plan"]}
+
+    def test_ids_and_versions_are_stored_once(self) -> None:
+        """A checkpoint's id is only the event's; a blob's version only the skeleton's."""
+        engine = Engine("memory://")
+        builder = flaky_graph(0)
+        graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+        config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        invoke_until_done(graph, config, tries=1)
+        (run,) = engine.runs()
+        saved = [e for e in engine.events(run.run_id) if isinstance(e, CheckpointSaved)]
+        assert len(saved) == 5
+        for event in saved:
+            stored = event.checkpoint.get("full") or event.checkpoint["delta"]
+            assert "id" not in stored
+            assert all(len(blob) == 2 for blob in event.blobs.values())
+        newest = graph.get_state(config).config["configurable"]["checkpoint_id"]
+        assert newest == saved[-1].checkpoint_id
+
+
+class TestThreadCache:
+    def test_threads_beyond_the_cache_are_read_again_from_the_store(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A saver keeps a bounded number of threads' folds; a forgotten one reads back whole."""
+        monkeypatch.setattr(saver_module, "_CACHED_THREADS", 1)
+        engine = Engine("memory://")
+        builder = flaky_graph(1)
+        saver = StagetrailSaver(engine, builder)
+        graph = builder.compile(checkpointer=saver)
+        configs: list[RunnableConfig] = [{"configurable": {"thread_id": t}} for t in "ab"]
+        errors = [invoke_until_done(graph, config, tries=2) for config in configs]
+        assert errors == [["build broke (1)"], []]  # the graph's build fails once in all
+        assert list(saver._threads) == ["b"]
+        assert graph.get_state(configs[0]).values == {"log": ["plan", "build", "ship"]}
+        assert len(list(graph.get_state_history(configs[0]))) == 5
+        assert list(saver._threads) == ["a"]

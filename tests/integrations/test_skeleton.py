@@ -64,13 +64,3 @@ class TestEncode:
         assert stored is not None
         with pytest.raises(ValueError, match="parent"):
             skeleton.decode(stored, None)
-
-
-class TestCopyPlain:
-    def test_containers_are_copied_and_scalars_shared(self) -> None:
-        """Changing the copy's dicts and lists leaves the original as it was."""
-        copied = skeleton.copy_plain(CHILD)
-        copied["channel_versions"]["log"] = 99
-        copied["updated_channels"].append("x")
-        assert CHILD["channel_versions"]["log"] == 3
-        assert CHILD["updated_channels"] == ["log", "plan"]

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -39,8 +41,9 @@ from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
-from engine.integrations.langgraph.thread import AS_JSON, REFERENCE, Thread, Typed
-from engine.machine import apply
+from engine.integrations.langgraph.thread import AS_JSON, REFERENCE, Thread, Typed, serde_form
+from engine.machine import RunState, apply
+from engine.store import PAGE
 from events import (
     CheckpointSaved,
     CheckpointsRemoved,
@@ -63,6 +66,10 @@ _EMPTY: Typed = ("empty", b"")
 _JSON_FROM = 96
 """Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
 _ALL_THREADS = 1_000_000
+_CACHED_THREADS = 256
+"""Threads whose fold a saver keeps between calls; others are read again from the store."""
+_NOT_IN_SKELETON = frozenset({"channel_values", "id"})
+"""A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
 Spec = tuple[type[Event], dict[str, Any]]
 """An event to append, as its class and payload (numbered and stamped when appended)."""
@@ -70,6 +77,7 @@ Specs = list[Spec]
 Tuples = list[CheckpointTuple]
 Threads = list[Thread]
 Events = list[Event]
+Machines = list[RunState]
 Removed = list[list[str]]
 Encoded = list[Any]
 """A serialised value in an event: ``[type, base64]``."""
@@ -108,7 +116,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self.engine = engine
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
-        self._threads: dict[str, Thread] = {}
+        self._threads: OrderedDict[str, Thread] = OrderedDict()
+        """The threads folded so far, least recently used first (at most `_CACHED_THREADS`)."""
         self._free: dict[str, UUID] = {}
         """The run id a thread's next run takes, as last seen in the store."""
         self._read_at: dict[str, datetime] = {}
@@ -157,7 +166,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                             continue
                         if before_id and saved.checkpoint_id >= before_id:
                             continue
-                        if filter and not _matches(self._metadata(saved), filter):
+                        if filter and not _matches(self._metadata(thread, saved), filter):
                             continue
                         if limit is not None and len(found) >= limit:
                             break
@@ -179,19 +188,20 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
         ns, tid = saved.namespace, thread.thread_id
-        plain = thread.skeletons.get((ns, saved.checkpoint_id))
-        checkpoint: Any = (
-            skeleton_json.copy_plain(plain) if plain is not None else self._load(saved.checkpoint)
-        )
+        checkpoint, metadata = thread.copies(ns, saved.checkpoint_id)
+        if checkpoint is None:
+            checkpoint = self._load(saved.checkpoint)
+            checkpoint.setdefault("id", saved.checkpoint_id)
+        loads = self.serde.loads_typed
         values = thread.channel_values(ns, checkpoint["channel_versions"])
-        checkpoint["channel_values"] = {ch: self._value(v) for ch, v in values.items()}
+        checkpoint["channel_values"] = {ch: loads(v) for ch, v in values.items()}
         writes = thread.pending_writes(ns, saved.checkpoint_id)
         return CheckpointTuple(
             config=_config(tid, ns, saved.checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self._metadata(saved),
+            metadata=self._load(saved.metadata) if metadata is None else metadata,
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
-            pending_writes=[(task, ch, self._value(v)) for task, ch, v, _ in writes],
+            pending_writes=[(task, ch, loads(v)) for task, ch, v, _ in writes],
         )
 
     # -- writing ---------------------------------------------------------------------------
@@ -206,7 +216,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """Record a checkpoint: its skeleton, metadata and the channels whose version changed."""
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
-        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        # The id is the event's checkpoint_id, and a blob's version is most often the
+        # skeleton's: neither is stored twice.
+        skeleton = {k: v for k, v in checkpoint.items() if k not in _NOT_IN_SKELETON}
         values = checkpoint["channel_values"]
         dumped = {
             ch: (str(version), self._typed(values[ch]) if ch in values else _EMPTY)
@@ -225,11 +237,14 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         }
 
         def events(thread: Thread) -> Specs:
-            blobs = {
-                ch: [version, *_stored(thread, value)] for ch, (version, value) in dumped.items()
-            }
             parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
-            stored = skeleton_json.encode(skeleton, parent) or self._dump(skeleton)
+            plain = skeleton_json.encode(skeleton, parent)
+            known: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
+            blobs = {
+                ch: [*_unless_known(version, known.get(ch)), *self._stored(thread, value)]
+                for ch, (version, value) in dumped.items()
+            }
+            stored = plain or self._dump(skeleton)
             return [(CheckpointSaved, {**payload, "checkpoint": stored, "blobs": blobs})]
 
         self._append(thread_id, events, create=True)
@@ -340,25 +355,36 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         specs = build(thread)
         if not specs:
             return True
-        events = started + self._stamped(thread, specs)
+        stamped, machines = self._stamped(thread, specs)
+        events = started + stamped
         try:
             self.engine.store.append(events)
         except (ConcurrencyConflict, RunAlreadyExists):
             self._threads.pop(thread_id, None)
             self._free.pop(thread_id, None)
             return False
-        for event in events[len(started) :]:
-            thread.fold(event)
-        self._threads[thread_id] = thread
+        for event, machine in zip(events[len(started) :], machines, strict=True):
+            thread.fold(event, machine)
+        self._remember(thread)
         return True
 
-    def _stamped(self, thread: Thread, specs: Specs) -> Events:
+    def _remember(self, thread: Thread) -> None:
+        """Keep the thread's fold for the next call; forget the least recently used beyond
+        `_CACHED_THREADS` (the store has them all), so memory and GC stay flat."""
+        self._threads[thread.thread_id] = thread
+        self._threads.move_to_end(thread.thread_id)
+        while len(self._threads) > _CACHED_THREADS:
+            forgotten, _ = self._threads.popitem(last=False)
+            self._read_at.pop(forgotten, None)
+
+    def _stamped(self, thread: Thread, specs: Specs) -> tuple[Events, Machines]:
         """Events from (class, payload) pairs, numbered after the thread's newest event.
 
         Each is checked against the table on a scratch copy of the machine, so nothing
         illegal reaches the store; attempt 0 asks for the hub's next attempt number.
+        Returns the events and the machine state after each, for the fold to take.
         """
-        now, machine, made = utc_now(), thread.machine, []
+        now, machine, made, machines = utc_now(), thread.machine, [], []
         if now < machine.last_timestamp:
             now = machine.last_timestamp
         for kind, payload in specs:
@@ -369,7 +395,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             )
             machine = apply(thread.pipeline, machine, event)
             made.append(event)
-        return made
+            machines.append(machine)
+        return made, machines
 
     def _run_started(self, thread_id: str) -> RunStarted:
         run_id = self._next_run_id(thread_id)
@@ -396,15 +423,22 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The thread's run caught up with the store; None if it has none or it was deleted."""
         thread = self._threads.get(thread_id)
         if thread is not None:
-            for event in self.engine.store.stream(thread.run_id, gt=thread.version):
-                thread.fold(event)
+            self._catch_up(thread)
             if not thread.deleted:
+                self._threads.move_to_end(thread_id)
                 return thread
             del self._threads[thread_id]
         thread = self._find(thread_id)
         if thread is not None:
-            self._threads[thread_id] = thread
+            self._remember(thread)
         return thread
+
+    def _catch_up(self, thread: Thread) -> None:
+        """Fold the thread's events that other writers appended since this saver's last look."""
+        store = self.engine.store
+        newer = store.read(thread.run_id, gt=thread.version, limit=PAGE)  # most often none
+        for event in newer if len(newer) < PAGE else store.stream(thread.run_id, gt=thread.version):
+            thread.fold(event)
 
     def _find_id(self, thread_id: str) -> UUID | None:
         """The id of the thread's newest run, deleted or not; None if it never had one."""
@@ -580,34 +614,21 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _dump(self, value: Any) -> Encoded:
         return _encoded(self.serde.dumps_typed(value))
 
-    def _metadata(self, saved: CheckpointSaved) -> Any:
-        stored = saved.metadata
-        if isinstance(stored, dict):
-            return skeleton_json.copy_plain(stored["json"])
-        return self._load(stored)
+    def _metadata(self, thread: Thread, saved: CheckpointSaved) -> Any:
+        plain = thread.copies(saved.namespace, saved.checkpoint_id)[1]
+        return self._load(saved.metadata) if plain is None else plain
 
     def _typed(self, value: Any) -> Typed:
-        """The value through LangGraph's serde; plain JSON msgpack is kept as that JSON."""
-        kind, data = self.serde.dumps_typed(value)
-        if kind == "msgpack" and len(data) >= _JSON_FROM:
-            try:
-                plain = ormsgpack.unpackb(data)  # no extension types: those stay bytes
-            except (ValueError, TypeError):
-                return (kind, data)
-            if skeleton_json.is_plain(plain):
-                return (AS_JSON, plain)
-        return (kind, data)
+        """The value through LangGraph's serde: its type tag and bytes."""
+        return self.serde.dumps_typed(value)
 
-    def _value(self, typed: Typed) -> Any:
-        """A stored value back through LangGraph's serde, as `get_tuple` returns it."""
-        kind, data = typed
-        if kind == AS_JSON:
-            return self.serde.loads_typed(("msgpack", ormsgpack.packb(data)))
-        return self.serde.loads_typed(typed)
+    def _stored(self, thread: Thread, value: Typed) -> Encoded:
+        """A channel value as stored: a reference to the identical write the run holds, or it."""
+        where = thread.reference(value)
+        return _encoded(value) if where is None else [REFERENCE, where]
 
     def _load(self, stored: Any) -> Any:
-        kind, data = stored
-        return self.serde.loads_typed((kind, base64.b64decode(data)))
+        return self.serde.loads_typed(serde_form(*stored))
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -620,16 +641,28 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     }
 
 
-def _stored(thread: Thread, value: Typed) -> Encoded:
-    """The value, or a reference to the identical one the run already holds (a node's write)."""
-    where = thread.reference(value)
-    return _encoded(value) if where is None else [REFERENCE, where]
-
-
 def _encoded(value: Typed) -> Encoded:
-    """A serialised value as JSON can hold it: its type tag and its JSON, or its bytes in base64."""
+    """A serialised value as JSON can hold it: plain msgpack as its JSON, else base64.
+
+    msgpack that unpacks without extension types or non-str keys is plain JSON unless
+    it holds bytes or a NaN, which JSON refuses: then it stays base64. Below
+    `_JSON_FROM` bytes, base64 costs less than the check.
+    """
     kind, data = value
-    return [kind, data if kind == AS_JSON else base64.b64encode(data).decode("ascii")]
+    if kind == "msgpack" and len(data) >= _JSON_FROM:
+        try:
+            plain = ormsgpack.unpackb(data)
+            json.dumps(plain, allow_nan=False)
+        except (ValueError, TypeError):
+            pass
+        else:
+            return [AS_JSON, plain]
+    return [kind, base64.b64encode(data).decode("ascii")]
+
+
+def _unless_known(version: str, known: Any) -> list[str]:
+    """A blob's version, or nothing when the stored skeleton says it already."""
+    return [] if known is not None and str(known) == version else [version]
 
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:

@@ -75,15 +75,3 @@ def _delta(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
         before, now = parent.get(field, {}), skeleton.get(field, {})
         delta[field] = {k: v for k, v in now.items() if before.get(k) != v or k not in before}
     return delta
-
-
-def copy_plain(value: Any) -> Any:
-    """A copy of plain JSON data (dicts and lists copied, the rest shared: it is immutable)."""
-    if type(value) is dict:
-        return {k: copy_plain(v) if type(v) in _NESTED else v for k, v in value.items()}
-    if type(value) is list:
-        return [copy_plain(v) if type(v) in _NESTED else v for v in value]
-    return value
-
-
-_NESTED = frozenset({dict, list})

@@ -7,10 +7,12 @@ only when a caller asks for them.
 
 from __future__ import annotations
 
-import json
+import marshal
 from base64 import b64decode
 from typing import Any
 from uuid import UUID
+
+import ormsgpack
 
 from engine.integrations.langgraph import skeleton
 from engine.machine import RunState, apply, start
@@ -24,8 +26,8 @@ from events import (
     WritesSaved,
 )
 
-Typed = tuple[str, Any]
-"""A value as LangGraph's serde wrote it: type tag and bytes (base64 in the events)."""
+Typed = tuple[str, bytes]
+"""A value as LangGraph's serde wrote it: type tag and bytes (base64 or JSON in the events)."""
 AS_JSON = "~msgpack"
 """The type tag of a msgpack value that is plain JSON, stored as that JSON (not as base64)."""
 REFERENCE = "="
@@ -34,17 +36,15 @@ Write = tuple[str, str, Typed, str]
 """One pending write: task id, channel, value, task path."""
 
 
-def _value(kind: str, data: Any) -> Typed:
-    """A value as an event holds it, decoded: JSON stays JSON, base64 becomes bytes."""
-    return (kind, data) if kind == AS_JSON else (kind, b64decode(data))
+def serde_form(kind: str, data: Any) -> Typed:
+    """A value as an event holds it, back as the serde wrote it: JSON packed again, base64 decoded.
 
-
-def identity(value: Typed) -> tuple[str, str | bytes]:
-    """What two equal stored values share (their bytes, or their JSON text)."""
-    kind, data = value
+    A plain msgpack value kept as JSON packs back to the bytes it came from (msgpack
+    writes a plain value one way, the shortest), so the serde reads what it wrote.
+    """
     if kind == AS_JSON:
-        return (kind, json.dumps(data, separators=(",", ":"), ensure_ascii=False))
-    return (kind, data)
+        return ("msgpack", ormsgpack.packb(data))
+    return (kind, b64decode(data))
 
 
 class Thread:
@@ -63,7 +63,10 @@ class Thread:
         """(namespace, channel, version) → the channel's value at that version."""
         self.skeletons: dict[tuple[str, str], dict[str, Any] | None] = {}
         """(namespace, checkpoint id) → the skeleton stored as JSON, rebuilt (None: serde's)."""
-        self.known: dict[tuple[str, str | bytes], str] = {}
+        self.frozen: dict[tuple[str, str], bytes] = {}
+        """(namespace, checkpoint id) → its JSON skeleton and metadata as `marshal` bytes:
+        neither ever changes, and each reader's copy of both comes back in one C call."""
+        self.known: dict[Typed, str] = {}
         """Each value stored so far → where it is (``version.index``), to refer to, not repeat."""
         self.values: dict[str, Typed] = {}
         """Where a value is stored → the value."""
@@ -74,9 +77,15 @@ class Thread:
         """The version of the newest event folded in."""
         return self.machine.version
 
-    def fold(self, event: Event) -> None:
-        """Take in the next event of the run, checking it with the engine's rules."""
-        self.machine = apply(self.pipeline, self.machine, event)
+    def fold(self, event: Event, machine: RunState | None = None) -> None:
+        """Take in the next event of the run, checking it with the engine's rules.
+
+        Args:
+            event: the run's next event.
+            machine: the machine state after `event`, when the caller has just checked
+                it (the saver does, before appending): the rules are not run twice.
+        """
+        self.machine = apply(self.pipeline, self.machine, event) if machine is None else machine
         kind = type(event)
         if kind is CheckpointSaved:
             self._checkpoint(event)  # type: ignore[arg-type]
@@ -93,39 +102,52 @@ class Thread:
         stored = event.checkpoint
         parent = self.skeletons.get((ns, event.parent_id or ""))
         plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
+        if plain is not None:
+            plain.setdefault("id", event.checkpoint_id)  # stored once, as the event's
         self.skeletons[(ns, event.checkpoint_id)] = plain
-        for channel, (version, kind, data) in event.blobs.items():
-            value = self.values[data] if kind == REFERENCE else _value(kind, data)
-            self.blobs[(ns, channel, str(version))] = value
+        metadata = event.metadata["json"] if isinstance(event.metadata, dict) else None
+        # Plain JSON holds only what marshal copies exactly: dict, list, str, numbers.
+        self.frozen[(ns, event.checkpoint_id)] = marshal.dumps((plain, metadata))
+        versions = {} if plain is None else plain["channel_versions"]
+        for channel, blob in event.blobs.items():
+            *version, kind, data = blob  # no version: the skeleton's for the channel
+            value = self.values[data] if kind == REFERENCE else serde_form(kind, data)
+            at = version[0] if version else versions[channel]
+            self.blobs[(ns, channel, str(at))] = value
+
+    def copies(self, ns: str, checkpoint_id: str) -> tuple[Any, Any]:
+        """Fresh copies of the checkpoint's JSON skeleton and metadata (None: stored by serde)."""
+        copied: tuple[Any, Any] = marshal.loads(self.frozen[(ns, checkpoint_id)])
+        return copied
 
     def _writes(self, event: WritesSaved) -> None:
         stored = self.writes.setdefault((event.namespace, event.checkpoint_id), {})
         for position, (index, channel, kind, data) in enumerate(event.writes):
-            value = _value(kind, data)
+            value = serde_form(kind, data)
             stored[(event.task_id, index)] = (event.task_id, channel, value, event.task_path)
             self._keep(value, f"{event.version}.{position}")
 
     def _keep(self, value: Typed, where: str) -> None:
         """Remember a write's value, for a later channel value equal to it to refer to.
 
-        Only values worth a reference: JSON ones are large by construction; a few
-        bytes cost less to repeat than to point at.
+        Only values worth a reference: a few bytes cost less to repeat than to point at.
+        Values are known by the serde's own bytes, so equal bytes are equal values.
         """
-        if value[0] != AS_JSON and len(value[1]) <= len(where) + 8:
+        if len(value[1]) <= len(where) + 8:
             return
-        key = identity(value)
-        if key not in self.known:
-            self.known[key] = where
+        if value not in self.known:
+            self.known[value] = where
             self.values[where] = value
 
     def reference(self, value: Typed) -> str | None:
         """Where a write with an identical value is stored already in this run, if anywhere."""
-        return self.known.get(identity(value))
+        return self.known.get(value)
 
     def _removed(self, event: CheckpointsRemoved) -> None:
         for ns, checkpoint_id in event.removed:
             self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
             self.writes.pop((ns, checkpoint_id), None)
+            self.frozen.pop((ns, checkpoint_id), None)
 
     def has_write(self, ns: str, checkpoint_id: str, task_id: str, index: int) -> bool:
         """Whether this task's write at `index` against the checkpoint is stored already."""
@@ -147,7 +169,9 @@ class Thread:
 
     def pending_writes(self, ns: str, checkpoint_id: str) -> list[Write]:
         """The checkpoint's writes in the order LangGraph applies them (path, task id, index)."""
-        stored = self.writes.get((ns, checkpoint_id), {})
+        stored = self.writes.get((ns, checkpoint_id))
+        if not stored:
+            return []
         keys = sorted(stored, key=lambda k: (stored[k][3], k[0], k[1]))
         return [stored[k] for k in keys]
 
