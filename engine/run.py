@@ -304,8 +304,7 @@ class Run:
         finally:
             self._pending = None
 
-    @contextmanager
-    def held(self) -> Iterator[Run]:
+    def held(self) -> _Holding:
         """Hold the events recorded in the block and write them together at each `flush()`.
 
         What is held is written at the block's end, also when the block raises (each
@@ -318,23 +317,7 @@ class Run:
         Raises:
             RuleViolation: the run is inside `batch()`.
         """
-        if self._held:
-            self._held += 1
-            try:
-                yield self
-            finally:
-                self._held -= 1
-            return
-        if self._pending is not None:
-            raise RuleViolation(self.id, "batch", "cannot hold a run inside a batch")
-        self._held, self._pending, self._flushed = 1, [], self._state
-        try:
-            yield self
-        finally:
-            try:
-                self.flush()
-            finally:
-                self._held, self._pending = 0, None
+        return _Holding(self)
 
     def flush(self) -> None:
         """Write what a `held()` block has queued, in one transaction (else do nothing).
@@ -355,22 +338,13 @@ class Run:
             pending.clear()
         self._flushed = self._state
 
-    @contextmanager
-    def released(self) -> Iterator[Run]:
+    def released(self) -> _Released:
         """Inside a `held()` block: write what is held, then record directly in this block.
 
         Code of the caller (a stage function) runs here: what it records is durable
         when its call returns, as anywhere else.
         """
-        if not self._held or self._pending is None:
-            yield self
-            return
-        self.flush()
-        self._pending = None
-        try:
-            yield self
-        finally:
-            self._pending, self._flushed = [], self._state
+        return _Released(self)
 
     def _nested_batch(self, pending: list[StoredEvent]) -> Iterator[Run]:
         before, mark = self._state, len(pending)
@@ -467,6 +441,58 @@ class _Stamping:
         run._stampings -= 1
         if run._stampings == 0:
             run._clock = utc_now
+
+
+class _Holding:
+    """The context of `Run.held` (a class: it wraps every supervised attempt)."""
+
+    __slots__ = ("_outer", "_run")
+
+    def __init__(self, run: Run) -> None:
+        self._run, self._outer = run, False
+
+    def __enter__(self) -> Run:
+        run = self._run
+        if run._held:  # a nested block joins the outer one
+            run._held += 1
+            return run
+        if run._pending is not None:
+            raise RuleViolation(run.id, "batch", "cannot hold a run inside a batch")
+        self._outer = True
+        run._held, run._pending, run._flushed = 1, [], run._state
+        return run
+
+    def __exit__(self, *exc: object) -> None:
+        run = self._run
+        if not self._outer:
+            run._held -= 1
+            return
+        try:
+            run.flush()
+        finally:
+            run._held, run._pending = 0, None
+
+
+class _Released:
+    """The context of `Run.released`: what is held is written, then appends go straight through."""
+
+    __slots__ = ("_active", "_run")
+
+    def __init__(self, run: Run) -> None:
+        self._run, self._active = run, False
+
+    def __enter__(self) -> Run:
+        run = self._run
+        if run._held and run._pending is not None:
+            run.flush()
+            run._pending = None
+            self._active = True
+        return run
+
+    def __exit__(self, *exc: object) -> None:
+        if self._active:
+            run = self._run
+            run._pending, run._flushed = [], run._state
 
 
 def abandon(thread: threading.Thread) -> None:

@@ -259,18 +259,9 @@ class Supervisor:
         except RunStopped:
             pass  # the progress policy has finished the run already
 
-    @contextmanager
-    def _holding(self, run: Run) -> Iterator[None]:
+    def _holding(self, run: Run) -> _GroupCommit:
         """Hold what is recorded in the block (`group_commits`); see `Run.held`."""
-        if not self.group_commits or run.in_batch:  # in a batch: `Decisions.watch` refuses
-            yield
-            return
-        try:
-            with run.held():
-                yield
-        except BaseException:
-            self.decisions.forget(run)  # its watch may have seen events a failed write dropped
-            raise
+        return _GroupCommit(self, run)
 
     def _drive_sync(
         self,
@@ -458,3 +449,34 @@ def _check_stages(run: Run, stages: Mapping[str, Callable[..., Any]]) -> None:
     for stage, fn in stages.items():
         if not callable(fn):
             raise InvalidArgument("stages", f"the function for {stage!r} is not callable")
+
+
+class _GroupCommit:
+    """The context of `Supervisor._holding` (a class: it wraps every supervised attempt).
+
+    A failed write, or an error out of the block, makes the supervisor forget the
+    run's watch: it may have seen events the failed write dropped.
+    """
+
+    __slots__ = ("_held", "_run", "_supervisor")
+
+    def __init__(self, supervisor: Supervisor, run: Run) -> None:
+        self._supervisor, self._run = supervisor, run
+        self._held: Any = None
+
+    def __enter__(self) -> None:
+        run = self._run
+        if self._supervisor.group_commits and not run.in_batch:  # in a batch: the watch refuses
+            self._held = run.held()
+            self._held.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, error: object, trace: object) -> None:
+        if self._held is None:
+            return
+        try:
+            self._held.__exit__(kind, error, trace)
+        except BaseException:
+            self._supervisor.decisions.forget(self._run)
+            raise
+        if kind is not None:
+            self._supervisor.decisions.forget(self._run)
