@@ -43,6 +43,7 @@ from engine.ui import snapshot, write_report
 from events import RetryScheduled
 
 CHROMIUM = "/usr/bin/chromium"
+"""Debian's Chromium: Playwright never downloads a browser here."""
 ARGS = [
     "--headless",
     "--no-sandbox",

@@ -20,17 +20,11 @@ from typing import Any
 import attrs
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+import benchmarks.ui
+
+# The benchmark and the tests launch Chromium the same way: one list of flags.
+CHROMIUM = Path(benchmarks.ui.CHROMIUM)
+CHROMIUM_ARGS = benchmarks.ui.ARGS
 ARTIFACTS = Path(__file__).parent / "artifacts"
 """Screenshots the browser tests take (git-ignored), for a person to look at."""
 
