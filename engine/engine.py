@@ -144,7 +144,7 @@ class Engine:
             self.store.append([event])
         except ConcurrencyConflict:
             raise RunAlreadyExists(event.run_id) from None
-        return Run(self.store, pipeline, state)
+        return Run(self.store, pipeline, state, event)
 
     def load(self, run_id: UUID | str) -> Run:
         """Rebuild a live `Run` from the store alone (after a crash, in another process).

@@ -54,7 +54,9 @@ DECISIONS: frozenset[type[Event]] = frozenset(
 class Run:
     """A live handle on one run; each recording method appends one event."""
 
-    def __init__(self, store: Store, pipeline: Pipeline, state: RunState) -> None:
+    def __init__(
+        self, store: Store, pipeline: Pipeline, state: RunState, newest: Event | None = None
+    ) -> None:
         self._store = store
         self.pipeline = pipeline
         self._state = state
@@ -63,6 +65,7 @@ class Run:
         self._flushed = state  # the state the store holds while events are held
         self._clock: Callable[[], datetime] = utc_now
         self._stampings = 0  # open `stamped_by` blocks: the clock is theirs while any is
+        self._newest = newest  # the event at `version`, when this handle recorded it
 
     @property
     def id(self) -> UUID:
@@ -109,6 +112,16 @@ class Run:
     def in_batch(self) -> bool:
         """Whether events are being queued by `batch()` rather than written at once."""
         return self._pending is not None and not self._held
+
+    @property
+    def newest(self) -> Event | None:
+        """The event at `version` when this handle recorded it (None after a `refresh`).
+
+        A reader that is one event behind takes it from here, not from the store; it
+        is durable once no `batch()` or `held()` block holds it.
+        """
+        newest = self._newest
+        return newest if newest is not None and newest.version == self._state.version else None
 
     @property
     def store(self) -> Store:
@@ -361,6 +374,7 @@ class Run:
             raise RuleViolation(self.id, "batch", "cannot refresh inside a batch; leave it first")
         for event in self._store.stream(self.id, gt=self._state.version):
             self._state = apply(self.pipeline, self._state, event)
+        self._newest = None  # another writer's event may now hold its version
         return self
 
     def _record(self, kind: type[E], **payload: Any) -> E:
@@ -397,6 +411,7 @@ class Run:
         else:
             self._store.write([stored])
         self._state = state
+        self._newest = event
         return event
 
     def _duration(self, given: float | None) -> float:

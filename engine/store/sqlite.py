@@ -1,30 +1,25 @@
 """The SQLite backend: eventsourcing's recorder on a file, and the views beside the events.
 
 The recorder is `sqlite_recorder.SQLiteRecorder`: eventsourcing's, except that a
-run's events are read with one SELECT on a kept reading connection.
+run's events are read with one SELECT on a kept reading connection; every write
+goes through the store's one writing connection (`sqlite_writer`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import quote
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
-from eventsourcing.sqlite import (
-    SQLiteCursor,
-    SQLiteDatastore,
-    SQLiteTrackingRecorder,
-    SQLiteTransaction,
-)
+from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
 
 from engine.store import meta, overlay
 from engine.store.backend import Backend, prepare_views
@@ -32,27 +27,13 @@ from engine.store.errors import StoreError
 from engine.store.failures import classify
 from engine.store.sql import NAMES, SQLViews
 from engine.store.sqlite_recorder import SQLiteRecorder
+from engine.store.sqlite_writer import WriterConnection
 from engine.store.urls import StoreURL
 
 LOCK_TIMEOUT = 30
 """Seconds a writer waits for another process's write lock before "database is locked"."""
 
 _HEADER = b"SQLite format 3\x00"
-
-
-class _Immediate(SQLiteTransaction):
-    """A write transaction that takes the write lock when it begins.
-
-    eventsourcing begins every transaction DEFERRED: one that reads, then writes
-    (creating a store, registering a projection) cannot wait for the lock in WAL
-    mode when another process committed in between, and fails at once with
-    "database is locked". BEGIN IMMEDIATE waits its turn (the busy timeout) instead.
-    """
-
-    def __enter__(self) -> SQLiteCursor:
-        cursor = self.connection.cursor()
-        cursor.execute("BEGIN IMMEDIATE")
-        return cursor
 
 
 class Datastore(SQLiteDatastore):
@@ -69,20 +50,18 @@ class Datastore(SQLiteDatastore):
         super().__init__(db_name=name, pool_size=2, max_overflow=8, lock_timeout=LOCK_TIMEOUT)
         if read_only:  # the pool would otherwise switch the file to WAL on first connect
             self.pool.is_journal_mode_wal = True
+        self.writer = WriterConnection(name, LOCK_TIMEOUT)
 
-    @contextlib.contextmanager
-    def transaction(self, *, commit: bool) -> Iterator[Any]:
-        """A transaction; a committing one holds the write lock from its start."""
-        if not commit:
-            with super().transaction(commit=False) as cursor:
-                yield cursor
-            return
-        with (
-            self.get_connection(commit=True) as conn,
-            _Immediate(conn, commit=True) as cursor,
-            cursor as raw,
-        ):
-            yield raw
+    def transaction(self, *, commit: bool) -> AbstractContextManager[Any]:  # type: ignore[override]
+        """A transaction: a committing one on the writing connection, from BEGIN IMMEDIATE."""
+        if commit:
+            return self.writer.transaction()
+        return super().transaction(commit=False)
+
+    def close(self) -> None:
+        """Close the writing connection and eventsourcing's pool."""
+        self.writer.close()
+        super().close()
 
 
 class SQLiteViews(SQLiteTrackingRecorder, SQLViews):

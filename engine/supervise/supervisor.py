@@ -153,8 +153,9 @@ class Supervisor:
             CircuitOpen: a stage's breaker is open; the run stays where it is.
         """
         _check_stages(run, stages)
-        with self._holding(run):  # an outcome shares a transaction with what follows it
-            while self.step(run, stages, statuses=statuses) is not _FINISHED:
+        # Held: an outcome shares a transaction with what follows it.
+        with run.stamped_by(self._now), self._holding(run):
+            while self._step(run, stages, statuses) is not _FINISHED:
                 pass
         return run
 
@@ -180,15 +181,24 @@ class Supervisor:
         """
         _check_stages(run, stages)
         with run.stamped_by(self._now), self._holding(run):
-            fn = self._next(run, stages, statuses)
-            if fn is None:
-                return _FINISHED
-            loop = self.decisions.stage(run, run.state)
-            result = None  # stays None when a policy stops the run (`_ending` swallows it)
-            with self._ending(run):
-                attempted = self._drive_sync(run, loop, self._with_context(run, fn), (), {})
-                result = None if attempted.routed else attempted.result
-            return result
+            return self._step(run, stages, statuses)
+
+    def _step(
+        self,
+        run: Run,
+        stages: Mapping[str, Callable[[StageContext], Any]],
+        statuses: Mapping[str, str] | None,
+    ) -> Any:
+        """`step` inside the caller's stamping and holding blocks, the stages checked."""
+        fn = self._next(run, stages, statuses)
+        if fn is None:
+            return _FINISHED
+        loop = self.decisions.stage(run, run.state)
+        result = None  # stays None when a policy stops the run (`_ending` swallows it)
+        with self._ending(run):
+            attempted = self._drive_sync(run, loop, self._with_context(run, fn), (), {})
+            result = None if attempted.routed else attempted.result
+        return result
 
     async def drive_async(
         self,

@@ -71,6 +71,10 @@ class RunWatch:
         """Fold the events of `run` this watch has not seen yet."""
         if run.version > self.version:
             run.flush()  # what a supervisor holds is read back from the store
+            newest = run.newest
+            if newest is not None and newest.version == self.version + 1:
+                self.see(newest)  # one behind (the run's start): no read
+                return self
             for event in run.store.stream(run.id, gt=self.version, lte=run.version):
                 self.see(event)
         return self

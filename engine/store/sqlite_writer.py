@@ -1,0 +1,139 @@
+"""The one connection a process writes a SQLite store through, taken by one transaction at a time.
+
+SQLite lets one transaction write a database at a time, and eventsourcing's
+pool already lends its writing connection to one caller at a time. Lending it
+costs more than the ``INSERT`` itself: the pool's semaphore, reader-writer
+lock and condition on each side, and its connections keep one compiled
+statement (``cached_statements=True`` is a cache of one), so ``BEGIN``,
+``INSERT`` and ``COMMIT`` compile again on every append. A store's writes
+(events, tracking records, the views' tables) go through one kept connection
+instead, behind a lock, with sqlite3's default statement cache; every
+transaction is still eventsourcing's `SQLiteTransaction` (its error classes),
+begun ``IMMEDIATE``. Reads stay on eventsourcing's pool and the recorder's
+reading connections.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from types import TracebackType
+
+from eventsourcing.persistence import OperationalError
+from eventsourcing.sqlite import SQLiteConnection, SQLiteCursor, SQLiteTransaction
+
+
+class ImmediateTransaction(SQLiteTransaction):
+    """A write transaction that takes the write lock when it begins.
+
+    eventsourcing begins every transaction DEFERRED: one that reads, then writes
+    (creating a store, registering a projection) cannot wait for the lock in WAL
+    mode when another process committed in between, and fails at once with
+    "database is locked". BEGIN IMMEDIATE waits its turn (the busy timeout) instead.
+    """
+
+    def __enter__(self) -> SQLiteCursor:
+        cursor = self.connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        return cursor
+
+
+class WriterConnection:
+    """A kept connection for writing one database, lent to one transaction at a time.
+
+    Args:
+        uri: the database as a ``file:`` URI.
+        timeout: seconds a transaction waits for another (in this process, then
+            in any process: SQLite's busy timeout) before failing.
+    """
+
+    def __init__(self, uri: str, timeout: float) -> None:
+        self.uri = uri
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._connection: SQLiteConnection | None = None
+        self._closed = False
+
+    def transaction(self) -> WriteTransaction:
+        """A write transaction (``BEGIN IMMEDIATE``), committed at the block's end."""
+        return WriteTransaction(self)
+
+    def close(self) -> None:
+        """Close the connection once no transaction holds it; later writes fail."""
+        with self._lock:
+            self._closed = True
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def acquire(self) -> SQLiteConnection:
+        """Take the connection (opened on first use) for one transaction.
+
+        Raises:
+            OperationalError: another transaction of this process held it for
+                `timeout` seconds, or the connections were closed.
+        """
+        if not self._lock.acquire(timeout=self.timeout):
+            raise OperationalError(
+                f"database is locked: another thread of this process held the store's "
+                f"write connection for {self.timeout:g} s"
+            )
+        try:
+            return self._connection or self._connect()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def release(self) -> None:
+        """Give the connection back after its transaction ended."""
+        self._lock.release()
+
+    def _connect(self) -> SQLiteConnection:
+        if self._closed:
+            raise OperationalError("Cannot operate on a closed database.")
+        try:
+            # Autocommit: the transaction says BEGIN IMMEDIATE and COMMIT itself.
+            raw = sqlite3.connect(
+                self.uri, uri=True, timeout=self.timeout, isolation_level=None,
+                check_same_thread=False,
+            )  # fmt: skip
+        except sqlite3.Error as error:
+            raise OperationalError(error) from error
+        raw.row_factory = sqlite3.Row  # rows by name, as on eventsourcing's connections
+        self._connection = SQLiteConnection(raw, max_age=None)
+        return self._connection
+
+
+class WriteTransaction:
+    """The context of `WriterConnection.transaction`: the cursor of one committed transaction."""
+
+    __slots__ = ("_cursor", "_transaction", "_writer")
+
+    def __init__(self, writer: WriterConnection) -> None:
+        self._writer = writer
+        self._transaction: ImmediateTransaction | None = None
+        self._cursor: SQLiteCursor | None = None
+
+    def __enter__(self) -> sqlite3.Cursor:
+        connection = self._writer.acquire()
+        try:
+            self._transaction = ImmediateTransaction(connection, commit=True)
+            self._cursor = self._transaction.__enter__()
+        except BaseException:
+            self._writer.release()
+            raise
+        return self._cursor.sqlite_cursor
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        assert self._transaction is not None
+        assert self._cursor is not None
+        try:
+            self._cursor.__exit__()
+            self._transaction.__exit__(kind, error, trace)  # commits, or rolls back and raises
+        finally:
+            self._writer.release()
