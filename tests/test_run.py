@@ -535,6 +535,48 @@ class TestConcurrency:
             assert [e.version for e in one.events(run.id)] == [1, 2]
 
 
+class TestNewest:
+    def test_the_newest_event_is_the_one_just_recorded(self, engine: Engine) -> None:
+        """`newest` is the event a method returned, from the start on; equal to the stored one."""
+        run = engine.start_run(REVIEW)
+        assert run.newest is not None
+        assert run.newest.version == 1
+        completed = run.stage_completed("project_analysis", result={"n": 1})
+        assert run.newest is completed
+        assert engine.events(run.id)[-1] == completed
+
+    def test_a_loaded_or_refreshed_run_has_none(self, engine: Engine) -> None:
+        """A handle that read its events from the store did not record the newest one: None."""
+        run = engine.start_run(REVIEW)
+        loaded = engine.load(run.id)
+        assert loaded.newest is None
+        run.stage_completed("project_analysis")
+        loaded.refresh()
+        assert loaded.newest is None
+
+    def test_a_refused_append_leaves_none(self, engine: Engine) -> None:
+        """After a conflict the handle's version is the stored one, which it did not record."""
+        run = engine.start_run(REVIEW)
+        other = engine.load(run.id)
+        other.stage_completed("project_analysis")
+        with pytest.raises(ConcurrencyConflict):
+            run.stage_completed("project_analysis")
+        assert run.newest is not None  # still its own RunStarted, at its version
+        assert run.newest.version == run.version == 1
+        run.refresh()
+        assert run.newest is None
+
+    def test_a_batch_that_fails_leaves_none(self, engine: Engine) -> None:
+        """A batch rolled back by an error leaves no `newest`: its event was never written."""
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis")
+        with pytest.raises(RuntimeError), run.batch():
+            run.stage_completed("code_review")
+            raise RuntimeError("stop")
+        assert run.version == 2
+        assert run.newest is None
+
+
 class TestTime:
     def test_timestamps_never_go_backwards(self, engine: Engine) -> None:
         """If the clock steps back, events keep the previous timestamp instead."""

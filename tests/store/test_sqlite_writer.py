@@ -1,0 +1,126 @@
+"""The SQLite store's one writing connection: one transaction at a time, eventsourcing's errors."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from eventsourcing.persistence import IntegrityError, OperationalError
+
+from engine import ConcurrencyConflict, Engine, StoreError
+from engine.store.sqlite_writer import WriterConnection
+from tests._helpers import REVIEW
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[WriterConnection]:
+    """A writer on a new database with one table ``t (k PRIMARY KEY)``."""
+    path = tmp_path / "w.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (k INTEGER PRIMARY KEY)").connection.close()
+    connection = WriterConnection(f"file:{path}", timeout=5)
+    yield connection
+    connection.close()
+
+
+def rows(writer: WriterConnection) -> list[int]:
+    """The keys committed to ``t``, read on a connection of its own."""
+    path = writer.uri.removeprefix("file:")
+    with sqlite3.connect(path) as conn:
+        return [k for (k,) in conn.execute("SELECT k FROM t ORDER BY k")]
+
+
+class TestWriterConnection:
+    def test_a_transaction_commits_at_the_end_of_its_block(self, writer: WriterConnection) -> None:
+        """What a block inserts is committed when the block ends, and readable elsewhere."""
+        with writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+            cursor.execute("INSERT INTO t VALUES (2)")
+        assert rows(writer) == [1, 2]
+
+    def test_an_error_rolls_the_whole_block_back(self, writer: WriterConnection) -> None:
+        """A block that raises leaves nothing of itself, and the next block writes."""
+        with pytest.raises(RuntimeError), writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+            raise RuntimeError("stop")
+        with writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (3)")
+        assert rows(writer) == [3]
+
+    def test_sqlite_errors_become_eventsourcing_errors(self, writer: WriterConnection) -> None:
+        """A duplicate key is eventsourcing's IntegrityError (the store's conflict), rolled back."""
+        with writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(IntegrityError), writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (2)")
+            cursor.execute("INSERT INTO t VALUES (1)")
+        assert rows(writer) == [1]
+
+    def test_threads_take_turns(self, writer: WriterConnection) -> None:
+        """Eight threads writing at once each commit all of their rows, none lost."""
+
+        def insert(first: int) -> None:
+            for k in range(first, first + 50):
+                with writer.transaction() as cursor:
+                    cursor.execute("INSERT INTO t VALUES (?)", (k,))
+
+        threads = [threading.Thread(target=insert, args=(n * 50,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert rows(writer) == list(range(400))
+
+    def test_a_nested_transaction_fails_instead_of_waiting_forever(self, tmp_path: Path) -> None:
+        """A thread that begins a write inside its own gets a clear error after the timeout."""
+        path = tmp_path / "w.db"
+        sqlite3.connect(path).close()
+        writer = WriterConnection(f"file:{path}", timeout=0.05)
+        with writer.transaction(), pytest.raises(OperationalError, match="write connection"):
+            writer.transaction().__enter__()
+        writer.close()
+
+    def test_a_closed_writer_refuses_to_write(self, writer: WriterConnection) -> None:
+        """After close, a transaction fails with an error saying the database is closed."""
+        with writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+        writer.close()
+        with pytest.raises(OperationalError, match="closed"), writer.transaction():
+            pass
+
+
+class TestStoreWrites:
+    def test_every_append_goes_through_the_kept_connection(self, tmp_path: Path) -> None:
+        """A run's appends reuse one connection: its statement cache holds the INSERT."""
+        with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
+            run = engine.start_run(REVIEW)
+            writer = engine.store.recorder.datastore.writer  # type: ignore[attr-defined]
+            first = writer._connection
+            run.stage_completed("project_analysis")
+            run.stage_completed("code_review")
+            assert first is not None
+            assert writer._connection is first
+            assert [e.version for e in engine.events(run.id)] == [1, 2, 3]
+
+    def test_a_conflict_is_still_a_conflict(self, tmp_path: Path) -> None:
+        """Two handles on one run: the second append at a taken version is a ConcurrencyConflict."""
+        with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
+            run = engine.start_run(REVIEW)
+            other = engine.load(run.id)
+            run.stage_completed("project_analysis")
+            with pytest.raises(ConcurrencyConflict):
+                other.stage_completed("project_analysis")
+            assert len(engine.events(run.id)) == 2
+
+    def test_a_closed_engine_refuses_appends_with_a_store_error(self, tmp_path: Path) -> None:
+        """An append after the engine closed is one StoreError; nothing is written."""
+        url = f"sqlite:///{tmp_path / 's.db'}"
+        engine = Engine(url)
+        run = engine.start_run(REVIEW)
+        engine.close()
+        with pytest.raises(StoreError):
+            run.stage_completed("project_analysis")
+        with Engine(url) as again:
+            assert len(again.events(run.id)) == 1
