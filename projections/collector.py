@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterator
 
 COLLECT_EVERY = 10_000
 """Events between two young-generation collections while the collector is paused."""
+FEW = 64
+"""Folds of at most this many events (a point-in-time question) leave the collector be:
+they allocate too little for it to run, and pausing it costs more than the fold."""
 
 
 @contextlib.contextmanager
@@ -21,7 +24,7 @@ def collector_paused() -> Iterator[Callable[[], None]]:
     handler that does create cycles cannot pile garbage up for a whole long run.
     """
     if not gc.isenabled():  # paused by the caller already: leave it to them
-        yield _nothing
+        yield no_tick
         return
     count = 0
 
@@ -38,5 +41,5 @@ def collector_paused() -> Iterator[Callable[[], None]]:
         gc.enable()
 
 
-def _nothing() -> None:
-    pass
+def no_tick() -> None:
+    """The `tick` of a fold that does not pause the collector."""

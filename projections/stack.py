@@ -102,7 +102,15 @@ class StateStack(Projection[Stack]):
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
         """Take the initial state and the transition lookup from the run's table."""
-        return attrs.evolve(state, initial=initial_state(event.table), table=lookup(event.table))
+        table = event.table
+        return build(
+            Stack,
+            {
+                "initial": initial_state(table),
+                "table": lookup(table),
+                "frame_list": state.frame_list,
+            },
+        )
 
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:

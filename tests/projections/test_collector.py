@@ -11,6 +11,9 @@ from events import NoteAdded
 from projections import Projection, ProjectionError, collector, on
 
 RID = uuid.uuid4()
+FEW = collector.FEW
+LONG = FEW + 10  # a fold long enough to pause the collector
+assert FEW < 85
 
 
 class Node:
@@ -38,7 +41,7 @@ class TestCollectorPaused:
     def test_the_collector_is_on_again_after_a_fold(self) -> None:
         """A fold pauses the cyclic collector and always turns it back on."""
         assert gc.isenabled()
-        Cyclic().fold(notes(3))
+        Cyclic().fold(notes(LONG))
         assert gc.isenabled()
 
     def test_the_collector_is_on_again_after_a_failing_fold(self) -> None:
@@ -50,14 +53,14 @@ class TestCollectorPaused:
                 raise RuntimeError("no")
 
         with pytest.raises(ProjectionError):
-            Failing().fold(notes(2))
+            Failing().fold(notes(LONG))
         assert gc.isenabled()
 
     def test_a_caller_who_paused_it_keeps_it_paused(self) -> None:
         """When the collector is already off, the fold leaves it off."""
         gc.disable()
         try:
-            Cyclic().fold(notes(2))
+            Cyclic().fold(notes(LONG))
             assert not gc.isenabled()
         finally:
             gc.enable()
@@ -65,5 +68,20 @@ class TestCollectorPaused:
     def test_cycles_are_collected_during_long_folds(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Every COLLECT_EVERY events a young collection frees cycles made by handlers."""
         monkeypatch.setattr(collector, "COLLECT_EVERY", 10)
-        refs = Cyclic().fold(notes(25))
-        assert all(ref() is None for ref in refs[:20])
+        refs = Cyclic().fold(notes(85))  # more than FEW: paused, collected at 10, 20 ... 80
+        assert all(ref() is None for ref in refs[:80])
+
+    @pytest.mark.parametrize(("count", "paused"), [(1, False), (FEW, False), (FEW + 1, True)])
+    def test_only_folds_of_more_than_a_few_events_pause_it(self, count: int, paused: bool) -> None:
+        """A point-in-time fold (FEW events or fewer) leaves the collector on while it runs."""
+        seen: list[bool] = []
+
+        class Watching(Cyclic):
+            @on(NoteAdded)
+            def noted(self, state: list[Any], event: NoteAdded) -> list[Any]:
+                seen.append(gc.isenabled())
+                return state
+
+        Watching().fold(notes(count))
+        assert seen == [not paused] * count
+        assert gc.isenabled()
