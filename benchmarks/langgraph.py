@@ -4,8 +4,9 @@ The same graph on both, in one process, repetitions interleaved: five nodes in a
 row, each adding a text result to the state (an agent's reply: words drawn at
 random, so it compresses as prose does); the third node fails three times per
 run (each failure ends an invoke, the next invoke retries it). Figures:
-super-steps per second, bytes on disk per run (at two reply sizes) and
-``get_state_history`` time.
+super-steps per second, bytes per run at two reply sizes (the file's size over
+the runs, and what the runs added to an empty store, as `benchmarks.compare`
+counts) and ``get_state_history`` time.
 
 Run: ``python -m benchmarks.langgraph`` (``--quick`` for a smoke run).
 """
@@ -112,6 +113,8 @@ def run_thread(graph: Any, thread_id: str) -> int:
 
 
 Make = Callable[[Path, StateGraph[Work]], BaseCheckpointSaver[Any]]
+Figures = dict[str, float]
+"""A figure per saver."""
 
 
 class Side:
@@ -137,13 +140,17 @@ class Side:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         return len(list(self.graph.get_state_history(config)))
 
-    def bytes_per_run(self) -> float:
-        """The database's size on disk (WAL folded in) divided by the runs it holds."""
+    def bytes_on_disk(self) -> int:
+        """The database's size on disk, its WAL folded in."""
         conn = sqlite3.connect(self.path)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
         files = [self.path, *self.path.parent.glob(self.path.name + "-*")]
-        return sum(f.stat().st_size for f in files if f.exists()) / len(self.threads)
+        return sum(f.stat().st_size for f in files if f.exists())
+
+    def bytes_per_run(self) -> float:
+        """The database's size on disk (WAL folded in) divided by the runs it holds."""
+        return self.bytes_on_disk() / len(self.threads)
 
 
 def sqlite_saver(path: Path, graph: StateGraph[Work]) -> BaseCheckpointSaver[Any]:
@@ -171,14 +178,22 @@ def history_seconds(sides: dict[str, Side], sample: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def sizes(runs: int, size: int, ours: Make = stagetrail_saver) -> dict[str, float]:
-    """Bytes per run of `SqliteSaver` and `ours` after `runs` runs with `size`-byte replies."""
-    found = {}
+def sizes(runs: int, size: int, ours: Make = stagetrail_saver) -> tuple[Figures, Figures]:
+    """Bytes per run of `SqliteSaver` and `ours` after `runs` runs with `size`-byte replies.
+
+    Returns:
+        The file's size divided by the runs, and what the runs added to an empty
+        store of the same saver, divided by the runs (as `benchmarks.compare` counts).
+    """
+    on_disk, added = {}, {}
     for name, make in (("SqliteSaver", sqlite_saver), ("StagetrailSaver", ours)):
         side = Side(f"size-{name}", make, size)
+        getattr(side.graph.checkpointer, "setup", lambda: None)()  # SqliteSaver's tables
+        empty = side.bytes_on_disk()
         side.runs(runs)
-        found[name] = side.bytes_per_run()
-    return found
+        on_disk[name] = side.bytes_per_run()
+        added[name] = (side.bytes_on_disk() - empty) / runs
+    return on_disk, added
 
 
 def row(case: str, figures: dict[str, float], target: float, higher: bool) -> dict[str, object]:
@@ -206,9 +221,13 @@ def main() -> None:
     history = {k: v * 1000 for k, v in history_seconds(sides, sample).items()}
     rows = [row("super-steps/s", rates, 0.8, higher=True)]
     for size in (REPLY, 256):
-        rows.append(row(f"bytes on disk per run, {size} B replies", sizes(runs, size), 0.5, False))
-        zlib = sizes(runs, size, compressed_saver)
+        on_disk, added = sizes(runs, size)
+        rows.append(row(f"bytes on disk per run, {size} B replies", on_disk, 0.5, False))
+        rows.append(row(f"bytes a run adds, {size} B replies", added, 0.5, False))
+        zlib, zlib_added = sizes(runs, size, compressed_saver)
         rows.append(row(f"same, store with ?compress=zlib, {size} B replies", zlib, 0.5, False))
+        zlib_case = f"added, store with ?compress=zlib, {size} B replies"
+        rows.append(row(zlib_case, zlib_added, 0.5, False))
     rows.append(row("get_state_history of a run (ms)", history, 1.0, higher=False))
     report(f"LangGraph savers on SQLite ({runs * repeats} runs each)", rows, args.json)
 

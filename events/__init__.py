@@ -8,7 +8,7 @@ from __future__ import annotations
 from events._strict_json import JSON, strict_json
 from events._validation import utc_now
 from events.base import EVENT_TYPES, Event
-from events.checkpoint import CheckpointSaved, CheckpointsRemoved, WritesSaved
+from events.checkpoint import CheckpointSaved, CheckpointsRemoved, WritesSaved, task_writes
 from events.codec import decode, encode
 from events.errors import (
     EventFormatError,
@@ -72,5 +72,6 @@ __all__ = [
     "decode",
     "encode",
     "strict_json",
+    "task_writes",
     "utc_now",
 ]

@@ -7,6 +7,8 @@ wrote and hands them back unchanged. No framework is imported here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from events import _validation as fields
@@ -41,6 +43,24 @@ class WritesSaved(Event):
     task_id: str = fields.name()
     task_path: str = fields.text(default="")
     writes: JSON = fields.json_value(default=[])
+
+
+TASK_WRITES_KEYS = frozenset({"checkpoint_id", "task_id", "task_path", "writes"})
+"""The keys the writes a node's outcome carries may have (see `task_writes`)."""
+
+
+def task_writes(value: JSON) -> dict[str, Any] | None:
+    """The writes a node's outcome event carries, if `value` (its result or details) is them.
+
+    A saver records the writes of a node of the graph, in the root namespace, in the
+    node's own `StageCompleted` (as its `result`) or `StageFailed` (its `details`),
+    not in a `WritesSaved` beside it: ``{"task_id", "writes"}`` as in `WritesSaved`,
+    with ``checkpoint_id`` only when it is not the thread's newest checkpoint and
+    ``task_path`` only when it is not the node's own.
+    """
+    if not isinstance(value, dict) or "writes" not in value or "task_id" not in value:
+        return None
+    return value if value.keys() <= TASK_WRITES_KEYS else None
 
 
 @attrs.frozen(slots=False, kw_only=True)

@@ -41,6 +41,7 @@ from events import (
     TaskFailed,
     WritesSaved,
     encode,
+    task_writes,
 )
 from projections import RunIndex, RunSummary
 
@@ -99,13 +100,19 @@ def _detail(event: Event) -> str:
 
 
 def _completed(event: StageCompleted) -> str:
-    result = "" if event.result is None else compact(event.result, 50)
+    carried = task_writes(event.result)
+    if carried is not None:  # a graph node's writes: which channels, not their bytes
+        result = "wrote " + ", ".join(str(write[1]) for write in carried["writes"])
+    else:
+        result = "" if event.result is None else compact(event.result, 50)
     return f"{result} in {seconds(event.duration)}".strip()
 
 
 def _failed(event: StageFailed) -> str:
     retry = "" if event.retryable else " (not retryable)"
-    details = "" if event.details is None else f" {compact(event.details, 50)}"
+    # A graph node's writes hold the error again, as bytes: the line has it already.
+    shown = event.details is not None and task_writes(event.details) is None
+    details = f" {compact(event.details, 50)}" if shown else ""
     return f"{event.error_type}: {event.error}{retry}{details}"
 
 

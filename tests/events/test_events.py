@@ -454,3 +454,32 @@ class _NoSetitem(dict):  # type: ignore[type-arg]
 
     def __setitem__(self, key: object, value: object) -> None:
         raise RuntimeError("read-only state")
+
+
+class TestTaskWrites:
+    @pytest.mark.parametrize(
+        "value",
+        [
+            {"task_id": "t", "writes": []},
+            {"task_id": "t", "writes": [[0, "log", "msgpack", "kQ=="]], "checkpoint_id": "c"},
+            {"task_id": "t", "writes": [], "checkpoint_id": "c", "task_path": "p"},
+        ],
+    )
+    def test_a_node_outcome_carrying_writes_is_recognised(self, value: dict[str, Any]) -> None:
+        """A task id and writes, with at most the checkpoint and task path besides, are writes."""
+        assert events.task_writes(value) is value
+
+    @pytest.mark.parametrize(
+        "value",
+        [
+            None,
+            "writes",
+            [["task_id"], ["writes"]],
+            {"writes": []},
+            {"task_id": "t"},
+            {"task_id": "t", "writes": [], "score": 1},  # a user's result that looks alike
+        ],
+    )
+    def test_anything_else_is_not(self, value: Any) -> None:
+        """Other results and details (a missing key, one key more) are not taken for writes."""
+        assert events.task_writes(value) is None

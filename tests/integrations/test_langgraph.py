@@ -20,6 +20,7 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
+import events
 from engine import Engine, RunNotFound
 from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline
 from engine.integrations.langgraph import THREAD_LABEL as THREAD
@@ -104,6 +105,46 @@ class TestFlakyGraph:
             assert patterns.by_error_type == {"RuntimeError": 2}
             assert engine.verify(summary.run_id).ok
 
+    def test_a_parallel_node_that_completed_is_not_run_again(self, store_url: str) -> None:
+        """The writes a node's outcome carries are the pending writes a resumed step reuses."""
+        calls = {"fast": 0, "slow": 0}
+
+        def fast(state: Flaky) -> dict[str, list[str]]:
+            calls["fast"] += 1
+            return {"log": ["fast"]}
+
+        def slow(state: Flaky) -> dict[str, list[str]]:
+            calls["slow"] += 1
+            if calls["slow"] == 1:
+                raise RuntimeError("slow broke")
+            return {"log": ["slow"]}
+
+        builder = StateGraph(Flaky)
+        builder.add_node("fast", fast)
+        builder.add_node("slow", slow)
+        builder.add_edge(START, "fast")
+        builder.add_edge(START, "slow")
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            config: RunnableConfig = {"configurable": {"thread_id": "fan"}}
+            with pytest.raises(RuntimeError, match="slow broke"):
+                graph.invoke({"log": []}, config, durability="sync")
+            pending = graph.get_state(config).tasks
+            assert {task.name: task.error is not None for task in pending} == {
+                "fast": False,
+                "slow": True,
+            }
+            result = graph.invoke(None, config, durability="sync")
+            assert sorted(result["log"]) == ["fast", "slow"]
+            assert calls == {"fast": 1, "slow": 2}
+            (summary,) = engine.runs()
+            carried = [
+                e.result if isinstance(e, StageCompleted) else e.details
+                for e in engine.events(summary.run_id)
+                if isinstance(e, StageCompleted | StageFailed) and e.stage != HUB
+            ]
+            assert [events.task_writes(value) is not None for value in carried] == [True] * 3
+
     def test_background_saves_keep_each_node_in_order(self, store_url: str) -> None:
         """With LangGraph's default async durability, each node's own attempts stay in order."""
         builder = flaky_graph(failures=2)
@@ -146,7 +187,10 @@ class TestFlakyGraph:
         shown = stagetrail("show", run["run_id"][:8], "--store", url).stdout
         lines = shown.splitlines()
         assert any("CheckpointSaved" in line and "step 0 (loop)" in line for line in lines)
-        assert any("WritesSaved" in line and "build: __error__" in line for line in lines)
+        assert any("WritesSaved" in line and "__start__: " in line for line in lines)  # input
+        completed = [line.split()[2:6] for line in lines if " StageCompleted " in line]
+        assert ["StageCompleted", "build", "3", "completed"] in completed
+        assert any(" build " in line and "wrote log" in line for line in lines)  # its writes
         failed = [line.split() for line in lines if " StageFailed " in line]
         assert [line[2:] for line in failed] == [
             ["StageFailed", "build", "1", "failed", "RuntimeError:", "build", "broke", "(1)"],

@@ -2,9 +2,9 @@
 
 Each LangGraph thread is one stagetrail run (pipeline ``langgraph``). A
 checkpoint is a `CheckpointSaved` event holding only the channels whose version
-changed; a task's writes are a `WritesSaved` event, written in one transaction
-with the node's outcome as `StageCompleted` or `StageFailed` (stage = the node's
-name, routed from the ``__graph__`` hub: see `table`). Values go through
+changed. A node's writes are its outcome, `StageCompleted` (the writes as its
+result) or `StageFailed` (as its details), stage = the node's name, routed from
+the ``__graph__`` hub (see `table`); other tasks' writes are `WritesSaved` events. Values go through
 LangGraph's own serde, so what comes back is what LangGraph gave.
 """
 
@@ -41,7 +41,14 @@ from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
-from engine.integrations.langgraph.thread import AS_JSON, REFERENCE, Thread, Typed, serde_form
+from engine.integrations.langgraph.thread import (
+    AS_JSON,
+    NODE_TASK,
+    REFERENCE,
+    Thread,
+    Typed,
+    serde_form,
+)
 from engine.machine import RunState, apply
 from engine.store import PAGE
 from events import (
@@ -59,7 +66,7 @@ from events import (
 THREAD_LABEL = "langgraph.thread"
 """The label holding a run's LangGraph thread id."""
 _NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-1b2a3c4d5e6f")
-_PULL = "~__pregel_pull, "
+_PULL = NODE_TASK
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EMPTY: Typed = ("empty", b"")
@@ -271,26 +278,29 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             ]
             if not new:
                 return []
-            made: Specs = [
-                (
-                    WritesSaved,
-                    {
-                        "namespace": ns,
-                        "checkpoint_id": checkpoint_id,
-                        "task_id": task_id,
-                        "task_path": task_path,
-                        "writes": new,
-                    },
-                )
-            ]
-            if ns == "":
-                made += self._outcome(thread, task_path, writes)
-            return made
+            saved = {
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "task_path": task_path,
+                "writes": new,
+            }
+            outcome = self._outcome(thread, task_path, writes, saved) if ns == "" else []
+            return outcome or [(WritesSaved, {"namespace": ns, **saved})]
 
         self._append(thread_id, events, create=True)
 
-    def _outcome(self, thread: Thread, task_path: str, writes: Sequence[tuple[str, Any]]) -> Specs:
-        """The hub's route to the node and the node's outcome, for a node of the thread's table."""
+    def _outcome(
+        self,
+        thread: Thread,
+        task_path: str,
+        writes: Sequence[tuple[str, Any]],
+        saved: dict[str, Any],
+    ) -> Specs:
+        """The hub's route to the node and the node's outcome carrying its writes (`saved`).
+
+        Empty when the task is not a node of the thread's table (or paused on an
+        interrupt): its writes are then a `WritesSaved` of their own.
+        """
         node = task_path[len(_PULL) :] if task_path.startswith(_PULL) else None
         channels = {ch for ch, _ in writes}
         if node is None or INTERRUPT in channels or thread.pipeline.next_state(HUB, node) is None:
@@ -313,10 +323,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                         "error": message,
                         "error_type": kind,
                         "duration": duration,
+                        "details": thread.node_carries(node, saved),
                     },
                 ),
             ]
-        return [route, (StageCompleted, {"stage": node, "attempt": attempt, "duration": duration})]
+        carried = thread.node_carries(node, saved)
+        done = {"stage": node, "attempt": attempt, "duration": duration, "result": carried}
+        return [route, (StageCompleted, done)]
 
     def _duration(self, thread: Thread) -> float:
         """Seconds since the thread's newest event or the invocation's first read, if later.

@@ -23,7 +23,10 @@ from events import (
     Event,
     RunFinished,
     RunStarted,
+    StageCompleted,
+    StageFailed,
     WritesSaved,
+    task_writes,
 )
 
 Typed = tuple[str, bytes]
@@ -34,6 +37,8 @@ REFERENCE = "="
 """The type tag of a blob that is a reference to an identical value stored earlier in the run."""
 Write = tuple[str, str, Typed, str]
 """One pending write: task id, channel, value, task path."""
+NODE_TASK = "~__pregel_pull, "
+"""The start of the task path LangGraph gives a node's task (the node's name follows)."""
 
 
 def serde_form(kind: str, data: Any) -> Typed:
@@ -90,7 +95,13 @@ class Thread:
         if kind is CheckpointSaved:
             self._checkpoint(event)  # type: ignore[arg-type]
         elif kind is WritesSaved:
-            self._writes(event)  # type: ignore[arg-type]
+            self._writes(event.namespace, event.version, event.__dict__)  # type: ignore[attr-defined]
+        elif kind is StageCompleted or kind is StageFailed:
+            carried = task_writes(
+                event.result if kind is StageCompleted else event.details  # type: ignore[attr-defined]
+            )
+            if carried is not None:  # a node's writes, in its outcome
+                self._writes("", event.version, self.node_writes(event.stage, carried))  # type: ignore[attr-defined]
         elif kind is CheckpointsRemoved:
             self._removed(event)  # type: ignore[arg-type]
         elif kind is RunFinished:
@@ -120,12 +131,35 @@ class Thread:
         copied: tuple[Any, Any] = marshal.loads(self.frozen[(ns, checkpoint_id)])
         return copied
 
-    def _writes(self, event: WritesSaved) -> None:
-        stored = self.writes.setdefault((event.namespace, event.checkpoint_id), {})
-        for position, (index, channel, kind, data) in enumerate(event.writes):
+    def node_writes(self, node: str, carried: dict[str, Any]) -> dict[str, Any]:
+        """A node outcome's writes with what they leave out put back: the checkpoint
+        (the root namespace's newest) and the task path (the node's own)."""
+        newest = self.latest("")
+        return {
+            "checkpoint_id": carried.get("checkpoint_id") or (newest and newest.checkpoint_id),
+            "task_id": carried["task_id"],
+            "task_path": carried.get("task_path", NODE_TASK + node),
+            "writes": carried["writes"],
+        }
+
+    def node_carries(self, node: str, saved: dict[str, Any]) -> dict[str, Any]:
+        """What a node's outcome carries of `saved` writes: only what `node_writes` cannot infer."""
+        newest = self.latest("")
+        carried = {"task_id": saved["task_id"], "writes": saved["writes"]}
+        if newest is None or newest.checkpoint_id != saved["checkpoint_id"]:
+            carried["checkpoint_id"] = saved["checkpoint_id"]
+        if saved["task_path"] != NODE_TASK + node:
+            carried["task_path"] = saved["task_path"]
+        return carried
+
+    def _writes(self, ns: str, version: int, saved: dict[str, Any]) -> None:
+        """Take in one task's writes (a `WritesSaved`'s fields, or those its outcome carries)."""
+        task_id, path = saved["task_id"], saved["task_path"]
+        stored = self.writes.setdefault((ns, saved["checkpoint_id"]), {})
+        for position, (index, channel, kind, data) in enumerate(saved["writes"]):
             value = serde_form(kind, data)
-            stored[(event.task_id, index)] = (event.task_id, channel, value, event.task_path)
-            self._keep(value, f"{event.version}.{position}")
+            stored[(task_id, index)] = (task_id, channel, value, path)
+            self._keep(value, f"{version}.{position}")
 
     def _keep(self, value: Typed, where: str) -> None:
         """Remember a write's value, for a later channel value equal to it to refer to.
