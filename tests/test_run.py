@@ -554,8 +554,8 @@ class TestNewest:
         loaded.refresh()
         assert loaded.newest is None
 
-    def test_a_refused_append_leaves_none(self, engine: Engine) -> None:
-        """After a conflict the handle's version is the stored one, which it did not record."""
+    def test_a_refused_append_keeps_the_last_written_one(self, engine: Engine) -> None:
+        """After a conflict `newest` is still the handle's last written event, until a refresh."""
         run = engine.start_run(REVIEW)
         other = engine.load(run.id)
         other.stage_completed("project_analysis")

@@ -4,8 +4,9 @@ Each LangGraph thread is one stagetrail run (pipeline ``langgraph``). A
 checkpoint is a `CheckpointSaved` event holding only the channels whose version
 changed. A node's writes are its outcome, `StageCompleted` (the writes as its
 result) or `StageFailed` (as its details), stage = the node's name, routed from
-the ``__graph__`` hub (see `table`); other tasks' writes are `WritesSaved` events. Values go through
-LangGraph's own serde, so what comes back is what LangGraph gave.
+the ``__graph__`` hub (see `table`); other tasks' writes are `WritesSaved`
+events. Values go through LangGraph's own serde, so what comes back is what
+LangGraph gave.
 """
 
 from __future__ import annotations

@@ -97,11 +97,7 @@ class Thread:
         elif kind is WritesSaved:
             self._writes(event.namespace, event.version, event.__dict__)  # type: ignore[attr-defined]
         elif kind is StageCompleted or kind is StageFailed:
-            carried = task_writes(
-                event.result if kind is StageCompleted else event.details  # type: ignore[attr-defined]
-            )
-            if carried is not None:  # a node's writes, in its outcome
-                self._writes("", event.version, self.node_writes(event.stage, carried))  # type: ignore[attr-defined]
+            self._outcome(event)  # type: ignore[arg-type]
         elif kind is CheckpointsRemoved:
             self._removed(event)  # type: ignore[arg-type]
         elif kind is RunFinished:
@@ -131,9 +127,17 @@ class Thread:
         copied: tuple[Any, Any] = marshal.loads(self.frozen[(ns, checkpoint_id)])
         return copied
 
+    def _outcome(self, event: StageCompleted | StageFailed) -> None:
+        """Take in the writes a node's outcome carries, if it carries any."""
+        carried = task_writes(event.result if isinstance(event, StageCompleted) else event.details)
+        if carried is not None:
+            self._writes("", event.version, self.node_writes(event.stage, carried))
+
     def node_writes(self, node: str, carried: dict[str, Any]) -> dict[str, Any]:
-        """A node outcome's writes with what they leave out put back: the checkpoint
-        (the root namespace's newest) and the task path (the node's own)."""
+        """A node outcome's writes, the checkpoint and task path they leave out put back.
+
+        Left out, the checkpoint is the root namespace's newest and the path the node's own.
+        """
         newest = self.latest("")
         return {
             "checkpoint_id": carried.get("checkpoint_id") or (newest and newest.checkpoint_id),
