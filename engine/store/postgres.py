@@ -272,12 +272,19 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
         self._insert_tracking(cursor, tracking)
 
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
-        """Wait for a NOTIFY from an append, at most `timeout` seconds (a lost one cannot stall)."""
+        """Wait for a NOTIFY from an append, at most `timeout` seconds (a lost one cannot stall).
+
+        The first call (and the first after a lost connection) only starts listening
+        and returns True at once: what was appended between the caller's last read and
+        the LISTEN sent no notification this connection could receive, so the caller
+        reads again now rather than after `timeout`.
+        """
         import psycopg
 
         try:
             if self._listener is None:
                 self._listener = self._listen()
+                return not stop.is_set()
             for _ in self._listener.notifies(timeout=timeout, stop_after=1):
                 return not stop.is_set()
         except psycopg.Error as error:  # a dropped connection: listen afresh next time

@@ -258,6 +258,7 @@ class TestWaiting:
         with Engine(shared_url) as engine:
             views = engine.store.views
             assert views is not None
+            views.wait_for_events(0.01, threading.Event())  # PostgreSQL: LISTEN from now on
             started = time.monotonic()
             notified = views.wait_for_events(0.2, threading.Event())
             assert notified is False
@@ -271,6 +272,22 @@ class TestWaiting:
             views.wait_for_events(0.01, threading.Event())  # LISTEN from now on
             record_failures(writer, "A")
             assert views.wait_for_events(60, threading.Event()) is True
+
+    def test_what_came_before_the_listen_is_read_at_once(self, postgres_url: str) -> None:
+        """An append between a follower's read and its LISTEN makes the first wait return at once.
+
+        It sent its NOTIFY before anyone listened: a wait for the next one would sleep
+        the whole timeout (60 s here) with the event unread.
+        """
+        with Engine(postgres_url) as engine, Engine(postgres_url) as writer:
+            engine.projections.register(FailuresByType)
+            engine.projections.catch_up()
+            record_failures(writer, "A")  # before anyone listens
+            views = engine.store.views
+            assert views is not None
+            assert views.wait_for_events(60, threading.Event()) is True
+            engine.projections.catch_up()
+            assert engine.projections.get("failures_by_type") == {"A": 1}
 
 
 class FlakyEncode(FailuresByType):
