@@ -123,7 +123,9 @@ def open_sqlite(
                 found = _sqlite_meta(cursor, url, create, settings) or _create_meta(
                     cursor, settings
                 )
-        recorder = SQLiteRecorder(datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT)
+        recorder = SQLiteRecorder(
+            datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT, writer=datastore.writer
+        )
         if not read_only:
             recorder.create_table()
     except StoreError:

@@ -38,6 +38,20 @@ class ImmediateTransaction(SQLiteTransaction):
         return cursor
 
 
+class Statement(SQLiteTransaction):
+    """One statement on an autocommit connection: SQLite's own transaction, committed as it ends.
+
+    A single ``INSERT`` of several rows is atomic and durable by itself (its
+    implicit transaction takes the write lock as it starts, waiting for it as
+    ``BEGIN IMMEDIATE`` does, and commits before the call returns); without
+    ``BEGIN`` and ``COMMIT`` around it, an append is one call into SQLite, not
+    three. Errors are mapped to eventsourcing's classes as in any transaction.
+    """
+
+    def __enter__(self) -> SQLiteCursor:
+        return self.connection.cursor()
+
+
 class WriterConnection:
     """A kept connection for writing one database, lent to one transaction at a time.
 
@@ -56,7 +70,11 @@ class WriterConnection:
 
     def transaction(self) -> WriteTransaction:
         """A write transaction (``BEGIN IMMEDIATE``), committed at the block's end."""
-        return WriteTransaction(self)
+        return WriteTransaction(self, ImmediateTransaction)
+
+    def statement(self) -> WriteTransaction:
+        """A block for one writing statement, its own transaction (see `Statement`)."""
+        return WriteTransaction(self, Statement)
 
     def close(self) -> None:
         """Close the connection once no transaction holds it; later writes fail."""
@@ -105,19 +123,19 @@ class WriterConnection:
 
 
 class WriteTransaction:
-    """The context of `WriterConnection.transaction`: the cursor of one committed transaction."""
+    """The context of `WriterConnection.transaction` and `statement`: the cursor of one commit."""
 
-    __slots__ = ("_cursor", "_transaction", "_writer")
+    __slots__ = ("_cursor", "_kind", "_transaction", "_writer")
 
-    def __init__(self, writer: WriterConnection) -> None:
-        self._writer = writer
-        self._transaction: ImmediateTransaction | None = None
+    def __init__(self, writer: WriterConnection, kind: type[SQLiteTransaction]) -> None:
+        self._writer, self._kind = writer, kind
+        self._transaction: SQLiteTransaction | None = None
         self._cursor: SQLiteCursor | None = None
 
     def __enter__(self) -> sqlite3.Cursor:
         connection = self._writer.acquire()
         try:
-            self._transaction = ImmediateTransaction(connection, commit=True)
+            self._transaction = self._kind(connection, commit=True)
             self._cursor = self._transaction.__enter__()
         except BaseException:
             self._writer.release()

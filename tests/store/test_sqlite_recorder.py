@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from engine import Engine, StoreError
-from engine.store.sqlite_recorder import ReaderConnections, SQLiteRecorder
+from engine.store.sqlite_recorder import ONE_STATEMENT, ReaderConnections, SQLiteRecorder
 from projections import StateStack
 from tests._helpers import REVIEW
 
@@ -190,3 +191,56 @@ class TestReaderConnections:
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
             readers.borrow().execute("CREATE TABLE t (x)")
         readers.close()
+
+
+def stored_events(run_id: uuid.UUID, versions: range) -> list[StoredEvent]:
+    """Raw stored events of one run at `versions` (the recorder does not decode them)."""
+    return [StoredEvent(run_id, v, "t", f'{{"v":{v}}}'.encode()) for v in versions]
+
+
+def rowids(engine: Engine, run_id: uuid.UUID) -> list[int]:
+    """The notification ids (rowids) the file holds for the run, by version."""
+    path = engine.url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT rowid FROM stagetrail_events WHERE originator_id=? ORDER BY originator_version",
+            (run_id.hex,),
+        )
+        return [rowid for (rowid,) in rows]
+
+
+class TestOneStatementAppend:
+    @pytest.mark.parametrize("count", [1, 2, 7, ONE_STATEMENT, ONE_STATEMENT + 1, 450])
+    def test_the_ids_returned_are_the_rows_stored(self, sqlite_url: str, count: int) -> None:
+        """One INSERT or a transaction of many: each event's notification id is its rowid."""
+        with Engine(sqlite_url) as engine:
+            recorder = recorder_of(engine)
+            other = uuid.uuid4()
+            recorder.insert_events(stored_events(other, range(1, 4)))
+            run_id = uuid.uuid4()
+            ids = recorder.insert_events(stored_events(run_id, range(1, count + 1)))
+            assert list(ids or ()) == rowids(engine, run_id)
+            assert len(rowids(engine, run_id)) == count
+
+    def test_a_taken_version_stores_nothing_of_the_batch(self, sqlite_url: str) -> None:
+        """A conflict on the batch's last row leaves none of its rows: the statement is atomic."""
+        with Engine(sqlite_url) as engine:
+            recorder = recorder_of(engine)
+            run_id = uuid.uuid4()
+            recorder.insert_events(stored_events(run_id, range(5, 6)))
+            with pytest.raises(IntegrityError):
+                recorder.insert_events(stored_events(run_id, range(1, 6)))
+            assert [e.originator_version for e in recorder.select_events(run_id)] == [5]
+
+    def test_two_engines_appending_in_turn_get_their_own_ids(self, sqlite_url: str) -> None:
+        """Batches from two connections to one file interleave without sharing an id."""
+        with Engine(sqlite_url) as one, Engine(sqlite_url) as two:
+            runs = [uuid.uuid4(), uuid.uuid4()]
+            returned: dict[uuid.UUID, list[int]] = {run: [] for run in runs}
+            for version in range(1, 30, 3):
+                for engine, run in zip((one, two), runs, strict=True):
+                    batch = stored_events(run, range(version, version + 3))
+                    returned[run] += recorder_of(engine).insert_events(batch) or []
+            for run in runs:
+                assert returned[run] == rowids(one, run)
+            assert not set(returned[runs[0]]) & set(returned[runs[1]])
