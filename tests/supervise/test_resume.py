@@ -222,19 +222,58 @@ def stage(fails):
         return context.stage
     return fn
 
-if mode == "commit":  # SIGKILL inside the point-th grouped write: rows inserted, no COMMIT
+def die():
+    print("stopped", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def steps_of(stored):  # the progress callbacks this append's INSERT makes (a dry run)
+    import sqlite3
+    path = url.removeprefix("sqlite:///")
+    schema = sqlite3.connect(path).execute(
+        "SELECT sql FROM sqlite_master WHERE name='stagetrail_events'").fetchone()[0]
+    scratch = sqlite3.connect(":memory:", isolation_level=None)
+    scratch.execute(schema)
+    count = [0]
+    scratch.set_progress_handler(lambda: count.__setitem__(0, count[0] + 1), 1)
+    params = [value for e in stored for value in
+              (e.originator_id.hex, e.originator_version, e.topic, e.state)]
+    scratch.execute("INSERT INTO stagetrail_events VALUES "
+                    + ",".join(["(?,?,?,?)"] * len(stored)), params)
+    return count[0]
+
+if mode == "commit":  # SIGKILL inside the point-th grouped write, before it commits
     recorder = type(engine.store.recorder)
-    insert = recorder._insert_events
-    def killing(self, cursor, stored, **kwargs):
-        global groups
-        result = insert(self, cursor, stored, **kwargs)
-        if len(stored) > 1:
-            groups += 1
-            if groups == point:
-                print("stopped", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-        return result
-    recorder._insert_events = killing
+    writer = getattr(engine.store.recorder, "writer", None)
+    if writer is not None:  # SQLite: one INSERT, its own transaction: die halfway through it
+        append = recorder.insert_events
+        def killing(self, stored, **kwargs):
+            global groups
+            if len(stored) > 1:
+                groups += 1
+                if groups == point:
+                    last = steps_of(stored)
+                    raw = writer.acquire()._sqlite_conn
+                    writer.release()
+                    left = [last // 2]  # its last steps run after the commit
+                    def step():
+                        left[0] -= 1
+                        if left[0] <= 0:  # rows half inserted, nothing committed
+                            die()
+                        return 0
+                    raw.set_progress_handler(step, 1)
+            return append(self, stored, **kwargs)
+        recorder.insert_events = killing
+    else:  # PostgreSQL: rows inserted in the transaction, no COMMIT
+        insert = recorder._insert_events
+        def killing(self, cursor, stored, **kwargs):
+            global groups
+            result = insert(self, cursor, stored, **kwargs)
+            if len(stored) > 1:
+                groups += 1
+                if groups == point:
+                    die()
+            return result
+        recorder._insert_events = killing
 
 engine.supervisor(retry=RetryPolicy(delay=0)).drive(
     run, {"plan": stage(0), "build": stage(2), "test": stage(1)}
