@@ -9,8 +9,9 @@ statement (``cached_statements=True`` is a cache of one), so ``BEGIN``,
 (events, tracking records, the views' tables) go through one kept connection
 instead, behind a lock, with sqlite3's default statement cache; every
 transaction is still eventsourcing's `SQLiteTransaction` (its error classes),
-begun ``IMMEDIATE``. Reads stay on eventsourcing's pool and the recorder's
-reading connections.
+begun ``IMMEDIATE``, and an append of events is a single ``INSERT`` that is its
+own transaction (`Statement`). Reads stay on eventsourcing's pool and the
+recorder's reading connections.
 """
 
 from __future__ import annotations
