@@ -13,6 +13,15 @@ JSON = Any
 _SCALARS = frozenset({str, int, bool, type(None)})
 
 
+class _NotJSON(Exception):
+    """A bad value met deep in a payload; each container on the way out adds its step."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.steps: list[str] = []  # innermost first
+
+
 def strict_json(field: str, value: object) -> JSON:
     """Return a private copy of `value` as strict JSON, tuples turned into lists.
 
@@ -22,12 +31,16 @@ def strict_json(field: str, value: object) -> JSON:
     if type(value) in _SCALARS:
         return value
     try:
-        return _copy(field, field, value)
+        return _copy(value)
+    except _NotJSON as bad:
+        raise InvalidPayload(field, field + "".join(reversed(bad.steps)), bad.problem) from None
     except RecursionError:
         raise InvalidPayload(field, field, "is nested too deeply (or contains itself)") from None
 
 
-def _copy(field: str, path: str, value: Any) -> JSON:
+def _copy(value: Any) -> JSON:
+    # The path to a bad value is built only once one is found (`_NotJSON.steps`):
+    # every payload of every append walks through here.
     kind = type(value)
     if kind in _SCALARS:
         return value
@@ -35,20 +48,34 @@ def _copy(field: str, path: str, value: Any) -> JSON:
         # x - x is 0.0 for finite floats and NaN for NaN and the infinities.
         if value - value == 0.0:
             return value
-        raise InvalidPayload(field, path, f"is {value}, which is not JSON")
+        raise _NotJSON(f"is {value}, which is not JSON")
     if kind is dict:
-        return _copy_dict(field, path, value)
+        return _copy_dict(value)
     if kind is list or kind is tuple:
-        return [  # scalars inline: this runs for every payload on the append path
-            item
-            if type(item) in _SCALARS or (type(item) is float and item - item == 0.0)
-            else _copy(field, f"{path}[{index}]", item)
-            for index, item in enumerate(value)
-        ]
-    return _subclass(field, path, value)
+        try:
+            return [  # scalars inline
+                item
+                if type(item) in _SCALARS or (type(item) is float and item - item == 0.0)
+                else _copy(item)
+                for item in value
+            ]
+        except _NotJSON as bad:
+            bad.steps.append(f"[{_first_bad(value)}]")
+            raise
+    return _subclass(value)
 
 
-def _subclass(field: str, path: str, value: object) -> JSON:
+def _first_bad(items: list[Any] | tuple[Any, ...]) -> int:
+    """The index of the first item that is not JSON (known to exist: the error path only)."""
+    for index, item in enumerate(items):
+        try:
+            _copy(item)
+        except _NotJSON:
+            return index
+    raise AssertionError("no bad item in a list that failed")  # pragma: no cover
+
+
+def _subclass(value: object) -> JSON:
     """Subclasses of JSON types (str/int enums, numpy.float64, Counter) become plain values.
 
     The base type's own conversion is used, so a ``(str, Enum)`` member gives its
@@ -59,31 +86,35 @@ def _subclass(field: str, path: str, value: object) -> JSON:
     if isinstance(value, int):
         return int.__index__(value)
     if isinstance(value, float):
-        return _copy(field, path, float.__float__(value))
+        return _copy(float.__float__(value))
     if isinstance(value, dict):
-        return _copy_dict(field, path, value)
+        return _copy_dict(value)
     if isinstance(value, list | tuple):
-        return _copy(field, path, list(value))
-    raise InvalidPayload(field, path, f"is a {type(value).__name__}, which is not JSON")
+        return _copy(list(value))
+    raise _NotJSON(f"is a {type(value).__name__}, which is not JSON")
 
 
-def _copy_dict(field: str, path: str, value: dict[Any, Any]) -> JSON:
+def _copy_dict(value: dict[Any, Any]) -> JSON:
     copied = {}
     for key, item in value.items():
         if type(key) is not str:
-            key = _key(field, path, key)
+            key = _key(key)
         kind = type(item)
         if kind in _SCALARS or (kind is float and item - item == 0.0):
             copied[key] = item
-        else:
-            copied[key] = _copy(field, f"{path}[{key!r}]", item)
+            continue
+        try:
+            copied[key] = _copy(item)
+        except _NotJSON as bad:
+            bad.steps.append(f"[{key!r}]")
+            raise
     return copied
 
 
-def _key(field: str, path: str, key: object) -> str:
+def _key(key: object) -> str:
     if isinstance(key, str):
         return str.__str__(key)
-    raise InvalidPayload(field, path, f"has a {type(key).__name__} key {key!r}; JSON keys are str")
+    raise _NotJSON(f"has a {type(key).__name__} key {key!r}; JSON keys are str")
 
 
 def finite_number(field: str, value: object) -> float:
