@@ -136,9 +136,7 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
             run_id = stored.originator_id
             params += (run_id.hex if isinstance(run_id, UUID) else run_id,
                        stored.originator_version, stored.topic, stored.state)  # fmt: skip
-        with self.writer.statement() as cursor:
-            cursor.execute(_insert(self.events_table_name, count), params)
-            last = cursor.lastrowid
+        last = self.writer.insert(_insert(self.events_table_name, count), params)
         assert last is not None  # an INSERT sets it
         return list(range(last - count + 1, last + 1))
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from eventsourcing.persistence import OperationalError
 from eventsourcing.sqlite import SQLiteConnection, SQLiteCursor, SQLiteTransaction
@@ -67,6 +69,7 @@ class WriterConnection:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._connection: SQLiteConnection | None = None
+        self._cursor: sqlite3.Cursor | None = None  # kept for `insert`, with the connection
         self._closed = False
 
     def transaction(self) -> WriteTransaction:
@@ -77,13 +80,37 @@ class WriterConnection:
         """A block for one writing statement, its own transaction (see `Statement`)."""
         return WriteTransaction(self, Statement)
 
+    def insert(self, sql: str, params: Sequence[Any]) -> int | None:
+        """Execute one ``INSERT``, its own transaction (see `Statement`); the last row id.
+
+        The append hot path: one kept cursor, no transaction objects. An error is
+        mapped to eventsourcing's classes by `Statement`, as in `statement()`.
+
+        Raises:
+            IntegrityError, OperationalError, ...: eventsourcing's, as a transaction raises.
+        """
+        connection = self.acquire()
+        try:
+            cursor = self._cursor or self._open_cursor(connection)
+            cursor.execute(sql, params)
+            return cursor.lastrowid
+        except sqlite3.Error as error:
+            Statement(connection, commit=True).__exit__(type(error), error, error.__traceback__)
+            raise  # pragma: no cover - the line above always raises
+        finally:
+            self._lock.release()
+
+    def _open_cursor(self, connection: SQLiteConnection) -> sqlite3.Cursor:
+        self._cursor = connection.cursor().sqlite_cursor
+        return self._cursor
+
     def close(self) -> None:
         """Close the connection once no transaction holds it; later writes fail."""
         with self._lock:
             self._closed = True
             if self._connection is not None:
                 self._connection.close()
-                self._connection = None
+                self._connection = self._cursor = None
 
     def acquire(self) -> SQLiteConnection:
         """Take the connection (opened on first use) for one transaction.
@@ -119,7 +146,7 @@ class WriterConnection:
         except sqlite3.Error as error:
             raise OperationalError(error) from error
         raw.row_factory = sqlite3.Row  # rows by name, as on eventsourcing's connections
-        self._connection = SQLiteConnection(raw, max_age=None)
+        self._connection, self._cursor = SQLiteConnection(raw, max_age=None), None
         return self._connection
 
 

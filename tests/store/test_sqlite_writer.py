@@ -90,6 +90,31 @@ class TestWriterConnection:
         with pytest.raises(OperationalError, match="closed"), writer.transaction():
             pass
 
+    def test_insert_commits_at_once_and_gives_the_last_row_id(
+        self, writer: WriterConnection
+    ) -> None:
+        """`insert` is one statement, committed when it returns; it gives the last row's id."""
+        assert writer.insert("INSERT INTO t VALUES (?), (?)", [4, 7]) == 7
+        assert writer.insert("INSERT INTO t VALUES (?)", [9]) == 9
+        assert rows(writer) == [4, 7, 9]
+
+    def test_a_failed_insert_is_an_eventsourcing_error_and_leaves_nothing(
+        self, writer: WriterConnection
+    ) -> None:
+        """A duplicate row in a multi-row insert is IntegrityError; none of its rows stay."""
+        writer.insert("INSERT INTO t VALUES (?)", [1])
+        with pytest.raises(IntegrityError):
+            writer.insert("INSERT INTO t VALUES (?), (?)", [2, 1])
+        assert writer.insert("INSERT INTO t VALUES (?)", [3]) == 3  # the lock was given back
+        assert rows(writer) == [1, 3]
+
+    def test_insert_after_close_is_refused(self, writer: WriterConnection) -> None:
+        """After close, an insert fails with an error saying the database is closed."""
+        writer.insert("INSERT INTO t VALUES (?)", [1])
+        writer.close()
+        with pytest.raises(OperationalError, match="closed"):
+            writer.insert("INSERT INTO t VALUES (?)", [2])
+
 
 class TestStoreWrites:
     def test_every_append_goes_through_the_kept_connection(self, tmp_path: Path) -> None:
