@@ -1,0 +1,92 @@
+"""The store's transcoder: orjson's bytes where they are exact, the standard library's otherwise."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from typing import Any
+
+import pytest
+from eventsourcing.persistence import JSONTranscoder
+
+from engine import Engine, InvalidPayload
+from engine.store.mapper import FastJSONTranscoder
+from events.codec import encode
+from tests._helpers import REVIEW
+
+
+class Colour(enum.StrEnum):
+    """A str subclass: orjson would write it on its own terms."""
+
+    RED = "red"
+
+
+PLAIN: list[Any] = [
+    None,
+    True,
+    0,
+    -(2**63),
+    2**64 - 1,
+    2.5,
+    -0.0,
+    1e22,
+    "",
+    'é \u2028 \x00 \x1f \\ " /',
+    [],
+    {},
+    {"score": 0.87, "issues": [{"file": "a.py", "line": 3}], "ok": [True, None]},
+]
+
+
+class TestFastJSONTranscoder:
+    @pytest.mark.parametrize("value", PLAIN)
+    def test_plain_json_reads_back_as_the_standard_encoder_wrote_it(self, value: Any) -> None:
+        """Plain JSON encodes to bytes that decode to what eventsourcing's transcoder gives."""
+        transcoder = FastJSONTranscoder()
+        data = transcoder.encode(value)
+        assert transcoder.decode(data) == value
+        assert data == transcoder.encode_stdlib(value) == JSONTranscoder().encode(value)
+
+    def test_a_small_float_may_be_spelled_differently_but_is_the_same_number(self) -> None:
+        """orjson writes 1e-7 where the standard library writes 1e-07: equal when read."""
+        transcoder = FastJSONTranscoder()
+        assert transcoder.encode(1e-7) == b"1e-7"
+        assert json.loads(transcoder.encode(1e-7)) == json.loads(transcoder.encode_stdlib(1e-7))
+
+    @pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**40])
+    def test_an_int_beyond_64_bits_is_written_exactly(self, value: int) -> None:
+        """An int orjson cannot write goes to the standard library, digits intact."""
+        transcoder = FastJSONTranscoder()
+        assert transcoder.encode({"n": value}) == f'{{"n":{value}}}'.encode()
+        assert transcoder.decode(transcoder.encode({"n": value})) == {"n": value}
+
+    def test_a_subclass_is_written_as_the_standard_library_writes_it(self) -> None:
+        """A str enum member is its value, as json.dumps writes it, not orjson's choice."""
+        transcoder = FastJSONTranscoder()
+        assert transcoder.encode({"c": Colour.RED}) == transcoder.encode_stdlib({"c": Colour.RED})
+
+    def test_a_lone_surrogate_is_refused_as_before(self) -> None:
+        """What neither encoder can write as UTF-8 raises the standard library's error."""
+        with pytest.raises(UnicodeEncodeError):
+            FastJSONTranscoder().encode({"s": "\ud800"})
+
+    def test_a_non_finite_float_is_refused_as_before(self) -> None:
+        """NaN is not JSON: refused by the standard library, never written as null."""
+        transcoder = FastJSONTranscoder()
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            transcoder.encode_stdlib({"x": math.nan})
+        with pytest.raises(InvalidPayload, match="nan"), Engine("memory://") as engine:
+            engine.start_run(REVIEW).note("x", math.nan)
+
+    def test_every_event_of_a_run_reads_back_equal(self) -> None:
+        """Each event a supervised run records decodes from orjson's bytes to its own state."""
+        with Engine("memory://") as engine:
+            sup = engine.supervisor(sleep=lambda seconds: None)
+            stages = {s: (lambda context: {"at": context.stage, "x": [1.5e-9]}) for s in
+                      ("project_analysis", "code_review", "developer", "testing")}  # fmt: skip
+            run = sup.drive(engine.start_run(REVIEW, labels={"k": "v"}), stages)
+            transcoder = engine.store.mapper.transcoder
+            for event in engine.events(run.id):
+                state = encode(event)[1]
+                assert transcoder.decode(transcoder.encode(state)) == state
