@@ -20,7 +20,7 @@ from eventsourcing.persistence import StoredEvent
 from engine.errors import RuleViolation
 from engine.machine import RunState, apply
 from engine.pipeline import Pipeline
-from engine.store import Store
+from engine.store import GroupCommitter, Store
 from events import (
     JSON,
     BudgetSpent,
@@ -350,6 +350,27 @@ class Run:
         finally:
             pending.clear()
         self._flushed = self._state
+
+    async def flush_async(self, committer: GroupCommitter) -> None:
+        """`flush` through `committer`: what is held may share a transaction with other runs'.
+
+        Raises:
+            ConcurrencyConflict, StoreError: nothing queued was written; the run is back
+                in the state the store holds.
+            asyncio.CancelledError: cancelled before the write began: nothing was written.
+        """
+        pending = self._pending
+        if not self._held or not pending:
+            return
+        batch, reached = list(pending), self._state
+        try:
+            await committer.write(batch)
+        except BaseException:
+            self._state = self._flushed  # later events were built on the lost ones: gone too
+            pending.clear()
+            raise
+        del pending[: len(batch)]  # what another coroutine recorded meanwhile stays held
+        self._flushed = reached
 
     def released(self) -> _Released:
         """Inside a `held()` block: write what is held, then record directly in this block.

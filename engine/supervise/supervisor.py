@@ -11,6 +11,7 @@ import inspect
 import random
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from typing import Any
 
 from engine.errors import AttemptTimeout, InvalidArgument, RunStopped, StageGaveUp, StageNotDriven
 from engine.run import Run, abandon
+from engine.store import GroupCommitter, Store
 from engine.supervise.context import StageContext
 from engine.supervise.decisions import Attempted, Call, Decisions, Ended, PolicyChoice, Step
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
@@ -49,6 +51,12 @@ class Supervisor:
             records every interrupted attempt; a grouped start names the version its
             transaction began with (`StageStarted.committed_with`). False writes each
             event (a failure with its decision) in a transaction of its own.
+        shared_commits: in the async drivers (`drive_async`, `execute_async`), let the
+            runs driven concurrently in one event loop share their transactions: what
+            several runs hold at about the same moment is one commit, written in a
+            worker thread while the loop goes on (`GroupCommitter`). Each run's batch
+            is still durable before its next call; off by default (each run commits
+            on its own, on the loop's thread).
         sleep: waits between attempts (default `time.sleep`; `asyncio.sleep` when async).
         clock: seconds since the epoch; it stamps every event the supervisor records and
             measures durations, timeouts and the breaker's reset (one clock for all).
@@ -65,12 +73,18 @@ class Supervisor:
         progress: ProgressPolicy | None = None,
         budget: SpendingLimit | None = None,
         group_commits: bool = True,
+        shared_commits: bool = False,
         sleep: Callable[[float], Any] | None = None,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.engine = engine
         self.group_commits = group_commits
+        self.shared_commits = shared_commits
+        # One committer per event loop and store: a committer's task belongs to its loop.
+        self._committers: weakref.WeakKeyDictionary[Any, dict[Store, GroupCommitter]] = (
+            weakref.WeakKeyDictionary()
+        )
         # Looked up at each call, not bound now, so freezegun's clock reaches them.
         self.sleep: Callable[[float], Any] = sleep or _real_sleep
         self.clock: Callable[[], float] = clock or _real_clock
@@ -108,7 +122,9 @@ class Supervisor:
         """`execute` for an async stage function (a timeout cancels the attempt)."""
         with run.stamped_by(self._now), self._holding(run):
             loop = self.decisions.stage(run, stage)
-            return self._result(run, stage, await self._drive_async(run, loop, fn, args, kwargs))
+            attempted = await self._drive_async(run, loop, fn, args, kwargs)
+            await self._share(run)  # the outcome joins other runs' commit
+            return self._result(run, stage, attempted)
 
     def task(
         self, run: Run, task_id: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -214,6 +230,7 @@ class Supervisor:
                 loop = self.decisions.stage(run, run.state)
                 with self._ending(run):
                     await self._drive_async(run, loop, self._with_context(run, fn), (), {})
+            await self._share(run)  # the last outcome and RunFinished join other runs' commit
         return run
 
     def _now(self) -> datetime:
@@ -307,8 +324,12 @@ class Supervisor:
         try:
             command = next(loop)
             while True:
-                # Other coroutines run while this one awaits: nothing is held meanwhile.
                 ended: Ended | None = None
+                if not isinstance(command, Call) and command.seconds <= 0 and self._waits_for_real:
+                    command = loop.send(None)  # no wait, no await: what is held stays held
+                    continue
+                # Other coroutines run while this one awaits: nothing is held meanwhile.
+                await self._share(run)
                 with run.released():
                     if isinstance(command, Call):
                         ended = await self._call_async(fn, args, kwargs, command.timeout)
@@ -317,6 +338,24 @@ class Supervisor:
                 command = loop.send(ended)
         except StopIteration as done:
             return done.value
+
+    async def _share(self, run: Run) -> None:
+        """With `shared_commits`, write what the run holds through its loop's committer."""
+        if self.shared_commits:
+            await run.flush_async(self.committer(run.store))
+
+    def committer(self, store: Store) -> GroupCommitter:
+        """The committer `shared_commits` writes `store` through in the running event loop.
+
+        Its `commits` and `batches` say how many transactions the loop's runs shared.
+        """
+        import asyncio
+
+        by_store = self._committers.setdefault(asyncio.get_running_loop(), {})
+        committer = by_store.get(store)
+        if committer is None:
+            committer = by_store[store] = GroupCommitter(store)
+        return committer
 
     def _call(
         self,
@@ -365,6 +404,11 @@ class Supervisor:
         if timeout is not None and duration > timeout:  # by the injected clock: testable
             return Ended(error=AttemptTimeout(timeout, duration), duration=duration)
         return Ended(value=value, duration=duration)
+
+    @property
+    def _waits_for_real(self) -> bool:
+        """Whether pauses are real sleeps (not an injected `sleep` that tests watch)."""
+        return self.sleep is _real_sleep
 
     async def _pause(self, seconds: float) -> None:
         import asyncio

@@ -6,8 +6,17 @@ from typing import Any
 
 import pytest
 
-from engine import Engine, Outcome, RetryPolicy, RuleViolation, StageContext, StageGaveUp
+from engine import (
+    ConcurrencyConflict,
+    Engine,
+    Outcome,
+    RetryPolicy,
+    RuleViolation,
+    StageContext,
+    StageGaveUp,
+)
 from engine.cli.demo.code_review import BuildException
+from tests._helpers import REVIEW
 from tests.supervise._helpers import LOOP, FakeTime, failing, kinds, of_type
 
 
@@ -196,3 +205,83 @@ class TestAsync:
 
         asyncio.run(main())
         assert run.open_attempt == 1  # no outcome: resume() records it as Interrupted
+
+
+SHARED_STAGES = ("project_analysis", "code_review", "developer", "testing")
+
+
+def shared_stages(engine: Engine, seen: list[tuple[int, int]]) -> dict[str, Any]:
+    """Async stage functions: `developer` fails once per run; each notes what is stored."""
+
+    async def stage(context: StageContext) -> dict[str, int]:
+        stored = engine.events(context.run.id)[-1].version
+        seen.append((context.run.version, stored))
+        await asyncio.sleep(0)  # the other runs move meanwhile
+        if context.stage == "developer" and context.attempt == 1:
+            raise BuildException("red")
+        return {"attempt": context.attempt}
+
+    return dict.fromkeys(SHARED_STAGES, stage)
+
+
+class TestSharedCommits:
+    def test_concurrent_runs_share_transactions_and_record_the_same(self, engine: Engine) -> None:
+        """Ten runs driven at once record what one run records alone, in fewer commits."""
+        seen: list[tuple[int, int]] = []
+        alone = engine.supervisor(retry=RetryPolicy(delay=0))
+        first = engine.start_run(REVIEW)
+        asyncio.run(alone.drive_async(first, shared_stages(engine, seen)))
+        sup = engine.supervisor(retry=RetryPolicy(delay=0), shared_commits=True)
+        runs = [engine.start_run(REVIEW) for _ in range(10)]
+
+        async def drive_all() -> tuple[int, int]:
+            stages = shared_stages(engine, seen)
+            await asyncio.gather(*(sup.drive_async(run, stages) for run in runs))
+            committer = sup.committer(engine.store)
+            return committer.commits, committer.batches
+
+        commits, batches = asyncio.run(drive_all())
+        assert all(run.status == "succeeded" for run in runs)
+        assert {tuple(kinds(engine, run)) for run in runs} == {tuple(kinds(engine, first))}
+        # Five calls; before the first nothing is held (project_analysis records no start);
+        # the last outcome goes with RunFinished.
+        assert batches == 10 * 5
+        assert commits < batches / 5
+
+    def test_every_batch_is_durable_before_the_next_call(self, engine: Engine) -> None:
+        """When a stage function runs, the store holds all its run has recorded."""
+        seen: list[tuple[int, int]] = []
+        sup = engine.supervisor(retry=RetryPolicy(delay=0), shared_commits=True)
+        runs = [engine.start_run(REVIEW) for _ in range(5)]
+
+        async def drive_all() -> None:
+            stages = shared_stages(engine, seen)
+            await asyncio.gather(*(sup.drive_async(run, stages) for run in runs))
+
+        asyncio.run(drive_all())
+        assert len(seen) == 5 * 5
+        assert all(recorded == stored for recorded, stored in seen)
+
+    def test_a_conflict_in_one_run_leaves_the_others_alone(self, engine: Engine) -> None:
+        """Another writer's event in one run fails that run's drive; the rest finish."""
+        sup = engine.supervisor(retry=RetryPolicy(delay=0), shared_commits=True)
+        runs = [engine.start_run(REVIEW) for _ in range(4)]
+        engine.load(runs[2].id).note("intruder", True)
+        stages = shared_stages(engine, [])
+
+        async def drive_all() -> list[Any]:
+            drives = (sup.drive_async(run, stages) for run in runs)
+            return await asyncio.gather(*drives, return_exceptions=True)
+
+        outcomes = asyncio.run(drive_all())
+        assert isinstance(outcomes[2], ConcurrencyConflict)
+        assert [run.status for i, run in enumerate(runs) if i != 2] == ["succeeded"] * 3
+        assert engine.events(runs[2].id)[-1].key == "intruder"  # type: ignore[attr-defined]
+
+    def test_off_by_default_the_runs_commit_on_their_own(self, engine: Engine) -> None:
+        """Without shared_commits no committer is made: each run writes on the loop's thread."""
+        sup = engine.supervisor(retry=RetryPolicy(delay=0))
+        run = engine.start_run(REVIEW)
+        asyncio.run(sup.drive_async(run, shared_stages(engine, [])))
+        assert run.status == "succeeded"
+        assert not sup._committers

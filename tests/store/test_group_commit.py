@@ -1,0 +1,149 @@
+"""Group commit: concurrent runs' batches share a transaction; each fails or is cancelled alone."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import pytest
+from eventsourcing.persistence import StoredEvent
+
+from engine import ConcurrencyConflict, Engine, Run
+from engine.store import GroupCommitter, Store
+from events import NoteAdded
+from tests._helpers import REVIEW
+
+
+def held_note(run: Run, value: int) -> None:
+    """Hold the run and record a note, to be flushed by the test (left held)."""
+    run.held().__enter__()
+    run.note("n", value)
+
+
+def note_at(engine: Engine, run_id: UUID, version: int) -> list[StoredEvent]:
+    """One stored NoteAdded of `run_id` at `version`, serialised as the store writes it."""
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    event = NoteAdded(run_id=run_id, version=version, timestamp=when, key="k", value=version)
+    return [engine.store.serialize(event)]
+
+
+class TestGroupCommitter:
+    def test_batches_flushed_together_are_one_commit(self, engine: Engine) -> None:
+        """Five runs flushing at once are stored whole in one transaction."""
+        runs = [engine.start_run(REVIEW) for _ in range(5)]
+        committer = GroupCommitter(engine.store)
+        for n, run in enumerate(runs):
+            held_note(run, n)
+
+        async def flush_all() -> None:
+            await asyncio.gather(*(run.flush_async(committer) for run in runs))
+
+        asyncio.run(flush_all())
+        assert (committer.commits, committer.batches) == (1, 5)
+        for n, run in enumerate(runs):
+            assert [e.value for e in engine.events(run.id)[1:]] == [n]  # type: ignore[attr-defined]
+            assert run.version == 2
+
+    def test_a_conflict_fails_its_own_batch_only(self, engine: Engine) -> None:
+        """A batch at a taken version is a ConcurrencyConflict; the rest of its group is stored."""
+        runs = [engine.start_run(REVIEW) for _ in range(3)]
+        engine.load(runs[1].id).note("first", "another writer")
+        committer = GroupCommitter(engine.store)
+        for n, run in enumerate(runs):
+            held_note(run, n)
+
+        async def flush_all() -> list[BaseException | None]:
+            flushes = (run.flush_async(committer) for run in runs)
+            return await asyncio.gather(*flushes, return_exceptions=True)
+
+        outcomes = asyncio.run(flush_all())
+        assert outcomes[0] is None
+        assert outcomes[2] is None
+        assert isinstance(outcomes[1], ConcurrencyConflict)
+        assert runs[1].version == 1  # back to what the store holds of its own writes
+        assert [len(engine.events(run.id)) for run in runs] == [2, 2, 2]
+        assert committer.batches == 2
+
+    def test_a_later_batch_of_a_failed_run_is_not_written(self, engine: Engine) -> None:
+        """Two batches of one run in a group: when the first fails, the second leaves no gap."""
+        run = engine.start_run(REVIEW)
+        engine.load(run.id).note("taken", 2)
+        committer = GroupCommitter(engine.store)
+
+        async def both() -> tuple[BaseException | None, BaseException | None]:
+            first = committer.write(note_at(engine, run.id, 2))  # version 2 is taken
+            second = committer.write(note_at(engine, run.id, 3))
+            return await asyncio.gather(first, second, return_exceptions=True)
+
+        first, second = asyncio.run(both())
+        assert isinstance(first, ConcurrencyConflict)
+        assert second is first
+        assert [e.version for e in engine.events(run.id)] == [1, 2]
+
+    def test_a_batch_cancelled_before_its_write_is_withdrawn(self, engine: Engine) -> None:
+        """Cancelled while queued behind a write, a run's batch is not written and forgotten."""
+        early, late = engine.start_run(REVIEW), engine.start_run(REVIEW)
+        committer = GatedCommitter(engine.store)
+        held_note(early, 1)
+        held_note(late, 2)
+
+        async def cancel_the_queued() -> None:
+            first = asyncio.ensure_future(early.flush_async(committer))
+            await committer.writing()  # the first batch is on its way to disk
+            second = asyncio.ensure_future(late.flush_async(committer))
+            await asyncio.sleep(0)
+            assert committer._queue  # the second waits for the next write
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            committer.gate.set()
+            await first
+
+        asyncio.run(cancel_the_queued())
+        assert [len(engine.events(run.id)) for run in (early, late)] == [2, 1]
+        assert (early.version, late.version) == (2, 1)
+        assert (committer.commits, committer.batches) == (1, 1)
+
+    def test_a_batch_cancelled_during_its_write_is_stored_and_known(self, engine: Engine) -> None:
+        """Cancelled while on its way to disk, the batch's outcome stands; the cancel follows."""
+        run = engine.start_run(REVIEW)
+        committer = GatedCommitter(engine.store)
+        held_note(run, 1)
+
+        async def cancel_while_writing() -> None:
+            flush = asyncio.ensure_future(run.flush_async(committer))
+            await committer.writing()
+            flush.cancel()
+            await asyncio.sleep(0)
+            assert not flush.done()  # it waits for the write's outcome
+            committer.gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await flush
+
+        asyncio.run(cancel_while_writing())
+        assert [e.version for e in engine.events(run.id)] == [1, 2]
+        assert run.version == 2
+        run.held().__exit__(None, None, None)  # nothing left to write
+        assert len(engine.events(run.id)) == 2
+
+
+class GatedCommitter(GroupCommitter):
+    """A committer whose writing thread waits at a gate: the test decides when a write lands."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.gate = threading.Event()
+        self.taken = threading.Event()
+
+    def _write_group(self, group: list[Any]) -> list[BaseException | None]:
+        self.taken.set()
+        assert self.gate.wait(60), "the test never opened the gate"
+        return super()._write_group(group)
+
+    async def writing(self) -> None:
+        """Return once a group is in the writing thread (polled: the thread cannot await)."""
+        while not self.taken.is_set():
+            await asyncio.sleep(0.001)
