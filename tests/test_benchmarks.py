@@ -75,6 +75,15 @@ class TestBenchmarks:
         assert isinstance(rows[0]["met"], bool)
         assert rows[2]["met"] is None
 
+    def test_concurrent_benchmark_reports_shared_commits(self) -> None:
+        """benchmarks.concurrent --quick compares shared commits with each run's own, per size."""
+        done = quick_run("concurrent")
+        rows = json.loads(done.stdout)["results"]
+        assert [row["runs_at_once"] for row in rows] == [1, 10, 100]
+        assert all(row["each_runs_per_s"] > 0 and row["shared_runs_per_s"] > 0 for row in rows)
+        assert rows[0]["commits_per_run_shared"] == rows[0]["commits_per_run_each"] == 9
+        assert rows[2]["commits_per_run_shared"] < 2  # a run's start, and a share of 8 commits
+
     def test_tasks_benchmark_reports_every_size(self) -> None:
         """benchmarks.tasks --quick prints µs per task per store and size, and a ratio."""
         done = quick_run("tasks")
