@@ -52,27 +52,24 @@ def _copy(value: Any) -> JSON:
     if kind is dict:
         return _copy_dict(value)
     if kind is list or kind is tuple:
-        try:
-            return [  # scalars inline
-                item
-                if type(item) in _SCALARS or (type(item) is float and item - item == 0.0)
-                else _copy(item)
-                for item in value
-            ]
-        except _NotJSON as bad:
-            bad.steps.append(f"[{_first_bad(value)}]")
-            raise
+        return _copy_list(value)
     return _subclass(value)
 
 
-def _first_bad(items: list[Any] | tuple[Any, ...]) -> int:
-    """The index of the first item that is not JSON (known to exist: the error path only)."""
-    for index, item in enumerate(items):
+def _copy_list(items: list[Any] | tuple[Any, ...]) -> JSON:
+    copied: list[Any] = []
+    append = copied.append
+    for item in items:
+        kind = type(item)
+        if kind in _SCALARS or (kind is float and item - item == 0.0):
+            append(item)
+            continue
         try:
-            _copy(item)
-        except _NotJSON:
-            return index
-    raise AssertionError("no bad item in a list that failed")  # pragma: no cover
+            append(_copy(item))
+        except _NotJSON as bad:
+            bad.steps.append(f"[{len(copied)}]")  # the index of the item that failed
+            raise
+    return copied
 
 
 def _subclass(value: object) -> JSON:

@@ -174,6 +174,15 @@ class TestStrictJSON:
         assert caught.value.path == path
         assert words in str(caught.value)
 
+    def test_a_bad_value_deep_in_nested_lists_is_found_at_once(self) -> None:
+        """Sixty lists deep, a NaN is named by its full path (one walk, not one per level)."""
+        value: object = math.nan
+        for _ in range(60):
+            value = [value]
+        with pytest.raises(InvalidPayload) as caught:
+            make(StageCompleted, result=value)
+        assert caught.value.path == "result" + "[0]" * 60
+
     def test_open_file_is_refused(self) -> None:
         """An open file is named as such in the error."""
         with io.StringIO("x") as handle, pytest.raises(InvalidPayload, match="StringIO"):
