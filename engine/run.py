@@ -66,6 +66,7 @@ class Run:
         self._clock: Callable[[], datetime] = utc_now
         self._stampings = 0  # open `stamped_by` blocks: the clock is theirs while any is
         self._newest = newest  # the event at `version`, when this handle recorded it
+        self._flushing: Any = None  # the future of a `flush_async` under way
 
     @property
     def id(self) -> UUID:
@@ -354,23 +355,46 @@ class Run:
     async def flush_async(self, committer: GroupCommitter) -> None:
         """`flush` through `committer`: what is held may share a transaction with other runs'.
 
+        One flush of a run at a time: a second waits for the first to end.
+
         Raises:
-            ConcurrencyConflict, StoreError: nothing queued was written; the run is back
-                in the state the store holds.
-            asyncio.CancelledError: cancelled before the write began: nothing was written.
+            ConcurrencyConflict, StoreError: nothing of the batch was written; the run is
+                back in the state the store holds.
+            asyncio.CancelledError: cancelled. Before its write began, what is held
+                stays held (the `held()` block writes it as it ends); during the write,
+                the run takes in the write's outcome first.
         """
+        import asyncio  # here, not at the top: the command line starts faster without it
+
+        while self._flushing is not None:
+            await asyncio.wait([self._flushing])  # its outcome is its flusher's to handle
         pending = self._pending
         if not self._held or not pending:
             return
         batch, reached = list(pending), self._state
+        commit = committer.submit(batch)
+        self._flushing = commit.done
         try:
-            await committer.write(batch)
+            await committer.wait(commit)
         except BaseException:
-            self._state = self._flushed  # later events were built on the lost ones: gone too
-            pending.clear()
+            if not commit.withdrawn:
+                self._take_in(commit.stored, pending, len(batch), reached)
             raise
-        del pending[: len(batch)]  # what another coroutine recorded meanwhile stays held
-        self._flushed = reached
+        else:
+            self._take_in(True, pending, len(batch), reached)
+        finally:
+            self._flushing = None
+
+    def _take_in(
+        self, stored: bool, pending: list[StoredEvent], count: int, reached: RunState
+    ) -> None:
+        """Follow a written batch's outcome: its events leave the queue, stored or lost."""
+        if stored:
+            del pending[:count]  # what was recorded meanwhile stays held
+            self._flushed = reached
+            return
+        self._state = self._flushed  # later events were built on the lost ones: gone too
+        pending.clear()
 
     def released(self) -> _Released:
         """Inside a `held()` block: write what is held, then record directly in this block.

@@ -7,10 +7,12 @@ during each. Through a `GroupCommitter`, the first batch to arrive starts a
 write in a worker thread; batches that arrive while it is on disk wait and
 are written together by the next one, so a commit carries as many runs as
 were ready, and the loop goes on meanwhile. Each batch is durable before its
-caller's `write` returns: the guarantees of a commit per run, fewer fsyncs.
+caller learns so: the guarantees of a commit per run, fewer fsyncs.
 
-A transaction that fails is not shared: each batch in it is then written on its
-own, so one run's `ConcurrencyConflict` never fails another run's batch.
+A shared transaction that meets a `ConcurrencyConflict` wrote nothing: each
+batch in it is then written on its own, so one run's conflict never fails
+another run's batch. Any other error (the store down, an outcome unknown) is
+every batch's error.
 """
 
 from __future__ import annotations
@@ -20,10 +22,31 @@ from typing import TYPE_CHECKING, Any
 
 from eventsourcing.persistence import StoredEvent
 
+from engine.store.errors import ConcurrencyConflict, StoreError
 from engine.store.event_store import Store
 
 if TYPE_CHECKING:
     import asyncio
+
+
+class Commit:
+    """One run's batch submitted to a `GroupCommitter`: `done` tells how its write ended.
+
+    Attributes:
+        events: the stored events, all or nothing.
+        done: resolved once the batch is on disk, or failed with its error.
+        withdrawn: the caller took the batch back before its write began.
+    """
+
+    __slots__ = ("done", "events", "withdrawn")
+
+    def __init__(self, events: list[StoredEvent], done: asyncio.Future[None]) -> None:
+        self.events, self.done, self.withdrawn = events, done, False
+
+    @property
+    def stored(self) -> bool:
+        """Whether the batch is on disk."""
+        return self.done.done() and not self.done.cancelled() and self.done.exception() is None
 
 
 class GroupCommitter:
@@ -40,77 +63,109 @@ class GroupCommitter:
         self.store = store
         self.commits = 0
         self.batches = 0
-        self._queue: list[_Batch] = []
+        self._queue: list[Commit] = []
         self._writing: asyncio.Task[None] | None = None
 
-    async def write(self, stored: Sequence[StoredEvent]) -> None:
-        """Write one run's batch, all or nothing, in a transaction it may share with others.
+    def submit(self, stored: Sequence[StoredEvent]) -> Commit:
+        """Queue one run's batch for the next transaction (a write starts if none is under way)."""
+        import asyncio  # here, not at the top: the command line starts faster without it
+
+        commit = Commit(list(stored), asyncio.get_running_loop().create_future())
+        self._queue.append(commit)
+        if self._writing is None:
+            self._writing = asyncio.get_running_loop().create_task(self._write_queued())
+        return commit
+
+    async def wait(self, commit: Commit) -> None:
+        """Wait until `commit` is on disk.
 
         Raises:
             ConcurrencyConflict, StoreError, ...: as `Store.write`, for this batch
                 alone; nothing of it was written.
-            asyncio.CancelledError: cancelled before its write began (nothing was
-                written). Cancelled during the write, it waits for the outcome and
-                returns or raises it, with the cancellation delivered at the task's
-                next ``await``.
+            asyncio.CancelledError: cancelled. Before its write began, the batch is
+                withdrawn (`commit.withdrawn`, nothing written); during the write,
+                this waits for the write's outcome first (`commit.stored`).
         """
-        import asyncio  # here, not at the top: the command line starts faster without it
+        import asyncio
 
-        batch = _Batch(list(stored), asyncio.get_running_loop().create_future())
-        self._queue.append(batch)
-        if self._writing is None or self._writing.done():
-            self._writing = asyncio.create_task(self._write_queued())
         try:
-            await asyncio.shield(batch.done)
+            await asyncio.shield(commit.done)
         except asyncio.CancelledError:
-            if batch in self._queue:  # not taken by a write yet: withdrawn whole
-                self._queue.remove(batch)
-                raise
-            await _settled(batch.done)
-            _cancel_later()
-        batch.done.result()  # this batch's own error, if it was not written
+            if commit in self._queue:
+                self._queue.remove(commit)
+                commit.withdrawn = True
+            else:
+                await settled(commit.done)
+            raise
+        commit.done.result()  # this batch's own error, if it was not written
+
+    async def write(self, stored: Sequence[StoredEvent]) -> None:
+        """`submit` and `wait`: one run's batch, on disk when this returns."""
+        await self.wait(self.submit(stored))
 
     async def _write_queued(self) -> None:
         """Write what is queued, group after group, until nothing is."""
         import asyncio
 
-        await asyncio.sleep(0)  # the runs woken with this one may join its group
-        while self._queue:
-            group, self._queue = self._queue, []
-            try:
-                outcomes = await asyncio.to_thread(self._write_group, group)
-            except BaseException as error:  # the thread could not be started
-                outcomes = [error] * len(group)
-            for batch, outcome in zip(group, outcomes, strict=True):
-                if outcome is None:
-                    batch.done.set_result(None)
-                else:
-                    batch.done.set_exception(outcome)
+        try:
+            await asyncio.sleep(0)  # the runs woken with this one may join its group
+            while self._queue:
+                group, self._queue = self._queue, []
+                await self._write(group)
+        finally:
+            self._writing = None  # a finished task would keep its loop alive
+            left, self._queue = self._queue, []  # only if this task was cancelled
+            for commit in left:
+                problem = "the group writer was cancelled before this batch: nothing written"
+                commit.done.set_exception(StoreError(self.store.url, problem))
 
-    def _write_group(self, group: list[_Batch]) -> list[BaseException | None]:
-        """One transaction for the group; if it fails, each batch on its own (in a thread)."""
-        if len(group) > 1:
+    async def _write(self, group: list[Commit]) -> None:
+        """Write `group` in a worker thread; its outcome is known even if this is cancelled."""
+        import asyncio
+
+        thread = asyncio.ensure_future(asyncio.to_thread(self._write_group, group))
+        cancelled = False
+        while not thread.done():  # the thread writes on whatever happens to this task
             try:
-                self.store.write([event for batch in group for event in batch.events])
-            except Exception:  # retried batch by batch below, to say whose it was
-                pass
+                await asyncio.shield(thread)
+            except asyncio.CancelledError:
+                cancelled = True
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # raised below
+        error = thread.exception()
+        outcomes = thread.result() if error is None else [error] * len(group)
+        for commit, outcome in zip(group, outcomes, strict=True):
+            if outcome is None:
+                commit.done.set_result(None)
             else:
-                self.commits += 1
-                self.batches += len(group)
-                return [None] * len(group)
-        return self._write_each(group)
+                commit.done.set_exception(outcome)
+        if cancelled:
+            raise asyncio.CancelledError
 
-    def _write_each(self, group: list[_Batch]) -> list[BaseException | None]:
+    def _write_group(self, group: list[Commit]) -> list[BaseException | None]:
+        """One transaction for the group; after a conflict, each batch on its own (a thread)."""
+        if len(group) == 1:
+            return self._write_each(group)
+        try:
+            self.store.write([event for commit in group for event in commit.events])
+        except ConcurrencyConflict:  # nothing was written: find whose batch it was
+            return self._write_each(group)
+        except Exception as error:
+            return [error] * len(group)
+        self.commits += 1
+        self.batches += len(group)
+        return [None] * len(group)
+
+    def _write_each(self, group: list[Commit]) -> list[BaseException | None]:
         """Each batch in its own transaction; a run's later batch follows its failed one."""
         outcomes: list[BaseException | None] = []
         failed: dict[Any, BaseException] = {}
-        for batch in group:
-            run_id = batch.events[0].originator_id
+        for commit in group:
+            run_id = commit.events[0].originator_id
             if run_id in failed:  # its versions follow a batch that was not written
                 outcomes.append(failed[run_id])
                 continue
             try:
-                self.store.write(batch.events)
+                self.store.write(commit.events)
             except Exception as error:
                 failed[run_id] = error
                 outcomes.append(error)
@@ -121,30 +176,18 @@ class GroupCommitter:
         return outcomes
 
 
-class _Batch:
-    """One run's events waiting for a transaction, and the future its writer awaits."""
+async def settled(done: asyncio.Future[Any]) -> None:
+    """Wait until `done` has its outcome, whatever cancellations arrive meanwhile.
 
-    __slots__ = ("done", "events")
-
-    def __init__(self, events: list[StoredEvent], done: asyncio.Future[None]) -> None:
-        self.events, self.done = events, done
-
-
-async def _settled(done: asyncio.Future[None]) -> None:
-    """Wait until `done` has its outcome, whatever cancellations arrive meanwhile."""
+    Each cancellation it absorbs is taken back (`Task.uncancel`); the caller
+    raises the one it was handling.
+    """
     import asyncio
 
+    task = asyncio.current_task()
     while not done.done():
         try:
             await asyncio.shield(done)
         except asyncio.CancelledError:
-            continue
-
-
-def _cancel_later() -> None:
-    """Deliver a cancellation that arrived during a write at the task's next await."""
-    import asyncio
-
-    task = asyncio.current_task()
-    if task is not None:
-        task.cancel()
+            if task is not None:
+                task.uncancel()

@@ -35,15 +35,18 @@ def _not_plain(value: object) -> Any:
 class FastJSONTranscoder(JSONTranscoder):
     """eventsourcing's JSON transcoder for plain JSON, encoding with orjson.
 
-    An event's state is plain JSON by the time it gets here (its class's
-    converters made strict JSON copies: str keys, finite floats, no subclasses),
-    so orjson writes it as `JSONTranscoder` would (compact, UTF-8), twelve times
-    faster; only a float's exponent may be spelled differently (``1e-7`` for
-    ``1e-07``), the same number when read. What orjson will not write exactly (an
-    int beyond 64 bits, a subclass, a type it would convert on its own terms) goes
-    to the standard library's C encoder, which raises where `JSONTranscoder`
-    does. It decodes with the standard library's scanner (orjson reads an int
-    beyond 64 bits as a float) and without eventsourcing's ``{"_type_", "_data_"}``
+    It is given event states only, and an event's state is plain JSON by then:
+    its class's converters made strict JSON copies (str keys, finite floats,
+    subclasses turned into their base types) and encoded the other fields (a
+    UUID as its hex). On such values orjson writes the bytes `JSONTranscoder`
+    writes (compact, UTF-8), twelve times faster; only a float's exponent may
+    be spelled differently (``1e-7`` for ``1e-07``), the same number when read.
+    What orjson will not write exactly (an int beyond 64 bits, a subclass, a
+    dataclass, a datetime) goes to the standard library's C encoder, which
+    raises where `JSONTranscoder` does. Not for values the converters refuse:
+    orjson writes a UUID or an Enum member its own way, and NaN as ``null``.
+    It decodes with the standard library's scanner (orjson reads an int beyond
+    64 bits as a float) and without eventsourcing's ``{"_type_", "_data_"}``
     hook: stagetrail's codec types the fields itself, and a user's dict with
     those two keys must come back as the dict it was.
     """

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -11,16 +13,18 @@ from uuid import UUID
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from engine import ConcurrencyConflict, Engine, Run
+from engine import ConcurrencyConflict, Engine, Run, StoreError
 from engine.store import GroupCommitter, Store
 from events import NoteAdded
 from tests._helpers import REVIEW
 
 
-def held_note(run: Run, value: int) -> None:
-    """Hold the run and record a note, to be flushed by the test (left held)."""
-    run.held().__enter__()
+def held_note(run: Run, value: int) -> Any:
+    """Hold the run and record a note; the holding block is returned, left open."""
+    holding = run.held()
+    holding.__enter__()
     run.note("n", value)
+    return holding
 
 
 def note_at(engine: Engine, run_id: UUID, version: int) -> list[StoredEvent]:
@@ -83,51 +87,99 @@ class TestGroupCommitter:
         assert second is first
         assert [e.version for e in engine.events(run.id)] == [1, 2]
 
-    def test_a_batch_cancelled_before_its_write_is_withdrawn(self, engine: Engine) -> None:
-        """Cancelled while queued behind a write, a run's batch is not written and forgotten."""
+    def test_a_batch_cancelled_before_its_write_stays_held(self, engine: Engine) -> None:
+        """Cancelled while queued behind a write, a batch is withdrawn: kept held, written later."""
         early, late = engine.start_run(REVIEW), engine.start_run(REVIEW)
         committer = GatedCommitter(engine.store)
         held_note(early, 1)
-        held_note(late, 2)
+        holding = held_note(late, 2)
 
         async def cancel_the_queued() -> None:
             first = asyncio.ensure_future(early.flush_async(committer))
-            await committer.writing()  # the first batch is on its way to disk
-            second = asyncio.ensure_future(late.flush_async(committer))
-            await asyncio.sleep(0)
-            assert committer._queue  # the second waits for the next write
-            second.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await second
-            committer.gate.set()
+            with committer.opened_at_the_end():
+                await committer.writing()  # the first batch is on its way to disk
+                second = asyncio.ensure_future(late.flush_async(committer))
+                await asyncio.sleep(0)
+                assert committer._queue  # the second waits for the next write
+                second.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await second
             await first
 
         asyncio.run(cancel_the_queued())
         assert [len(engine.events(run.id)) for run in (early, late)] == [2, 1]
-        assert (early.version, late.version) == (2, 1)
         assert (committer.commits, committer.batches) == (1, 1)
+        assert late.version == 2  # the note happened: the holding block writes it
+        holding.__exit__(None, None, None)
+        assert [e.version for e in engine.events(late.id)] == [1, 2]
 
     def test_a_batch_cancelled_during_its_write_is_stored_and_known(self, engine: Engine) -> None:
         """Cancelled while on its way to disk, the batch's outcome stands; the cancel follows."""
         run = engine.start_run(REVIEW)
         committer = GatedCommitter(engine.store)
-        held_note(run, 1)
+        holding = held_note(run, 1)
 
         async def cancel_while_writing() -> None:
             flush = asyncio.ensure_future(run.flush_async(committer))
-            await committer.writing()
-            flush.cancel()
-            await asyncio.sleep(0)
-            assert not flush.done()  # it waits for the write's outcome
-            committer.gate.set()
+            with committer.opened_at_the_end():
+                await committer.writing()
+                flush.cancel()
+                await asyncio.sleep(0)
+                assert not flush.done()  # it waits for the write's outcome
             with pytest.raises(asyncio.CancelledError):
                 await flush
 
         asyncio.run(cancel_while_writing())
         assert [e.version for e in engine.events(run.id)] == [1, 2]
         assert run.version == 2
-        run.held().__exit__(None, None, None)  # nothing left to write
-        assert len(engine.events(run.id)) == 2
+        holding.__exit__(None, None, None)  # nothing left to write: no second copy
+        assert [e.version for e in engine.events(run.id)] == [1, 2]
+
+    def test_a_cancelled_writer_finishes_its_write_and_refuses_the_rest(
+        self, engine: Engine
+    ) -> None:
+        """The writer task cancelled mid-write: its batch is stored, the queued one refused."""
+        first, second = engine.start_run(REVIEW), engine.start_run(REVIEW)
+        committer = GatedCommitter(engine.store)
+        held_note(first, 1)
+        held_note(second, 2)
+
+        async def cancel_the_writer() -> list[BaseException | None]:
+            flushes = [asyncio.ensure_future(first.flush_async(committer))]
+            with committer.opened_at_the_end():
+                await committer.writing()
+                flushes.append(asyncio.ensure_future(second.flush_async(committer)))
+                await asyncio.sleep(0)
+                assert committer._writing is not None
+                committer._writing.cancel()
+                await asyncio.sleep(0)
+            return await asyncio.gather(*flushes, return_exceptions=True)
+
+        outcomes = asyncio.run(cancel_the_writer())
+        assert outcomes[0] is None
+        assert isinstance(outcomes[1], StoreError)
+        assert "nothing written" in str(outcomes[1])
+        assert [len(engine.events(run.id)) for run in (first, second)] == [2, 1]
+        assert (first.version, second.version) == (2, 1)
+
+    def test_a_store_error_fails_the_whole_group_without_retries(self, sqlite_url: str) -> None:
+        """An error that is not a conflict is every batch's, each run back where the store is."""
+        engine = Engine(sqlite_url)
+        runs = [engine.start_run(REVIEW) for _ in range(3)]
+        committer = GroupCommitter(engine.store)
+        for n, run in enumerate(runs):
+            held_note(run, n)
+        engine.close()
+
+        async def flush_all() -> list[BaseException | None]:
+            flushes = (run.flush_async(committer) for run in runs)
+            return await asyncio.gather(*flushes, return_exceptions=True)
+
+        outcomes = asyncio.run(flush_all())
+        assert all(isinstance(outcome, StoreError) for outcome in outcomes)
+        assert [run.version for run in runs] == [1, 1, 1]
+        with Engine(sqlite_url) as again:
+            assert [len(again.events(run.id)) for run in runs] == [1, 1, 1]
 
 
 class GatedCommitter(GroupCommitter):
@@ -147,3 +199,11 @@ class GatedCommitter(GroupCommitter):
         """Return once a group is in the writing thread (polled: the thread cannot await)."""
         while not self.taken.is_set():
             await asyncio.sleep(0.001)
+
+    @contextlib.contextmanager
+    def opened_at_the_end(self) -> Iterator[None]:
+        """Open the gate when the block ends, also when an assertion in it fails."""
+        try:
+            yield
+        finally:
+            self.gate.set()

@@ -71,8 +71,8 @@ class TestFastJSONTranscoder:
         with pytest.raises(UnicodeEncodeError):
             FastJSONTranscoder().encode({"s": "\ud800"})
 
-    def test_a_non_finite_float_is_refused_as_before(self) -> None:
-        """NaN is not JSON: refused by the standard library, never written as null."""
+    def test_a_non_finite_float_never_reaches_the_transcoder(self) -> None:
+        """NaN is refused by the event's converter (orjson would write null), as by the stdlib."""
         transcoder = FastJSONTranscoder()
         with pytest.raises(ValueError, match="not JSON compliant"):
             transcoder.encode_stdlib({"x": math.nan})

@@ -254,11 +254,12 @@ class TestSharedCommits:
         sup = engine.supervisor(retry=RetryPolicy(delay=0), shared_commits=True)
         runs = [engine.start_run(REVIEW) for _ in range(5)]
 
-        async def drive_all() -> None:
+        async def drive_all() -> int:
             stages = shared_stages(engine, seen)
             await asyncio.gather(*(sup.drive_async(run, stages) for run in runs))
+            return sup.committer(engine.store).batches
 
-        asyncio.run(drive_all())
+        assert asyncio.run(drive_all()) == 5 * 5  # every group went through the committer
         assert len(seen) == 5 * 5
         assert all(recorded == stored for recorded, stored in seen)
 
@@ -285,3 +286,26 @@ class TestSharedCommits:
         asyncio.run(sup.drive_async(run, shared_stages(engine, [])))
         assert run.status == "succeeded"
         assert not sup._committers
+
+    @pytest.mark.parametrize("steps", [1, 3, 6, 10])
+    def test_a_cancelled_drive_keeps_every_outcome(self, engine: Engine, steps: int) -> None:
+        """A drive cancelled anywhere has all it recorded on disk; resuming finishes the run."""
+        sup = engine.supervisor(retry=RetryPolicy(delay=0), shared_commits=True)
+        runs = [engine.start_run(REVIEW) for _ in range(3)]
+        stages = shared_stages(engine, [])
+
+        async def cancel_the_second() -> list[Any]:
+            drives = [asyncio.ensure_future(sup.drive_async(run, stages)) for run in runs]
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            drives[1].cancel()
+            return await asyncio.gather(*drives, return_exceptions=True)
+
+        outcomes = asyncio.run(cancel_the_second())
+        cancelled = runs[1]
+        assert isinstance(outcomes[1], asyncio.CancelledError)  # far from done at any step
+        assert engine.events(cancelled.id)[-1].version == cancelled.version
+        resumed = engine.resume(cancelled.id)
+        again = engine.supervisor(retry=RetryPolicy(delay=0))
+        asyncio.run(again.drive_async(resumed, stages))
+        assert [engine.load(run.id).status for run in runs] == ["succeeded"] * 3
