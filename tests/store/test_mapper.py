@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -47,6 +48,18 @@ class TestFastJSONTranscoder:
         data = transcoder.encode(value)
         assert transcoder.decode(data) == value
         assert data == transcoder.encode_stdlib(value) == JSONTranscoder().encode(value)
+
+    def test_encoded_bytes_take_the_memory_of_their_length(self) -> None:
+        """50,000 encoded states kept take about their length in memory, not a buffer each."""
+        transcoder = FastJSONTranscoder()
+        state = {"stage": "work", "result": {"changed_files": 3}, "duration": 1.0}
+        tracemalloc.start()
+        try:
+            kept = [transcoder.encode(state) for _ in range(50_000)]
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert held < 50_000 * (len(kept[0]) + 200)  # an object header and list slot each
 
     def test_a_small_float_may_be_spelled_differently_but_is_the_same_number(self) -> None:
         """orjson writes 1e-7 where the standard library writes 1e-07: equal when read."""
