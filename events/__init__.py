@@ -9,7 +9,7 @@ from events._strict_json import JSON, strict_json
 from events._validation import utc_now
 from events.base import EVENT_TYPES, Event
 from events.checkpoint import CheckpointSaved, CheckpointsRemoved, WritesSaved, task_writes
-from events.codec import decode, encode
+from events.codec import decode, encode, encode_timed
 from events.errors import (
     EventFormatError,
     InvalidEvent,
@@ -71,6 +71,7 @@ __all__ = [
     "WritesSaved",
     "decode",
     "encode",
+    "encode_timed",
     "strict_json",
     "task_writes",
     "utc_now",

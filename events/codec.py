@@ -20,10 +20,16 @@ from events.values import build
 
 def encode(event: Event) -> tuple[str, dict[str, Any]]:
     """Return the event's topic and its payload plus timestamp as a JSON-ready dict."""
+    topic, state = encode_timed(event)
+    state["timestamp"] = event.timestamp.isoformat()
+    return topic, state
+
+
+def encode_timed(event: Event) -> tuple[str, dict[str, Any]]:
+    """`encode`, the timestamp left a datetime: for an encoder that writes it as ISO 8601."""
     cls = type(event)
     state = dict(event.__dict__)
     del state["run_id"], state["version"]
-    state["timestamp"] = event.timestamp.isoformat()
     for name, encoder in cls.encoders.items():
         state[name] = encoder(state[name])
     if cls.class_version > 1:

@@ -7,6 +7,7 @@ between event attributes and the stored state dict is stagetrail's own.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from json import encoder as json_encoder
 from json import scanner as json_scanner
 from typing import Any
@@ -15,17 +16,15 @@ from uuid import UUID
 import orjson
 from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper, StoredEvent
 
-from events import Event, EventFormatError, decode, encode
+from events import Event, EventFormatError, decode, encode_timed
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
 from events.values import build
 
 _NUL_IN_JSON = b"\\u0000"
 """How the transcoder writes a NUL character."""
-_PLAIN_ONLY = (
-    orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)  # fmt: skip
-"""What orjson would convert on its own terms goes to `_not_plain` instead."""
+_PLAIN_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+"""What orjson would convert on its own terms goes to `_not_plain` instead (a datetime
+it writes as `datetime.isoformat` does)."""
 
 
 def _not_plain(value: object) -> Any:
@@ -62,7 +61,7 @@ class FastJSONTranscoder(JSONTranscoder):
             if make is None
             else make(
                 None,
-                self.encoder.default,
+                self._default,
                 json_encoder.encode_basestring,
                 None,
                 ":",
@@ -84,10 +83,18 @@ class FastJSONTranscoder(JSONTranscoder):
         return bytes(memoryview(data))
 
     def encode_stdlib(self, obj: Any) -> bytes:
-        """Encode `obj` with the standard library's C encoder (as `JSONTranscoder` does)."""
+        """Encode `obj` with the standard library's encoder (as `JSONTranscoder` does)."""
         if self._chunks is None:
-            return super().encode(obj)
+            text = json.dumps(obj, default=self._default, separators=(",", ":"),
+                              ensure_ascii=False, allow_nan=False)  # fmt: skip
+            return text.encode("utf8")
         return "".join(self._chunks(obj, 0)).encode("utf8")
+
+    def _default(self, value: Any) -> Any:
+        """A datetime (an event's timestamp) as ISO 8601 text, as orjson writes it."""
+        if isinstance(value, datetime):
+            return value.isoformat()
+        return self.encoder.default(value)
 
     def decode(self, data: bytes) -> Any:
         """Decode UTF-8 JSON bytes into plain Python values."""
@@ -129,7 +136,7 @@ class EventMapper(Mapper[UUID]):
         Raises:
             InvalidPayload: the event is over `max_event_bytes` or holds a NUL.
         """
-        topic, state = encode(domain_event)
+        topic, state = encode_timed(domain_event)  # the transcoder writes the timestamp
         data = self.transcoder.encode(state)
         if len(data) > self.max_event_bytes or _NUL_IN_JSON in data:  # rare: checked inline
             check_stored(domain_event, data, self.max_event_bytes)

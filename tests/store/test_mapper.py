@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from eventsourcing.persistence import JSONTranscoder
+from freezegun import freeze_time
 
 from engine import Engine, InvalidPayload
 from engine.store.mapper import FastJSONTranscoder
@@ -91,6 +92,22 @@ class TestFastJSONTranscoder:
             transcoder.encode_stdlib({"x": math.nan})
         with pytest.raises(InvalidPayload, match="nan"), Engine("memory://") as engine:
             engine.start_run(REVIEW).note("x", math.nan)
+
+    @pytest.mark.parametrize("value", [1, 2**70])  # 2**70: the standard library writes it
+    def test_the_timestamp_is_written_as_isoformat_by_either_encoder(self, value: int) -> None:
+        """A stored timestamp is the event's isoformat, from orjson and from the fallback."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            with freeze_time("2026-03-04 05:06:07"):  # no microseconds: isoformat omits them
+                plain = run.note("n", value)
+            odd = run.note("n", value)
+            for event in (plain, odd):
+                written = json.loads(engine.store.serialize(event).state)
+                assert written["timestamp"] == event.timestamp.isoformat()
+            assert [e.timestamp for e in engine.events(run.id)[1:]] == [
+                plain.timestamp,
+                odd.timestamp,
+            ]
 
     def test_every_event_of_a_run_reads_back_equal(self) -> None:
         """Each event a supervised run records decodes from orjson's bytes to its own state."""
