@@ -59,6 +59,10 @@ def counts(kind: Kind, rules: BudgetRules) -> bool:
     return (rules.count_interrupted or not interrupted) and (rules.count_routed or not routed)
 
 
+_NO_FAILURES: Counter[Kind] = Counter()
+"""The counts of a stage that has none (never written to)."""
+
+
 class RetryStreaks:
     """Per stage and for the run: live and rolled-back failures by kind.
 
@@ -101,7 +105,10 @@ class RetryStreaks:
 
     def failed(self, stage: str, kind: Kind, version: int) -> None:
         """Count a failure of `stage` (recorded at `version`)."""
-        self.live.setdefault(stage, Counter())[kind] += 1
+        live = self.live.get(stage)
+        if live is None:
+            live = self.live[stage] = Counter()
+        live[kind] += 1
         self.run_live[kind] += 1
         self.stack.append((stage, kind, _NOTHING, version))
 
@@ -109,9 +116,9 @@ class RetryStreaks:
         """The failures the budget of `rules` counts for the next attempt of `stage`."""
         if rules.budget == "run":
             live, rolled_back = self.run_live, self.run_rolled_back
-        else:
-            live = self.live.get(stage, Counter())
-            rolled_back = self.rolled_back.get(stage, Counter())
+        else:  # read only: the shared empty counter stands for a stage without failures
+            live = self.live.get(stage, _NO_FAILURES)
+            rolled_back = self.rolled_back.get(stage, _NO_FAILURES)
         total = sum(n for kind, n in live.items() if counts(kind, rules))
         if not rules.forget_rolled_back:
             total += sum(n for kind, n in rolled_back.items() if counts(kind, rules))
