@@ -41,8 +41,9 @@ class FastJSONTranscoder(JSONTranscoder):
     writes (compact, UTF-8), twelve times faster; only a float's exponent may
     be spelled differently (``1e-7`` for ``1e-07``), the same number when read.
     What orjson will not write exactly (an int beyond 64 bits, a subclass, a
-    dataclass, a datetime) goes to the standard library's C encoder, which
-    raises where `JSONTranscoder` does. Not for values the converters refuse:
+    dataclass) goes to the standard library's C encoder, which raises where
+    `JSONTranscoder` does. Either writes a datetime (an event's timestamp) as
+    `datetime.isoformat` does. Not for values the converters refuse:
     orjson writes a UUID or an Enum member its own way, and NaN as ``null``.
     It decodes with the standard library's scanner (orjson reads an int beyond
     64 bits as a float) and without eventsourcing's ``{"_type_", "_data_"}``
