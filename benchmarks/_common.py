@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engine import Pipeline
 
@@ -72,3 +73,26 @@ def report(title: str, rows: list[dict[str, object]], as_json: bool) -> None:
 
 def _fmt(value: object) -> str:
     return f"{value:,.2f}" if isinstance(value, float) else str(value)
+
+
+class CountedWrites:
+    """Count a store's writes (one call, one transaction) inside the ``with`` block.
+
+    The store's own `write` does the work; the count is `commits`.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.commits = store, 0
+
+    def __enter__(self) -> CountedWrites:
+        write = self.store.write
+
+        def counted(stored: Any) -> Any:
+            self.commits += 1
+            return write(stored)
+
+        self.store.write = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.store.write  # the class's method again

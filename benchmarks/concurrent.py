@@ -18,7 +18,7 @@ import statistics
 import time
 from typing import Any
 
-from benchmarks._common import arguments, report, scratch
+from benchmarks._common import CountedWrites, arguments, report, scratch
 from benchmarks.peers.stagetrail_runs import REVIEW
 from benchmarks.peers.workload import STAGES, attempt
 from engine import Engine, RetryPolicy, StageContext
@@ -38,24 +38,13 @@ def drive(engine: Engine, runs: int, *, shared: bool) -> tuple[float, int]:
     sup = engine.supervisor(
         retry=RetryPolicy(max_retries=3, delay=0.0, jitter=0.0), shared_commits=shared
     )
-    store, commits = engine.store, 0
-    write = store.write
-
-    def counted(stored: Any) -> Any:  # the store's own write, counted: one call, one commit
-        nonlocal commits
-        commits += 1
-        return write(stored)
-
-    store.write = counted  # type: ignore[method-assign]
-    try:
+    with CountedWrites(engine.store) as writes:
         began = time.perf_counter()
         started = [engine.start_run(REVIEW) for _ in range(runs)]
         asyncio.run(_drive_all(sup, started))
         seconds = time.perf_counter() - began
-    finally:
-        del store.write  # the class's method again
     assert all(run.status == "succeeded" for run in started)
-    return seconds, commits
+    return seconds, writes.commits
 
 
 async def _drive_all(sup: Any, runs: list[Any]) -> None:

@@ -22,9 +22,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any
 
-from benchmarks._common import arguments, report, scratch
+from benchmarks._common import CountedWrites, arguments, report, scratch
 from benchmarks.peers.stagetrail_runs import Stagetrail
 
 SIZES = (512, 4096, 32768)
@@ -58,18 +57,11 @@ def supervised_ms(runs: int, *, fsync: bool) -> tuple[float, float]:
             writer.acquire().cursor().execute("PRAGMA synchronous=OFF")  # measurement only
             writer.release()
         system.record(max(50, runs // 4))  # past the WAL's growth
-        store, commits = system.engine.store, 0
-        write = store.write
-
-        def counted(stored: Any) -> Any:
-            nonlocal commits
-            commits += 1
-            return write(stored)
-
-        store.write = counted  # type: ignore[method-assign]
-        began = time.perf_counter()
-        system.record(runs)
-        return (time.perf_counter() - began) / runs * 1e3, commits / runs
+        with CountedWrites(system.engine.store) as writes:
+            began = time.perf_counter()
+            system.record(runs)
+            took = time.perf_counter() - began
+        return took / runs * 1e3, writes.commits / runs
     finally:
         system.close()
 

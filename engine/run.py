@@ -343,14 +343,13 @@ class Run:
         pending = self._pending
         if not self._held or not pending:
             return
+        reached = self._state
         try:
             self._store.write(pending)
         except BaseException:
-            self._state = self._flushed
+            self._take_in(False, pending, len(pending), reached)
             raise
-        finally:
-            pending.clear()
-        self._flushed = self._state
+        self._take_in(True, pending, len(pending), reached)
 
     async def flush_async(self, committer: GroupCommitter) -> None:
         """`flush` through `committer`: what is held may share a transaction with other runs'.

@@ -413,7 +413,7 @@ class Supervisor:
     async def _pause(self, seconds: float) -> None:
         import asyncio
 
-        slept = self.sleep(seconds) if self.sleep is not _real_sleep else asyncio.sleep(seconds)
+        slept = asyncio.sleep(seconds) if self._waits_for_real else self.sleep(seconds)
         if inspect.isawaitable(slept):
             await slept
 
