@@ -122,6 +122,7 @@ class Decisions:
             watch = self._watches[run.id] = RunWatch(
                 run.pipeline,
                 progress=self.progress is not None,
+                circuits=self.breaker is not None,
                 forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
             )
         return watch.catch_up(run)

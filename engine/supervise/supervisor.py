@@ -12,8 +12,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -270,21 +269,9 @@ class Supervisor:
             return str(verdict["status"]), handled
         return FAILED_FINALS.get(state, "succeeded"), f"reached final state {state!r}"
 
-    @contextmanager
-    def _ending(self, run: Run) -> Iterator[None]:
+    def _ending(self, run: Run) -> _Ending:
         """How a stage may end a driven run: giving up finishes it failed; a stop is final."""
-        try:
-            yield
-        except StageGaveUp as gave_up:
-            reason = {"rule": "gave_up", "cause": gave_up.cause, "stage": gave_up.stage,
-                      "attempts": gave_up.attempts, "detected": gave_up.reason,
-                      "error_type": gave_up.error_type, "error": gave_up.error}  # fmt: skip
-            if run.status is None:
-                run.finish("failed", reason)
-            self.decisions.forget(run)
-            raise
-        except RunStopped:
-            pass  # the progress policy has finished the run already
+        return _Ending(self, run)
 
     def _holding(self, run: Run) -> _GroupCommit:
         """Hold what is recorded in the block (`group_commits`); see `Run.held`."""
@@ -422,7 +409,7 @@ class Supervisor:
             return attempted.result
         watch = self.decisions.watch(run)
         error_type, error = watch.last_failure(stage)
-        streak = watch.circuits[stage].consecutive  # failures in a row, as for any give-up
+        streak = watch.consecutive_failures(run, stage)  # in a row, as for any give-up
         moved = f"the table moved the failed stage on to {run.state!r}"
         cause = "final_state" if run.pipeline.is_final(run.state) else "routed"
         raise StageGaveUp(run.id, stage, streak, moved, error_type, error, cause)
@@ -503,6 +490,40 @@ def _check_stages(run: Run, stages: Mapping[str, Callable[..., Any]]) -> None:
     for stage, fn in stages.items():
         if not callable(fn):
             raise InvalidArgument("stages", f"the function for {stage!r} is not callable")
+
+
+class _Ending:
+    """The context of `Supervisor._ending` (a class: it wraps every supervised step).
+
+    `StageGaveUp` finishes the run ``failed`` (with the reason the error carries)
+    and goes on; `RunStopped` ends the block quietly: the progress policy has
+    finished the run already.
+    """
+
+    __slots__ = ("_run", "_supervisor")
+
+    def __init__(self, supervisor: Supervisor, run: Run) -> None:
+        self._supervisor, self._run = supervisor, run
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: object, trace: object) -> bool:
+        if kind is None:
+            return False
+        if issubclass(kind, StageGaveUp):
+            self._gave_up(error)  # type: ignore[arg-type]
+            return False
+        return issubclass(kind, RunStopped)
+
+    def _gave_up(self, gave_up: StageGaveUp) -> None:
+        run = self._run
+        reason = {"rule": "gave_up", "cause": gave_up.cause, "stage": gave_up.stage,
+                  "attempts": gave_up.attempts, "detected": gave_up.reason,
+                  "error_type": gave_up.error_type, "error": gave_up.error}  # fmt: skip
+        if run.status is None:
+            run.finish("failed", reason)
+        self._supervisor.decisions.forget(run)
 
 
 class _GroupCommit:

@@ -46,9 +46,15 @@ class RunWatch:
     """Progress, circuits, recent failures and task results of one run, folded incrementally."""
 
     def __init__(
-        self, pipeline: Pipeline, *, progress: bool = True, forget_rolled_back: bool = False
+        self,
+        pipeline: Pipeline,
+        *,
+        progress: bool = True,
+        circuits: bool = True,
+        forget_rolled_back: bool = False,
     ) -> None:
         self.watches_progress = progress  # off when no ProgressPolicy asks: the hot path
+        self.watches_circuits = circuits  # off when no breaker reads them: the hot path too
         self.forgets_rolled_back = forget_rolled_back
         """Whether the circuits leave out failures a rollback took off the stack."""
         self._breaker_events: list[Event] = []  # kept only to refold after a rollback
@@ -57,6 +63,7 @@ class RunWatch:
         self.version = 0
         self.progress: Progress = _PROGRESS.initial()
         self.circuits: Circuits = _CIRCUITS.initial()
+        """Each stage's breaker state (left initial when `circuits` is off)."""
         self.recent_failures: tuple[tuple[str, str, str], ...] = ()
         self.task_failures: dict[str, int] = {}
         self.task_interruptions: dict[str, int] = {}
@@ -78,6 +85,19 @@ class RunWatch:
             for event in run.store.stream(run.id, gt=self.version, lte=run.version):
                 self.see(event)
         return self
+
+    def consecutive_failures(self, run: Run, stage: str) -> int:
+        """How many times in a row `stage` failed (its breaker's count), the watch caught up.
+
+        A watch that keeps no circuits folds them from the run's stored events (what
+        is held is written first): a rare question, asked when a stage gives up.
+        """
+        circuits = self.circuits
+        if not self.watches_circuits:
+            run.flush()
+            circuits = _CIRCUITS.fold(run.store.stream(run.id, lte=self.version))
+        circuit = circuits.get(stage)
+        return 0 if circuit is None else circuit.consecutive
 
     def see_all(self, events: list[Event]) -> None:
         """Fold events recorded together (after their batch is written)."""
@@ -105,7 +125,8 @@ class RunWatch:
         self.version = event.version
         if self.watches_progress:
             self.progress = _PROGRESS.apply(self.progress, event)
-        self.circuits = _CIRCUITS.apply(self.circuits, event)
+        if self.watches_circuits:
+            self.circuits = _CIRCUITS.apply(self.circuits, event)
         self.streaks.see(event)
         kind = type(event)
         if self.forgets_rolled_back:

@@ -8,6 +8,7 @@ from engine import (
     FINISHED,
     GIVE_UP_CAUSES,
     AttemptError,
+    CircuitBreaker,
     Engine,
     InvalidArgument,
     InvalidPayload,
@@ -451,6 +452,26 @@ class TestFailureOutcomes:
         failed = of_type(engine, run, "StageFailed")[0]
         assert failed.outcome == "error_occurred"  # type: ignore[attr-defined]
         assert run.state == "recover"
+
+    @pytest.mark.parametrize("breaker", [None, CircuitBreaker(fail_max=None)], ids=["none", "kept"])
+    def test_a_routed_give_up_counts_the_failures_in_a_row(
+        self, engine: Engine, fake: FakeTime, breaker: CircuitBreaker | None
+    ) -> None:
+        """StageGaveUp.attempts of a routed failure counts the stage's failures in a row.
+
+        With no breaker the watch keeps no circuits and folds them from the store,
+        the routed failure (still held) included; a breaker's watch keeps them.
+        """
+        run = engine.start_run(TOOLS)
+        run.stage_completed("round", outcome="tool_call")
+        run.stage_failed("round", "one")
+        run.stage_failed("round", "two")
+        policy = RetryPolicy(outcomes={ToolError: "error_occurred"})
+        sup = supervise(engine, fake, retry=policy, breaker=breaker)
+        with pytest.raises(StageGaveUp) as raised:
+            sup.execute(run, "round", failing(1, ToolError("search timed out")))
+        assert (raised.value.cause, raised.value.attempts) == ("routed", 3)
+        assert engine.load(run.id).version == run.version  # nothing left held
 
     def test_other_errors_still_record_failed_and_retry(
         self, engine: Engine, fake: FakeTime
