@@ -85,13 +85,15 @@ class TestBenchmarks:
         assert rows[2]["commits_per_run_shared"] < 2  # a run's start, and a share of 8 commits
 
     def test_floor_benchmark_reports_the_fsync_floor_and_the_cpu(self) -> None:
-        """benchmarks.floor --quick prints fdatasync costs and a run's time with and without."""
+        """benchmarks.floor --quick prints fsync costs, a run's time, CPU, its replayed commits."""
         done = quick_run("floor")
         rows = json.loads(done.stdout)["results"]
         assert [row["median"] > 0 for row in rows[:3]] == [True] * 3
         run = rows[3]
         assert run["commits"] == 9
         assert 0 < run["without_fsync"] < run["shipped"]
+        assert run["cpu_shipped"] > 0
+        assert run["commits_replayed"] > 0
 
     def test_tasks_benchmark_reports_every_size(self) -> None:
         """benchmarks.tasks --quick prints µs per task per store and size, and a ratio."""

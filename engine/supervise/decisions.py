@@ -147,7 +147,7 @@ class Decisions:
             watch = self.watch(run)  # the function may have recorded events of its own
             if ended.error is None:
                 return self._completed(run, stage, ended, circuit, watch)
-            delay = self._failed(run, stage, ended, chosen, recordable, circuit)
+            delay = self._failed(run, stage, ended, chosen, recordable, circuit, watch)
             if delay is None:
                 return Attempted(routed=True)
             yield Pause(delay)
@@ -218,10 +218,10 @@ class Decisions:
         chosen: Chosen,
         recordable: bool,
         circuit: Circuit | None,
+        watch: RunWatch,
     ) -> float | None:
         error = ended.error
         assert error is not None
-        watch = self.watch(run)
         outcome = chosen[0].outcome_for(error)
         if not _has_row(run, outcome) and _has_row(run, "failed"):
             outcome = "failed"  # the table has no row for the mapped outcome here
