@@ -132,10 +132,12 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         if self.writer is None or not 0 < count <= ONE_STATEMENT:
             return super().insert_events(stored_events, **kwargs)
         params: list[Any] = []
+        run_id: Any = None
         for stored in stored_events:
-            run_id = stored.originator_id
-            params += (run_id.hex if isinstance(run_id, UUID) else run_id,
-                       stored.originator_version, stored.topic, stored.state)  # fmt: skip
+            if stored.originator_id is not run_id:  # a batch is mostly one run's: one hex
+                run_id = stored.originator_id
+                key = run_id.hex if isinstance(run_id, UUID) else run_id
+            params += (key, stored.originator_version, stored.topic, stored.state)
         last = self.writer.insert(_insert(self.events_table_name, count), params)
         assert last is not None  # an INSERT sets it
         return list(range(last - count + 1, last + 1))
