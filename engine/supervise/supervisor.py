@@ -496,7 +496,7 @@ class _Ending:
     """The context of `Supervisor._ending` (a class: it wraps every supervised step).
 
     `StageGaveUp` finishes the run ``failed`` (with the reason the error carries)
-    and goes on; `RunStopped` ends the block quietly: the progress policy has
+    and is raised on; `RunStopped` ends the block quietly: the progress policy has
     finished the run already.
     """
 
