@@ -78,17 +78,24 @@ def _fmt(value: object) -> str:
 class CountedWrites:
     """Count a store's writes (one call, one transaction) inside the ``with`` block.
 
-    The store's own `write` does the work; the count is `commits`.
+    The store's own `write` does the work; each write's stored events are kept in
+    `batches` (a copy: a run's queue is reused), and `commits` counts them.
     """
 
     def __init__(self, store: Any) -> None:
-        self.store, self.commits = store, 0
+        self.store = store
+        self.batches: list[list[Any]] = []
+
+    @property
+    def commits(self) -> int:
+        """The writes so far."""
+        return len(self.batches)
 
     def __enter__(self) -> CountedWrites:
         write = self.store.write
 
         def counted(stored: Any) -> Any:
-            self.commits += 1
+            self.batches.append(list(stored))
             return write(stored)
 
         self.store.write = counted

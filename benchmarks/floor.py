@@ -30,13 +30,13 @@ import os
 import sqlite3
 import statistics
 import time
-from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
 
 from benchmarks._common import CountedWrites, arguments, report, scratch
 from benchmarks.peers.stagetrail_runs import Stagetrail
 
-Batch = list[tuple[str, int, str, bytes]]
-"""One commit of a run: its stored events' rows (run id, version, topic, state)."""
 EVENTS_TABLE = (
     "CREATE TABLE events (originator_id TEXT, originator_version INTEGER, topic TEXT,"
     " state BLOB, PRIMARY KEY (originator_id, originator_version))"
@@ -66,7 +66,10 @@ def fdatasync_us(size: int, count: int) -> float:
 
 
 class Supervised:
-    """A supervised run's time per run as shipped (or with its fsyncs off), its CPU, its commits."""
+    """A supervised run's time per run as shipped (or with its fsyncs off), its CPU, its commits.
+
+    `batches` holds every write's stored events, the first `warm_commits` before the timing.
+    """
 
     def __init__(self, runs: int, *, fsync: bool) -> None:
         system = Stagetrail(scratch("floor.db"), "Supervisor.drive")
@@ -75,52 +78,30 @@ class Supervised:
                 writer = system.engine.store.recorder.writer  # type: ignore[attr-defined]
                 writer.acquire().cursor().execute("PRAGMA synchronous=OFF")  # measurement only
                 writer.release()
-            self.warm = max(50, runs // 4)  # past the WAL's growth
-            with KeptBatches(system.engine.store) as kept:
-                system.record(self.warm)
-                with CountedWrites(system.engine.store) as writes:
-                    began, cpu = time.perf_counter(), time.process_time()
-                    system.record(runs)
-                    took, used = time.perf_counter() - began, time.process_time() - cpu
+            with CountedWrites(system.engine.store) as writes:
+                system.record(max(50, runs // 4))  # past the WAL's growth
+                self.warm_commits = writes.commits
+                began, cpu = time.perf_counter(), time.process_time()
+                system.record(runs)
+                took, used = time.perf_counter() - began, time.process_time() - cpu
         finally:
             system.close()
         self.ms, self.cpu_ms = took / runs * 1e3, used / runs * 1e3
-        self.commits, self.batches, self.runs = writes.commits / runs, kept.batches, runs
+        self.commits = (writes.commits - self.warm_commits) / runs
+        self.batches, self.runs = writes.batches, runs
 
 
-class KeptBatches:
-    """Keep the rows of each batch a store writes inside the ``with`` block (for a replay)."""
-
-    def __init__(self, store: Any) -> None:
-        self.recorder = store.recorder
-        self.batches: list[Batch] = []
-
-    def __enter__(self) -> KeptBatches:
-        insert = self.recorder.insert_events
-
-        def kept(stored: Any, **kwargs: Any) -> Any:
-            self.batches.append([(e.originator_id.hex, e.originator_version, e.topic, e.state)
-                                 for e in stored])  # fmt: skip
-            return insert(stored, **kwargs)
-
-        self.recorder.insert_events = kept
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        del self.recorder.insert_events  # the class's method again
-
-
-def replayed_ms(batches: list[Batch], warm: int, runs: int) -> float:
+def replayed_ms(batches: list[list[StoredEvent]], warm: int, runs: int) -> float:
     """Ms per run of `batches` written again by bare sqlite3 (WAL, its default sync).
 
     Each batch is one multi-row ``INSERT``, its own transaction, into a table of
     the events table's shape, as stagetrail writes it; the first `warm` are not timed.
     """
+    statements = [(_insert(len(batch)), [v for e in batch for v in _row(e)]) for batch in batches]
     connection = sqlite3.connect(scratch("replay.db"), isolation_level=None)
     try:
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute(EVENTS_TABLE)
-        statements = [(_insert(len(batch)), [v for row in batch for v in row]) for batch in batches]
         for sql, params in statements[:warm]:
             connection.execute(sql, params)
         began = time.perf_counter()
@@ -129,6 +110,12 @@ def replayed_ms(batches: list[Batch], warm: int, runs: int) -> float:
         return (time.perf_counter() - began) / runs * 1e3
     finally:
         connection.close()
+
+
+def _row(event: StoredEvent) -> tuple[object, ...]:
+    run_id = event.originator_id
+    return (run_id.hex if isinstance(run_id, UUID) else run_id, event.originator_version,
+            event.topic, event.state)  # fmt: skip
 
 
 def _insert(rows: int) -> str:
@@ -161,8 +148,7 @@ def main() -> None:
     ]  # fmt: skip
     floor_us = rows[1]["median"]
     shipped, cpu = Supervised(runs, fsync=True), Supervised(runs, fsync=False)
-    timed_commits = round(shipped.commits * shipped.runs)
-    replayed = replayed_ms(shipped.batches, len(shipped.batches) - timed_commits, shipped.runs)
+    replayed = replayed_ms(shipped.batches, shipped.warm_commits, shipped.runs)
     floor = shipped.commits * float(floor_us) / 1e3  # type: ignore[arg-type]
     rows.append({
         "case": "a supervised review run (ms)", "shipped": round(shipped.ms, 3),

@@ -124,13 +124,7 @@ class GroupCommitter:
         import asyncio
 
         thread = asyncio.ensure_future(asyncio.to_thread(self._write_group, group))
-        cancelled = False
-        while not thread.done():  # the thread writes on whatever happens to this task
-            try:
-                await asyncio.shield(thread)
-            except asyncio.CancelledError:
-                cancelled = True
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # raised below
+        cancelled = await settled(thread)  # the thread writes on whatever happens to this task
         error = thread.exception()
         outcomes = thread.result() if error is None else [error] * len(group)
         for commit, outcome in zip(group, outcomes, strict=True):
@@ -176,18 +170,23 @@ class GroupCommitter:
         return outcomes
 
 
-async def settled(done: asyncio.Future[Any]) -> None:
+async def settled(done: asyncio.Future[Any]) -> bool:
     """Wait until `done` has its outcome, whatever cancellations arrive meanwhile.
 
     Each cancellation it absorbs is taken back (`Task.uncancel`); the caller
-    raises the one it was handling.
+    raises one (the one it was handling, or a new one) when this says so.
+
+    Returns:
+        Whether a cancellation arrived while it waited.
     """
     import asyncio
 
-    task = asyncio.current_task()
+    task, cancelled = asyncio.current_task(), False
     while not done.done():
         try:
             await asyncio.shield(done)
         except asyncio.CancelledError:
+            cancelled = True
             if task is not None:
                 task.uncancel()
+    return cancelled

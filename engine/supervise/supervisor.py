@@ -509,12 +509,10 @@ class _Ending:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, error: object, trace: object) -> bool:
-        if kind is None:
+        if isinstance(error, StageGaveUp):
+            self._gave_up(error)
             return False
-        if issubclass(kind, StageGaveUp):
-            self._gave_up(error)  # type: ignore[arg-type]
-            return False
-        return issubclass(kind, RunStopped)
+        return isinstance(error, RunStopped)
 
     def _gave_up(self, gave_up: StageGaveUp) -> None:
         run = self._run
