@@ -30,18 +30,13 @@ import os
 import sqlite3
 import statistics
 import time
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
 from benchmarks._common import CountedWrites, arguments, report, scratch
 from benchmarks.peers.stagetrail_runs import Stagetrail
-
-EVENTS_TABLE = (
-    "CREATE TABLE events (originator_id TEXT, originator_version INTEGER, topic TEXT,"
-    " state BLOB, PRIMARY KEY (originator_id, originator_version))"
-)
-"""The shape of eventsourcing's events table for an application (a rowid table)."""
 
 SIZES = (512, 4096, 32768)
 
@@ -68,14 +63,18 @@ def fdatasync_us(size: int, count: int) -> float:
 class Supervised:
     """A supervised run's time per run as shipped (or with its fsyncs off), its CPU, its commits.
 
-    `batches` holds every write's stored events, the first `warm_commits` before the timing.
+    `batches` holds every write's stored events, the first `warm_commits` before the timing;
+    `schema` and `table` are the recorder's own events table (its ``CREATE`` statements, its name).
     """
 
     def __init__(self, runs: int, *, fsync: bool) -> None:
         system = Stagetrail(scratch("floor.db"), "Supervisor.drive")
+        recorder: Any = system.engine.store.recorder  # the SQLite recorder: a writer, a table
+        self.schema: list[str] = list(recorder.create_table_statements)
+        self.table: str = recorder.events_table_name
         try:
             if not fsync:
-                writer = system.engine.store.recorder.writer  # type: ignore[attr-defined]
+                writer = recorder.writer
                 writer.acquire().cursor().execute("PRAGMA synchronous=OFF")  # measurement only
                 writer.release()
             with CountedWrites(system.engine.store) as writes:
@@ -91,23 +90,28 @@ class Supervised:
         self.batches, self.runs = writes.batches, runs
 
 
-def replayed_ms(batches: list[list[StoredEvent]], warm: int, runs: int) -> float:
-    """Ms per run of `batches` written again by bare sqlite3 (WAL, its default sync).
+def replayed_ms(shipped: Supervised) -> float:
+    """Ms per run of `shipped`'s batches written again by bare sqlite3 (WAL, its default sync).
 
-    Each batch is one multi-row ``INSERT``, its own transaction, into a table of
-    the events table's shape, as stagetrail writes it; the first `warm` are not timed.
+    Each batch is one multi-row ``INSERT``, its own transaction, into the recorder's
+    own events table, as stagetrail writes it; the warm-up's batches are not timed.
     """
-    statements = [(_insert(len(batch)), [v for e in batch for v in _row(e)]) for batch in batches]
+    table, warm = shipped.table, shipped.warm_commits
+    statements = [
+        (_insert(table, len(batch)), [v for e in batch for v in _row(e)])
+        for batch in shipped.batches
+    ]
     connection = sqlite3.connect(scratch("replay.db"), isolation_level=None)
     try:
         connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute(EVENTS_TABLE)
+        for create in shipped.schema:
+            connection.execute(create)
         for sql, params in statements[:warm]:
             connection.execute(sql, params)
         began = time.perf_counter()
         for sql, params in statements[warm:]:
             connection.execute(sql, params)
-        return (time.perf_counter() - began) / runs * 1e3
+        return (time.perf_counter() - began) / shipped.runs * 1e3
     finally:
         connection.close()
 
@@ -118,8 +122,8 @@ def _row(event: StoredEvent) -> tuple[object, ...]:
             event.topic, event.state)  # fmt: skip
 
 
-def _insert(rows: int) -> str:
-    return "INSERT INTO events VALUES " + ",".join(["(?,?,?,?)"] * rows)
+def _insert(table: str, rows: int) -> str:
+    return f"INSERT INTO {table} VALUES " + ",".join(["(?,?,?,?)"] * rows)
 
 
 def langgraph_loop_ms(runs: int) -> float | None:
@@ -148,7 +152,7 @@ def main() -> None:
     ]  # fmt: skip
     floor_us = rows[1]["median"]
     shipped, cpu = Supervised(runs, fsync=True), Supervised(runs, fsync=False)
-    replayed = replayed_ms(shipped.batches, shipped.warm_commits, shipped.runs)
+    replayed = replayed_ms(shipped)
     floor = shipped.commits * float(floor_us) / 1e3  # type: ignore[arg-type]
     rows.append({
         "case": "a supervised review run (ms)", "shipped": round(shipped.ms, 3),
