@@ -178,7 +178,7 @@ class Run:
             InvalidTransition: `stage` is not current or `outcome` not allowed;
                 nothing is appended.
         """
-        head = self._state  # built inline, not via _record: this is the hot path
+        head = self._state  # built inline, not via record: this is the hot path
         return self._append(
             StageCompleted(
                 run_id=head.run_id,
@@ -213,7 +213,7 @@ class Run:
                 nothing is appended.
         """
         message, kind = _describe(error)
-        return self._record(
+        return self.record(
             StageFailed,
             stage=stage,
             attempt=self._state.next_attempt(stage),
@@ -227,7 +227,7 @@ class Run:
 
     def rollback(self, steps: int = 1, reason: str = "") -> StateRolledBack:
         """Undo the newest `steps` outcomes: the machine returns to the state before them."""
-        return self._record(StateRolledBack, steps=steps, reason=reason)
+        return self.record(StateRolledBack, steps=steps, reason=reason)
 
     def decision(self, kind: type[D], **payload: Any) -> D:
         """Record a supervisor's decision: `RetryScheduled` or a `Circuit*` event.
@@ -238,36 +238,36 @@ class Run:
         if kind not in DECISIONS:
             names = ", ".join(sorted(k.__name__ for k in DECISIONS))
             raise TypeError(f"decision() records one of {names}, not {kind.__name__}")
-        return self._record(kind, **payload)
+        return self.record(kind, **payload)
 
     def note(self, key: str, value: JSON) -> NoteAdded:
         """Keep a note (a strategy tried, a learned pattern) in the history."""
-        return self._record(NoteAdded, key=key, value=value)
+        return self.record(NoteAdded, key=key, value=value)
 
     def add_task(self, task_id: str, parent: str | None = None, title: str = "") -> TaskAdded:
         """Add a task, optionally under a parent task."""
-        return self._record(TaskAdded, task_id=task_id, parent_id=parent, title=title)
+        return self.record(TaskAdded, task_id=task_id, parent_id=parent, title=title)
 
     def task_started(self, task_id: str) -> TaskStarted:
         """Record that work on a task began."""
-        return self._record(TaskStarted, task_id=task_id)
+        return self.record(TaskStarted, task_id=task_id)
 
     def task_completed(self, task_id: str, result: JSON = None) -> TaskCompleted:
         """Record a task's result."""
-        return self._record(TaskCompleted, task_id=task_id, result=result)
+        return self.record(TaskCompleted, task_id=task_id, result=result)
 
     def task_failed(
         self, task_id: str, error: BaseException | str = "", error_type: str | None = None
     ) -> TaskFailed:
         """Record that a task failed (it may be started again)."""
         message, kind = _describe(error)
-        return self._record(
+        return self.record(
             TaskFailed, task_id=task_id, error=message, error_type=error_type or kind
         )
 
     def spend(self, amount: float, unit: str = "usd") -> BudgetSpent:
         """Record budget spent: money, tokens, minutes."""
-        return self._record(BudgetSpent, amount=amount, unit=unit)
+        return self.record(BudgetSpent, amount=amount, unit=unit)
 
     def observe_progress(
         self,
@@ -283,7 +283,7 @@ class Run:
         verifier its failing test's signature, ``""`` when nothing fails); a signal
         left out keeps the value an earlier observation gave it.
         """
-        return self._record(
+        return self.record(
             ProgressObserved,
             changed_files=changed_files,
             diagnostics_signature=diagnostics_signature,
@@ -293,7 +293,7 @@ class Run:
 
     def finish(self, status: str = "succeeded", reason: JSON = "") -> RunFinished:
         """End the run; nothing may be recorded after this."""
-        return self._record(RunFinished, status=status, reason=reason)
+        return self.record(RunFinished, status=status, reason=reason)
 
     @contextmanager
     def batch(self) -> Iterator[Run]:
@@ -421,7 +421,15 @@ class Run:
         self._newest = None  # another writer's event may now hold its version
         return self
 
-    def _record(self, kind: type[E], **payload: Any) -> E:
+    def record(self, kind: type[E], **payload: Any) -> E:
+        """Record one event of `kind` with `payload`: the one path every other method takes.
+
+        The run's id, the next version and the timestamp are filled in; the event is
+        checked by the rules fold and serialized before it is queued or written.
+
+        Raises:
+            InvalidTransition, RuleViolation, InvalidPayload: nothing is recorded.
+        """
         head = self._state
         return self._append(
             kind(run_id=head.run_id, version=head.version + 1, timestamp=self._now(), **payload)
