@@ -41,7 +41,7 @@ from engine.store import (
 from engine.store.views import NoViews, RunQuery
 from engine.supervise import Supervisor
 from engine.verify import VerifyReport, verify_events
-from events import JSON, Event, RunFinished, RunStarted, utc_now
+from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
 _ALL_CHILDREN = 1_000_000
@@ -467,10 +467,10 @@ def _interrupted(run: Run) -> None:
     message = "the process recording this {} died before it ended"
     if run.open_attempt is not None and "failed" in run.allowed_outcomes():
         attempt = f"attempt {run.open_attempt} of {run.state!r}"
-        run.stage_failed(run.state, message.format(attempt), error_type="Interrupted")
+        run.stage_failed(run.state, message.format(attempt), error_type=INTERRUPTED)
     for task_id, status in run.tasks.items():
         if status == "active":
-            run.task_failed(task_id, message.format(f"task {task_id!r}"), "Interrupted")
+            run.task_failed(task_id, message.format(f"task {task_id!r}"), INTERRUPTED)
 
 
 def _restamped(events: list[Event], run_id: UUID, origin: tuple[UUID, int]) -> list[Event]:

@@ -26,6 +26,7 @@ from events.run import (
     StateRolledBack,
 )
 from events.stage import (
+    INTERRUPTED,
     CircuitClosed,
     CircuitHalfOpened,
     CircuitOpened,
@@ -49,6 +50,7 @@ __all__ = [
     "EVENT_TYPES",
     "Event",
     "EventFormatError",
+    "INTERRUPTED",
     "InvalidEvent",
     "InvalidPayload",
     "JSON",

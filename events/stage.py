@@ -45,6 +45,10 @@ class StageCompleted(Event):
     duration: float = fields.seconds()
 
 
+INTERRUPTED = "Interrupted"
+"""The `error_type` recorded for an attempt (or task) a crash cut short (`Engine.resume`)."""
+
+
 @attrs.frozen(slots=False, kw_only=True)
 class StageFailed(Event):
     """An attempt of a stage ended with an error; `outcome` moves the machine.

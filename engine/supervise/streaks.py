@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Protocol
 
 from engine.pipeline import Pipeline
-from events import Event, StageCompleted, StageFailed, StateRolledBack
+from events import INTERRUPTED, Event, StageCompleted, StageFailed, StateRolledBack
 
 Kind = tuple[bool, bool]
 """A failure's kind: (interrupted, routed)."""
@@ -23,9 +23,6 @@ Reset = tuple["Counter[Kind] | None", "Counter[Kind] | None"]
 """A stage's (live, rolled-back) counts a completion reset: None where there were none."""
 
 _NOTHING: Reset = (None, None)
-
-INTERRUPTED = "Interrupted"
-"""The error type `engine.resume` records for an attempt a crash cut short."""
 
 
 class BudgetRules(Protocol):

@@ -13,8 +13,9 @@ from typing import Any
 from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.supervise.breaker import Circuits, CircuitStates
-from engine.supervise.streaks import INTERRUPTED, BudgetRules, RetryStreaks
+from engine.supervise.streaks import BudgetRules, RetryStreaks
 from events import (
+    INTERRUPTED,
     JSON,
     BudgetSpent,
     CircuitClosed,
