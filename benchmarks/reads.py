@@ -1,6 +1,6 @@
 """A run's events read from a SQLite file: the lean read against eventsourcing's, one process.
 
-`engine/store/sqlite_recorder.py` reads a run's events with one SELECT on a kept
+`engine/store/sqlite/recorder.py` reads a run's events with one SELECT on a kept
 connection; eventsourcing's `select_events` (the read before it) runs through its
 pool, inside BEGIN ... ROLLBACK. Both read the same store, swapped on the same
 recorder and interleaved round by round, with raw sqlite3 (`benchmarks.compare`'s
@@ -25,7 +25,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 from benchmarks._common import arguments, report, scratch, timed
 from benchmarks.peers.raw_sqlite import RawSqlite
 from benchmarks.peers.stagetrail_runs import Stagetrail
-from engine.store.sqlite_recorder import SQLiteRecorder
+from engine.store.sqlite.recorder import SQLiteRecorder
 
 TARGET = 3.0
 """Point-in-time state and history: at most this many times raw sqlite3's time."""

@@ -34,8 +34,9 @@ from engine.errors import (
 )
 from engine.machine import RunState
 from engine.pipeline import Pipeline
+from engine.readside import Projections, ProjectionStatus
 from engine.run import Run
-from engine.store import Projections, ProjectionStatus, Store
+from engine.store import Store
 from engine.supervise import (
     FINISHED,
     Circuit,

@@ -28,17 +28,10 @@ from engine.errors import (
 )
 from engine.machine import RunState, apply, start
 from engine.pipeline import Pipeline
+from engine.readside import Projections, ReadOnlyViews, TimeTravel
 from engine.run import Run
-from engine.store import (
-    Projections,
-    Store,
-    StoreFull,
-    StoreReadOnly,
-    TimeTravel,
-    urls,
-    writable,
-)
-from engine.store.views import NoViews, RunQuery
+from engine.store import Store, StoreFull, StoreReadOnly, urls, writable
+from engine.store.views import NoViews, RunQuery, Views
 from engine.supervise import Supervisor
 from engine.verify import VerifyReport, verify_events
 from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
@@ -88,22 +81,25 @@ class Engine:
             read_only=read_only,
             settings=settings,
         )
-        self.projections = self._projections()
+        views = self.store.views
+        if self.store.views_read_only:  # newer events fold in memory: nothing is written
+            views = ReadOnlyViews(self.store.url, views)
+        self.projections = self._projections(views)
         """The persistent projections: register, catch_up, get, status, rebuild."""
-        self._time_travel = TimeTravel(self.store, self.store.views)
+        self._time_travel = TimeTravel(self.store, views)
 
-    def _projections(self) -> Projections:
+    def _projections(self, views: Views | None) -> Projections:
         store = self.store
-        if store.views is not None:
-            projections = Projections(store.recorder, store.mapper, store.views)
+        if views is not None:
+            projections = Projections(store.recorder, store.mapper, views)
             try:
                 projections.register(RunIndex)
                 projections.register(FailurePatterns)
                 return projections
             except Exception as error:  # e.g. a read-only file: reading runs must still work
                 store.views_problem = f"{type(error).__name__}: {error}"
-        views: Any = NoViews(self.url, store.views_problem)
-        return Projections(store.recorder, store.mapper, views)
+        missing: Any = NoViews(self.url, store.views_problem)
+        return Projections(store.recorder, store.mapper, missing)
 
     @property
     def url(self) -> str:

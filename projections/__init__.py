@@ -2,7 +2,7 @@
 
 Pure code only: folds, the built-in projections and the projection protocol. No
 database code and no imports from `engine` live here: the engine's store runs
-these folds persistently (`engine.store.persistent`) and keeps their snapshots.
+these folds persistently (`engine.readside.persistent`) and keeps their snapshots.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
-"""Persistence: eventsourcing's recorders behind `Store`, one module per backend.
+"""Persistence: eventsourcing's recorders behind `Store`, one package per backend.
 
-`memory`, `sqlite` and `postgres` each open their kind of store (its recorder and
-its projection tables; `sqlite_recorder` reads a run's events from a SQLite file
-with one plain SELECT); `urls` parses store URLs, `meta` keeps the store's schema
-version and at-rest settings, `mapper` turns events into stored bytes,
-`snapshots` keeps time-travel snapshots, `persistent` runs persistent
-projections with eventsourcing's tracking records and `group_commit` lets
-concurrent runs in an event loop share their transactions.
+`memory`, `sqlite/` and `postgres/` each open their kind of store: its recorder
+for the events and its tables for the read side (`views`, with their SQL in
+`sql`). `urls` parses store URLs, `meta` keeps the store's schema version and
+at-rest settings, `mapper` turns events into stored bytes (the one serializer),
+`group_commit` lets concurrent runs in an event loop share their transactions.
+The runtime that fills the read side's tables is `engine.readside`.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from engine.store.errors import (
 )
 from engine.store.event_store import PAGE, Store, writable
 from engine.store.group_commit import GroupCommitter
-from engine.store.persistent import Projections, ProjectionStatus
-from engine.store.snapshots import SNAPSHOT_INTERVAL, TimeTravel
 from engine.store.urls import StoreURL, default_url, mask, parse
 
 __all__ = [
@@ -29,15 +26,11 @@ __all__ = [
     "GroupCommitter",
     "OutcomeUnknown",
     "PAGE",
-    "ProjectionStatus",
-    "Projections",
-    "SNAPSHOT_INTERVAL",
     "Store",
     "StoreError",
     "StoreFull",
     "StoreReadOnly",
     "StoreURL",
-    "TimeTravel",
     "default_url",
     "mask",
     "parse",

@@ -29,6 +29,8 @@ class Backend:
     views_problem: str = ""
     erase: Callable[[Sequence[UUID]], int] | None = None
     """Physically removes runs' events and snapshots in one transaction; the events removed."""
+    read_only: bool = False
+    """Opened for reading only: `views` (the stored ones, or None) must never be written."""
 
 
 def prepare_views(make: Callable[[], Any]) -> tuple[Any, str]:

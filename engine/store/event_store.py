@@ -85,6 +85,8 @@ class Store:
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
         self.views = self._backend.views
         self.views_problem = self._backend.views_problem
+        self.views_read_only = self._backend.read_only
+        """Whether `views` (the stored ones, or None) were opened read-only: never to be written."""
 
     @property
     def max_event_bytes(self) -> int:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from engine.store import Projections
+from engine.readside import Projections
 from events import Event
 from projections import Projection
 

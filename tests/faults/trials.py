@@ -137,9 +137,9 @@ class Victim:
 
 def victim(url: str, out: int, seed: int) -> None:
     """The child's whole life: open the store, say ready, record until killed."""
-    import engine.store.persistent
+    import engine.readside.persistent
 
-    engine.store.persistent.PAGE = 37  # many small transactions, many places to die
+    engine.readside.persistent.PAGE = 37  # many small transactions, many places to die
     opened = Engine(url)
     for projection in (*BUILT_INS, FailuresByType):
         opened.projections.register(projection)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import Engine, Run, StagetrailError
-from engine.store import TimeTravel
+from engine.readside import TimeTravel
 from events import Event
 from projections import BUILT_INS, Projection
 from tests._helpers import POSTGRES_URL, REVIEW, require_postgres

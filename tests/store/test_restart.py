@@ -23,7 +23,7 @@ import pytest
 from engine import Engine, OutcomeUnknown, StoreError
 from events import NoteAdded
 from tests._helpers import REVIEW
-from tests.store.test_postgres import _append_following_the_advice
+from tests.store.postgres.test_open import _append_following_the_advice
 
 
 class Cluster:

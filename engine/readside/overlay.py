@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.store.failures import classify
-from engine.store.views import PageSave, RunQuery, Views
+from engine.store.views import PageSave, RunQuery
 from events.errors import StagetrailError
 from projections.errors import PositionMoved
 
@@ -181,8 +181,3 @@ class ReadOnlyViews:
         close = getattr(self._base, "close_listener", None)
         if close is not None:
             close()
-
-
-def read_only(url: str, base: Any | None) -> Views:
-    """`base` (a store's views, or None) behind a layer that never writes to the store."""
-    return ReadOnlyViews(url, base)

@@ -9,7 +9,8 @@ import pytest
 from freezegun import freeze_time
 
 from engine import Engine, InvalidArgument, RunNotFound
-from engine.store import Store, TimeTravel
+from engine.readside import TimeTravel
+from engine.store import Store
 from projections import BUILT_INS, RunIndex, StateStack
 from tests._helpers import REVIEW, FailuresByType
 

@@ -17,12 +17,12 @@ from tests._helpers import REVIEW
 CATCHER = textwrap.dedent(
     """
     import sys
-    import engine.store.persistent
+    import engine.readside.persistent
     from engine import Engine
     from projections import BUILT_INS
     from tests._helpers import FailuresByType
 
-    engine.store.persistent.PAGE = 37  # many small transactions, many places to die
+    engine.readside.persistent.PAGE = 37  # many small transactions, many places to die
     engine = Engine(sys.argv[1])
     for projection in (*BUILT_INS, FailuresByType):
         engine.projections.register(projection)

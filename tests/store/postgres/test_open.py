@@ -19,7 +19,7 @@ from engine.store.errors import OutcomeUnknown
 from events import NoteAdded
 from tests._helpers import POSTGRES_URL, REVIEW, FailuresByType
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 BIG_BATCH = textwrap.dedent(
     """
@@ -59,7 +59,7 @@ class TestBigAppends:
 
     def test_a_big_and_a_small_append_share_a_store(self, postgres_url: str) -> None:
         """Appends above the pipeline limit go statement by statement, below it pipelined."""
-        from engine.store.postgres import PIPELINE_BYTES
+        from engine.store.postgres.recorder import PIPELINE_BYTES
 
         with Engine(postgres_url) as engine:
             run = engine.start_run(REVIEW)

@@ -11,7 +11,7 @@ import pytest
 from eventsourcing.persistence import IntegrityError, OperationalError
 
 from engine import ConcurrencyConflict, Engine, StoreError
-from engine.store.sqlite_writer import WriterConnection
+from engine.store.sqlite.writer import WriterConnection
 from tests._helpers import REVIEW
 
 

@@ -14,7 +14,7 @@ import pytest
 from engine import Engine, StoreError
 from engine.store.errors import StoreFull, StoreReadOnly
 from tests._helpers import REVIEW
-from tests.store.test_postgres import open_together
+from tests.store.postgres.test_open import open_together
 
 
 def _snapshot(path: Path) -> tuple[bytes, list[str]]:

@@ -8,7 +8,7 @@ for reading (a single statement is its own consistent snapshot in WAL mode),
 and every row shares the run id already asked for. The rows stay
 eventsourcing's `StoredEvent`s, so the store's mapper still decrypts,
 decompresses and upcasts them; every other read is eventsourcing's. An append
-is one multi-row ``INSERT`` on the store's writing connection (`sqlite_writer`),
+is one multi-row ``INSERT`` on the store's writing connection (`engine.store.sqlite.writer`),
 its own transaction, rather than ``BEGIN`` … an ``INSERT`` per event … ``COMMIT``.
 """
 
@@ -23,7 +23,7 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
-from engine.store.sqlite_writer import WriterConnection
+from engine.store.sqlite.writer import WriterConnection
 from events.values import build
 
 KEEP = 4

@@ -15,7 +15,7 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from engine import Engine, StoreError
-from engine.store.sqlite_recorder import ONE_STATEMENT, ReaderConnections, SQLiteRecorder
+from engine.store.sqlite.recorder import ONE_STATEMENT, ReaderConnections, SQLiteRecorder
 from projections import StateStack
 from tests._helpers import REVIEW
 

@@ -1,8 +1,8 @@
-"""The SQLite backend: eventsourcing's recorder on a file, and the views beside the events.
+"""Opening a SQLite store: the file checked, its meta table, WAL, the recorder and views.
 
-The recorder is `sqlite_recorder.SQLiteRecorder`: eventsourcing's, except that a
-run's events are read with one SELECT on a kept reading connection; every write
-goes through the store's one writing connection (`sqlite_writer`).
+The recorder is `engine.store.sqlite.recorder.SQLiteRecorder`: eventsourcing's,
+except that a run's events are read with one SELECT on a kept reading connection;
+every write goes through the store's one writing connection (`writer`).
 """
 
 from __future__ import annotations
@@ -10,93 +10,25 @@ from __future__ import annotations
 import functools
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from typing import Any
-from urllib.parse import quote
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
-from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
+from eventsourcing.persistence import PersistenceError
+from eventsourcing.sqlite import SQLiteDatastore
 
-from engine.store import meta, overlay
+from engine.store import meta
 from engine.store.backend import Backend, prepare_views
 from engine.store.errors import StoreError
 from engine.store.failures import classify
-from engine.store.sql import NAMES, SQLViews
-from engine.store.sqlite_recorder import SQLiteRecorder
-from engine.store.sqlite_writer import WriterConnection
+from engine.store.sql import NAMES
+from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
+from engine.store.sqlite.recorder import SQLiteRecorder
+from engine.store.sqlite.views import SQLiteViews
 from engine.store.urls import StoreURL
 
-LOCK_TIMEOUT = 30
-"""Seconds a writer waits for another process's write lock before "database is locked"."""
-
 _HEADER = b"SQLite format 3\x00"
-
-
-class Datastore(SQLiteDatastore):
-    """eventsourcing's SQLite datastore: write transactions IMMEDIATE, or the file read-only.
-
-    Args:
-        path: the store file.
-        read_only: open the file read-only (``mode=ro``), never switching its
-            journal mode: a read must not change a file, ours or another program's.
-    """
-
-    def __init__(self, path: str, *, read_only: bool) -> None:
-        name = _read_only_uri(path) if read_only else f"file:{quote(os.path.abspath(path))}"
-        super().__init__(db_name=name, pool_size=2, max_overflow=8, lock_timeout=LOCK_TIMEOUT)
-        if read_only:  # the pool would otherwise switch the file to WAL on first connect
-            self.pool.is_journal_mode_wal = True
-        self.writer = WriterConnection(name, LOCK_TIMEOUT)
-
-    def transaction(self, *, commit: bool) -> AbstractContextManager[Any]:  # type: ignore[override]
-        """A transaction: a committing one on the writing connection, from BEGIN IMMEDIATE."""
-        if commit:
-            return self.writer.transaction()
-        return super().transaction(commit=False)
-
-    def close(self) -> None:
-        """Close the writing connection and eventsourcing's pool."""
-        self.writer.close()
-        super().close()
-
-
-class SQLiteViews(SQLiteTrackingRecorder, SQLViews):
-    """eventsourcing's SQLite tracking recorder, extended with the views' tables."""
-
-    names = NAMES
-    tracking_table = "tracking"  # eventsourcing's SQLite recorder fixes this name
-
-    def __init__(self, datastore: SQLiteDatastore, url: str = "-") -> None:
-        super().__init__(datastore)
-        self.url = url
-
-    def create_table(self) -> None:
-        """Create the tracking and views tables, even while another process does too."""
-        try:
-            super().create_table()
-        except IntegrityError:
-            # Both saw no tracking table and both recorded its migration marker: the
-            # other was first. Looking again finds its tables and adds nothing.
-            super().create_table()
-
-    def _create_table(self, c: SQLiteCursor) -> None:
-        super()._create_table(c)
-        self.create_views(c)
-
-    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
-        return self.datastore.transaction(commit=commit)
-
-    def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
-        self._insert_tracking(cursor, tracking)
-
-    def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
-        """SQLite has no notifications: wait out the poll interval (or until stopped)."""
-        stop.wait(timeout)
-        return False
 
 
 def open_sqlite(
@@ -136,12 +68,8 @@ def open_sqlite(
         raise classify(url.masked, error, "cannot open the store") from error
     close = functools.partial(_close, recorder, datastore)
     if read_only:
-        return Backend(
-            recorder,
-            found.mapper(),
-            close,
-            overlay.read_only(url.masked, _views(datastore, url.masked)),
-        )
+        views = _views(datastore, url.masked)
+        return Backend(recorder, found.mapper(), close, views, read_only=True)
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked))
     erase = functools.partial(erase_runs, datastore, views is not None)
     return Backend(recorder, found.mapper(), close, views, problem, erase)
@@ -193,7 +121,7 @@ def _inspect(url: StoreURL, create: bool, settings: meta.AtRest) -> meta.AtRest 
         raise StoreError(url.masked, f"not a stagetrail store: {url.path} is an empty file")
     _check_header(url)
     try:
-        conn = sqlite3.connect(_read_only_uri(url.path), uri=True)
+        conn = sqlite3.connect(read_only_uri(url.path), uri=True)
     except sqlite3.Error as error:
         raise classify(url.masked, error, "cannot read the store") from error
     try:
@@ -230,22 +158,6 @@ def _use_wal(url: StoreURL) -> None:
             if not busy or time.monotonic() > deadline:
                 raise classify(url.masked, error, "cannot open the store") from error
             time.sleep(0.01)
-
-
-def _read_only_uri(path: str) -> str:
-    """A URI opening `path` read-only.
-
-    A WAL file is read through its shared-memory file, which a reader creates
-    when missing; where it cannot (a read-only directory or file system) and
-    no writer has one open (none exists), the file cannot change while it is
-    read, and SQLite is told so (``immutable=1``) instead of failing to open.
-    """
-    absolute = os.path.abspath(path)
-    uri = f"file:{quote(absolute)}?mode=ro"
-    writable = os.access(os.path.dirname(absolute), os.W_OK)
-    if not writable and not os.path.exists(absolute + "-shm"):
-        uri += "&immutable=1"
-    return uri
 
 
 def _check_header(url: StoreURL) -> None:

@@ -1,0 +1,22 @@
+"""The read side's runtime: projections kept in the store, snapshots, read-only overlays.
+
+`persistent` runs registered projections over every run's events with
+eventsourcing's tracking records (exactly once, resumable, rebuildable);
+`snapshots` keeps time-travel snapshots of one run's projection states;
+`overlay` serves a store opened read-only, folding newer events in memory.
+The tables these write are each backend's own (`engine.store`).
+"""
+
+from __future__ import annotations
+
+from engine.readside.overlay import ReadOnlyViews
+from engine.readside.persistent import Projections, ProjectionStatus
+from engine.readside.snapshots import SNAPSHOT_INTERVAL, TimeTravel
+
+__all__ = [
+    "Projections",
+    "ProjectionStatus",
+    "ReadOnlyViews",
+    "SNAPSHOT_INTERVAL",
+    "TimeTravel",
+]

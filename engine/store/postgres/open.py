@@ -1,0 +1,173 @@
+"""Opening a PostgreSQL store: its schema's meta table under an advisory lock, the recorder
+and the views; whether a role may write; erasing runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from psycopg.sql import SQL, Identifier, Literal
+
+from engine.store import meta
+from engine.store.backend import Backend, prepare_views
+from engine.store.errors import StoreError
+from engine.store.postgres.datastore import (
+    connect,
+    describe,
+    make_datastore,
+    schema_of,
+)
+from engine.store.postgres.recorder import make_recorder
+from engine.store.postgres.views import PostgresViews
+from engine.store.sql import NAMES
+from engine.store.urls import StoreURL
+
+
+def _settle_meta(
+    conn: Any, url: StoreURL, create: bool, settings: meta.AtRest
+) -> tuple[meta.AtRest, bool]:
+    """Check or create the meta table; return the settings and whether events exist."""
+    from psycopg import sql
+
+    schema = schema_of(url)
+    meta_table = sql.Identifier(schema, meta.META_TABLE)
+    has_meta, has_events = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+        (f"{schema}.{meta.META_TABLE}", f"{schema}.{meta.EVENTS_TABLE}"),
+    ).fetchone()
+    if has_meta:
+        rows = conn.execute(sql.SQL("SELECT key, value FROM {}").format(meta_table)).fetchall()
+        return meta.settle(dict(rows), settings, url.masked), has_events
+    if has_events:
+        raise StoreError(url.masked, f"schema {schema!r} has events but no stagetrail meta table")
+    if not create:
+        raise StoreError(url.masked, f"no stagetrail store in schema {schema!r}")
+    _check_not_reserved(conn, url, schema)
+    _create_meta(conn, schema, settings)
+    return settings, False
+
+
+def _check_not_reserved(conn: Any, url: StoreURL, schema: str) -> None:
+    reserved = conn.execute(
+        "SELECT 1 FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'", (schema,)
+    ).fetchone()
+    if reserved:
+        raise StoreError(url.masked, f"schema {schema!r} is an SQL keyword; choose another name")
+
+
+def _create_meta(conn: Any, schema: str, settings: meta.AtRest) -> None:
+    from psycopg import sql
+
+    meta_table = sql.Identifier(schema, meta.META_TABLE)
+    with conn.transaction():
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            ).format(meta_table)
+        )
+        for key, value in meta.new_meta(settings).items():
+            conn.execute(
+                sql.SQL("INSERT INTO {} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING").format(
+                    meta_table
+                ),
+                (key, value),
+            )
+
+
+def open_postgres(
+    url: StoreURL, create: bool, settings: meta.AtRest, *, read_only: bool = False
+) -> Backend:
+    """Open or create a stagetrail store in a PostgreSQL schema.
+
+    Workers opening a new store at the same moment take turns: creation runs
+    under an advisory lock on the schema's name (PostgreSQL's CREATE ... IF NOT
+    EXISTS is not safe against a concurrent creation of the same table or type).
+    With `read_only` nothing is created or written (a read-only role, a replica):
+    projections fold in memory over the stored views.
+
+    Raises:
+        StoreError: unreachable server, missing rights, missing store, newer schema, wrong key.
+    """
+    import psycopg
+
+    with connect(url) as conn:
+        try:
+            if create:  # held until the probe connection closes, after the views exist
+                conn.execute("SELECT pg_advisory_lock(%s)", (_creation_lock(schema_of(url)),))
+            settings, has_events = _settle_meta(conn, url, create, settings)
+        except psycopg.Error as error:
+            problem = f"cannot open the store: {describe(error, url)}"
+            raise StoreError(url.masked, problem) from None
+        datastore = make_datastore(url)
+        recorder = make_recorder(url, datastore, has_events or read_only)
+        if read_only:
+            views = PostgresViews(datastore, recorder.channel_name, url.masked)
+            closer = _closer(datastore, views)
+            return Backend(recorder, settings.mapper(), closer, views, read_only=True)
+        views, problem = prepare_views(
+            lambda: PostgresViews(datastore, recorder.channel_name, url.masked)
+        )
+    erase = functools.partial(erase_runs, datastore, views)
+    return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem, erase)
+
+
+def writable(url: StoreURL) -> bool:
+    """Whether this role may append and save projections here: a primary, not read-only."""
+    import psycopg
+
+    probe = SQL(
+        "SELECT NOT pg_is_in_recovery()"
+        " AND current_setting('transaction_read_only') = 'off'"
+        " AND has_table_privilege({events}, 'INSERT')"
+        " AND has_table_privilege({projections}, 'UPDATE')"
+    ).format(
+        events=_qualified(url, meta.EVENTS_TABLE), projections=_qualified(url, NAMES["projections"])
+    )
+    try:
+        with connect(url) as conn:
+            return bool(conn.execute(probe).fetchone()[0])
+    except (StoreError, psycopg.Error):  # no such store, or no rights: the read-only open says
+        return False
+
+
+def _qualified(url: StoreURL, table: str) -> Any:
+    """`schema.table` as a string literal, for the privilege functions."""
+    return Literal(f"{schema_of(url)}.{table}")
+
+
+def _creation_lock(schema: str) -> int:
+    """The advisory lock key (a signed 64-bit int) serialising creation in `schema`."""
+    digest = hashlib.sha256(f"stagetrail:create:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def erase_runs(datastore: Any, views: PostgresViews | None, run_ids: Sequence[UUID]) -> int:
+    """Delete the runs' events and snapshots in one transaction; return the events deleted."""
+    events = SQL("DELETE FROM {} WHERE originator_id=%s").format(
+        Identifier(datastore.schema, meta.EVENTS_TABLE)
+    )
+    snapshots = SQL("DELETE FROM {} WHERE run_id=%s").format(
+        Identifier(datastore.schema, NAMES["snapshots"])
+    )
+    removed = 0
+    with datastore.transaction(commit=True) as cursor:
+        for run_id in run_ids:
+            cursor.execute(events, (run_id,))
+            removed += cursor.rowcount
+            if views is not None:
+                cursor.execute(snapshots, (str(run_id),))
+    return removed
+
+
+def _closer(datastore: Any, views: Any) -> Any:
+    def close() -> None:
+        if views is not None:
+            views.close_listener()
+        datastore.close()
+
+    return close

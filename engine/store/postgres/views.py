@@ -1,0 +1,91 @@
+"""The PostgreSQL tables of the read side: tracking records, the views' tables, LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from contextlib import AbstractContextManager
+from typing import Any
+
+from eventsourcing.persistence import Tracking
+from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
+from psycopg.sql import SQL, Identifier
+
+from engine.store.sql import NAMES, SQLViews
+
+TRACKING_TABLE = "stagetrail_tracking"
+_log = logging.getLogger(__name__)
+_INDEXES = ("runs_started", "runs_parent")
+
+
+class PostgresViews(PostgresTrackingRecorder, SQLViews):
+    """eventsourcing's PostgreSQL tracking recorder, extended with the views' tables."""
+
+    placeholder = "%s"
+    prefix_match = 'run_id COLLATE "C">=? AND run_id COLLATE "C"<?'
+    """Byte order, whatever the database's collation (which may skip the hyphens)."""
+    prefix_order = 'run_id COLLATE "C"'
+    """The order of the byte-order index, so a prefix lookup reads only its range."""
+
+    def __init__(self, datastore: PostgresDatastore, channel: str, url: str = "-") -> None:
+        super().__init__(datastore, tracking_table_name=TRACKING_TABLE)
+        self.url = url
+        schema = datastore.schema
+        self.names = {
+            key: table if key in _INDEXES else f'"{schema}"."{table}"'
+            for key, table in NAMES.items()
+        }
+        self.tracking_table = f'"{schema}"."{TRACKING_TABLE}"'
+        self._channel = channel
+        self._listener: Any = None
+
+    def _create_table(self, curs: Any) -> None:
+        super()._create_table(curs)
+        self.create_views(curs)
+        # The primary key sorts by the database's collation; prefixes need byte order.
+        index = f"CREATE INDEX IF NOT EXISTS stagetrail_runs_id_bytes ON {self.names['runs']}"
+        curs.execute(f'{index} ((run_id COLLATE "C"))')
+
+    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
+        return self.datastore.transaction(commit=commit)
+
+    def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
+        self._insert_tracking(cursor, tracking)
+
+    def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
+        """Wait for a NOTIFY from an append, at most `timeout` seconds (a lost one cannot stall).
+
+        The first call (and the first after a lost connection) only starts listening
+        and returns True at once: what was appended between the caller's last read and
+        the LISTEN sent no notification this connection could receive, so the caller
+        reads again now rather than after `timeout`.
+        """
+        import psycopg
+
+        try:
+            if self._listener is None:
+                self._listener = self._listen()
+                return not stop.is_set()
+            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                return not stop.is_set()
+        except psycopg.Error as error:  # a dropped connection: listen afresh next time
+            _log.warning("LISTEN connection lost, reconnecting: %s", error)
+            self.close_listener()
+            stop.wait(timeout)
+        return False
+
+    def _listen(self) -> Any:
+        import psycopg
+
+        pool: Any = self.datastore.pool
+        conn = psycopg.connect(pool.conninfo, autocommit=True, **dict(pool.kwargs))
+        conn.execute(SQL("LISTEN {0}").format(Identifier(self._channel)))
+        return conn
+
+    def close_listener(self) -> None:
+        """Close the LISTEN connection, if one was opened."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection may fail too
+                listener.close()
