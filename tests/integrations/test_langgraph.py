@@ -22,7 +22,7 @@ from langgraph.graph import END, START, StateGraph
 
 import events
 from engine import Engine, RunNotFound
-from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline
+from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline, thread_run_ids
 from engine.integrations.langgraph import THREAD_LABEL as THREAD
 from engine.integrations.langgraph import saver as saver_module
 from events import CheckpointSaved, StageCompleted, StageFailed
@@ -308,18 +308,21 @@ class TestStoredForm:
         """The first stored format (the id in the skeleton, versions in blobs) still reads."""
         engine = Engine("memory://")
         saver = StagetrailSaver(engine, flaky_graph(0))
-        first = saver._run_started("old")
+        run = engine.start_run(
+            saver.pipeline,
+            params={"thread_id": "old"},
+            labels={THREAD: "old"},
+            run_id=next(thread_run_ids("old")),
+        )
         skeleton = {"v": 4, "ts": "2026-11-23T10:00:00+00:00", "id": "1f0-1"}
         skeleton |= {"channel_versions": {"log": 2}, "versions_seen": {}, "updated_channels": []}
-        saved = CheckpointSaved(
-            run_id=first.run_id,
-            version=2,
+        run.record(
+            CheckpointSaved,
             checkpoint_id="1f0-1",
             checkpoint={"full": skeleton},
             metadata={"json": {"source": "input", "step": -1}},
             blobs={"log": ["2", "msgpack", base64.b64encode(b"\x91\xa4plan").decode()]},
         )
-        engine.store.append([first, saved])
         found = saver.get_tuple({"configurable": {"thread_id": "old"}})
         assert found is not None
         assert found.checkpoint["id"] == "1f0-1"

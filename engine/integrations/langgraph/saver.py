@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-import attrs
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -50,7 +49,8 @@ from engine.integrations.langgraph.thread import (
     Typed,
     serde_form,
 )
-from engine.machine import RunState, apply
+from engine.machine import RunState
+from engine.run import Run
 from engine.store import PAGE
 from events import (
     CheckpointSaved,
@@ -84,8 +84,6 @@ Spec = tuple[type[Event], dict[str, Any]]
 Specs = list[Spec]
 Tuples = list[CheckpointTuple]
 Threads = list[Thread]
-Events = list[Event]
-Machines = list[RunState]
 Removed = list[list[str]]
 Encoded = list[Any]
 """A serialised value in an event: ``[type, base64]``."""
@@ -342,7 +340,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return max(0.0, (utc_now() - since).total_seconds())
 
     def _append(self, thread_id: str, build: Build, *, create: bool) -> None:
-        """Build events on the thread's state as this saver knows it; append them atomically.
+        """Build events on the thread's state as this saver knows it; record them atomically.
 
         Optimistic, as event sourcing is: no read before the write. If another process
         appended first, the store refuses the versions; this saver then catches up with
@@ -362,25 +360,50 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             raise ConcurrencyConflict(self._find_id(thread_id) or uuid.UUID(int=0), 0)
 
     def _try_append(self, thread_id: str, thread: Thread | None, build: Build) -> bool:
-        started: Events = []
+        """Record what `build` makes of the thread in one transaction; False on a conflict."""
         if thread is None:
-            first = self._run_started(thread_id)
-            thread, started = Thread(thread_id, first), [first]
+            thread = self._start(thread_id)
+            if thread is None:
+                return False
         specs = build(thread)
         if not specs:
             return True
-        stamped, machines = self._stamped(thread, specs)
-        events = started + stamped
+        run = Run(self.engine.store, thread.pipeline, thread.machine)
+        recorded: list[tuple[Event, RunState]] = []
         try:
-            self.engine.store.append(events)
-        except (ConcurrencyConflict, RunAlreadyExists):
-            self._threads.pop(thread_id, None)
-            self._free.pop(thread_id, None)
+            with run.batch():
+                for kind, payload in specs:
+                    if payload.get("attempt") == 0:  # the hub's next attempt, as numbered now
+                        payload = {**payload, "attempt": run.machine.next_attempt(payload["stage"])}
+                    recorded.append((run.record(kind, **payload), run.machine))
+        except ConcurrencyConflict:
+            self._forget(thread_id)
             return False
-        for event, machine in zip(events[len(started) :], machines, strict=True):
+        for event, machine in recorded:
             thread.fold(event, machine)
         self._remember(thread)
         return True
+
+    def _start(self, thread_id: str) -> Thread | None:
+        """The thread's next run, started; None if another writer took its id first."""
+        try:
+            run = self.engine.start_run(
+                self.pipeline,
+                params={"thread_id": thread_id},
+                labels={THREAD_LABEL: thread_id},
+                run_id=self._next_run_id(thread_id),
+            )
+        except RunAlreadyExists:
+            self._forget(thread_id)
+            return None
+        thread = Thread(thread_id, run.pipeline, run.machine)
+        self._remember(thread)
+        return thread
+
+    def _forget(self, thread_id: str) -> None:
+        """Drop what this saver knows of the thread: the store has moved on without it."""
+        self._threads.pop(thread_id, None)
+        self._free.pop(thread_id, None)
 
     def _remember(self, thread: Thread) -> None:
         """Keep the thread's fold for the next call; forget the least recently used beyond
@@ -390,38 +413,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         while len(self._threads) > _CACHED_THREADS:
             forgotten, _ = self._threads.popitem(last=False)
             self._read_at.pop(forgotten, None)
-
-    def _stamped(self, thread: Thread, specs: Specs) -> tuple[Events, Machines]:
-        """Events from (class, payload) pairs, numbered after the thread's newest event.
-
-        Each is checked against the table on a scratch copy of the machine, so nothing
-        illegal reaches the store; attempt 0 asks for the hub's next attempt number.
-        Returns the events and the machine state after each, for the fold to take.
-        """
-        now, machine, made, machines = utc_now(), thread.machine, [], []
-        if now < machine.last_timestamp:
-            now = machine.last_timestamp
-        for kind, payload in specs:
-            if payload.get("attempt") == 0:
-                payload = {**payload, "attempt": machine.next_attempt(payload["stage"])}
-            event = kind(
-                run_id=thread.run_id, version=machine.version + 1, timestamp=now, **payload
-            )
-            machine = apply(thread.pipeline, machine, event)
-            made.append(event)
-            machines.append(machine)
-        return made, machines
-
-    def _run_started(self, thread_id: str) -> RunStarted:
-        run_id = self._next_run_id(thread_id)
-        return RunStarted(
-            run_id=run_id,
-            version=1,
-            pipeline=self.pipeline.name,
-            table=self.pipeline.to_dict(),
-            params={"thread_id": thread_id},
-            labels={THREAD_LABEL: thread_id},
-        )
 
     def _next_run_id(self, thread_id: str) -> UUID:
         free = self._free.pop(thread_id, None)
@@ -479,7 +470,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         events = self.engine.store.stream(run_id)
         first = next(events)
         assert isinstance(first, RunStarted)
-        thread = Thread(thread_id, first)
+        thread = Thread.started(thread_id, first)
         for event in events:
             thread.fold(event)
         return None if thread.deleted else thread
@@ -556,9 +547,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 return
             if self._live(target_thread_id) is not None:
                 raise ValueError(f"cannot copy into thread {target_thread_id!r}: it exists")
-            events = list(self.engine.store.stream(source.run_id, lte=source.version))
-            copies = _forked(events, target_thread_id, self._next_run_id(target_thread_id))
-            self.engine.store.append(copies)
+            self.engine.fork(
+                source.run_id,
+                at=source.version,
+                new_run_id=self._next_run_id(target_thread_id),
+                params={"thread_id": target_thread_id},
+                labels={THREAD_LABEL: target_thread_id},
+            )
 
     # -- async -----------------------------------------------------------------------------
 
@@ -681,18 +676,3 @@ def _unless_known(version: str, known: Any) -> list[str]:
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return all(metadata.get(key) == value for key, value in wanted.items())
-
-
-def _forked(events: Events, thread_id: str, run_id: UUID) -> Events:
-    """Copies of a thread's events for another thread: its labels, the source as `forked_from`."""
-    now, first = utc_now(), events[0]
-    assert isinstance(first, RunStarted)
-    started = attrs.evolve(
-        first,
-        run_id=run_id,
-        timestamp=now,
-        params={"thread_id": thread_id},
-        labels={**first.labels, THREAD_LABEL: thread_id},
-        forked_from=(first.run_id, len(events)),
-    )
-    return [started, *(attrs.evolve(e, run_id=run_id, timestamp=now) for e in events[1:])]
