@@ -56,10 +56,7 @@ from events import (
     CheckpointSaved,
     CheckpointsRemoved,
     Event,
-    RunFinished,
     RunStarted,
-    StageCompleted,
-    StageFailed,
     WritesSaved,
     utc_now,
 )
@@ -79,16 +76,16 @@ _CACHED_THREADS = 256
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
-Spec = tuple[type[Event], dict[str, Any]]
-"""An event to append, as its class and payload (numbered and stamped when appended)."""
-Specs = list[Spec]
+Step = Callable[[Run], Event]
+"""One recording call on the thread's run, made inside the write's `batch()`."""
+Steps = list[Step]
 Tuples = list[CheckpointTuple]
 Threads = list[Thread]
 Removed = list[list[str]]
 Encoded = list[Any]
 """A serialised value in an event: ``[type, base64]``."""
-Build = Callable[[Thread], Specs]
-"""Makes the events to append from the thread's current state (empty: nothing to do)."""
+Build = Callable[[Thread], Steps]
+"""Makes the recording calls from the thread's current state (empty: nothing to do)."""
 
 
 def thread_run_ids(thread_id: str) -> Iterator[UUID]:
@@ -242,7 +239,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             "invocation": None if invocation is None else str(invocation),
         }
 
-        def events(thread: Thread) -> Specs:
+        def steps(thread: Thread) -> Steps:
             parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
             plain = skeleton_json.encode(skeleton, parent)
             known: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
@@ -251,9 +248,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 for ch, (version, value) in dumped.items()
             }
             stored = plain or self._dump(skeleton)
-            return [(CheckpointSaved, {**payload, "checkpoint": stored, "blobs": blobs})]
+            return [_recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)]
 
-        self._append(thread_id, events, create=True)
+        self._append(thread_id, steps, create=True)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -269,7 +266,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         checkpoint_id = str(conf["checkpoint_id"])
         indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
 
-        def events(thread: Thread) -> Specs:
+        def steps(thread: Thread) -> Steps:
             new = [
                 [index, ch, *_encoded(self._typed(value))]
                 for index, ch, value in indexed
@@ -284,9 +281,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 "writes": new,
             }
             outcome = self._outcome(thread, task_path, writes, saved) if ns == "" else []
-            return outcome or [(WritesSaved, {"namespace": ns, **saved})]
+            return outcome or [_recorded(WritesSaved, namespace=ns, **saved)]
 
-        self._append(thread_id, events, create=True)
+        self._append(thread_id, steps, create=True)
 
     def _outcome(
         self,
@@ -294,7 +291,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         task_path: str,
         writes: Sequence[tuple[str, Any]],
         saved: dict[str, Any],
-    ) -> Specs:
+    ) -> Steps:
         """The hub's route to the node and the node's outcome carrying its writes (`saved`).
 
         Empty when the task is not a node of the thread's table (or paused on an
@@ -304,31 +301,20 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         channels = {ch for ch, _ in writes}
         if node is None or INTERRUPT in channels or thread.pipeline.next_state(HUB, node) is None:
             return []
-        attempt = thread.machine.attempts.get(node, 0) + 1
-        route = (StageCompleted, {"stage": HUB, "attempt": 0, "outcome": node})
         duration = self._duration(thread)
-        errors = [value for ch, value in writes if ch == ERROR]
-        if errors:
-            error = errors[0]
-            message = str(error) if isinstance(error, BaseException) else repr(error)
-            kind = type(error).__name__ if isinstance(error, BaseException) else "Error"
-            return [
-                route,
-                (
-                    StageFailed,
-                    {
-                        "stage": node,
-                        "attempt": attempt,
-                        "error": message,
-                        "error_type": kind,
-                        "duration": duration,
-                        "details": thread.node_carries(node, saved),
-                    },
-                ),
-            ]
         carried = thread.node_carries(node, saved)
-        done = {"stage": node, "attempt": attempt, "duration": duration, "result": carried}
-        return [route, (StageCompleted, done)]
+        errors = [value for ch, value in writes if ch == ERROR]
+
+        def route(run: Run) -> Event:
+            return run.stage_completed(HUB, outcome=node)
+
+        def outcome(run: Run) -> Event:
+            if not errors:
+                return run.stage_completed(node, carried, duration=duration)
+            error = errors[0] if isinstance(errors[0], BaseException) else repr(errors[0])
+            return run.stage_failed(node, error, duration=duration, details=carried)
+
+        return [route, outcome]
 
     def _duration(self, thread: Thread) -> float:
         """Seconds since the thread's newest event or the invocation's first read, if later.
@@ -365,17 +351,15 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             thread = self._start(thread_id)
             if thread is None:
                 return False
-        specs = build(thread)
-        if not specs:
+        steps = build(thread)
+        if not steps:
             return True
         run = Run(self.engine.store, thread.pipeline, thread.machine)
         recorded: list[tuple[Event, RunState]] = []
         try:
             with run.batch():
-                for kind, payload in specs:
-                    if payload.get("attempt") == 0:  # the hub's next attempt, as numbered now
-                        payload = {**payload, "attempt": run.machine.next_attempt(payload["stage"])}
-                    recorded.append((run.record(kind, **payload), run.machine))
+                for step in steps:
+                    recorded.append((step(run), run.machine))
         except ConcurrencyConflict:
             self._forget(thread_id)
             return False
@@ -484,8 +468,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         removes its events from the store.
         """
 
-        def finish(thread: Thread) -> Specs:
-            return [(RunFinished, {"status": "deleted", "reason": {"langgraph": "delete_thread"}})]
+        def finish(thread: Thread) -> Steps:
+            return [lambda run: run.finish("deleted", {"langgraph": "delete_thread"})]
 
         with self._lock:
             if self._live(thread_id) is not None:
@@ -532,8 +516,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _remove(self, thread_id: str, removed: Removed, reason: str) -> None:
         if removed:
-            spec = (CheckpointsRemoved, {"removed": removed, "reason": reason})
-            self._append(thread_id, lambda thread: [spec], create=False)
+            step = _recorded(CheckpointsRemoved, removed=removed, reason=reason)
+            self._append(thread_id, lambda thread: [step], create=False)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread as a fork: a new run whose events are copies of the source's.
@@ -638,6 +622,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _load(self, stored: Any) -> Any:
         return self.serde.loads_typed(serde_form(*stored))
+
+
+def _recorded(kind: type[Event], **payload: Any) -> Step:
+    """A step that records one event of `kind` with `payload` through `Run.record`."""
+    return lambda run: run.record(kind, **payload)
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
