@@ -12,7 +12,7 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import attrs
@@ -44,6 +44,8 @@ from engine.verify import VerifyReport, verify_events
 from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
+S = TypeVar("S")
+"""The state of the projection `Engine.project` is given."""
 _ALL_CHILDREN = 1_000_000
 
 
@@ -166,11 +168,11 @@ class Engine:
     def project(
         self,
         run_id: UUID | str,
-        projection: Projection[Any] | type[Projection[Any]],
+        projection: Projection[S] | type[Projection[S]],
         *,
         at: int | datetime | None = None,
         tree: bool = False,
-    ) -> Any:
+    ) -> S:
         """The state of `projection` over one run, now or after event `at` (a version or a time).
 
         The first question about a long run stores snapshots every `SNAPSHOT_INTERVAL`
@@ -204,7 +206,8 @@ class Engine:
             if at is None
             else arguments.version_at(self.store, rid, at, last.version, "at")
         )
-        return self._time_travel.project(rid, instance, version)
+        state: S = self._time_travel.project(rid, instance, version)
+        return state
 
     def tree(self, run_id: UUID | str) -> list[UUID]:
         """The run and all its descendants (child runs, their children...), parents first.

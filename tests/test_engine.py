@@ -8,17 +8,8 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
-from engine import (
-    ConcurrencyConflict,
-    Engine,
-    InvalidArgument,
-    InvalidFork,
-    InvalidPayload,
-    Pipeline,
-    RunAlreadyExists,
-    RunNotFound,
-    StoreError,
-)
+from engine import ConcurrencyConflict, Engine, Pipeline, RunNotFound, StoreError
+from engine.errors import InvalidArgument, InvalidFork, InvalidPayload, RunAlreadyExists
 from engine.store import PAGE
 from events import RunStarted
 from tests._helpers import REVIEW
