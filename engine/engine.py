@@ -10,9 +10,9 @@ import heapq
 import itertools
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import attrs
@@ -26,7 +26,7 @@ from engine.errors import (
     RunNotFound,
     StoreError,
 )
-from engine.machine import RunState, apply, start
+from engine.machine import RunState, replay
 from engine.pipeline import Pipeline
 from engine.readside import Projections, ReadOnlyViews, TimeTravel
 from engine.run import Run
@@ -37,6 +37,8 @@ from engine.verify import VerifyReport, verify_events
 from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
+S = TypeVar("S")
+"""The state of the projection `Engine.project` is given."""
 _ALL_CHILDREN = 1_000_000
 
 
@@ -126,7 +128,7 @@ class Engine:
         """
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"start_run needs a Pipeline, got {type(pipeline).__name__}")
-        event = RunStarted(
+        started = RunStarted(
             run_id=run_id or uuid.uuid4(),
             version=1,
             pipeline=pipeline.name,
@@ -135,12 +137,7 @@ class Engine:
             labels={} if labels is None else labels,  # type: ignore[arg-type]  # its converter checks
             parent_run_id=parent.id if isinstance(parent, Run) else parent,
         )
-        state = start(pipeline, event)
-        try:
-            self.store.append([event])
-        except ConcurrencyConflict:
-            raise RunAlreadyExists(event.run_id) from None
-        return Run(self.store, pipeline, state, event)
+        return self._begin(started, (), pipeline)
 
     def load(self, run_id: UUID | str) -> Run:
         """Rebuild a live `Run` from the store alone (after a crash, in another process).
@@ -167,11 +164,11 @@ class Engine:
     def project(
         self,
         run_id: UUID | str,
-        projection: Projection[Any] | type[Projection[Any]],
+        projection: Projection[S] | type[Projection[S]],
         *,
         at: int | datetime | None = None,
         tree: bool = False,
-    ) -> Any:
+    ) -> S:
         """The state of `projection` over one run, now or after event `at` (a version or a time).
 
         The first question about a long run stores snapshots every `SNAPSHOT_INTERVAL`
@@ -205,7 +202,8 @@ class Engine:
             if at is None
             else arguments.version_at(self.store, rid, at, last.version, "at")
         )
-        return self._time_travel.project(rid, instance, version)
+        state: S = self._time_travel.project(rid, instance, version)
+        return state
 
     def tree(self, run_id: UUID | str) -> list[UUID]:
         """The run and all its descendants (child runs, their children...), parents first.
@@ -268,16 +266,31 @@ class Engine:
         )
         return self.projections.runs(query)
 
-    def fork(self, run_id: UUID | str, *, at: int, new_run_id: UUID | None = None) -> Run:
+    def fork(
+        self,
+        run_id: UUID | str,
+        *,
+        at: int,
+        new_run_id: UUID | None = None,
+        params: JSON = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Run:
         """A new run whose history is a copy of events 1..`at` of `run_id`, ready to continue.
 
         The copies are stamped with the time of the fork (the original times stay in the
         origin); the new `RunStarted.forked_from` is ``(run_id, at)``. A fork has no parent
         run: it is not one more child in the origin's tree.
 
+        Args:
+            new_run_id: the new run's id (default: a new random UUID).
+            params: the new run's params (default: the origin's).
+            labels: labels set on the new run over the origin's (a key given replaces
+                the origin's value).
+
         Raises:
             RunNotFound: no such run.
             InvalidFork: `at` is outside the run, or includes its `RunFinished`.
+            RunAlreadyExists: the store holds a run with `new_run_id` already.
         """
         rid = self._run_id(run_id)
         if type(at) is not int or at < 1:
@@ -287,16 +300,23 @@ class Engine:
             raise InvalidFork(rid, at, f"the run has only {len(events)} events")
         if isinstance(events[-1], RunFinished):
             raise InvalidFork(rid, at, "that version is the run's RunFinished; fork before it")
-        copies = _restamped(events, new_run_id or uuid.uuid4(), (rid, at))
-        pipeline = Pipeline.from_dict(copies[0].table)  # type: ignore[attr-defined]
-        state = start(pipeline, copies[0])  # type: ignore[arg-type]
-        for event in copies[1:]:
-            state = apply(pipeline, state, event)
-        try:
-            self.store.append(copies)
-        except ConcurrencyConflict:
-            raise RunAlreadyExists(copies[0].run_id) from None
-        return Run(self.store, pipeline, state)
+        first = events[0]
+        if not isinstance(first, RunStarted):
+            raise StoreError(self.url, f"run {rid} does not begin with RunStarted")
+        now, new_id = utc_now(), new_run_id or uuid.uuid4()
+        # A fork is an alternative history, not one more child: it leaves the parent's tree,
+        # whose task and budget totals would otherwise count the copied events twice.
+        started = attrs.evolve(
+            first,
+            run_id=new_id,
+            timestamp=now,
+            forked_from=(rid, at),
+            parent_run_id=None,
+            params=first.params if params is None else params,
+            labels={**first.labels, **(labels or {})},
+        )
+        copies = [attrs.evolve(event, run_id=new_id, timestamp=now) for event in events[1:]]
+        return self._begin(started, copies)
 
     def verify(self, run_id: UUID | str) -> VerifyReport:
         """Re-fold the run through the table stored in its `RunStarted` and every projection.
@@ -435,11 +455,23 @@ class Engine:
             raise RunNotFound(run_id, self.url)
         if not isinstance(first, RunStarted):
             raise StoreError(self.url, f"run {run_id} does not begin with RunStarted")
-        pipeline = Pipeline.from_dict(first.table)
-        state = start(pipeline, first)
-        for event in events:
-            state = apply(pipeline, state, event)
-        return pipeline, state
+        return replay(first, events)
+
+    def _begin(
+        self, started: RunStarted, copies: Sequence[Event], pipeline: Pipeline | None = None
+    ) -> Run:
+        """The one way a run begins, started or forked: its first events checked by the
+        rules and written in one transaction, then a live `Run` on them.
+
+        Raises:
+            RunAlreadyExists: the store holds a run with this id already.
+        """
+        pipeline, state = replay(started, copies, pipeline=pipeline)
+        try:
+            self.store.append([started, *copies])
+        except ConcurrencyConflict:
+            raise RunAlreadyExists(started.run_id) from None
+        return Run(self.store, pipeline, state, copies[-1] if copies else started)
 
     def _run_id(self, run_id: UUID | str) -> UUID:
         if isinstance(run_id, UUID):
@@ -467,13 +499,3 @@ def _interrupted(run: Run) -> None:
     for task_id, status in run.tasks.items():
         if status == "active":
             run.task_failed(task_id, message.format(f"task {task_id!r}"), INTERRUPTED)
-
-
-def _restamped(events: list[Event], run_id: UUID, origin: tuple[UUID, int]) -> list[Event]:
-    now = utc_now()
-    # A fork is an alternative history, not one more child: it leaves the parent's tree,
-    # whose task and budget totals would otherwise count the copied events twice.
-    first = attrs.evolve(  # type: ignore[call-arg]
-        events[0], run_id=run_id, timestamp=now, forked_from=origin, parent_run_id=None
-    )
-    return [first, *(attrs.evolve(e, run_id=run_id, timestamp=now) for e in events[1:])]

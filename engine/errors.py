@@ -1,4 +1,11 @@
-"""The engine's errors: each names the facts a user needs to act on it."""
+"""Every error stagetrail raises, from one module: ``from engine.errors import ...``.
+
+The engine's own errors are defined here; those raised below the engine (by the
+event classes, the projections and the store) are defined in their own layers,
+which may not import `engine`, and re-exported here, so a user imports each
+error from this one module (the contract ones also from `engine`). All share
+the root `StagetrailError`, and each also subclasses a builtin exception.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +13,59 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-# Raised below the engine (by the store, by table checks); re-exported here so
-# every engine error is importable from one module.
 from engine.store.errors import ConcurrencyConflict as ConcurrencyConflict
 from engine.store.errors import OutcomeUnknown as OutcomeUnknown
 from engine.store.errors import StoreError as StoreError
 from engine.store.errors import StoreFull as StoreFull
 from engine.store.errors import StoreReadOnly as StoreReadOnly
+from events.errors import EventFormatError as EventFormatError
+from events.errors import InvalidEvent as InvalidEvent
+from events.errors import InvalidPayload as InvalidPayload
+from events.errors import PayloadTooLarge as PayloadTooLarge
 from events.errors import PipelineError as PipelineError
-from events.errors import StagetrailError
+from events.errors import StagetrailError as StagetrailError
+from projections.errors import PositionMoved as PositionMoved
+from projections.errors import ProjectionError as ProjectionError
+from projections.errors import ProjectionNameTaken as ProjectionNameTaken
+from projections.errors import ProjectionReplaced as ProjectionReplaced
+from projections.errors import ProjectionStateError as ProjectionStateError
+from projections.errors import UnknownProjection as UnknownProjection
+
+__all__ = [
+    "AttemptError",
+    "AttemptTimeout",
+    "CircuitOpen",
+    "ConcurrencyConflict",
+    "EventFormatError",
+    "GIVE_UP_CAUSES",
+    "InvalidArgument",
+    "InvalidEvent",
+    "InvalidFork",
+    "InvalidPayload",
+    "InvalidRollback",
+    "InvalidTransition",
+    "OutcomeUnknown",
+    "PayloadTooLarge",
+    "PipelineError",
+    "PositionMoved",
+    "ProjectionError",
+    "ProjectionNameTaken",
+    "ProjectionReplaced",
+    "ProjectionStateError",
+    "RuleViolation",
+    "RunAlreadyExists",
+    "RunAlreadyFinished",
+    "RunNotFound",
+    "RunStopped",
+    "StageGaveUp",
+    "StageNotDriven",
+    "StagetrailError",
+    "StoreError",
+    "StoreFull",
+    "StoreReadOnly",
+    "TaskError",
+    "UnknownProjection",
+]
 
 
 class InvalidTransition(StagetrailError, ValueError):

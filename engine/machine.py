@@ -1,13 +1,14 @@
 """The pure core of a run: its machine state and the fold that checks every event.
 
 `start(pipeline, RunStarted)` gives the first state; `apply(pipeline, state,
-event)` returns the next one or raises, naming the rule broken. Appending and
-loading share this one path, so a stored history always obeys the rules.
+event)` returns the next one or raises, naming the rule broken; `replay` folds a
+whole history with both. Appending and loading share this one path, so a stored
+history always obeys the rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -30,6 +31,7 @@ from events import (
     StageCompleted,
     StageFailed,
     StageStarted,
+    StagetrailError,
     StateRolledBack,
     TaskAdded,
     TaskCompleted,
@@ -99,6 +101,50 @@ def apply(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
             f"event version {event.version} does not follow version {state.version}",
         )
     return _FOLDS.get(type(event), _unchanged)(pipeline, state, event)
+
+
+Refused = Callable[[Event, StagetrailError], None]
+"""Told of an event that breaks a rule, which the fold then passes over (`replay`)."""
+
+
+def replay(
+    first: RunStarted,
+    rest: Iterable[Event] = (),
+    *,
+    pipeline: Pipeline | None = None,
+    refused: Refused | None = None,
+) -> tuple[Pipeline, RunState]:
+    """Fold a run's history, `first` then `rest`, through every rule: its pipeline and last state.
+
+    Loading a run, starting or forking one, a LangGraph thread and `verify` all
+    replay through here.
+
+    Args:
+        first: the run's `RunStarted`.
+        rest: the events after it, in version order.
+        pipeline: the run's pipeline when the caller holds it; by default the one
+            built from the table `first` stores.
+        refused: when given, an event that breaks a rule is handed to it and passed
+            over (the fold goes on at the next version), instead of raising.
+
+    Raises:
+        PipelineError: the stored table is not a valid pipeline.
+        InvalidTransition, RuleViolation: an event breaks a rule (unless `refused`).
+    """
+    if pipeline is None:
+        pipeline = Pipeline.from_dict(first.table)
+    state = start(pipeline, first)
+    if refused is None:
+        for event in rest:
+            state = apply(pipeline, state, event)
+        return pipeline, state
+    for event in rest:
+        try:
+            state = apply(pipeline, state, event)
+        except StagetrailError as error:
+            refused(event, error)
+            state = evolve(state, version=event.version)
+    return pipeline, state
 
 
 def _stamp(current: RunState, event: Event, /, **changes: Any) -> RunState:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
 import attrs
 
 from engine.errors import PipelineError
-from engine.machine import RunState, apply, start
+from engine.machine import replay
 from engine.pipeline import Pipeline
 from events import Event, RunStarted, StagetrailError
 from projections import Projection, ProjectionError
@@ -43,60 +43,68 @@ def verify_events(
 ) -> VerifyReport:
     """Check every event against the run's own table and fold it into each projection."""
     problems: list[Problem] = []
-    machine: _Machine | None = None
-    states = {p.name: p.initial() for p in projections}
-    count = 0
-    for count, event in enumerate(events, start=1):
-        if count == 1:
-            machine = _first(event, problems)
-        elif machine is not None:
-            machine.check(event, problems)
-        _fold(projections, states, event, problems)
-    if count == 0:
+    seen = _Seen(projections, problems)
+    checked = seen.each(events)
+    first = next(checked, None)
+    if first is None:
         problems.append(Problem(0, "events", "the run has no events"))
-    return VerifyReport(run_id, count, tuple(problems))
+    elif not isinstance(first, RunStarted):
+        problems.append(Problem(first.version, "start", "the run does not begin with RunStarted"))
+    else:
+        _replay(first, checked, problems)
+    for _ in checked:  # the projections see every event, even after a broken start
+        pass
+    return VerifyReport(run_id, seen.count, tuple(problems))
 
 
-class _Machine:
-    """The run's machine, re-checking each event; a refused event is reported and skipped."""
+def _replay(first: RunStarted, rest: Iterator[Event], problems: list[Problem]) -> None:
+    """The run's machine replayed; a refused event is reported and passed over."""
 
-    def __init__(self, pipeline: Pipeline, state: RunState) -> None:
-        self.pipeline = pipeline
-        self.state = state
+    def refused(event: Event, error: StagetrailError) -> None:
+        problems.append(Problem(event.version, "transition", str(error)))
 
-    def check(self, event: Event, problems: list[Problem]) -> None:
-        if event.timestamp < self.state.last_timestamp:
-            problems.append(Problem(event.version, "time", "stamped before the event it follows"))
-        try:
-            self.state = apply(self.pipeline, self.state, event)
-        except StagetrailError as error:
-            problems.append(Problem(event.version, "transition", str(error)))
-            self.state = attrs.evolve(self.state, version=event.version)
-
-
-def _first(event: Event, problems: list[Problem]) -> _Machine | None:
-    if not isinstance(event, RunStarted):
-        problems.append(Problem(event.version, "start", "the run does not begin with RunStarted"))
-        return None
     try:
-        pipeline = Pipeline.from_dict(event.table)
-        return _Machine(pipeline, start(pipeline, event))
-    except (PipelineError, StagetrailError, KeyError, TypeError) as error:
+        pipeline = Pipeline.from_dict(first.table)
+    except (PipelineError, KeyError, TypeError) as error:
         problems.append(Problem(1, "table", f"the stored table is not valid: {error}"))
-        return None
+        return
+    try:
+        replay(first, rest, pipeline=pipeline, refused=refused)
+    except StagetrailError as error:  # only the start can raise: later refusals are reported
+        problems.append(Problem(1, "table", f"the stored table is not valid: {error}"))
 
 
-def _fold(
-    projections: Sequence[Projection[Any]],
-    states: dict[str, Any],
-    event: Event,
-    problems: list[Problem],
-) -> None:
-    for projection in projections:
-        if projection.name not in states or not projection.relevant(event):
-            continue
-        try:
-            states[projection.name] = projection.apply(states[projection.name], event)
-        except ProjectionError as error:
-            problems.append(Problem(event.version, f"projection {projection.name}", str(error)))
-            del states[projection.name]  # its later states would only repeat the error
+class _Seen:
+    """What verify checks of every event beside the machine: its time and each projection."""
+
+    def __init__(self, projections: Sequence[Projection[Any]], problems: list[Problem]) -> None:
+        self.projections = projections
+        self.problems = problems
+        self.states = {p.name: p.initial() for p in projections}
+        self.count = 0
+
+    def each(self, events: Iterable[Event]) -> Iterator[Event]:
+        """`events`, each checked and folded before it is passed on."""
+        before: Event | None = None
+        for event in events:
+            self.count += 1
+            if before is not None and event.timestamp < before.timestamp:
+                self.problems.append(
+                    Problem(event.version, "time", "stamped before the event it follows")
+                )
+            before = event
+            yield event
+            self._fold(event)  # after the machine's check: its problems come first
+
+    def _fold(self, event: Event) -> None:
+        states = self.states
+        for projection in self.projections:
+            if projection.name not in states or not projection.relevant(event):
+                continue
+            try:
+                states[projection.name] = projection.apply(states[projection.name], event)
+            except ProjectionError as error:
+                self.problems.append(
+                    Problem(event.version, f"projection {projection.name}", str(error))
+                )
+                del states[projection.name]  # its later states would only repeat the error

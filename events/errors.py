@@ -1,7 +1,8 @@
 """The root of stagetrail's error hierarchy and the event vocabulary's own errors.
 
 `StagetrailError` lives here because `events` may import nothing else from the
-project; `engine` re-exports it as `engine.StagetrailError`.
+project. Users import these from `engine.errors`, which re-exports every error of
+every layer (and `StagetrailError` also from `engine`).
 """
 
 from __future__ import annotations

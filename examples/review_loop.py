@@ -72,7 +72,10 @@ def main(url: str = "memory://") -> dict[str, int]:
         first_outcome = engine.project(run.id, StateStack, at=3).top
         print(f"run {run.id} ended {run.status} in state {run.state}")
         print(f"failures by stage: {failures}")
-        print(f"after event 3 the stack's top was {first_outcome.stage} {first_outcome.outcome}")
+        if first_outcome is not None:
+            print(
+                f"after event 3 the stack's top was {first_outcome.stage} {first_outcome.outcome}"
+            )
         return failures
 
 

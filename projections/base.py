@@ -185,7 +185,7 @@ class Projection(Generic[S]):
         return f"<projection {self.name!r}>"
 
 
-def as_projection(projection: Projection[Any] | type[Projection[Any]]) -> Projection[Any]:
+def as_projection(projection: Projection[S] | type[Projection[S]]) -> Projection[S]:
     """An instance of `projection` (classes are instantiated without arguments).
 
     Raises:

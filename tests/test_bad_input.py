@@ -22,23 +22,25 @@ import pytest
 
 from engine import (
     Engine,
+    InvalidTransition,
+    Pipeline,
+    Run,
+    RunNotFound,
+    StagetrailError,
+    StoreError,
+)
+from engine.cli.export_import import export_line
+from engine.errors import (
     InvalidArgument,
     InvalidEvent,
     InvalidFork,
     InvalidPayload,
     InvalidRollback,
-    InvalidTransition,
     PayloadTooLarge,
-    Pipeline,
     PipelineError,
-    Run,
     RunAlreadyFinished,
-    RunNotFound,
-    StagetrailError,
-    StoreError,
     TaskError,
 )
-from engine.cli.export_import import export_line
 from projections import StateStack
 from tests._helpers import REVIEW
 from tests.cli._helpers import invoke

@@ -8,17 +8,8 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
-from engine import (
-    ConcurrencyConflict,
-    Engine,
-    InvalidArgument,
-    InvalidFork,
-    InvalidPayload,
-    Pipeline,
-    RunAlreadyExists,
-    RunNotFound,
-    StoreError,
-)
+from engine import ConcurrencyConflict, Engine, Pipeline, RunNotFound, StoreError
+from engine.errors import InvalidArgument, InvalidFork, InvalidPayload, RunAlreadyExists
 from engine.store import PAGE
 from events import RunStarted
 from tests._helpers import REVIEW
@@ -236,6 +227,28 @@ class TestFork:
         origin = self.record(engine)
         with pytest.raises(RunAlreadyExists):
             engine.fork(origin.id, at=2, new_run_id=origin.id)
+
+    def test_params_and_labels_may_be_given(self, engine: Engine) -> None:
+        """A fork takes the origin's params unless given; given labels go over the origin's."""
+        origin = self.record(engine)
+        chosen = uuid.uuid4()
+        fork = engine.fork(
+            origin.id, at=2, new_run_id=chosen, params={"card": 2}, labels={"try": "b"}
+        )
+        first = engine.events(fork.id)[0]
+        assert isinstance(first, RunStarted)
+        assert fork.id == chosen
+        assert (first.params, first.labels) == ({"card": 2}, {"team": "core", "try": "b"})
+        plain = engine.events(engine.fork(origin.id, at=2).id)[0]
+        assert isinstance(plain, RunStarted)
+        assert (plain.params, plain.labels) == ({"card": 1}, {"team": "core"})
+
+    def test_a_label_that_is_not_a_string_is_refused(self, engine: Engine) -> None:
+        """The fork's labels are checked as start_run's are; nothing is written."""
+        origin = self.record(engine)
+        with pytest.raises(InvalidPayload):
+            engine.fork(origin.id, at=2, labels={"try": 1})  # type: ignore[dict-item]
+        assert len(engine.runs()) == 1
 
 
 class TestTree:

@@ -105,6 +105,58 @@ class TestOptionalExtras:
         assert done.stdout.strip() == "[]"
 
 
+BUILDERS = {"engine/engine.py", "engine/run.py"}
+"""The modules that build events: `Run` (every recording call) and `Engine` (a run's start)."""
+
+WRITES = {"append", "write", "serialize"}
+"""The store's methods that write (or make what is written)."""
+
+
+def calls(path: Path) -> list[ast.Call]:
+    """Every call in a source file."""
+    return [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)]
+
+
+def writes_to_store(call: ast.Call) -> bool:
+    """Whether the call is one of `WRITES` on something named like a store."""
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in WRITES
+        and "store" in ast.unparse(func.value)
+    )
+
+
+class TestOneWayToRecord:
+    def test_events_are_built_only_by_run_and_engine(self) -> None:
+        """No module but `Run`'s and `Engine`'s calls an event class: every other writer
+        (the supervisor, the LangGraph saver) records through `Run`."""
+        import events
+
+        kinds = {topic.split(":")[1] for topic in events.EVENT_TYPES}
+        offences = []
+        for path in (ROOT / "engine").rglob("*.py"):
+            where = str(path.relative_to(ROOT))
+            if where in BUILDERS:
+                continue
+            for call in calls(path):
+                name = call.func.id if isinstance(call.func, ast.Name) else None
+                if isinstance(call.func, ast.Attribute):
+                    name = call.func.attr
+                if name in kinds:
+                    offences.append(f"{where}:{call.lineno} builds {name}")
+        assert offences == []
+
+    def test_the_integrations_never_write_to_the_store_themselves(self) -> None:
+        """An adapter appends nothing beside `Run`: no store append, write or serialize."""
+        offences = []
+        for path in (ROOT / "engine" / "integrations").rglob("*.py"):
+            for call in calls(path):
+                if writes_to_store(call):
+                    offences.append(f"{path.name}:{call.lineno} {ast.unparse(call.func)}")
+        assert offences == []
+
+
 class TestWheel:
     def test_only_the_three_packages_are_installed(self) -> None:
         """The wheel holds engine (with its subpackages), events and projections; no examples."""

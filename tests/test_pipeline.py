@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from engine import Pipeline, PipelineError
+from engine import Pipeline
+from engine.errors import PipelineError
 from tests._helpers import REVIEW
 
 

@@ -6,15 +6,12 @@ from datetime import UTC, datetime
 import pytest
 from freezegun import freeze_time
 
-from engine import (
+from engine import ConcurrencyConflict, Engine, InvalidTransition, Run
+from engine.errors import (
     AttemptError,
-    ConcurrencyConflict,
-    Engine,
     InvalidPayload,
     InvalidRollback,
-    InvalidTransition,
     RuleViolation,
-    Run,
     RunAlreadyFinished,
     TaskError,
 )

@@ -1,4 +1,7 @@
-"""The store's errors: a write another writer won, a store that cannot be used."""
+"""The store's errors: a write another writer won, a store that cannot be used.
+
+Users import them from `engine.errors`, which re-exports every error of every layer.
+"""
 
 from __future__ import annotations
 

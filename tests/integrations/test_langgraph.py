@@ -14,15 +14,18 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from freezegun import freeze_time
 
 pytest.importorskip("langgraph", reason="needs the langgraph extra")
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
 import events
 from engine import Engine, RunNotFound
-from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline
+from engine.errors import InvalidPayload, PayloadTooLarge
+from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline, thread_run_ids
 from engine.integrations.langgraph import THREAD_LABEL as THREAD
 from engine.integrations.langgraph import saver as saver_module
 from events import CheckpointSaved, StageCompleted, StageFailed
@@ -308,18 +311,21 @@ class TestStoredForm:
         """The first stored format (the id in the skeleton, versions in blobs) still reads."""
         engine = Engine("memory://")
         saver = StagetrailSaver(engine, flaky_graph(0))
-        first = saver._run_started("old")
+        run = engine.start_run(
+            saver.pipeline,
+            params={"thread_id": "old"},
+            labels={THREAD: "old"},
+            run_id=next(thread_run_ids("old")),
+        )
         skeleton = {"v": 4, "ts": "2026-11-23T10:00:00+00:00", "id": "1f0-1"}
         skeleton |= {"channel_versions": {"log": 2}, "versions_seen": {}, "updated_channels": []}
-        saved = CheckpointSaved(
-            run_id=first.run_id,
-            version=2,
+        run.record(
+            CheckpointSaved,
             checkpoint_id="1f0-1",
             checkpoint={"full": skeleton},
             metadata={"json": {"source": "input", "step": -1}},
             blobs={"log": ["2", "msgpack", base64.b64encode(b"\x91\xa4plan").decode()]},
         )
-        engine.store.append([first, saved])
         found = saver.get_tuple({"configurable": {"thread_id": "old"}})
         assert found is not None
         assert found.checkpoint["id"] == "1f0-1"
@@ -360,3 +366,88 @@ class TestThreadCache:
         assert graph.get_state(configs[0]).values == {"log": ["plan", "build", "ship"]}
         assert len(list(graph.get_state_history(configs[0]))) == 5
         assert list(saver._threads) == ["a"]
+
+
+NODE = "~__pregel_pull, a"
+"""The task path LangGraph gives node ``a``'s task."""
+
+
+def first_checkpoint(saver: StagetrailSaver, thread_id: str) -> RunnableConfig:
+    """Save an empty checkpoint in a new thread; the config naming it."""
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    return saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+
+
+def stored(engine: Engine, run_id: Any) -> list[tuple[int, str, bytes]]:
+    """The run's events as the store holds them: version, topic and stored bytes."""
+    rows = engine.store.recorder.select_events(run_id)
+    return [(row.originator_version, row.topic, row.state) for row in rows]
+
+
+class TestOneWayToRecord:
+    def test_an_unstorable_checkpoint_is_refused_and_nothing_is_written(
+        self, store_url: str
+    ) -> None:
+        """A lone surrogate in a checkpoint's metadata raises InvalidPayload naming the
+        field; the thread's run is as it was, and the next checkpoint follows on."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            config = first_checkpoint(saver, "t")
+            (summary,) = engine.runs()
+            before = stored(engine, summary.run_id)
+            metadata: Any = {"step": 0, "note": "bad \udce9"}
+            with pytest.raises(InvalidPayload) as refused:
+                saver.put(config, empty_checkpoint(), metadata, {})
+            assert refused.value.field == "metadata"
+            assert stored(engine, summary.run_id) == before
+            saver.put(config, empty_checkpoint(), {"step": 0}, {})
+            assert [v for v, _, _ in stored(engine, summary.run_id)] == [1, 2, 3]
+            assert engine.verify(summary.run_id).ok
+
+    def test_a_node_outcome_too_large_writes_neither_of_its_two_events(
+        self, store_url: str
+    ) -> None:
+        """The hub's route and the node's outcome are one batch: refused together."""
+        with Engine(store_url, max_event_bytes=4096) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            config = first_checkpoint(saver, "t")
+            (summary,) = engine.runs()
+            before = stored(engine, summary.run_id)
+            with pytest.raises(PayloadTooLarge) as refused:
+                saver.put_writes(config, [("log", "x" * 10_000)], "task-1", NODE)
+            assert refused.value.field == "result"
+            assert stored(engine, summary.run_id) == before
+            saver.put_writes(config, [("log", "small")], "task-1", NODE)
+            kinds = [type(e).__name__ for e in engine.events(summary.run_id)]
+            assert kinds == ["RunStarted", "CheckpointSaved", "StageCompleted", "StageCompleted"]
+
+    def test_a_node_error_is_described_as_run_stage_failed_describes_it(
+        self, store_url: str
+    ) -> None:
+        """A lone surrogate in a node's error message is escaped, not refused (as by Run)."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            config = first_checkpoint(saver, "t")
+            saver.put_writes(config, [("__error__", OSError("no file \udce9"))], "task-1", NODE)
+            (summary,) = engine.runs()
+            failed = engine.events(summary.run_id)[-1]
+            assert isinstance(failed, StageFailed)
+            assert (failed.error, failed.error_type) == ("no file \\udce9", "OSError")
+
+    def test_saver_and_run_store_the_same_bytes(self, store_url: str) -> None:
+        """A node outcome the saver records is stored byte for byte as a Run records it."""
+        with Engine(store_url) as engine, freeze_time("2026-11-20T09:00:00Z"):
+            saver = StagetrailSaver(engine, ["a"])
+            config = first_checkpoint(saver, "t")
+            saver.put_writes(config, [("log", ["one"])], "task-1", NODE)
+            (summary,) = engine.runs()
+            by_saver = stored(engine, summary.run_id)[2:]
+            outcome = engine.events(summary.run_id)[-1]
+            assert isinstance(outcome, StageCompleted)
+            run = engine.start_run(saver.pipeline)
+            with run.batch():
+                run.stage_completed(HUB, outcome="a")
+                run.stage_completed("a", outcome.result, duration=outcome.duration)
+            by_run = stored(engine, run.id)[1:]
+            assert [(t, s) for _, t, s in by_saver] == [(t, s) for _, t, s in by_run]
+            assert [t for _, t, _ in by_run] == ["stagetrail:StageCompleted"] * 2

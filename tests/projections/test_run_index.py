@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from freezegun import freeze_time
 
-from engine import Engine, InvalidArgument, Pipeline
+from engine import Engine, Pipeline
+from engine.errors import InvalidArgument
 from projections import RUNNING, RunIndex, RunSummary
 from tests._helpers import REVIEW
 

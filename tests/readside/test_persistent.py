@@ -8,16 +8,14 @@ from typing import Any, ClassVar
 import pytest
 
 from engine import Engine
-from events import StageFailed
-from projections import (
-    FailurePatterns,
+from engine.errors import (
     ProjectionError,
     ProjectionNameTaken,
     ProjectionReplaced,
-    StateStack,
     UnknownProjection,
-    on,
 )
+from events import StageFailed
+from projections import FailurePatterns, StateStack, on
 from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType
 
 

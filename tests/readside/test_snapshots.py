@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
-from engine import Engine, InvalidArgument, RunNotFound
+from engine import Engine, RunNotFound
+from engine.errors import InvalidArgument
 from engine.readside import TimeTravel
 from engine.store import Store
 from projections import BUILT_INS, RunIndex, StateStack
@@ -68,6 +69,7 @@ class TestProject:
         """project() with no `at` folds the whole run."""
         run_id = review_with_loops(engine)
         stack = engine.project(run_id, StateStack)
+        assert stack.top is not None
         assert (stack.top.stage, stack.depth) == ("testing", 7)
         assert stack.latest_result("code_review") == {"critical": 6}
 
@@ -77,10 +79,16 @@ class TestProject:
         events = engine.events(run_id)
         halfway = events[5].timestamp + (events[6].timestamp - events[5].timestamp) / 2
         assert events[5].timestamp < halfway < events[6].timestamp
-        assert engine.project(run_id, RunIndex, at=halfway).version == 6
-        assert engine.project(run_id, RunIndex, at=events[6].timestamp).version == 7
+        summaries = [
+            engine.project(run_id, RunIndex, at=at)
+            for at in (halfway, events[6].timestamp, T0 + timedelta(days=1))
+        ]
+        assert [(s.version, s.status) if s else None for s in summaries] == [
+            (6, "running"),
+            (7, "running"),
+            (len(events), "succeeded"),
+        ]
         assert engine.project(run_id, RunIndex, at=T0 - timedelta(days=1)) is None
-        assert engine.project(run_id, RunIndex, at=T0 + timedelta(days=1)).status == "succeeded"
 
     def test_past_the_end_is_the_current_state(self, engine: Engine) -> None:
         """A version past the newest gives the current state."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, InvalidArgument, InvalidPayload, PayloadTooLarge, Store, StoreError
+from engine import Engine, StoreError
+from engine.errors import InvalidArgument, InvalidPayload, PayloadTooLarge
+from engine.store import Store
 from events import DEFAULT_MAX_EVENT_BYTES
 from tests._helpers import REVIEW
 

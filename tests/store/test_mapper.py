@@ -12,7 +12,8 @@ import pytest
 from eventsourcing.persistence import JSONTranscoder
 from freezegun import freeze_time
 
-from engine import Engine, InvalidPayload
+from engine import Engine
+from engine.errors import InvalidPayload
 from engine.store.mapper import FastJSONTranscoder
 from events.codec import encode
 from tests._helpers import REVIEW

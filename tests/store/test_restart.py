@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import Engine, OutcomeUnknown, StoreError
+from engine import Engine, StoreError
+from engine.errors import OutcomeUnknown
 from events import NoteAdded
 from tests._helpers import REVIEW
 from tests.store.postgres.test_open import _append_following_the_advice

@@ -106,8 +106,10 @@ class TestFirstSchemaStore:
         assert (review.state, review.status, review.version) == ("done", "succeeded", 18)
         assert (child.state, child.status) == ("aborted", "failed")
         assert (unfinished.state, unfinished.open_attempt) == ("developer", 1)
+        assert stack.top is not None
         assert stack.top.state == "done"
         assert stack.latest_result("developer") == {"changed_files": 3}
+        assert at_rollback.top is not None
         assert at_rollback.top.state == "developer"
         assert dict(failures.by_error_type) == {"BuildException": 2, "TestFailure": 1}
         assert retries.retries("developer") == 2

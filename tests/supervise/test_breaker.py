@@ -8,16 +8,8 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
-from engine import (
-    Circuit,
-    CircuitBreaker,
-    CircuitOpen,
-    CircuitStates,
-    Engine,
-    Outcome,
-    RetryPolicy,
-    StageGaveUp,
-)
+from engine import CircuitBreaker, CircuitOpen, Engine, Outcome, RetryPolicy, StageGaveUp
+from engine.supervise import Circuit, CircuitStates
 from events import CircuitClosed, CircuitHalfOpened, CircuitOpened, StageCompleted, StageFailed
 from tests.supervise._helpers import POLL, FakeTime, failing, kinds, of_type
 

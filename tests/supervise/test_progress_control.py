@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from engine import Engine, Outcome, Pipeline, ProgressPolicy, RetryPolicy, RunStopped, StageContext
+from engine import Engine, Outcome, Pipeline, ProgressPolicy, RetryPolicy, StageContext
+from engine.errors import RunStopped
 from tests.supervise._helpers import POLL, FakeTime, kinds, of_type
 
 

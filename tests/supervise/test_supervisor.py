@@ -5,25 +5,27 @@ from typing import Any
 import pytest
 
 from engine import (
-    FINISHED,
-    GIVE_UP_CAUSES,
-    AttemptError,
     CircuitBreaker,
     Engine,
-    InvalidArgument,
-    InvalidPayload,
     Outcome,
     Pipeline,
     ProgressPolicy,
     RetryPolicy,
-    RuleViolation,
     Run,
-    RunAlreadyFinished,
     StageContext,
     StageGaveUp,
-    StageNotDriven,
 )
 from engine.cli.demo.code_review import REVIEW, BuildException
+from engine.errors import (
+    GIVE_UP_CAUSES,
+    AttemptError,
+    InvalidArgument,
+    InvalidPayload,
+    RuleViolation,
+    RunAlreadyFinished,
+    StageNotDriven,
+)
+from engine.supervise import FINISHED
 from tests.supervise._helpers import LOOP, FakeTime, failing, kinds, of_type
 
 

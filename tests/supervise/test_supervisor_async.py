@@ -6,16 +6,9 @@ from typing import Any
 
 import pytest
 
-from engine import (
-    ConcurrencyConflict,
-    Engine,
-    Outcome,
-    RetryPolicy,
-    RuleViolation,
-    StageContext,
-    StageGaveUp,
-)
+from engine import ConcurrencyConflict, Engine, Outcome, RetryPolicy, StageContext, StageGaveUp
 from engine.cli.demo.code_review import BuildException
+from engine.errors import RuleViolation
 from tests._helpers import REVIEW
 from tests.supervise._helpers import LOOP, FakeTime, failing, kinds, of_type
 

@@ -4,7 +4,8 @@ import asyncio
 
 import pytest
 
-from engine import Engine, RetryPolicy, RunStopped, SpendingLimit, Spent, StageGaveUp
+from engine import Engine, RetryPolicy, SpendingLimit, Spent, StageGaveUp
+from engine.errors import RunStopped
 from projections import TaskTable
 from tests.supervise._helpers import LOOP, FakeTime, failing, kinds, of_type
 

@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-import attrs
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -50,16 +49,14 @@ from engine.integrations.langgraph.thread import (
     Typed,
     serde_form,
 )
-from engine.machine import RunState, apply
+from engine.machine import RunState
+from engine.run import Run
 from engine.store import PAGE
 from events import (
     CheckpointSaved,
     CheckpointsRemoved,
     Event,
-    RunFinished,
     RunStarted,
-    StageCompleted,
-    StageFailed,
     WritesSaved,
     utc_now,
 )
@@ -79,18 +76,16 @@ _CACHED_THREADS = 256
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
-Spec = tuple[type[Event], dict[str, Any]]
-"""An event to append, as its class and payload (numbered and stamped when appended)."""
-Specs = list[Spec]
+Step = Callable[[Run], Event]
+"""One recording call on the thread's run, made inside the write's `batch()`."""
+Steps = list[Step]
 Tuples = list[CheckpointTuple]
 Threads = list[Thread]
-Events = list[Event]
-Machines = list[RunState]
 Removed = list[list[str]]
 Encoded = list[Any]
 """A serialised value in an event: ``[type, base64]``."""
-Build = Callable[[Thread], Specs]
-"""Makes the events to append from the thread's current state (empty: nothing to do)."""
+Build = Callable[[Thread], Steps]
+"""Makes the recording calls from the thread's current state (empty: nothing to do)."""
 
 
 def thread_run_ids(thread_id: str) -> Iterator[UUID]:
@@ -244,7 +239,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             "invocation": None if invocation is None else str(invocation),
         }
 
-        def events(thread: Thread) -> Specs:
+        def steps(thread: Thread) -> Steps:
             parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
             plain = skeleton_json.encode(skeleton, parent)
             known: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
@@ -253,9 +248,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 for ch, (version, value) in dumped.items()
             }
             stored = plain or self._dump(skeleton)
-            return [(CheckpointSaved, {**payload, "checkpoint": stored, "blobs": blobs})]
+            return [_recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)]
 
-        self._append(thread_id, events, create=True)
+        self._append(thread_id, steps, create=True)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -271,7 +266,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         checkpoint_id = str(conf["checkpoint_id"])
         indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
 
-        def events(thread: Thread) -> Specs:
+        def steps(thread: Thread) -> Steps:
             new = [
                 [index, ch, *_encoded(self._typed(value))]
                 for index, ch, value in indexed
@@ -286,9 +281,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 "writes": new,
             }
             outcome = self._outcome(thread, task_path, writes, saved) if ns == "" else []
-            return outcome or [(WritesSaved, {"namespace": ns, **saved})]
+            return outcome or [_recorded(WritesSaved, namespace=ns, **saved)]
 
-        self._append(thread_id, events, create=True)
+        self._append(thread_id, steps, create=True)
 
     def _outcome(
         self,
@@ -296,7 +291,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         task_path: str,
         writes: Sequence[tuple[str, Any]],
         saved: dict[str, Any],
-    ) -> Specs:
+    ) -> Steps:
         """The hub's route to the node and the node's outcome carrying its writes (`saved`).
 
         Empty when the task is not a node of the thread's table (or paused on an
@@ -306,31 +301,20 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         channels = {ch for ch, _ in writes}
         if node is None or INTERRUPT in channels or thread.pipeline.next_state(HUB, node) is None:
             return []
-        attempt = thread.machine.attempts.get(node, 0) + 1
-        route = (StageCompleted, {"stage": HUB, "attempt": 0, "outcome": node})
         duration = self._duration(thread)
-        errors = [value for ch, value in writes if ch == ERROR]
-        if errors:
-            error = errors[0]
-            message = str(error) if isinstance(error, BaseException) else repr(error)
-            kind = type(error).__name__ if isinstance(error, BaseException) else "Error"
-            return [
-                route,
-                (
-                    StageFailed,
-                    {
-                        "stage": node,
-                        "attempt": attempt,
-                        "error": message,
-                        "error_type": kind,
-                        "duration": duration,
-                        "details": thread.node_carries(node, saved),
-                    },
-                ),
-            ]
         carried = thread.node_carries(node, saved)
-        done = {"stage": node, "attempt": attempt, "duration": duration, "result": carried}
-        return [route, (StageCompleted, done)]
+        errors = [value for ch, value in writes if ch == ERROR]
+
+        def route(run: Run) -> Event:
+            return run.stage_completed(HUB, outcome=node)
+
+        def outcome(run: Run) -> Event:
+            if not errors:
+                return run.stage_completed(node, carried, duration=duration)
+            error = errors[0] if isinstance(errors[0], BaseException) else repr(errors[0])
+            return run.stage_failed(node, error, duration=duration, details=carried)
+
+        return [route, outcome]
 
     def _duration(self, thread: Thread) -> float:
         """Seconds since the thread's newest event or the invocation's first read, if later.
@@ -342,7 +326,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return max(0.0, (utc_now() - since).total_seconds())
 
     def _append(self, thread_id: str, build: Build, *, create: bool) -> None:
-        """Build events on the thread's state as this saver knows it; append them atomically.
+        """Build events on the thread's state as this saver knows it; record them atomically.
 
         Optimistic, as event sourcing is: no read before the write. If another process
         appended first, the store refuses the versions; this saver then catches up with
@@ -362,25 +346,48 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             raise ConcurrencyConflict(self._find_id(thread_id) or uuid.UUID(int=0), 0)
 
     def _try_append(self, thread_id: str, thread: Thread | None, build: Build) -> bool:
-        started: Events = []
+        """Record what `build` makes of the thread in one transaction; False on a conflict."""
         if thread is None:
-            first = self._run_started(thread_id)
-            thread, started = Thread(thread_id, first), [first]
-        specs = build(thread)
-        if not specs:
+            thread = self._start(thread_id)
+            if thread is None:
+                return False
+        steps = build(thread)
+        if not steps:
             return True
-        stamped, machines = self._stamped(thread, specs)
-        events = started + stamped
+        run = Run(self.engine.store, thread.pipeline, thread.machine)
+        recorded: list[tuple[Event, RunState]] = []
         try:
-            self.engine.store.append(events)
-        except (ConcurrencyConflict, RunAlreadyExists):
-            self._threads.pop(thread_id, None)
-            self._free.pop(thread_id, None)
+            with run.batch():
+                for step in steps:
+                    recorded.append((step(run), run.machine))
+        except ConcurrencyConflict:
+            self._forget(thread_id)
             return False
-        for event, machine in zip(events[len(started) :], machines, strict=True):
+        for event, machine in recorded:
             thread.fold(event, machine)
         self._remember(thread)
         return True
+
+    def _start(self, thread_id: str) -> Thread | None:
+        """The thread's next run, started; None if another writer took its id first."""
+        try:
+            run = self.engine.start_run(
+                self.pipeline,
+                params={"thread_id": thread_id},
+                labels={THREAD_LABEL: thread_id},
+                run_id=self._next_run_id(thread_id),
+            )
+        except RunAlreadyExists:
+            self._forget(thread_id)
+            return None
+        thread = Thread(thread_id, run.pipeline, run.machine)
+        self._remember(thread)
+        return thread
+
+    def _forget(self, thread_id: str) -> None:
+        """Drop what this saver knows of the thread: the store has moved on without it."""
+        self._threads.pop(thread_id, None)
+        self._free.pop(thread_id, None)
 
     def _remember(self, thread: Thread) -> None:
         """Keep the thread's fold for the next call; forget the least recently used beyond
@@ -390,38 +397,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         while len(self._threads) > _CACHED_THREADS:
             forgotten, _ = self._threads.popitem(last=False)
             self._read_at.pop(forgotten, None)
-
-    def _stamped(self, thread: Thread, specs: Specs) -> tuple[Events, Machines]:
-        """Events from (class, payload) pairs, numbered after the thread's newest event.
-
-        Each is checked against the table on a scratch copy of the machine, so nothing
-        illegal reaches the store; attempt 0 asks for the hub's next attempt number.
-        Returns the events and the machine state after each, for the fold to take.
-        """
-        now, machine, made, machines = utc_now(), thread.machine, [], []
-        if now < machine.last_timestamp:
-            now = machine.last_timestamp
-        for kind, payload in specs:
-            if payload.get("attempt") == 0:
-                payload = {**payload, "attempt": machine.next_attempt(payload["stage"])}
-            event = kind(
-                run_id=thread.run_id, version=machine.version + 1, timestamp=now, **payload
-            )
-            machine = apply(thread.pipeline, machine, event)
-            made.append(event)
-            machines.append(machine)
-        return made, machines
-
-    def _run_started(self, thread_id: str) -> RunStarted:
-        run_id = self._next_run_id(thread_id)
-        return RunStarted(
-            run_id=run_id,
-            version=1,
-            pipeline=self.pipeline.name,
-            table=self.pipeline.to_dict(),
-            params={"thread_id": thread_id},
-            labels={THREAD_LABEL: thread_id},
-        )
 
     def _next_run_id(self, thread_id: str) -> UUID:
         free = self._free.pop(thread_id, None)
@@ -479,7 +454,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         events = self.engine.store.stream(run_id)
         first = next(events)
         assert isinstance(first, RunStarted)
-        thread = Thread(thread_id, first)
+        thread = Thread.started(thread_id, first)
         for event in events:
             thread.fold(event)
         return None if thread.deleted else thread
@@ -493,8 +468,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         removes its events from the store.
         """
 
-        def finish(thread: Thread) -> Specs:
-            return [(RunFinished, {"status": "deleted", "reason": {"langgraph": "delete_thread"}})]
+        def finish(thread: Thread) -> Steps:
+            return [lambda run: run.finish("deleted", {"langgraph": "delete_thread"})]
 
         with self._lock:
             if self._live(thread_id) is not None:
@@ -541,8 +516,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _remove(self, thread_id: str, removed: Removed, reason: str) -> None:
         if removed:
-            spec = (CheckpointsRemoved, {"removed": removed, "reason": reason})
-            self._append(thread_id, lambda thread: [spec], create=False)
+            step = _recorded(CheckpointsRemoved, removed=removed, reason=reason)
+            self._append(thread_id, lambda thread: [step], create=False)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread as a fork: a new run whose events are copies of the source's.
@@ -556,9 +531,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 return
             if self._live(target_thread_id) is not None:
                 raise ValueError(f"cannot copy into thread {target_thread_id!r}: it exists")
-            events = list(self.engine.store.stream(source.run_id, lte=source.version))
-            copies = _forked(events, target_thread_id, self._next_run_id(target_thread_id))
-            self.engine.store.append(copies)
+            self.engine.fork(
+                source.run_id,
+                at=source.version,
+                new_run_id=self._next_run_id(target_thread_id),
+                params={"thread_id": target_thread_id},
+                labels={THREAD_LABEL: target_thread_id},
+            )
 
     # -- async -----------------------------------------------------------------------------
 
@@ -645,6 +624,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed(serde_form(*stored))
 
 
+def _recorded(kind: type[Event], **payload: Any) -> Step:
+    """A step that records one event of `kind` with `payload` through `Run.record`."""
+    return lambda run: run.record(kind, **payload)
+
+
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {
         "configurable": {
@@ -681,18 +665,3 @@ def _unless_known(version: str, known: Any) -> list[str]:
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return all(metadata.get(key) == value for key, value in wanted.items())
-
-
-def _forked(events: Events, thread_id: str, run_id: UUID) -> Events:
-    """Copies of a thread's events for another thread: its labels, the source as `forked_from`."""
-    now, first = utc_now(), events[0]
-    assert isinstance(first, RunStarted)
-    started = attrs.evolve(
-        first,
-        run_id=run_id,
-        timestamp=now,
-        params={"thread_id": thread_id},
-        labels={**first.labels, THREAD_LABEL: thread_id},
-        forked_from=(first.run_id, len(events)),
-    )
-    return [started, *(attrs.evolve(e, run_id=run_id, timestamp=now) for e in events[1:])]

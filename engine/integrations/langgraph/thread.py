@@ -15,7 +15,7 @@ from uuid import UUID
 import ormsgpack
 
 from engine.integrations.langgraph import skeleton
-from engine.machine import RunState, apply, start
+from engine.machine import RunState, apply, replay
 from engine.pipeline import Pipeline
 from events import (
     CheckpointSaved,
@@ -55,11 +55,11 @@ def serde_form(kind: str, data: Any) -> Typed:
 class Thread:
     """One thread's run folded: the machine state and every live checkpoint, write and blob."""
 
-    def __init__(self, thread_id: str, first: RunStarted) -> None:
+    def __init__(self, thread_id: str, pipeline: Pipeline, machine: RunState) -> None:
         self.thread_id = thread_id
-        self.run_id: UUID = first.run_id
-        self.pipeline = Pipeline.from_dict(first.table)
-        self.machine: RunState = start(self.pipeline, first)
+        self.run_id: UUID = machine.run_id
+        self.pipeline = pipeline
+        self.machine = machine
         self.checkpoints: dict[str, dict[str, CheckpointSaved]] = {}
         """Namespace → checkpoint id → its event, in the order they were saved."""
         self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
@@ -76,6 +76,11 @@ class Thread:
         self.values: dict[str, Typed] = {}
         """Where a value is stored → the value."""
         self.deleted = False
+
+    @classmethod
+    def started(cls, thread_id: str, first: RunStarted) -> Thread:
+        """The thread's run as its `RunStarted` begins it (fold the later events in next)."""
+        return cls(thread_id, *replay(first))
 
     @property
     def version(self) -> int:

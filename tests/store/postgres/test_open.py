@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine import ConcurrencyConflict, Engine, Run, StoreError
-from engine.store.errors import OutcomeUnknown
+from engine.errors import OutcomeUnknown
 from events import NoteAdded
 from tests._helpers import POSTGRES_URL, REVIEW, FailuresByType
 
@@ -302,7 +302,7 @@ class TestReadOnlyRole:
         self, postgres_url: str, reader_url: str
     ) -> None:
         """An append through the read-only role is StoreReadOnly, in one line; nothing written."""
-        from engine.store.errors import StoreReadOnly
+        from engine.errors import StoreReadOnly
 
         with Engine(postgres_url) as owner:
             run = owner.start_run(REVIEW)

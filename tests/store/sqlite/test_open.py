@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine import Engine, StoreError
-from engine.store.errors import StoreFull, StoreReadOnly
+from engine.errors import StoreFull, StoreReadOnly
 from tests._helpers import REVIEW
 from tests.store.postgres.test_open import open_together
 
