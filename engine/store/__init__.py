@@ -5,8 +5,7 @@ its projection tables; `sqlite_recorder` reads a run's events from a SQLite file
 with one plain SELECT); `urls` parses store URLs, `meta` keeps the store's schema
 version and at-rest settings, `mapper` turns events into stored bytes,
 `snapshots` keeps time-travel snapshots, `persistent` runs persistent
-projections with eventsourcing's tracking records and `group_commit` lets
-concurrent runs in an event loop share their transactions.
+projections with eventsourcing's tracking records.
 """
 
 from __future__ import annotations
@@ -19,14 +18,12 @@ from engine.store.errors import (
     StoreReadOnly,
 )
 from engine.store.event_store import PAGE, Store, writable
-from engine.store.group_commit import GroupCommitter
 from engine.store.persistent import Projections, ProjectionStatus
 from engine.store.snapshots import SNAPSHOT_INTERVAL, TimeTravel
 from engine.store.urls import StoreURL, default_url, mask, parse
 
 __all__ = [
     "ConcurrencyConflict",
-    "GroupCommitter",
     "OutcomeUnknown",
     "PAGE",
     "ProjectionStatus",
