@@ -165,7 +165,7 @@ from engine import Engine
 count, path, run_id = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 with Engine("sqlite:///" + path) as engine:
     loaded = engine.load(run_id)
-    assert loaded.version == count + 1 and loaded.depth == count
+    assert loaded.version == count + 1 and loaded.machine.depth == count
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 

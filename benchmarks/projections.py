@@ -93,7 +93,7 @@ def fold_case(sizes: Sizes) -> dict[str, object]:
     with Engine(url) as engine:
         run = engine.start_run(WORK)
         record(run, count - 1, outcome_step)
-        run_id, depth = run.id, run.depth
+        run_id, depth = run.id, run.machine.depth
     rates: dict[str, list[float]] = {"read": [], "fold": [], "project": []}
     with Engine(url) as engine:
 
@@ -162,7 +162,7 @@ def travel_case(sizes: Sizes) -> list[dict[str, object]]:
     with Engine(url) as engine:
         run = engine.start_run(WORK)
         record(run, count - 1, travel_step)
-        run_id, depth = run.id, run.depth
+        run_id, depth = run.id, run.machine.depth
         print(f"  time travel: run of {count:,} events written", file=sys.stderr, flush=True)
         _, first = timed(lambda: engine.project(run_id, StateStack).depth)
         engine.project(run_id, RetryCounts)  # its snapshots, for the cold small-state queries

@@ -90,8 +90,8 @@ def _cycle(run: Any, cycle: int) -> None:
     """One loop: a failed build and its retry, a build, a failed test (every 10th: redone)."""
     run.stage_started("developer")
     run.stage_failed("developer", BuildException(f"compile error #{cycle}"), duration=40.0)
-    attempt = run.open_attempt or 0
-    run.decision(RetryScheduled, stage="developer", attempt=attempt + 1, delay=2.0, reason="build")
+    attempt = run.machine.open_attempt or 0
+    run.record(RetryScheduled, stage="developer", attempt=attempt + 1, delay=2.0, reason="build")
     run.stage_started("developer")
     run.stage_completed("developer", {"changed_files": cycle % 7}, duration=55.0)
     run.stage_started("testing")

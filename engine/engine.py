@@ -471,7 +471,7 @@ class Engine:
             self.store.append([started, *copies])
         except ConcurrencyConflict:
             raise RunAlreadyExists(started.run_id) from None
-        return Run(self.store, pipeline, state, copies[-1] if copies else started)
+        return Run(self.store, pipeline, state)
 
     def _run_id(self, run_id: UUID | str) -> UUID:
         if isinstance(run_id, UUID):
@@ -493,8 +493,9 @@ class Compacted:
 
 def _interrupted(run: Run) -> None:
     message = "the process recording this {} died before it ended"
-    if run.open_attempt is not None and "failed" in run.allowed_outcomes():
-        attempt = f"attempt {run.open_attempt} of {run.state!r}"
+    opened = run.machine.open_attempt
+    if opened is not None and "failed" in run.pipeline.allowed(run.state):
+        attempt = f"attempt {opened} of {run.state!r}"
         run.stage_failed(run.state, message.format(attempt), error_type=INTERRUPTED)
     for task_id, status in run.tasks.items():
         if status == "active":

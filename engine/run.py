@@ -1,36 +1,31 @@
 """A run: the write side of one execution of a pipeline.
 
 A `Run` holds its machine state, never its history: every method builds one
-event, checks it with the pure fold in `engine.machine`, and appends it
-durably before returning it (or queues it inside `batch()`).
+event, checks it with the pure fold in `engine.machine` and hands it to the
+run's unit of work (`engine.commit`), which writes it before the method
+returns, or at the end of the `batch()` (or a supervisor's step) it belongs to.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent
-
+from engine.commit import Mark, UnitOfWork
 from engine.errors import RuleViolation
 from engine.machine import RunState, apply
 from engine.pipeline import Pipeline
-from engine.store import GroupCommitter, Store
+from engine.store import Store
 from events import (
     JSON,
     BudgetSpent,
-    CircuitClosed,
-    CircuitHalfOpened,
-    CircuitOpened,
     Event,
     NoteAdded,
     ProgressObserved,
-    RetryScheduled,
     RunFinished,
     StageCompleted,
     StageFailed,
@@ -40,63 +35,37 @@ from events import (
     TaskCompleted,
     TaskFailed,
     TaskStarted,
-    utc_now,
 )
 
 E = TypeVar("E", bound=Event)
-D = TypeVar("D", RetryScheduled, CircuitOpened, CircuitHalfOpened, CircuitClosed)
-DECISIONS: frozenset[type[Event]] = frozenset(
-    {RetryScheduled, CircuitOpened, CircuitHalfOpened, CircuitClosed}
-)
-"""The events that record a supervisor's decisions."""
 
 
 class Run:
     """A live handle on one run; each recording method appends one event."""
 
-    def __init__(
-        self, store: Store, pipeline: Pipeline, state: RunState, newest: Event | None = None
-    ) -> None:
-        self._store = store
+    def __init__(self, store: Store, pipeline: Pipeline, state: RunState) -> None:
         self.pipeline = pipeline
-        self._state = state
-        self._pending: list[StoredEvent] | None = None
-        self._held = 0  # open `held()` blocks: their queue is written at each `flush()`
-        self._flushed = state  # the state the store holds while events are held
-        self._clock: Callable[[], datetime] = utc_now
-        self._stampings = 0  # open `stamped_by` blocks: the clock is theirs while any is
-        self._newest = newest  # the event at `version`, when this handle recorded it
-        self._flushing: Any = None  # the future of a `flush_async` under way
+        self._work = UnitOfWork(store, state)
 
     @property
     def id(self) -> UUID:
         """The run's id (its event stream's id)."""
-        return self._state.run_id
+        return self._work.state.run_id
 
     @property
     def state(self) -> str:
         """The machine's current state, e.g. ``"developer"``."""
-        return self._state.state
+        return self._work.state.state
 
     @property
     def version(self) -> int:
         """The number of events recorded so far (pending batch events included)."""
-        return self._state.version
+        return self._work.state.version
 
     @property
     def status(self) -> str | None:
         """The status the run finished with, or None while it is running."""
-        return self._state.status
-
-    @property
-    def depth(self) -> int:
-        """How many outcomes are on the state stack."""
-        return self._state.depth
-
-    @property
-    def open_attempt(self) -> int | None:
-        """The attempt of the current stage that was started and has no outcome yet."""
-        return self._state.open_attempt
+        return self._work.state.status
 
     @property
     def tasks(self) -> Mapping[str, str]:
@@ -107,46 +76,17 @@ class Run:
         read earlier stays as it was). It is a `Mapping`, not a dict: to compare it
         with a dict, write ``dict(run.tasks) == {...}``.
         """
-        return self._state.tasks
-
-    @property
-    def in_batch(self) -> bool:
-        """Whether events are being queued by `batch()` rather than written at once."""
-        return self._pending is not None and not self._held
-
-    @property
-    def newest(self) -> Event | None:
-        """The event at `version` when this handle recorded it (None after a `refresh`).
-
-        A reader that is one event behind takes it from here, not from the store; it
-        is durable once no `batch()` or `held()` block holds it.
-        """
-        newest = self._newest
-        return newest if newest is not None and newest.version == self._state.version else None
-
-    @property
-    def store(self) -> Store:
-        """The store the run is recorded in."""
-        return self._store
+        return self._work.state.tasks
 
     @property
     def machine(self) -> RunState:
         """The full machine state (a frozen value)."""
-        return self._state
-
-    def allowed_outcomes(self) -> tuple[str, ...]:
-        """The outcomes the table allows in the current state."""
-        return self.pipeline.allowed(self._state.state)
-
-    def attempts(self, stage: str) -> int:
-        """How many attempts of `stage` have been opened in this run."""
-        return self._state.attempts.get(stage, 0) + (
-            1 if self._state.open_attempt is not None and stage == self._state.state else 0
-        )
+        return self._work.state
 
     def stage_started(self, stage: str) -> StageStarted:
         """Record that an attempt of the current stage began."""
-        head, pending = self._state, self._pending
+        work = self._work
+        head, pending = work.state, work.pending
         return self._append(
             StageStarted(
                 run_id=head.run_id,
@@ -178,7 +118,7 @@ class Run:
             InvalidTransition: `stage` is not current or `outcome` not allowed;
                 nothing is appended.
         """
-        head = self._state  # built inline, not via record: this is the hot path
+        head = self._work.state  # built inline, not via record: this is the hot path
         return self._append(
             StageCompleted(
                 run_id=head.run_id,
@@ -216,7 +156,7 @@ class Run:
         return self.record(
             StageFailed,
             stage=stage,
-            attempt=self._state.next_attempt(stage),
+            attempt=self._work.state.next_attempt(stage),
             outcome=outcome,
             error=message,
             error_type=error_type or kind,
@@ -228,17 +168,6 @@ class Run:
     def rollback(self, steps: int = 1, reason: str = "") -> StateRolledBack:
         """Undo the newest `steps` outcomes: the machine returns to the state before them."""
         return self.record(StateRolledBack, steps=steps, reason=reason)
-
-    def decision(self, kind: type[D], **payload: Any) -> D:
-        """Record a supervisor's decision: `RetryScheduled` or a `Circuit*` event.
-
-        Raises:
-            TypeError: `kind` is not one of the decision events.
-        """
-        if kind not in DECISIONS:
-            names = ", ".join(sorted(k.__name__ for k in DECISIONS))
-            raise TypeError(f"decision() records one of {names}, not {kind.__name__}")
-        return self.record(kind, **payload)
 
     def note(self, key: str, value: JSON) -> NoteAdded:
         """Keep a note (a strategy tried, a learned pattern) in the history."""
@@ -295,130 +224,29 @@ class Run:
         """End the run; nothing may be recorded after this."""
         return self.record(RunFinished, status=status, reason=reason)
 
-    @contextmanager
-    def batch(self) -> Iterator[Run]:
+    def batch(self) -> Batch:
         """Group the events recorded inside the block into one transaction: all or nothing.
 
-        If the block raises, or the append fails, nothing is written and the run
-        is back in the state it had before the block. A nested batch joins the
-        outer one's transaction; if its block raises, its own events are dropped
-        (the outer batch goes on if it catches the error).
+        If the block raises, or the write fails, nothing is written and the run is
+        back in the state it had before the block. A nested batch joins the outer
+        one's transaction; if its block raises, its own events are dropped (the outer
+        batch goes on if it catches the error). ``async with run.batch():`` commits
+        through the event loop's shared `GroupCommitter`, in a worker thread: the loop
+        goes on while the transaction is written (and runs committing at about the
+        same moment share it).
         """
-        if self._pending is not None:
-            yield from self._nested_batch(self._pending)
-            return
-        before, self._pending = self._state, []
-        try:
-            yield self
-            if self._pending:
-                self._store.write(self._pending)
-        except BaseException:
-            self._state = before
-            raise
-        finally:
-            self._pending = None
-
-    def held(self) -> _Holding:
-        """Hold the events recorded in the block and write them together at each `flush()`.
-
-        What is held is written at the block's end, also when the block raises (each
-        event passed its checks: it happened). The supervisor holds a run it drives
-        and flushes before any code of the caller runs (`released`) and before any
-        wait, so every outcome is durable before the next attempt begins, in one
-        transaction with its decision and the next attempt's start. A nested block
-        joins the outer one.
-
-        Raises:
-            RuleViolation: the run is inside `batch()`.
-        """
-        return _Holding(self)
-
-    def flush(self) -> None:
-        """Write what a `held()` block has queued, in one transaction (else do nothing).
-
-        Raises:
-            ConcurrencyConflict, StoreError: nothing queued was written; the run is back
-                in the state the store holds.
-        """
-        pending = self._pending
-        if not self._held or not pending:
-            return
-        reached = self._state
-        try:
-            self._store.write(pending)
-        except BaseException:
-            self._take_in(False, pending, len(pending), reached)
-            raise
-        self._take_in(True, pending, len(pending), reached)
-
-    async def flush_async(self, committer: GroupCommitter) -> None:
-        """`flush` through `committer`: what is held may share a transaction with other runs'.
-
-        One flush of a run at a time: a second waits for the first to end.
-
-        Raises:
-            ConcurrencyConflict, StoreError: nothing of the batch was written; the run is
-                back in the state the store holds.
-            asyncio.CancelledError: cancelled. Before its write began, what is held
-                stays held (the `held()` block writes it as it ends); during the write,
-                the run takes in the write's outcome first.
-        """
-        import asyncio  # here, not at the top: the command line starts faster without it
-
-        while self._flushing is not None:
-            await asyncio.wait([self._flushing])  # its outcome is its flusher's to handle
-        pending = self._pending
-        if not self._held or not pending:
-            return
-        batch, reached = list(pending), self._state
-        commit = committer.submit(batch)
-        self._flushing = commit.done
-        try:
-            await committer.wait(commit)
-        except BaseException:
-            if not commit.withdrawn:
-                self._take_in(commit.stored, pending, len(batch), reached)
-            raise
-        else:
-            self._take_in(True, pending, len(batch), reached)
-        finally:
-            self._flushing = None
-
-    def _take_in(
-        self, stored: bool, pending: list[StoredEvent], count: int, reached: RunState
-    ) -> None:
-        """Follow a written batch's outcome: its events leave the queue, stored or lost."""
-        if stored:
-            del pending[:count]  # what was recorded meanwhile stays held
-            self._flushed = reached
-            return
-        self._state = self._flushed  # later events were built on the lost ones: gone too
-        pending.clear()
-
-    def released(self) -> _Released:
-        """Inside a `held()` block: write what is held, then record directly in this block.
-
-        Code of the caller (a stage function) runs here: what it records is durable
-        when its call returns, as anywhere else.
-        """
-        return _Released(self)
-
-    def _nested_batch(self, pending: list[StoredEvent]) -> Iterator[Run]:
-        before, mark = self._state, len(pending)
-        try:
-            yield self
-        except BaseException:
-            del pending[mark:]
-            self._state = before
-            raise
+        return Batch(self, self._work)
 
     def refresh(self) -> Run:
         """Fold in events other writers appended (after a `ConcurrencyConflict`)."""
-        if self._pending is not None:
+        work = self._work
+        if work.groups:
             raise RuleViolation(self.id, "batch", "cannot refresh inside a batch; leave it first")
-        for event in self._store.stream(self.id, gt=self._state.version):
-            self._state = apply(self.pipeline, self._state, event)
-        self._newest = None  # another writer's event may now hold its version
+        events = list(work.store.stream(self.id, gt=work.state.version))
+        state = work.state
+        for event in events:
+            state = apply(self.pipeline, state, event)
+        work.refreshed(events, state)
         return self
 
     def record(self, kind: type[E], **payload: Any) -> E:
@@ -430,22 +258,14 @@ class Run:
         Raises:
             InvalidTransition, RuleViolation, InvalidPayload: nothing is recorded.
         """
-        head = self._state
+        head = self._work.state
         return self._append(
             kind(run_id=head.run_id, version=head.version + 1, timestamp=self._now(), **payload)
         )
 
-    def stamped_by(self, clock: Callable[[], datetime]) -> _Stamping:
-        """Stamp the events recorded inside the ``with`` block with `clock` (a supervisor's).
-
-        The run's time stays monotonic: a clock behind the newest event stamps that
-        event's time. The previous clock is back when the block ends.
-        """
-        return _Stamping(self, clock)
-
     def _now(self) -> datetime:
-        now = self._clock()
-        last = self._state.last_timestamp
+        work = self._work
+        now, last = work.clock(), work.state.last_timestamp
         return now if now >= last else last  # keep a run's time monotonic
 
     def _append(self, event: E) -> E:
@@ -454,26 +274,21 @@ class Run:
                 self.id, "abandoned", "this attempt ran past its timeout and was abandoned: "
                 "nothing it records any more is written"
             )  # fmt: skip
-        state = apply(self.pipeline, self._state, event)
-        # Serialised now, not at the end of a batch, so an unstorable value is
-        # refused by the call that brought it.
-        stored = self._store.serialize(event)
-        if self._pending is not None:
-            self._pending.append(stored)
-        else:
-            self._store.write([stored])
-        self._state = state
-        self._newest = event
+        work = self._work
+        state = apply(self.pipeline, work.state, event)
+        # Serialised now, not at a commit, so an unstorable value is refused by the
+        # call that brought it.
+        work.add(event, state, work.store.serialize(event))
         return event
 
     def _duration(self, given: float | None) -> float:
         if given is not None:
             return given
-        opened = self._state.opened_at
-        return 0.0 if opened is None else max(0.0, (self._clock() - opened).total_seconds())
+        opened = self._work.state.opened_at
+        return 0.0 if opened is None else max(0.0, (self._work.clock() - opened).total_seconds())
 
     def __repr__(self) -> str:
-        status = self._state.status or "running"
+        status = self._work.state.status or "running"
         return (
             f"Run({self.id}, pipeline={self.pipeline.name!r}, state={self.state!r}, "
             f"version={self.version}, {status})"
@@ -484,82 +299,46 @@ _ABANDONED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 _abandoned_any = False  # a plain flag: the append hot path checks it, not the WeakSet
 
 
-class _Stamping:
-    """The context of `Run.stamped_by` (a class: it wraps every supervised call).
+class Batch:
+    """The context of `Run.batch`, as a ``with`` and as an ``async with`` block."""
 
-    Overlapping blocks on one run (two tasks of an async coordinator, threads) share
-    the clock of the outermost one, and the wall clock is back only when the last ends.
-    """
+    __slots__ = ("_mark", "_run", "_work")
 
-    __slots__ = ("_clock", "_run")
-
-    def __init__(self, run: Run, clock: Callable[[], datetime]) -> None:
-        self._run, self._clock = run, clock
+    def __init__(self, run: Run, work: UnitOfWork) -> None:
+        self._run, self._work = run, work
+        self._mark: Mark | None = None
 
     def __enter__(self) -> Run:
-        run = self._run
-        if run._stampings == 0:
-            run._clock = self._clock
-        run._stampings += 1
-        return run
+        self._mark = self._work.begin(batch=True)
+        return self._run
 
-    def __exit__(self, *exc: object) -> None:
-        run = self._run
-        run._stampings -= 1
-        if run._stampings == 0:
-            run._clock = utc_now
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        work, mark = self._work, self._mark
+        assert mark is not None
+        if kind is not None:
+            work.take_back(mark)
+        work.end(batch=True)
 
+    async def __aenter__(self) -> Run:
+        return self.__enter__()
 
-class _Holding:
-    """The context of `Run.held` (a class: it wraps every supervised attempt)."""
-
-    __slots__ = ("_outer", "_run")
-
-    def __init__(self, run: Run) -> None:
-        self._run, self._outer = run, False
-
-    def __enter__(self) -> Run:
-        run = self._run
-        if run._held:  # a nested block joins the outer one
-            run._held += 1
-            return run
-        if run._pending is not None:
-            raise RuleViolation(run.id, "batch", "cannot hold a run inside a batch")
-        self._outer = True
-        run._held, run._pending, run._flushed = 1, [], run._state
-        return run
-
-    def __exit__(self, *exc: object) -> None:
-        run = self._run
-        if not self._outer:
-            run._held -= 1
-            return
+    async def __aexit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        work, mark = self._work, self._mark
+        assert mark is not None
+        if kind is not None:
+            work.take_back(mark)
+        outermost = work.groups == 1
         try:
-            run.flush()
-        finally:
-            run._held, run._pending = 0, None
+            await work.end_async(batch=True)
+        except BaseException:
+            if outermost and len(work.pending) > mark.pending:
+                work.take_back(mark)  # withdrawn before its write: the batch is not written
+            raise
 
 
-class _Released:
-    """The context of `Run.released`: what is held is written, then appends go straight through."""
-
-    __slots__ = ("_active", "_run")
-
-    def __init__(self, run: Run) -> None:
-        self._run, self._active = run, False
-
-    def __enter__(self) -> Run:
-        run = self._run
-        if run._held and run._pending is not None:
-            run.flush()
-            run._pending = None
-            self._active = True
-        return run
-
-    def __exit__(self, *exc: object) -> None:
-        if self._active:
-            run = self._run
-            run._pending, run._flushed = [], run._state
+def unit_of(run: Run) -> UnitOfWork:
+    """The run handle's unit of work: where a supervisor groups, stamps and commits it."""
+    return run._work
 
 
 def abandon(thread: threading.Thread) -> None:

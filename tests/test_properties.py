@@ -93,7 +93,7 @@ class TestRandomHistories:
             assert run.state == model.state
         assert engine.events(run.id) == accepted
         loaded = engine.load(run.id)
-        assert (loaded.state, loaded.depth, loaded.machine) == (
+        assert (loaded.state, loaded.machine.depth, loaded.machine) == (
             model.state,
             len(model.stack),
             run.machine,

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from freezegun import freeze_time
@@ -11,7 +14,6 @@ from engine.errors import (
     AttemptError,
     InvalidPayload,
     InvalidRollback,
-    RuleViolation,
     RunAlreadyFinished,
     TaskError,
 )
@@ -91,11 +93,11 @@ class TestTransitions:
         assert (run.version, len(engine.events(run.id))) == (3, 3)
 
     def test_allowed_outcomes_follow_the_current_state(self, engine: Engine) -> None:
-        """run.allowed_outcomes() lists the table's outcomes for where the run is now."""
+        """The table's outcomes for where the run is now follow `run.state`."""
         run = reach(engine, "testing")
-        assert run.allowed_outcomes() == ("aborted", "completed", "failed")
+        assert run.pipeline.allowed(run.state) == ("aborted", "completed", "failed")
         run.stage_completed("testing")
-        assert run.allowed_outcomes() == ()
+        assert run.pipeline.allowed(run.state) == ()
 
     def test_named_outcomes_follow_their_rows(self, engine: Engine) -> None:
         """A failure with a named outcome follows that outcome's row."""
@@ -116,7 +118,7 @@ class TestAttempts:
         started = run.stage_started("developer")
         second = run.stage_completed("developer")
         assert (first.attempt, started.attempt, second.attempt) == (1, 2, 2)
-        assert run.attempts("developer") == 2
+        assert run.machine.attempts["developer"] == 2
         back = run.stage_failed("testing", "tests red")
         assert (back.attempt, run.stage_started("developer").attempt) == (1, 3)
 
@@ -133,7 +135,7 @@ class TestAttempts:
         run.stage_started("code_review")
         with pytest.raises(AttemptError, match="still open"):
             run.stage_started("code_review")
-        assert run.open_attempt == 1
+        assert run.machine.open_attempt == 1
         assert len(engine.events(run.id)) == 3
 
     def test_no_stage_starts_in_a_final_state(self, engine: Engine) -> None:
@@ -163,7 +165,7 @@ class TestRollback:
         """rollback(k) pops k outcomes; the state is the one before the oldest popped."""
         run = reach(engine, "testing")
         run.rollback(2, reason="bad review")
-        assert (run.state, run.depth) == ("code_review", 1)
+        assert (run.state, run.machine.depth) == ("code_review", 1)
         run.stage_completed("code_review")
         assert run.state == "developer"
         assert engine.load(run.id).machine == run.machine
@@ -173,7 +175,7 @@ class TestRollback:
         run = reach(engine, "developer")
         run.stage_failed("developer", "x")
         run.rollback()
-        assert (run.state, run.depth) == ("developer", 2)
+        assert (run.state, run.machine.depth) == ("developer", 2)
 
     def test_rollback_deeper_than_the_stack_is_refused(self, engine: Engine) -> None:
         """StateRolledBack(steps=k) needs k outcomes on the stack; nothing is stored."""
@@ -416,86 +418,6 @@ class TestBatch:
         assert run.version == 1
 
 
-class TestHeld:
-    def test_held_events_are_written_together_at_flush_and_at_the_end(self, engine: Engine) -> None:
-        """Inside held() nothing is stored until flush(); the rest is stored at the end."""
-        run = engine.start_run(REVIEW)
-        with run.held():
-            run.stage_completed("project_analysis")
-            run.note("k", "v")
-            assert (len(engine.events(run.id)), run.version, run.in_batch) == (1, 3, False)
-            run.flush()
-            assert len(engine.events(run.id)) == 3
-            run.stage_started("code_review")
-            assert len(engine.events(run.id)) == 3
-        assert [e.version for e in engine.events(run.id)] == [1, 2, 3, 4]
-
-    def test_an_exception_in_the_block_still_writes_what_was_recorded(self, engine: Engine) -> None:
-        """Unlike a batch, a held block that raises keeps its events: they happened."""
-        run = engine.start_run(REVIEW)
-        with pytest.raises(RuntimeError), run.held():
-            run.stage_completed("project_analysis")
-            raise RuntimeError("the supervisor gives up")
-        assert (run.version, len(engine.events(run.id))) == (2, 2)
-
-    def test_a_start_written_with_earlier_events_names_the_first(self, engine: Engine) -> None:
-        """committed_with is the version the start's transaction began with, None when alone."""
-        run = engine.start_run(REVIEW)
-        with run.held():
-            run.stage_started("project_analysis")
-            run.flush()
-            run.stage_completed("project_analysis")
-            run.note("k", "v")
-            run.stage_started("code_review")
-        starts = [e for e in engine.events(run.id) if isinstance(e, StageStarted)]
-        assert [(s.version, s.committed_with) for s in starts] == [(2, None), (5, 3)]
-
-    def test_released_writes_directly_and_flushes_first(self, engine: Engine) -> None:
-        """Inside released() what was held is stored, and each new event at once."""
-        run = engine.start_run(REVIEW)
-        with run.held():
-            run.stage_completed("project_analysis")
-            with run.released():
-                assert len(engine.events(run.id)) == 2
-                run.note("by", "the stage function")
-                assert len(engine.events(run.id)) == 3
-            run.note("after", "release")
-            assert len(engine.events(run.id)) == 3
-        assert len(engine.events(run.id)) == 4
-
-    def test_a_nested_hold_joins_the_outer_one(self, engine: Engine) -> None:
-        """Leaving an inner held() writes nothing; the outer one writes all."""
-        run = engine.start_run(REVIEW)
-        with run.held():
-            with run.held():
-                run.stage_completed("project_analysis")
-            assert len(engine.events(run.id)) == 1
-        assert len(engine.events(run.id)) == 2
-
-    def test_a_failed_flush_leaves_the_run_as_the_store_holds_it(self, engine: Engine) -> None:
-        """A conflicting writer makes the held events fail whole; the run goes back."""
-        run = engine.start_run(REVIEW)
-        with pytest.raises(ConcurrencyConflict), run.held():
-            run.stage_completed("project_analysis")
-            engine.load(run.id).note("other", "writer")
-        assert (run.version, run.state) == (1, "project_analysis")
-        assert [type(e).__name__ for e in engine.events(run.id)] == ["RunStarted", "NoteAdded"]
-
-    def test_holding_inside_a_batch_is_refused(self, engine: Engine) -> None:
-        """held() inside batch() raises RuleViolation naming the batch."""
-        run = engine.start_run(REVIEW)
-        with pytest.raises(RuleViolation, match="inside a batch"), run.batch(), run.held():
-            pass
-
-    def test_flush_and_released_outside_a_hold_do_nothing(self, engine: Engine) -> None:
-        """Without held(), flush() writes nothing and released() changes nothing."""
-        run = engine.start_run(REVIEW)
-        run.flush()
-        with run.released():
-            run.note("k", "v")
-        assert len(engine.events(run.id)) == 2
-
-
 class TestConcurrency:
     def test_the_second_writer_gets_a_conflict(self, engine: Engine) -> None:
         """Two writers at the same version: one wins, the other gets ConcurrencyConflict."""
@@ -530,48 +452,6 @@ class TestConcurrency:
             with pytest.raises(ConcurrencyConflict):
                 run.note("second", 2)
             assert [e.version for e in one.events(run.id)] == [1, 2]
-
-
-class TestNewest:
-    def test_the_newest_event_is_the_one_just_recorded(self, engine: Engine) -> None:
-        """`newest` is the event a method returned, from the start on; equal to the stored one."""
-        run = engine.start_run(REVIEW)
-        assert run.newest is not None
-        assert run.newest.version == 1
-        completed = run.stage_completed("project_analysis", result={"n": 1})
-        assert run.newest is completed
-        assert engine.events(run.id)[-1] == completed
-
-    def test_a_loaded_or_refreshed_run_has_none(self, engine: Engine) -> None:
-        """A handle that read its events from the store did not record the newest one: None."""
-        run = engine.start_run(REVIEW)
-        loaded = engine.load(run.id)
-        assert loaded.newest is None
-        run.stage_completed("project_analysis")
-        loaded.refresh()
-        assert loaded.newest is None
-
-    def test_a_refused_append_keeps_the_last_written_one(self, engine: Engine) -> None:
-        """After a conflict `newest` is still the handle's last written event, until a refresh."""
-        run = engine.start_run(REVIEW)
-        other = engine.load(run.id)
-        other.stage_completed("project_analysis")
-        with pytest.raises(ConcurrencyConflict):
-            run.stage_completed("project_analysis")
-        assert run.newest is not None  # still its own RunStarted, at its version
-        assert run.newest.version == run.version == 1
-        run.refresh()
-        assert run.newest is None
-
-    def test_a_batch_that_fails_leaves_none(self, engine: Engine) -> None:
-        """A batch rolled back by an error leaves no `newest`: its event was never written."""
-        run = engine.start_run(REVIEW)
-        run.stage_completed("project_analysis")
-        with pytest.raises(RuntimeError), run.batch():
-            run.stage_completed("code_review")
-            raise RuntimeError("stop")
-        assert run.version == 2
-        assert run.newest is None
 
 
 class TestTime:
@@ -627,23 +507,82 @@ def test_refresh_inside_a_batch_is_refused(engine: Engine) -> None:
     assert run.version == 2
 
 
-class TestStampedBy:
-    def test_overlapping_blocks_share_the_outer_clock_and_restore_once(
-        self, engine: Engine
-    ) -> None:
-        """Nested or overlapping stamped_by blocks keep the outer clock; the last exit restores."""
-        from datetime import UTC, datetime
-
-        from events import utc_now
-
+class TestSurface:
+    def test_run_has_at_most_22_public_names(self, engine: Engine) -> None:
+        """Run's public names (methods, properties and `pipeline`) stay within 22."""
         run = engine.start_run(REVIEW)
-        later = datetime(2031, 1, 1, tzinfo=UTC)
-        outer, inner = run.stamped_by(lambda: later), run.stamped_by(lambda: later)
-        outer.__enter__()
-        inner.__enter__()
-        outer.__exit__(None, None, None)
-        assert run.note("k", 1).timestamp == later
-        inner.__exit__(None, None, None)
-        assert run.note("k", 2).timestamp == later  # a run's time never goes back: 2031 stays
-        # Monotonic time hides the wall clock behind 2031: check that it is back in place.
-        assert run._clock is utc_now
+        names = {n for n in dir(run) if not n.startswith("_")}
+        assert len(names) <= 22, sorted(names)
+        assert not names & {"held", "flush", "flush_async", "released", "stamped_by", "newest"}
+
+
+class TestAsyncBatch:
+    def test_an_async_batch_is_written_whole_at_its_end(self, engine: Engine) -> None:
+        """`async with run.batch()` writes its events in one transaction as the block ends."""
+        run = engine.start_run(REVIEW)
+
+        async def record_two() -> int:
+            async with run.batch():
+                run.note("a", 1)
+                run.note("b", 2)
+                stored = len(engine.events(run.id))
+            return stored
+
+        assert asyncio.run(record_two()) == 1  # nothing was written inside the block
+        assert [e.version for e in engine.events(run.id)] == [1, 2, 3]
+        assert run.version == 3
+
+    def test_an_async_batch_that_raises_writes_nothing(self, engine: Engine) -> None:
+        """An async batch whose block raises is taken back whole, as a sync one."""
+        run = engine.start_run(REVIEW)
+
+        async def fail() -> None:
+            async with run.batch():
+                run.stage_completed("project_analysis")
+                raise RuntimeError("stop")
+
+        with pytest.raises(RuntimeError):
+            asyncio.run(fail())
+        assert (run.version, run.state, len(engine.events(run.id))) == (1, "project_analysis", 1)
+
+    def test_the_commit_does_not_block_the_event_loop(self, engine: Engine) -> None:
+        """While an async batch's transaction is on its way, another coroutine runs."""
+        run = engine.start_run(REVIEW)
+        gate, write = threading.Event(), engine.store.write
+
+        def gated(stored: Any) -> Any:
+            assert gate.wait(30), "the loop was blocked: the other coroutine never ran"
+            return write(stored)
+
+        engine.store.write = gated  # type: ignore[method-assign]
+
+        async def main() -> list[str]:
+            order: list[str] = []
+
+            async def other() -> None:
+                order.append("other ran")
+                gate.set()  # only a loop that is not blocked gets here
+
+            task = asyncio.ensure_future(other())
+            async with run.batch():
+                run.note("k", "v")
+            order.append("committed")
+            await task
+            return order
+
+        assert asyncio.run(main()) == ["other ran", "committed"]
+        assert [e.version for e in engine.events(run.id)] == [1, 2]
+
+    def test_a_conflicting_async_batch_writes_nothing(self, engine: Engine) -> None:
+        """An async batch that loses a race is refused whole; the run is as the store holds it."""
+        run = engine.start_run(REVIEW)
+        engine.load(run.id).note("winner", True)
+
+        async def lose() -> None:
+            async with run.batch():
+                run.note("a", 1)
+
+        with pytest.raises(ConcurrencyConflict):
+            asyncio.run(lose())
+        assert run.version == 1
+        assert [type(e) for e in engine.events(run.id)][1:] == [NoteAdded]

@@ -61,7 +61,7 @@ class Stagetrail:
                 run.stage_started(stage)
                 began = time.perf_counter()
                 try:
-                    result = attempt(stage, run.attempts(stage))
+                    result = attempt(stage, run.machine.next_attempt(stage))
                 except Exception as error:
                     run.stage_failed(stage, error, duration=time.perf_counter() - began)
                     continue

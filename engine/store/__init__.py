@@ -3,8 +3,7 @@
 `memory`, `sqlite/` and `postgres/` each open their kind of store: its recorder
 for the events and its tables for the read side (`views`, with their SQL in
 `sql`). `urls` parses store URLs, `meta` keeps the store's schema version and
-at-rest settings, `mapper` turns events into stored bytes (the one serializer),
-`group_commit` lets concurrent runs in an event loop share their transactions.
+at-rest settings, `mapper` turns events into stored bytes (the one serializer).
 The runtime that fills the read side's tables is `engine.readside`.
 """
 
@@ -18,12 +17,10 @@ from engine.store.errors import (
     StoreReadOnly,
 )
 from engine.store.event_store import PAGE, Store, writable
-from engine.store.group_commit import GroupCommitter
 from engine.store.urls import StoreURL, default_url, mask, parse
 
 __all__ = [
     "ConcurrencyConflict",
-    "GroupCommitter",
     "OutcomeUnknown",
     "PAGE",
     "Store",

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from engine.commit import UnitOfWork
 from engine.errors import (
     AttemptError,
     AttemptTimeout,
@@ -23,7 +24,7 @@ from engine.errors import (
     RunStopped,
     StageGaveUp,
 )
-from engine.run import Run
+from engine.run import Run, unit_of
 from engine.supervise.breaker import Circuit
 from engine.supervise.context import StageContext
 from engine.supervise.guards import BreakerGuard, progress_stop
@@ -31,8 +32,8 @@ from engine.supervise.outcome import Outcome, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
 from engine.supervise.streaks import counts, routes_elsewhere
-from engine.supervise.watch import VERDICT_NOTE, RunWatch
-from events import JSON, CircuitClosed, CircuitOpened, Event, RetryScheduled
+from engine.supervise.watch import VERDICT_NOTE, RunWatch, recorded_events
+from events import JSON, CircuitClosed, CircuitOpened, RetryScheduled
 from projections import TaskTable
 
 PolicyChoice: TypeAlias = "RetryPolicy | Callable[[StageContext], RetryPolicy]"
@@ -107,25 +108,34 @@ class Decisions:
         self.spending = spending
         self.rng = rng
         self._watches: dict[Any, RunWatch] = {}
+        self._units: dict[Any, UnitOfWork] = {}
 
     def watch(self, run: Run) -> RunWatch:
-        """The run's watch, caught up with the run."""
-        if run.in_batch:
+        """The run's watch: it follows every event the run handle records."""
+        work = unit_of(run)
+        if work.batches:
             raise RuleViolation(
                 run.id, "batch", "the supervisor records each attempt durably; "
                 "call it outside run.batch()"
             )  # fmt: skip
         watch = self._watches.get(run.id)
-        if watch is None:
-            if len(self._watches) >= MAX_WATCHES:
-                del self._watches[next(iter(self._watches))]
-            watch = self._watches[run.id] = RunWatch(
-                run.pipeline,
-                progress=self.progress is not None,
-                circuits=self.breaker is not None,
-                forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
-            )
-        return watch.catch_up(run)
+        if watch is not None and not watch.stale and watch in work.observers:
+            return watch
+        if watch is not None:
+            self.forget(run)
+        if len(self._watches) >= MAX_WATCHES:
+            self._detach(next(iter(self._watches)))
+        watch = self._watches[run.id] = RunWatch(
+            run.pipeline,
+            progress=self.progress is not None,
+            circuits=self.breaker is not None,
+            forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
+        )
+        for event in recorded_events(run):
+            watch.see(event)
+        work.observers.append(watch)
+        self._units[run.id] = work
+        return watch
 
     def stage(self, run: Run, stage: str) -> Step:
         """Attempts of `stage` until it completes, its failure moves the run, or a rule stops it."""
@@ -141,8 +151,8 @@ class Decisions:
                 streak = watch.streaks.count(stage, chosen[0])
                 self._check_budget(run, stage, streak, watch.last_failure(stage), chosen)
                 # Opened only where every failure can close it, so none is left open.
-                if run.open_attempt is None and _every_failure_recordable(run, chosen[0]):
-                    watch.see(run.stage_started(stage))
+                if run.machine.open_attempt is None and _every_failure_recordable(run, chosen[0]):
+                    run.stage_started(stage)
             ended = yield Call(chosen[0].timeout)
             watch = self.watch(run)  # the function may have recorded events of its own
             if ended.error is None:
@@ -158,14 +168,14 @@ class Decisions:
         if run.tasks.get(task_id) == "completed":
             return watch.task_results.get(task_id)
         if task_id not in run.tasks:
-            watch.see(run.add_task(task_id))
+            run.add_task(task_id)
         while True:
             self._check_spending(run, watch, f"task:{task_id}")
             chosen = self.policy(run, task_id, run.state)
             failures, last = watch.task_streak(task_id, chosen[0]), watch.task_errors.get(task_id)
             self._check_budget(run, f"task:{task_id}", failures, last or ("Error", ""), chosen)
             if run.tasks[task_id] != "active":
-                watch.see(run.task_started(task_id))
+                run.task_started(task_id)
             ended = yield Call(chosen[0].timeout)
             watch = self.watch(run)
             if ended.error is None:
@@ -179,8 +189,8 @@ class Decisions:
             return self.retry, "default"
         if isinstance(choice, RetryPolicy):
             return choice, f"policies[{key if key in self.policies else stage!r}]"
-        run.flush()  # the function reads the run from the store: let it see everything
-        policy = choice(StageContext(self.engine, run, stage))
+        with unit_of(run).calling():  # the caller's code: what the run recorded is stored
+            policy = choice(StageContext(self.engine, run, stage))
         if not isinstance(policy, RetryPolicy):
             raise TypeError(
                 f"the policy function {_name(choice)} for {key!r} returned "
@@ -190,7 +200,13 @@ class Decisions:
 
     def forget(self, run: Run) -> None:
         """Drop the watch of a run that finished."""
-        self._watches.pop(run.id, None)
+        self._detach(run.id)
+
+    def _detach(self, run_id: Any) -> None:
+        """Drop a run's watch and stop it following the run."""
+        watch, work = self._watches.pop(run_id, None), self._units.pop(run_id, None)
+        if work is not None and watch in work.observers:
+            work.observers.remove(watch)
 
     def _completed(
         self, run: Run, stage: str, ended: Ended, circuit: Circuit | None, watch: RunWatch
@@ -200,14 +216,11 @@ class Decisions:
             (value.outcome, value.result) if isinstance(value, Outcome) else ("completed", value)
         )
         if circuit is None or circuit.status != "half_open":
-            watch.see(run.stage_completed(stage, result, outcome=outcome, duration=ended.duration))
+            run.stage_completed(stage, result, outcome=outcome, duration=ended.duration)
             return Attempted(result)
         with run.batch():  # a successful trial and the closing of its breaker: together
-            events: list[Event] = [
-                run.stage_completed(stage, result, outcome=outcome, duration=ended.duration),
-                run.decision(CircuitClosed, stage=stage, reason="the trial attempt succeeded"),
-            ]
-        watch.see_all(events)
+            run.stage_completed(stage, result, outcome=outcome, duration=ended.duration)
+            run.record(CircuitClosed, stage=stage, reason="the trial attempt succeeded")
         return Attempted(result)
 
     def _failed(
@@ -227,28 +240,24 @@ class Decisions:
             outcome = "failed"  # the table has no row for the mapped outcome here
         if not recordable or not _has_row(run, outcome):
             reason = f"the table has no {outcome!r} row for {stage!r}, so it is not retried"
-            attempts = run.attempts(stage) + 1
-            note, gave_up = self._gave_up(
+            attempts = _attempts(run, stage) + 1
+            gave_up = self._gave_up(
                 run, stage, attempts, reason, _kind(error), chosen, "no_failure_row"
             )
-            watch.see(note)
             raise gave_up from error
         routed = routes_elsewhere(run.pipeline, stage, outcome)
         streak = watch.streaks.count(stage, chosen[0]) + counts((False, routed), chosen[0])
         with run.batch():
-            events: list[Event] = [
-                run.stage_failed(
-                    stage,
-                    error,
-                    outcome=outcome,
-                    error_type="Timeout" if isinstance(error, AttemptTimeout) else None,
-                    retryable=chosen[0].retryable(error),
-                    duration=ended.duration,
-                    details=getattr(error, "details", None),
-                )
-            ]
-            decision = self._decide(run, stage, streak, circuit, error, chosen, events, routed)
-        watch.see_all(events)
+            run.stage_failed(
+                stage,
+                error,
+                outcome=outcome,
+                error_type="Timeout" if isinstance(error, AttemptTimeout) else None,
+                retryable=chosen[0].retryable(error),
+                duration=ended.duration,
+                details=getattr(error, "details", None),
+            )
+            decision = self._decide(run, stage, streak, circuit, error, chosen, routed)
         if isinstance(decision, Exception):
             raise decision from error
         return decision
@@ -261,28 +270,24 @@ class Decisions:
         circuit: Circuit | None,
         error: Exception,
         chosen: Chosen,
-        events: list[Event],
         routed: bool,
     ) -> float | Exception | None:
         trip = None if circuit is None else self.breaker.trips(circuit.outcome(True))  # type: ignore[union-attr]
         if trip is not None:
-            events.append(run.decision(CircuitOpened, stage=stage, reason=trip))
+            run.record(CircuitOpened, stage=stage, reason=trip)
             return CircuitOpen(run.id, stage, self.breaker.reset_timeout, trip)  # type: ignore[union-attr]
         if run.pipeline.is_final(run.state):
             return None  # the table ends the run on this failure: nothing left to retry
-        attempt = run.attempts(stage) + 1
-        return self._retry_or_give_up(run, stage, streak, attempt, error, chosen, events, routed)
+        attempt = _attempts(run, stage) + 1
+        return self._retry_or_give_up(run, stage, streak, attempt, error, chosen, routed)
 
     def _task_completed(self, run: Run, task_id: str, value: Any, watch: RunWatch) -> JSON:
         if not isinstance(value, Spent):
-            watch.see(run.task_completed(task_id, value))
+            run.task_completed(task_id, value)
             return value
         with run.batch():  # the cost and the completion land together, or neither does
-            events = [
-                run.spend(value.amount, value.unit),
-                run.task_completed(task_id, value.result),
-            ]
-        watch.see_all(events)
+            run.spend(value.amount, value.unit)
+            run.task_completed(task_id, value.result)
         return value.result
 
     def _task_failed(self, run: Run, task_id: str, ended: Ended, chosen: Chosen) -> float:
@@ -291,13 +296,12 @@ class Decisions:
         watch = self.watch(run)
         failures = watch.task_streak(task_id, chosen[0]) + 1
         timeout = "Timeout" if isinstance(error, AttemptTimeout) else None
+        attempt = watch.task_failures.get(task_id, 0) + 2  # interruptions included
         with run.batch():
-            events: list[Event] = [run.task_failed(task_id, error, error_type=timeout)]
-            attempt = watch.task_failures.get(task_id, 0) + 2  # interruptions included
+            run.task_failed(task_id, error, error_type=timeout)
             decision = self._retry_or_give_up(
-                run, f"task:{task_id}", failures, attempt, error, chosen, events
+                run, f"task:{task_id}", failures, attempt, error, chosen
             )
-        watch.see_all(events)
         if isinstance(decision, Exception):
             raise decision from error
         assert decision is not None
@@ -311,7 +315,6 @@ class Decisions:
         attempt: int,
         error: Exception,
         chosen: Chosen,
-        events: list[Event],
         routed: bool = False,
     ) -> float | Exception | None:
         policy, chosen_by = chosen
@@ -320,20 +323,16 @@ class Decisions:
         exhausted = _exhausted(policy, error, streak)
         if exhausted is not None:
             cause, problem = exhausted
-            note, gave_up = self._gave_up(run, stage, streak, problem, _kind(error), chosen, cause)
-            events.append(note)
-            return gave_up
+            return self._gave_up(run, stage, streak, problem, _kind(error), chosen, cause)
         delay = policy.delay_for(streak, self.rng)
         reason = f"retry {streak} of {policy.max_retries} after {_describe(error)}"
-        events.append(
-            run.decision(
-                RetryScheduled,
-                stage=stage,
-                attempt=attempt,
-                delay=delay,
-                reason=reason,
-                policy={**policy.to_json(), "chosen_by": chosen_by},
-            )
+        run.record(
+            RetryScheduled,
+            stage=stage,
+            attempt=attempt,
+            delay=delay,
+            reason=reason,
+            policy={**policy.to_json(), "chosen_by": chosen_by},
         )
         return delay
 
@@ -345,9 +344,7 @@ class Decisions:
         if spent is None:
             return
         reason = f"the retry budget is spent: {spent}"
-        note, gave_up = self._gave_up(run, stage, streak, reason, last, chosen)
-        self.watch(run).see(note)
-        raise gave_up
+        raise self._gave_up(run, stage, streak, reason, last, chosen)
 
     def _gave_up(
         self,
@@ -358,7 +355,8 @@ class Decisions:
         last: tuple[str, str],
         chosen: Chosen,
         cause: str = "budget_spent",
-    ) -> tuple[Event, StageGaveUp]:
+    ) -> StageGaveUp:
+        """Record why the stage gives up (a ``gave_up`` note); the error to raise."""
         policy, chosen_by = chosen
         error_type, error = last
         decision: dict[str, JSON] = {
@@ -370,8 +368,8 @@ class Decisions:
             "error": error,
             "policy": {**policy.to_json(), "chosen_by": chosen_by},
         }
-        note = run.note("gave_up", decision)
-        return note, StageGaveUp(run.id, stage, attempts, reason, error_type, error, cause)
+        run.note("gave_up", decision)
+        return StageGaveUp(run.id, stage, attempts, reason, error_type, error, cause)
 
     def _check_spending(self, run: Run, watch: RunWatch, stage: str) -> None:
         """Finish the run ``failed`` instead of another attempt once it spent its limit."""
@@ -390,7 +388,7 @@ class Decisions:
             **limit.to_json(),
             "stage": stage,
         }
-        watch.see(run.finish("failed", reason))
+        run.finish("failed", reason)
         self.forget(run)
         raise RunStopped(run.id, "failed", reason)
 
@@ -425,13 +423,10 @@ class Decisions:
             return
         status, reason = stop
         outcome = VERDICT_OUTCOMES[status]
-        if not handled and outcome in run.allowed_outcomes():
+        if not handled and outcome in run.pipeline.allowed(run.state):
             with run.batch():  # the verdict and the outcome that routes it: together
-                events: list[Event] = [
-                    run.note(VERDICT_NOTE, {"status": status, "reason": reason}),
-                    run.stage_completed(stage, reason, outcome=outcome, duration=0.0),
-                ]
-            watch.see_all(events)
+                run.note(VERDICT_NOTE, {"status": status, "reason": reason})
+                run.stage_completed(stage, reason, outcome=outcome, duration=0.0)
             raise RunStopped(run.id, status, reason, routed_to=run.state)
         run.finish(status, reason)
         self.forget(run)
@@ -498,3 +493,10 @@ def _describe(error: Exception) -> str:
 
 def _name(function: Callable[..., Any]) -> str:
     return getattr(function, "__qualname__", None) or repr(function)
+
+
+def _attempts(run: Run, stage: str) -> int:
+    """How many attempts of `stage` the run has opened (an open one included)."""
+    machine = run.machine
+    opened = machine.open_attempt is not None and stage == machine.state
+    return machine.attempts.get(stage, 0) + opened

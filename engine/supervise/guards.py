@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import attrs
 
 from engine.errors import CircuitOpen
-from engine.run import Run
+from engine.run import Run, unit_of
 from engine.supervise.breaker import Circuit, CircuitStates
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy
 from engine.supervise.reader import RunReader
@@ -45,7 +45,7 @@ class BreakerGuard:
         """The stage's circuit: from the run's own events, or from all runs of its pipeline."""
         if self.breaker.scope == "run":
             return watch.circuits.get(stage, CLOSED)
-        run.flush()  # the other runs' circuits are read from the store: this run's too
+        unit_of(run).commit()  # the other runs' circuits are read from the store: this run's too
         projections = self.engine.projections
         if CircuitStates.name not in projections.names:
             projections.register(CircuitStates)
@@ -66,11 +66,11 @@ class BreakerGuard:
             trial = "a trial is under way in another run"
             why = circuit.reason if circuit.status == "open" else trial
             rejected = {"stage": stage, "retry_after": wait, "opened_because": circuit.reason}
-            watch.see(run.note("circuit_rejected", rejected))
+            run.note("circuit_rejected", rejected)
             raise CircuitOpen(run.id, stage, wait, why)
         since = circuit.status.replace("_", "-")
         reason = f"{since} for {self.breaker.reset_timeout:g} s (reset_timeout); one trial allowed"
-        watch.see(run.decision(CircuitHalfOpened, stage=stage, reason=reason))
+        run.record(CircuitHalfOpened, stage=stage, reason=reason)
         return attrs.evolve(circuit, status="half_open")
 
 

@@ -11,14 +11,14 @@ import inspect
 import random
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from engine.commit import GroupCommitter, UnitOfWork, shared
 from engine.errors import AttemptTimeout, InvalidArgument, RunStopped, StageGaveUp, StageNotDriven
-from engine.run import Run, abandon
-from engine.store import GroupCommitter, Store
+from engine.run import Run, abandon, unit_of
+from engine.store import Store
 from engine.supervise.context import StageContext
 from engine.supervise.decisions import Attempted, Call, Decisions, Ended, PolicyChoice, Step
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
@@ -80,10 +80,6 @@ class Supervisor:
         self.engine = engine
         self.group_commits = group_commits
         self.shared_commits = shared_commits
-        # One committer per event loop and store: a committer's task belongs to its loop.
-        self._committers: weakref.WeakKeyDictionary[Any, dict[Store, GroupCommitter]] = (
-            weakref.WeakKeyDictionary()
-        )
         # Looked up at each call, not bound now, so freezegun's clock reaches them.
         self.sleep: Callable[[float], Any] = sleep or _real_sleep
         self.clock: Callable[[], float] = clock or _real_clock
@@ -111,7 +107,7 @@ class Supervisor:
             CircuitOpen: the stage's breaker is open (or tripped now).
             RunStopped: the progress policy finished the run as stuck or partial.
         """
-        with run.stamped_by(self._now), self._holding(run):
+        with unit_of(run).stamped(self._now), self._holding(run):
             loop = self.decisions.stage(run, stage)
             return self._result(run, stage, self._drive_sync(run, loop, fn, args, kwargs))
 
@@ -119,10 +115,10 @@ class Supervisor:
         self, run: Run, stage: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         """`execute` for an async stage function (a timeout cancels the attempt)."""
-        with run.stamped_by(self._now), self._holding(run):
+        with unit_of(run).stamped(self._now), self._holding(run):
             loop = self.decisions.stage(run, stage)
             attempted = await self._drive_async(run, loop, fn, args, kwargs)
-            await self._share(run)  # the outcome joins other runs' commit
+            await self._commit(run)  # the outcome, off the loop with shared_commits
             return self._result(run, stage, attempted)
 
     def task(
@@ -136,14 +132,14 @@ class Supervisor:
         Raises:
             StageGaveUp: the policy stopped retrying the task.
         """
-        with run.stamped_by(self._now):
+        with unit_of(run).stamped(self._now):
             return self._drive_sync(run, self.decisions.task(run, task_id), fn, args, kwargs)
 
     async def task_async(
         self, run: Run, task_id: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         """`task` for an async task function."""
-        with run.stamped_by(self._now):
+        with unit_of(run).stamped(self._now):
             return await self._drive_async(run, self.decisions.task(run, task_id), fn, args, kwargs)
 
     def drive(
@@ -168,8 +164,8 @@ class Supervisor:
             CircuitOpen: a stage's breaker is open; the run stays where it is.
         """
         _check_stages(run, stages)
-        # Held: an outcome shares a transaction with what follows it.
-        with run.stamped_by(self._now), self._holding(run):
+        # Grouped: an outcome shares a transaction with what follows it.
+        with unit_of(run).stamped(self._now), self._holding(run):
             while self._step(run, stages, statuses) is not _FINISHED:
                 pass
         return run
@@ -195,7 +191,7 @@ class Supervisor:
             As `drive`.
         """
         _check_stages(run, stages)
-        with run.stamped_by(self._now), self._holding(run):
+        with unit_of(run).stamped(self._now), self._holding(run):
             return self._step(run, stages, statuses)
 
     def _step(
@@ -224,12 +220,12 @@ class Supervisor:
     ) -> Run:
         """`drive` with async stage functions."""
         _check_stages(run, stages)
-        with run.stamped_by(self._now), self._holding(run):
+        with unit_of(run).stamped(self._now), self._holding(run):
             while (fn := self._next(run, stages, statuses)) is not None:
                 loop = self.decisions.stage(run, run.state)
                 with self._ending(run):
                     await self._drive_async(run, loop, self._with_context(run, fn), (), {})
-            await self._share(run)  # the last outcome and RunFinished join other runs' commit
+            await self._commit(run)  # the last outcome and RunFinished, off the loop if shared
         return run
 
     def _now(self) -> datetime:
@@ -249,7 +245,7 @@ class Supervisor:
         state = run.state
         if run.pipeline.is_final(state):
             status, reason = self._final_status(run, state, statuses)
-            self.decisions.watch(run).see(run.finish(status, reason))
+            run.finish(status, reason)
             self.decisions.forget(run)
             return None
         if state not in stages:
@@ -274,7 +270,7 @@ class Supervisor:
         return _Ending(self, run)
 
     def _holding(self, run: Run) -> _GroupCommit:
-        """Hold what is recorded in the block (`group_commits`); see `Run.held`."""
+        """Group what is recorded in the block until a commit point (`group_commits`)."""
         return _GroupCommit(self, run)
 
     def _drive_sync(
@@ -285,16 +281,17 @@ class Supervisor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        work = unit_of(run)
         try:
             command = next(loop)
             while True:
                 if isinstance(command, Call):
-                    with run.released():  # what the supervisor held is durable first
+                    with work.calling():  # a commit point: what was recorded is durable first
                         ended = self._call(fn, args, kwargs, command.timeout)
                     command = loop.send(ended)
                 else:
                     if command.seconds > 0:
-                        run.flush()  # a crash while waiting keeps the failure and its decision
+                        work.commit()  # a crash while waiting keeps the failure and its decision
                     self.sleep(command.seconds)
                     command = loop.send(None)
         except StopIteration as done:
@@ -308,16 +305,17 @@ class Supervisor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        work = unit_of(run)
         try:
             command = next(loop)
             while True:
                 ended: Ended | None = None
-                if not isinstance(command, Call) and command.seconds <= 0 and self._waits_for_real:
-                    command = loop.send(None)  # no wait, no await: what is held stays held
+                if not isinstance(command, Call) and command.seconds <= 0:
+                    command = loop.send(None)  # no wait: not a commit point, as in `drive`
                     continue
-                # Other coroutines run while this one awaits: nothing is held meanwhile.
-                await self._share(run)
-                with run.released():
+                # Other coroutines run while this one awaits: nothing is left pending.
+                await self._commit(run)
+                with work.calling():
                     if isinstance(command, Call):
                         ended = await self._call_async(fn, args, kwargs, command.timeout)
                     else:
@@ -326,23 +324,17 @@ class Supervisor:
         except StopIteration as done:
             return done.value
 
-    async def _share(self, run: Run) -> None:
-        """With `shared_commits`, write what the run holds through its loop's committer."""
+    async def _commit(self, run: Run) -> None:
+        """With `shared_commits`, commit what the run recorded through its loop's committer."""
         if self.shared_commits:
-            await run.flush_async(self.committer(run.store))
+            await unit_of(run).commit_async(shared(unit_of(run).store))
 
     def committer(self, store: Store) -> GroupCommitter:
         """The committer `shared_commits` writes `store` through in the running event loop.
 
         Its `commits` and `batches` say how many transactions the loop's runs shared.
         """
-        import asyncio
-
-        by_store = self._committers.setdefault(asyncio.get_running_loop(), {})
-        committer = by_store.get(store)
-        if committer is None:
-            committer = by_store[store] = GroupCommitter(store)
-        return committer
+        return shared(store)
 
     def _call(
         self,
@@ -392,15 +384,10 @@ class Supervisor:
             return Ended(error=AttemptTimeout(timeout, duration), duration=duration)
         return Ended(value=value, duration=duration)
 
-    @property
-    def _waits_for_real(self) -> bool:
-        """Whether pauses are real sleeps (not an injected `sleep` that tests watch)."""
-        return self.sleep is _real_sleep
-
     async def _pause(self, seconds: float) -> None:
         import asyncio
 
-        slept = asyncio.sleep(seconds) if self._waits_for_real else self.sleep(seconds)
+        slept = asyncio.sleep(seconds) if self.sleep is _real_sleep else self.sleep(seconds)
         if inspect.isawaitable(slept):
             await slept
 
@@ -531,23 +518,24 @@ class _GroupCommit:
     run's watch: it may have seen events the failed write dropped.
     """
 
-    __slots__ = ("_held", "_run", "_supervisor")
+    __slots__ = ("_run", "_supervisor", "_work")
 
     def __init__(self, supervisor: Supervisor, run: Run) -> None:
         self._supervisor, self._run = supervisor, run
-        self._held: Any = None
+        self._work: UnitOfWork | None = None
 
     def __enter__(self) -> None:
-        run = self._run
-        if self._supervisor.group_commits and not run.in_batch:  # in a batch: the watch refuses
-            self._held = run.held()
-            self._held.__enter__()
+        work = unit_of(self._run)
+        if self._supervisor.group_commits and not work.batches:  # in a batch: the watch refuses
+            self._work = work
+            work.begin()
 
     def __exit__(self, kind: type[BaseException] | None, error: object, trace: object) -> None:
-        if self._held is None:
+        work = self._work
+        if work is None:
             return
         try:
-            self._held.__exit__(kind, error, trace)
+            work.end()
         except BaseException:
             self._supervisor.decisions.forget(self._run)
             raise

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.errors import RuleViolation
 from engine.pipeline import Pipeline
-from engine.run import Run
+from engine.run import Run, unit_of
 from engine.supervise.breaker import Circuits, CircuitStates
 from engine.supervise.streaks import BudgetRules, RetryStreaks
 from events import (
@@ -72,38 +73,30 @@ class RunWatch:
         self.task_results: dict[str, Any] = {}
         self.spent: dict[str, float] = {}
         """What the run has spent so far, by unit."""
+        self.stale = False
+        """Whether events this watch folded were taken back (it must be folded again)."""
         self.verdict: dict[str, JSON] | None = None
         """The progress verdict routed to a handler stage (status, reason), once there is one."""
 
-    def catch_up(self, run: Run) -> RunWatch:
-        """Fold the events of `run` this watch has not seen yet."""
-        if run.version > self.version:
-            run.flush()  # what a supervisor holds is read back from the store
-            newest = run.newest
-            if newest is not None and newest.version == self.version + 1:
-                self.see(newest)  # one behind (the run's start): no read
-                return self
-            for event in run.store.stream(run.id, gt=self.version, lte=run.version):
-                self.see(event)
-        return self
-
     def consecutive_failures(self, run: Run, stage: str) -> int:
-        """How many times in a row `stage` failed (its breaker's count), the watch caught up.
+        """How many times in a row `stage` failed (its breaker's count).
 
-        A watch that keeps no circuits folds them from the run's stored events (what
-        is held is written first): a rare question, asked when a stage gives up.
+        A watch that keeps no circuits folds them from the run's events: a rare
+        question, asked when a stage gives up.
         """
         circuits = self.circuits
         if not self.watches_circuits:
-            run.flush()
-            circuits = _CIRCUITS.fold(run.store.stream(run.id, lte=self.version))
+            circuits = _CIRCUITS.fold(recorded_events(run))
         circuit = circuits.get(stage)
         return 0 if circuit is None else circuit.consecutive
 
-    def see_all(self, events: list[Event]) -> None:
-        """Fold events recorded together (after their batch is written)."""
-        for event in events:
-            self.see(event)
+    def recorded(self, event: Event) -> None:
+        """Fold one event the run recorded (an `Observer` of its unit of work)."""
+        self.see(event)
+
+    def rewound(self, version: int) -> None:
+        """Events after `version` were taken back: this fold is stale until folded again."""
+        self.stale = True
 
     def task_streak(self, task_id: str, rules: BudgetRules) -> int:
         """The failures of a task its retry budget counts (interruptions only if asked)."""
@@ -120,9 +113,16 @@ class RunWatch:
         return "Error", ""
 
     def see(self, event: Event) -> Event:
-        """Fold one event (the next of the run); returns it."""
+        """Fold one event (the next of the run); returns it.
+
+        Raises:
+            RuleViolation: the event is not the next version: the fold would be wrong.
+        """
         if event.version != self.version + 1:
-            return event  # a gap: `catch_up` reads it from the store in order
+            raise RuleViolation(
+                event.run_id, "fold_gap", f"the supervisor's fold of the run is at version "
+                f"{self.version} and was given version {event.version}"
+            )  # fmt: skip
         self.version = event.version
         if self.watches_progress:
             self.progress = _PROGRESS.apply(self.progress, event)
@@ -162,3 +162,9 @@ class RunWatch:
             popped = self.streaks.popped_failures
             kept = (e for e in self._breaker_events if e.version not in popped)
             self.circuits = _CIRCUITS.fold(kept)
+
+
+def recorded_events(run: Run) -> list[Event]:
+    """Every event of `run` as its handle holds it: the stored ones, then the pending ones."""
+    work = unit_of(run)
+    return [*work.store.stream(run.id, lte=work.stored.version), *work.events]

@@ -232,11 +232,11 @@ class Checker:
         loaded = self.engine.load(run_id)
         if loaded.status is not None:
             return
-        open_attempt, active = loaded.open_attempt, loaded.tasks
+        open_attempt, active = loaded.machine.open_attempt, loaded.tasks
         active_tasks = sorted(t for t, status in active.items() if status == "active")
         run = self.engine.resume(run_id)
         new = self.engine.events(run_id)[len(events) :]
-        if open_attempt is not None and "failed" in loaded.allowed_outcomes():
+        if open_attempt is not None and "failed" in loaded.pipeline.allowed(loaded.state):
             assert isinstance(new[0], StageFailed)
             assert (new[0].error_type, new[0].attempt) == ("Interrupted", open_attempt)
             self.counts["interrupted_attempts"] += 1

@@ -94,7 +94,7 @@ class TestServerRestart:
 
             def write() -> None:
                 for index in range(self.APPENDS):
-                    _append_following_the_advice(run, "n", index, stats)
+                    _append_following_the_advice(engine, run, "n", index, stats)
                     if index == 100:
                         written.set()
 

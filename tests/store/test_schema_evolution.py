@@ -105,7 +105,7 @@ class TestFirstSchemaStore:
             at_rollback = engine.project(REVIEW, StateStack, at=12)
         assert (review.state, review.status, review.version) == ("done", "succeeded", 18)
         assert (child.state, child.status) == ("aborted", "failed")
-        assert (unfinished.state, unfinished.open_attempt) == ("developer", 1)
+        assert (unfinished.state, unfinished.machine.open_attempt) == ("developer", 1)
         assert stack.top is not None
         assert stack.top.state == "done"
         assert stack.latest_result("developer") == {"changed_files": 3}
@@ -157,7 +157,7 @@ class TestFirstSchemaStore:
             report = engine.verify(OPEN)
         assert [type(e).__name__ for e in tail] == ["StageFailed", "TaskFailed"]
         assert [e.error_type for e in tail] == ["Interrupted", "Interrupted"]  # type: ignore[attr-defined]
-        assert (resumed.open_attempt, resumed.version, report.ok) == (None, 8, True)
+        assert (resumed.machine.open_attempt, resumed.version, report.ok) == (None, 8, True)
         path = Path(v1_url.removeprefix("sqlite:///"))
         newest = stored_rows(path)[-2][3]
         assert newest["class_version"] == 2

@@ -255,7 +255,7 @@ class TestBreakerInSupervisor:
         assert sup.execute(other, "step", lambda: "closed again") == "closed again"
 
         crashed = engine.start_run(POLL)  # a trial whose process died: its half-open stays
-        crashed.decision(CircuitHalfOpened, stage="step", reason="trial, then a crash")
+        crashed.record(CircuitHalfOpened, stage="step", reason="trial, then a crash")
         late = engine.start_run(POLL)
         with pytest.raises(CircuitOpen):
             sup.execute(late, "step", lambda: None)
@@ -271,7 +271,7 @@ class TestBreakerInSupervisor:
         sup = supervise(engine, frozen)
         trip(engine, sup, run)
         frozen.tick(301)
-        run.decision(CircuitHalfOpened, stage="step", reason="a trial by hand")
+        run.record(CircuitHalfOpened, stage="step", reason="a trial by hand")
         run.stage_completed("step")
         assert engine.project(run.id, CircuitStates)["step"] == Circuit()
         assert sup.execute(run, "step", lambda: "closed") == "closed"
@@ -283,7 +283,7 @@ class TestBreakerInSupervisor:
         sup = supervise(engine, frozen)
         trip(engine, sup, run)
         frozen.tick(301)
-        run.decision(CircuitHalfOpened, stage="step", reason="trial")
+        run.record(CircuitHalfOpened, stage="step", reason="trial")
         run.stage_started("step")  # ...and the process died
         resumed = engine.resume(run.id)
         circuit = engine.project(run.id, CircuitStates)["step"]

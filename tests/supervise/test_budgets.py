@@ -195,7 +195,7 @@ class TestReviewFindings:
             supervise(engine, **policy).execute(run, "work", failing(1, KeyError("k")))
         failed = of_type(engine, run, "StageFailed")[0]
         assert failed.outcome == "failed"  # type: ignore[attr-defined]
-        assert run.open_attempt is None
+        assert run.machine.open_attempt is None
 
     def test_a_task_retry_names_its_real_attempt_after_crashes(self, engine: Engine) -> None:
         """After two interrupted attempts, the retry of the third failure is attempt 4."""
@@ -222,7 +222,7 @@ class TestReviewFindings:
         with pytest.raises(StageGaveUp) as raised:
             sup.execute(narrow, "call", failing(1, ValueError("unmapped")))
         assert raised.value.cause == "no_failure_row"
-        assert narrow.open_attempt is None
+        assert narrow.machine.open_attempt is None
         assert "StageStarted" not in kinds(engine, narrow)
         broad = engine.start_run(table)
         sup = supervise(engine, outcomes={Exception: "error_occurred"})

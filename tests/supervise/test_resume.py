@@ -59,7 +59,7 @@ class TestResume:
         run = engine.start_run(REVIEW)
         run.stage_started("project_analysis")
         resumed = engine.resume(run.id)
-        assert resumed.open_attempt == 1
+        assert resumed.machine.open_attempt == 1
         sup = engine.supervisor()
         sup.execute(resumed, "project_analysis", lambda: {"t": "py"})
         done = of_type(engine, run, "StageCompleted")[0]
@@ -91,7 +91,7 @@ class TestResumeTree:
         """tree=True records Interrupted events in the parent and every unfinished descendant."""
         parent, (busy, tasks, grandchild), _ = crashed_tree(engine)
         resumed = engine.resume(parent.id, tree=True)
-        assert (resumed.id, resumed.open_attempt) == (parent.id, None)
+        assert (resumed.id, resumed.machine.open_attempt) == (parent.id, None)
         assert kinds(engine, parent)[-1] == "StageFailed"
         assert kinds(engine, busy)[-2:] == ["StageFailed", "TaskFailed"]
         assert kinds(engine, tasks)[-1] == "TaskFailed"
@@ -100,7 +100,7 @@ class TestResumeTree:
             interrupted = of_type(engine, run, "StageFailed") + of_type(engine, run, "TaskFailed")
             assert {e.error_type for e in interrupted} == {"Interrupted"}  # type: ignore[attr-defined]
         assert dict(engine.load(tasks.id).tasks) == {"t-2": "failed"}
-        assert engine.load(busy.id).open_attempt is None
+        assert engine.load(busy.id).machine.open_attempt is None
 
     def test_parents_are_resumed_first(self, engine: Engine) -> None:
         """A run's Interrupted events come before its children's, theirs before their children's."""

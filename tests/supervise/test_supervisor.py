@@ -26,6 +26,7 @@ from engine.errors import (
     StageNotDriven,
 )
 from engine.supervise import FINISHED
+from events import RetryScheduled
 from tests.supervise._helpers import LOOP, FakeTime, failing, kinds, of_type
 
 
@@ -394,10 +395,14 @@ class TestAtomicDecisions:
         """If recording the retry decision fails, the failure is not written either."""
         run = engine.start_run(LOOP)
 
-        def crash(*args: Any, **kwargs: Any) -> Any:
-            raise RuntimeError("process died while deciding")
+        record = Run.record
 
-        monkeypatch.setattr(Run, "decision", crash)
+        def crash(self: Run, kind: Any, **payload: Any) -> Any:
+            if kind is RetryScheduled:
+                raise RuntimeError("process died while deciding")
+            return record(self, kind, **payload)
+
+        monkeypatch.setattr(Run, "record", crash)
         with pytest.raises(RuntimeError, match="died while deciding"):
             supervise(engine, fake).execute(run, "work", failing(1, ValueError("x")))
         assert kinds(engine, run) == ["RunStarted", "StageStarted"]

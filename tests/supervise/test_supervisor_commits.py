@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks._common import CountedWrites
 from engine import ConcurrencyConflict, Engine, Pipeline, RetryPolicy, Run
+from engine.errors import RuleViolation
 from engine.supervise import StageContext
 from events import StageStarted
 from tests.supervise._helpers import FakeTime
@@ -215,3 +217,65 @@ class TestGroupCommits:
             ["StageStarted"], ["StageFailed", "RetryScheduled", "StageStarted"], ["StageCompleted"],
         ]  # fmt: skip
         assert len(engine.events(run.id)) == run.version
+
+
+class TestBoundaries:
+    @pytest.mark.parametrize("driver", ["drive", "drive_async"])
+    def test_a_real_and_an_injected_sleep_commit_the_same_groups(
+        self, engine: Engine, driver: str
+    ) -> None:
+        """With zero delays, the real sleep and an injected one give the same transactions."""
+        groups: list[list[list[str]]] = []
+        for sleep in (None, FakeTime().sleep):
+            run = engine.start_run(BUILD)
+            settings: dict[str, Any] = {} if sleep is None else {"sleep": sleep}
+            sup = engine.supervisor(retry=RetryPolicy(delay=0), **settings)
+            with CountedWrites(engine.store) as counted:
+                if driver == "drive":
+                    sup.drive(run, build_failing(2))
+                else:
+                    asyncio.run(sup.drive_async(run, async_stages(build_failing(2))))
+            groups.append([[e.topic.split(":")[-1] for e in batch] for batch in counted.batches])
+            assert run.status == "succeeded"
+        assert groups[0] == groups[1]
+        assert groups[0] == [
+            ["StageStarted"],
+            ["StageCompleted", "StageStarted"],
+            ["StageFailed", "RetryScheduled", "StageStarted"],
+            ["StageFailed", "RetryScheduled", "StageStarted"],
+            ["StageCompleted", "RunFinished"],
+        ]
+
+
+class TestFoldGap:
+    def test_a_version_gap_in_the_supervisors_fold_raises(self, engine: Engine) -> None:
+        """The supervisor's fold of a run refuses an event that is not the next version."""
+        run = engine.start_run(BUILD)
+        sup = engine.supervisor(retry=RetryPolicy(delay=0))
+        watch = sup.decisions.watch(run)
+        skipped = engine.load(run.id)
+        skipped.note("a", 1)
+        ahead = skipped.note("b", 2)  # version 3, while the fold is at 1
+        with pytest.raises(RuleViolation, match="at version 1 and was given version 3"):
+            watch.recorded(ahead)
+
+    def test_events_of_another_writer_reach_the_fold_through_refresh(self, engine: Engine) -> None:
+        """After refresh, the fold has folded what another writer stored, in order."""
+        run = engine.start_run(BUILD)
+        sup = engine.supervisor(retry=RetryPolicy(delay=0))
+        watch = sup.decisions.watch(run)
+        engine.load(run.id).stage_failed("plan", "by another writer")
+        run.refresh()
+        assert (watch.version, watch.last_failure("plan")) == (2, ("Error", "by another writer"))
+
+
+def async_stages(stages: dict[str, Any]) -> dict[str, Any]:
+    """The same stage functions, as coroutines."""
+
+    def wrap(fn: Any) -> Any:
+        async def stage(context: StageContext) -> Any:
+            return fn(context)
+
+        return stage
+
+    return {name: wrap(fn) for name, fn in stages.items()}

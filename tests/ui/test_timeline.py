@@ -42,8 +42,8 @@ def _decisions(run: Run) -> None:
     run.stage_completed("project_analysis")
     run.stage_completed("code_review")
     run.stage_failed("developer", "broke")
-    run.decision(RetryScheduled, stage="developer", attempt=2, delay=1.0, reason="retry")
-    run.decision(CircuitOpened, stage="developer", reason="too many")
+    run.record(RetryScheduled, stage="developer", attempt=2, delay=1.0, reason="retry")
+    run.record(CircuitOpened, stage="developer", reason="too many")
     run.finish("aborted_stuck", reason="no progress")
 
 

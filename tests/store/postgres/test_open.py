@@ -97,14 +97,16 @@ def _terminate_connections(name: str, stop: threading.Event, killed: list[int]) 
             stop.wait(rng.uniform(0.001, 0.02))
 
 
-def _append_following_the_advice(run: Run, key: str, value: int, stats: dict[str, int]) -> None:
+def _append_following_the_advice(
+    engine: Engine, run: Run, key: str, value: int, stats: dict[str, int]
+) -> None:
     """Record one note as docs/reliability.md advises for each error an append may raise."""
     check = ""  # what to do first on the next turn: "" (append), "refresh", "unknown"
     while True:
         try:
             if check:
                 run.refresh()
-                if check == "unknown" and _newest_is(run, key, value):
+                if check == "unknown" and _newest_is(engine, run, key, value):
                     return  # the lost append was stored
                 check = ""
             run.note(key, value)
@@ -119,8 +121,8 @@ def _append_following_the_advice(run: Run, key: str, value: int, stats: dict[str
             stats["store_errors"] += 1  # nothing written (or a read failed): try again
 
 
-def _newest_is(run: Run, key: str, value: int) -> bool:
-    newest = run.store.last(run.id)
+def _newest_is(engine: Engine, run: Run, key: str, value: int) -> bool:
+    newest = engine.store.last(run.id)
     return isinstance(newest, NoteAdded) and (newest.key, newest.value) == (key, value)
 
 
@@ -145,7 +147,7 @@ class TestLostConnections:
                 while appended < self.MOST and (
                     appended < self.APPENDS or killed[0] < self.TERMINATIONS
                 ):
-                    _append_following_the_advice(run, "n", appended, stats)
+                    _append_following_the_advice(engine, run, "n", appended, stats)
                     appended += 1
             finally:
                 stop.set()

@@ -14,17 +14,24 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 
 from engine import ConcurrencyConflict, Engine, Run, StoreError
-from engine.store import GroupCommitter, Store
+from engine.commit import GroupCommitter
+from engine.run import unit_of
+from engine.store import Store
 from events import NoteAdded
 from tests._helpers import REVIEW
 
 
-def held_note(run: Run, value: int) -> Any:
-    """Hold the run and record a note; the holding block is returned, left open."""
-    holding = run.held()
-    holding.__enter__()
+def grouped_note(run: Run, value: int) -> Any:
+    """Group the run's events and record a note; the grouping is returned, left open."""
+    grouping = unit_of(run).grouped()
+    grouping.__enter__()
     run.note("n", value)
-    return holding
+    return grouping
+
+
+async def commit(run: Run, committer: GroupCommitter) -> None:
+    """Commit the run's pending events through `committer`."""
+    await unit_of(run).commit_async(committer)
 
 
 def note_at(engine: Engine, run_id: UUID, version: int) -> list[StoredEvent]:
@@ -35,17 +42,17 @@ def note_at(engine: Engine, run_id: UUID, version: int) -> list[StoredEvent]:
 
 
 class TestGroupCommitter:
-    def test_batches_flushed_together_are_one_commit(self, engine: Engine) -> None:
-        """Five runs flushing at once are stored whole in one transaction."""
+    def test_batches_committed_together_are_one_commit(self, engine: Engine) -> None:
+        """Five runs committing at once are stored whole in one transaction."""
         runs = [engine.start_run(REVIEW) for _ in range(5)]
         committer = GroupCommitter(engine.store)
         for n, run in enumerate(runs):
-            held_note(run, n)
+            grouped_note(run, n)
 
-        async def flush_all() -> None:
-            await asyncio.gather(*(run.flush_async(committer) for run in runs))
+        async def commit_all() -> None:
+            await asyncio.gather(*(commit(run, committer) for run in runs))
 
-        asyncio.run(flush_all())
+        asyncio.run(commit_all())
         assert (committer.commits, committer.batches) == (1, 5)
         for n, run in enumerate(runs):
             assert [e.value for e in engine.events(run.id)[1:]] == [n]  # type: ignore[attr-defined]
@@ -57,13 +64,13 @@ class TestGroupCommitter:
         engine.load(runs[1].id).note("first", "another writer")
         committer = GroupCommitter(engine.store)
         for n, run in enumerate(runs):
-            held_note(run, n)
+            grouped_note(run, n)
 
-        async def flush_all() -> list[BaseException | None]:
-            flushes = (run.flush_async(committer) for run in runs)
-            return await asyncio.gather(*flushes, return_exceptions=True)
+        async def commit_all() -> list[BaseException | None]:
+            commits = (commit(run, committer) for run in runs)
+            return await asyncio.gather(*commits, return_exceptions=True)
 
-        outcomes = asyncio.run(flush_all())
+        outcomes = asyncio.run(commit_all())
         assert outcomes[0] is None
         assert outcomes[2] is None
         assert isinstance(outcomes[1], ConcurrencyConflict)
@@ -87,18 +94,18 @@ class TestGroupCommitter:
         assert second is first
         assert [e.version for e in engine.events(run.id)] == [1, 2]
 
-    def test_a_batch_cancelled_before_its_write_stays_held(self, engine: Engine) -> None:
-        """Cancelled while queued behind a write, a batch is withdrawn: kept held, written later."""
+    def test_a_batch_cancelled_before_its_write_stays_pending(self, engine: Engine) -> None:
+        """Cancelled while queued behind a write, a batch is withdrawn: kept, written later."""
         early, late = engine.start_run(REVIEW), engine.start_run(REVIEW)
         committer = GatedCommitter(engine.store)
-        held_note(early, 1)
-        holding = held_note(late, 2)
+        grouped_note(early, 1)
+        grouping = grouped_note(late, 2)
 
         async def cancel_the_queued() -> None:
-            first = asyncio.ensure_future(early.flush_async(committer))
+            first = asyncio.ensure_future(commit(early, committer))
             with committer.opened_at_the_end():
                 await committer.writing()  # the first batch is on its way to disk
-                second = asyncio.ensure_future(late.flush_async(committer))
+                second = asyncio.ensure_future(commit(late, committer))
                 await asyncio.sleep(0)
                 assert committer._queue  # the second waits for the next write
                 second.cancel()
@@ -109,30 +116,30 @@ class TestGroupCommitter:
         asyncio.run(cancel_the_queued())
         assert [len(engine.events(run.id)) for run in (early, late)] == [2, 1]
         assert (committer.commits, committer.batches) == (1, 1)
-        assert late.version == 2  # the note happened: the holding block writes it
-        holding.__exit__(None, None, None)
+        assert late.version == 2  # the note happened: the grouping writes it at its end
+        grouping.__exit__(None, None, None)
         assert [e.version for e in engine.events(late.id)] == [1, 2]
 
     def test_a_batch_cancelled_during_its_write_is_stored_and_known(self, engine: Engine) -> None:
         """Cancelled while on its way to disk, the batch's outcome stands; the cancel follows."""
         run = engine.start_run(REVIEW)
         committer = GatedCommitter(engine.store)
-        holding = held_note(run, 1)
+        grouping = grouped_note(run, 1)
 
         async def cancel_while_writing() -> None:
-            flush = asyncio.ensure_future(run.flush_async(committer))
+            pending = asyncio.ensure_future(commit(run, committer))
             with committer.opened_at_the_end():
                 await committer.writing()
-                flush.cancel()
+                pending.cancel()
                 await asyncio.sleep(0)
-                assert not flush.done()  # it waits for the write's outcome
+                assert not pending.done()  # it waits for the write's outcome
             with pytest.raises(asyncio.CancelledError):
-                await flush
+                await pending
 
         asyncio.run(cancel_while_writing())
         assert [e.version for e in engine.events(run.id)] == [1, 2]
         assert run.version == 2
-        holding.__exit__(None, None, None)  # nothing left to write: no second copy
+        grouping.__exit__(None, None, None)  # nothing left to write: no second copy
         assert [e.version for e in engine.events(run.id)] == [1, 2]
 
     def test_a_cancelled_writer_finishes_its_write_and_refuses_the_rest(
@@ -141,19 +148,19 @@ class TestGroupCommitter:
         """The writer task cancelled mid-write: its batch is stored, the queued one refused."""
         first, second = engine.start_run(REVIEW), engine.start_run(REVIEW)
         committer = GatedCommitter(engine.store)
-        held_note(first, 1)
-        held_note(second, 2)
+        grouped_note(first, 1)
+        grouped_note(second, 2)
 
         async def cancel_the_writer() -> list[BaseException | None]:
-            flushes = [asyncio.ensure_future(first.flush_async(committer))]
+            commits = [asyncio.ensure_future(commit(first, committer))]
             with committer.opened_at_the_end():
                 await committer.writing()
-                flushes.append(asyncio.ensure_future(second.flush_async(committer)))
+                commits.append(asyncio.ensure_future(commit(second, committer)))
                 await asyncio.sleep(0)
                 assert committer._writing is not None
                 committer._writing.cancel()
                 await asyncio.sleep(0)
-            return await asyncio.gather(*flushes, return_exceptions=True)
+            return await asyncio.gather(*commits, return_exceptions=True)
 
         outcomes = asyncio.run(cancel_the_writer())
         assert outcomes[0] is None
@@ -168,14 +175,14 @@ class TestGroupCommitter:
         runs = [engine.start_run(REVIEW) for _ in range(3)]
         committer = GroupCommitter(engine.store)
         for n, run in enumerate(runs):
-            held_note(run, n)
+            grouped_note(run, n)
         engine.close()
 
-        async def flush_all() -> list[BaseException | None]:
-            flushes = (run.flush_async(committer) for run in runs)
-            return await asyncio.gather(*flushes, return_exceptions=True)
+        async def commit_all() -> list[BaseException | None]:
+            commits = (commit(run, committer) for run in runs)
+            return await asyncio.gather(*commits, return_exceptions=True)
 
-        outcomes = asyncio.run(flush_all())
+        outcomes = asyncio.run(commit_all())
         assert all(isinstance(outcome, StoreError) for outcome in outcomes)
         assert [run.version for run in runs] == [1, 1, 1]
         with Engine(sqlite_url) as again:

@@ -1,7 +1,7 @@
-"""Group commit for asyncio: the batches many runs flush at about the same time, one transaction.
+"""Group commit for asyncio: the batches many runs commit at about the same time, one transaction.
 
-A run driven in an event loop flushes what it holds (an outcome, its decision,
-the next attempt's start) before each call of a stage function. Written one
+A run driven in an event loop commits what it has recorded (an outcome, its
+decision, the next attempt's start) before each call of a stage function. Written one
 by one, N concurrent runs pay N durable commits (N fsyncs) and block the loop
 during each. Through a `GroupCommitter`, the first batch to arrive starts a
 write in a worker thread; batches that arrive while it is on disk wait and
@@ -17,6 +17,7 @@ every batch's error.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,8 @@ class Commit:
 class GroupCommitter:
     """Writes the batches of concurrent runs on one store, as few transactions as can be.
 
-    One per store and event loop (`Supervisor(shared_commits=True)` makes them).
+    One per store and event loop: `shared(store)` gives the running loop's, which
+    `async with run.batch()` and `Supervisor(shared_commits=True)` commit through.
 
     Attributes:
         commits: transactions that stored batches (a shared one counts once).
@@ -168,6 +170,31 @@ class GroupCommitter:
                 self.batches += 1
                 outcomes.append(None)
         return outcomes
+
+
+_SHARED: weakref.WeakKeyDictionary[Any, dict[Store, GroupCommitter]] = weakref.WeakKeyDictionary()
+"""Each event loop's committers, by store: a committer's task belongs to its loop."""
+
+
+def shared(store: Store) -> GroupCommitter:
+    """The committer the running event loop's runs on `store` share (made on first use).
+
+    Its `commits` and `batches` say how many transactions the loop's runs shared.
+    """
+    import asyncio
+
+    by_store = _SHARED.setdefault(asyncio.get_running_loop(), {})
+    committer = by_store.get(store)
+    if committer is None:
+        committer = by_store[store] = GroupCommitter(store)
+    return committer
+
+
+def shared_exists(store: Store) -> bool:
+    """Whether the running event loop has a committer for `store` (none is made)."""
+    import asyncio
+
+    return store in _SHARED.get(asyncio.get_running_loop(), {})
 
 
 async def settled(done: asyncio.Future[Any]) -> bool:

@@ -1,0 +1,293 @@
+"""The unit of work: what one run handle has recorded and not yet written, and its one writer.
+
+Every recording method of `Run` checks its event with the rules fold and hands
+it here, serialized. Outside any grouping the unit commits it at once, so a
+hand-recording caller has it durable before the method returns. A grouping
+(`run.batch()` for a caller, a supervisor's drive between two calls of the
+caller's code) keeps events pending until its commit point: `commit()` on the
+caller's thread, or `commit_async()` through a `GroupCommitter`, so an event
+loop never waits on a disk. Nothing else writes a run's events, and nothing
+reads them back to see them: the unit's state and its observers (the
+supervisor's fold of the run) see each event as it is recorded, and are told
+when events are taken back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from eventsourcing.persistence import StoredEvent
+
+from engine.commit.group import GroupCommitter, shared
+from engine.machine import RunState
+from engine.store import Store
+from events import Event, utc_now
+
+if TYPE_CHECKING:
+    import asyncio
+
+
+class Observer(Protocol):
+    """What follows a run's recorded events (the supervisor's fold of the run)."""
+
+    def recorded(self, event: Event) -> None:
+        """`event` was recorded (pending or written): the next version of the run."""
+
+    def rewound(self, version: int) -> None:
+        """The events after `version` were taken back: a batch raised, or a commit failed."""
+
+
+class Mark:
+    """Where a grouping began: the run's state then and how much was pending."""
+
+    __slots__ = ("pending", "state")
+
+    def __init__(self, state: RunState, pending: int) -> None:
+        self.state, self.pending = state, pending
+
+
+class UnitOfWork:
+    """One run handle's state, its pending events and how they are committed.
+
+    Attributes:
+        state: the run's machine state with every recorded event folded in.
+        stored: the state the store holds, as far as this handle wrote it.
+        pending: the recorded events not written yet, serialized.
+        events: the same events as recorded (observers refold from them).
+        groups: open groupings; while any is open, events wait for a commit point.
+        batches: open `run.batch()` blocks among them (a supervisor refuses to run inside one).
+        clock: what stamps each event (a supervisor's clock while it drives the run).
+        observers: told of every event recorded and every one taken back.
+    """
+
+    __slots__ = (
+        "_committing",
+        "_stampings",
+        "batches",
+        "clock",
+        "events",
+        "groups",
+        "observers",
+        "pending",
+        "state",
+        "store",
+        "stored",
+    )
+
+    def __init__(self, store: Store, state: RunState) -> None:
+        self.store = store
+        self.state = state
+        self.stored = state
+        self.pending: list[StoredEvent] = []
+        self.events: list[Event] = []
+        self.groups = 0
+        self.batches = 0
+        self.clock: Callable[[], datetime] = utc_now
+        self.observers: list[Observer] = []
+        self._stampings = 0
+        self._committing: asyncio.Future[None] | None = None
+
+    def add(self, event: Event, state: RunState, stored: StoredEvent) -> None:
+        """Take in one checked event: pending, observed, and committed unless grouped.
+
+        Raises:
+            ConcurrencyConflict, StoreError: ungrouped, the write failed; nothing of it
+                is kept.
+        """
+        self.pending.append(stored)
+        self.events.append(event)
+        self.state = state
+        for observer in self.observers:
+            observer.recorded(event)
+        if not self.groups and self._committing is None:
+            self.commit()
+
+    def commit(self) -> None:
+        """Write what is pending in one transaction (nothing pending: nothing written).
+
+        Raises:
+            ConcurrencyConflict, StoreError: nothing was written; the run is back in the
+                state the store holds.
+        """
+        pending = self.pending
+        if not pending:
+            return
+        try:
+            self.store.write(pending)
+        except BaseException:
+            self._lost()
+            raise
+        self._kept(len(pending), self.state)
+
+    async def commit_async(self, committer: GroupCommitter | None = None) -> None:
+        """`commit` off the event loop, through `committer` (default: the loop's shared one).
+
+        What several runs commit at about the same moment may share one transaction.
+        One commit of a unit at a time: a second waits for the first to end.
+
+        Raises:
+            ConcurrencyConflict, StoreError: nothing was written; the run is back in the
+                state the store holds.
+            asyncio.CancelledError: cancelled. Before its write began, what is pending
+                stays pending (the grouping's end decides); during the write, the unit
+                takes in the write's outcome first.
+        """
+        import asyncio  # here, not at the top: the command line starts faster without it
+
+        while self._committing is not None:
+            await asyncio.wait([self._committing])  # its outcome is its committer's to handle
+        if not self.pending:
+            return
+        batch, reached = list(self.pending), self.state
+        writer = committer if committer is not None else shared(self.store)
+        commit = writer.submit(batch)
+        self._committing = commit.done
+        try:
+            await writer.wait(commit)
+        except BaseException:
+            if not commit.withdrawn:
+                self._kept(len(batch), reached) if commit.stored else self._lost()
+            raise
+        finally:
+            self._committing = None
+        self._kept(len(batch), reached)
+        if self.pending and not self.groups:  # recorded while the write was under way
+            await self.commit_async(committer)
+
+    def begin(self, batch: bool = False) -> Mark:
+        """Open a grouping: what is recorded waits for its end (or an outer one's)."""
+        self.groups += 1
+        self.batches += batch
+        return Mark(self.state, len(self.pending))
+
+    def take_back(self, mark: Mark) -> None:
+        """Drop what was recorded since `mark`: the run is back in the state it had there."""
+        del self.pending[mark.pending :]
+        del self.events[mark.pending :]
+        self.state = mark.state
+        for observer in self.observers:
+            observer.rewound(mark.state.version)
+
+    def end(self, batch: bool = False) -> None:
+        """Close a grouping; the outermost commits what is pending.
+
+        Raises:
+            ConcurrencyConflict, StoreError: as `commit`.
+        """
+        self.groups -= 1
+        self.batches -= batch
+        if not self.groups:
+            self.commit()
+
+    async def end_async(self, batch: bool = False) -> None:
+        """`end` committing through `commit_async`; the grouping stays open while it waits."""
+        try:
+            if self.groups == 1:
+                await self.commit_async()
+        finally:
+            self.groups -= 1
+            self.batches -= batch
+
+    def calling(self) -> Calling:
+        """The context of the caller's code inside a grouping: pending is written first, and
+        what the code records is written at once, as anywhere else."""
+        return Calling(self)
+
+    def grouped(self) -> Grouping:
+        """A grouping as a ``with`` block: what is recorded in it, also when it raises (each
+        event passed its checks: it happened), is committed at its end or a commit point."""
+        return Grouping(self)
+
+    def stamped(self, clock: Callable[[], datetime]) -> Stamping:
+        """Stamp what is recorded inside the ``with`` block with `clock` (a supervisor's).
+
+        The run's time stays monotonic: a clock behind the newest event stamps that
+        event's time.
+        """
+        return Stamping(self, clock)
+
+    def stamp(self, clock: Callable[[], datetime]) -> None:
+        """Begin a `stamped` block: the outermost one's clock stamps while any is open."""
+        if self._stampings == 0:
+            self.clock = clock
+        self._stampings += 1
+
+    def unstamp(self) -> None:
+        """End a `stamped` block: the wall clock is back when the last one ends."""
+        self._stampings -= 1
+        if self._stampings == 0:
+            self.clock = utc_now
+
+    def refreshed(self, events: Sequence[Event], state: RunState) -> None:
+        """Take in events other writers stored (folded into `state` by the caller)."""
+        self.state = self.stored = state
+        for event in events:
+            for observer in self.observers:
+                observer.recorded(event)
+
+    def _kept(self, count: int, reached: RunState) -> None:
+        """A commit of the first `count` pending events succeeded."""
+        del self.pending[:count]  # what was recorded meanwhile stays pending
+        del self.events[:count]
+        self.stored = reached
+
+    def _lost(self) -> None:
+        """A commit failed: nothing pending was written, nor can be (later events follow it)."""
+        self.pending.clear()
+        self.events.clear()
+        self.state = self.stored
+        for observer in self.observers:
+            observer.rewound(self.stored.version)
+
+
+class Calling:
+    """The context of `UnitOfWork.calling` (a class: it wraps every supervised call)."""
+
+    __slots__ = ("_groups", "_work")
+
+    def __init__(self, work: UnitOfWork) -> None:
+        self._work, self._groups = work, 0
+
+    def __enter__(self) -> None:
+        work = self._work
+        work.commit()
+        self._groups, work.groups = work.groups, 0
+
+    def __exit__(self, *exc: object) -> None:
+        self._work.groups = self._groups
+
+
+class Stamping:
+    """The context of `UnitOfWork.stamped`.
+
+    Overlapping blocks on one unit (two tasks of an async coordinator, threads) share
+    the clock of the outermost one, and the wall clock is back only when the last ends.
+    """
+
+    __slots__ = ("_clock", "_work")
+
+    def __init__(self, work: UnitOfWork, clock: Callable[[], datetime]) -> None:
+        self._work, self._clock = work, clock
+
+    def __enter__(self) -> None:
+        self._work.stamp(self._clock)
+
+    def __exit__(self, *exc: object) -> None:
+        self._work.unstamp()
+
+
+class Grouping:
+    """The context of `UnitOfWork.grouped` (a class: it wraps every supervised step)."""
+
+    __slots__ = ("_work",)
+
+    def __init__(self, work: UnitOfWork) -> None:
+        self._work = work
+
+    def __enter__(self) -> None:
+        self._work.begin()
+
+    def __exit__(self, *exc: object) -> None:
+        self._work.end()
