@@ -16,7 +16,6 @@ from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper
 
 from events import Event, EventFormatError, decode, encode_timed
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
-from events.values import build
 
 _NUL_IN_JSON = b"\\u0000"
 """How the transcoder writes a NUL character."""
@@ -127,17 +126,7 @@ class EventMapper(Mapper[UUID]):
             data = self.compressor.compress(data)
         if self.cipher:
             data = self.cipher.encrypt(data)
-        # StoredEvent is a frozen dataclass; building it skips four
-        # object.__setattr__ calls per event on the append path.
-        return build(
-            StoredEvent,
-            {
-                "originator_id": domain_event.run_id,
-                "originator_version": domain_event.version,
-                "topic": topic,
-                "state": data,
-            },
-        )
+        return StoredEvent(domain_event.run_id, domain_event.version, topic, data)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Event:
         """Deserialise a stored event, upcasting older class versions.

@@ -24,7 +24,6 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from engine.store.sqlite.writer import WriterConnection
-from events.values import build
 
 KEEP = 4
 """Idle reading connections kept per store (eventsourcing's pool keeps 2 for all uses)."""
@@ -161,19 +160,11 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
             rows = connection.execute(statement, params).fetchall()
         finally:
             self.readers.give_back(connection)
-        return [_stored(run_id, version, topic, state) for version, topic, state in rows]
+        return [StoredEvent(run_id, version, topic, state) for version, topic, state in rows]
 
     def close(self) -> None:
         """Close the reading connections (the datastore closes its own pool)."""
         self.readers.close()
-
-
-def _stored(run_id: UUID, version: int, topic: str, state: bytes) -> StoredEvent:
-    # StoredEvent is a frozen dataclass: filling its __dict__ skips four object.__setattr__.
-    fields: dict[str, Any] = {
-        "originator_id": run_id, "originator_version": version, "topic": topic, "state": state,
-    }  # fmt: skip
-    return build(StoredEvent, fields)
 
 
 @functools.cache
