@@ -78,7 +78,7 @@ class MemoryViews(TrackingRecorder):
             for save in saves:
                 self._states.setdefault(save.name, {}).update(copy.deepcopy(save.states))
                 self._errors[save.name] = None
-                self._insert_tracking(Tracking(save.name, save.end))
+                self._advance(Tracking(save.name, save.end))
 
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped a projection."""
@@ -140,12 +140,15 @@ class MemoryViews(TrackingRecorder):
             IntegrityError: it is there or beyond already.
         """
         with self._database_lock:
-            self._insert_tracking(tracking)
+            self._advance(tracking)
 
-    def _insert_tracking(self, tracking: Tracking) -> None:
+    def _advance(self, tracking: Tracking) -> None:
         known = self._max_tracking_ids.get(tracking.application_name)
         if known is not None and known >= tracking.notification_id:
-            raise IntegrityError(f"Tracking already recorded: {tracking}")
+            raise IntegrityError(
+                f"Failed to record tracking for {tracking.application_name} "
+                f"{tracking.notification_id}"
+            )
         self._max_tracking_ids[tracking.application_name] = tracking.notification_id
 
     def max_tracking_id(self, application_name: str) -> int | None:

@@ -119,7 +119,7 @@ class SQLViews(TrackingRecorder):
         Raises:
             IntegrityError: its position is there or beyond already.
         """
-        with self._transaction(commit=True) as cursor:
+        with self.datastore.transaction(commit=True) as cursor:  # its errors, as eventsourcing's
             self._write_tracking(cursor, tracking)
 
     def max_tracking_id(self, application_name: str) -> int | None:
