@@ -42,7 +42,7 @@ from events.values import evolve
 from projections.immutable import PList, PMap
 
 
-@attrs.frozen(slots=False)
+@attrs.frozen
 class RunState:
     """Everything the engine needs to check the next event of a run (not its history)."""
 

@@ -10,6 +10,7 @@ from uuid import UUID
 import attrs
 
 from events import _validation as fields
+from events.values import fields_of
 
 EVENT_TYPES: dict[str, type[Event]] = {}
 """Every event class by its topic, the name it is stored under."""
@@ -17,7 +18,7 @@ EVENT_TYPES: dict[str, type[Event]] = {}
 Upcaster = Callable[[dict[str, Any]], None]
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class Event:
     """An immutable fact about one run, at one position of its stream.
 
@@ -39,8 +40,9 @@ class Event:
         super().__init_subclass__(**kwargs)
         if "topic" not in cls.__dict__:
             cls.topic = f"stagetrail:{cls.__name__}"
-        if cls.topic in EVENT_TYPES:
-            raise TypeError(f"event topic {cls.topic!r} is taken by {EVENT_TYPES[cls.topic]!r}")
+        taken = EVENT_TYPES.get(cls.topic)
+        if taken is not None and not _slotted_copy(cls, taken):
+            raise TypeError(f"event topic {cls.topic!r} is taken by {taken!r}")
         if type(cls.class_version) is not int or cls.class_version < 1:
             raise TypeError(f"{cls.__name__}.class_version must be an int >= 1")
         missing = [f"upcast_v{v}_v{v + 1}" for v in range(1, cls.class_version)]
@@ -63,7 +65,7 @@ class Event:
 
     def payload(self) -> dict[str, Any]:
         """The event's own fields (not run_id, version, timestamp) by name."""
-        state = dict(self.__dict__)
+        state = fields_of(self)
         del state["run_id"], state["version"], state["timestamp"]
         return state
 
@@ -73,3 +75,11 @@ class Event:
         return [
             getattr(cls, f"upcast_v{v}_v{v + 1}") for v in range(from_version, cls.class_version)
         ]
+
+
+def _slotted_copy(cls: type, taken: type) -> bool:
+    """Whether `cls` is the slotted class attrs makes of `taken`, the class as written."""
+    return "__slots__" not in taken.__dict__ and (cls.__module__, cls.__qualname__) == (
+        taken.__module__,
+        taken.__qualname__,
+    )

@@ -16,7 +16,7 @@ from events._strict_json import JSON
 from events.base import Event
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class CheckpointSaved(Event):
     """A checkpoint of one namespace of a thread: its skeleton, metadata and changed channels.
 
@@ -34,7 +34,7 @@ class CheckpointSaved(Event):
     """The framework's own run id (LangGraph's ``metadata["run_id"]``), if any."""
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class WritesSaved(Event):
     """The pending writes one task made against a checkpoint: ``[index, channel, type, b64]``."""
 
@@ -63,7 +63,7 @@ def task_writes(value: JSON) -> dict[str, Any] | None:
     return value if value.keys() <= TASK_WRITES_KEYS else None
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class CheckpointsRemoved(Event):
     """Checkpoints (and their writes) that readers must treat as gone: ``[namespace, id]`` pairs.
 

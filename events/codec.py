@@ -15,7 +15,7 @@ import attrs
 
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
-from events.values import build
+from events.values import build, fields_of
 
 
 def encode(event: Event) -> tuple[str, dict[str, Any]]:
@@ -28,7 +28,7 @@ def encode(event: Event) -> tuple[str, dict[str, Any]]:
 def encode_timed(event: Event) -> tuple[str, dict[str, Any]]:
     """`encode`, the timestamp left a datetime: for an encoder that writes it as ISO 8601."""
     cls = type(event)
-    state = dict(event.__dict__)
+    state = fields_of(event)
     del state["run_id"], state["version"]
     for name, encoder in cls.encoders.items():
         state[name] = encoder(state[name])

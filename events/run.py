@@ -57,7 +57,7 @@ def _decode_run_id(value: str | None) -> UUID | None:
     return None if value is None else UUID(value)
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class RunStarted(Event):
     """A run of a pipeline began; it carries the whole table so it can be replayed."""
 
@@ -79,7 +79,7 @@ class RunStarted(Event):
         state["forked_from"] = None
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class RunFinished(Event):
     """The run ended; nothing may follow this event."""
 
@@ -87,7 +87,7 @@ class RunFinished(Event):
     reason: JSON = fields.json_value(default="")
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class StateRolledBack(Event):
     """The newest `steps` outcomes on the state stack were undone."""
 
@@ -95,7 +95,7 @@ class StateRolledBack(Event):
     reason: str = fields.text(default="")
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class NoteAdded(Event):
     """A free note: a strategy tried, a pattern learned, anything worth keeping."""
 
@@ -103,7 +103,7 @@ class NoteAdded(Event):
     value: JSON = fields.json_value()
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class BudgetSpent(Event):
     """Some budget (money, tokens, minutes) was spent."""
 

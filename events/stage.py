@@ -12,7 +12,7 @@ from events.base import Event
 from events.errors import InvalidEvent, InvalidPayload
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class StageStarted(Event):
     """An attempt of the current stage began.
 
@@ -34,7 +34,7 @@ class StageStarted(Event):
         state["committed_with"] = None
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class StageCompleted(Event):
     """An attempt of a stage ended with a result; `outcome` moves the machine."""
 
@@ -49,7 +49,7 @@ INTERRUPTED = "Interrupted"
 """The `error_type` recorded for an attempt (or task) a crash cut short (`Engine.resume`)."""
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class StageFailed(Event):
     """An attempt of a stage ended with an error; `outcome` moves the machine.
 
@@ -75,7 +75,7 @@ class StageFailed(Event):
         state["details"] = None
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class RetryScheduled(Event):
     """The supervisor decided to try a stage again after `delay` seconds."""
 
@@ -86,7 +86,7 @@ class RetryScheduled(Event):
     policy: JSON = fields.json_value()
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class CircuitOpened(Event):
     """A stage's circuit breaker tripped: calls fail fast until it half-opens."""
 
@@ -94,7 +94,7 @@ class CircuitOpened(Event):
     reason: str = fields.text(default="")
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class CircuitHalfOpened(Event):
     """A stage's breaker lets one trial call through."""
 
@@ -102,7 +102,7 @@ class CircuitHalfOpened(Event):
     reason: str = fields.text(default="")
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class CircuitClosed(Event):
     """A stage's breaker closed again after a successful trial."""
 
@@ -122,7 +122,7 @@ def _changed_files(value: object, field: attrs.Attribute[Any]) -> int | list[str
     raise InvalidPayload(field.name, field.name, "must be a count or a list of file names")
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class ProgressObserved(Event):
     """What one observer saw during a step, so loops without progress can be detected.
 

@@ -9,7 +9,7 @@ from events._strict_json import JSON
 from events.base import Event
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class TaskAdded(Event):
     """A task was added, optionally under a parent task."""
 
@@ -18,14 +18,14 @@ class TaskAdded(Event):
     title: str = fields.text(default="")
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class TaskStarted(Event):
     """Work on a task began."""
 
     task_id: str = fields.name()
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class TaskCompleted(Event):
     """A task was done, with a result."""
 
@@ -33,7 +33,7 @@ class TaskCompleted(Event):
     result: JSON = fields.json_value()
 
 
-@attrs.frozen(slots=False, kw_only=True)
+@attrs.frozen(kw_only=True)
 class TaskFailed(Event):
     """A task failed; it may be started again."""
 

@@ -24,7 +24,7 @@ from projections.base import Projection, on
 from projections.immutable import PList, PMap
 
 
-@attrs.frozen(slots=False)
+@attrs.frozen
 class Rollback:
     """The `StateRolledBack` that undid a round: its version and reason."""
 
@@ -32,7 +32,7 @@ class Rollback:
     reason: str
 
 
-@attrs.frozen(slots=False)
+@attrs.frozen
 class Round:
     """One stage outcome, numbered in recording order, and the rollback that undid it."""
 
@@ -53,7 +53,7 @@ class Round:
         return self.error_type is not None
 
 
-@attrs.frozen(slots=False)
+@attrs.frozen
 class Rounds:
     """Every round of a run, oldest first, with the live ones (not rolled back) indexed."""
 

@@ -27,7 +27,7 @@ RUNNING = "running"
 """The status of a run that has not finished."""
 
 
-@attrs.frozen(slots=False)
+@attrs.frozen
 class RunSummary:
     """What the run index knows about one run."""
 

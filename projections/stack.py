@@ -20,7 +20,7 @@ from projections.base import Projection, on
 from projections.immutable import PList
 
 
-@attrs.frozen(slots=False)
+@attrs.frozen
 class Frame:
     """One stage outcome on the stack, and the state it led to."""
 
@@ -37,7 +37,7 @@ class Frame:
     timestamp: datetime
 
 
-@attrs.frozen(slots=False)
+@attrs.frozen
 class Stack:
     """The state stack of a run: its initial state, its table and its frames."""
 

@@ -101,7 +101,8 @@ def _event(number: int, data: dict[str, Any], run_id: UUID, version: int) -> Eve
         field = "topic" if "event type" in error.reason else "state"
         raise BadImportLine(number, field, error.reason) from None
     try:
-        return type(loose)(**loose.__dict__)  # the constructor's checks, which decode skips
+        fields = attrs.asdict(loose, recurse=False)
+        return type(loose)(**fields)  # the constructor's checks, which decode skips
     except (InvalidPayload, InvalidEvent) as error:
         raise BadImportLine(number, f"state.{error.field}", _reason(error)) from None
     except (TypeError, ValueError) as error:

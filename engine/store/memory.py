@@ -1,4 +1,4 @@
-"""The in-memory backend (tests, notebooks): eventsourcing's POPO recorders, views in dicts."""
+"""The in-memory backend (tests, notebooks): eventsourcing's recorder interfaces over a list."""
 
 from __future__ import annotations
 
@@ -8,8 +8,15 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Notification, StoredEvent, Tracking
-from eventsourcing.popo import POPOApplicationRecorder, POPOTrackingRecorder
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    IntegrityError,
+    Notification,
+    StoredEvent,
+    Subscription,
+    Tracking,
+    TrackingRecorder,
+)
 
 from engine.store import meta
 from engine.store.backend import Backend
@@ -17,11 +24,12 @@ from engine.store.views import PageSave, RunQuery
 from projections.errors import PositionMoved, ProjectionReplaced
 
 
-class MemoryViews(POPOTrackingRecorder):
-    """Views kept in dicts; tracking records in eventsourcing's POPO tracking recorder."""
+class MemoryViews(TrackingRecorder):
+    """Views kept in dicts; tracking records through eventsourcing's tracking recorder interface."""
 
     def __init__(self) -> None:
-        super().__init__()
+        self._database_lock = threading.Lock()
+        self._max_tracking_ids: dict[str, int | None] = {}
         self._fingerprints: dict[str, str] = {}
         self._errors: dict[str, str | None] = {}
         self._states: dict[str, dict[str, Any]] = {}
@@ -50,7 +58,7 @@ class MemoryViews(POPOTrackingRecorder):
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position in the notification log."""
         with self._database_lock:
-            return {name: self._max_tracking_ids[name] or 0 for name in names}
+            return {name: self._max_tracking_ids.get(name) or 0 for name in names}
 
     def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
         """Stored states by key (copies, as a database would return)."""
@@ -64,13 +72,13 @@ class MemoryViews(POPOTrackingRecorder):
             for save in saves:
                 if self._fingerprints.get(save.name) != save.fingerprint:
                     raise ProjectionReplaced(save.name)
-                found = self._max_tracking_ids[save.name] or 0
+                found = self._max_tracking_ids.get(save.name) or 0
                 if found != save.start:
                     raise PositionMoved(save.name, save.start, found)
             for save in saves:
                 self._states.setdefault(save.name, {}).update(copy.deepcopy(save.states))
                 self._errors[save.name] = None
-                self._insert_tracking(Tracking(save.name, save.end))
+                self._advance(Tracking(save.name, save.end))
 
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped a projection."""
@@ -125,20 +133,70 @@ class MemoryViews(POPOTrackingRecorder):
             for key in [key for key in self._snapshots if key[0] in names]:
                 del self._snapshots[key]
 
+    def insert_tracking(self, tracking: Tracking) -> None:
+        """Move a projection's position forward.
+
+        Raises:
+            IntegrityError: it is there or beyond already.
+        """
+        with self._database_lock:
+            self._advance(tracking)
+
+    def _advance(self, tracking: Tracking) -> None:
+        known = self._max_tracking_ids.get(tracking.application_name)
+        if known is not None and known >= tracking.notification_id:
+            raise IntegrityError(
+                f"Failed to record tracking for {tracking.application_name} "
+                f"{tracking.notification_id}"
+            )
+        self._max_tracking_ids[tracking.application_name] = tracking.notification_id
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        """A projection's position (None: none recorded)."""
+        with self._database_lock:
+            return self._max_tracking_ids.get(application_name)
+
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
         """No notifications in memory: wait out the poll interval (or until stopped)."""
         stop.wait(timeout)
         return False
 
 
-class MemoryRecorder(POPOApplicationRecorder):
-    """eventsourcing's in-memory recorder, reading a run's newest events without a scan.
+class MemoryRecorder(ApplicationRecorder):
+    """eventsourcing's application recorder interface over a list, reading a run without a scan.
 
-    The POPO recorder walks every version of a run to select the ones after `gt`,
+    A run's versions are 1..n with no gap (the engine's fold refuses any other),
     so re-reading a run's few new events (as the supervisor does after a stage
-    function records its own) cost O(run length). A run's versions are 1..n with
-    no gap (the engine's fold refuses any other), so they are looked up directly.
+    function records its own) looks them up directly instead of walking the run.
     """
+
+    def __init__(self) -> None:
+        self._database_lock = threading.Lock()
+        self._stored_events: list[StoredEvent | None] = []
+        """By notification id - 1; None where `erase` removed one."""
+        self._stored_events_index: dict[str, dict[int, int]] = {}
+        """Each run's positions in `_stored_events` by version."""
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int]:
+        """Append all of `stored_events` or none; their notification ids.
+
+        Raises:
+            IntegrityError: a version is taken, or given twice.
+        """
+        with self._database_lock:
+            keys = {(str(s.originator_id), s.originator_version) for s in stored_events}
+            if len(keys) < len(stored_events):
+                raise IntegrityError(f"Stored events are not unique: {stored_events}")
+            for run_id, version in keys:
+                if version in self._stored_events_index.get(run_id, ()):
+                    raise IntegrityError(f"Stored event already recorded: {run_id} v{version}")
+            ids = []
+            for stored in stored_events:
+                self._stored_events.append(stored)
+                index = self._stored_events_index.setdefault(str(stored.originator_id), {})
+                index[stored.originator_version] = len(self._stored_events) - 1
+                ids.append(len(self._stored_events))
+            return ids
 
     def select_events(
         self,
@@ -151,15 +209,33 @@ class MemoryRecorder(POPOApplicationRecorder):
     ) -> Sequence[StoredEvent]:
         """The run's stored events with `gt < version <= lte`, at most `limit`."""
         with self._database_lock:
-            index = self._stored_events_index[str(originator_id)]
+            index = self._stored_events_index.get(str(originator_id), {})
             last = next(reversed(index), 0) if index else 0
-            if desc or last != len(index):  # not 1..n: eventsourcing's general scan
-                return super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
-            start = max(gt or 0, 0) + 1
-            stop = last if lte is None else min(lte, last)
-            if limit is not None:
-                stop = min(stop, start + limit - 1)
-            return [self._stored_events[index[v]] for v in range(start, stop + 1)]
+            if desc or last != len(index):  # not 1..n: the general scan
+                versions = sorted(index, reverse=desc)
+            else:
+                start = max(gt or 0, 0) + 1
+                versions = list(range(start, (last if lte is None else min(lte, last)) + 1))
+            found: list[StoredEvent] = []
+            for version in versions:
+                if (gt is None or version > gt) and (lte is None or version <= lte):
+                    stored = self._stored_events[index[version]]
+                    assert stored is not None  # erase drops a run's index with its events
+                    found.append(stored)
+                    if len(found) == limit:
+                        break
+            return found
+
+    def max_notification_id(self) -> int | None:
+        """The newest notification id (None: nothing appended yet)."""
+        with self._database_lock:
+            return len(self._stored_events) or None
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        """Not kept in memory: followers poll (`MemoryViews.wait_for_events`)."""
+        raise NotImplementedError("the memory store has no subscriptions; followers poll it")
 
     def erase(self, run_ids: Sequence[UUID]) -> int:
         """Remove the runs' events; their notification ids stay taken (gaps, as in SQL)."""
@@ -168,7 +244,7 @@ class MemoryRecorder(POPOApplicationRecorder):
             for run_id in run_ids:
                 index = self._stored_events_index.pop(str(run_id), {})
                 for position in index.values():
-                    self._stored_events[position] = None  # type: ignore[call-overload]
+                    self._stored_events[position] = None
                 removed += len(index)
         return removed
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
 
 from engine.store.failures import classify, is_database_error
 from engine.store.views import PageSave, RunQuery, indexable, run_columns
@@ -55,28 +55,43 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-class SQLViews:
-    """The SQL of persistent views; subclasses supply tables, cursors and placeholders."""
+MIGRATION = "__migration__"
+"""The tracking row eventsourcing's recorders mark a single-row tracking table with."""
+
+
+class SQLViews(TrackingRecorder):
+    """The SQL of persistent views and of their tracking records, on a datastore's transactions.
+
+    eventsourcing's `TrackingRecorder` interface, implemented with stagetrail's own
+    SQL (the tracking table is eventsourcing's single-row one, its migration marker
+    included, so stores stay as they were); subclasses supply the table names, the
+    tracking table's definition and the placeholder.
+
+    Args:
+        datastore: eventsourcing's datastore (or stagetrail's), whose public
+            ``transaction(commit=...)`` gives a cursor with rows by column name.
+        url: the store's masked URL, for errors.
+    """
 
     names: dict[str, str]
     tracking_table: str
+    tracking_definition: str
+    """``CREATE TABLE IF NOT EXISTS {tracking} (...)``: eventsourcing's, to the letter."""
     placeholder = "?"
     prefix_match = "run_id>=? AND run_id<?"
     """Ids in [prefix, prefix~): a range scan of the primary key in byte order."""
     prefix_order = "run_id"
     """The order that range is read in."""
 
-    url = "-"
-    """The store's masked URL, for errors (set by the backend)."""
-
-    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
-        raise NotImplementedError
+    def __init__(self, datastore: Any, url: str = "-") -> None:
+        self.datastore = datastore
+        self.url = url
 
     @contextmanager
     def _transaction(self, *, commit: bool) -> Iterator[Any]:
         """A transaction of the views; a database refusal is a `StoreError` (kind by cause)."""
         try:
-            with self._database_transaction(commit=commit) as cursor:
+            with self.datastore.transaction(commit=commit) as cursor:
                 yield cursor
         except StagetrailError:
             raise
@@ -85,8 +100,60 @@ class SQLViews:
                 raise
             raise classify(self.url, error, "projection storage failed") from error
 
-    def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
-        raise NotImplementedError
+    def create_table(self) -> None:
+        """Create the tracking table (marked as eventsourcing marks it) and the views' tables."""
+        with self._transaction(commit=True) as cursor:
+            cursor.execute(self._sql(self.tracking_definition))
+            cursor.execute(
+                self._sql(
+                    "INSERT INTO {tracking} (application_name, notification_id) VALUES (?, 1) "
+                    "ON CONFLICT (application_name) DO NOTHING"
+                ),
+                (MIGRATION,),
+            )
+            self.create_views(cursor)
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        """Move `tracking.application_name` forward to `tracking.notification_id`.
+
+        Raises:
+            IntegrityError: its position is there or beyond already.
+        """
+        with self.datastore.transaction(commit=True) as cursor:  # its errors, as eventsourcing's
+            self._write_tracking(cursor, tracking)
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        """The position recorded for `application_name` (None: none recorded)."""
+        with self._transaction(commit=False) as cursor:
+            cursor.execute(
+                self._sql(
+                    "SELECT MAX(notification_id) AS id FROM {tracking} WHERE application_name=?"
+                ),
+                (application_name,),
+            )
+            row = cursor.fetchone()
+            return None if row is None or row["id"] is None else int(row["id"])
+
+    def _write_tracking(self, cursor: Any, tracking: Tracking) -> None:
+        """Move a position forward inside the caller's transaction, as eventsourcing does.
+
+        Raises:
+            IntegrityError: the position is there or beyond already.
+        """
+        cursor.execute(
+            self._sql(
+                "INSERT INTO {tracking} AS t (application_name, notification_id) VALUES (?, ?) "
+                "ON CONFLICT (application_name) DO UPDATE "
+                "SET notification_id=excluded.notification_id "
+                "WHERE t.notification_id < excluded.notification_id RETURNING notification_id"
+            ),
+            (tracking.application_name, tracking.notification_id),
+        )
+        if cursor.fetchone() is None:
+            raise IntegrityError(
+                f"Failed to record tracking for {tracking.application_name} "
+                f"{tracking.notification_id}"
+            )
 
     def _sql(self, template: str) -> str:
         text = template.format(tracking=self.tracking_table, **self.names)
@@ -207,7 +274,7 @@ class SQLViews:
                 if current[save.name] != save.start:
                     raise PositionMoved(save.name, save.start, current[save.name])
                 self._save_states(cursor, save)
-                self._insert_tracking_row(cursor, Tracking(save.name, save.end))
+                self._write_tracking(cursor, Tracking(save.name, save.end))
 
     def _save_states(self, cursor: Any, save: PageSave) -> None:
         if save.name == "run_index":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 import json
 import math
+import random
+import struct
 import tracemalloc
 from typing import Any
 
@@ -75,6 +77,37 @@ class TestFastJSONTranscoder:
         transcoder = FastJSONTranscoder()
         assert transcoder.encode({"n": value}) == f'{{"n":{value}}}'.encode()
         assert transcoder.decode(transcoder.encode({"n": value})) == {"n": value}
+
+    @pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**40, 2**63 - 1, -(2**63)])
+    def test_an_int_of_any_size_reads_back_as_that_int(self, value: int) -> None:
+        """Decoding keeps every digit of an int (orjson alone would give a float past 64 bits)."""
+        decoded = FastJSONTranscoder().decode(f'{{"n":[{value}]}}'.encode())
+        assert type(decoded["n"][0]) is int
+        assert decoded["n"][0] == value
+
+    def test_floats_read_back_bit_for_bit(self) -> None:
+        """Random doubles written by either encoder decode to the very same bits."""
+        transcoder, rng = FastJSONTranscoder(), random.Random(23)
+        doubles = [struct.unpack("<d", rng.randbytes(8))[0] for _ in range(5000)]
+        finite = [d for d in doubles if math.isfinite(d)]
+        for data in (transcoder.encode(finite), transcoder.encode_stdlib(finite)):
+            decoded = transcoder.decode(data)
+            assert [struct.pack("<d", d) for d in decoded] == [struct.pack("<d", d) for d in finite]
+
+    @pytest.mark.parametrize(
+        ("data", "value"),
+        [(b'["\\ud800"]', ["\ud800"]), (b"[1e400]", [math.inf]), (b'{"a":1,"a":2}', {"a": 2})],
+    )
+    def test_json_orjson_refuses_reads_as_the_standard_library_reads_it(
+        self, data: bytes, value: Any
+    ) -> None:
+        """A lone surrogate or a float too large, stored by older code, still decodes."""
+        assert FastJSONTranscoder().decode(data) == value == json.loads(data)
+
+    def test_bytes_that_are_not_json_raise_the_standard_librarys_error(self) -> None:
+        """A torn state raises json's error naming the position, as before."""
+        with pytest.raises(json.JSONDecodeError, match="char 3"):
+            FastJSONTranscoder().decode(b"[1,")
 
     def test_a_subclass_is_written_as_the_standard_library_writes_it(self) -> None:
         """A str enum member is its value, as json.dumps writes it, not orjson's choice."""

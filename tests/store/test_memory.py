@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import ApplicationRecorder, StoredEvent
 from eventsourcing.popo import POPOApplicationRecorder
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,7 +14,7 @@ from engine.store.memory import MemoryRecorder
 bounds = st.one_of(st.none(), st.integers(min_value=-2, max_value=25))
 
 
-def filled(recorder: POPOApplicationRecorder, run_id: uuid.UUID, count: int) -> None:
+def filled(recorder: ApplicationRecorder, run_id: uuid.UUID, count: int) -> None:
     """Store `count` events of one run, versions 1..count."""
     events = [StoredEvent(run_id, v, "topic", b"{}") for v in range(1, count + 1)]
     if events:

@@ -100,7 +100,7 @@ class Thread:
         if kind is CheckpointSaved:
             self._checkpoint(event)  # type: ignore[arg-type]
         elif kind is WritesSaved:
-            self._writes(event.namespace, event.version, event.__dict__)  # type: ignore[attr-defined]
+            self._writes(event.namespace, event.version, event.payload())  # type: ignore[attr-defined]
         elif kind is StageCompleted or kind is StageFailed:
             self._outcome(event)  # type: ignore[arg-type]
         elif kind is CheckpointsRemoved:

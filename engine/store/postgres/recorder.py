@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from eventsourcing.persistence import IntegrityError, StoredEvent
@@ -50,6 +50,19 @@ class PostgresRecorder(PostgresApplicationRecorder):
         # store of the database (one per schema) would wake every other's followers.
         self.channel_name = f"stagetrail_{datastore.schema}"
         self.recovered = {"stored": 0, "absent": 0}
+        table = (Identifier(datastore.schema), Identifier(events_table_name))
+        # The append's statements, stagetrail's own: the table locked EXCLUSIVE so ids
+        # are issued in commit order (followers never pass over a gap filled later).
+        self._before_insert = [
+            SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout),
+            SQL("LOCK TABLE {0}.{1} IN EXCLUSIVE MODE").format(*table),
+            SQL("NOTIFY {0}").format(Identifier(self.channel_name)),
+        ]
+        self._insert = SQL(
+            "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
+            "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[]) "
+            "RETURNING notification_id"
+        ).format(*table)
         self._select_versions = SQL(
             "SELECT originator_version, topic, state, notification_id FROM {0}.{1} "
             "WHERE originator_id = %s AND originator_version >= %s "
@@ -91,7 +104,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
             _log.debug("append retried after: %s", error)
             pause = _pause(deadline, error, pause)
             try:
-                return self._insert_once(stored_events) or []
+                return self._insert_once(stored_events)
             except IntegrityError:
                 # A commit of ours that was still in flight when we looked may hold them.
                 found = self._stored_ids(stored_events, deadline)
@@ -101,13 +114,38 @@ class PostgresRecorder(PostgresApplicationRecorder):
             except CONNECTION_LOST as lost:
                 error, maybe_sent = lost, maybe_sent or _maybe_sent(lost)
 
-    def _insert_once(self, stored_events: Sequence[StoredEvent]) -> Sequence[int] | None:
-        if sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES:
-            pipelined = PostgresApplicationRecorder.insert_events.__wrapped__
-            return pipelined(self, stored_events)  # type: ignore[no-any-return]
-        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
-            self._insert_stored_events(curs, stored_events)
-            return self._fetch_ids_after_insert_events(curs, stored_events)
+    def _insert_once(self, stored_events: Sequence[StoredEvent]) -> Sequence[int]:
+        """One attempt at the append, in one transaction; the events' notification ids."""
+        columns = (
+            [event.originator_id for event in stored_events],
+            [event.originator_version for event in stored_events],
+            [event.topic for event in stored_events],
+            [event.state for event in stored_events],
+        )
+        pipelined = sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES
+        with self.datastore.get_connection() as conn:
+            if not pipelined:
+                with conn.transaction(), conn.cursor() as curs:
+                    return self._execute_insert(curs, columns)
+            failure: Exception | None = None
+            with conn.pipeline() as pipeline, conn.transaction(), conn.cursor() as curs:
+                try:
+                    ids = self._execute_insert(curs, columns, pipeline.sync)
+                except Exception as error:  # raised once the pipeline is left: psycopg warns
+                    failure = error
+            if failure is not None:
+                raise failure
+            return ids
+
+    def _execute_insert(
+        self, curs: Any, columns: tuple[list[Any], ...], sync: Callable[[], None] | None = None
+    ) -> list[int]:
+        for statement in self._before_insert:
+            curs.execute(statement, prepare=True)
+        curs.execute(self._insert, columns, prepare=True)
+        if sync is not None:
+            sync()  # a version conflict raises here, as IntegrityError, not at the commit
+        return [row["notification_id"] for row in curs.fetchall()]
 
     def _stored_ids(self, stored_events: Sequence[StoredEvent], deadline: float) -> list[int]:
         """Notification ids of `stored_events` if these very events are stored, else [].

@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from contextlib import AbstractContextManager
 from typing import Any
 
-from eventsourcing.persistence import Tracking
-from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
+from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
 from engine.store.sql import NAMES, SQLViews
@@ -19,8 +17,8 @@ _log = logging.getLogger(__name__)
 _INDEXES = ("runs_started", "runs_parent")
 
 
-class PostgresViews(PostgresTrackingRecorder, SQLViews):
-    """eventsourcing's PostgreSQL tracking recorder, extended with the views' tables."""
+class PostgresViews(SQLViews):
+    """eventsourcing's tracking recorder interface and the views' tables, in the store's schema."""
 
     placeholder = "%s"
     prefix_match = 'run_id COLLATE "C">=? AND run_id COLLATE "C"<?'
@@ -28,9 +26,15 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
     prefix_order = 'run_id COLLATE "C"'
     """The order of the byte-order index, so a prefix lookup reads only its range."""
 
+    tracking_definition = (  # eventsourcing's, as it created the table before
+        "CREATE TABLE IF NOT EXISTS {tracking} (application_name text, notification_id bigint, "
+        "PRIMARY KEY (application_name))WITH (    autovacuum_enabled = true,"
+        "    autovacuum_vacuum_threshold = 100000000,    autovacuum_vacuum_scale_factor = 0.5,"
+        "    autovacuum_analyze_threshold = 1000,    autovacuum_analyze_scale_factor = 0.01)"
+    )
+
     def __init__(self, datastore: PostgresDatastore, channel: str, url: str = "-") -> None:
-        super().__init__(datastore, tracking_table_name=TRACKING_TABLE)
-        self.url = url
+        super().__init__(datastore, url)
         schema = datastore.schema
         self.names = {
             key: table if key in _INDEXES else f'"{schema}"."{table}"'
@@ -40,18 +44,12 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
         self._channel = channel
         self._listener: Any = None
 
-    def _create_table(self, curs: Any) -> None:
-        super()._create_table(curs)
-        self.create_views(curs)
+    def create_views(self, cursor: Any) -> None:
+        """Create the views' tables and the run ids' byte-order index (idempotent)."""
+        super().create_views(cursor)
         # The primary key sorts by the database's collation; prefixes need byte order.
         index = f"CREATE INDEX IF NOT EXISTS stagetrail_runs_id_bytes ON {self.names['runs']}"
-        curs.execute(f'{index} ((run_id COLLATE "C"))')
-
-    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
-        return self.datastore.transaction(commit=commit)
-
-    def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
-        self._insert_tracking(cursor, tracking)
+        cursor.execute(f'{index} ((run_id COLLATE "C"))')
 
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
         """Wait for a NOTIFY from an append, at most `timeout` seconds (a lost one cannot stall).

@@ -1,14 +1,18 @@
-"""The SQLite datastore: eventsourcing's, with one kept writing connection, or read-only."""
+"""The SQLite datastore: one kept writing connection, kept reading connections, or read-only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import quote
 
-from eventsourcing.sqlite import SQLiteDatastore
+from eventsourcing.sqlite import SQLiteConnection, SQLiteDatastore, SQLiteTransaction
 
+from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.writer import WriterConnection
 
 LOCK_TIMEOUT = 30
@@ -16,7 +20,13 @@ LOCK_TIMEOUT = 30
 
 
 class Datastore(SQLiteDatastore):
-    """eventsourcing's SQLite datastore: write transactions IMMEDIATE, or the file read-only.
+    """eventsourcing's SQLite datastore, every transaction on stagetrail's own connections.
+
+    Writing transactions take the one writing connection (``BEGIN IMMEDIATE``),
+    reading ones a kept reading connection (``BEGIN`` … ``ROLLBACK``), both with
+    eventsourcing's transaction class, so its recorders raise its errors as
+    before. eventsourcing's pool is never asked for a connection: it would switch
+    the file to WAL on its first, and a read-only store must never be changed.
 
     Args:
         path: the store file.
@@ -27,19 +37,30 @@ class Datastore(SQLiteDatastore):
     def __init__(self, path: str, *, read_only: bool) -> None:
         name = read_only_uri(path) if read_only else f"file:{quote(os.path.abspath(path))}"
         super().__init__(db_name=name, pool_size=2, max_overflow=8, lock_timeout=LOCK_TIMEOUT)
-        if read_only:  # the pool would otherwise switch the file to WAL on first connect
-            self.pool.is_journal_mode_wal = True
+        self.uri = name
         self.writer = WriterConnection(name, LOCK_TIMEOUT)
+        self.readers = ReaderConnections(name, LOCK_TIMEOUT, rows=sqlite3.Row)
 
     def transaction(self, *, commit: bool) -> AbstractContextManager[Any]:  # type: ignore[override]
         """A transaction: a committing one on the writing connection, from BEGIN IMMEDIATE."""
         if commit:
             return self.writer.transaction()
-        return super().transaction(commit=False)
+        return self._read()
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Any]:
+        """A read transaction on a kept reading connection, rolled back as it ends."""
+        connection = self.readers.borrow()
+        try:
+            with SQLiteTransaction(SQLiteConnection(connection, max_age=None)) as cursor:
+                yield cursor
+        finally:
+            self.readers.give_back(connection)
 
     def close(self) -> None:
-        """Close the writing connection and eventsourcing's pool."""
+        """Close the writing and reading connections (and eventsourcing's unused pool)."""
         self.writer.close()
+        self.readers.close()
         super().close()
 
 

@@ -15,107 +15,41 @@ its own transaction, rather than ``BEGIN`` … an ``INSERT`` per event … ``COM
 from __future__ import annotations
 
 import functools
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+from eventsourcing.sqlite import SQLiteApplicationRecorder
 
+from engine.store.sqlite.datastore import Datastore
+from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.writer import WriterConnection
-from events.values import build
 
-KEEP = 4
-"""Idle reading connections kept per store (eventsourcing's pool keeps 2 for all uses)."""
 ONE_STATEMENT = 200
 """The most events appended by one multi-row ``INSERT`` (4 parameters each: well within
 the 999 parameters the oldest SQLite builds allow in a statement)."""
-
-
-class ReaderConnections:
-    """Connections kept for reading one database, lent to one caller at a time.
-
-    A connection is opened when every kept one is in use (so threads never share
-    one), returned after its read, and closed by `close`; they hold no
-    transaction between reads, so they never hold back a WAL checkpoint.
-
-    Args:
-        uri: the database as a ``file:`` URI (``mode=ro`` for a read-only store:
-            a reader never changes the file, nor its journal mode).
-        timeout: seconds to wait for a lock (WAL recovery) before failing.
-        keep: idle connections kept at most; one given back beyond them is
-            closed, so a burst of reading threads leaves no open files behind.
-    """
-
-    def __init__(self, uri: str, timeout: float, keep: int = KEEP) -> None:
-        self.uri = uri
-        self.timeout = timeout
-        self.keep = keep
-        self._idle: list[sqlite3.Connection] = []
-        self._closed = False
-
-    def borrow(self) -> sqlite3.Connection:
-        """An idle connection, or a new one.
-
-        Raises:
-            sqlite3.ProgrammingError: the connections were closed.
-        """
-        if self._closed:
-            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        try:
-            return self._idle.pop()  # list.pop and append are atomic: no lock needed
-        except IndexError:
-            return self._connect()
-
-    def _connect(self) -> sqlite3.Connection:
-        # Autocommit (no BEGIN): each SELECT is its own read transaction, ended with it.
-        # A connection moves between threads (never used by two at once).
-        return sqlite3.connect(
-            self.uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
-        )
-
-    def give_back(self, connection: sqlite3.Connection) -> None:
-        """Keep `connection` for the next read (or close it: `keep` are idle, or closed)."""
-        if len(self._idle) >= self.keep:
-            connection.close()
-            return
-        self._idle.append(connection)
-        if self._closed:  # close ran while it was lent: it was not there to be closed
-            self._drain()
-
-    def close(self) -> None:
-        """Close every kept connection; reads after this fail."""
-        self._closed = True
-        self._drain()
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                self._idle.pop().close()
-            except IndexError:
-                return
 
 
 class SQLiteRecorder(SQLiteApplicationRecorder):
     """eventsourcing's SQLite application recorder with the lean read of a run's events.
 
     Args:
-        datastore: eventsourcing's datastore (its pool writes; its URI is read).
+        datastore: the store's datastore (its connections write and read).
         events_table_name: the events table.
         timeout: seconds a read waits for a lock.
     """
 
     def __init__(
         self,
-        datastore: SQLiteDatastore,
+        datastore: Datastore,
         events_table_name: str,
         *,
         timeout: float,
         writer: WriterConnection | None = None,
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
-        self.readers = ReaderConnections(datastore.pool.db_name, timeout)
+        self.readers = ReaderConnections(datastore.uri, timeout)
         self.writer = writer
 
     def insert_events(
@@ -161,19 +95,11 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
             rows = connection.execute(statement, params).fetchall()
         finally:
             self.readers.give_back(connection)
-        return [_stored(run_id, version, topic, state) for version, topic, state in rows]
+        return [StoredEvent(run_id, version, topic, state) for version, topic, state in rows]
 
     def close(self) -> None:
         """Close the reading connections (the datastore closes its own pool)."""
         self.readers.close()
-
-
-def _stored(run_id: UUID, version: int, topic: str, state: bytes) -> StoredEvent:
-    # StoredEvent is a frozen dataclass: filling its __dict__ skips four object.__setattr__.
-    fields: dict[str, Any] = {
-        "originator_id": run_id, "originator_version": version, "topic": topic, "state": state,
-    }  # fmt: skip
-    return build(StoredEvent, fields)
 
 
 @functools.cache

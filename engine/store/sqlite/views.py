@@ -1,45 +1,25 @@
-"""The SQLite tables of the read side: eventsourcing's tracking recorder and the views' tables."""
+"""The SQLite tables of the read side: the tracking records and the views' tables."""
 
 from __future__ import annotations
 
 import threading
-from contextlib import AbstractContextManager
-from typing import Any
-
-from eventsourcing.persistence import IntegrityError, Tracking
-from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
 
 from engine.store.sql import NAMES, SQLViews
+from engine.store.sqlite.datastore import Datastore
 
 
-class SQLiteViews(SQLiteTrackingRecorder, SQLViews):
-    """eventsourcing's SQLite tracking recorder, extended with the views' tables."""
+class SQLiteViews(SQLViews):
+    """eventsourcing's tracking recorder interface and the views' tables, in the SQLite file."""
 
     names = NAMES
-    tracking_table = "tracking"  # eventsourcing's SQLite recorder fixes this name
+    tracking_table = "tracking"  # the name eventsourcing's SQLite recorder gave the table
+    tracking_definition = (
+        "CREATE TABLE IF NOT EXISTS {tracking} (application_name TEXT, notification_id INTEGER, "
+        "PRIMARY KEY (application_name)) WITHOUT ROWID"
+    )
 
-    def __init__(self, datastore: SQLiteDatastore, url: str = "-") -> None:
-        super().__init__(datastore)
-        self.url = url
-
-    def create_table(self) -> None:
-        """Create the tracking and views tables, even while another process does too."""
-        try:
-            super().create_table()
-        except IntegrityError:
-            # Both saw no tracking table and both recorded its migration marker: the
-            # other was first. Looking again finds its tables and adds nothing.
-            super().create_table()
-
-    def _create_table(self, c: SQLiteCursor) -> None:
-        super()._create_table(c)
-        self.create_views(c)
-
-    def _database_transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
-        return self.datastore.transaction(commit=commit)
-
-    def _insert_tracking_row(self, cursor: Any, tracking: Tracking) -> None:
-        self._insert_tracking(cursor, tracking)
+    def __init__(self, datastore: Datastore, url: str = "-") -> None:
+        super().__init__(datastore, url)
 
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
         """SQLite has no notifications: wait out the poll interval (or until stopped)."""

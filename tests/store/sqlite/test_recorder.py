@@ -15,7 +15,8 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from engine import Engine, StoreError
-from engine.store.sqlite.recorder import ONE_STATEMENT, ReaderConnections, SQLiteRecorder
+from engine.store.sqlite.readers import ReaderConnections
+from engine.store.sqlite.recorder import ONE_STATEMENT, SQLiteRecorder
 from projections import StateStack
 from tests._helpers import REVIEW
 

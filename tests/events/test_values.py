@@ -1,0 +1,79 @@
+"""Trusted values built without __init__: slotted, equal to what the constructor makes."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import attrs
+import pytest
+
+from events import EVENT_TYPES, StageCompleted
+from events.values import build, evolve, fields_of
+from projections import RunSummary
+
+RUN = uuid4()
+WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+
+
+def completed() -> StageCompleted:
+    return StageCompleted(
+        run_id=RUN, version=2, timestamp=WHEN, stage="work", attempt=1, result={"a": [1]}
+    )
+
+
+@attrs.define(slots=False)
+class Loose:
+    """A class keeping its attributes in a __dict__."""
+
+    x: int
+
+
+class TestValues:
+    def test_build_makes_what_the_constructor_makes(self) -> None:
+        """A value built from its fields equals and prints as the constructed one."""
+        made = completed()
+        built = build(StageCompleted, fields_of(made))
+        assert built == made
+        assert repr(built) == repr(made)
+
+    def test_evolve_changes_only_the_fields_given(self) -> None:
+        """An evolved copy holds the changes and every other field of the original."""
+        made = completed()
+        changed = evolve(made, attempt=2, outcome="retry")
+        assert changed == attrs.evolve(made, attempt=2, outcome="retry")
+        assert made.attempt == 1
+
+    def test_fields_of_lists_every_attribute_in_order(self) -> None:
+        """The fields come back by name in their declared order, as a new dict."""
+        made = completed()
+        fields = fields_of(made)
+        assert list(fields) == [field.name for field in attrs.fields(StageCompleted)]
+        fields["stage"] = "other"
+        assert made.stage == "work"
+
+    def test_every_event_and_state_value_is_slotted(self) -> None:
+        """No event class (nor a run summary) keeps a __dict__ per instance."""
+        for cls in [*EVENT_TYPES.values(), RunSummary]:
+            assert "__slots__" in cls.__dict__, cls
+        assert not hasattr(completed(), "__dict__")
+        assert sys.getsizeof(completed()) < 200
+
+    def test_a_built_event_pickles(self) -> None:
+        """A value built without __init__ crosses process boundaries like any other."""
+        built = build(StageCompleted, fields_of(completed()))
+        assert pickle.loads(pickle.dumps(built)) == built
+
+    def test_a_class_without_slots_is_refused(self) -> None:
+        """Building a __dict__ class names the class and what to declare."""
+        with pytest.raises(TypeError, match=r"Loose\.x is not a slot: declare"):
+            build(Loose, {"x": 1})
+
+    def test_a_missing_field_raises(self) -> None:
+        """A build without one of the fields fails instead of leaving the slot empty."""
+        fields = fields_of(completed())
+        del fields["stage"]
+        with pytest.raises(KeyError, match="stage"):
+            build(StageCompleted, fields)
