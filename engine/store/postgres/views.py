@@ -23,6 +23,7 @@ class PostgresViews(PostgresTrackingRecorder, SQLViews):
     """eventsourcing's PostgreSQL tracking recorder, extended with the views' tables."""
 
     placeholder = "%s"
+    blob_type = "BYTEA"
     prefix_match = 'run_id COLLATE "C">=? AND run_id COLLATE "C"<?'
     """Byte order, whatever the database's collation (which may skip the hyphens)."""
     prefix_order = 'run_id COLLATE "C"'
