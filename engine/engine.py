@@ -351,8 +351,7 @@ class Engine:
         if not doomed:
             return Compacted((), 0, ())
         names = tuple(self.projections.names)
-        for name in names:
-            self.projections.reset(name)
+        self.projections.reset_stored()  # this engine's and other programs' projections
         erased = self.store.erase(doomed)
         for name in names:
             self.projections.rebuild(name)

@@ -104,6 +104,13 @@ class ReadOnlyViews:
         assert self._base is not None
         return int(self._read("positions", [name])[name])
 
+    def fingerprint(self, name: str) -> str | None:
+        """The fingerprint `name` was registered with here, else the stored one."""
+        with self._lock:
+            if name in self._fingerprints:
+                return self._fingerprints[name]
+        return self._stored_fingerprint(name)
+
     def reset(self, name: str, fingerprint: str) -> None:
         """Fold `name` from zero in memory (the stored state is left as it is)."""
         with self._lock:

@@ -341,6 +341,23 @@ class Projections:
             if name == RunIndex.name:
                 self._pipelines.clear()
 
+    def reset_stored(self) -> None:
+        """Reset every projection the store keeps, registered in this engine or not.
+
+        Before runs are erased (`Engine.compact`): a projection another program
+        registered keeps its code's fingerprint and folds again from the first
+        event when it next catches up, so no stored state remembers an erased run.
+        """
+        with self._lock:
+            stored = self.views.errors()  # every projection registered in the store
+            for name in sorted(set(stored) | set(self._registered)):
+                known = self._registered.get(name)
+                fingerprint = known.identity() if known else self.views.fingerprint(name)
+                if fingerprint is not None:
+                    self.views.reset(name, fingerprint)
+            self._cache.clear()
+            self._pipelines.clear()
+
     def rebuild(self, name: str, *, on_progress: Progress | None = None) -> int:
         """Fold projection `name` again from the first event; return the events folded."""
         with self._lock:

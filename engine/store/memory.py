@@ -41,6 +41,11 @@ class MemoryViews(POPOTrackingRecorder):
             self._reset(name, fingerprint)
             return known is not None
 
+    def fingerprint(self, name: str) -> str | None:
+        """The code fingerprint `name` was registered with (None: not registered)."""
+        with self._database_lock:
+            return self._fingerprints.get(name)
+
     def reset(self, name: str, fingerprint: str) -> None:
         """Discard a projection's state and position."""
         with self._database_lock:

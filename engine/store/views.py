@@ -105,6 +105,9 @@ class Views(Protocol):
     def reset(self, name: str, fingerprint: str) -> None:
         """Discard a projection's state and position."""
 
+    def fingerprint(self, name: str) -> str | None:
+        """The code fingerprint `name`'s stored state was folded by (None: not registered)."""
+
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position in the notification log."""
 
