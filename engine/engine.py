@@ -85,7 +85,7 @@ class Engine:
         )
         views = self.store.views
         if self.store.views_read_only:  # newer events fold in memory: nothing is written
-            views = ReadOnlyViews(self.store.url, views)
+            views = ReadOnlyViews(self.store.url, views, self.store.codec, self.store.generation)
         self.projections = self._projections(views)
         """The persistent projections: register, catch_up, get, status, rebuild."""
         self._time_travel = TimeTravel(self.store, views)
@@ -93,7 +93,7 @@ class Engine:
     def _projections(self, views: Views | None) -> Projections:
         store = self.store
         if views is not None:
-            projections = Projections(store.recorder, store.mapper, views)
+            projections = Projections(store.recorder, store.mapper, views, store.generation)
             try:
                 projections.register(RunIndex)
                 projections.register(FailurePatterns)
@@ -101,7 +101,7 @@ class Engine:
             except Exception as error:  # e.g. a read-only file: reading runs must still work
                 store.views_problem = f"{type(error).__name__}: {error}"
         missing: Any = NoViews(self.url, store.views_problem)
-        return Projections(store.recorder, store.mapper, missing)
+        return Projections(store.recorder, store.mapper, missing, store.generation)
 
     @property
     def url(self) -> str:
@@ -351,8 +351,7 @@ class Engine:
         if not doomed:
             return Compacted((), 0, ())
         names = tuple(self.projections.names)
-        for name in names:
-            self.projections.reset(name)
+        self.projections.reset_stored()  # this engine's and other programs' projections
         erased = self.store.erase(doomed)
         for name in names:
             self.projections.rebuild(name)

@@ -5,15 +5,20 @@ states, yet `runs()`, `projections status` and `get` must still answer from ever
 committed event. `ReadOnlyViews` reads what the store holds (when its views are
 current for the projection's code) and keeps whatever this process folds beyond
 that in memory, layered on top. Nothing is ever written to the store.
+
+What memory holds was folded from runs that another process may erase (and
+whose ids may come back as new runs): every read first checks the store's
+erasure generation and, when it moved, folds again from what the store holds.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine.store.codec import Codec
 from engine.store.failures import classify
 from engine.store.views import PageSave, RunQuery
 from events.errors import StagetrailError
@@ -29,27 +34,61 @@ class ReadOnlyViews:
         url: the store's masked URL, for errors.
         base: the store's views (read from, never written), or None when the
             store has none this user can read (then everything folds in memory).
+        codec: the store's serializer (stored snapshots are sealed with it).
+        generation: the store's erasure generation (`Store.generation`).
     """
 
-    def __init__(self, url: str, base: Any | None) -> None:
+    def __init__(
+        self, url: str, base: Any | None, codec: Codec, generation: Callable[[], int]
+    ) -> None:
         self._url = url
-        self._base = base
+        self._base = _readable(base)
+        self.codec = codec
+        self._generation = generation
         self._lock = threading.Lock()
+        self._fingerprints: dict[str, str] = {}  # name -> the registered code's fingerprint
         self._from_base: dict[str, bool] = {}  # name -> stored state is current for its code
         self._positions: dict[str, int] = {}
         self._states: dict[str, dict[str, Any]] = {}
         self._errors: dict[str, str | None] = {}
+        self._seen = self._read_generation()
 
     def register(self, name: str, fingerprint: str) -> bool:
         """Use the stored state of `name` when it was folded by this code; never reset it."""
         with self._lock:
             if name in self._from_base:
                 return False
-            stored = self._stored_fingerprint(name)
-            self._from_base[name] = stored == fingerprint
-            self._positions[name] = self._base_position(name) if self._from_base[name] else 0
-            self._states[name] = {}
+            self._fingerprints[name] = fingerprint
+            stored = self._layer(name)
             return stored is not None and stored != fingerprint
+
+    def _layer(self, name: str) -> str | None:
+        """Start `name` afresh over the store's state (if current for its code); the stored
+        fingerprint."""
+        stored = self._stored_fingerprint(name)
+        self._from_base[name] = stored == self._fingerprints[name]
+        self._positions[name] = self._base_position(name) if self._from_base[name] else 0
+        self._states[name] = {}
+        self._errors[name] = None
+        return stored
+
+    def _follow_generation(self) -> None:
+        """Fold again over what the store holds when runs were erased since memory was folded."""
+        generation = self._read_generation()
+        with self._lock:
+            if generation == self._seen:
+                return
+            self._seen = generation
+            for name in self._from_base:
+                self._layer(name)
+
+    def _read_generation(self) -> int:
+        try:
+            return self._generation()
+        except StagetrailError:
+            raise
+        except Exception as error:
+            raise classify(self._url, error, "cannot read the store's generation") from error
 
     def _stored_fingerprint(self, name: str) -> str | None:
         if self._base is None:
@@ -65,6 +104,13 @@ class ReadOnlyViews:
         assert self._base is not None
         return int(self._read("positions", [name])[name])
 
+    def fingerprint(self, name: str) -> str | None:
+        """The fingerprint `name` was registered with here, else the stored one."""
+        with self._lock:
+            if name in self._fingerprints:
+                return self._fingerprints[name]
+        return self._stored_fingerprint(name)
+
     def reset(self, name: str, fingerprint: str) -> None:
         """Fold `name` from zero in memory (the stored state is left as it is)."""
         with self._lock:
@@ -75,11 +121,13 @@ class ReadOnlyViews:
 
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position: the stored one, or as far as memory got."""
+        self._follow_generation()
         with self._lock:
             return {name: self._positions.get(name, 0) for name in names}
 
     def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
         """States by key: folded in memory first, else as stored."""
+        self._follow_generation()
         with self._lock:
             found = {k: self._states[name][k] for k in keys if k in self._states.get(name, {})}
             use_base = self._from_base.get(name, False)
@@ -121,6 +169,7 @@ class ReadOnlyViews:
 
     def states(self, name: str) -> dict[str, Any]:
         """Every state of `name`: stored ones overlaid by those folded in memory."""
+        self._follow_generation()
         with self._lock:
             use_base = self._from_base.get(name, False)
             mine = dict(self._states.get(name, {}))
@@ -130,6 +179,7 @@ class ReadOnlyViews:
     def runs(self, query: RunQuery) -> list[Any]:
         """Run index rows matching `query`, newest first, memory's rows replacing stored ones."""
         name = "run_index"
+        self._follow_generation()
         with self._lock:
             mine = dict(self._states.get(name, {}))
             use_base = self._from_base.get(name, False)
@@ -149,6 +199,7 @@ class ReadOnlyViews:
 
     def run_ids(self, prefix: str, limit: int) -> list[str]:
         """Ids of indexed runs starting with `prefix`, from both layers."""
+        self._follow_generation()
         with self._lock:
             found = {key for key in self._states.get("run_index", {}) if key.startswith(prefix)}
             use_base = self._from_base.get("run_index", False)
@@ -157,15 +208,21 @@ class ReadOnlyViews:
         return sorted(found)[:limit]
 
     def snapshot(
-        self, run_id: str, projection: str, fingerprint: str, version: int
-    ) -> tuple[int, str] | None:
-        """A stored snapshot, if the store has one (they are keyed by the code's fingerprint)."""
+        self, run_id: str, projection: str, fingerprint: str, generation: int, version: int
+    ) -> tuple[int, bytes] | None:
+        """A stored snapshot, if the store has one (keyed by code and erasure generation)."""
         if self._base is None:
             return None
-        return self._read("snapshot", run_id, projection, fingerprint, version)  # type: ignore[no-any-return]
+        found = self._read("snapshot", run_id, projection, fingerprint, generation, version)
+        return found  # type: ignore[no-any-return]
 
     def save_snapshots(
-        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
+        self,
+        run_id: str,
+        projection: str,
+        fingerprint: str,
+        generation: int,
+        states: Sequence[tuple[int, bytes]],
     ) -> None:
         """Nothing: a read-only store keeps no new snapshots (answers stay correct)."""
 
@@ -181,3 +238,15 @@ class ReadOnlyViews:
         close = getattr(self._base, "close_listener", None)
         if close is not None:
             close()
+
+
+def _readable(base: Any | None) -> Any | None:
+    """`base` if this code can read its tables (they may be of an older shape, or unreadable)."""
+    if base is None:
+        return None
+    try:
+        if base.current():
+            return base
+    except Exception as error:  # views the role may not read: fold from zero instead
+        _log.debug("stored views unreadable, folding in memory: %s", error)
+    return None

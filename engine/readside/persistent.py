@@ -55,19 +55,33 @@ class ProjectionStatus:
 class Projections:
     """The registry and runner of an engine's persistent projections.
 
+    States folded by this process are kept between pages (`_cache`) and used
+    while the projection's position is where they left it; runs erased since,
+    by any process, may come back under the same id with other events, so the
+    cache belongs to the store's erasure generation, read before it is used.
+
     Args:
         recorder: eventsourcing's application recorder of the store (the notification log).
         mapper: turns stored events back into events.
         views: where states, tracking records and snapshots are kept.
+        generation: the store's erasure generation (`Store.generation`).
     """
 
-    def __init__(self, recorder: ApplicationRecorder, mapper: Mapper[UUID], views: Views) -> None:
+    def __init__(
+        self,
+        recorder: ApplicationRecorder,
+        mapper: Mapper[UUID],
+        views: Views,
+        generation: Callable[[], int],
+    ) -> None:
         self._recorder = recorder
         self._mapper = mapper
         self.views = views
+        self._generation = generation
         self._registered: dict[str, Projection[Any]] = {}
         self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
         self._pipelines: dict[int, str] = {}  # by UUID.int: see _keys
+        self._cached_generation: int | None = None
         self._lock = threading.RLock()
 
     def register(self, projection: Projection[Any] | type[Projection[Any]]) -> Projection[Any]:
@@ -138,12 +152,16 @@ class Projections:
     ) -> dict[str, int]:
         folded = dict.fromkeys(names, 0)
         failures: dict[str, Failure] = {}
+        checked = False
         while True:
             active = [name for name in names if name not in failures]
             positions = self.views.positions(active) if active else {}
             lowest = min(positions.values(), default=head)
             if lowest >= head:
                 break
+            if not checked:  # once: a compaction meanwhile moves the positions (below)
+                self._follow_generation()
+                checked = True
             group = [name for name in active if positions[name] == lowest]
             stop = min([p for p in positions.values() if p > lowest] + [head])
             try:
@@ -151,6 +169,7 @@ class Projections:
                     count, end = self._page(group, lowest, stop, failures)
             except PositionMoved:
                 self._forget(group)
+                checked = False
                 continue
             except ProjectionReplaced as replaced:  # stop that one; the others go on
                 self._forget(group)
@@ -194,6 +213,14 @@ class Projections:
             if name in group:  # kept after the commit, which clears last errors
                 self.views.record_error(name, str(failure))
         return len(events), end
+
+    def _follow_generation(self) -> None:
+        """Drop every cached state and pipeline name if runs were erased since they were read."""
+        generation = self._generation()
+        if generation != self._cached_generation:
+            self._cache.clear()
+            self._pipelines.clear()
+            self._cached_generation = generation
 
     def _forget(self, names: Iterable[str]) -> None:
         for name in names:
@@ -313,6 +340,23 @@ class Projections:
             self._cache.pop(name, None)
             if name == RunIndex.name:
                 self._pipelines.clear()
+
+    def reset_stored(self) -> None:
+        """Reset every projection the store keeps, registered in this engine or not.
+
+        Before runs are erased (`Engine.compact`): a projection another program
+        registered keeps its code's fingerprint and folds again from the first
+        event when it next catches up, so no stored state remembers an erased run.
+        """
+        with self._lock:
+            stored = self.views.errors()  # every projection registered in the store
+            for name in sorted(set(stored) | set(self._registered)):
+                known = self._registered.get(name)
+                fingerprint = known.identity() if known else self.views.fingerprint(name)
+                if fingerprint is not None:
+                    self.views.reset(name, fingerprint)
+            self._cache.clear()
+            self._pipelines.clear()
 
     def rebuild(self, name: str, *, on_progress: Progress | None = None) -> int:
         """Fold projection `name` again from the first event; return the events folded."""

@@ -4,12 +4,14 @@ Long runs keep snapshots of each projection every `interval` events, in the
 store (for new processes) and in memory (for the next question in this one),
 so reaching any point folds at most `interval` events, never the whole run.
 A snapshot belongs to the projection's code fingerprint: new code, new snapshots.
+It also belongs to the store's erasure generation: once any process erased runs,
+an id may name a new run, so no snapshot taken before is used again.
+Stored snapshots are sealed by the store's codec (its cipher and compression).
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -17,7 +19,6 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 from uuid import UUID
 
-from engine.store.sql import dumps
 from engine.store.views import Views
 from projections.base import Projection
 from projections.collector import collector_paused
@@ -30,14 +31,18 @@ BYTES_PER_EVENT = 256
 """Stored snapshot bytes allowed per event they stand for (about an event's own size)."""
 
 _log = logging.getLogger(__name__)
-_Key = tuple[UUID, str, str]
+_Key = tuple[int, UUID, str, str]
+"""Erasure generation, run id, projection name, the projection's identity."""
 
 
 class EventReader(Protocol):
-    """Reads one run's events in version order."""
+    """Reads one run's events in version order, and the store's erasure generation."""
 
     def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
         """The run's events with `gt < version <= lte`, oldest first."""
+
+    def generation(self) -> int:
+        """How many times runs were erased from the store (`Store.generation`)."""
 
 
 class _Snapshots:
@@ -83,6 +88,7 @@ class TimeTravel:
         self.interval = interval
         self._limit = runs_in_memory
         self._memory: OrderedDict[_Key, _Snapshots] = OrderedDict()
+        self._generation = 0  # of the snapshots in memory
         self._lock = threading.Lock()  # engines may be shared by threads (a viewer, a follower)
 
     def project(self, run_id: UUID, projection: Projection[Any], version: int) -> Any:
@@ -91,7 +97,28 @@ class TimeTravel:
         Raises:
             ProjectionError: a handler failed (names the event and version).
         """
-        key = (run_id, projection.name, projection.identity())
+        identity = projection.identity()
+        if version < self.interval:  # no snapshot lies this low: nothing kept is used
+            return projection.fold(list(self._reader.stream(run_id, lte=version)))
+        while True:
+            # Read before and after: an erasure in between (by any process) may have
+            # given the id to another run while this fold read it, so fold again.
+            generation = self._reader.generation()
+            self._follow(generation)
+            key = (generation, run_id, projection.name, identity)
+            state = self._fold(key, projection, version)
+            if self._reader.generation() == generation:
+                return state
+
+    def _follow(self, generation: int) -> None:
+        """Forget the snapshots in memory when runs were erased since they were taken."""
+        with self._lock:
+            if generation != self._generation:
+                self._memory.clear()
+                self._generation = generation
+
+    def _fold(self, key: _Key, projection: Projection[Any], version: int) -> Any:
+        run_id = key[1]
         start, state, stored_size = self._start(key, projection, version)
         fresh: list[tuple[int, Any]] = []
         storer = _Storer(self, key, projection, stored_size)
@@ -126,19 +153,21 @@ class TimeTravel:
             start, state = self._snapshots(key).best(version) or (0, None)
         size = 0
         if version - start >= self.interval and self._views is not None:
-            stored = self._views.snapshot(str(key[0]), key[1], key[2], version)
+            generation, run_id, name, identity = key
+            stored = self._views.snapshot(str(run_id), name, identity, generation, version)
             if stored is not None and stored[0] > start:
                 start, size = stored[0], len(stored[1])
-                state = projection.decode(json.loads(stored[1]))
+                state = projection.decode(self._views.codec.unseal(stored[1]))
                 self._remember(key, [(start, state)])
         return start, (projection.initial() if start == 0 else state), size
 
-    def save(self, key: _Key, texts: list[tuple[int, str]]) -> None:
+    def save(self, key: _Key, sealed: list[tuple[int, bytes]]) -> None:
         """Store snapshots; a store that refuses (read-only) only loses the speed-up."""
-        if self._views is None or not texts:
+        if self._views is None or not sealed:
             return
+        generation, run_id, name, identity = key
         try:
-            self._views.save_snapshots(str(key[0]), key[1], key[2], texts)
+            self._views.save_snapshots(str(run_id), name, identity, generation, sealed)
         except Exception as error:  # any refusal of the database: answers stay correct
             _log.debug("snapshots of %s not stored: %s", key, error)
 
@@ -157,25 +186,25 @@ class _Storer:
     ) -> None:
         self.travel, self.key, self.projection = travel, key, projection
         self.spacing = _spacing(travel.interval, stored_size)
-        self.enabled = travel._views is not None
-        self.texts: list[tuple[int, str]] = []
+        self.views = travel._views
+        self.sealed: list[tuple[int, bytes]] = []
 
     def offer(self, version: int, state: Any) -> None:
-        if not self.enabled or version % self.spacing:
+        if self.views is None or version % self.spacing:
             return
         try:
-            text = dumps(self.projection.encode(state))
+            data = self.views.codec.seal(self.projection.encode(state))
         except ProjectionStateError as error:  # no codec: on-demand answers need none
-            _log.debug("%s has no JSON codec, so no stored snapshots: %s", self.key[1], error)
-            self.enabled = False
+            _log.debug("%s has no JSON codec, so no stored snapshots: %s", self.key[2], error)
+            self.views = None
             return
-        self.texts.append((version, text))
-        self.spacing = _spacing(self.spacing, len(text))
+        self.sealed.append((version, data))
+        self.spacing = _spacing(self.spacing, len(data))
 
     def flush(self) -> None:
         """Store the chosen snapshots in one transaction (they total about the events' size)."""
-        self.travel.save(self.key, self.texts)
-        self.texts = []
+        self.travel.save(self.key, self.sealed)
+        self.sealed = []
 
 
 def _spacing(spacing: int, size: int) -> int:

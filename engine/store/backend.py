@@ -14,6 +14,7 @@ from uuid import UUID
 import attrs
 from eventsourcing.persistence import ApplicationRecorder
 
+from engine.store.codec import Codec
 from engine.store.mapper import EventMapper
 from engine.store.views import Views
 
@@ -31,12 +32,17 @@ class Backend:
     """Physically removes runs' events and snapshots in one transaction; the events removed."""
     read_only: bool = False
     """Opened for reading only: `views` (the stored ones, or None) must never be written."""
+    codec: Codec = attrs.field(kw_only=True)
+    """Seals what the views store, with the mapper's compressor and cipher."""
+    generation: Callable[[], int] = attrs.field(kw_only=True)
+    """How many times `erase` removed runs from the store (see `Store.generation`)."""
 
 
-def prepare_views(make: Callable[[], Any]) -> tuple[Any, str]:
-    """The store's projection views, or None and why they cannot be kept (e.g. read-only)."""
+def prepare_views(make: Callable[[], Any], codec: Codec) -> tuple[Any, str]:
+    """The store's projection views, sealing with `codec`, or None and why they cannot be kept."""
     try:
         views = make()
+        views.codec = codec
         views.create_table()
     except Exception as error:  # any database refusal leaves the events readable
         return None, f"{type(error).__name__}: {' '.join(str(error).split())}"

@@ -17,13 +17,14 @@ from eventsourcing.persistence import (
 
 from engine.store import meta, urls
 from engine.store.backend import Backend
+from engine.store.codec import Codec
 from engine.store.errors import (
     AppendOutcomeUnknown,
     ConcurrencyConflict,
     OutcomeUnknown,
     StoreError,
 )
-from engine.store.failures import classify
+from engine.store.failures import classify, is_database_error
 from engine.store.memory import open_memory
 from engine.store.module import open_module
 from engine.store.sqlite import open_sqlite
@@ -97,6 +98,29 @@ class Store:
     def mapper(self) -> Mapper[UUID]:
         """eventsourcing's mapper for this store's events (JSON, compression, cipher)."""
         return self._mapper
+
+    @property
+    def codec(self) -> Codec:
+        """The serializer of everything else stored: the mapper's JSON, compression and cipher."""
+        return self._backend.codec
+
+    def generation(self) -> int:
+        """How many times runs were erased from this store, by any process (0: never).
+
+        `erase` counts one more in the transaction that removes the runs, so a
+        cache of run data (states, snapshots, a thread's checkpoints) kept with
+        the generation it was read in is stale once this answers another number:
+        an erased run's id may since name a new run. One small read per call.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        try:
+            return self._backend.generation()
+        except Exception as error:
+            if not is_database_error(error):
+                raise
+            raise classify(self.url, error, "reading the erasure generation failed") from error
 
     def append(self, events: Sequence[Event]) -> list[int]:
         """Serialise and write `events` in one transaction; return their notification ids.
@@ -191,8 +215,9 @@ class Store:
         """Physically remove runs' events and snapshots, in one transaction; the events removed.
 
         The only way anything leaves the store (`Engine.compact` uses it for deleted runs).
-        Their notification ids are not given out again where the database keeps a
-        sequence; persistent projections must be rebuilt afterwards.
+        The same transaction counts one more erasure `generation`, which every cache of
+        run data checks. Their notification ids are not given out again where the
+        database keeps a sequence; persistent projections must be rebuilt afterwards.
 
         Raises:
             StoreError: the database failed; nothing was removed.

@@ -20,20 +20,25 @@ from eventsourcing.persistence import (
 
 from engine.store import meta
 from engine.store.backend import Backend
+from engine.store.codec import Codec
 from engine.store.views import PageSave, RunQuery
 from projections.errors import PositionMoved, ProjectionReplaced
 
 
 class MemoryViews(TrackingRecorder):
-    """Views kept in dicts; tracking records through eventsourcing's tracking recorder interface."""
+    """Views kept in dicts; tracking records through eventsourcing's tracking recorder interface.
 
-    def __init__(self) -> None:
+    Nothing leaves the process, so states stay values; snapshots arrive sealed by `codec`.
+    """
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
         self._database_lock = threading.Lock()
         self._max_tracking_ids: dict[str, int | None] = {}
         self._fingerprints: dict[str, str] = {}
         self._errors: dict[str, str | None] = {}
         self._states: dict[str, dict[str, Any]] = {}
-        self._snapshots: dict[tuple[str, str, str], dict[int, str]] = {}
+        self._snapshots: dict[tuple[str, str, str, int], dict[int, bytes]] = {}
 
     def register(self, name: str, fingerprint: str) -> bool:
         """Record a projection; reset it when its code changed (True if it did)."""
@@ -43,6 +48,11 @@ class MemoryViews(TrackingRecorder):
                 return False
             self._reset(name, fingerprint)
             return known is not None
+
+    def fingerprint(self, name: str) -> str | None:
+        """The code fingerprint `name` was registered with (None: not registered)."""
+        with self._database_lock:
+            return self._fingerprints.get(name)
 
     def reset(self, name: str, fingerprint: str) -> None:
         """Discard a projection's state and position."""
@@ -109,22 +119,28 @@ class MemoryViews(TrackingRecorder):
         return sorted(found)[:limit]
 
     def snapshot(
-        self, run_id: str, projection: str, fingerprint: str, version: int
-    ) -> tuple[int, str] | None:
-        """The newest snapshot (version, JSON text) at or before `version`."""
+        self, run_id: str, projection: str, fingerprint: str, generation: int, version: int
+    ) -> tuple[int, bytes] | None:
+        """The newest snapshot (version, sealed state) of `generation` at or before `version`."""
         with self._database_lock:
-            stored = self._snapshots.get((run_id, projection, fingerprint), {})
+            stored = self._snapshots.get((run_id, projection, fingerprint, generation), {})
             best = max((v for v in stored if v <= version), default=None)
             return None if best is None else (best, stored[best])
 
     def save_snapshots(
-        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
+        self,
+        run_id: str,
+        projection: str,
+        fingerprint: str,
+        generation: int,
+        states: Sequence[tuple[int, bytes]],
     ) -> None:
-        """Store snapshots (version, JSON text) of one run's projection."""
+        """Store snapshots (version, sealed state) of one run's projection."""
         with self._database_lock:
-            stored = self._snapshots.setdefault((run_id, projection, fingerprint), {})
-            for version, text in states:
-                stored.setdefault(version, text)
+            key = (run_id, projection, fingerprint, generation)
+            stored = self._snapshots.setdefault(key, {})
+            for version, data in states:
+                stored.setdefault(version, data)
 
     def erase_snapshots(self, run_ids: Sequence[UUID]) -> None:
         """Forget the snapshots of these runs."""
@@ -165,10 +181,14 @@ class MemoryViews(TrackingRecorder):
 class MemoryRecorder(ApplicationRecorder):
     """eventsourcing's application recorder interface over a list, reading a run without a scan.
 
+    It counts its erasures (`generation`), as the SQL stores do in their meta table.
     A run's versions are 1..n with no gap (the engine's fold refuses any other),
     so re-reading a run's few new events (as the supervisor does after a stage
     function records its own) looks them up directly instead of walking the run.
     """
+
+    generation = 0
+    """How many times `erase` removed runs."""
 
     def __init__(self) -> None:
         self._database_lock = threading.Lock()
@@ -241,6 +261,7 @@ class MemoryRecorder(ApplicationRecorder):
         """Remove the runs' events; their notification ids stay taken (gaps, as in SQL)."""
         removed = 0
         with self._database_lock:
+            self.generation += 1
             for run_id in run_ids:
                 index = self._stored_events_index.pop(str(run_id), {})
                 for position in index.values():
@@ -282,10 +303,17 @@ class MemoryRecorder(ApplicationRecorder):
 
 def open_memory(settings: meta.AtRest) -> Backend:
     """A new, empty in-memory store (nothing outlives the engine)."""
-    recorder, views = MemoryRecorder(), MemoryViews()
+    mapper = settings.mapper()
+    codec = settings.codec(mapper)
+    recorder, views = MemoryRecorder(), MemoryViews(codec)
 
     def erase(run_ids: Sequence[UUID]) -> int:
         views.erase_snapshots(run_ids)
         return recorder.erase(run_ids)
 
-    return Backend(recorder, settings.mapper(), lambda: None, views, erase=erase)
+    def generation() -> int:
+        return recorder.generation
+
+    return Backend(
+        recorder, mapper, lambda: None, views, erase=erase, codec=codec, generation=generation
+    )

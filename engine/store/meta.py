@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 from eventsourcing.compressor import ZlibCompressor
 from eventsourcing.persistence import Cipher, Compressor
 from eventsourcing.utils import Environment
 
+from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.mapper import EventMapper, FastJSONTranscoder
 
@@ -17,6 +19,8 @@ SCHEMA_VERSION = 1
 META_TABLE = "stagetrail_meta"
 EVENTS_TABLE = "stagetrail_events"
 _CHECK_PLAINTEXT = b"stagetrail cipher check"
+GENERATION = "generation"
+"""The meta row counting erasures: every cache and snapshot of run data is keyed by it."""
 
 
 @attrs.frozen
@@ -31,6 +35,10 @@ class AtRest:
         return EventMapper(
             transcoder=FastJSONTranscoder(), compressor=self._compressor(), cipher=self.cipher()
         )
+
+    def codec(self, mapper: EventMapper) -> Codec:
+        """The views' serializer: `mapper`'s transcoder, compressor and cipher; keyed digests."""
+        return Codec(mapper, self.cipher_key)
 
     def _compressor(self) -> Compressor | None:
         return ZlibCompressor() if self.compressor == "zlib" else None
@@ -109,3 +117,23 @@ def _check_cipher(meta: Mapping[str, str], stored: AtRest, url: str) -> None:
         ok = False
     if not ok:
         raise StoreError(url, "STAGETRAIL_CIPHER_KEY is not the key this store was encrypted with")
+
+
+def read_generation(cursor: Any, table: str) -> int:
+    """The store's erasure generation from its meta `table` (0 before the first erasure)."""
+    row = cursor.execute(f"SELECT value FROM {table} WHERE key='{GENERATION}'").fetchone()
+    if row is None:
+        return 0
+    return int(row[0] if isinstance(row, tuple) else row["value"])  # plain or named rows
+
+
+def bump_generation(cursor: Any, table: str) -> None:
+    """Count one more erasure, inside the transaction that erases (SQLite and PostgreSQL)."""
+    cursor.execute(
+        f"INSERT INTO {table} (key, value) VALUES ('{GENERATION}', '0') "
+        "ON CONFLICT (key) DO NOTHING"
+    )
+    cursor.execute(
+        f"UPDATE {table} SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) "
+        f"WHERE key = '{GENERATION}'"
+    )

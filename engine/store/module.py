@@ -57,4 +57,13 @@ def open_module(url: StoreURL, settings: meta.AtRest, extra: Mapping[str, str]) 
         raise StoreError(
             url.masked, f"cannot open persistence module {url.path!r}: {describe(error)}"
         ) from None
-    return Backend(recorder, settings.mapper(), factory.close, MemoryViews())
+    mapper = settings.mapper()
+    codec = settings.codec(mapper)
+    return Backend(
+        recorder, mapper, factory.close, MemoryViews(codec), codec=codec, generation=_never_erased
+    )
+
+
+def _never_erased() -> int:
+    """A module's store is never erased by stagetrail: its generation stays 0."""
+    return 0

@@ -5,11 +5,14 @@ the same database as the events. A page of folded events is saved in one
 transaction with its tracking record, after locking the projection's row and
 checking that nobody else moved its position: that is what makes catch-up
 exactly-once even with several processes catching up at once.
+
+Every value is stored sealed by the store's `Codec` (its JSON, compression and
+cipher, as the events are); the columns queried hold ids, statuses, times and
+the codec's digests of pipeline names, labels and partition keys.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -17,27 +20,40 @@ from typing import Any
 
 from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
 
+from engine.store.codec import Codec
+from engine.store.errors import StoreError
 from engine.store.failures import classify, is_database_error
-from engine.store.views import PageSave, RunQuery, indexable, run_columns
+from engine.store.meta import META_TABLE
+from engine.store.views import PageSave, RunQuery, label_text, run_columns
 from events.errors import StagetrailError
 from projections.errors import PositionMoved, ProjectionReplaced
 
+VIEWS_VERSION = 2
+"""The shape of the views' tables (2: sealed values, digests, snapshots by erasure generation).
+
+A store whose views have another shape has them dropped and created again when
+opened for writing; the projections then fold again from the events.
+"""
+
 TABLES = (
     "CREATE TABLE IF NOT EXISTS {projections} (name TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,"
-    " last_error TEXT, updated TEXT)",
+    " last_error {blob}, updated TEXT)",
     "CREATE TABLE IF NOT EXISTS {states} (name TEXT NOT NULL, key TEXT NOT NULL,"
-    " state TEXT NOT NULL, PRIMARY KEY (name, key))",
+    " state {blob} NOT NULL, PRIMARY KEY (name, key))",
     "CREATE TABLE IF NOT EXISTS {runs} (run_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL,"
-    " status TEXT NOT NULL, state TEXT NOT NULL, started TEXT NOT NULL, finished TEXT,"
-    " parent_run_id TEXT, data TEXT NOT NULL)",
+    " status TEXT NOT NULL, started TEXT NOT NULL, finished TEXT, parent_run_id TEXT,"
+    " data {blob} NOT NULL)",
     "CREATE INDEX IF NOT EXISTS {runs_started} ON {runs} (started DESC, run_id DESC)",
     "CREATE INDEX IF NOT EXISTS {runs_parent} ON {runs} (parent_run_id)",
-    "CREATE TABLE IF NOT EXISTS {labels} (key TEXT NOT NULL, value TEXT NOT NULL,"
-    " run_id TEXT NOT NULL, PRIMARY KEY (key, value, run_id))",
+    "CREATE TABLE IF NOT EXISTS {labels} (label TEXT NOT NULL, run_id TEXT NOT NULL,"
+    " PRIMARY KEY (label, run_id))",
     "CREATE TABLE IF NOT EXISTS {snapshots} (run_id TEXT NOT NULL, projection TEXT NOT NULL,"
-    " fingerprint TEXT NOT NULL, version INTEGER NOT NULL, state TEXT NOT NULL,"
-    " PRIMARY KEY (run_id, projection, fingerprint, version))",
+    " fingerprint TEXT NOT NULL, generation BIGINT NOT NULL, version INTEGER NOT NULL,"
+    " state {blob} NOT NULL, PRIMARY KEY (run_id, projection, fingerprint, generation, version))",
 )
+
+VIEW_TABLES = ("projections", "states", "runs", "labels", "snapshots")
+"""The views' tables (their indexes go with them)."""
 
 NAMES = {  # the views' tables, as SQLite names them (PostgreSQL qualifies them)
     "projections": "stagetrail_projections",
@@ -47,12 +63,8 @@ NAMES = {  # the views' tables, as SQLite names them (PostgreSQL qualifies them)
     "runs_parent": "stagetrail_runs_parent",
     "labels": "stagetrail_run_labels",
     "snapshots": "stagetrail_snapshots",
+    "meta": META_TABLE,
 }
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON text for a stored state."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 MIGRATION = "__migration__"
@@ -82,6 +94,11 @@ class SQLViews(TrackingRecorder):
     """Ids in [prefix, prefix~): a range scan of the primary key in byte order."""
     prefix_order = "run_id"
     """The order that range is read in."""
+
+    blob_type = "BLOB"
+    """The column type of sealed values."""
+    codec: Codec
+    """The store's serializer (set by the backend when it opens the store)."""
 
     def __init__(self, datastore: Any, url: str = "-") -> None:
         self.datastore = datastore
@@ -156,13 +173,45 @@ class SQLViews(TrackingRecorder):
             )
 
     def _sql(self, template: str) -> str:
-        text = template.format(tracking=self.tracking_table, **self.names)
+        text = template.format(tracking=self.tracking_table, blob=self.blob_type, **self.names)
         return text if self.placeholder == "?" else text.replace("?", self.placeholder)
 
     def create_views(self, cursor: Any) -> None:
-        """Create the views' tables (idempotent)."""
+        """Create the views' tables (idempotent); drop those of another shape first.
+
+        Raises:
+            StoreError: a newer stagetrail made them (this one cannot read them).
+        """
+        found = self._views_version(cursor)
+        if found > VIEWS_VERSION:
+            raise StoreError(
+                self.url,
+                f"its projection tables are of a newer stagetrail (views version {found}, "
+                f"this one knows {VIEWS_VERSION}); upgrade stagetrail",
+            )
+        if found != VIEWS_VERSION:  # derived data: folded again from the events
+            for table in VIEW_TABLES:
+                cursor.execute(self._sql(f"DROP TABLE IF EXISTS {{{table}}}"))
         for statement in TABLES:
             cursor.execute(self._sql(statement))
+        if found != VIEWS_VERSION:
+            cursor.execute(
+                self._sql(
+                    "INSERT INTO {meta} (key, value) VALUES ('views_version', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value=excluded.value"
+                ),
+                (str(VIEWS_VERSION),),
+            )
+
+    def _views_version(self, cursor: Any) -> int:
+        cursor.execute(self._sql("SELECT value FROM {meta} WHERE key='views_version'"))
+        row = cursor.fetchone()
+        return 0 if row is None else int(row["value"])
+
+    def current(self) -> bool:
+        """Whether the stored views have this program's shape (a read-only open cannot migrate)."""
+        with self._transaction(commit=False) as cursor:
+            return self._views_version(cursor) == VIEWS_VERSION
 
     def register(self, name: str, fingerprint: str) -> bool:
         """Record `name` with its code's fingerprint; reset it if the code changed.
@@ -235,22 +284,24 @@ class SQLViews(TrackingRecorder):
             return dict(self._load(cursor, name, list(keys)))
 
     def _load(self, cursor: Any, name: str, keys: list[str]) -> Iterator[tuple[str, Any]]:
-        table, column = ("{runs}", "run_id") if name == "run_index" else ("{states}", "key")
-        where = "" if name == "run_index" else " AND name=?"
-        extra: tuple[str, ...] = () if name == "run_index" else (name,)
+        unseal = self.codec.unseal
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            data = "data" if name == "run_index" else "state"
+            if name == "run_index":
+                query = f"SELECT run_id AS k, data AS v FROM {{runs}} WHERE run_id IN ({marks})"
+                cursor.execute(self._sql(query), chunk)
+                for row in cursor.fetchall():
+                    yield row["k"], unseal(row["v"])
+                continue
+            digests = [self.codec.digest(key) for key in chunk]
             cursor.execute(
-                self._sql(
-                    f"SELECT {column} AS k, {data} AS v FROM {table} "
-                    f"WHERE {column} IN ({marks}){where}"
-                ),
-                (*chunk, *extra),
+                self._sql(f"SELECT state AS v FROM {{states}} WHERE key IN ({marks}) AND name=?"),
+                (*digests, name),
             )
             for row in cursor.fetchall():
-                yield row["k"], json.loads(row["v"])
+                key, state = unseal(row["v"])
+                yield key, state
 
     def commit(self, saves: Sequence[PageSave]) -> None:
         """Save pages of several projections and their tracking records in one transaction.
@@ -280,31 +331,33 @@ class SQLViews(TrackingRecorder):
         if save.name == "run_index":
             self._save_runs(cursor, save.states)
             return
+        seal, digest = self.codec.seal, self.codec.digest
         cursor.executemany(
             self._sql(
                 "INSERT INTO {states} (name, key, state) VALUES (?, ?, ?) "
                 "ON CONFLICT (name, key) DO UPDATE SET state=excluded.state"
             ),
-            [(save.name, key, dumps(state)) for key, state in save.states.items()],
+            [(save.name, digest(key), seal([key, state])) for key, state in save.states.items()],
         )
 
     def _save_runs(self, cursor: Any, runs: dict[str, Any]) -> None:
+        codec = self.codec
         cursor.executemany(
             self._sql(
-                "INSERT INTO {runs} (run_id, pipeline, status, state, started, finished, "
-                "parent_run_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) "
-                "DO UPDATE SET status=excluded.status, state=excluded.state, "
-                "finished=excluded.finished, data=excluded.data"
+                "INSERT INTO {runs} (run_id, pipeline, status, started, finished, "
+                "parent_run_id, data) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) "
+                "DO UPDATE SET status=excluded.status, finished=excluded.finished, "
+                "data=excluded.data"
             ),
-            [(*run_columns(data), dumps(data)) for data in runs.values()],
+            [(*run_columns(data, codec), codec.seal(data)) for data in runs.values()],
         )
         cursor.executemany(
             self._sql(
-                "INSERT INTO {labels} (key, value, run_id) VALUES (?, ?, ?) "
-                "ON CONFLICT (key, value, run_id) DO NOTHING"
+                "INSERT INTO {labels} (label, run_id) VALUES (?, ?) "
+                "ON CONFLICT (label, run_id) DO NOTHING"
             ),
             [
-                (indexable(key), indexable(value), run_id)
+                (codec.digest(label_text(key, value)), run_id)
                 for run_id, data in runs.items()
                 for key, value in data["labels"].items()
             ],
@@ -314,32 +367,43 @@ class SQLViews(TrackingRecorder):
         """Keep the error that stopped `name` (shown by `status`)."""
         with self._transaction(commit=True) as cursor:
             cursor.execute(
-                self._sql("UPDATE {projections} SET last_error=? WHERE name=?"), (error, name)
+                self._sql("UPDATE {projections} SET last_error=? WHERE name=?"),
+                (self.codec.seal(error), name),
             )
 
     def errors(self) -> dict[str, str | None]:
         """The last error of every registered projection (None when it is healthy)."""
         with self._transaction(commit=False) as cursor:
             cursor.execute(self._sql("SELECT name, last_error FROM {projections}"))
-            return {row["name"]: row["last_error"] for row in cursor.fetchall()}
+            rows = cursor.fetchall()
+        unseal = self.codec.unseal
+        return {
+            row["name"]: None if row["last_error"] is None else unseal(row["last_error"])
+            for row in rows
+        }
 
     def states(self, name: str) -> dict[str, Any]:
         """Every stored state of `name` by key."""
         if name == "run_index":
-            query, params = "SELECT run_id AS k, data AS v FROM {runs}", []
+            query, params = "SELECT data AS v FROM {runs}", []
         else:
-            query, params = "SELECT key AS k, state AS v FROM {states} WHERE name=?", [name]
+            query, params = "SELECT state AS v FROM {states} WHERE name=?", [name]
         with self._transaction(commit=False) as cursor:
             cursor.execute(self._sql(query), params)
-            return {row["k"]: json.loads(row["v"]) for row in cursor.fetchall()}
+            rows = cursor.fetchall()
+        unseal = self.codec.unseal
+        if name == "run_index":
+            return {data["run_id"]: data for data in (unseal(row["v"]) for row in rows)}
+        return dict(unseal(row["v"]) for row in rows)
 
     def runs(self, query: RunQuery) -> list[Any]:
         """Run index rows matching `query`, newest first."""
-        where, params = query.where(self.names["labels"])
+        where, params = query.where(self.names["labels"], self.codec)
         sql = f"SELECT data FROM {{runs}}{where} ORDER BY started DESC, run_id DESC LIMIT ?"
         with self._transaction(commit=False) as cursor:
             cursor.execute(self._sql(sql), (*params, query.limit))
-            return [json.loads(row["data"]) for row in cursor.fetchall()]
+            rows = cursor.fetchall()
+        return [self.codec.unseal(row["data"]) for row in rows]
 
     def run_ids(self, prefix: str, limit: int) -> list[str]:
         """Ids (text) of indexed runs that start with `prefix` (lower-case hex), at most `limit`."""
@@ -352,29 +416,38 @@ class SQLViews(TrackingRecorder):
             return [str(row["run_id"]) for row in cursor.fetchall()]
 
     def snapshot(
-        self, run_id: str, projection: str, fingerprint: str, version: int
-    ) -> tuple[int, str] | None:
-        """The newest stored snapshot (version, JSON text) at or before `version`."""
+        self, run_id: str, projection: str, fingerprint: str, generation: int, version: int
+    ) -> tuple[int, bytes] | None:
+        """The newest stored snapshot (version, sealed state) of `generation` up to `version`."""
         with self._transaction(commit=False) as cursor:
             cursor.execute(
                 self._sql(
                     "SELECT version, state FROM {snapshots} WHERE run_id=? AND projection=? "
-                    "AND fingerprint=? AND version<=? ORDER BY version DESC LIMIT 1"
+                    "AND fingerprint=? AND generation=? AND version<=? "
+                    "ORDER BY version DESC LIMIT 1"
                 ),
-                (run_id, projection, fingerprint, version),
+                (run_id, projection, fingerprint, generation, version),
             )
             row = cursor.fetchone()
-            return None if row is None else (int(row["version"]), str(row["state"]))
+            return None if row is None else (int(row["version"]), bytes(row["state"]))
 
     def save_snapshots(
-        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
+        self,
+        run_id: str,
+        projection: str,
+        fingerprint: str,
+        generation: int,
+        states: Sequence[tuple[int, bytes]],
     ) -> None:
-        """Store snapshots (version, JSON text) of a projection over one run."""
+        """Store snapshots (version, sealed state) of a projection over one run."""
         with self._transaction(commit=True) as cursor:
             cursor.executemany(
                 self._sql(
-                    "INSERT INTO {snapshots} (run_id, projection, fingerprint, version, state) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                    "INSERT INTO {snapshots} (run_id, projection, fingerprint, generation, "
+                    "version, state) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
                 ),
-                [(run_id, projection, fingerprint, version, text) for version, text in states],
+                [
+                    (run_id, projection, fingerprint, generation, version, state)
+                    for version, state in states
+                ],
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -9,6 +10,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from projections.run_index import iso
 
@@ -35,13 +37,17 @@ class RunQuery:
     parent: str | None = None
     limit: int = 100
 
-    def where(self, labels_table: str) -> tuple[str, list[Any]]:
-        """An SQL WHERE clause (with ? placeholders) and its parameters."""
+    def where(self, labels_table: str, codec: Codec) -> tuple[str, list[Any]]:
+        """An SQL WHERE clause (with ? placeholders) and its parameters.
+
+        Pipeline names and labels are compared as the `codec`'s digests, as stored.
+        """
         clauses: list[str] = []
         params: list[Any] = []
+        pipeline = None if self.pipeline is None else codec.digest(self.pipeline)
         for column, value in (
             ("status", self.status),
-            ("pipeline", self.pipeline),
+            ("pipeline", pipeline),
             ("parent_run_id", self.parent),
         ):
             if value is not None:
@@ -51,8 +57,8 @@ class RunQuery:
             clauses.append("started>=?")
             params.append(iso(self.since))
         for key, value in self.labels.items():
-            clauses.append(f"run_id IN (SELECT run_id FROM {labels_table} WHERE key=? AND value=?)")
-            params += [key, value]
+            clauses.append(f"run_id IN (SELECT run_id FROM {labels_table} WHERE label=?)")
+            params.append(codec.digest(label_text(key, value)))
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
     def matches(self, data: dict[str, Any]) -> bool:
@@ -67,38 +73,40 @@ class RunQuery:
         return all(checks)
 
 
-def run_columns(data: dict[str, Any]) -> tuple[Any, ...]:
-    """The indexed columns of an encoded run summary."""
+def run_columns(data: dict[str, Any], codec: Codec) -> tuple[Any, ...]:
+    """The indexed columns of an encoded run summary: ids, status, times, a pipeline digest.
+
+    Everything else (the state, the labels, what the run did) is only in the sealed summary.
+    """
     return (
         data["run_id"],
-        indexable(data["pipeline"]),
+        codec.digest(data["pipeline"]),
         data["status"],
-        indexable(data["state"]),
         data["started"],
         data["finished"],
         data["parent_run_id"],
     )
 
 
-def indexable(value: Any) -> Any:
-    """`value` as an index column keeps it: a NUL shown as ``\\x00``.
-
-    Appends refuse NUL characters; a store written before they did may hold
-    some, and PostgreSQL text cannot, so its run index would stop for good.
-    """
-    if type(value) is str and "\x00" in value:
-        return value.replace("\x00", "\\x00")
-    return value
+def label_text(key: str, value: str) -> str:
+    """One label as the text its digest is taken of (unambiguous, whatever the key holds)."""
+    return json.dumps([key, value], ensure_ascii=False, separators=(",", ":"))
 
 
 class Views(Protocol):
     """Storage of persistent projections, snapshots and tracking, in one database."""
+
+    codec: Codec
+    """Seals what is stored (snapshots are sealed by their caller with it)."""
 
     def register(self, name: str, fingerprint: str) -> bool:
         """Record a projection; reset it when its code changed (True if it did)."""
 
     def reset(self, name: str, fingerprint: str) -> None:
         """Discard a projection's state and position."""
+
+    def fingerprint(self, name: str) -> str | None:
+        """The code fingerprint `name`'s stored state was folded by (None: not registered)."""
 
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position in the notification log."""
@@ -125,14 +133,19 @@ class Views(Protocol):
         """Ids (text) of indexed runs that start with `prefix`, at most `limit`."""
 
     def snapshot(
-        self, run_id: str, projection: str, fingerprint: str, version: int
-    ) -> tuple[int, str] | None:
-        """The newest snapshot (version, JSON text) at or before `version`."""
+        self, run_id: str, projection: str, fingerprint: str, generation: int, version: int
+    ) -> tuple[int, bytes] | None:
+        """The newest snapshot (version, sealed state) of `generation` up to `version`."""
 
     def save_snapshots(
-        self, run_id: str, projection: str, fingerprint: str, states: Sequence[tuple[int, str]]
+        self,
+        run_id: str,
+        projection: str,
+        fingerprint: str,
+        generation: int,
+        states: Sequence[tuple[int, bytes]],
     ) -> None:
-        """Store snapshots (version, JSON text) of one run's projection."""
+        """Store snapshots (version, sealed state) of one run's projection, read in `generation`."""
 
     def wait_for_events(self, timeout: float, stop: threading.Event) -> bool:
         """Block until new events may have arrived or `timeout` passes; True if notified."""

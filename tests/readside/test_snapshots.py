@@ -52,6 +52,9 @@ class CountingReader:
             self.count += 1
             yield event
 
+    def generation(self) -> int:
+        return self.store.generation()
+
 
 class TestProject:
     @pytest.mark.parametrize("projection", BUILT_INS, ids=lambda p: p.name)

@@ -105,15 +105,24 @@ def open_postgres(
             raise StoreError(url.masked, problem) from None
         datastore = make_datastore(url)
         recorder = make_recorder(url, datastore, has_events or read_only)
+        mapper = settings.mapper()
+        codec = settings.codec(mapper)
+        generation = functools.partial(read_generation, datastore)
         if read_only:
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
+            views.codec = codec
             closer = _closer(datastore, views)
-            return Backend(recorder, settings.mapper(), closer, views, read_only=True)
+            return Backend(
+                recorder, mapper, closer, views, read_only=True, codec=codec, generation=generation
+            )
         views, problem = prepare_views(
-            lambda: PostgresViews(datastore, recorder.channel_name, url.masked)
+            lambda: PostgresViews(datastore, recorder.channel_name, url.masked), codec
         )
     erase = functools.partial(erase_runs, datastore, views)
-    return Backend(recorder, settings.mapper(), _closer(datastore, views), views, problem, erase)
+    closer = _closer(datastore, views)
+    return Backend(
+        recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation
+    )
 
 
 def writable(url: StoreURL) -> bool:
@@ -146,8 +155,19 @@ def _creation_lock(schema: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def read_generation(datastore: Any) -> int:
+    """The store's erasure generation, as committed now."""
+    with datastore.transaction(commit=False) as cursor:
+        return meta.read_generation(cursor, _meta_table(datastore))
+
+
+def _meta_table(datastore: Any) -> str:
+    return f'"{datastore.schema}"."{meta.META_TABLE}"'
+
+
 def erase_runs(datastore: Any, views: PostgresViews | None, run_ids: Sequence[UUID]) -> int:
-    """Delete the runs' events and snapshots in one transaction; return the events deleted."""
+    """Delete the runs' events and snapshots, counting one more erasure generation, in one
+    transaction; return the events deleted."""
     events = SQL("DELETE FROM {} WHERE originator_id=%s").format(
         Identifier(datastore.schema, meta.EVENTS_TABLE)
     )
@@ -156,6 +176,7 @@ def erase_runs(datastore: Any, views: PostgresViews | None, run_ids: Sequence[UU
     )
     removed = 0
     with datastore.transaction(commit=True) as cursor:
+        meta.bump_generation(cursor, _meta_table(datastore))
         for run_id in run_ids:
             cursor.execute(events, (run_id,))
             removed += cursor.rowcount

@@ -21,6 +21,7 @@ class PostgresViews(SQLViews):
     """eventsourcing's tracking recorder interface and the views' tables, in the store's schema."""
 
     placeholder = "%s"
+    blob_type = "BYTEA"
     prefix_match = 'run_id COLLATE "C">=? AND run_id COLLATE "C"<?'
     """Byte order, whatever the database's collation (which may skip the hyphens)."""
     prefix_order = 'run_id COLLATE "C"'

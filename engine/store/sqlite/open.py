@@ -20,10 +20,12 @@ from eventsourcing.sqlite import SQLiteDatastore
 
 from engine.store import meta
 from engine.store.backend import Backend, prepare_views
+from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.failures import classify
 from engine.store.sql import NAMES
 from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
+from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.recorder import SQLiteRecorder
 from engine.store.sqlite.views import SQLiteViews
 from engine.store.urls import StoreURL
@@ -67,12 +69,19 @@ def open_sqlite(
         datastore.close()
         raise classify(url.masked, error, "cannot open the store") from error
     close = functools.partial(_close, recorder, datastore)
+    mapper = found.mapper()
+    codec = found.codec(mapper)
+    generation = functools.partial(read_generation, recorder.readers)
     if read_only:
-        views = _views(datastore, url.masked)
-        return Backend(recorder, found.mapper(), close, views, read_only=True)
-    views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked))
+        views = _views(datastore, url.masked, codec)
+        return Backend(
+            recorder, mapper, close, views, read_only=True, codec=codec, generation=generation
+        )
+    views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked), codec)
     erase = functools.partial(erase_runs, datastore, views is not None)
-    return Backend(recorder, found.mapper(), close, views, problem, erase)
+    return Backend(
+        recorder, mapper, close, views, problem, erase, codec=codec, generation=generation
+    )
 
 
 def writable(url: StoreURL) -> bool:
@@ -88,9 +97,11 @@ def _close(recorder: SQLiteRecorder, datastore: SQLiteDatastore) -> None:
 
 
 def erase_runs(datastore: Datastore, has_views: bool, run_ids: Sequence[UUID]) -> int:
-    """Delete the runs' events and snapshots in one transaction; return the events deleted."""
+    """Delete the runs' events and snapshots, counting one more erasure generation, in one
+    transaction; return the events deleted."""
     removed = 0
     with datastore.transaction(commit=True) as cursor:
+        meta.bump_generation(cursor, meta.META_TABLE)
         for run_id in run_ids:
             cursor.execute(f"DELETE FROM {meta.EVENTS_TABLE} WHERE originator_id=?", (run_id.hex,))
             removed += cursor.rowcount
@@ -99,11 +110,24 @@ def erase_runs(datastore: Datastore, has_views: bool, run_ids: Sequence[UUID]) -
     return removed
 
 
-def _views(datastore: Datastore, url: str) -> SQLiteViews | None:
+def read_generation(readers: ReaderConnections) -> int:
+    """The store's erasure generation, as committed now (one SELECT on a kept connection)."""
+    connection = readers.borrow()
+    try:
+        return meta.read_generation(connection, meta.META_TABLE)
+    finally:
+        readers.give_back(connection)
+
+
+def _views(datastore: Datastore, url: str, codec: Codec) -> SQLiteViews | None:
     """The file's views if it has them (a read-only open creates nothing)."""
     with datastore.transaction(commit=False) as cursor:
         cursor.execute("SELECT 1 FROM sqlite_master WHERE name=?", (NAMES["projections"],))
-        return SQLiteViews(datastore, url) if cursor.fetchone() else None
+        if cursor.fetchone() is None:
+            return None
+    views = SQLiteViews(datastore, url)
+    views.codec = codec
+    return views
 
 
 def _inspect(url: StoreURL, create: bool, settings: meta.AtRest) -> meta.AtRest | None:
