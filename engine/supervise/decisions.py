@@ -129,6 +129,13 @@ class Decisions:
         self._watches: dict[UUID, RunWatch] = {}
         self._units: dict[UUID, UnitOfWork] = {}
 
+    def _following(self, run: Run) -> RunWatch | None:
+        """The run's watch when it follows the run (no read needed), else None."""
+        watch = self._watches.get(run.id)
+        if watch is None or watch.stale or unit_of(run).batches:
+            return None
+        return watch if watch in unit_of(run).observers else None
+
     def watched(self, run: Run) -> Watching:
         """The run's watch, read from the run's history when it has none that follows the run."""
         work = unit_of(run)
@@ -154,23 +161,30 @@ class Decisions:
 
     def stage(self, run: Run, stage: str) -> Step:
         """Attempts of `stage` until it completes, its failure moves the run, or a rule stops it."""
-        watch = yield from self.watched(run)
+        # Sub-generators only where a rule has something to do: this runs for every attempt.
+        watch = self._following(run) or (yield from self.watched(run))
         _check_current(run, stage)
         while True:
-            yield from self._check_spending(run, watch, stage)
-            yield from self._check_progress(run, watch, stage)
-            circuit = yield from self._admit(run, stage, watch)
-            attempt = yield from self._attempt(run, stage, stage, circuit)
+            if self.spending is not None:
+                yield from self._check_spending(run, watch, stage)
+            if self.progress is not None:
+                yield from self._check_progress(run, watch, stage)
+            circuit = None if self.guard is None else (yield from self._admit(run, stage, watch))
+            attempt = self._chosen(run, stage, stage, circuit) or (
+                yield from self._attempt(run, stage, stage, circuit)
+            )
             if attempt.recordable:
                 streak = watch.streaks.count(stage, attempt.policy)
-                yield from self._check_budget(run, attempt, streak, watch.last_failure(stage))
+                if streak > attempt.policy.max_retries:
+                    yield from self._check_budget(run, attempt, streak, watch.last_failure(stage))
                 # Opened only where every failure can close it, so none is left open.
                 if run.machine.open_attempt is None and _every_failure_recordable(
                     run, attempt.policy
                 ):
                     yield Record(((StageStarted, {"stage": stage}),))
             ended = yield Call(attempt.policy.timeout)
-            watch = yield from self.watched(run)  # the function may have recorded events
+            # The function may have recorded events: the watch follows them, or is read again.
+            watch = self._following(run) or (yield from self.watched(run))
             if ended.error is None:
                 return (yield from self._completed(run, attempt, ended))
             delay = yield from self._failed(run, attempt, ended, watch)
@@ -224,27 +238,48 @@ class Decisions:
         if work is not None and watch in work.observers:
             work.observers.remove(watch)
 
-    def _attempt(
+    def _chosen(
         self, run: Run, key: str, stage: str, circuit: Circuit | None, label: str | None = None
-    ) -> Generator[Command, Any, Attempt]:
-        """The next attempt's facts: its policy (a policy function is asked), and what chose it."""
+    ) -> Attempt | None:
+        """The next attempt's facts when no policy function chooses its policy, else None."""
         choice = self.policies.get(key, self.policies.get(stage))
-        name = label or key
         if choice is None:
             policy, chosen_by = self.retry, "default"
         elif isinstance(choice, RetryPolicy):
             policy, chosen_by = choice, f"policies[{key if key in self.policies else stage!r}]"
         else:
-            policy = yield Read(PolicyAnswer(choice, run, stage))
-            if not isinstance(policy, RetryPolicy):
-                raise TypeError(
-                    f"the policy function {_name(choice)} for {key!r} returned "
-                    f"{type(policy).__name__}, not a RetryPolicy"
-                )
-            chosen_by = _name(choice)
+            return None
+        return self._facts(run, key, policy, chosen_by, circuit, label)
+
+    def _facts(
+        self,
+        run: Run,
+        key: str,
+        policy: RetryPolicy,
+        chosen_by: str,
+        circuit: Circuit | None,
+        label: str | None,
+    ) -> Attempt:
         if label is not None:  # a task: its failures are always recordable
-            return Attempt(name, policy, chosen_by)
-        return Attempt(name, policy, chosen_by, _records_failures(run, policy), circuit)
+            return Attempt(label, policy, chosen_by)
+        return Attempt(key, policy, chosen_by, _records_failures(run, policy), circuit)
+
+    def _attempt(
+        self, run: Run, key: str, stage: str, circuit: Circuit | None, label: str | None = None
+    ) -> Generator[Command, Any, Attempt]:
+        """The next attempt's facts: its policy (a policy function is asked), and what chose it."""
+        chosen = self._chosen(run, key, stage, circuit, label)
+        if chosen is not None:
+            return chosen
+        choice = self.policies.get(key, self.policies.get(stage))
+        assert callable(choice)  # neither None nor a RetryPolicy: `_chosen` took those
+        policy = yield Read(PolicyAnswer(choice, run, stage))
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(
+                f"the policy function {_name(choice)} for {key!r} returned "
+                f"{type(policy).__name__}, not a RetryPolicy"
+            )
+        return self._facts(run, key, policy, _name(choice), circuit, label)
 
     def _admit(
         self, run: Run, stage: str, watch: RunWatch

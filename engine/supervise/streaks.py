@@ -94,6 +94,8 @@ class Streaks:
         else:
             live = self.live.get(stage, _ZERO)
             rolled_back = self.rolled_back.get(stage, _ZERO)
+        if live is _ZERO and rolled_back is _ZERO:
+            return 0  # the common case: no failure since the stage's last completion
         total = sum(n for kind, n in zip(KINDS, live, strict=True) if counts(kind, rules))
         if not rules.forget_rolled_back:
             total += sum(

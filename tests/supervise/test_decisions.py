@@ -22,7 +22,7 @@ from engine.supervise.commands import (
     RunHistory,
     TreeSpending,
 )
-from engine.supervise.perform import Reader, record
+from engine.supervise.perform import record
 from events import RetryScheduled, StageCompleted, StageFailed, StageStarted
 from tests.supervise._helpers import LOOP, POLL, FakeTime
 
@@ -51,7 +51,7 @@ class TestGenerator:
         loop = sup.decisions.stage(run, "work")
         seen: list[Any] = []
         command = next(loop)
-        answers: list[Any] = [ValueError("red")]
+        answers: list[Exception] = [ValueError("red")]
         while True:
             seen.append(command)
             before = (writes.count, run.version)
@@ -61,9 +61,8 @@ class TestGenerator:
                 record(run, command)
                 answer = None
             elif isinstance(command, Call):
-                outcome = answers.pop(0) if answers else "done"
-                failed = isinstance(outcome, Exception)
-                answer = Ended(error=outcome) if failed else Ended(value=outcome)
+                error = answers.pop(0) if answers else None
+                answer = Ended(error=error) if error is not None else Ended(value="done")
             else:
                 answer = None
             if not isinstance(command, Record):
@@ -74,7 +73,8 @@ class TestGenerator:
                 result = done.value
                 break
         unit_of(run).end()
-        assert isinstance(seen[0], Read) and isinstance(seen[0].question, RunHistory)
+        assert isinstance(seen[0], Read)
+        assert isinstance(seen[0].question, RunHistory)
         records = [c for c in seen if isinstance(c, Record)]
         assert [[kind for kind, _ in r.events] for r in records] == [
             [StageStarted],
