@@ -18,6 +18,9 @@ from projections.immutable import PMap
 Signature = tuple[str, str, str]
 """A failure's identity: (stage, error_type, error)."""
 
+RECENT = 5
+"""How many of the newest failures `Failures.recent` keeps."""
+
 
 @attrs.frozen
 class Failures:
@@ -29,6 +32,8 @@ class Failures:
     signatures: PMap[Signature, int] = attrs.field(factory=PMap)
     repeats: PMap[Signature, int] = attrs.field(factory=PMap)
     total: int = 0
+    recent: tuple[Signature, ...] = ()
+    """The newest failures (at most `RECENT`), newest last."""
 
     def consecutive(self, stage: str) -> int:
         """The failures of `stage` since its last completion."""
@@ -38,6 +43,13 @@ class Failures:
     def repeated_signatures(self) -> dict[Signature, int]:
         """Each (stage, error_type, error) seen more than once → how often it was seen."""
         return dict(self.repeats)
+
+    def last(self, stage: str) -> tuple[str, str] | None:
+        """The (error_type, error) of the newest failure of `stage` among the recent ones."""
+        for failed_stage, error_type, error in reversed(self.recent):
+            if failed_stage == stage:
+                return error_type, error
+        return None
 
     def count(self, stage: str, error_type: str, error: str) -> int:
         """How often this exact failure was seen."""
@@ -54,6 +66,7 @@ class Failures:
             signatures=self.signatures.set(signature, seen),
             repeats=self.repeats.set(signature, seen) if seen > 1 else self.repeats,
             total=self.total + 1,
+            recent=(*self.recent[1 - RECENT :], signature),
         )
 
 
@@ -90,6 +103,7 @@ class FailurePatterns(Projection[Failures]):
             "streaks": dict(state.streaks),
             "signatures": [[*signature, seen] for signature, seen in state.signatures.items()],
             "total": state.total,
+            "recent": [list(signature) for signature in state.recent],
         }
 
     def decode(self, data: JSON) -> Failures:
@@ -102,4 +116,5 @@ class FailurePatterns(Projection[Failures]):
             signatures=PMap(counts),
             repeats=PMap({key: seen for key, seen in counts.items() if seen > 1}),
             total=data["total"],
+            recent=tuple((stage, kind, error) for stage, kind, error in data.get("recent", ())),
         )

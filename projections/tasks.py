@@ -14,6 +14,7 @@ from uuid import UUID
 import attrs
 
 from events import (
+    INTERRUPTED,
     JSON,
     BudgetSpent,
     RunStarted,
@@ -34,7 +35,10 @@ Key = tuple[UUID, str]
 
 @attrs.frozen
 class Task:
-    """One task: where it sits in the hierarchy, its status and its last outcome."""
+    """One task: where it sits in the hierarchy, its status, its last outcome, its failures.
+
+    `failures` counts every `TaskFailed`; `interruptions` those a crash cut short.
+    """
 
     run_id: UUID
     task_id: str
@@ -45,6 +49,8 @@ class Task:
     error: str | None = None
     error_type: str | None = None
     attempts: int = 0
+    failures: int = 0
+    interruptions: int = 0
 
     @property
     def key(self) -> Key:
@@ -193,13 +199,18 @@ class TaskTable(Projection[Tasks]):
 
     @on(TaskFailed)
     def task_failed(self, state: Tasks, event: TaskFailed) -> Tasks:
-        """Mark the task failed with its error."""
+        """Mark the task failed with its error; count the failure (and an interruption)."""
+        key = _key(event)
+        task = state.table.get(key)
+        failures, interruptions = (0, 0) if task is None else (task.failures, task.interruptions)
         return state.seen(event.run_id).changed(
-            _key(event),
+            key,
             status="failed",
             result=None,
             error=event.error,
             error_type=event.error_type,
+            failures=failures + 1,
+            interruptions=interruptions + (event.error_type == INTERRUPTED),
         )
 
     @on(BudgetSpent)

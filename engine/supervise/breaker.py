@@ -20,10 +20,13 @@ from events import (
     CircuitClosed,
     CircuitHalfOpened,
     CircuitOpened,
+    Event,
     StageCompleted,
     StageFailed,
+    StateRolledBack,
 )
 from projections import Projection, on
+from projections.immutable import PList
 
 MAX_WINDOW = 100
 """The most recent attempts a circuit remembers for its failure rate."""
@@ -130,6 +133,75 @@ class CircuitStates(Projection[Circuits]):
 
 
 _CLOSED = Circuit()
+_STATES = CircuitStates()
+
+
+@attrs.frozen
+class Unrolled:
+    """One run's circuits without the failures rollbacks took off its stack.
+
+    Attributes:
+        circuits: each stage's circuit.
+        kept: the run's outcomes and breaker decisions, to refold after a rollback.
+        stack: each outcome on the run's stack: (version, whether it is a failure).
+        popped: the versions of the failures rollbacks took off the stack.
+    """
+
+    circuits: Circuits = attrs.field(factory=dict)
+    kept: PList[Event] = attrs.field(factory=PList)
+    stack: PList[tuple[int, bool]] = attrs.field(factory=PList)
+    popped: frozenset[int] = frozenset()
+
+
+class UnrolledCircuits(Projection[Unrolled]):
+    """`CircuitStates` over one run, leaving out failures a rollback took off the stack.
+
+    A rollback is rare and pops few outcomes, so refolding the run's breaker
+    events then costs less than an undo log for every circuit.
+    """
+
+    scope = "run"
+
+    def initial(self) -> Unrolled:
+        """Every circuit closed, nothing kept."""
+        return Unrolled()
+
+    @on(StageCompleted, StageFailed)
+    def ended(self, state: Unrolled, event: StageCompleted | StageFailed) -> Unrolled:
+        """An outcome: it counts, and goes on the stack."""
+        return Unrolled(
+            _STATES.apply(state.circuits, event),
+            state.kept.push(event),
+            state.stack.push((event.version, type(event) is StageFailed)),
+            state.popped,
+        )
+
+    @on(CircuitOpened, CircuitHalfOpened, CircuitClosed)
+    def decided(
+        self, state: Unrolled, event: CircuitOpened | CircuitHalfOpened | CircuitClosed
+    ) -> Unrolled:
+        """A breaker decision."""
+        circuits = _STATES.apply(state.circuits, event)
+        return attrs.evolve(state, circuits=circuits, kept=state.kept.push(event))
+
+    @on(StateRolledBack)
+    def rolled_back(self, state: Unrolled, event: StateRolledBack) -> Unrolled:
+        """Refold the kept events without the failures the rollback popped."""
+        popped = {version for version, failed in _newest(state.stack, event.steps) if failed}
+        gone = state.popped | popped
+        circuits = _STATES.fold([e for e in state.kept.to_tuple() if e.version not in gone])
+        return attrs.evolve(
+            state, circuits=circuits, stack=state.stack.pop(event.steps), popped=gone
+        )
+
+
+def _newest(stack: PList[tuple[int, bool]], count: int) -> list[tuple[int, bool]]:
+    entries: list[tuple[int, bool]] = []
+    for entry in stack.newest_first():
+        if len(entries) == count:
+            break
+        entries.append(entry)
+    return entries
 
 
 def _encode(circuit: Circuit) -> JSON:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.supervise.reader import RunReader
+from events import RunStarted
 from projections import (
     FailurePatterns,
     ProgressState,
+    Projection,
     RetryCounts,
     StageResults,
     StateStack,
@@ -22,6 +24,8 @@ from projections.tasks import Tasks
 
 if TYPE_CHECKING:
     from engine.run import Run
+
+S = TypeVar("S")
 
 
 class StageContext:
@@ -44,39 +48,40 @@ class StageContext:
     @property
     def params(self) -> Any:
         """The run's `params` (from its `RunStarted`)."""
-        return self.engine.events(self.run.id, upto=1)[0].params  # type: ignore[attr-defined]
+        first = self.engine.events(self.run.id, upto=1)[0]
+        return first.params if isinstance(first, RunStarted) else None
 
     @cached_property
     def stack(self) -> Stack:
         """The run's state stack (`latest_result(stage)` reads an earlier stage's result)."""
-        return self._project(StateStack)  # type: ignore[no-any-return]
+        return self._project(StateStack)
 
     @cached_property
     def results(self) -> Results:
         """Every stage's attempts and results."""
-        return self._project(StageResults)  # type: ignore[no-any-return]
+        return self._project(StageResults)
 
     @cached_property
     def retries(self) -> Retries:
         """Attempts and retries per stage."""
-        return self._project(RetryCounts)  # type: ignore[no-any-return]
+        return self._project(RetryCounts)
 
     @cached_property
     def failures(self) -> Failures:
         """The run's failure patterns."""
-        return self._project(FailurePatterns)  # type: ignore[no-any-return]
+        return self._project(FailurePatterns)
 
     @cached_property
     def progress(self) -> Progress:
         """The run's progress counters."""
-        return self._project(ProgressState)  # type: ignore[no-any-return]
+        return self._project(ProgressState)
 
     @cached_property
     def tasks(self) -> Tasks:
         """The run's tasks (and those of its child runs)."""
-        return self.engine.project(self.run.id, TaskTable, tree=True)  # type: ignore[no-any-return]
+        return self.engine.project(self.run.id, TaskTable, tree=True)
 
-    def _project(self, projection: type[Any]) -> Any:
+    def _project(self, projection: type[Projection[S]]) -> S:
         return self.engine.project(self.run.id, projection)
 
     def __repr__(self) -> str:

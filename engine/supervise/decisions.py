@@ -1,9 +1,10 @@
-"""The supervisor's decisions, written once for synchronous and async callers.
+"""The supervisor's decisions: a pure generator, written once for synchronous and async callers.
 
-Each loop is a generator that records events and yields what it needs done —
-`Call` the function (with a timeout) or `Pause` before a retry — and is sent
-back how the call `Ended`. The drivers in `engine.supervise.supervisor` only call, await
-and sleep; every rule lives here.
+Each loop yields what it needs done — `Record` events, `Read` what only the
+store or the caller's policy function can answer, `Call` the function (with a
+timeout), `Pause` before a retry — and is sent back the answer. It reads the
+run handle's in-memory state and its `RunWatch`, never the store; the drivers in
+`engine.supervise.supervisor` perform every command. Every rule lives here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeAlias
+from uuid import UUID
 
 import attrs
 
@@ -26,70 +28,88 @@ from engine.errors import (
 )
 from engine.run import Run, unit_of
 from engine.supervise.breaker import Circuit
+from engine.supervise.commands import (
+    Attempted,
+    Call,
+    Command,
+    Ended,
+    Pause,
+    PipelineCircuits,
+    PolicyAnswer,
+    Read,
+    Record,
+    RunHistory,
+    Step,
+    TreeSpending,
+)
 from engine.supervise.context import StageContext
-from engine.supervise.guards import BreakerGuard, progress_stop
+from engine.supervise.guards import CLOSED, BreakerGuard, progress_stop
 from engine.supervise.outcome import Outcome, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
-from engine.supervise.reader import RunReader
 from engine.supervise.streaks import counts, routes_elsewhere
-from engine.supervise.watch import VERDICT_NOTE, RunWatch, recorded_events
-from events import JSON, CircuitClosed, CircuitOpened, RetryScheduled
-from projections import TaskTable
+from engine.supervise.verdict import VERDICT_NOTE
+from engine.supervise.watch import RunWatch
+from events import (
+    JSON,
+    BudgetSpent,
+    CircuitClosed,
+    CircuitOpened,
+    NoteAdded,
+    RetryScheduled,
+    RunFinished,
+    StageCompleted,
+    StageFailed,
+    StageStarted,
+    TaskAdded,
+    TaskCompleted,
+    TaskFailed,
+    TaskStarted,
+)
 
 PolicyChoice: TypeAlias = "RetryPolicy | Callable[[StageContext], RetryPolicy]"
 MAX_WATCHES = 1024
 """Runs whose watch a supervisor keeps; the oldest is dropped (and refolded if needed)."""
 
-
-@attrs.frozen
-class Call:
-    """Run the function once; fail it as a timeout after `timeout` seconds."""
-
-    timeout: float | None
-
-
-@attrs.frozen
-class Pause:
-    """Sleep this many seconds before the next attempt."""
-
-    seconds: float
-
-
-@attrs.frozen
-class Ended:
-    """How a call ended: its value, or the exception it raised, and its duration."""
-
-    value: Any = None
-    error: Exception | None = None
-    duration: float = 0.0
-
-
-@attrs.frozen
-class Attempted:
-    """A stage's last attempt: its result, or `routed` when a failure moved the run on."""
-
-    result: JSON = None
-    routed: bool = False
-
-
 VERDICT_OUTCOMES = {"aborted_stuck": "stuck", "done_partial": "partial"}
 """The outcome a table row names to route a progress verdict to a handler stage."""
 
-Step: TypeAlias = Generator[Call | Pause, Any, Any]
-Chosen: TypeAlias = tuple[RetryPolicy, str]
-"""A policy and what chose it."""
+Watching: TypeAlias = Generator[Command, Any, RunWatch]
+"""A sub-generator that answers with the run's watch."""
+
+
+@attrs.frozen
+class Attempt:
+    """The facts of one attempt: what it attempts, under which policy and circuit.
+
+    Attributes:
+        stage: the stage, or ``task:<id>`` for a task.
+        policy: the retry policy of this attempt.
+        chosen_by: what chose the policy (recorded with each decision).
+        recordable: whether the table can record a failure of it.
+        circuit: the breaker's circuit it runs under (None without a breaker).
+    """
+
+    stage: str
+    policy: RetryPolicy
+    chosen_by: str
+    recordable: bool = True
+    circuit: Circuit | None = None
+
+    def policy_json(self) -> dict[str, JSON]:
+        """The policy as recorded with a decision, with what chose it."""
+        return {**self.policy.to_json(), "chosen_by": self.chosen_by}
 
 
 class Decisions:
-    """Retry, breaker and progress rules, applied to one run's attempts and recorded.
+    """Retry, breaker and progress rules, applied to one run's attempts.
 
     A failure and the decision it leads to (a retry, a breaker trip, giving up)
-    are written in one transaction, so no crash can separate them.
+    are yielded as one `Record` of events written together, so no crash can
+    separate them.
     """
 
     def __init__(
         self,
-        engine: RunReader,
         *,
         retry: RetryPolicy,
         policies: Mapping[str, PolicyChoice],
@@ -99,19 +119,25 @@ class Decisions:
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
-        self.engine = engine
         self.retry = retry
         self.policies = dict(policies)
         self.breaker = breaker
-        self.guard = None if breaker is None else BreakerGuard(engine, breaker, clock)
+        self.guard = None if breaker is None else BreakerGuard(breaker, clock)
         self.progress = progress
         self.spending = spending
         self.rng = rng
-        self._watches: dict[Any, RunWatch] = {}
-        self._units: dict[Any, UnitOfWork] = {}
+        self._watches: dict[UUID, RunWatch] = {}
+        self._units: dict[UUID, UnitOfWork] = {}
 
-    def watch(self, run: Run) -> RunWatch:
-        """The run's watch: it follows every event the run handle records."""
+    def _following(self, run: Run) -> RunWatch | None:
+        """The run's watch when it follows the run (no read needed), else None."""
+        watch = self._watches.get(run.id)
+        if watch is None or watch.stale or unit_of(run).batches:
+            return None
+        return watch if watch in unit_of(run).observers else None
+
+    def watched(self, run: Run) -> Watching:
+        """The run's watch, read from the run's history when it has none that follows the run."""
         work = unit_of(run)
         if work.batches:
             raise RuleViolation(
@@ -123,141 +149,219 @@ class Decisions:
             return watch
         if watch is not None:
             self.forget(run)
+        history = yield Read(RunHistory(run))
+        watch = self._new_watch(run).fold(history)
+        if watch.version != run.version:  # recorded while it was read: read again
+            return (yield from self.watched(run))
         if len(self._watches) >= MAX_WATCHES:
             self._detach(next(iter(self._watches)))
-        watch = self._watches[run.id] = RunWatch(
-            run.pipeline,
-            progress=self.progress is not None,
-            circuits=self.breaker is not None,
-            forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
-        )
-        for event in recorded_events(run):
-            watch.see(event)
+        self._watches[run.id], self._units[run.id] = watch, work
         work.observers.append(watch)
-        self._units[run.id] = work
         return watch
 
     def stage(self, run: Run, stage: str) -> Step:
         """Attempts of `stage` until it completes, its failure moves the run, or a rule stops it."""
-        watch = self.watch(run)
+        # Sub-generators only where a rule has something to do: this runs for every attempt.
+        watch = self._following(run) or (yield from self.watched(run))
         _check_current(run, stage)
         while True:
-            self._check_spending(run, watch, stage)
-            self._check_progress(run, watch, stage)
-            circuit = None if self.guard is None else self.guard.admit(run, stage, watch)
-            chosen = self.policy(run, stage, stage)
-            recordable = _records_failures(run, chosen[0])
-            if recordable:
-                streak = watch.streaks.count(stage, chosen[0])
-                self._check_budget(run, stage, streak, watch.last_failure(stage), chosen)
+            if self.spending is not None:
+                yield from self._check_spending(run, watch, stage)
+            if self.progress is not None:
+                yield from self._check_progress(run, watch, stage)
+            circuit = None if self.guard is None else (yield from self._admit(run, stage, watch))
+            attempt = self._chosen(run, stage, stage, circuit) or (
+                yield from self._attempt(run, stage, stage, circuit)
+            )
+            if attempt.recordable:
+                streak = watch.streaks.count(stage, attempt.policy)
+                if streak > attempt.policy.max_retries:
+                    yield from self._check_budget(run, attempt, streak, watch.last_failure(stage))
                 # Opened only where every failure can close it, so none is left open.
-                if run.machine.open_attempt is None and _every_failure_recordable(run, chosen[0]):
-                    run.stage_started(stage)
-            ended = yield Call(chosen[0].timeout)
-            watch = self.watch(run)  # the function may have recorded events of its own
+                if run.machine.open_attempt is None and _every_failure_recordable(
+                    run, attempt.policy
+                ):
+                    yield Record(((StageStarted, {"stage": stage}),))
+            ended = yield Call(attempt.policy.timeout)
+            # The function may have recorded events: the watch follows them, or is read again.
+            watch = self._following(run) or (yield from self.watched(run))
             if ended.error is None:
-                return self._completed(run, stage, ended, circuit, watch)
-            delay = self._failed(run, stage, ended, chosen, recordable, circuit, watch)
+                return (yield from self._completed(run, attempt, ended))
+            delay = yield from self._failed(run, attempt, ended, watch)
             if delay is None:
-                return Attempted(routed=True)
+                return Attempted(routed=True, gave_up=self._routed(run, stage, watch))
             yield Pause(delay)
 
     def task(self, run: Run, task_id: str) -> Step:
         """Attempts of a task until it completes or a rule gives up; a completed task is skipped."""
-        watch = self.watch(run)
+        watch = yield from self.watched(run)
         if run.tasks.get(task_id) == "completed":
-            return watch.task_results.get(task_id)
+            done = watch.task(run.id, task_id)
+            return None if done is None else done.result
         if task_id not in run.tasks:
-            run.add_task(task_id)
+            yield Record(((TaskAdded, {"task_id": task_id, "parent_id": None, "title": ""}),))
+        key = f"task:{task_id}"
         while True:
-            self._check_spending(run, watch, f"task:{task_id}")
-            chosen = self.policy(run, task_id, run.state)
-            failures, last = watch.task_streak(task_id, chosen[0]), watch.task_errors.get(task_id)
-            self._check_budget(run, f"task:{task_id}", failures, last or ("Error", ""), chosen)
-            if run.tasks[task_id] != "active":
-                run.task_started(task_id)
-            ended = yield Call(chosen[0].timeout)
-            watch = self.watch(run)
-            if ended.error is None:
-                return self._task_completed(run, task_id, ended.value, watch)
-            yield Pause(self._task_failed(run, task_id, ended, chosen))
-
-    def policy(self, run: Run, key: str, stage: str) -> tuple[RetryPolicy, str]:
-        """The policy for the next attempt, and what chose it (recorded with decisions)."""
-        choice = self.policies.get(key, self.policies.get(stage))
-        if choice is None:
-            return self.retry, "default"
-        if isinstance(choice, RetryPolicy):
-            return choice, f"policies[{key if key in self.policies else stage!r}]"
-        with unit_of(run).calling():  # the caller's code: what the run recorded is stored
-            policy = choice(StageContext(self.engine, run, stage))
-        if not isinstance(policy, RetryPolicy):
-            raise TypeError(
-                f"the policy function {_name(choice)} for {key!r} returned "
-                f"{type(policy).__name__}, not a RetryPolicy"
+            yield from self._check_spending(run, watch, key)
+            attempt = yield from self._attempt(run, task_id, run.state, None, key)
+            task = watch.task(run.id, task_id)
+            failures = (
+                0 if task is None else _task_streak(task.failures, task.interruptions, attempt)
             )
-        return policy, _name(choice)
+            last = (
+                (task.error_type or "Error", task.error or "") if task and task.failures else None
+            )
+            yield from self._check_budget(run, attempt, failures, last or ("Error", ""))
+            if run.tasks[task_id] != "active":
+                yield Record(((TaskStarted, {"task_id": task_id}),))
+            ended = yield Call(attempt.policy.timeout)
+            watch = yield from self.watched(run)
+            if ended.error is None:
+                return (yield from self._task_completed(task_id, ended.value))
+            yield Pause((yield from self._task_failed(run, task_id, ended, attempt, watch)))
 
     def forget(self, run: Run) -> None:
         """Drop the watch of a run that finished."""
         self._detach(run.id)
 
-    def _detach(self, run_id: Any) -> None:
+    def _new_watch(self, run: Run) -> RunWatch:
+        return RunWatch(
+            run.pipeline,
+            progress=self.progress is not None,
+            circuits=self.breaker is not None,
+            forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
+        )
+
+    def _detach(self, run_id: UUID) -> None:
         """Drop a run's watch and stop it following the run."""
         watch, work = self._watches.pop(run_id, None), self._units.pop(run_id, None)
         if work is not None and watch in work.observers:
             work.observers.remove(watch)
 
+    def _chosen(
+        self, run: Run, key: str, stage: str, circuit: Circuit | None, label: str | None = None
+    ) -> Attempt | None:
+        """The next attempt's facts when no policy function chooses its policy, else None."""
+        choice = self.policies.get(key, self.policies.get(stage))
+        if choice is None:
+            policy, chosen_by = self.retry, "default"
+        elif isinstance(choice, RetryPolicy):
+            policy, chosen_by = choice, f"policies[{key if key in self.policies else stage!r}]"
+        else:
+            return None
+        return self._facts(run, key, policy, chosen_by, circuit, label)
+
+    def _facts(
+        self,
+        run: Run,
+        key: str,
+        policy: RetryPolicy,
+        chosen_by: str,
+        circuit: Circuit | None,
+        label: str | None,
+    ) -> Attempt:
+        if label is not None:  # a task: its failures are always recordable
+            return Attempt(label, policy, chosen_by)
+        return Attempt(key, policy, chosen_by, _records_failures(run, policy), circuit)
+
+    def _attempt(
+        self, run: Run, key: str, stage: str, circuit: Circuit | None, label: str | None = None
+    ) -> Generator[Command, Any, Attempt]:
+        """The next attempt's facts: its policy (a policy function is asked), and what chose it."""
+        chosen = self._chosen(run, key, stage, circuit, label)
+        if chosen is not None:
+            return chosen
+        choice = self.policies.get(key, self.policies.get(stage))
+        assert callable(choice)  # neither None nor a RetryPolicy: `_chosen` took those
+        policy = yield Read(PolicyAnswer(choice, run, stage))
+        if not isinstance(policy, RetryPolicy):
+            raise TypeError(
+                f"the policy function {_name(choice)} for {key!r} returned "
+                f"{type(policy).__name__}, not a RetryPolicy"
+            )
+        return self._facts(run, key, policy, _name(choice), circuit, label)
+
+    def _admit(
+        self, run: Run, stage: str, watch: RunWatch
+    ) -> Generator[Command, Any, Circuit | None]:
+        """The circuit the next attempt runs under (None without a breaker); or `CircuitOpen`."""
+        guard = self.guard
+        if guard is None:
+            return None
+        if guard.breaker.scope == "run":
+            circuit = watch.circuits.get(stage, CLOSED)
+        else:
+            circuits = yield Read(PipelineCircuits(run))
+            circuit = circuits.get(stage, CLOSED)
+        admission = guard.admit(run.id, stage, circuit)
+        if admission.record is not None:
+            yield admission.record
+        if admission.refused is not None:
+            raise admission.refused
+        return admission.circuit
+
     def _completed(
-        self, run: Run, stage: str, ended: Ended, circuit: Circuit | None, watch: RunWatch
-    ) -> Attempted:
+        self, run: Run, attempt: Attempt, ended: Ended
+    ) -> Generator[Command, Any, Attempted]:
         value = ended.value
         outcome, result = (
             (value.outcome, value.result) if isinstance(value, Outcome) else ("completed", value)
         )
+        completed = (
+            StageCompleted,
+            {
+                "stage": attempt.stage,
+                "result": result,
+                "outcome": outcome,
+                "duration": ended.duration,
+            },
+        )
+        circuit = attempt.circuit
         if circuit is None or circuit.status != "half_open":
-            run.stage_completed(stage, result, outcome=outcome, duration=ended.duration)
-            return Attempted(result)
-        with run.batch():  # a successful trial and the closing of its breaker: together
-            run.stage_completed(stage, result, outcome=outcome, duration=ended.duration)
-            run.record(CircuitClosed, stage=stage, reason="the trial attempt succeeded")
+            yield Record((completed,))
+        else:  # a successful trial and the closing of its breaker: together
+            closed = (
+                CircuitClosed,
+                {"stage": attempt.stage, "reason": "the trial attempt succeeded"},
+            )
+            yield Record((completed, closed), together=True)
         return Attempted(result)
 
     def _failed(
-        self,
-        run: Run,
-        stage: str,
-        ended: Ended,
-        chosen: Chosen,
-        recordable: bool,
-        circuit: Circuit | None,
-        watch: RunWatch,
-    ) -> float | None:
-        error = ended.error
+        self, run: Run, attempt: Attempt, ended: Ended, watch: RunWatch
+    ) -> Generator[Command, Any, float | None]:
+        error, stage, policy = ended.error, attempt.stage, attempt.policy
         assert error is not None
-        outcome = chosen[0].outcome_for(error)
+        outcome = policy.outcome_for(error)
         if not _has_row(run, outcome) and _has_row(run, "failed"):
             outcome = "failed"  # the table has no row for the mapped outcome here
-        if not recordable or not _has_row(run, outcome):
+        if not attempt.recordable or not _has_row(run, outcome):
             reason = f"the table has no {outcome!r} row for {stage!r}, so it is not retried"
-            attempts = _attempts(run, stage) + 1
-            gave_up = self._gave_up(
-                run, stage, attempts, reason, _kind(error), chosen, "no_failure_row"
-            )
-            raise gave_up from error
+            number = _attempts(run, stage) + 1
+            gave_up = self._gave_up(run, attempt, number, reason, _kind(error), "no_failure_row")
+            yield gave_up[0]
+            raise gave_up[1] from error
         routed = routes_elsewhere(run.pipeline, stage, outcome)
-        streak = watch.streaks.count(stage, chosen[0]) + counts((False, routed), chosen[0])
-        with run.batch():
-            run.stage_failed(
-                stage,
-                error,
-                outcome=outcome,
-                error_type="Timeout" if isinstance(error, AttemptTimeout) else None,
-                retryable=chosen[0].retryable(error),
-                duration=ended.duration,
-                details=getattr(error, "details", None),
-            )
-            decision = self._decide(run, stage, streak, circuit, error, chosen, routed)
+        streak = watch.streaks.count(stage, policy) + counts((False, routed), policy)
+        failed_attempt = run.machine.next_attempt(stage)
+        failure = (
+            StageFailed,
+            {
+                "stage": stage,
+                "error": error,
+                "outcome": outcome,
+                "error_type": "Timeout" if isinstance(error, AttemptTimeout) else None,
+                "retryable": policy.retryable(error),
+                "duration": ended.duration,
+                "details": getattr(error, "details", None),
+            },
+        )
+        # The run after the failure: in the state the table names, the attempt closed.
+        final = run.pipeline.is_final(run.pipeline.next_state(stage, outcome) or stage)
+        decision, record = self._decide(
+            run, attempt, streak, failed_attempt + 1, error, routed, final
+        )
+        yield Record((failure, *record), together=True)
         if isinstance(decision, Exception):
             raise decision from error
         return decision
@@ -265,43 +369,45 @@ class Decisions:
     def _decide(
         self,
         run: Run,
-        stage: str,
+        attempt: Attempt,
         streak: int,
-        circuit: Circuit | None,
+        number: int,
         error: Exception,
-        chosen: Chosen,
         routed: bool,
-    ) -> float | Exception | None:
-        trip = None if circuit is None else self.breaker.trips(circuit.outcome(True))  # type: ignore[union-attr]
-        if trip is not None:
-            run.record(CircuitOpened, stage=stage, reason=trip)
-            return CircuitOpen(run.id, stage, self.breaker.reset_timeout, trip)  # type: ignore[union-attr]
-        if run.pipeline.is_final(run.state):
-            return None  # the table ends the run on this failure: nothing left to retry
-        attempt = _attempts(run, stage) + 1
-        return self._retry_or_give_up(run, stage, streak, attempt, error, chosen, routed)
+        final: bool,
+    ) -> tuple[float | Exception | None, tuple[Any, ...]]:
+        """What follows a failure, and the events that record it (with the failure)."""
+        breaker, circuit = self.breaker, attempt.circuit
+        trip = None if breaker is None or circuit is None else breaker.trips(circuit.outcome(True))
+        if trip is not None and breaker is not None:
+            opened = (CircuitOpened, {"stage": attempt.stage, "reason": trip})
+            return CircuitOpen(run.id, attempt.stage, breaker.reset_timeout, trip), (opened,)
+        if final:
+            return None, ()  # the table ends the run on this failure: nothing left to retry
+        return self._retry_or_give_up(run, attempt, streak, number, error, routed)
 
-    def _task_completed(self, run: Run, task_id: str, value: Any, watch: RunWatch) -> JSON:
+    def _task_completed(self, task_id: str, value: Any) -> Generator[Command, Any, JSON]:
         if not isinstance(value, Spent):
-            run.task_completed(task_id, value)
+            yield Record(((TaskCompleted, {"task_id": task_id, "result": value}),))
             return value
-        with run.batch():  # the cost and the completion land together, or neither does
-            run.spend(value.amount, value.unit)
-            run.task_completed(task_id, value.result)
+        spent = (BudgetSpent, {"amount": value.amount, "unit": value.unit})
+        completed = (TaskCompleted, {"task_id": task_id, "result": value.result})
+        yield Record((spent, completed), together=True)  # the cost with the completion, or neither
         return value.result
 
-    def _task_failed(self, run: Run, task_id: str, ended: Ended, chosen: Chosen) -> float:
+    def _task_failed(
+        self, run: Run, task_id: str, ended: Ended, attempt: Attempt, watch: RunWatch
+    ) -> Generator[Command, Any, float]:
         error = ended.error
         assert error is not None
-        watch = self.watch(run)
-        failures = watch.task_streak(task_id, chosen[0]) + 1
+        task = watch.task(run.id, task_id)
+        failed, interrupted = (0, 0) if task is None else (task.failures, task.interruptions)
+        streak = _task_streak(failed, interrupted, attempt) + 1
         timeout = "Timeout" if isinstance(error, AttemptTimeout) else None
-        attempt = watch.task_failures.get(task_id, 0) + 2  # interruptions included
-        with run.batch():
-            run.task_failed(task_id, error, error_type=timeout)
-            decision = self._retry_or_give_up(
-                run, f"task:{task_id}", failures, attempt, error, chosen
-            )
+        number = failed + 2  # interruptions included
+        failure = (TaskFailed, {"task_id": task_id, "error": error, "error_type": timeout})
+        decision, record = self._retry_or_give_up(run, attempt, streak, number, error)
+        yield Record((failure, *record), together=True)
         if isinstance(decision, Exception):
             raise decision from error
         assert decision is not None
@@ -310,73 +416,85 @@ class Decisions:
     def _retry_or_give_up(
         self,
         run: Run,
-        stage: str,
+        attempt: Attempt,
         streak: int,
-        attempt: int,
+        number: int,
         error: Exception,
-        chosen: Chosen,
         routed: bool = False,
-    ) -> float | Exception | None:
-        policy, chosen_by = chosen
+    ) -> tuple[float | Exception | None, tuple[Any, ...]]:
+        """A retry after a delay, or giving up (an error to raise), and the events to record."""
+        policy = attempt.policy
         if routed:
-            return None  # the table moved the run on: the stage it went to decides
+            return None, ()  # the table moved the run on: the stage it went to decides
         exhausted = _exhausted(policy, error, streak)
         if exhausted is not None:
             cause, problem = exhausted
-            return self._gave_up(run, stage, streak, problem, _kind(error), chosen, cause)
+            note, gave_up = self._gave_up(run, attempt, streak, problem, _kind(error), cause)
+            return gave_up, note.events
         delay = policy.delay_for(streak, self.rng)
-        reason = f"retry {streak} of {policy.max_retries} after {_describe(error)}"
-        run.record(
-            RetryScheduled,
-            stage=stage,
-            attempt=attempt,
-            delay=delay,
-            reason=reason,
-            policy={**policy.to_json(), "chosen_by": chosen_by},
-        )
-        return delay
+        retry = {
+            "stage": attempt.stage,
+            "attempt": number,
+            "delay": delay,
+            "reason": f"retry {streak} of {policy.max_retries} after {_describe(error)}",
+            "policy": attempt.policy_json(),
+        }
+        return delay, ((RetryScheduled, retry),)
 
     def _check_budget(
-        self, run: Run, stage: str, streak: int, last: tuple[str, str], chosen: Chosen
-    ) -> None:
+        self, run: Run, attempt: Attempt, streak: int, last: tuple[str, str]
+    ) -> Generator[Command, Any, None]:
         """Refuse to call again once the stage's (or task's) failures in a row spent the budget."""
-        spent = _over_budget(chosen[0], streak)
+        spent = _over_budget(attempt.policy, streak)
         if spent is None:
             return
         reason = f"the retry budget is spent: {spent}"
-        raise self._gave_up(run, stage, streak, reason, last, chosen)
+        note, gave_up = self._gave_up(run, attempt, streak, reason, last)
+        yield note
+        raise gave_up
 
     def _gave_up(
         self,
         run: Run,
-        stage: str,
+        attempt: Attempt,
         attempts: int,
         reason: str,
         last: tuple[str, str],
-        chosen: Chosen,
         cause: str = "budget_spent",
-    ) -> StageGaveUp:
-        """Record why the stage gives up (a ``gave_up`` note); the error to raise."""
-        policy, chosen_by = chosen
+    ) -> tuple[Record, StageGaveUp]:
+        """The ``gave_up`` note that says why the stage gives up, and the error to raise."""
         error_type, error = last
         decision: dict[str, JSON] = {
-            "stage": stage,
+            "stage": attempt.stage,
             "attempts": attempts,
             "cause": cause,
             "reason": reason,
             "error_type": error_type,
             "error": error,
-            "policy": {**policy.to_json(), "chosen_by": chosen_by},
+            "policy": attempt.policy_json(),
         }
-        run.note("gave_up", decision)
-        return StageGaveUp(run.id, stage, attempts, reason, error_type, error, cause)
+        note = Record(((NoteAdded, {"key": "gave_up", "value": decision}),))
+        return note, StageGaveUp(run.id, attempt.stage, attempts, reason, error_type, error, cause)
 
-    def _check_spending(self, run: Run, watch: RunWatch, stage: str) -> None:
+    def _routed(self, run: Run, stage: str, watch: RunWatch) -> StageGaveUp:
+        """What `execute` raises when the table moved the failed stage on."""
+        error_type, error = watch.last_failure(stage)
+        streak = watch.consecutive_failures(stage)  # in a row, as for any give-up
+        moved = f"the table moved the failed stage on to {run.state!r}"
+        cause = "final_state" if run.pipeline.is_final(run.state) else "routed"
+        return StageGaveUp(run.id, stage, streak, moved, error_type, error, cause)
+
+    def _check_spending(
+        self, run: Run, watch: RunWatch, stage: str
+    ) -> Generator[Command, Any, None]:
         """Finish the run ``failed`` instead of another attempt once it spent its limit."""
         limit = self.spending
         if limit is None:
             return
-        spent = self._spent(run, watch, limit)
+        if limit.scope == "run":
+            spent = float(watch.tasks.budget.get(limit.unit, 0.0))
+        else:
+            spent = yield Read(TreeSpending(run.id, limit.unit))
         if spent < limit.limit:
             return
         whose = "" if limit.scope == "run" else " by the run's tree"
@@ -388,21 +506,13 @@ class Decisions:
             **limit.to_json(),
             "stage": stage,
         }
-        run.finish("failed", reason)
+        yield Record(((RunFinished, {"status": "failed", "reason": reason}),))
         self.forget(run)
         raise RunStopped(run.id, "failed", reason)
 
-    def _spent(self, run: Run, watch: RunWatch, limit: SpendingLimit) -> float:
-        """What counts against `limit`: the run's own spending, or its whole tree's."""
-        if limit.scope == "run":
-            return watch.spent.get(limit.unit, 0.0)
-        root = run.id
-        while (parent := self.engine.events(root, upto=1)[0].parent_run_id) is not None:  # type: ignore[attr-defined]
-            root = parent
-        tasks = self.engine.project(root, TaskTable, tree=True)
-        return float(tasks.budget.get(limit.unit, 0.0))
-
-    def _check_progress(self, run: Run, watch: RunWatch, stage: str) -> None:
+    def _check_progress(
+        self, run: Run, watch: RunWatch, stage: str
+    ) -> Generator[Command, Any, None]:
         """Stop a stuck (or partial) run: route the verdict to its handler stage, or finish it.
 
         A table with a ``stuck`` (``partial``) row from the current state sends the
@@ -424,13 +534,24 @@ class Decisions:
         status, reason = stop
         outcome = VERDICT_OUTCOMES[status]
         if not handled and outcome in run.pipeline.allowed(run.state):
-            with run.batch():  # the verdict and the outcome that routes it: together
-                run.note(VERDICT_NOTE, {"status": status, "reason": reason})
-                run.stage_completed(stage, reason, outcome=outcome, duration=0.0)
+            verdict = (
+                NoteAdded,
+                {"key": VERDICT_NOTE, "value": {"status": status, "reason": reason}},
+            )
+            routed = (
+                StageCompleted,
+                {"stage": stage, "result": reason, "outcome": outcome, "duration": 0.0},
+            )
+            yield Record((verdict, routed), together=True)  # the verdict and its outcome: together
             raise RunStopped(run.id, status, reason, routed_to=run.state)
-        run.finish(status, reason)
+        yield Record(((RunFinished, {"status": status, "reason": reason}),))
         self.forget(run)
         raise RunStopped(run.id, status, reason)
+
+
+def _task_streak(failures: int, interruptions: int, attempt: Attempt) -> int:
+    """The failures of a task its retry budget counts (interruptions only if asked)."""
+    return failures if attempt.policy.count_interrupted else failures - interruptions
 
 
 def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> tuple[str, str] | None:

@@ -1,23 +1,23 @@
 """What may stop an attempt before it runs: the breaker, and the progress policy.
 
-Both read the run's folded state (a `RunWatch`, or the persistent circuits of a
-pipeline) and record what they decide before the supervisor calls anything.
+Both judge folded state they are given (a circuit, a `RunWatch`) and say what
+to record; the decision generator yields it, the driver records it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from uuid import UUID
 
 import attrs
 
 from engine.errors import CircuitOpen
-from engine.run import Run, unit_of
-from engine.supervise.breaker import Circuit, CircuitStates
+from engine.supervise.breaker import Circuit
+from engine.supervise.commands import Record
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy
-from engine.supervise.reader import RunReader
 from engine.supervise.watch import RunWatch
-from events import JSON, CircuitHalfOpened
+from events import JSON, CircuitHalfOpened, NoteAdded
 
 CLOSED = Circuit()
 """A circuit no failure has touched."""
@@ -31,47 +31,39 @@ _DETECTED = {
 }
 
 
-class BreakerGuard:
-    """A `CircuitBreaker` applied to runs: reads each stage's circuit, admits or refuses."""
+@attrs.frozen
+class Admission:
+    """A breaker's answer to the next attempt: the circuit it runs under, what to record,
+    and the error to raise instead of calling (None: the call goes ahead)."""
 
-    def __init__(
-        self, engine: RunReader, breaker: CircuitBreaker, clock: Callable[[], float]
-    ) -> None:
-        self.engine = engine
+    circuit: Circuit
+    record: Record | None = None
+    refused: CircuitOpen | None = None
+
+
+class BreakerGuard:
+    """A `CircuitBreaker` applied to runs: judges each stage's circuit, admits or refuses."""
+
+    def __init__(self, breaker: CircuitBreaker, clock: Callable[[], float]) -> None:
         self.breaker = breaker
         self.clock = clock
 
-    def circuit(self, run: Run, stage: str, watch: RunWatch) -> Circuit:
-        """The stage's circuit: from the run's own events, or from all runs of its pipeline."""
-        if self.breaker.scope == "run":
-            return watch.circuits.get(stage, CLOSED)
-        unit_of(run).commit()  # the other runs' circuits are read from the store: this run's too
-        projections = self.engine.projections
-        if CircuitStates.name not in projections.names:
-            projections.register(CircuitStates)
-        projections.catch_up([CircuitStates.name])
-        circuits = projections.get(CircuitStates.name, run.pipeline.name) or {}
-        return circuits.get(stage, CLOSED)  # type: ignore[no-any-return]
-
-    def admit(self, run: Run, stage: str, watch: RunWatch) -> Circuit:
-        """The circuit the next attempt runs under; half-opens it, or refuses with `CircuitOpen`."""
-        circuit = self.circuit(run, stage, watch)
-        if circuit.status == "closed" or (circuit.status, self.breaker.scope) == (
-            "half_open",
-            "run",
-        ):
-            return circuit  # in one run, a half-open circuit's trial is this attempt
+    def admit(self, run_id: UUID, stage: str, circuit: Circuit) -> Admission:
+        """Whether the next attempt runs under `circuit`; half-opens it, or refuses."""
+        scope = self.breaker.scope
+        if circuit.status == "closed" or (circuit.status, scope) == ("half_open", "run"):
+            return Admission(circuit)  # in one run, a half-open circuit's trial is this attempt
         wait = self.breaker.waits(circuit, datetime.fromtimestamp(self.clock(), UTC))
         if wait > 0:
             trial = "a trial is under way in another run"
             why = circuit.reason if circuit.status == "open" else trial
             rejected = {"stage": stage, "retry_after": wait, "opened_because": circuit.reason}
-            run.note("circuit_rejected", rejected)
-            raise CircuitOpen(run.id, stage, wait, why)
+            note = Record(((NoteAdded, {"key": "circuit_rejected", "value": rejected}),))
+            return Admission(circuit, note, CircuitOpen(run_id, stage, wait, why))
         since = circuit.status.replace("_", "-")
         reason = f"{since} for {self.breaker.reset_timeout:g} s (reset_timeout); one trial allowed"
-        run.record(CircuitHalfOpened, stage=stage, reason=reason)
-        return attrs.evolve(circuit, status="half_open")
+        half_open = Record(((CircuitHalfOpened, {"stage": stage, "reason": reason}),))
+        return Admission(attrs.evolve(circuit, status="half_open"), half_open)
 
 
 def progress_stop(
@@ -86,7 +78,7 @@ def progress_stop(
         **verdict.reason,
         "detected": _DETECTED[verdict.reason["rule"]].format(**verdict.reason),
         "stage": stage,
-        "last_failures": [list(failure) for failure in watch.recent_failures],
+        "last_failures": [list(failure) for failure in watch.failures.recent],
         "policy": attrs.asdict(policy),
     }
     return status, reason

@@ -9,12 +9,14 @@ supervisor depending on the engine back.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 from uuid import UUID
 
 from engine.readside import Projections
 from events import Event
 from projections import Projection
+
+S = TypeVar("S")
 
 
 class RunReader(Protocol):
@@ -30,9 +32,9 @@ class RunReader(Protocol):
     def project(
         self,
         run_id: UUID | str,
-        projection: Projection[Any] | type[Projection[Any]],
+        projection: Projection[S] | type[Projection[S]],
         *,
         at: int | datetime | None = None,
         tree: bool = False,
-    ) -> Any:
+    ) -> S:
         """The state of `projection` over one run (and its children with `tree`)."""

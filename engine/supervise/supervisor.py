@@ -2,7 +2,8 @@
 
 Every attempt, retry, breaker trip and stuck verdict is an event of the run,
 so a restarted process (or an auditor) sees exactly what happened and why.
-The rules live in `engine.supervise.decisions`; this module only calls, awaits and sleeps.
+The rules live in `engine.supervise.decisions`, a generator that does no I/O; this
+module's drivers perform what it yields: record, read, call, await and sleep.
 """
 
 from __future__ import annotations
@@ -19,10 +20,24 @@ from engine.commit import GroupCommitter, UnitOfWork, shared
 from engine.errors import AttemptTimeout, InvalidArgument, RunStopped, StageGaveUp, StageNotDriven
 from engine.run import Run, abandon, unit_of
 from engine.store import Store
+from engine.supervise.commands import (
+    Attempted,
+    Call,
+    Command,
+    Ended,
+    Pause,
+    PolicyAnswer,
+    Read,
+    Record,
+    RunHistory,
+    Step,
+)
 from engine.supervise.context import StageContext
-from engine.supervise.decisions import Attempted, Call, Decisions, Ended, PolicyChoice, Step
+from engine.supervise.decisions import Decisions, PolicyChoice
+from engine.supervise.perform import Reader, record
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
+from engine.supervise.watch import RunWatch
 from events import JSON
 
 FAILED_FINALS = {"failed": "failed", "aborted": "failed", "cancelled": "cancelled"}
@@ -83,8 +98,8 @@ class Supervisor:
         # Looked up at each call, not bound now, so freezegun's clock reaches them.
         self.sleep: Callable[[float], Any] = sleep or _real_sleep
         self.clock: Callable[[], float] = clock or _real_clock
+        self.reader = Reader(engine)
         self.decisions = Decisions(
-            engine,
             retry=retry or RetryPolicy(),
             policies=_checked_policies(policies or {}),
             breaker=breaker,
@@ -258,7 +273,7 @@ class Supervisor:
         """How a driven run that reached `state` finishes: a routed verdict decides first."""
         if statuses and state in statuses:
             return statuses[state], f"reached final state {state!r}"
-        verdict = self.decisions.watch(run).verdict
+        verdict = self.watch(run).verdict
         if verdict is not None:
             reason = verdict["reason"]
             handled = {**reason, "final_state": state} if isinstance(reason, dict) else reason
@@ -273,6 +288,11 @@ class Supervisor:
         """Group what is recorded in the block until a commit point (`group_commits`)."""
         return _GroupCommit(self, run)
 
+    def watch(self, run: Run) -> RunWatch:
+        """The supervisor's fold of `run` (read from the store if it has none yet)."""
+        watch: RunWatch = self._drive_sync(run, self.decisions.watched(run), _no_call, (), {})
+        return watch
+
     def _drive_sync(
         self,
         run: Run,
@@ -285,17 +305,28 @@ class Supervisor:
         try:
             command = next(loop)
             while True:
-                if isinstance(command, Call):
+                answer: Any = None
+                if isinstance(command, Record):
+                    record(run, command)
+                elif isinstance(command, Call):
                     with work.calling():  # a commit point: what was recorded is durable first
-                        ended = self._call(fn, args, kwargs, command.timeout)
-                    command = loop.send(ended)
+                        answer = self._call(fn, args, kwargs, command.timeout)
+                elif isinstance(command, Read):
+                    answer = self._read(run, command)
                 else:
                     if command.seconds > 0:
                         work.commit()  # a crash while waiting keeps the failure and its decision
                     self.sleep(command.seconds)
-                    command = loop.send(None)
+                command = loop.send(answer)
         except StopIteration as done:
             return done.value
+
+    def _read(self, run: Run, command: Read) -> Any:
+        question = command.question
+        if not isinstance(question, PolicyAnswer):
+            return self.reader.answer(question)
+        with unit_of(run).calling():  # the caller's code: what the run recorded is stored
+            return question.choose(StageContext(self.engine, question.run, question.stage))
 
     async def _drive_async(
         self,
@@ -307,22 +338,45 @@ class Supervisor:
     ) -> Any:
         work = unit_of(run)
         try:
-            command = next(loop)
+            command: Command = next(loop)
             while True:
-                ended: Ended | None = None
-                if not isinstance(command, Call) and command.seconds <= 0:
-                    command = loop.send(None)  # no wait: not a commit point, as in `drive`
-                    continue
-                # Other coroutines run while this one awaits: nothing is left pending.
-                await self._commit(run)
-                with work.calling():
-                    if isinstance(command, Call):
-                        ended = await self._call_async(fn, args, kwargs, command.timeout)
-                    else:
-                        await self._pause(command.seconds)
-                command = loop.send(ended)
+                answer: Any = None
+                if isinstance(command, Record):
+                    record(run, command)
+                elif isinstance(command, Read):
+                    answer = await self._read_async(run, command)
+                elif isinstance(command, Pause) and command.seconds <= 0:
+                    pass  # no wait: not a commit point, as in `drive`
+                else:
+                    # Other coroutines run while this one awaits: nothing is left pending.
+                    await self._commit(run)
+                    with work.calling():
+                        if isinstance(command, Call):
+                            answer = await self._call_async(fn, args, kwargs, command.timeout)
+                        else:
+                            await self._pause(command.seconds)
+                command = loop.send(answer)
         except StopIteration as done:
             return done.value
+
+    async def _read_async(self, run: Run, command: Read) -> Any:
+        """A `Read` in a worker thread, so the loop never waits on the store or a policy.
+
+        A run's history is the exception: it is read once per run a supervisor
+        follows (as `Engine.load` reads it), on the loop, so concurrent runs keep
+        the step they share commits in; the reads of every attempt go to a thread.
+        """
+        import asyncio
+
+        question = command.question
+        if isinstance(question, RunHistory):
+            return self.reader.answer(question)
+        if not isinstance(question, PolicyAnswer):
+            return await asyncio.to_thread(self.reader.answer, question)
+        await self._commit(run)
+        with unit_of(run).calling():  # the caller's code: what the run recorded is stored
+            context = StageContext(self.engine, question.run, question.stage)
+            return await asyncio.to_thread(question.choose, context)
 
     async def _commit(self, run: Run) -> None:
         """With `shared_commits`, commit what the run recorded through its loop's committer."""
@@ -394,12 +448,8 @@ class Supervisor:
     def _result(self, run: Run, stage: str, attempted: Attempted) -> Any:
         if not attempted.routed:
             return attempted.result
-        watch = self.decisions.watch(run)
-        error_type, error = watch.last_failure(stage)
-        streak = watch.consecutive_failures(run, stage)  # in a row, as for any give-up
-        moved = f"the table moved the failed stage on to {run.state!r}"
-        cause = "final_state" if run.pipeline.is_final(run.state) else "routed"
-        raise StageGaveUp(run.id, stage, streak, moved, error_type, error, cause)
+        assert attempted.gave_up is not None
+        raise attempted.gave_up
 
     def _since(self, began: float) -> float:
         return max(0.0, self.clock() - began)
@@ -451,6 +501,10 @@ def _within(
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def _no_call() -> None:
+    """The function of a drive that never calls one."""
 
 
 async def _awaited(value: Any) -> Any:

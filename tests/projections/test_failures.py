@@ -120,3 +120,16 @@ class TestFailurePatterns:
         assert decoded == state
         assert decoded.repeated_signatures == {("d", "Build", "a"): 2}
         assert roundtrip(fold()) == fold()
+
+
+class TestRecentFailures:
+    def test_the_newest_five_are_kept_newest_last(self) -> None:
+        """recent keeps the five newest failures; last(stage) finds a stage's newest among them."""
+        state = fold(*(fail(n, "a" if n < 4 else "b", f"e{n}") for n in range(1, 8)))
+        assert state.recent == tuple(("a" if n < 4 else "b", "Build", f"e{n}") for n in range(3, 8))
+        assert (state.last("a"), state.last("b"), state.last("c")) == (
+            ("Build", "e3"),
+            ("Build", "e7"),
+            None,
+        )
+        assert roundtrip(state).recent == state.recent

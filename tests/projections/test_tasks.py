@@ -6,6 +6,7 @@ import uuid
 import pytest
 
 from events import (
+    INTERRUPTED,
     JSON,
     BudgetSpent,
     Event,
@@ -185,3 +186,15 @@ class TestTaskTable:
         after = PROJECTION.apply(decoded, complete(11, "t3"))
         assert ids(after.completed) == ["t1", "t3"]
         assert after.task("t3").attempts == 1
+
+
+class TestTaskFailures:
+    def test_failures_and_interruptions_are_counted(self) -> None:
+        """Every TaskFailed counts a failure; an Interrupted one counts an interruption too."""
+        cut = TaskFailed(
+            run_id=PARENT, version=4, task_id="a", error="killed", error_type=INTERRUPTED
+        )
+        state = fold(add(1, "a"), begin(2, "a"), failed(3, "a"), cut, begin(5, "a"))
+        task = state.task("a")
+        assert (task.failures, task.interruptions, task.attempts) == (2, 1, 2)
+        assert roundtrip(state).task("a") == task

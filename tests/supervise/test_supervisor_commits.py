@@ -252,7 +252,7 @@ class TestFoldGap:
         """The supervisor's fold of a run refuses an event that is not the next version."""
         run = engine.start_run(BUILD)
         sup = engine.supervisor(retry=RetryPolicy(delay=0))
-        watch = sup.decisions.watch(run)
+        watch = sup.watch(run)
         skipped = engine.load(run.id)
         skipped.note("a", 1)
         ahead = skipped.note("b", 2)  # version 3, while the fold is at 1
@@ -263,7 +263,7 @@ class TestFoldGap:
         """After refresh, the fold has folded what another writer stored, in order."""
         run = engine.start_run(BUILD)
         sup = engine.supervisor(retry=RetryPolicy(delay=0))
-        watch = sup.decisions.watch(run)
+        watch = sup.watch(run)
         engine.load(run.id).stage_failed("plan", "by another writer")
         run.refresh()
         assert (watch.version, watch.last_failure("plan")) == (2, ("Error", "by another writer"))
