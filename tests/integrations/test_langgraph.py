@@ -253,6 +253,37 @@ class TestDeletion:
             assert statuses == ["deleted", "running"]
 
 
+class TestErasure:
+    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
+    def test_a_saver_never_serves_an_erased_thread_whose_id_was_used_again(
+        self, backend: str, request: pytest.FixtureRequest
+    ) -> None:
+        """A saver that cached a thread serves the new run after the thread is erased and reused."""
+        store_url = str(request.getfixturevalue(backend))
+        builder = flaky_graph(failures=0)
+        with Engine(store_url) as first_engine, Engine(store_url) as second_engine:
+            first = StagetrailSaver(first_engine, builder)
+            second = StagetrailSaver(second_engine, builder)
+            config: RunnableConfig = {"configurable": {"thread_id": "reused"}}
+            invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
+            cached = first.get_tuple(config)  # first now caches the thread, all 4 steps
+            assert cached is not None
+            second.delete_thread("reused")
+            assert [run.hex for run in second_engine.compact().runs] == [
+                next(thread_run_ids("reused")).hex
+            ]
+            # One checkpoint of a new run, under the erased run's id.
+            second.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+            served = first.get_tuple(config)
+            assert served is not None
+            assert served.checkpoint["id"] != cached.checkpoint["id"]
+            assert served.metadata["step"] == -1
+            assert [t.checkpoint["id"] for t in first.list(config)] == [served.checkpoint["id"]]
+            invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
+            (summary,) = first_engine.runs()
+            assert first_engine.verify(summary.run_id).ok
+
+
 def saver_threads(engine: Engine) -> list[Any]:
     """The runs of LangGraph threads that are not deleted."""
     return [s for s in engine.runs(status="running") if THREAD in s.labels]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import threading
 import uuid
@@ -22,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import attrs
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -125,6 +127,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The run id a thread's next run takes, as last seen in the store."""
         self._read_at: dict[str, datetime] = {}
         """When each thread was last read: an invocation begins by reading its thread."""
+        self._generation: int | None = None
+        """The store's erasure generation the caches above were filled in."""
         self._lock = threading.RLock()
 
     # -- reading ---------------------------------------------------------------------------
@@ -134,16 +138,25 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         ns = conf.get("checkpoint_ns", "")
         with self._lock:
-            self._read_at[str(conf["thread_id"])] = utc_now()
-            thread = self._live(str(conf["thread_id"]))
-            if thread is None:
-                return None
-            checkpoint_id = get_checkpoint_id(config)
-            if checkpoint_id:
-                saved = thread.checkpoints.get(ns, {}).get(checkpoint_id)
-            else:
-                saved = thread.latest(ns)
-            return None if saved is None else self._tuple(thread, saved)
+            while True:
+                generation = self._follow_generation()
+                self._read_at[str(conf["thread_id"])] = utc_now()
+                found = self._checkpoint(str(conf["thread_id"]), ns, get_checkpoint_id(config))
+                if self._still(generation):
+                    return found
+
+    def _checkpoint(
+        self, thread_id: str, ns: str, checkpoint_id: str | None
+    ) -> CheckpointTuple | None:
+        """The named checkpoint of the thread (or its newest in `ns`), None if there is none."""
+        thread = self._live(thread_id)
+        if thread is None:
+            return None
+        if checkpoint_id:
+            saved = thread.checkpoints.get(ns, {}).get(checkpoint_id)
+        else:
+            saved = thread.latest(ns)
+        return None if saved is None else self._tuple(thread, saved)
 
     def list(
         self,
@@ -155,26 +168,53 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first, by thread, namespace, metadata `filter`, `before`, `limit`."""
         conf = config["configurable"] if config else {}
-        wanted_ns = conf.get("checkpoint_ns")
-        wanted_id = get_checkpoint_id(config) if config else None
-        before_id = get_checkpoint_id(before) if before else None
+        query = _Query(
+            conf.get("checkpoint_ns"),
+            get_checkpoint_id(config) if config else None,
+            get_checkpoint_id(before) if before else None,
+            filter,
+            limit,
+        )
         with self._lock:
-            found: Tuples = []
-            for thread in self._threads_for(conf.get("thread_id")):
-                for ns in thread.namespaces():
-                    if wanted_ns is not None and ns != wanted_ns:
-                        continue
-                    for saved in thread.events_of(ns):
-                        if wanted_id and saved.checkpoint_id != wanted_id:
-                            continue
-                        if before_id and saved.checkpoint_id >= before_id:
-                            continue
-                        if filter and not _matches(self._metadata(thread, saved), filter):
-                            continue
-                        if limit is not None and len(found) >= limit:
-                            break
-                        found.append(self._tuple(thread, saved))
+            while True:
+                generation = self._follow_generation()
+                found = self._listed(conf.get("thread_id"), query)
+                if self._still(generation):  # else erased while read: none of it is served
+                    break
         yield from found
+
+    def _listed(self, thread_id: Any, query: _Query) -> Tuples:
+        """The checkpoints `query` selects of one thread (or of all), newest first."""
+        found: Tuples = []
+        for thread in self._threads_for(thread_id):
+            for ns in thread.namespaces():
+                if query.ns is not None and ns != query.ns:
+                    continue
+                for saved in thread.events_of(ns):
+                    if query.limit is not None and len(found) >= query.limit:
+                        break
+                    if query.selects(saved, functools.partial(self._metadata, thread, saved)):
+                        found.append(self._tuple(thread, saved))
+        return found
+
+    def _follow_generation(self) -> int:
+        """Forget every cached thread once runs were erased from the store, by any process.
+
+        An erased thread's run id is free again, and the thread's next run takes it:
+        a fold cached before the erasure would serve the erased checkpoints for the
+        new run, and build the next events on versions the new run does not have.
+        """
+        generation = self.engine.store.generation()
+        if generation != self._generation:
+            self._threads.clear()
+            self._free.clear()
+            self._read_at.clear()
+            self._generation = generation
+        return generation
+
+    def _still(self, generation: int) -> bool:
+        """Whether no erasure happened since `generation` was read (else a read starts over)."""
+        return self.engine.store.generation() == generation
 
     def _threads_for(self, thread_id: Any) -> Threads:
         if thread_id is not None:
@@ -333,6 +373,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         the thread and builds again.
         """
         with self._lock:
+            self._follow_generation()
             thread = self._threads.get(thread_id)
             for _ in range(_RETRIES):
                 known_absent = thread is None and thread_id in self._free
@@ -472,6 +513,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return [lambda run: run.finish("deleted", {"langgraph": "delete_thread"})]
 
         with self._lock:
+            self._follow_generation()
             if self._live(thread_id) is not None:
                 self._append(thread_id, finish, create=False)
             self._threads.pop(thread_id, None)
@@ -482,6 +524,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if not doomed:
             return
         with self._lock:
+            self._follow_generation()
             for thread in self._threads_for(None):
                 removed = [
                     [ns, saved.checkpoint_id]
@@ -500,6 +543,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         with self._lock:
+            self._follow_generation()
             for thread_id in thread_ids:
                 if strategy == "delete":
                     self.delete_thread(thread_id)
@@ -526,6 +570,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             ValueError: the target thread has checkpoints already.
         """
         with self._lock:
+            self._follow_generation()
             source = self._live(source_thread_id)
             if source is None:
                 return
@@ -661,6 +706,25 @@ def _encoded(value: Typed) -> Encoded:
 def _unless_known(version: str, known: Any) -> list[str]:
     """A blob's version, or nothing when the stored skeleton says it already."""
     return [] if known is not None and str(known) == version else [version]
+
+
+@attrs.frozen
+class _Query:
+    """What `StagetrailSaver.list` selects: a namespace, a checkpoint, those before one."""
+
+    ns: str | None
+    checkpoint_id: str | None
+    before_id: str | None
+    filter: dict[str, Any] | None
+    limit: int | None
+
+    def selects(self, saved: CheckpointSaved, metadata: Callable[[], Any]) -> bool:
+        """Whether `saved` is selected (its `metadata` read only when a filter needs it)."""
+        if self.checkpoint_id and saved.checkpoint_id != self.checkpoint_id:
+            return False
+        if self.before_id and saved.checkpoint_id >= self.before_id:
+            return False
+        return not self.filter or _matches(metadata(), self.filter)
 
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
