@@ -40,6 +40,9 @@ from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_pr
 S = TypeVar("S")
 """The state of the projection `Engine.project` is given."""
 _ALL_CHILDREN = 1_000_000
+_KEPT_COPIES = 64
+"""A run begun with fewer events than this keeps them on its handle: a supervisor that
+drives it next folds them without reading the run back (a long fork's copies are read)."""
 
 
 class Engine:
@@ -470,7 +473,8 @@ class Engine:
             self.store.append([started, *copies])
         except ConcurrencyConflict:
             raise RunAlreadyExists(started.run_id) from None
-        return Run(self.store, pipeline, state)
+        begun = (started, *copies) if len(copies) < _KEPT_COPIES else ()
+        return Run(self.store, pipeline, state, begun=begun)
 
     def _run_id(self, run_id: UUID | str) -> UUID:
         if isinstance(run_id, UUID):

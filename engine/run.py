@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -43,9 +43,12 @@ E = TypeVar("E", bound=Event)
 class Run:
     """A live handle on one run; each recording method appends one event."""
 
-    def __init__(self, store: Store, pipeline: Pipeline, state: RunState) -> None:
+    def __init__(
+        self, store: Store, pipeline: Pipeline, state: RunState, *, begun: Sequence[Event] = ()
+    ) -> None:
         self.pipeline = pipeline
         self._work = UnitOfWork(store, state)
+        self._work.begun = tuple(begun)
 
     @property
     def id(self) -> UUID:

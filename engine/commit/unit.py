@@ -66,6 +66,7 @@ class UnitOfWork:
         "_committing",
         "_stampings",
         "batches",
+        "begun",
         "clock",
         "events",
         "groups",
@@ -88,6 +89,19 @@ class UnitOfWork:
         self.observers: list[Observer] = []
         self._stampings = 0
         self._committing: asyncio.Future[None] | None = None
+        self.begun: tuple[Event, ...] = ()
+        """The events this handle began the run with (`Engine.start_run`, a short fork)."""
+
+    def stored_history(self) -> list[Event] | None:
+        """The run's stored events when this handle holds them all, else None (read them).
+
+        True of a handle that began the run and has committed nothing since: what a
+        supervisor asked to drive a run it was just given needs no read.
+        """
+        begun = self.begun
+        if begun and begun[-1].version == self.stored.version:
+            return list(begun)
+        return None
 
     def add(self, event: Event, state: RunState, stored: StoredEvent) -> None:
         """Take in one checked event: pending, observed, and committed unless grouped.

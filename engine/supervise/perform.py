@@ -86,4 +86,7 @@ def history(run: Run) -> list[Event]:
     """Every event of `run` as its handle holds it: the stored ones, then the pending ones."""
     work = unit_of(run)
     pending = list(work.events)
-    return [*work.store.stream(run.id, lte=work.stored.version), *pending]
+    stored = work.stored_history()
+    if stored is None:
+        stored = list(work.store.stream(run.id, lte=work.stored.version))
+    return [*stored, *pending]

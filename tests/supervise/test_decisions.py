@@ -105,6 +105,30 @@ class TestGenerator:
             attempt.stage = "other"
 
 
+class TestHistory:
+    def test_a_run_just_begun_is_driven_without_reading_it_back(
+        self, engine: Engine, fake: FakeTime
+    ) -> None:
+        """The handle that began a run holds its first events: the first fold reads nothing."""
+        run = engine.start_run(POLL)
+        reads: list[int] = []
+        stream = engine.store.stream
+
+        def counted(run_id: Any, **bounds: Any) -> Any:
+            reads.append(1)
+            return stream(run_id, **bounds)
+
+        engine.store.stream = counted  # type: ignore[method-assign]
+        sup = engine.supervisor(sleep=fake.sleep, clock=fake.clock)
+        assert sup.execute(run, "step", lambda: "done") == "done"
+        assert reads == []
+        loaded = engine.load(run.id)
+        reads.clear()
+        sup.execute(loaded, "step", lambda: "again")
+        assert reads == [1]  # a handle that did not begin the run: its history is read
+        assert [e.version for e in engine.events(run.id)] == [1, 2, 3, 4, 5]
+
+
 class TestPipelineBreaker:
     def test_an_admit_reads_only_the_events_since_the_last(
         self, engine: Engine, fake: FakeTime

@@ -264,16 +264,16 @@ if mode == "commit":  # SIGKILL inside the point-th grouped write, before it com
             return append(self, stored, **kwargs)
         recorder.insert_events = killing
     else:  # PostgreSQL: rows inserted in the transaction, no COMMIT
-        insert = recorder._insert_events
-        def killing(self, cursor, stored, **kwargs):
+        insert = recorder._execute_insert
+        def killing(self, cursor, columns, *args, **kwargs):
             global groups
-            result = insert(self, cursor, stored, **kwargs)
-            if len(stored) > 1:
+            result = insert(self, cursor, columns, *args, **kwargs)
+            if len(columns[0]) > 1:
                 groups += 1
                 if groups == point:
                     die()
             return result
-        recorder._insert_events = killing
+        recorder._execute_insert = killing
 
 engine.supervisor(retry=RetryPolicy(delay=0)).drive(
     run, {"plan": stage(0), "build": stage(2), "test": stage(1)}
