@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import attrs
 
 from events import JSON, StageCompleted, StageFailed
+from events.values import evolve
 from projections.base import Projection, on
 from projections.immutable import PMap
 
@@ -93,7 +94,7 @@ class FailurePatterns(Projection[Failures]):
         """End the stage's streak of failures."""
         if not state.streaks.get(event.stage):
             return state
-        return attrs.evolve(state, streaks={**state.streaks, event.stage: 0})
+        return evolve(state, streaks={**state.streaks, event.stage: 0})
 
     def encode(self, state: Failures) -> JSON:
         """The counters as JSON; signatures as `[stage, error_type, error, count]` rows."""

@@ -23,6 +23,7 @@ from events import (
     TaskFailed,
     TaskStarted,
 )
+from events.values import evolve
 from projections.base import Projection, on
 from projections.immutable import PList, PMap
 
@@ -131,7 +132,7 @@ class Tasks:
         """The table with `run_id` among its runs."""
         if run_id in self.run_set:
             return self
-        return attrs.evolve(
+        return evolve(
             self, run_set=self.run_set.set(run_id, True), run_list=self.run_list.push(run_id)
         )
 
@@ -140,7 +141,7 @@ class Tasks:
         if task.key in self.table:
             return self
         parent = task.parent_id
-        return attrs.evolve(
+        return evolve(
             self,
             table=self.table.set(task.key, task),
             order=self.order.push(task.key),
@@ -161,7 +162,7 @@ class Tasks:
         task = self.table.get(key)
         if task is None:
             return self
-        return attrs.evolve(self, table=self.table.set(key, attrs.evolve(task, **changes)))
+        return evolve(self, table=self.table.set(key, evolve(task, **changes)))
 
 
 class TaskTable(Projection[Tasks]):
@@ -217,7 +218,7 @@ class TaskTable(Projection[Tasks]):
     def spent(self, state: Tasks, event: BudgetSpent) -> Tasks:
         """Add the amount to its unit's total."""
         budget = {**state.budget, event.unit: state.budget.get(event.unit, 0.0) + event.amount}
-        return attrs.evolve(state.seen(event.run_id), budget=budget)
+        return evolve(state.seen(event.run_id), budget=budget)
 
     def encode(self, state: Tasks) -> JSON:
         """Tasks in the order added, the budget and the runs, as JSON."""
@@ -234,7 +235,7 @@ class TaskTable(Projection[Tasks]):
             state = state.seen(UUID(run_id))
         for task in data["tasks"]:
             state = state.added(Task(**{**task, "run_id": UUID(task["run_id"])}))
-        return attrs.evolve(state, budget=data["budget"])
+        return evolve(state, budget=data["budget"])
 
 
 def _key(event: TaskStarted | TaskCompleted | TaskFailed) -> Key:

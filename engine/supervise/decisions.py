@@ -26,6 +26,7 @@ from engine.errors import (
     RunStopped,
     StageGaveUp,
 )
+from engine.pipeline import Pipeline
 from engine.run import Run, unit_of
 from engine.supervise.breaker import Circuit
 from engine.supervise.commands import (
@@ -48,7 +49,7 @@ from engine.supervise.outcome import Outcome, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.streaks import counts, routes_elsewhere
 from engine.supervise.verdict import VERDICT_NOTE
-from engine.supervise.watch import RunWatch
+from engine.supervise.watch import RunWatch, WatchPlan
 from events import (
     JSON,
     BudgetSpent,
@@ -128,6 +129,8 @@ class Decisions:
         self.rng = rng
         self._watches: dict[UUID, RunWatch] = {}
         self._units: dict[UUID, UnitOfWork] = {}
+        self._plans: dict[int, tuple[Pipeline, WatchPlan]] = {}
+        """Per pipeline (by identity, kept alive with it), what its runs' watches fold."""
 
     def _following(self, run: Run) -> RunWatch | None:
         """The run's watch when it follows the run (no read needed), else None."""
@@ -225,12 +228,19 @@ class Decisions:
         self._detach(run.id)
 
     def _new_watch(self, run: Run) -> RunWatch:
-        return RunWatch(
-            run.pipeline,
-            progress=self.progress is not None,
-            circuits=self.breaker is not None,
-            forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
-        )
+        pipeline = run.pipeline
+        known = self._plans.get(id(pipeline))
+        if known is None or known[0] is not pipeline:  # an id is unique while its object lives
+            plan = WatchPlan(
+                pipeline,
+                progress=self.progress is not None,
+                circuits=self.breaker is not None,
+                forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
+            )
+            if len(self._plans) >= MAX_WATCHES:
+                del self._plans[next(iter(self._plans))]
+            known = self._plans[id(pipeline)] = (pipeline, plan)
+        return RunWatch(pipeline, plan=known[1])
 
     def _detach(self, run_id: UUID) -> None:
         """Drop a run's watch and stop it following the run."""

@@ -9,8 +9,8 @@ another writer stored reach it through `Run.refresh`; a version gap raises.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias, TypeVar, cast
 
 from engine.errors import RuleViolation
 from engine.pipeline import Pipeline
@@ -19,6 +19,7 @@ from engine.supervise.streaks import RetryStreaks, Streaks
 from engine.supervise.verdict import RoutedVerdict
 from events import JSON, Event
 from projections import FailurePatterns, ProgressState, Projection, TaskTable
+from projections.errors import ProjectionError
 from projections.failures import Failures
 from projections.progress import Progress
 from projections.tasks import Task, Tasks
@@ -31,6 +32,44 @@ _PROGRESS = ProgressState()
 _VERDICT = RoutedVerdict()
 _CIRCUITS = CircuitStates()
 _UNROLLED = UnrolledCircuits()
+
+
+Route: TypeAlias = tuple[tuple[Projection[Any], Callable[[Any, Any, Any], Any]], ...]
+"""For one event type: each projection with a handler for it, and that handler."""
+
+
+class WatchPlan:
+    """What the watches of one pipeline under one supervisor fold: built once, shared.
+
+    A supervisor folds a watch per run; the projections it folds and, per event
+    type, which of their handlers apply are the same for every run of a pipeline,
+    so they are worked out once here rather than for each run.
+    """
+
+    def __init__(
+        self, pipeline: Pipeline, progress: bool, circuits: bool, forget_rolled_back: bool
+    ) -> None:
+        self.streaks = RetryStreaks(pipeline)
+        self.plain = _CIRCUITS if circuits and not forget_rolled_back else None
+        self.unrolled = _UNROLLED if circuits and forget_rolled_back else None
+        chosen: list[Projection[Any]] = [self.streaks, _FAILURES, _TASKS]
+        chosen += [_PROGRESS, _VERDICT] if progress else []
+        chosen += [p for p in (self.plain, self.unrolled) if p is not None]
+        self.projections = tuple(chosen)
+        self.routes: dict[type[Event], Route] = {}
+        """Per event type, the projections with a handler for it (most events concern few)."""
+
+    def route(self, kind: type[Event]) -> Route:
+        """The handlers an event of `kind` goes through, worked out once per kind."""
+        route: list[tuple[Projection[Any], Callable[[Any, Any, Any], Any]]] = []
+        for projection in self.projections:
+            handler = projection.handlers.get(kind)
+            if projection.every_event:
+                route.append((projection, type(projection).apply))
+            elif handler is not None:
+                route.append((projection, handler))
+        self.routes[kind] = tuple(route)
+        return self.routes[kind]
 
 
 class RunWatch:
@@ -50,18 +89,16 @@ class RunWatch:
         progress: bool = True,
         circuits: bool = True,
         forget_rolled_back: bool = False,
+        plan: WatchPlan | None = None,
     ) -> None:
-        self._streaks = RetryStreaks(pipeline)
-        self._plain = _CIRCUITS if circuits and not forget_rolled_back else None
-        self._unrolled = _UNROLLED if circuits and forget_rolled_back else None
-        chosen: list[Projection[Any]] = [self._streaks, _FAILURES, _TASKS]
-        chosen += [_PROGRESS, _VERDICT] if progress else []
-        chosen += [p for p in (self._plain, self._unrolled) if p is not None]
-        self.projections: tuple[Projection[Any], ...] = tuple(chosen)
+        if plan is None:
+            plan = WatchPlan(pipeline, progress, circuits, forget_rolled_back)
+        self._plan = plan
+        self._streaks = plan.streaks
+        self._plain, self._unrolled = plan.plain, plan.unrolled
+        self.projections: tuple[Projection[Any], ...] = plan.projections
         """The projections this watch folds."""
-        self._states: dict[Projection[Any], Any] = {p: p.initial() for p in chosen}
-        # Per event type, the projections with a handler for it: most events concern few.
-        self._routes: dict[type[Event], tuple[Projection[Any], ...]] = {}
+        self._states: dict[Projection[Any], Any] = {p: p.initial() for p in plan.projections}
         self.version = 0
         """The version of the newest event folded."""
         self.stale = False
@@ -137,12 +174,15 @@ class RunWatch:
             )  # fmt: skip
         self.version = event.version
         kind = type(event)
-        route = self._routes.get(kind)
+        route = self._plan.routes.get(kind)
         if route is None:
-            route = self._routes[kind] = tuple(p for p in self.projections if p.relevant(event))
+            route = self._plan.route(kind)
         states = self._states
-        for projection in route:
-            states[projection] = projection.apply(states[projection], event)
+        for projection, handler in route:
+            try:
+                states[projection] = handler(projection, states[projection], event)
+            except Exception as error:
+                raise ProjectionError(projection.name, event, error) from error
 
     def rewound(self, version: int) -> None:
         """Events after `version` were taken back: this fold is stale until folded again."""
