@@ -64,10 +64,13 @@ class Codec:
         """What a queryable column holds for `text`: its keyed digest (hex), or itself in clear.
 
         A store without a cipher keeps its events in clear too, so there the text
-        stays readable; only a NUL is written as ``\\x00`` (PostgreSQL text has none).
+        stays readable; only a NUL is written as ``\\0`` (PostgreSQL text has none),
+        and a backslash as two, so that two different texts never give the same one.
         """
         if self._digest_key is None:
-            return text.replace("\x00", "\\x00") if "\x00" in text else text
+            if "\x00" not in text and "\\" not in text:
+                return text
+            return text.replace("\\", "\\\\").replace("\x00", "\\0")
         data = text.encode("utf8", "surrogatepass")
         return hmac.new(self._digest_key, data, hashlib.sha256).hexdigest()
 

@@ -154,7 +154,7 @@ def kill_one(url: str, seed: int, rng: random.Random) -> list[str]:
     if pid == 0:  # the victim
         os.close(read)
         try:
-            victim(url, write, seed)
+            victim(_named(url), write, seed)
         finally:
             os._exit(1)
     os.close(write)
@@ -164,7 +164,39 @@ def kill_one(url: str, seed: int, rng: random.Random) -> list[str]:
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status), f"the victim ended on its own: {status}"
+        _server_done(url)
         return lines.read().splitlines()
+
+
+def _victim_name() -> str:
+    """The PostgreSQL application name of this checker's victims."""
+    return f"stagetrail-victim-{os.getpid()}"
+
+
+def _named(url: str) -> str:
+    """The victim's store URL: on PostgreSQL its connections carry `_victim_name`."""
+    if not url.startswith("postgresql"):
+        return url
+    return f"{url}{'&' if '?' in url else '?'}application_name={_victim_name()}"
+
+
+def _server_done(url: str) -> None:
+    """Wait until the killed victim's PostgreSQL backends have ended.
+
+    A COMMIT the victim sent just before its kill is still carried out by its
+    backend: the event is recorded, a moment after the victim died. The checker
+    looks at the store once no such backend is left, as any later process would.
+    """
+    if not url.startswith("postgresql"):
+        return
+    import psycopg
+
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+    deadline = time.monotonic() + 30
+    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        while conn.execute(query, (_victim_name(),)).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline, "the killed victim's backends did not end"
+            time.sleep(0.01)
 
 
 def where(lines: list[str]) -> str:

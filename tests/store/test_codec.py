@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,11 +154,20 @@ class TestCodec:
         assert digest != second.codec(second.mapper()).digest("pipeline-okapi")
 
     def test_digests_in_a_plain_store_are_the_text(self) -> None:
-        """Without a key the column keeps the text, a NUL shown as its escape."""
+        """Without a key the column keeps the text, a NUL and a backslash escaped."""
         settings = AtRest()
         codec = settings.codec(settings.mapper())
         assert codec.digest("review") == "review"
-        assert codec.digest("a\x00b") == "a\\x00b"
+        assert codec.digest("a\x00b") == "a\\0b"
+        assert codec.digest("a\\b") == "a\\\\b"
+
+    @pytest.mark.parametrize("key", [None, base64.b64encode(b"k" * 16).decode()])
+    def test_different_texts_never_share_a_digest(self, key: str | None) -> None:
+        """Texts an escape could confuse (a NUL, its escape, backslashes) stay apart."""
+        settings = AtRest(cipher_key=key) if key else AtRest()
+        codec = settings.codec(settings.mapper())
+        texts = ["a\x00", "a\\0", "a\\\\0", "a\\", "a\\\\", "a0", "a\\x00", "a"]
+        assert len({codec.digest(text) for text in texts}) == len(texts)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
