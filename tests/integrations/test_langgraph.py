@@ -10,8 +10,9 @@ import operator
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NamedTuple, TypedDict
 
 import pytest
 from freezegun import freeze_time
@@ -253,35 +254,50 @@ class TestDeletion:
             assert statuses == ["deleted", "running"]
 
 
+class TwoSavers(NamedTuple):
+    """Two savers of one graph, each on an engine of its own over one store."""
+
+    first_engine: Engine
+    second_engine: Engine
+    first: StagetrailSaver
+    second: StagetrailSaver
+    builder: StateGraph[Any]
+
+
+@pytest.fixture(params=["sqlite_url", "postgres_url"])
+def two_savers(request: pytest.FixtureRequest) -> Iterator[TwoSavers]:
+    """Two engines on one SQLite file or PostgreSQL schema, a saver of the same graph on each."""
+    store_url = str(request.getfixturevalue(request.param))
+    builder = flaky_graph(failures=0)
+    with Engine(store_url) as first_engine, Engine(store_url) as second_engine:
+        first = StagetrailSaver(first_engine, builder)
+        second = StagetrailSaver(second_engine, builder)
+        yield TwoSavers(first_engine, second_engine, first, second, builder)
+
+
 class TestErasure:
-    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
     def test_a_saver_never_serves_an_erased_thread_whose_id_was_used_again(
-        self, backend: str, request: pytest.FixtureRequest
+        self, two_savers: TwoSavers
     ) -> None:
         """A saver that cached a thread serves the new run after the thread is erased and reused."""
-        store_url = str(request.getfixturevalue(backend))
-        builder = flaky_graph(failures=0)
-        with Engine(store_url) as first_engine, Engine(store_url) as second_engine:
-            first = StagetrailSaver(first_engine, builder)
-            second = StagetrailSaver(second_engine, builder)
-            config: RunnableConfig = {"configurable": {"thread_id": "reused"}}
-            invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
-            cached = first.get_tuple(config)  # first now caches the thread, all 4 steps
-            assert cached is not None
-            second.delete_thread("reused")
-            assert [run.hex for run in second_engine.compact().runs] == [
-                next(thread_run_ids("reused")).hex
-            ]
-            # One checkpoint of a new run, under the erased run's id.
-            second.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
-            served = first.get_tuple(config)
-            assert served is not None
-            assert served.checkpoint["id"] != cached.checkpoint["id"]
-            assert served.metadata["step"] == -1
-            assert [t.checkpoint["id"] for t in first.list(config)] == [served.checkpoint["id"]]
-            invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
-            (summary,) = first_engine.runs()
-            assert first_engine.verify(summary.run_id).ok
+        first, second, builder = two_savers.first, two_savers.second, two_savers.builder
+        config: RunnableConfig = {"configurable": {"thread_id": "reused"}}
+        invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
+        cached = first.get_tuple(config)  # first now caches the thread, all 4 steps
+        assert cached is not None
+        second.delete_thread("reused")
+        erased = two_savers.second_engine.compact().runs
+        assert [run.hex for run in erased] == [next(thread_run_ids("reused")).hex]
+        # One checkpoint of a new run, under the erased run's id.
+        second.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+        served = first.get_tuple(config)
+        assert served is not None
+        assert served.checkpoint["id"] != cached.checkpoint["id"]
+        assert served.metadata["step"] == -1
+        assert [t.checkpoint["id"] for t in first.list(config)] == [served.checkpoint["id"]]
+        invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
+        (summary,) = two_savers.first_engine.runs()
+        assert two_savers.first_engine.verify(summary.run_id).ok
 
 
 def saver_threads(engine: Engine) -> list[Any]:
@@ -290,31 +306,24 @@ def saver_threads(engine: Engine) -> list[Any]:
 
 
 class TestWriters:
-    @pytest.mark.parametrize("backend", ["sqlite_url", "postgres_url"])
-    def test_two_savers_on_one_thread_both_land(
-        self, backend: str, request: pytest.FixtureRequest
-    ) -> None:
+    def test_two_savers_on_one_thread_both_land(self, two_savers: TwoSavers) -> None:
         """A saver whose view of the thread is stale catches up and appends after the other."""
-        store_url = str(request.getfixturevalue(backend))
-        builder = flaky_graph(failures=0)
-        with Engine(store_url) as first_engine, Engine(store_url) as second_engine:
-            first = StagetrailSaver(first_engine, builder)
-            second = StagetrailSaver(second_engine, builder)
-            config: RunnableConfig = {"configurable": {"thread_id": "shared"}}
-            invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
-            assert second.get_tuple(config) is not None  # second now caches the thread
-            latest = first.get_tuple(config)
-            assert latest is not None
-            first.put_writes(latest.config, [("log", ["by first"])], "task-a")
-            second.put_writes(latest.config, [("log", ["by second"])], "task-b")
-            writes = first.get_tuple(latest.config)
-            assert writes is not None
-            assert sorted(w[2][0] for w in writes.pending_writes or []) == [
-                "by first",
-                "by second",
-            ]
-            (summary,) = first_engine.runs()
-            assert first_engine.verify(summary.run_id).ok
+        first, second, builder = two_savers.first, two_savers.second, two_savers.builder
+        config: RunnableConfig = {"configurable": {"thread_id": "shared"}}
+        invoke_until_done(builder.compile(checkpointer=first), config, tries=1)
+        assert second.get_tuple(config) is not None  # second now caches the thread
+        latest = first.get_tuple(config)
+        assert latest is not None
+        first.put_writes(latest.config, [("log", ["by first"])], "task-a")
+        second.put_writes(latest.config, [("log", ["by second"])], "task-b")
+        writes = first.get_tuple(latest.config)
+        assert writes is not None
+        assert sorted(w[2][0] for w in writes.pending_writes or []) == [
+            "by first",
+            "by second",
+        ]
+        (summary,) = two_savers.first_engine.runs()
+        assert two_savers.first_engine.verify(summary.run_id).ok
 
 
 class TestAsync:
