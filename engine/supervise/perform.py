@@ -84,9 +84,16 @@ class Reader:
 
 def history(run: Run) -> list[Event]:
     """Every event of `run` as its handle holds it: the stored ones, then the pending ones."""
+    held = held_history(run)
+    if held is not None:
+        return held
     work = unit_of(run)
     pending = list(work.events)
+    return [*work.store.stream(run.id, lte=work.stored.version), *pending]
+
+
+def held_history(run: Run) -> list[Event] | None:
+    """`history` when the handle holds all of it (it began the run): no read; else None."""
+    work = unit_of(run)
     stored = work.stored_history()
-    if stored is None:
-        stored = list(work.store.stream(run.id, lte=work.stored.version))
-    return [*stored, *pending]
+    return None if stored is None else [*stored, *work.events]

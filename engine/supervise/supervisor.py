@@ -34,7 +34,7 @@ from engine.supervise.commands import (
 )
 from engine.supervise.context import StageContext
 from engine.supervise.decisions import Decisions, PolicyChoice
-from engine.supervise.perform import Reader, record
+from engine.supervise.perform import Reader, held_history, record
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
 from engine.supervise.watch import RunWatch
@@ -362,15 +362,15 @@ class Supervisor:
     async def _read_async(self, run: Run, command: Read) -> Any:
         """A `Read` in a worker thread, so the loop never waits on the store or a policy.
 
-        A run's history is the exception: it is read once per run a supervisor
-        follows (as `Engine.load` reads it), on the loop, so concurrent runs keep
-        the step they share commits in; the reads of every attempt go to a thread.
+        A run's history that its handle holds (it began the run) is answered at once,
+        with no read and no thread: runs started together keep the step they share
+        commits in.
         """
         import asyncio
 
         question = command.question
-        if isinstance(question, RunHistory):
-            return self.reader.answer(question)
+        if isinstance(question, RunHistory) and (held := held_history(question.run)) is not None:
+            return held
         if not isinstance(question, PolicyAnswer):
             return await asyncio.to_thread(self.reader.answer, question)
         await self._commit(run)
