@@ -6,11 +6,8 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
-
-import pytest
 
 from engine import Engine, Pipeline
 from projections import FailurePatterns, RetryCounts, StageResults
@@ -78,14 +75,6 @@ def truth(engine: Engine, run_id: UUID) -> dict[str, Any]:
         "new failures": {"testing": 600},
         "summary": [(str(s.run_id), s.pipeline, s.status) for s in engine.runs()],
     }
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store two engines (or processes) can open: a SQLite file or a PostgreSQL schema."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'runs.db'}"
-    return str(request.getfixturevalue("postgres_url"))
 
 
 class TestGeneration:

@@ -36,14 +36,6 @@ def wait_until(condition: Any, seconds: float = 20.0) -> None:
         time.sleep(0.01)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
-    """A store URL two engines can share: a SQLite file or a PostgreSQL schema."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'shared.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
-
 class TestCatchUp:
     def test_folds_every_run_once(self, engine: Engine) -> None:
         """catch_up folds each run's events into the registered projection exactly once."""
