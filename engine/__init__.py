@@ -8,7 +8,7 @@ The core lives in this folder (`engine.engine`, `run`, `machine`, `pipeline`,
 This package exports the nouns a user records with and the errors the design's
 contract names; every error class is importable from `engine.errors`, and each
 other name from the module that owns it (`engine.store.Store`,
-`engine.verify.VerifyReport`, `engine.supervise.CircuitStates`, ...).
+`engine.verify.VerifyReport`, `engine.supervise.Circuit`, ...).
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.supervise import (
     CircuitBreaker,
+    CircuitStates,
     Outcome,
     ProgressPolicy,
     RetryPolicy,
+    Rollback,
     SpendingLimit,
     Spent,
     StageContext,
@@ -39,6 +41,7 @@ from engine.supervise import (
 __all__ = [
     "CircuitBreaker",
     "CircuitOpen",
+    "CircuitStates",
     "ConcurrencyConflict",
     "Engine",
     "InvalidTransition",
@@ -46,6 +49,7 @@ __all__ = [
     "Pipeline",
     "ProgressPolicy",
     "RetryPolicy",
+    "Rollback",
     "Run",
     "RunNotFound",
     "SpendingLimit",

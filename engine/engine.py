@@ -142,6 +142,56 @@ class Engine:
         )
         return self._begin(started, (), pipeline)
 
+    def child_run(
+        self,
+        parent: Run | UUID | str,
+        pipeline: Pipeline,
+        *,
+        key: str,
+        params: JSON = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Run:
+        """The child run of `parent` for `key` (a feature, a task): started once, then found.
+
+        Its id is derived from the parent's id and `key` (a UUID 5 in the parent's id
+        as namespace), so asking again, after a restart or from another process at
+        the same moment, gives the same run: the first asker starts it, the others
+        load it (no query of the run index, no race). `key` is recorded as the label
+        ``key``, and a found run must be the parent's child of this pipeline for this
+        key, so two keys never share a run. `params` and `labels` apply when the run
+        is started; a found run keeps its own.
+
+        Raises:
+            RunNotFound: no such parent run.
+            InvalidArgument: `key` is empty or not a str, or `labels` has another ``key``.
+            RunAlreadyExists: the derived id holds a run of another parent, key or pipeline.
+        """
+        parent_id = parent.id if isinstance(parent, Run) else self._run_id(parent)
+        if type(key) is not str or not key:
+            raise InvalidArgument("key", f"must be a non-empty str, got {key!r}")
+        if labels is not None and labels.get("key", key) != key:
+            raise InvalidArgument(
+                "labels", f"'key' is the child's key {key!r}, not {labels['key']!r}"
+            )
+        if self.store.last(parent_id) is None:
+            raise RunNotFound(parent_id, self.url)
+        run_id = uuid.uuid5(parent_id, key)
+        try:
+            labelled = {**(labels or {}), "key": key}
+            return self.start_run(
+                pipeline, params=params, labels=labelled, parent=parent_id, run_id=run_id
+            )
+        except RunAlreadyExists:
+            found = self.events(run_id, upto=1)[0]
+            mine = isinstance(found, RunStarted) and (
+                found.parent_run_id,
+                found.labels.get("key"),
+                found.pipeline,
+            ) == (parent_id, key, pipeline.name)
+            if not mine:
+                raise
+            return self.load(run_id)
+
     def load(self, run_id: UUID | str) -> Run:
         """Rebuild a live `Run` from the store alone (after a crash, in another process).
 
@@ -396,7 +446,7 @@ class Engine:
     def _resume_one(self, run_id: UUID) -> Run:
         """`resume` for one run: its unfinished attempt and tasks, in one transaction."""
         run = self.load(run_id)
-        if run.status is not None:
+        if run.machine.status is not None:
             return run
         with run.batch():
             _interrupted(run)

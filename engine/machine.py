@@ -25,6 +25,7 @@ from engine.errors import (
 )
 from engine.pipeline import Pipeline
 from events import (
+    DECIDED,
     Event,
     RunFinished,
     RunStarted,
@@ -195,6 +196,8 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
         raise InvalidTransition(
             state.state, event.outcome, pipeline.allowed(state.state), event.stage
         )
+    if event.attempt == DECIDED and type(event) is StageCompleted:
+        return _decided(state, event, dest)
     _check_attempt(state, event.stage, event.attempt)
     return _stamp(
         state,
@@ -205,6 +208,18 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
         open_attempt=None,
         opened_at=None,
     )
+
+
+def _decided(state: RunState, event: StageCompleted, dest: str) -> RunState:
+    """An outcome no attempt produced (a routed verdict): it moves the machine, no attempt."""
+    if state.open_attempt is not None:
+        raise AttemptError(
+            state.run_id,
+            event.stage,
+            f"attempt {state.open_attempt} of {event.stage!r} is open; a decided outcome "
+            "(attempt 0) is recorded between attempts",
+        )
+    return _stamp(state, event, state=dest, stack=state.stack.push(state.state))
 
 
 def _rolled_back(pipeline: Pipeline, state: RunState, event: StateRolledBack) -> RunState:

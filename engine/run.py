@@ -27,6 +27,7 @@ from events import (
     NoteAdded,
     ProgressObserved,
     RunFinished,
+    RunStarted,
     StageCompleted,
     StageFailed,
     StageStarted,
@@ -38,6 +39,9 @@ from events import (
 )
 
 E = TypeVar("E", bound=Event)
+RUNNING = "running"
+"""`Run.status` of a run that has not finished."""
+_UNREAD: Any = object()
 
 
 class Run:
@@ -47,6 +51,7 @@ class Run:
         self, store: Store, pipeline: Pipeline, state: RunState, *, begun: Sequence[Event] = ()
     ) -> None:
         self.pipeline = pipeline
+        self._params: Any = _UNREAD
         self._work = UnitOfWork(store, state)
         self._work.begun = tuple(begun)
 
@@ -66,9 +71,21 @@ class Run:
         return self._work.state.version
 
     @property
-    def status(self) -> str | None:
-        """The status the run finished with, or None while it is running."""
-        return self._work.state.status
+    def status(self) -> str:
+        """The status the run finished with, or ``"running"`` while it runs.
+
+        The same word `Engine.runs(status="running")` and ``stagetrail runs`` use.
+        """
+        return self._work.state.status or RUNNING
+
+    @property
+    def params(self) -> JSON:
+        """The run's `params`, as its `RunStarted` holds them (read once, then kept)."""
+        if self._params is _UNREAD:
+            begun = self._work.begun
+            first = begun[0] if begun else self._work.store.read(self.id, lte=1)[0]
+            self._params = first.params if isinstance(first, RunStarted) else None
+        return self._params
 
     @property
     def tasks(self) -> Mapping[str, str]:
@@ -86,8 +103,8 @@ class Run:
         """The full machine state (a frozen value)."""
         return self._work.state
 
-    def stage_started(self, stage: str) -> StageStarted:
-        """Record that an attempt of the current stage began."""
+    def stage_started(self, stage: str, *, timeout: float | None = None) -> StageStarted:
+        """Record that an attempt of the current stage began (`timeout`: seconds it may take)."""
         work = self._work
         head, pending = work.state, work.pending
         return self._append(
@@ -98,6 +115,7 @@ class Run:
                 stage=stage,
                 attempt=head.next_attempt(stage),
                 committed_with=pending[0].originator_version if pending else None,
+                timeout=timeout,
             )
         )
 
@@ -291,7 +309,7 @@ class Run:
         return 0.0 if opened is None else max(0.0, (self._work.clock() - opened).total_seconds())
 
     def __repr__(self) -> str:
-        status = self._work.state.status or "running"
+        status = self.status
         return (
             f"Run({self.id}, pipeline={self.pipeline.name!r}, state={self.state!r}, "
             f"version={self.version}, {status})"

@@ -26,6 +26,7 @@ from events.run import (
     StateRolledBack,
 )
 from events.stage import (
+    DECIDED,
     INTERRUPTED,
     CircuitClosed,
     CircuitHalfOpened,
@@ -46,6 +47,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitHalfOpened",
     "CircuitOpened",
+    "DECIDED",
     "DEFAULT_MAX_EVENT_BYTES",
     "EVENT_TYPES",
     "Event",

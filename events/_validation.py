@@ -144,6 +144,11 @@ def optional_count(minimum: int = 1) -> Any:
     return checked(_or_none(_at_least(minimum)), None)
 
 
+def optional_seconds() -> Any:
+    """A finite, non-negative float field (seconds), or None."""
+    return checked(_or_none(_seconds), None)
+
+
 def optional_run_id() -> Any:
     """The UUID of another run, or None."""
     return checked(_or_none(_uuid), None)

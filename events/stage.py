@@ -20,30 +20,49 @@ class StageStarted(Event):
     start was written in, when earlier events shared it (a supervisor writes the
     start of the next attempt with the outcome and decision before it), else None:
     an audit sees exactly which records were committed together.
+
+    `timeout` is the seconds the attempt may take (its retry policy's, recorded by
+    the supervisor when the attempt starts), or None: no limit, or not said.
     """
 
-    class_version: ClassVar[int] = 2
+    class_version: ClassVar[int] = 3
 
     stage: str = fields.name()
     attempt: int = fields.count(minimum=1)
     committed_with: int | None = fields.optional_count()
+    timeout: float | None = fields.optional_seconds()
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         """Version 1 was always written in a transaction of its own, or nobody recorded it."""
         state["committed_with"] = None
 
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        """Version 2 did not say what timeout the attempt ran under."""
+        state["timeout"] = None
+
 
 @attrs.frozen(kw_only=True)
 class StageCompleted(Event):
-    """An attempt of a stage ended with a result; `outcome` moves the machine."""
+    """An attempt of a stage ended with a result; `outcome` moves the machine.
+
+    `attempt` 0 marks an outcome no attempt produced: a verdict the supervisor
+    routed through the table (a ``stuck``, ``partial`` or ``over_budget`` row) while
+    the stage did not run. It moves the machine and goes on the stack (so a
+    rollback undoes it), but it is no result, attempt or step of the stage
+    (`DECIDED`).
+    """
 
     stage: str = fields.name()
-    attempt: int = fields.count(minimum=1)
+    attempt: int = fields.count(minimum=0)
     outcome: str = fields.name(default="completed")
     result: JSON = fields.json_value()
     duration: float = fields.seconds()
 
+
+DECIDED = 0
+"""`StageCompleted.attempt` of an outcome the supervisor decided without running the stage."""
 
 INTERRUPTED = "Interrupted"
 """The `error_type` recorded for an attempt (or task) a crash cut short (`Engine.resume`)."""

@@ -91,8 +91,8 @@ class FailurePatterns(Projection[Failures]):
 
     @on(StageCompleted)
     def completed(self, state: Failures, event: StageCompleted) -> Failures:
-        """End the stage's streak of failures."""
-        if not state.streaks.get(event.stage):
+        """End the stage's streak of failures (a routed verdict does not: the stage did not run)."""
+        if not event.attempt or not state.streaks.get(event.stage):
             return state
         return evolve(state, streaks={**state.streaks, event.stage: 0})
 

@@ -147,7 +147,9 @@ class ProgressState(Projection[Progress]):
 
     @on(StageCompleted, StageFailed)
     def step(self, state: Progress, event: StageCompleted | StageFailed) -> Progress:
-        """Count a stage outcome as a step."""
+        """Count a stage outcome as a step (not a routed verdict: no stage ran)."""
+        if not event.attempt:
+            return state
         return Progress(  # not attrs.evolve: this runs for every outcome a supervisor records
             state.total_steps + 1,
             state.last_progress_step,

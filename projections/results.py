@@ -68,7 +68,9 @@ class StageResults(Projection[Results]):
 
     @on(StageCompleted)
     def completed(self, state: Results, event: StageCompleted) -> Results:
-        """Append a completed attempt to the stage's list."""
+        """Append a completed attempt to the stage's list (a routed verdict is none)."""
+        if not event.attempt:
+            return state
         return _append(state, event.stage, _attempt(event, event.result, None, None))
 
     @on(StageFailed)
@@ -172,7 +174,9 @@ class RetryCounts(Projection[Retries]):
 
     @on(StageCompleted)
     def completed(self, state: Retries, event: StageCompleted) -> Retries:
-        """Close the stage's attempt (counting one if it was not started)."""
+        """Close the stage's attempt (counting one if it was not started); not a verdict's."""
+        if not event.attempt:
+            return state
         return state.end(event.stage, failed=False)
 
     @on(StageFailed)

@@ -114,7 +114,7 @@ class RunIndex(Projection["RunSummary | None"]):
             event,
             state=dest,
             states=summary.states.push(summary.state),
-            attempts=summary.attempts + 1,
+            attempts=summary.attempts + (event.attempt > 0),  # a routed verdict is no attempt
             failures=summary.failures + isinstance(event, StageFailed),
         )
 

@@ -67,9 +67,12 @@ class Stack:
         return self.initial if top is None else top.state
 
     def latest_result(self, stage: str) -> JSON:
-        """The result of the newest successful frame of `stage` still on the stack, or None."""
+        """The result of the newest successful frame of `stage` still on the stack, or None.
+
+        A routed verdict's frame (attempt 0: the stage did not run) is no result of it.
+        """
         for frame in self.frame_list.newest_first():
-            if frame.stage == stage and not frame.failed:
+            if frame.stage == stage and not frame.failed and frame.attempt:
                 return frame.result
         return None
 
@@ -77,7 +80,7 @@ class Stack:
         """Each stage with a successful frame on the stack → its newest result."""
         results: dict[str, JSON] = {}
         for frame in self.frame_list.newest_first():
-            if not frame.failed:
+            if not frame.failed and frame.attempt:
                 results.setdefault(frame.stage, frame.result)
         return results
 

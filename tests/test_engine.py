@@ -24,7 +24,7 @@ class TestStartRun:
         assert first.pipeline == "code-review"
         assert Pipeline.from_dict(first.table) == REVIEW
         assert (first.params, first.labels) == ({"card": "C-42"}, {"team": "core"})
-        assert (run.state, run.version, run.status) == ("project_analysis", 1, None)
+        assert (run.state, run.version, run.status) == ("project_analysis", 1, "running")
 
     def test_parent_run_is_linked(self, engine: Engine) -> None:
         """A child run records its parent's id, given a Run or a UUID."""
@@ -209,7 +209,7 @@ class TestFork:
         origin.finish("cancelled")
         with pytest.raises(InvalidFork, match="RunFinished"):
             engine.fork(origin.id, at=5)
-        assert engine.fork(origin.id, at=4).status is None
+        assert engine.fork(origin.id, at=4).status == "running"
 
     def test_a_fork_of_a_child_leaves_the_parents_tree(self, engine: Engine) -> None:
         """A fork has no parent run, so tree totals do not count its copies twice."""

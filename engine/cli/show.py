@@ -66,6 +66,8 @@ def is_decision(event: Event) -> bool:
     """Whether `event` records a decision (a decision event, or a supervisor's note)."""
     if isinstance(event, NoteAdded):
         return event.key in DECISION_NOTES
+    if type(event) is StageCompleted and not event.attempt:
+        return True  # an outcome the supervisor decided: a routed verdict
     return isinstance(event, DECISION_EVENTS)
 
 
@@ -105,6 +107,8 @@ def _completed(event: StageCompleted) -> str:
         result = "wrote " + ", ".join(str(write[1]) for write in carried["writes"])
     else:
         result = "" if event.result is None else compact(event.result, 50)
+    if not event.attempt:  # a verdict the supervisor routed: the stage did not run
+        return f"routed, not run: {result}".strip()
     return f"{result} in {seconds(event.duration)}".strip()
 
 
@@ -246,7 +250,7 @@ class _Columns:
             clock(event.timestamp),
             type(event).__name__,
             clean(str(getattr(event, "stage", "")), one_line=True),
-            "" if attempt is None else str(attempt),
+            "" if attempt is None else str(attempt) if attempt else "-",
             clean(str(getattr(event, "outcome", "")), one_line=True),
             detail(event),
         )

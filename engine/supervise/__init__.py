@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from engine.supervise.breaker import Circuit, CircuitStates
 from engine.supervise.context import StageContext
-from engine.supervise.outcome import Outcome, Spent
+from engine.supervise.outcome import Outcome, Rollback, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
 from engine.supervise.supervisor import FINISHED, Supervisor
@@ -25,6 +25,7 @@ __all__ = [
     "Outcome",
     "ProgressPolicy",
     "RetryPolicy",
+    "Rollback",
     "RunReader",
     "SpendingLimit",
     "Spent",

@@ -84,6 +84,8 @@ class CircuitStates(Projection[Circuits]):
         and an interrupted trial (`engine.resume`) re-opens it.
         """
         failed = type(event) is StageFailed
+        if not event.attempt:  # a routed verdict: no call was made
+            return state
         circuit = state.get(event.stage, _CLOSED)
         if circuit.status != "half_open":
             return {**state, event.stage: circuit.outcome(failed)}

@@ -65,8 +65,30 @@ class PolicyAnswer:
     run: Run
     stage: str
 
+    def ask(self, context: StageContext) -> Any:
+        """Call the policy function (the caller's code) with the stage's context."""
+        return self.choose(context)
 
-Question: TypeAlias = RunHistory | TreeSpending | PipelineCircuits | PolicyAnswer
+
+@attrs.frozen
+class GiveUpAnswer:
+    """What the supervisor's `on_give_up` hook answers to a stage that gave up in `drive`:
+    a `Rollback`, or None to finish the run ``failed``."""
+
+    hook: Callable[[StageContext, Any], Any]
+    run: Run
+    stage: str
+    gave_up: Exception
+
+    def ask(self, context: StageContext) -> Any:
+        """Call the hook (the caller's code) with the stage's context."""
+        return self.hook(context, self.gave_up)
+
+
+CallerQuestion: TypeAlias = "PolicyAnswer | GiveUpAnswer"
+"""A question the caller's code answers, given a `StageContext` (the drivers ask it)."""
+
+Question: TypeAlias = RunHistory | TreeSpending | PipelineCircuits | PolicyAnswer | GiveUpAnswer
 """What a `Read` may ask."""
 
 

@@ -6,7 +6,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.supervise.reader import RunReader
-from events import RunStarted
 from projections import (
     FailurePatterns,
     ProgressState,
@@ -47,9 +46,8 @@ class StageContext:
 
     @property
     def params(self) -> Any:
-        """The run's `params` (from its `RunStarted`)."""
-        first = self.engine.events(self.run.id, upto=1)[0]
-        return first.params if isinstance(first, RunStarted) else None
+        """The run's `params` (from its `RunStarted`): `Run.params`."""
+        return self.run.params
 
     @cached_property
     def stack(self) -> Stack:
@@ -80,6 +78,14 @@ class StageContext:
     def tasks(self) -> Tasks:
         """The run's tasks (and those of its child runs)."""
         return self.engine.project(self.run.id, TaskTable, tree=True)
+
+    def project(self, projection: Projection[S] | type[Projection[S]], *, tree: bool = False) -> S:
+        """Any projection of this run (yours or a built-in), folded now: `Engine.project`.
+
+        What the stage recorded so far is included: the supervisor commits before it
+        calls the stage function, and what the function records is written at once.
+        """
+        return self.engine.project(self.run.id, projection, tree=tree)
 
     def _project(self, projection: type[Projection[S]]) -> S:
         return self.engine.project(self.run.id, projection)

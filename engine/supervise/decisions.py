@@ -34,6 +34,7 @@ from engine.supervise.commands import (
     Call,
     Command,
     Ended,
+    GiveUpAnswer,
     Pause,
     PipelineCircuits,
     PolicyAnswer,
@@ -45,12 +46,13 @@ from engine.supervise.commands import (
 )
 from engine.supervise.context import StageContext
 from engine.supervise.guards import CLOSED, BreakerGuard, progress_stop
-from engine.supervise.outcome import Outcome, Spent
+from engine.supervise.outcome import Outcome, Rollback, Spent
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.streaks import counts, routes_elsewhere
 from engine.supervise.verdict import VERDICT_NOTE
 from engine.supervise.watch import RunWatch, WatchPlan
 from events import (
+    DECIDED,
     JSON,
     BudgetSpent,
     CircuitClosed,
@@ -61,6 +63,7 @@ from events import (
     StageCompleted,
     StageFailed,
     StageStarted,
+    StateRolledBack,
     TaskAdded,
     TaskCompleted,
     TaskFailed,
@@ -73,6 +76,10 @@ MAX_WATCHES = 1024
 
 VERDICT_OUTCOMES = {"aborted_stuck": "stuck", "done_partial": "partial"}
 """The outcome a table row names to route a progress verdict to a handler stage."""
+BUDGET_OUTCOME = "over_budget"
+"""The outcome a table row names to route a spending limit's stop to a handler stage."""
+GiveUpHook: TypeAlias = "Callable[[StageContext, StageGaveUp], Rollback | None]"
+"""`on_give_up`: given a stage that gave up in `drive`, a `Rollback`, or None to finish failed."""
 
 Watching: TypeAlias = Generator[Command, Any, RunWatch]
 """A sub-generator that answers with the run's watch."""
@@ -117,6 +124,7 @@ class Decisions:
         breaker: CircuitBreaker | None,
         progress: ProgressPolicy | None,
         spending: SpendingLimit | None = None,
+        on_give_up: GiveUpHook | None = None,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
@@ -126,6 +134,7 @@ class Decisions:
         self.guard = None if breaker is None else BreakerGuard(breaker, clock)
         self.progress = progress
         self.spending = spending
+        self.on_give_up = on_give_up
         self.rng = rng
         self._watches: dict[UUID, RunWatch] = {}
         self._units: dict[UUID, UnitOfWork] = {}
@@ -168,9 +177,8 @@ class Decisions:
         watch = self._following(run) or (yield from self.watched(run))
         _check_current(run, stage)
         while True:
-            if self.spending is not None:
+            if (self.spending is not None or self.progress is not None) and not watch.exempt(stage):
                 yield from self._check_spending(run, watch, stage)
-            if self.progress is not None:
                 yield from self._check_progress(run, watch, stage)
             circuit = None if self.guard is None else (yield from self._admit(run, stage, watch))
             attempt = self._chosen(run, stage, stage, circuit) or (
@@ -184,10 +192,13 @@ class Decisions:
                 if run.machine.open_attempt is None and _every_failure_recordable(
                     run, attempt.policy
                 ):
-                    yield Record(((StageStarted, {"stage": stage}),))
+                    started = {"stage": stage, "timeout": attempt.policy.timeout}
+                    yield Record(((StageStarted, started),))
             ended = yield Call(attempt.policy.timeout)
             # The function may have recorded events: the watch follows them, or is read again.
             watch = self._following(run) or (yield from self.watched(run))
+            if run.machine.status is not None or isinstance(ended.error, RunStopped):
+                yield from self._stopped_inside(run, watch, stage, ended)
             if ended.error is None:
                 return (yield from self._completed(run, attempt, ended))
             delay = yield from self._failed(run, attempt, ended, watch)
@@ -205,7 +216,7 @@ class Decisions:
             yield Record(((TaskAdded, {"task_id": task_id, "parent_id": None, "title": ""}),))
         key = f"task:{task_id}"
         while True:
-            yield from self._check_spending(run, watch, key)
+            yield from self._check_spending(run, watch, key, route=False)
             attempt = yield from self._attempt(run, task_id, run.state, None, key)
             task = watch.task(run.id, task_id)
             failures = (
@@ -223,6 +234,31 @@ class Decisions:
                 return (yield from self._task_completed(task_id, ended.value))
             yield Pause((yield from self._task_failed(run, task_id, ended, attempt, watch)))
 
+    def driven(self, run: Run, stage: str) -> Step:
+        """`stage` as `drive` and `step` run it: a give-up is answered by the `on_give_up`
+        hook (a `Rollback` goes on from the state it leaves), else it finishes the run
+        ``failed`` and is raised."""
+        try:
+            return (yield from self.stage(run, stage))
+        except StageGaveUp as gave_up:
+            if self.on_give_up is not None and run.machine.status is None:
+                answer = yield Read(GiveUpAnswer(self.on_give_up, run, stage, gave_up))
+                if isinstance(answer, Rollback):
+                    undo = {"steps": answer.steps, "reason": answer.reason}
+                    yield Record(((StateRolledBack, undo),))
+                    return Attempted(routed=True)
+                if answer is not None:
+                    raise TypeError(
+                        f"on_give_up {_name(self.on_give_up)} returned {type(answer).__name__}, "
+                        "not a Rollback or None"
+                    ) from gave_up
+            if run.machine.status is None:
+                yield Record(
+                    ((RunFinished, {"status": "failed", "reason": _gave_up_reason(gave_up)}),)
+                )
+            self.forget(run)
+            raise
+
     def forget(self, run: Run) -> None:
         """Drop the watch of a run that finished."""
         self._detach(run.id)
@@ -233,6 +269,7 @@ class Decisions:
         if known is None or known[0] is not pipeline:  # an id is unique while its object lives
             plan = WatchPlan(
                 pipeline,
+                verdicts=self.spending is not None,
                 progress=self.progress is not None,
                 circuits=self.breaker is not None,
                 forget_rolled_back=self.breaker is not None and self.breaker.forget_rolled_back,
@@ -361,7 +398,7 @@ class Decisions:
                 "error": error,
                 "outcome": outcome,
                 "error_type": "Timeout" if isinstance(error, AttemptTimeout) else None,
-                "retryable": policy.retryable(error),
+                "retryable": policy.retryable(error) and not isinstance(error, RunStopped),
                 "duration": ended.duration,
                 "details": getattr(error, "details", None),
             },
@@ -495,9 +532,13 @@ class Decisions:
         return StageGaveUp(run.id, stage, streak, moved, error_type, error, cause)
 
     def _check_spending(
-        self, run: Run, watch: RunWatch, stage: str
+        self, run: Run, watch: RunWatch, stage: str, route: bool = True
     ) -> Generator[Command, Any, None]:
-        """Finish the run ``failed`` instead of another attempt once it spent its limit."""
+        """Stop the run once it spent its limit: route the stop to a handler, or finish ``failed``.
+
+        A table row with the outcome ``over_budget`` from the current state sends the
+        stop there (`_stop`); without one, or inside an attempt, the run finishes.
+        """
         limit = self.spending
         if limit is None:
             return
@@ -516,21 +557,17 @@ class Decisions:
             **limit.to_json(),
             "stage": stage,
         }
-        yield Record(((RunFinished, {"status": "failed", "reason": reason}),))
-        self.forget(run)
-        raise RunStopped(run.id, "failed", reason)
+        yield from self._stop(
+            run, watch, stage, "failed", reason, BUDGET_OUTCOME if route else None
+        )
 
     def _check_progress(
         self, run: Run, watch: RunWatch, stage: str
     ) -> Generator[Command, Any, None]:
         """Stop a stuck (or partial) run: route the verdict to its handler stage, or finish it.
 
-        A table with a ``stuck`` (``partial``) row from the current state sends the
-        verdict there, recorded as a decision with the outcome that moves the run; the
-        handler stage then runs, and reaching a final state finishes the run with the
-        verdict's status. Without such a row the run is finished at once. A verdict is
-        routed once: after it only `max_steps` still applies, and it finishes the run,
-        so a handler that sends the run back into its loop cannot loop for ever.
+        After a verdict was routed, only `max_steps` still applies, so a handler that
+        sends the run back into its loop cannot loop for ever.
         """
         if self.progress is None:
             return
@@ -542,21 +579,77 @@ class Decisions:
         if stop is None:
             return
         status, reason = stop
-        outcome = VERDICT_OUTCOMES[status]
-        if not handled and outcome in run.pipeline.allowed(run.state):
-            verdict = (
-                NoteAdded,
-                {"key": VERDICT_NOTE, "value": {"status": status, "reason": reason}},
-            )
+        yield from self._stop(run, watch, stage, status, reason, VERDICT_OUTCOMES[status])
+
+    def _stop(
+        self,
+        run: Run,
+        watch: RunWatch,
+        stage: str,
+        status: str,
+        reason: dict[str, JSON],
+        outcome: str | None,
+    ) -> Generator[Command, Any, None]:
+        """Route a stop to the handler stage the table names for `outcome`, or finish the run.
+
+        A first stop with a row for `outcome` from the current state is recorded as
+        a decision (a ``progress_verdict`` note) and, in the same transaction, an
+        outcome no attempt produced (``attempt`` 0: not a result or step of `stage`,
+        which did not run); the handler then runs whatever the stop rules say, until
+        it completes. A stop after a routed verdict finishes the run with the first
+        verdict's status and reason (the later stop is added as ``then``).
+        """
+        verdict = watch.verdict
+        if verdict is None and outcome is not None and _has_row(run, outcome):
+            handler = run.pipeline.next_state(run.state, outcome)
+            value = {"status": status, "reason": reason, "handler": handler, "outcome": outcome}
+            noted = (NoteAdded, {"key": VERDICT_NOTE, "value": value})
             routed = (
                 StageCompleted,
-                {"stage": stage, "result": reason, "outcome": outcome, "duration": 0.0},
+                {"stage": stage, "attempt": DECIDED, "result": reason, "outcome": outcome},
             )
-            yield Record((verdict, routed), together=True)  # the verdict and its outcome: together
+            yield Record((noted, routed), together=True)  # the verdict and its outcome: together
             raise RunStopped(run.id, status, reason, routed_to=run.state)
+        if verdict is not None and isinstance(verdict.get("reason"), dict):
+            first: Any = verdict["reason"]
+            status, reason = str(verdict["status"]), {**first, "then": reason["detected"]}
         yield Record(((RunFinished, {"status": status, "reason": reason}),))
         self.forget(run)
         raise RunStopped(run.id, status, reason)
+
+    def _stopped_inside(
+        self, run: Run, watch: RunWatch, stage: str, ended: Ended
+    ) -> Generator[Command, Any, None]:
+        """A stop met inside the stage function: the run's, or one its limit shares.
+
+        The run finished during the call (a task over its spending limit, say):
+        `RunStopped` with how it finished, and no failure recorded. A stop of another
+        run (a child over the tree's limit) stops this run too when its own limit is
+        spent; otherwise it is recorded as a failure that is not retried.
+        """
+        ending = watch.ending
+        if run.machine.status is not None and ending is not None:
+            reason: Any = ending["reason"]
+            reason = reason if isinstance(reason, dict) else {"detected": reason}
+            self.forget(run)
+            raise RunStopped(run.id, str(ending["status"]), reason) from ended.error
+        if run.machine.status is not None:
+            self.forget(run)
+            raise RunStopped(run.id, run.status, {"detected": "the run was finished"})
+        yield from self._check_spending(run, watch, stage, route=False)
+
+
+def _gave_up_reason(gave_up: StageGaveUp) -> dict[str, JSON]:
+    """The reason `drive` finishes a run whose stage gave up with."""
+    return {
+        "rule": "gave_up",
+        "cause": gave_up.cause,
+        "stage": gave_up.stage,
+        "attempts": gave_up.attempts,
+        "detected": gave_up.reason,
+        "error_type": gave_up.error_type,
+        "error": gave_up.error,
+    }
 
 
 def _task_streak(failures: int, interruptions: int, attempt: Attempt) -> int:
@@ -565,7 +658,13 @@ def _task_streak(failures: int, interruptions: int, attempt: Attempt) -> int:
 
 
 def _exhausted(policy: RetryPolicy, error: Exception, streak: int) -> tuple[str, str] | None:
-    """Why no retry follows this failure (cause, reason), or None when one may."""
+    """Why no retry follows this failure (cause, reason), or None when one may.
+
+    A `RunStopped` out of the stage function (a run it drove was stopped by a policy)
+    is never retried: trying again would meet the same stop.
+    """
+    if isinstance(error, RunStopped):
+        return "not_retryable", f"{error}: a stopped run is not retried"
     if not policy.retryable(error):
         return "not_retryable", f"{_kind(error)[0]} is not retried by the policy"
     spent = _over_budget(policy, streak)
@@ -604,7 +703,7 @@ def _has_row(run: Run, outcome: str) -> bool:
 
 
 def _check_current(run: Run, stage: str) -> None:
-    if run.status is not None:
+    if run.machine.status is not None:
         raise RunAlreadyFinished(run.id, run.status)
     if stage != run.state:
         raise AttemptError(

@@ -1,4 +1,4 @@
-"""What a stage or task function may return to the supervisor besides a plain result."""
+"""What a stage, task or give-up function may return to the supervisor besides a plain result."""
 
 from __future__ import annotations
 
@@ -14,6 +14,18 @@ class Outcome:
 
     outcome: str = attrs.field(validator=check.name)
     result: JSON = None
+
+
+@attrs.frozen
+class Rollback:
+    """What an `on_give_up` hook returns to undo outcomes instead of finishing the run ``failed``.
+
+    ``Rollback(1, "round 3 broke the conversation")`` records a `StateRolledBack` of
+    `steps` outcomes, and `drive` (or `step`) goes on from the state it leaves.
+    """
+
+    steps: int = attrs.field(default=1, validator=check.count)
+    reason: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
 
 
 @attrs.frozen

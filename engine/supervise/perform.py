@@ -45,7 +45,7 @@ def record(run: Run, command: Record) -> None:
 def _record_each(run: Run, command: Record) -> None:
     for kind, payload in command.events:
         method = _METHODS.get(kind)
-        if method is None:
+        if method is None or "attempt" in payload:  # a decided outcome names its attempt (0)
             run.record(kind, **payload)
         else:
             method(run, **payload)

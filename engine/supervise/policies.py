@@ -18,6 +18,9 @@ from engine.supervise import validators as check
 from engine.supervise.breaker import Circuit
 from events import JSON
 
+DEFAULT_MAX_DELAY = 60.0
+"""The cap of a retry's delay when `RetryPolicy` is not given one and its `delay` is shorter."""
+
 
 def _failure_outcomes(value: object) -> tuple[tuple[type[BaseException], str], ...]:
     """`{ExceptionType: "outcome"}` as pairs, checked: classes to non-empty outcome names."""
@@ -49,7 +52,8 @@ class RetryPolicy:
             its last completion count, so the budget survives a restart).
         delay: seconds before the first retry.
         backoff: multiplier of the delay for each further retry.
-        max_delay: the delay never exceeds this.
+        max_delay: the delay never exceeds this (default 60 s, or `delay` when that is
+            longer: ``RetryPolicy(delay=180, backoff=1.5)`` waits 180 s every time).
         jitter: a random share (0-1) added or taken off each delay.
         timeout: seconds an attempt may take; a late attempt fails as ``"Timeout"``.
         retry_on: exception types that may be retried.
@@ -70,14 +74,17 @@ class RetryPolicy:
             spending the budget (default True: a rolled-back round is undone).
 
     Raises:
-        ValueError: a field out of range, or a `delay` above `max_delay` (every
-            delay would be cut to `max_delay`: raise it, or lower `delay`).
+        ValueError: a field out of range, or a `delay` above a `max_delay` you gave
+            (every delay would be cut to `max_delay`: raise it, or lower `delay`).
     """
 
     max_retries: int = attrs.field(default=3, validator=check.count)
     delay: float = attrs.field(default=1.0, validator=check.non_negative)
     backoff: float = attrs.field(default=2.0, validator=check.at_least_one)
-    max_delay: float = attrs.field(default=60.0, validator=check.non_negative)
+    max_delay: float = attrs.field(
+        default=attrs.Factory(lambda policy: max(DEFAULT_MAX_DELAY, policy.delay), takes_self=True),
+        validator=check.non_negative,
+    )
     jitter: float = attrs.field(default=0.0, validator=check.fraction)
     timeout: float | None = attrs.field(default=None, validator=check.timeout)
     retry_on: tuple[type[BaseException], ...] = attrs.field(

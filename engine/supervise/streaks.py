@@ -115,6 +115,11 @@ class Streaks:
             live, rolled_back, self.run_live, self.run_rolled_back, self.stack.push(entry)
         )
 
+    def passed(self, version: int) -> Streaks:
+        """The streaks after an outcome that counts nothing (a routed verdict), on the stack."""
+        entry: Entry = ("", None, _NOTHING, version)
+        return attrs.evolve(self, stack=self.stack.push(entry))
+
     def failed(self, stage: str, kind: Kind, version: int) -> Streaks:
         """The streaks after a failure of `stage` of `kind` (recorded at `version`)."""
         index = _index(kind)
@@ -138,6 +143,8 @@ class Streaks:
         return state
 
     def _undo(self, stage: str, kind: Kind | None, reset: Reset, version: int) -> Streaks:
+        if not stage:  # an outcome that counted nothing
+            return self
         if kind is None:  # a completion: the stage's counts before it are back
             live, rolled_back = reset
             # Failures after the completion were undone first: they join the ones before it.
@@ -175,7 +182,12 @@ class RetryStreaks(Projection[Streaks]):
 
     @on(StageCompleted)
     def completed(self, state: Streaks, event: StageCompleted) -> Streaks:
-        """A completion resets its stage's counts (kept on the stack for a rollback)."""
+        """A completion resets its stage's counts (kept on the stack for a rollback).
+
+        A routed verdict (attempt 0) resets nothing, but takes its place on the stack.
+        """
+        if not event.attempt:
+            return state.passed(event.version)
         return state.completed(event.stage, event.version)
 
     @on(StageFailed)

@@ -8,6 +8,7 @@ module's drivers perform what it yields: record, read, call, await and sleep.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import random
 import threading
@@ -25,6 +26,7 @@ from engine.supervise.commands import (
     Call,
     Command,
     Ended,
+    GiveUpAnswer,
     Pause,
     PolicyAnswer,
     Read,
@@ -33,7 +35,7 @@ from engine.supervise.commands import (
     Step,
 )
 from engine.supervise.context import StageContext
-from engine.supervise.decisions import Decisions, PolicyChoice
+from engine.supervise.decisions import Decisions, GiveUpHook, PolicyChoice
 from engine.supervise.perform import Reader, held_history, record
 from engine.supervise.policies import CircuitBreaker, ProgressPolicy, RetryPolicy, SpendingLimit
 from engine.supervise.reader import RunReader
@@ -57,7 +59,12 @@ class Supervisor:
         progress: a `ProgressPolicy` evaluated before each attempt (default: none).
         budget: a `SpendingLimit`: once the run's `BudgetSpent` in its unit reach the
             limit, the next attempt (stage or task) is refused and the run finishes
-            ``failed`` with a ``budget`` reason (default: none).
+            ``failed`` with a ``budget`` reason, or goes to the handler stage of the
+            table's ``over_budget`` row (default: none).
+        on_give_up: in `drive` and `step`, a function given the `StageContext` and the
+            `StageGaveUp` of a stage that gave up: it returns a `Rollback` to undo
+            outcomes and go on from the state they leave, or None to finish the run
+            ``failed`` (the default, and what happens without a hook).
         group_commits: write what is decided between two calls of your code in one
             transaction (default): an attempt's outcome, its decision and the start of
             the next attempt, or the last outcome and `RunFinished`. Each is durable
@@ -86,6 +93,7 @@ class Supervisor:
         breaker: CircuitBreaker | None = None,
         progress: ProgressPolicy | None = None,
         budget: SpendingLimit | None = None,
+        on_give_up: GiveUpHook | None = None,
         group_commits: bool = True,
         shared_commits: bool = False,
         sleep: Callable[[float], Any] | None = None,
@@ -105,6 +113,7 @@ class Supervisor:
             breaker=breaker,
             progress=progress,
             spending=budget,
+            on_give_up=on_give_up,
             clock=self.clock,
             rng=rng or random.Random(),
         )
@@ -195,7 +204,7 @@ class Supervisor:
         """One move of `drive`: the current state's stage to its outcome, retries included.
 
         For a caller that looks at each outcome before the next (and may roll it
-        back): ``while run.status is None: result = sup.step(run, stages)``. On a
+        back): ``while run.status == "running": result = sup.step(run, stages)``. On a
         final state it finishes the run, as `drive` does.
 
         Returns:
@@ -219,7 +228,7 @@ class Supervisor:
         fn = self._next(run, stages, statuses)
         if fn is None:
             return _FINISHED
-        loop = self.decisions.stage(run, run.state)
+        loop = self.decisions.driven(run, run.state)
         result = None  # stays None when a policy stops the run (`_ending` swallows it)
         with self._ending(run):
             attempted = self._drive_sync(run, loop, self._with_context(run, fn), (), {})
@@ -237,7 +246,7 @@ class Supervisor:
         _check_stages(run, stages)
         with unit_of(run).stamped(self._now), self._holding(run):
             while (fn := self._next(run, stages, statuses)) is not None:
-                loop = self.decisions.stage(run, run.state)
+                loop = self.decisions.driven(run, run.state)
                 with self._ending(run):
                     await self._drive_async(run, loop, self._with_context(run, fn), (), {})
             await self._commit(run)  # the last outcome and RunFinished, off the loop if shared
@@ -255,7 +264,7 @@ class Supervisor:
     def _next(
         self, run: Run, stages: Mapping[str, Callable[..., Any]], statuses: Mapping[str, str] | None
     ) -> Callable[..., Any] | None:
-        if run.status is not None:
+        if run.machine.status is not None:
             return None
         state = run.state
         if run.pipeline.is_final(state):
@@ -323,10 +332,10 @@ class Supervisor:
 
     def _read(self, run: Run, command: Read) -> Any:
         question = command.question
-        if not isinstance(question, PolicyAnswer):
+        if not isinstance(question, PolicyAnswer | GiveUpAnswer):
             return self.reader.answer(question)
         with unit_of(run).calling():  # the caller's code: what the run recorded is stored
-            return question.choose(StageContext(self.engine, question.run, question.stage))
+            return question.ask(StageContext(self.engine, question.run, question.stage))
 
     async def _drive_async(
         self,
@@ -371,12 +380,12 @@ class Supervisor:
         question = command.question
         if isinstance(question, RunHistory) and (held := held_history(question.run)) is not None:
             return held
-        if not isinstance(question, PolicyAnswer):
+        if not isinstance(question, PolicyAnswer | GiveUpAnswer):
             return await asyncio.to_thread(self.reader.answer, question)
         await self._commit(run)
         with unit_of(run).calling():  # the caller's code: what the run recorded is stored
             context = StageContext(self.engine, question.run, question.stage)
-            return await asyncio.to_thread(question.choose, context)
+            return await _awaited(await asyncio.to_thread(question.ask, context))
 
     async def _commit(self, run: Run) -> None:
         """With `shared_commits`, commit what the run recorded through its loop's committer."""
@@ -452,7 +461,13 @@ class Supervisor:
         raise attempted.gave_up
 
     def _since(self, began: float) -> float:
-        return max(0.0, self.clock() - began)
+        """Seconds since `began`, to the microsecond: what an epoch clock can tell.
+
+        A float near 1.7e9 holds about seven decimals, so a difference of two
+        readings carries noise (5.200000047683716 for 5.2); an event's timestamp
+        keeps microseconds, and so does a duration.
+        """
+        return round(max(0.0, self.clock() - began), 6)
 
 
 class _Finished:
@@ -522,12 +537,25 @@ def _checked_policies(policies: Mapping[str, PolicyChoice]) -> dict[str, PolicyC
 
 
 def _check_stages(run: Run, stages: Mapping[str, Callable[..., Any]]) -> None:
-    unknown = sorted(set(stages) - set(run.pipeline.states))
+    """Refuse a function that is not callable, or whose name looks like a misspelt stage.
+
+    A function for a name the table does not have is accepted and never called: an
+    agent offers the functions of all its nodes, and one pipeline uses some of them.
+    Only a name one or two letters off a stage of the table that has no function is
+    refused (it is almost surely that stage, misspelt), before anything is recorded.
+    """
+    pipeline = run.pipeline
+    unknown = set(stages) - set(pipeline.states)
     if unknown:
-        raise InvalidArgument(
-            "stages", f"{', '.join(map(repr, unknown))} not state(s) of pipeline "
-            f"{run.pipeline.name!r} (states: {', '.join(sorted(run.pipeline.states))})"
-        )  # fmt: skip
+        missing = sorted(s for s in set(pipeline.states) - set(stages) if not pipeline.is_final(s))
+        for name in sorted(unknown):
+            close = [m for m in difflib.get_close_matches(name, missing, n=1, cutoff=0.75)
+                     if abs(len(m) - len(name)) <= 1]  # fmt: skip
+            if close:
+                raise InvalidArgument(
+                    "stages", f"{name!r} is not a state of pipeline {pipeline.name!r}; "
+                    f"did you mean {close[0]!r}, which has no function?"
+                )  # fmt: skip
     for stage, fn in stages.items():
         if not callable(fn):
             raise InvalidArgument("stages", f"the function for {stage!r} is not callable")
@@ -536,9 +564,9 @@ def _check_stages(run: Run, stages: Mapping[str, Callable[..., Any]]) -> None:
 class _Ending:
     """The context of `Supervisor._ending` (a class: it wraps every supervised step).
 
-    `StageGaveUp` finishes the run ``failed`` (with the reason the error carries)
-    and is raised on; `RunStopped` ends the block quietly: the progress policy has
-    finished the run already.
+    `StageGaveUp` is raised on (the decisions finished the run ``failed``, unless an
+    `on_give_up` hook rolled it back); `RunStopped` ends the block quietly: a policy
+    finished the run already, or routed it to a handler stage.
     """
 
     __slots__ = ("_run", "_supervisor")
@@ -551,18 +579,9 @@ class _Ending:
 
     def __exit__(self, kind: type[BaseException] | None, error: object, trace: object) -> bool:
         if isinstance(error, StageGaveUp):
-            self._gave_up(error)
+            self._supervisor.decisions.forget(self._run)
             return False
         return isinstance(error, RunStopped)
-
-    def _gave_up(self, gave_up: StageGaveUp) -> None:
-        run = self._run
-        reason = {"rule": "gave_up", "cause": gave_up.cause, "stage": gave_up.stage,
-                  "attempts": gave_up.attempts, "detected": gave_up.reason,
-                  "error_type": gave_up.error_type, "error": gave_up.error}  # fmt: skip
-        if run.status is None:
-            run.finish("failed", reason)
-        self._supervisor.decisions.forget(run)
 
 
 class _GroupCommit:

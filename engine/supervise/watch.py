@@ -16,7 +16,7 @@ from engine.errors import RuleViolation
 from engine.pipeline import Pipeline
 from engine.supervise.breaker import Circuits, CircuitStates, UnrolledCircuits
 from engine.supervise.streaks import RetryStreaks, Streaks
-from engine.supervise.verdict import RoutedVerdict
+from engine.supervise.verdict import Ending, RoutedVerdict
 from events import JSON, Event
 from projections import FailurePatterns, ProgressState, Projection, TaskTable
 from projections.errors import ProjectionError
@@ -30,6 +30,7 @@ _FAILURES = FailurePatterns()
 _TASKS = TaskTable()
 _PROGRESS = ProgressState()
 _VERDICT = RoutedVerdict()
+_ENDING = Ending()
 _CIRCUITS = CircuitStates()
 _UNROLLED = UnrolledCircuits()
 
@@ -47,13 +48,19 @@ class WatchPlan:
     """
 
     def __init__(
-        self, pipeline: Pipeline, progress: bool, circuits: bool, forget_rolled_back: bool
+        self,
+        pipeline: Pipeline,
+        progress: bool,
+        circuits: bool,
+        forget_rolled_back: bool,
+        verdicts: bool = False,
     ) -> None:
         self.streaks = RetryStreaks(pipeline)
         self.plain = _CIRCUITS if circuits and not forget_rolled_back else None
         self.unrolled = _UNROLLED if circuits and forget_rolled_back else None
-        chosen: list[Projection[Any]] = [self.streaks, _FAILURES, _TASKS]
-        chosen += [_PROGRESS, _VERDICT] if progress else []
+        chosen: list[Projection[Any]] = [self.streaks, _FAILURES, _TASKS, _ENDING]
+        chosen += [_PROGRESS] if progress else []
+        chosen += [_VERDICT] if progress or verdicts else []
         chosen += [p for p in (self.plain, self.unrolled) if p is not None]
         self.projections = tuple(chosen)
         self.routes: dict[type[Event], Route] = {}
@@ -132,6 +139,19 @@ class RunWatch:
     def verdict(self) -> dict[str, JSON] | None:
         """The progress verdict routed to a handler stage (status, reason), once there is one."""
         return self.state(_VERDICT) if _VERDICT in self._states else None
+
+    @property
+    def ending(self) -> dict[str, JSON] | None:
+        """How the run finished (status, reason), or None while it runs."""
+        return self.state(_ENDING)
+
+    def exempt(self, state: str) -> bool:
+        """Whether an attempt in `state` runs whatever the stop rules say: the handler a
+        verdict was routed to, until a stage function completed there."""
+        verdict = self.verdict
+        return (
+            verdict is not None and verdict.get("handler") == state and not verdict.get("handled")
+        )
 
     @property
     def circuits(self) -> Circuits:

@@ -12,6 +12,7 @@ import pytest
 
 import events
 from events import (
+    DECIDED,
     EVENT_TYPES,
     BudgetSpent,
     Event,
@@ -141,6 +142,7 @@ class TestVocabulary:
             "stage": "build",
             "attempt": 2,
             "committed_with": None,
+            "timeout": None,
         }
 
 
@@ -317,7 +319,30 @@ class TestUpcasting:
         state = {"timestamp": WHEN.isoformat(), "stage": "build", "attempt": 3}
         event = decode(StageStarted.topic, state, RUN, 4)
         assert isinstance(event, StageStarted)
-        assert (event.attempt, event.committed_with) == (3, None)
+        assert (event.attempt, event.committed_with, event.timeout) == (3, None, None)
+
+    def test_version_2_stage_started_had_no_timeout(self) -> None:
+        """A version-2 StageStarted state decodes with timeout None (not said)."""
+        state = {"timestamp": WHEN.isoformat(), "stage": "build", "attempt": 3,
+                 "committed_with": 2, "class_version": 2}  # fmt: skip
+        event = decode(StageStarted.topic, state, RUN, 4)
+        assert isinstance(event, StageStarted)
+        assert (event.committed_with, event.timeout) == (2, None)
+
+    @pytest.mark.parametrize("bad", [-1.0, float("inf"), "30"])
+    def test_a_timeout_is_seconds_or_none(self, bad: object) -> None:
+        """StageStarted.timeout refuses a negative, infinite or non-number value, naming it."""
+        with pytest.raises((InvalidEvent, InvalidPayload), match="timeout"):
+            StageStarted(run_id=RUN, version=4, stage="build", attempt=1, timeout=bad)  # type: ignore[arg-type]
+
+    def test_a_decided_outcome_has_attempt_0_and_a_failure_never(self) -> None:
+        """StageCompleted takes attempt 0 (a routed verdict); StageFailed still needs 1 or more."""
+        completed = StageCompleted(
+            run_id=RUN, version=4, stage="verifier", attempt=0, outcome="stuck"
+        )
+        assert completed.attempt == DECIDED == 0
+        with pytest.raises(InvalidEvent, match="attempt"):
+            StageFailed(run_id=RUN, version=4, stage="verifier", attempt=0)
 
     @pytest.mark.parametrize(
         ("bad", "error"),

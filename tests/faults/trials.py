@@ -262,7 +262,7 @@ class Checker:
 
     def _resume(self, run_id: UUID, plan: tuple[int, int] | None, events: list[Event]) -> None:
         loaded = self.engine.load(run_id)
-        if loaded.status is not None:
+        if loaded.machine.status is not None:
             return
         open_attempt, active = loaded.machine.open_attempt, loaded.tasks
         active_tasks = sorted(t for t, status in active.items() if status == "active")

@@ -104,11 +104,19 @@ class ToolError(Exception):
 
 
 class TestDelayAndOutcomes:
-    def test_a_delay_above_max_delay_is_refused(self) -> None:
-        """RetryPolicy(delay=180) under the default max_delay=60 is refused, naming both."""
+    def test_a_delay_above_a_given_max_delay_is_refused(self) -> None:
+        """RetryPolicy(delay=180, max_delay=60) is refused, naming both: nothing is cut silently."""
         with pytest.raises(ValueError, match=r"delay=180 is above max_delay=60"):
-            RetryPolicy(delay=180)
+            RetryPolicy(delay=180, max_delay=60)
         assert RetryPolicy(delay=180, max_delay=600).delay_for(1) == 180.0
+
+    def test_the_default_max_delay_grows_to_the_delay(self) -> None:
+        """No max_delay given: a delay over 60 s is its own cap (delay=180, backoff=1.5: 180 s)."""
+        policy = RetryPolicy(delay=180, backoff=1.5)
+        assert policy.max_delay == 180.0
+        assert [policy.delay_for(n) for n in (1, 2, 3)] == [180.0, 180.0, 180.0]
+        assert policy.to_json()["max_delay"] == 180.0
+        assert RetryPolicy(delay=5).max_delay == 60.0
 
     def test_failures_record_failed_unless_mapped(self) -> None:
         """outcome_for gives the first matching type's outcome, else "failed"."""

@@ -246,7 +246,7 @@ class TestStuckHandler:
             for _ in range(10):
                 sup.execute(run, "iterate", looping, context_for(engine, run))
         assert raised.value.routed_to == "stuck_handler"
-        assert run.status is None
+        assert run.status == "running"
         assert run.state == "stuck_handler"
         assert "routed it to 'stuck_handler'" in str(raised.value)
 
@@ -266,7 +266,7 @@ def context_for(engine: Engine, run: Any) -> StageContext:
 
 class TestHandlerLoops:
     def test_a_handler_sending_the_run_back_is_stopped_by_max_steps(self, engine: Engine) -> None:
-        """After a routed verdict only max_steps applies, and it ends the run: no endless loop."""
+        """After a routed verdict only max_steps applies; it ends the run with the first verdict."""
         table = Pipeline(
             "retrying-handler",
             initial="iterate",
@@ -286,6 +286,8 @@ class TestHandlerLoops:
         handler = {"stuck_handler": lambda context: Outcome("retry")}
         sup.drive(run, {"iterate": looping, **handler})
         assert (run.status, run.state) == ("aborted_stuck", "iterate")
-        assert stopped(engine, run)["rule"] == "max_steps"
+        reason = stopped(engine, run)
+        assert reason["rule"] == "same_error"  # the verdict that was routed, not the second stop
+        assert reason["then"].startswith("20 steps taken without finishing (max_steps=20)")
         notes = [e.key for e in of_type(engine, run, "NoteAdded")]  # type: ignore[attr-defined]
         assert notes == ["progress_verdict"]

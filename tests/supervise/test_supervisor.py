@@ -106,7 +106,7 @@ class TestExecute:
         assert note.value["attempts"] == 3  # type: ignore[attr-defined]
         assert note.value["policy"]["max_retries"] == 2  # type: ignore[attr-defined]
         assert len(of_type(engine, run, "RetryScheduled")) == 2
-        assert run.status is None  # execute leaves the run to its caller
+        assert run.status == "running"  # execute leaves the run to its caller
 
     def test_zero_retries_gives_up_at_the_first_failure(
         self, engine: Engine, fake: FakeTime
@@ -337,12 +337,14 @@ class TestDrive:
         with pytest.raises(StageNotDriven, match="stage 'check', which has no function"):
             supervise(engine, fake).drive(run, {"work": lambda c: Outcome("partial")})
         assert run.state == "check"
-        assert run.status is None
+        assert run.status == "running"
 
-    def test_unknown_stage_names_are_refused_up_front(self, engine: Engine, fake: FakeTime) -> None:
-        """A mapping naming a state the pipeline lacks is refused before anything runs."""
+    def test_a_misspelt_stage_name_is_refused_up_front(
+        self, engine: Engine, fake: FakeTime
+    ) -> None:
+        """A name close to a stage without a function is refused before anything runs."""
         run = engine.start_run(LOOP)
-        with pytest.raises(InvalidArgument, match="'wrok' not state"):
+        with pytest.raises(InvalidArgument, match=r"'wrok' is not a state .* did you mean 'work'"):
             supervise(engine, fake).drive(run, {"wrok": lambda c: None})
         assert run.version == 1
 
@@ -574,7 +576,7 @@ class TestStep:
         assert sup.step(run, stages) == {"n": 1}
         assert sup.step(run, stages) == "ok"
         assert run.state == "done"
-        assert run.status is None
+        assert run.status == "running"
         assert sup.step(run, stages) is FINISHED
         assert run.status == "succeeded"
 

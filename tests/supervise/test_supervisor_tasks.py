@@ -161,7 +161,7 @@ class TestSpendingLimit:
         run.spend(5_000, "tokens")
         sup = engine.supervisor(budget=SpendingLimit(limit=1.0))
         assert sup.execute(run, "work", lambda: "done") == "done"
-        assert run.status is None
+        assert run.status == "running"
 
     def test_a_tree_limit_counts_what_the_whole_tree_spent(self, engine: Engine) -> None:
         """scope="tree": spending by the parent and a sibling child stops work in another child."""
@@ -175,7 +175,7 @@ class TestSpendingLimit:
         with pytest.raises(RunStopped) as stopped:
             sup.task(second, "t-3", never)
         assert never.calls["n"] == 0  # type: ignore[attr-defined]
-        assert (second.status, first.status, root.status) == ("failed", None, None)
+        assert (second.status, first.status, root.status) == ("failed", "running", "running")
         assert stopped.value.reason["detected"] == "spent 1 usd by the run's tree of a 1 usd limit"
         assert stopped.value.reason["scope"] == "tree"
 

@@ -18,7 +18,7 @@ def _summary_row(engine: Engine, run: Run) -> list[str]:
     return [
         str(run.id)[:8],
         run.pipeline.name,
-        run.status or "running",
+        run.status,
         run.state,
         str(run.version),
         str(attempts),
@@ -49,7 +49,7 @@ def run_demo(store: str | None) -> None:
             ("run", "pipeline", "status", "state", "events", "attempts", "failures"),
             [_summary_row(engine, run) for run in runs],
             title=_title(engine, runs),
-            styles=[STATUS_STYLES.get(run.status or "running") for run in runs],
+            styles=[STATUS_STYLES.get(run.status) for run in runs],
             right=(4, 5, 6),
             wrap=(1, 3),
         )
