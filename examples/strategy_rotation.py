@@ -45,16 +45,16 @@ class StrategyFailed(Exception):
     """The strategy ran, but the tests still fail: try the next one."""
 
 
-def plan(engine: Engine) -> Callable[[StageContext], Outcome]:
-    """Pick the first strategy that has not failed on this repository before."""
+def plan(context: StageContext) -> Outcome:
+    """Pick the first strategy that has not failed on this repository before.
 
-    def choose(context: StageContext) -> Outcome:
-        learned: Failures = engine.projections.get("failure_patterns", PIPELINE.name)
-        failed = {stage for stage, kind, _ in learned.signatures if kind == "StrategyFailed"}
-        strategy = next((s for s in STRATEGIES if s not in failed), STRATEGIES[-1])
-        return Outcome(strategy, {"skipped": sorted(failed), "strategy": strategy})
-
-    return choose
+    The context's engine reads the pipeline's persistent `FailurePatterns`: what
+    every earlier run of the pipeline learned, not only this run.
+    """
+    learned: Failures = context.engine.projections.get("failure_patterns", PIPELINE.name)
+    failed = {stage for stage, kind, _ in learned.signatures if kind == "StrategyFailed"}
+    strategy = next((s for s in STRATEGIES if s not in failed), STRATEGIES[-1])
+    return Outcome(strategy, {"skipped": sorted(failed), "strategy": strategy})
 
 
 def strategy(name: str, works: set[str], flaky: set[str]) -> Callable[[StageContext], Any]:
@@ -80,7 +80,7 @@ def fix_issue(engine: Engine, issue: str, works: set[str], flaky: set[str]) -> U
         clock=time.clock,
         sleep=time.sleep,
     )
-    stages = {"plan": plan(engine)} | {s: strategy(s, works, flaky) for s in STRATEGIES}
+    stages = {"plan": plan} | {s: strategy(s, works, flaky) for s in STRATEGIES}
     run = sup.drive(engine.start_run(PIPELINE, params={"issue": issue}), stages)
     tried = [e.value for e in engine.events(run.id) if isinstance(e, NoteAdded)]
     attempts = sum(len(engine.project(run.id, StageResults).attempts(s)) for s in STRATEGIES)

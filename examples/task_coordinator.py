@@ -5,10 +5,13 @@ splits the project into features, and a feature coordinator (a child run per
 feature) builds the feature's tasks. Instead of checkpoint files whose
 ``completedTasks`` can come out empty, every task is events: ``TaskAdded``,
 ``TaskStarted``, ``TaskCompleted`` with its cost (``Spent``) in the same
-transaction. The process dies half-way through a task; ``engine.resume(run_id,
+transaction. Each feature's child run comes from ``engine.child_run(run,
+FEATURE, key=feature)``: started the first time, the same run when asked
+again. The process dies half-way through a task; ``engine.resume(run_id,
 tree=True)`` closes what the crash left open in the whole tree, and a second
-pass skips every completed task. ``TaskTable`` across the tree gives the
-completed, pending and failed tasks and the budget, each task counted once.
+pass finds the same child runs and skips every completed task. ``TaskTable``
+across the tree gives the completed, pending and failed tasks and the budget,
+each task counted once.
 
 Run it from the repository root: ``python examples/task_coordinator.py [STORE_URL]``
 (default ``sqlite:///stagetrail.db``, the store ``stagetrail show`` reads).
@@ -21,7 +24,7 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
-from engine import Engine, Pipeline, Run, SpendingLimit, Spent, StageContext
+from engine import Engine, Pipeline, SpendingLimit, Spent, StageContext
 from engine.cli.demo.simulated import SimulatedTime
 from projections import TaskTable
 
@@ -76,17 +79,11 @@ class Coordinator:
     def build(self, context: StageContext) -> dict[str, Any]:
         """Build each feature in a child run of its own, then close the feature."""
         for feature, tasks in FEATURES.items():
-            child = self.feature_run(context.run, feature)
+            # The feature's child run: started the first time, found again after a restart.
+            child = self.engine.child_run(context.run, FEATURE, key=feature)
             self.sup.drive(child, {"tasks": partial(self.tasks, feature=feature, tasks=tasks)})
             self.sup.task(context.run, feature, lambda child=child: {"run": str(child.id)})
         return {"built": len(FEATURES)}
-
-    def feature_run(self, run: Run, feature: str) -> Run:
-        """The feature's child run: found again after a restart, else started."""
-        found = self.engine.runs(parent=run.id, label=f"feature={feature}", limit=1)
-        if found:
-            return self.engine.load(found[0].run_id)
-        return self.engine.start_run(FEATURE, parent=run, labels={"feature": feature})
 
     def tasks(self, context: StageContext, feature: str, tasks: list[str]) -> dict[str, Any]:
         """Run the feature's tasks; a task completed before is not run again."""

@@ -6,9 +6,13 @@ round is a state, round outcomes (``tool_call``, ``answered``,
 transitions, and the table is declared, not buried in a loop. A tool error is
 mapped to ``error_occurred`` by ``RetryPolicy(outcomes={ToolError:
 "error_occurred"})`` and routed to a recovery state that switches to a
-fallback tool; a round that read stale data is rolled back and done again; the
-round limit ends the loop in synthesis. ``RoundsTable`` keeps every round,
-the rolled-back one included, for the audit.
+fallback tool. A round that finds an earlier round read stale data gives up,
+and the supervisor's ``on_give_up`` hook answers ``Rollback(1, reason)``: the
+misleading round is undone and ``drive`` does it again (the design's
+orchestrator-level "attempt rollback"). The round limit ends the loop in
+synthesis, and ``ProgressPolicy(max_steps=12)`` is the design's
+``max_iterations`` safety valve. ``RoundsTable`` keeps every round, the
+rolled-back one included, for the audit.
 
 Run it from the repository root: ``python examples/tool_rounds.py [STORE_URL]``
 (default ``sqlite:///stagetrail.db``, the store ``stagetrail show`` reads).
@@ -21,7 +25,16 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from engine import Engine, Outcome, Pipeline, RetryPolicy, StageContext
+from engine import (
+    Engine,
+    Outcome,
+    Pipeline,
+    ProgressPolicy,
+    RetryPolicy,
+    Rollback,
+    StageContext,
+    StageGaveUp,
+)
 from engine.cli.demo.simulated import SimulatedTime
 from projections import RoundsTable
 
@@ -48,6 +61,10 @@ class ToolError(Exception):
     """A tool call failed."""
 
 
+class StaleRound(Exception):
+    """An earlier round read data too old to answer from."""
+
+
 class Conversation:
     """The round processors of one conversation, sharing the tools they call."""
 
@@ -60,7 +77,12 @@ class Conversation:
 
     def round(self, context: StageContext) -> Outcome:
         """Call the next tool; stop at the round limit (rolled-back rounds do not count)."""
-        number = 1 + sum(1 for f in context.stack.frames if f.stage == "round" and not f.failed)
+        done = [f for f in context.stack.frames if f.stage == "round" and not f.failed]
+        stale = [f.result for f in done if f.result and f.result.get("age_hours", 0) > 6]
+        if stale:
+            old = stale[0]
+            raise StaleRound(f"round {old['round']} read a forecast {old['age_hours']} h old")
+        number = 1 + len(done)
         tool = PLAN[number - 1]
         found = {"round": number, "tool": tool, "api": self.api}
         if tool == "forecast" and self.api == "weather-api":
@@ -93,24 +115,30 @@ class Conversation:
         }
 
 
+def undo_stale_round(context: StageContext, gave_up: StageGaveUp) -> Rollback | None:
+    """The orchestrator's recovery: a stale round is rolled back and done again."""
+    if gave_up.error_type == StaleRound.__name__:
+        return Rollback(1, reason=gave_up.error)
+    return None  # anything else: the run finishes failed
+
+
 def main(url: str = "sqlite:///stagetrail.db") -> list[UUID]:
     """Record one conversation and print its rounds table."""
     time = SimulatedTime()
     with Engine(url) as engine:
         sup = engine.supervisor(
             retry=RetryPolicy(outcomes={ToolError: "error_occurred"}),
+            progress=ProgressPolicy(max_steps=12),
+            on_give_up=undo_stale_round,
             clock=time.clock,
             sleep=time.sleep,
         )
-        chat, question = Conversation(), "Will it rain in Lyon tomorrow? Should I bike?"
+        question = "Will it rain in Lyon tomorrow? Should I bike?"
         run = engine.start_run(ROUNDS, params={"question": question})
-        for _ in range(3):  # one move at a time, to look at each round as it ends
-            found = sup.step(run, chat.stages())
-        if found.get("age_hours", 0) > 6:
-            run.rollback(1, reason=f"round 2 read a forecast {found['age_hours']} h old")
-        sup.drive(run, chat.stages())
+        sup.drive(run, Conversation().stages())
         rounds = engine.project(run.id, RoundsTable)
         print(f"run {run.id} ended {run.status} in state {run.state}")
+        print(f"  question: {run.params['question']}")
         for r in rounds.rounds:
             what = r.error if r.error else (r.result or {}).get("tool", "")
             undone = f"  rolled back: {r.rolled_back.reason}" if r.rolled_back else ""

@@ -8,8 +8,8 @@ from pathlib import Path
 from uuid import UUID
 
 from engine import Engine
-from events import NoteAdded, RunFinished, TaskFailed
-from projections import RoundsTable, StageResults, StateStack, TaskTable
+from events import NoteAdded, RunFinished, StageCompleted, TaskFailed
+from projections import ProgressState, RoundsTable, StageResults, StateStack, TaskTable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,25 +94,33 @@ class TestStrategyRotation:
 
 
 class TestStuckHandling:
-    def test_strict_is_stuck_and_lenient_partial_through_the_handler(self, tmp_path: Path) -> None:
-        """Both loops end in the handler's state, strict aborted_stuck, lenient done_partial."""
+    def test_every_stop_reaches_the_handler_with_its_own_reason(self, tmp_path: Path) -> None:
+        """Strict, lenient, max_steps and budget stops each run the snitch and end as it says."""
         url, _ = run_example("stuck_handling", tmp_path)
         with Engine(url) as engine:
-            lenient, strict = engine.runs()  # newest first
-            assert (strict.status, strict.state) == ("aborted_stuck", "reported")
-            assert (lenient.status, lenient.state) == ("done_partial", "reported")
-            for summary in (strict, lenient):
+            budget, max_steps, lenient, strict = engine.runs()  # newest first
+            ended = [(s.status, s.state) for s in (strict, lenient, max_steps, budget)]
+            assert ended == [
+                ("aborted_stuck", "reported"),
+                ("done_partial", "reported"),
+                ("aborted_stuck", "reported"),
+                ("failed", "reported"),
+            ]
+            rules = ["no_progress", "no_progress", "max_steps", "budget"]
+            for summary, rule in zip((strict, lenient, max_steps, budget), rules, strict=True):
                 events = engine.events(summary.run_id)
                 notes = {e.key: e.value for e in events if isinstance(e, NoteAdded)}
-                assert "progress_verdict" in notes
-                assert str(notes["diagnosis"]).endswith(
-                    "left to fix by hand: mypy: 2 errors in parser.py"
-                )
+                assert notes["progress_verdict"]["reason"]["rule"] == rule
+                assert str(notes["diagnosis"]).startswith(rule)
                 finish = events[-1]
                 assert isinstance(finish, RunFinished)
                 assert isinstance(finish.reason, dict)
-                assert finish.reason["rule"] == "no_progress"
-                assert finish.reason["final_state"] == "reported"
+                assert (finish.reason["rule"], finish.reason["final_state"]) == (rule, "reported")
+                routed = [e for e in events if isinstance(e, StageCompleted) and not e.attempt]
+                assert len(routed) == 1  # the verdict: an outcome no attempt produced
+                steps = engine.project(summary.run_id, ProgressState).total_steps
+                assert steps == len([e for e in events if isinstance(e, StageCompleted)]) - 1
+            assert engine.events(max_steps.run_id)[-1].reason["steps"] == 12  # type: ignore[attr-defined]
 
 
 class TestTaskCoordinator:
