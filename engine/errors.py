@@ -281,9 +281,10 @@ class RunStopped(StagetrailError, RuntimeError):
         if routed_to is None:
             super().__init__(f"run {run_id} stopped as {status}: {detected}")
         else:
+            verdict = status.removeprefix("aborted_").removeprefix("done_")
+            verdict = "over its budget" if status == "failed" else verdict  # a spending limit
             super().__init__(
-                f"run {run_id} is {status.removeprefix('aborted_').removeprefix('done_')}: "
-                f"{detected}; the table routed it to {routed_to!r}"
+                f"run {run_id} is {verdict}: {detected}; the table routed it to {routed_to!r}"
             )
 
 

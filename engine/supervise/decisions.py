@@ -177,8 +177,10 @@ class Decisions:
         watch = self._following(run) or (yield from self.watched(run))
         _check_current(run, stage)
         while True:
-            if (self.spending is not None or self.progress is not None) and not watch.exempt(stage):
+            # A handler a verdict was routed to runs whatever the stop rules say, once.
+            if self.spending is not None and not watch.exempt(stage):
                 yield from self._check_spending(run, watch, stage)
+            if self.progress is not None and not watch.exempt(stage):
                 yield from self._check_progress(run, watch, stage)
             circuit = None if self.guard is None else (yield from self._admit(run, stage, watch))
             attempt = self._chosen(run, stage, stage, circuit) or (

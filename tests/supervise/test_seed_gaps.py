@@ -356,6 +356,37 @@ class TestToolRounds:
         assert sup.step(run, stages) is None
         assert (run.state, run.status) == ("query", "running")
 
+    def test_drive_async_asks_the_hook_too(self, engine: Engine) -> None:
+        """drive_async answers a give-up with the hook's Rollback, as drive does."""
+        import asyncio
+
+        from engine import Rollback
+
+        calls = {"round": 0}
+
+        async def query(context: StageContext) -> Outcome:
+            return Outcome("tool_call")
+
+        async def round_(context: StageContext) -> Outcome:
+            calls["round"] += 1
+            if calls["round"] == 1:
+                raise ConnectionError("tool down")
+            return Outcome("answered")
+
+        async def synthesis(context: StageContext) -> str:
+            return "ok"
+
+        sup = engine.supervisor(
+            retry=RetryPolicy(max_retries=0),
+            on_give_up=lambda context, gave_up: Rollback(2, "from the query again"),
+            sleep=FakeTime().sleep,
+        )
+        run = engine.start_run(ROUNDS)
+        stages = {"query": query, "round": round_, "synthesis": synthesis}
+        asyncio.run(sup.drive_async(run, stages))
+        assert (run.status, run.state) == ("succeeded", "done")
+        assert kinds(engine, run).count("StateRolledBack") == 1
+
     def test_a_hook_must_answer_a_rollback_or_none(self, engine: Engine) -> None:
         """Any other answer is a TypeError naming the hook."""
         sup = engine.supervisor(
