@@ -397,6 +397,21 @@ class TestToolRounds:
         with pytest.raises(TypeError, match="not a Rollback or None"):
             sup.drive(engine.start_run(ROUNDS), {"query": lambda c: 1 / 0})
 
+    def test_execute_leaves_a_final_state_to_its_caller_and_step_finishes_it(
+        self, engine: Engine
+    ) -> None:
+        """As the docs say: execute moves the run to a final state unfinished; step finishes it."""
+        from engine.supervise import FINISHED
+
+        run = engine.start_run(ROUNDS)
+        sup = engine.supervisor()
+        sup.execute(run, "query", lambda: Outcome("tool_call"))
+        sup.execute(run, "round", lambda: Outcome("answered"))
+        sup.execute(run, "synthesis", lambda: "ok")
+        assert (run.state, run.status) == ("done", "running")
+        assert sup.step(run, {}) is FINISHED
+        assert run.status == "succeeded"
+
     def test_a_run_has_its_params(self, engine: Engine) -> None:
         """run.params is the RunStarted's params, on a started, loaded or forked run."""
         run = engine.start_run(ROUNDS, params={"question": "rain?"})
