@@ -1,0 +1,99 @@
+"""The hash chain of a run: every stored event carries the link that ties it to the one before.
+
+A link is SHA-256 (or, keyed, HMAC-SHA256) over the previous event's link, the
+event's run id, version and topic, and its stored JSON: the very bytes the
+mapper writes, before compression and encryption, so upcasting (which acts on
+read) and a change of cipher key leave it intact. It is written into those
+bytes as the last member of the JSON object, ``"_chain":"<mode><64 hex>"``,
+so eventsourcing's recorders and their tables stay as they are, and a store
+written before chaining (no member) still reads. Mode ``s`` is plain SHA-256,
+``k`` keyed: a chain whose key is not known can be recomputed by anyone with
+write access, a keyed one only by whoever holds the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from uuid import UUID
+
+FIELD = "_chain"
+"""The member of an event's stored JSON object that holds its link."""
+PLAIN, KEYED = "s", "k"
+"""The first character of a link's text: plain SHA-256, or HMAC-SHA256 with the chain key."""
+_OPEN = b',"' + FIELD.encode() + b'":"'
+_CLOSE = b'"}'
+_SUFFIX = len(_OPEN) + 1 + 64 + len(_CLOSE)
+_CONTEXT = b"stagetrail chain: keyed links of a run's events"
+"""Derives the chain key from the key given, so it never equals a cipher or digest key."""
+
+
+class Chain:
+    """Computes and reads the links of a store's events.
+
+    Args:
+        key: the secret the writers hold (keyed links), or None (plain SHA-256).
+    """
+
+    __slots__ = ("_key", "mode")
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = None if key is None else hmac.digest(key, _CONTEXT, "sha256")
+        self.mode = PLAIN if key is None else KEYED
+
+    @property
+    def keyed(self) -> bool:
+        """Whether links are HMACs with the chain key (else plain SHA-256)."""
+        return self._key is not None
+
+    def link(self, previous: bytes, run_id: UUID, version: int, topic: str, body: bytes) -> bytes:
+        """The link of one event: over `previous` (b"" for the first) and its stored JSON `body`."""
+        message = b"".join(
+            (previous, run_id.bytes, version.to_bytes(8, "big"), topic.encode(), b"\x00", body)
+        )
+        if self._key is None:
+            return hashlib.sha256(message).digest()
+        return hmac.digest(self._key, message, "sha256")
+
+    def recompute(self, mode: str, *args: object) -> bytes | None:
+        """`link` for a link written in `mode`, or None when this chain cannot (a keyed link
+        and no key)."""
+        if mode == self.mode:
+            return self.link(*args)  # type: ignore[arg-type]
+        if mode == PLAIN:
+            return Chain(None).link(*args)  # type: ignore[arg-type]
+        return None
+
+    def seal(self, body: bytes, link: bytes) -> bytes:
+        """`body` (a JSON object) with `link` written in as its last member."""
+        return b"".join((body[:-1], _OPEN, self.mode.encode(), link.hex().encode(), _CLOSE))
+
+
+def split(data: bytes) -> tuple[bytes, str, bytes] | None:
+    """An event's stored JSON as (body, mode, link) when it holds a link, else None.
+
+    The link is the object's last member: nothing a value holds can end the
+    object with those bytes (a string's quotes are escaped, a nested object ends
+    with another brace).
+    """
+    if len(data) <= _SUFFIX or not data.endswith(_CLOSE):
+        return None
+    start = len(data) - _SUFFIX
+    if data[start : start + len(_OPEN)] != _OPEN:
+        return None
+    mode = data[start + len(_OPEN) : start + len(_OPEN) + 1].decode("ascii", "replace")
+    try:
+        link = bytes.fromhex(data[start + len(_OPEN) + 1 : -len(_CLOSE)].decode("ascii"))
+    except ValueError:
+        return None
+    return data[:start] + b"}", mode, link
+
+
+def chain_key(cipher_key: str | None, chain_secret: str | None) -> bytes | None:
+    """The secret of a store's keyed links: the one given, else its cipher key's, else None."""
+    if chain_secret:
+        return chain_secret.encode("utf8", "surrogatepass")
+    if cipher_key:
+        return base64.b64decode(cipher_key)
+    return None
