@@ -237,19 +237,26 @@ def compact(store: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("run")
+@click.argument("run", required=False)
+@click.option("--all", "everything", is_flag=True, help="Verify every run of the store.")
 @store_option
 @json_option
-def verify(run: str, store: str | None, as_json: bool) -> None:
-    """Re-check a run against its own table; exit 1 on problems.
+def verify(run: str | None, everything: bool, store: str | None, as_json: bool) -> None:
+    """Re-check a run's hash chain and its table; exit 1 on problems.
 
-    The run is folded through the table stored in it and every persistent projection.
+    The chain of links over the stored events must be unbroken (docs/audit.md), and
+    the run is folded through the table stored in it and every persistent projection.
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.verify import verify_run
+    from engine.cli.verify import verify_all, verify_run
 
+    if (run is None) == (not everything):
+        raise click.UsageError("give a RUN or --all (not both)")
     with open_engine(store, read_only=True) as engine:
-        ok = verify_run(engine, resolve_run(engine, run), as_json=as_json)
+        if everything:
+            ok = verify_all(engine, as_json=as_json)
+        else:
+            ok = verify_run(engine, resolve_run(engine, str(run)), as_json=as_json)
     if not ok:
         sys.exit(1)
 
