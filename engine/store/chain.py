@@ -14,6 +14,7 @@ write access, a keyed one only by whoever holds the key.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 from uuid import UUID
@@ -36,11 +37,14 @@ class Chain:
         key: the secret the writers hold (keyed links), or None (plain SHA-256).
     """
 
-    __slots__ = ("_key", "mode")
+    __slots__ = ("_key", "_run", "_suffix", "mode")
 
     def __init__(self, key: bytes | None = None) -> None:
         self._key = None if key is None else hmac.digest(key, _CONTEXT, "sha256")
         self.mode = PLAIN if key is None else KEYED
+        self._suffix = b'%s,"' + FIELD.encode() + b'":"' + self.mode.encode() + b'%s"}'
+        self._run: tuple[UUID | None, bytes] = (None, b"")
+        """The last run's id and its bytes: a run's events are linked one after another."""
 
     @property
     def keyed(self) -> bool:
@@ -49,12 +53,16 @@ class Chain:
 
     def link(self, previous: bytes, run_id: UUID, version: int, topic: str, body: bytes) -> bytes:
         """The link of one event: over `previous` (b"" for the first) and its stored JSON `body`."""
-        message = b"".join(
-            (previous, run_id.bytes, version.to_bytes(8, "big"), topic.encode(), b"\x00", body)
-        )
+        run, run_bytes = self._run
+        if run != run_id:
+            run_bytes = run_id.bytes
+            self._run = (run_id, run_bytes)
+        header = b"%s%s%s%s\x00" % (previous, run_bytes, version.to_bytes(8, "big"), _topic(topic))
         if self._key is None:
-            return hashlib.sha256(message).digest()
-        return hmac.digest(self._key, message, "sha256")
+            hashed = hashlib.sha256(header)
+            hashed.update(body)
+            return hashed.digest()
+        return hmac.digest(self._key, header + body, "sha256")
 
     def recompute(self, mode: str, *args: object) -> bytes | None:
         """`link` for a link written in `mode`, or None when this chain cannot (a keyed link
@@ -67,7 +75,17 @@ class Chain:
 
     def seal(self, body: bytes, link: bytes) -> bytes:
         """`body` (a JSON object) with `link` written in as its last member."""
-        return b"".join((body[:-1], _OPEN, self.mode.encode(), link.hex().encode(), _CLOSE))
+        return self._suffix % (body[:-1], binascii.b2a_hex(link))
+
+
+_TOPICS: dict[str, bytes] = {}
+
+
+def _topic(topic: str) -> bytes:
+    encoded = _TOPICS.get(topic)
+    if encoded is None:
+        encoded = _TOPICS[topic] = topic.encode()
+    return encoded
 
 
 def split(data: bytes) -> tuple[bytes, str, bytes] | None:
