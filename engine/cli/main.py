@@ -261,6 +261,56 @@ def verify(run: str | None, everything: bool, store: str | None, as_json: bool) 
         sys.exit(1)
 
 
+@main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Every top-level run (children follow).")
+@click.option("--since", default=None, metavar="TIME", help="With --all: started at or after.")
+@click.option(
+    "--endpoint", default=None, metavar="URL",
+    help="OTLP/HTTP receiver (default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, localhost:4318).",
+)  # fmt: skip
+@click.option("--service", default="stagetrail", show_default=True, help="The service.name.")
+@click.option("--follow", is_flag=True, help="Export runs live as events are recorded.")
+@store_option
+@json_option
+def otel(
+    runs: tuple[str, ...],
+    everything: bool,
+    since: str | None,
+    endpoint: str | None,
+    service: str,
+    follow: bool,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """Export runs as OpenTelemetry traces (the otel extra).
+
+    A run is a trace, each attempt a span; child runs are child spans. --json prints
+    the spans as JSON Lines instead of sending them.
+    """
+    import threading
+
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.otel import check_extra, chosen_runs, export
+    from engine.cli.otel import follow as follow_store
+
+    check_extra()
+    if follow:
+        if runs or everything or as_json:
+            raise click.UsageError("--follow takes no RUN, --all or --json")
+        with open_engine(store) as engine:
+            try:
+                follow_store(engine, endpoint=endpoint, service=service, stop=threading.Event())
+            except KeyboardInterrupt:
+                return
+        return
+    if bool(runs) == everything or (since is not None and not everything):
+        raise click.UsageError("name the runs to export, or give --all (with --since)")
+    with open_engine(store, read_only=True) as engine:
+        chosen = chosen_runs(engine, [resolve_run(engine, r) for r in runs], since)
+        export(engine, chosen, endpoint=endpoint, service=service, as_json=as_json)
+
+
 @main.command("export")
 @click.argument("runs", nargs=-1)
 @click.option("--all", "everything", is_flag=True, help="Export every run, oldest first.")
