@@ -4,7 +4,8 @@ A link is SHA-256 (or, keyed, HMAC-SHA256) over the previous event's link, the
 event's run id, version and topic, and its stored JSON: the very bytes the
 mapper writes, before compression and encryption, so upcasting (which acts on
 read) and a change of cipher key leave it intact. It is written into those
-bytes as the last member of the JSON object, ``"_chain":"<mode><64 hex>"``,
+bytes as the last member of the JSON object, ``"_chain":"<mode><link>"`` (the
+32 bytes in unpadded URL-safe base64, 43 characters: 56 bytes per event in all),
 so eventsourcing's recorders and their tables stay as they are, and a store
 written before chaining (no member) still reads. Mode ``s`` is plain SHA-256,
 ``k`` keyed: a chain whose key is not known can be recomputed by anyone with
@@ -14,7 +15,6 @@ write access, a keyed one only by whoever holds the key.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 from uuid import UUID
@@ -25,7 +25,9 @@ PLAIN, KEYED = "s", "k"
 """The first character of a link's text: plain SHA-256, or HMAC-SHA256 with the chain key."""
 _OPEN = b',"' + FIELD.encode() + b'":"'
 _CLOSE = b'"}'
-_SUFFIX = len(_OPEN) + 1 + 64 + len(_CLOSE)
+_LINK_TEXT = 43
+"""Characters of a link in unpadded URL-safe base64."""
+_SUFFIX = len(_OPEN) + 1 + _LINK_TEXT + len(_CLOSE)
 _CONTEXT = b"stagetrail chain: keyed links of a run's events"
 """Derives the chain key from the key given, so it never equals a cipher or digest key."""
 
@@ -75,7 +77,7 @@ class Chain:
 
     def seal(self, body: bytes, link: bytes) -> bytes:
         """`body` (a JSON object) with `link` written in as its last member."""
-        return self._suffix % (body[:-1], binascii.b2a_hex(link))
+        return self._suffix % (body[:-1], base64.urlsafe_b64encode(link)[:_LINK_TEXT])
 
 
 _TOPICS: dict[str, bytes] = {}
@@ -102,7 +104,8 @@ def split(data: bytes) -> tuple[bytes, str, bytes] | None:
         return None
     mode = data[start + len(_OPEN) : start + len(_OPEN) + 1].decode("ascii", "replace")
     try:
-        link = bytes.fromhex(data[start + len(_OPEN) + 1 : -len(_CLOSE)].decode("ascii"))
+        text = data[start + len(_OPEN) + 1 : -len(_CLOSE)]
+        link = base64.urlsafe_b64decode(text + b"=")
     except ValueError:
         return None
     return data[:start] + b"}", mode, link
