@@ -107,9 +107,15 @@ class ChainCheck:
         self.previous = b""
         self.expected = 1
         self.chained_from: int | None = None
-        self.head: str | None = None
         self.unchecked = False
         self.keyed = False
+        self._head: tuple[str, bytes] | None = None
+        self._run: tuple[object, UUID] = (None, UUID(int=0))
+
+    @property
+    def head(self) -> str | None:
+        """The newest link seen, as its mode and hex (None: no link yet)."""
+        return None if self._head is None else self._head[0] + self._head[1].hex()
 
     @property
     def status(self) -> str:
@@ -121,6 +127,35 @@ class ChainCheck:
         if self.unchecked:
             return "unchecked"
         return "intact" if self.chained_from == 1 else "partial"
+
+    def pages(self, pages: Iterable[Sequence[StoredEvent]], mapper: EventMapper) -> int:
+        """Check the links of a run's stored events, page by page; how many were checked.
+
+        The whole of a check of the chain alone (`verify` decodes each event too): the
+        links in order run through `Chain.run_along`, the rest (the first, a break, an
+        event without a link) through `check`.
+        """
+        plain = mapper.cipher is None and mapper.compressor is None
+        json_of = None if plain else mapper.json_of
+        count = 0
+        for page in pages:
+            index = 0
+            while index < len(page):
+                if self.chained_from is not None:
+                    run_id = _uuid(page[index].originator_id)
+                    done, link = self.chain.run_along(
+                        self.previous, self.expected, run_id, page[index:], json_of
+                    )
+                    if done:
+                        index += done
+                        self.expected += done
+                        self.previous = link
+                        self._head = (self.chain.mode, link)
+                        continue
+                self.check(page[index], mapper.json_of(page[index]))
+                index += 1
+            count += len(page)
+        return count
 
     def decoded(self, stored: Iterable[StoredEvent], mapper: EventMapper) -> Iterator[Event]:
         """Each stored event checked, then decoded (an unreadable one is a problem, skipped)."""
@@ -135,6 +170,19 @@ class ChainCheck:
     def check(self, record: StoredEvent, data: bytes) -> None:
         """Check the link of one stored event whose JSON (decrypted, decompressed) is `data`."""
         version = record.originator_version
+        if version == self.expected and self.chained_from is not None:
+            run, run_id = self._run
+            if run is not record.originator_id:
+                run_id = _uuid(record.originator_id)
+                self._run = (record.originator_id, run_id)
+            link = self.chain.follows(self.previous, run_id, version, record.topic, data)
+            if link:  # the common case: the link is there and right
+                self.expected, self.previous = version + 1, link
+                self._head = (self.chain.mode, link)
+                return
+        self._check(record, data, version)
+
+    def _check(self, record: StoredEvent, data: bytes, version: int) -> None:
         gap = version != self.expected
         if gap:  # its link cannot match either: one problem, at the first missing version
             self._broken(self.expected, _missing(self.expected, version))
@@ -146,7 +194,7 @@ class ChainCheck:
             self.previous = b""
             return
         body, mode, link = parts
-        self.head = mode + link.hex()
+        self._head = (mode, link)
         if self.chained_from is None:
             self.chained_from = version
         if not gap:
@@ -162,8 +210,7 @@ class ChainCheck:
                          "or forged)")  # fmt: skip
             return
         self.keyed = self.keyed or mode == KEYED
-        run_id = record.originator_id
-        run_uuid = run_id if isinstance(run_id, UUID) else UUID(str(run_id))
+        run_uuid = _uuid(record.originator_id)
         computed = self.chain.recompute(mode, self.previous, run_uuid, version, record.topic, body)
         if computed is None:
             self.unchecked = True
@@ -172,6 +219,10 @@ class ChainCheck:
 
     def _broken(self, version: int, message: str) -> None:
         self.problems.append(Problem(version, "chain", message))
+
+
+def _uuid(value: object) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def _missing(expected: int, found: int) -> str:

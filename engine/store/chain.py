@@ -15,9 +15,13 @@ write access, a keyed one only by whoever holds the key.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
+from collections.abc import Callable, Sequence
 from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
 
 FIELD = "_chain"
 """The member of an event's stored JSON object that holds its link."""
@@ -39,12 +43,14 @@ class Chain:
         key: the secret the writers hold (keyed links), or None (plain SHA-256).
     """
 
-    __slots__ = ("_key", "_run", "_suffix", "mode")
+    __slots__ = ("_key", "_mark", "_mark_length", "_run", "_suffix", "mode")
 
     def __init__(self, key: bytes | None = None) -> None:
         self._key = None if key is None else hmac.digest(key, _CONTEXT, "sha256")
         self.mode = PLAIN if key is None else KEYED
         self._suffix = b'%s,"' + FIELD.encode() + b'":"' + self.mode.encode() + b'%s"}'
+        self._mark = _OPEN + self.mode.encode()
+        self._mark_length = len(self._mark)
         self._run: tuple[UUID | None, bytes] = (None, b"")
         """The last run's id and its bytes: a run's events are linked one after another."""
 
@@ -56,15 +62,78 @@ class Chain:
     def link(self, previous: bytes, run_id: UUID, version: int, topic: str, body: bytes) -> bytes:
         """The link of one event: over `previous` (b"" for the first) and its stored JSON `body`."""
         run, run_bytes = self._run
-        if run != run_id:
+        if run is not run_id:
             run_bytes = run_id.bytes
             self._run = (run_id, run_bytes)
-        header = b"%s%s%s%s\x00" % (previous, run_bytes, version.to_bytes(8, "big"), _topic(topic))
+        message = b"%b%b%b%b\x00%b" % (
+            previous, run_bytes, version.to_bytes(8, "big"), _TOPICS.get(topic) or _topic(topic),
+            body,
+        )  # fmt: skip
         if self._key is None:
-            hashed = hashlib.sha256(header)
-            hashed.update(body)
-            return hashed.digest()
-        return hmac.digest(self._key, header + body, "sha256")
+            return _sha256(message).digest()
+        return hmac.digest(self._key, message, "sha256")
+
+    def follows(
+        self, previous: bytes, run_id: UUID, version: int, topic: str, data: bytes
+    ) -> bytes:
+        """The link of the stored JSON `data` when it holds a link in this chain's mode that
+        follows `previous`, else b"" (see `split` and `recompute` for why not).
+
+        The fast path of checking a chain: the link is recomputed and compared as text,
+        so nothing is decoded unless it differs.
+        """
+        start = len(data) - _SUFFIX
+        if start <= 0 or data[start : start + self._mark_length] != self._mark:
+            return b""
+        run, run_bytes = self._run
+        if run is not run_id:
+            run_bytes = run_id.bytes
+            self._run = (run_id, run_bytes)
+        message = b"%b%b%b%b\x00%b}" % (  # type: ignore[str-format]  # %b takes any buffer
+            previous, run_bytes, version.to_bytes(8, "big"), _TOPICS.get(topic) or _topic(topic),
+            memoryview(data)[:start],
+        )  # fmt: skip
+        if self._key is None:
+            link = _sha256(message).digest()
+        else:
+            link = hmac.digest(self._key, message, "sha256")
+        text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
+        return link if data[start + self._mark_length : -2] == text else b""
+
+    def run_along(
+        self,
+        previous: bytes,
+        version: int,
+        run_id: UUID,
+        records: Sequence[StoredEvent],
+        json_of: Callable[[StoredEvent], bytes] | None,
+    ) -> tuple[int, bytes]:
+        """How many of `records` (one run's, in order, from `version` on) carry their right
+        link in this chain's mode, one after another, and the last of those links.
+
+        `follows` over a page in one loop (checking a long run's chain spends its time
+        here); `json_of` turns a record into its JSON (None: the stored bytes are it).
+        """
+        mark, length, key = self._mark, self._mark_length, self._key
+        run_bytes = run_id.bytes
+        topics = _TOPICS
+        done = 0
+        for record in records:
+            data = record.state if json_of is None else json_of(record)
+            start = len(data) - _SUFFIX
+            if record.originator_version != version or data[start : start + length] != mark:
+                break
+            topic = record.topic
+            message = b"%b%b%b%b\x00%b}" % (  # type: ignore[str-format]  # any buffer  # type: ignore[str-format]  # %b takes any buffer
+                previous, run_bytes, version.to_bytes(8, "big"), topics.get(topic) or _topic(topic),
+                memoryview(data)[:start],
+            )  # fmt: skip
+            link = _sha256(message).digest() if key is None else hmac.digest(key, message, "sha256")
+            text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
+            if data[start + length : -2] != text:
+                break
+            previous, version, done = link, version + 1, done + 1
+        return done, previous
 
     def recompute(self, mode: str, *args: object) -> bytes | None:
         """`link` for a link written in `mode`, or None when this chain cannot (a keyed link
@@ -81,6 +150,8 @@ class Chain:
 
 
 _TOPICS: dict[str, bytes] = {}
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_sha256 = hashlib.sha256
 
 
 def _topic(topic: str) -> bytes:

@@ -200,7 +200,16 @@ class Store:
         return b"" if parts is None else parts[2]
 
     def stored_stream(self, run_id: UUID) -> Iterator[StoredEvent]:
-        """The run's events as stored, page by page (for `verify`).
+        """The run's events as stored, one after another (for `verify`).
+
+        Raises:
+            StoreError: the database failed.
+        """
+        for page in self.stored_pages(run_id):
+            yield from page
+
+    def stored_pages(self, run_id: UUID) -> Iterator[list[StoredEvent]]:
+        """The run's events as stored, a page (`PAGE` events) at a time.
 
         Raises:
             StoreError: the database failed.
@@ -208,7 +217,8 @@ class Store:
         gt = 0
         while True:
             page = self.stored_events(run_id, gt=gt)
-            yield from page
+            if page:
+                yield page
             if len(page) < PAGE:
                 return
             gt = page[-1].originator_version

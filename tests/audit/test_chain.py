@@ -10,6 +10,7 @@ import pytest
 
 from engine import ConcurrencyConflict, Engine
 from engine.store.chain import Chain, split
+from engine.verify import ChainCheck
 from tests._helpers import REVIEW
 from tests.audit.tampering import Rows
 
@@ -150,6 +151,19 @@ class TestTampering:
         rows.delete(run_id, 8)
         rows.insert(run_id, 8, *rows.get(run_id, 7))
         assert [v for v, _ in chain_problems(engine, run_id)] == [8]
+        engine.close()
+
+    def test_checking_page_by_page_finds_the_same_breaks(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """The chain checked alone, a page at a time, names the versions verify names."""
+        engine, run_id, rows = setup
+        rows.swap(run_id, 3, 4)
+        rows.delete(run_id, 7)
+        links = ChainCheck(engine.store.mapper.chain)
+        assert links.pages(engine.store.stored_pages(run_id), engine.store.mapper) == 7
+        assert [p.version for p in links.problems] == [3, 4, 5, 7]
+        assert [v for v, _ in chain_problems(engine, run_id)] == [3, 4, 5, 7]
         engine.close()
 
     def test_an_edit_with_its_link_recomputed_breaks_the_next_link(
