@@ -33,7 +33,7 @@ from engine.run import Run
 from engine.store import Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
 from engine.supervise import Supervisor
-from engine.verify import VerifyReport, verify_events
+from engine.verify import VerifyReport, verify_stored
 from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
@@ -59,6 +59,8 @@ class Engine:
             every read), persistent projections fold newer events in memory.
         settings: settings of an ``eventsourcing://TOPIC`` store's persistence
             module, beside those in the URL (see docs/reliability.md).
+        chain_key: the secret of keyed links in each run's hash chain (docs/audit.md);
+            default ``$STAGETRAIL_CHAIN_KEY``, else derived from the cipher key.
 
     Raises:
         StoreError: the store cannot be opened.
@@ -74,8 +76,10 @@ class Engine:
         max_event_bytes: int | None = None,
         read_only: bool = False,
         settings: Mapping[str, str] | None = None,
+        chain_key: str | None = None,
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
+        links = chain_key if chain_key is not None else os.environ.get("STAGETRAIL_CHAIN_KEY")
         if max_event_bytes is not None:
             arguments.max_event_bytes(max_event_bytes)
         self.store = Store(
@@ -85,6 +89,7 @@ class Engine:
             max_event_bytes=max_event_bytes,
             read_only=read_only,
             settings=settings,
+            chain_key=links,
         )
         views = self.store.views
         if self.store.views_read_only:  # newer events fold in memory: nothing is written
@@ -384,7 +389,7 @@ class Engine:
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
         registered = [self.projections.projection(n) for n in self.projections.names]
-        return verify_events(rid, self.store.stream(rid), registered)
+        return verify_stored(rid, self.store.stored_stream(rid), self.store.mapper, registered)
 
     def compact(self) -> Compacted:
         """Physically remove every run finished as ``deleted``; rebuild the persistent projections.
@@ -519,12 +524,13 @@ class Engine:
             RunAlreadyExists: the store holds a run with this id already.
         """
         pipeline, state = replay(started, copies, pipeline=pipeline)
+        stored, links = self.store.seal([started, *copies])
         try:
-            self.store.append([started, *copies])
+            self.store.write(stored)
         except ConcurrencyConflict:
             raise RunAlreadyExists(started.run_id) from None
         begun = (started, *copies) if len(copies) < _KEPT_COPIES else ()
-        return Run(self.store, pipeline, state, begun=begun)
+        return Run(self.store, pipeline, state, begun=begun, link=links[started.run_id])
 
     def _run_id(self, run_id: UUID | str) -> UUID:
         if isinstance(run_id, UUID):

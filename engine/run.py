@@ -48,12 +48,19 @@ class Run:
     """A live handle on one run; each recording method appends one event."""
 
     def __init__(
-        self, store: Store, pipeline: Pipeline, state: RunState, *, begun: Sequence[Event] = ()
+        self,
+        store: Store,
+        pipeline: Pipeline,
+        state: RunState,
+        *,
+        begun: Sequence[Event] = (),
+        link: bytes | None = None,
     ) -> None:
         self.pipeline = pipeline
         self._params: Any = _UNREAD
         self._work = UnitOfWork(store, state)
         self._work.begun = tuple(begun)
+        self._work.link = self._work.stored_link = link  # None: read before the next append
 
     @property
     def id(self) -> UUID:
@@ -299,7 +306,7 @@ class Run:
         state = apply(self.pipeline, work.state, event)
         # Serialised now, not at a commit, so an unstorable value is refused by the
         # call that brought it.
-        work.add(event, state, work.store.serialize(event))
+        work.add(event, state, work.seal(event))
         return event
 
     def _duration(self, given: float | None) -> float:

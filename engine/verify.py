@@ -1,4 +1,10 @@
-"""`engine.verify`: re-fold a run through its stored table and every projection."""
+"""`engine.verify`: check a run's hash chain, re-fold it through its stored table and every
+projection.
+
+The chain (engine/store/chain.py) is checked over the stored bytes, event by
+event, before each is decoded: a payload edited in the database, an event
+deleted, inserted or moved breaks a link, and the report names the version.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,14 @@ from typing import Any
 from uuid import UUID
 
 import attrs
+from eventsourcing.persistence import StoredEvent
 
 from engine.errors import PipelineError
 from engine.machine import replay
 from engine.pipeline import Pipeline
-from events import Event, RunStarted, StagetrailError
+from engine.store.chain import KEYED, PLAIN, Chain, split
+from engine.store.mapper import EventMapper
+from events import Event, EventFormatError, RunStarted, StagetrailError
 from projections import Projection, ProjectionError
 
 
@@ -31,6 +40,14 @@ class VerifyReport:
     run_id: UUID
     events: int
     problems: tuple[Problem, ...]
+    chain: str = "unchained"
+    """``intact`` (every link checked), ``unchained`` (written before chaining: no links),
+    ``partial`` (links from `chained_from` on), ``unchecked`` (keyed links, no key to check
+    them) or ``broken`` (see the problems whose check is ``chain``)."""
+    head: str | None = None
+    """The newest event's link as stored (mode letter and hex), None when it has none."""
+    chained_from: int | None = None
+    """The first version that carries a link."""
 
     @property
     def ok(self) -> bool:
@@ -55,6 +72,166 @@ def verify_events(
     for _ in checked:  # the projections see every event, even after a broken start
         pass
     return VerifyReport(run_id, seen.count, tuple(problems))
+
+
+def verify_stored(
+    run_id: UUID,
+    stored: Iterable[StoredEvent],
+    mapper: EventMapper,
+    projections: Sequence[Projection[Any]],
+) -> VerifyReport:
+    """`verify_events` over a run's stored events, checking its hash chain on the way."""
+    links = ChainCheck(mapper.chain)
+    report = verify_events(run_id, links.decoded(stored, mapper), projections)
+    problems = sorted((*links.problems, *report.problems), key=lambda p: p.version)
+    return attrs.evolve(
+        report,
+        problems=tuple(problems),
+        chain=links.status,
+        head=links.head,
+        chained_from=links.chained_from,
+    )
+
+
+class ChainCheck:
+    """Follows one run's stored events in version order and checks each one's link.
+
+    A break is reported at its version and the check goes on from the stored link
+    (so two edits far apart are two problems); a run written before chaining has
+    no links and is ``unchained``, not broken.
+    """
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+        self.problems: list[Problem] = []
+        self.previous = b""
+        self.expected = 1
+        self.chained_from: int | None = None
+        self.unchecked = False
+        self.keyed = False
+        self._head: tuple[str, bytes] | None = None
+        self._run: tuple[object, UUID] = (None, UUID(int=0))
+
+    @property
+    def head(self) -> str | None:
+        """The newest link seen, as its mode and hex (None: no link yet)."""
+        return None if self._head is None else self._head[0] + self._head[1].hex()
+
+    @property
+    def status(self) -> str:
+        """The chain's verdict (see `VerifyReport.chain`)."""
+        if any(p.check == "chain" for p in self.problems):
+            return "broken"
+        if self.chained_from is None:
+            return "unchained"
+        if self.unchecked:
+            return "unchecked"
+        return "intact" if self.chained_from == 1 else "partial"
+
+    def pages(self, pages: Iterable[Sequence[StoredEvent]], mapper: EventMapper) -> int:
+        """Check the links of a run's stored events, page by page; how many were checked.
+
+        The whole of a check of the chain alone (`verify` decodes each event too): the
+        links in order run through `Chain.run_along`, the rest (the first, a break, an
+        event without a link) through `check`.
+        """
+        plain = mapper.cipher is None and mapper.compressor is None
+        json_of = None if plain else mapper.json_of
+        count = 0
+        for page in pages:
+            index = 0
+            while index < len(page):
+                if self.chained_from is not None:
+                    run_id = _uuid(page[index].originator_id)
+                    done, link = self.chain.run_along(
+                        self.previous, self.expected, run_id, page[index:], json_of
+                    )
+                    if done:
+                        index += done
+                        self.expected += done
+                        self.previous = link
+                        self._head = (self.chain.mode, link)
+                        continue
+                self.check(page[index], mapper.json_of(page[index]))
+                index += 1
+            count += len(page)
+        return count
+
+    def decoded(self, stored: Iterable[StoredEvent], mapper: EventMapper) -> Iterator[Event]:
+        """Each stored event checked, then decoded (an unreadable one is a problem, skipped)."""
+        for record in stored:
+            try:
+                data = mapper.json_of(record)
+                self.check(record, data)
+                yield mapper.from_json(record, data)
+            except EventFormatError as error:
+                self.problems.append(Problem(record.originator_version, "format", error.reason))
+
+    def check(self, record: StoredEvent, data: bytes) -> None:
+        """Check the link of one stored event whose JSON (decrypted, decompressed) is `data`."""
+        version = record.originator_version
+        if version == self.expected and self.chained_from is not None:
+            run, run_id = self._run
+            if run is not record.originator_id:
+                run_id = _uuid(record.originator_id)
+                self._run = (record.originator_id, run_id)
+            link = self.chain.follows(self.previous, run_id, version, record.topic, data)
+            if link:  # the common case: the link is there and right
+                self.expected, self.previous = version + 1, link
+                self._head = (self.chain.mode, link)
+                return
+        self._check(record, data, version)
+
+    def _check(self, record: StoredEvent, data: bytes, version: int) -> None:
+        gap = version != self.expected
+        if gap:  # its link cannot match either: one problem, at the first missing version
+            self._broken(self.expected, _missing(self.expected, version))
+        self.expected = version + 1
+        parts = split(data)
+        if parts is None:
+            if self.chained_from is not None:
+                self._broken(version, "the event has no link, but the run is chained before it")
+            self.previous = b""
+            return
+        body, mode, link = parts
+        self._head = (mode, link)
+        if self.chained_from is None:
+            self.chained_from = version
+        if not gap:
+            self._link(record, version, body, mode, link)
+        self.previous = link
+
+    def _link(self, record: StoredEvent, version: int, body: bytes, mode: str, link: bytes) -> None:
+        if mode not in (PLAIN, KEYED):
+            self._broken(version, f"the link's mode {mode!r} is unknown")
+            return
+        if self.chain.keyed and mode == PLAIN:
+            self._broken(version, "linked without the chain key (written before it was set, "
+                         "or forged)")  # fmt: skip
+            return
+        self.keyed = self.keyed or mode == KEYED
+        run_uuid = _uuid(record.originator_id)
+        computed = self.chain.recompute(mode, self.previous, run_uuid, version, record.topic, body)
+        if computed is None:
+            self.unchecked = True
+        elif computed != link:
+            self._broken(version, _WHY)
+
+    def _broken(self, version: int, message: str) -> None:
+        self.problems.append(Problem(version, "chain", message))
+
+
+def _uuid(value: object) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
+
+
+def _missing(expected: int, found: int) -> str:
+    if found == expected + 1:
+        return f"event {expected} is missing (deleted, or moved)"
+    return f"events {expected} to {found - 1} are missing (deleted, or moved)"
+
+
+_WHY = "the link does not match: this event was edited, moved or inserted, or the one before it was"
 
 
 def _replay(first: RunStarted, rest: Iterator[Event], problems: list[Problem]) -> None:

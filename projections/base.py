@@ -11,7 +11,7 @@ import ast
 import hashlib
 import inspect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from types import CodeType
 from typing import Any, ClassVar, Generic, TypeVar
@@ -147,6 +147,21 @@ class Projection(Generic[S]):
     def decode(self, data: JSON) -> S:
         """The state `encode` turned into `data`."""
         return data  # type: ignore[no-any-return]
+
+    delivers: ClassVar[bool] = False
+    """True for a projection that acts on what it folds (`deliver`); most only fold."""
+
+    def deliver(self, folded: Sequence[tuple[S, Event]]) -> None:
+        """Act on a page of events folded in persistent use: each with the state before it.
+
+        Called (for a class with `delivers`) before the page's states are committed with
+        its tracking record: what it does happens at least once per event, and again
+        with the same pairs if the commit does not happen (a crash, another follower
+        first). For exports whose receiver keeps one copy per id (OpenTelemetry spans).
+
+        Raises:
+            Exception: the page is not committed and is folded and delivered again later.
+        """
 
     def settled(self, state: S) -> bool:
         """Whether no later event can change `state` (persistent use stops caching it)."""

@@ -70,6 +70,7 @@ OPTIONAL = {
     "langgraph": "engine.integrations.langgraph",
     "langchain_core": "engine.integrations.langgraph",
     "ormsgpack": "engine.integrations.langgraph",
+    "opentelemetry": "engine.integrations.otel",
 }
 """Each optional extra's top-level import, and the only package allowed to import it."""
 
@@ -97,7 +98,7 @@ class TestOptionalExtras:
         code = (
             "import sys, engine, engine.cli, engine.cli.main, engine.integrations; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('langgraph', 'langchain_core')))"
+            "('langgraph', 'langchain_core', 'opentelemetry')))"
         )
         done = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True

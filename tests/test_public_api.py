@@ -11,6 +11,7 @@ PACKAGES = [
     "engine.errors",
     "engine.integrations",
     "engine.integrations.langgraph",
+    "engine.integrations.otel",
     "engine.store",
     "engine.supervise",
     "engine.ui",

@@ -4,6 +4,12 @@ A line is ``{"run_id": ..., "version": ..., "topic": ..., "state": {...}}``: the
 event's topic and fields as the codec stores them (timestamp first, then the
 payload in field order, then ``class_version`` when above 1), decrypted and
 uncompressed, so a file moves between any two stores.
+
+A run's last line also carries its chain head, ``"chain": "<64 hex>"``: SHA-256
+chained over the run's lines as `export_line` writes them (without the head), so
+`import` refuses a run whose lines were edited, dropped or reordered since the
+export. It depends on the lines alone, not on a store's keys or settings, so an
+export of an import is byte for byte the export.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ import attrs
 
 from engine.cli.common import Output, ProgressBar, json_line, print_json, short
 from engine.cli.import_check import (
+    BadImportLine,
     Chunk,
     ImportInterrupted,
     RunConflict,
     check_storable,
     read_chunks,
 )
+from engine.store.chain import Chain
 from events import Event, StagetrailError, encode
 
 if TYPE_CHECKING:
@@ -67,18 +75,59 @@ def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
     try:
         for run_id, _ in chosen:
             batch: list[str] = []
+            head = Head(run_id)
             for event in engine.store.stream(run_id):
-                batch.append(export_line(event))
-                if len(batch) == 1000:
-                    out.write(("\n".join(batch) + "\n").encode())
-                    progress.advance(len(batch))
-                    batch.clear()
+                batch.append(head.add(export_line(event)))
+                if len(batch) == 1001:  # the newest line waits: it may be the run's last
+                    out.write(("\n".join(batch[:-1]) + "\n").encode())
+                    progress.advance(len(batch) - 1)
+                    del batch[:-1]
             if batch:
+                batch[-1] = head.on(batch[-1])
                 out.write(("\n".join(batch) + "\n").encode())
                 progress.advance(len(batch))
         out.flush()
     finally:
         progress.close()
+
+
+class Head:
+    """The chain head of one run's export lines: SHA-256 over each line and the head before."""
+
+    _chain = Chain()
+
+    def __init__(self, run_id: UUID) -> None:
+        self.run_id, self.version, self.head = run_id, 0, b""
+
+    def add(self, line: str) -> str:
+        """Chain one export line (the run's next version) in; give it back."""
+        self.version += 1
+        self.head = self._chain.link(self.head, self.run_id, self.version, "export", line.encode())
+        return line
+
+    def on(self, line: str) -> str:
+        """`line` (a JSON object, the run's last) carrying the head."""
+        return f'{line[:-1]},"chain":"{self.head.hex()}"}}'
+
+
+def check_head(chunk: Chunk) -> None:
+    """Refuse a run whose lines do not match the chain head exported with them.
+
+    Raises:
+        BadImportLine: at the run's last line, when the head does not match.
+    """
+    if chunk.head is None:
+        return
+    head = Head(chunk.run_id)
+    for event in chunk.events:
+        head.add(export_line(event))
+    if head.head.hex() != chunk.head:
+        raise BadImportLine(
+            chunk.head_line,
+            "chain",
+            f"does not match run {chunk.run_id}'s lines: they were edited, dropped or "
+            "reordered after the export",
+        )
 
 
 def _utf8_stdout() -> BinaryIO:
@@ -155,7 +204,8 @@ def _import(engine: Engine, path: str) -> ImportReport:
             if _already_there(engine, chunk):
                 identical.append(chunk.run_id)
             else:
-                check_storable(chunk, engine.store.serialize)
+                check_storable(chunk, lambda event: engine.store.serialize(event, b""))
+                check_head(chunk)
                 new.add(chunk.run_id)
     finally:
         progress.close()

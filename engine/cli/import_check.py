@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID
@@ -13,6 +14,8 @@ from engine.verify import verify_events
 from events import Event, EventFormatError, InvalidEvent, InvalidPayload, StagetrailError, decode
 
 _KEYS = ("run_id", "version", "topic", "state")
+_HEADED = sorted((*_KEYS, "chain"))
+"""The keys of a run's last line, which carries the run's chain head."""
 _CHECK_FIELDS = {"start": "topic", "table": "state.table", "time": "state.timestamp"}
 
 
@@ -58,10 +61,22 @@ class Chunk:
     run_id: UUID
     first_line: int
     events: list[Event]
+    head: str | None = None
+    """The chain head exported on the run's last line (hex), when the file has one."""
+    head_line: int = 0
 
 
 def parse_line(number: int, text: str) -> Event:
     """The event on line `number`, built through its class's checks.
+
+    Raises:
+        BadImportLine: naming the field at fault.
+    """
+    return parse_headed(number, text)[0]
+
+
+def parse_headed(number: int, text: str) -> tuple[Event, str | None]:
+    """`parse_line`, and the chain head the line carries (a run's last line), if any.
 
     Raises:
         BadImportLine: naming the field at fault.
@@ -72,8 +87,11 @@ def parse_line(number: int, text: str) -> Event:
         raise BadImportLine(number, "-", f"not JSON ({error})") from None
     except RecursionError:
         raise BadImportLine(number, "-", "JSON nested too deeply to read") from None
-    if not isinstance(data, dict) or sorted(data) != sorted(_KEYS):
+    if not isinstance(data, dict) or sorted(data) not in (sorted(_KEYS), _HEADED):
         raise BadImportLine(number, "-", f"expected an object with the keys {', '.join(_KEYS)}")
+    head = data.get("chain")
+    if head is not None and not (isinstance(head, str) and _HEX64.fullmatch(head)):
+        raise BadImportLine(number, "chain", "must be a chain head: 64 hexadecimal digits")
     run_id = _run_id(number, data["run_id"])
     version = data["version"]
     if type(version) is not int or version < 1:
@@ -82,7 +100,7 @@ def parse_line(number: int, text: str) -> Event:
         raise BadImportLine(number, "topic", "must be a string")
     if not isinstance(data["state"], dict):
         raise BadImportLine(number, "state", "must be an object")
-    return _event(number, data, run_id, version)
+    return _event(number, data, run_id, version), head
 
 
 def _run_id(number: int, value: Any) -> UUID:
@@ -152,10 +170,14 @@ def read_chunks(path: str, advance: Callable[[int], None]) -> Iterator[Chunk]:
     seen: set[UUID] = set()
     current: Chunk | None = None
     for number, text in _lines(path, advance):
-        event = parse_line(number, text)
+        event, head = parse_headed(number, text)
         if current is not None and event.run_id == current.run_id:
+            if current.head is not None:
+                raise BadImportLine(current.head_line, "chain", _HEAD_NOT_LAST)
             _expect_version(number, event, len(current.events) + 1)
             current.events.append(event)
+            if head is not None:
+                current = attrs.evolve(current, head=head, head_line=number)
             continue
         if current is not None:
             yield _checked(current)
@@ -165,9 +187,13 @@ def read_chunks(path: str, advance: Callable[[int], None]) -> Iterator[Chunk]:
             )
         seen.add(event.run_id)
         _expect_version(number, event, 1)
-        current = Chunk(event.run_id, number, [event])
+        current = Chunk(event.run_id, number, [event], head, number if head else 0)
     if current is not None:
         yield _checked(current)
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEAD_NOT_LAST = "a chain head belongs on its run's last line"
 
 
 def _expect_version(number: int, event: Event, expected: int) -> None:

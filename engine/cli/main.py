@@ -237,21 +237,78 @@ def compact(store: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("run")
+@click.argument("run", required=False)
+@click.option("--all", "everything", is_flag=True, help="Verify every run of the store.")
 @store_option
 @json_option
-def verify(run: str, store: str | None, as_json: bool) -> None:
-    """Re-check a run against its own table; exit 1 on problems.
+def verify(run: str | None, everything: bool, store: str | None, as_json: bool) -> None:
+    """Re-check a run's hash chain and its table; exit 1 on problems.
 
-    The run is folded through the table stored in it and every persistent projection.
+    The chain of links over the stored events must be unbroken (docs/audit.md), and
+    the run is folded through the table stored in it and every persistent projection.
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.verify import verify_run
+    from engine.cli.verify import verify_all, verify_run
 
+    if (run is None) == (not everything):
+        raise click.UsageError("give a RUN or --all (not both)")
     with open_engine(store, read_only=True) as engine:
-        ok = verify_run(engine, resolve_run(engine, run), as_json=as_json)
+        if everything:
+            ok = verify_all(engine, as_json=as_json)
+        else:
+            ok = verify_run(engine, resolve_run(engine, str(run)), as_json=as_json)
     if not ok:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Every top-level run (children follow).")
+@click.option("--since", default=None, metavar="TIME", help="With --all: started at or after.")
+@click.option(
+    "--endpoint", default=None, metavar="URL",
+    help="OTLP/HTTP receiver (default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, localhost:4318).",
+)  # fmt: skip
+@click.option("--service", default="stagetrail", show_default=True, help="The service.name.")
+@click.option("--follow", is_flag=True, help="Export runs live as events are recorded.")
+@store_option
+@json_option
+def otel(
+    runs: tuple[str, ...],
+    everything: bool,
+    since: str | None,
+    endpoint: str | None,
+    service: str,
+    follow: bool,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """Export runs as OpenTelemetry traces (the otel extra).
+
+    A run is a trace, each attempt a span; child runs are child spans. --json prints
+    the spans as JSON Lines instead of sending them.
+    """
+    import threading
+
+    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.otel import check_extra, chosen_runs, export
+    from engine.cli.otel import follow as follow_store
+
+    check_extra()
+    if follow:
+        if runs or everything or as_json:
+            raise click.UsageError("--follow takes no RUN, --all or --json")
+        with open_engine(store) as engine:
+            try:
+                follow_store(engine, endpoint=endpoint, service=service, stop=threading.Event())
+            except KeyboardInterrupt:
+                return
+        return
+    if bool(runs) == everything or (since is not None and not everything):
+        raise click.UsageError("name the runs to export, or give --all (with --since)")
+    with open_engine(store, read_only=True) as engine:
+        chosen = chosen_runs(engine, [resolve_run(engine, r) for r in runs], since)
+        export(engine, chosen, endpoint=endpoint, service=service, as_json=as_json)
 
 
 @main.command("export")

@@ -1,39 +1,121 @@
-"""`stagetrail verify`: re-fold a run through its stored table and the projections."""
+"""`stagetrail verify`: check a run's hash chain, re-fold it through its stored table and the
+projections; `--all` for every run of the store."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from engine.cli.common import Output, print_json, short
+from engine.cli.common import Output, ProgressBar, print_json, short
 
 if TYPE_CHECKING:
     from engine.engine import Engine
+    from engine.verify import VerifyReport
+
+_EVERY_RUN = 1_000_000_000
+LISTED = 50
+"""Runs with problems `--all` lists by name on a terminal (the rest are counted)."""
+LISTED_JSON = 1000
+"""Runs with problems `--all --json` lists (the rest are counted)."""
 
 
 def verify_run(engine: Engine, run_id: UUID, *, as_json: bool) -> bool:
     """Verify the run; print the report; return whether it is sound."""
     report = engine.verify(run_id)
     if as_json:
-        print_json(
-            {
-                "run_id": str(run_id),
-                "ok": report.ok,
-                "events": report.events,
-                "problems": [
-                    {"version": p.version, "check": p.check, "message": p.message}
-                    for p in report.problems
-                ],
-            }
-        )
+        print_json({**_summary(report), "problems": _problems(report)})
         return report.ok
     out = Output()
+    chain = _chain_text(report)
     if report.ok:
-        out.line(f"run {short(run_id)}: {report.events} events, no problems", "green")
+        out.line(f"run {short(run_id)}: {report.events} events, no problems; {chain}", "green")
         return True
     out.line(
-        f"run {short(run_id)}: {report.events} events, {len(report.problems)} problem(s)", "red"
+        f"run {short(run_id)}: {report.events} events, {len(report.problems)} problem(s); {chain}",
+        "red",
     )
     rows = [[str(p.version), p.check, p.message] for p in report.problems]
     out.table(["v", "check", "problem"], rows, right=(0,))
     return False
+
+
+def verify_all(engine: Engine, *, as_json: bool) -> bool:
+    """Verify every run of the store, oldest first; print a summary and the runs with problems."""
+    summaries = list(reversed(engine.runs(limit=_EVERY_RUN)))
+    chains: Counter[str] = Counter()
+    bad: list[VerifyReport] = []
+    events = 0
+    progress = ProgressBar("verify", len(summaries))
+    try:
+        for summary in summaries:
+            report = engine.verify(summary.run_id)
+            chains[report.chain] += 1
+            events += report.events
+            if not report.ok:
+                bad.append(report)
+            progress.advance(1)
+    finally:
+        progress.close()
+    if as_json:
+        print_json(
+            {
+                "ok": not bad,
+                "runs": len(summaries),
+                "events": events,
+                "chains": dict(sorted(chains.items())),
+                "with_problems": len(bad),
+                "problems": [
+                    {**_summary(r), "first": _problems(r)[0], "count": len(r.problems)}
+                    for r in bad[:LISTED_JSON]
+                ],
+            }
+        )
+        return not bad
+    _print_all(len(summaries), events, chains, bad)
+    return not bad
+
+
+def _print_all(runs: int, events: int, chains: Counter[str], bad: list[VerifyReport]) -> None:
+    out = Output()
+    counted = ", ".join(f"{count} {chain}" for chain, count in sorted(chains.items()))
+    verdict = "no problems" if not bad else f"{len(bad)} run(s) with problems"
+    out.line(f"{runs} runs, {events} events: {verdict}; chains: {counted or 'none'}",
+             "red" if bad else "green")  # fmt: skip
+    if not bad:
+        return
+    rows = [
+        [short(r.run_id), str(r.problems[0].version), r.problems[0].check,
+         r.problems[0].message, str(len(r.problems))]
+        for r in bad[:LISTED]
+    ]  # fmt: skip
+    out.table(["run", "v", "check", "first problem", "problems"], rows, right=(1, 4), wrap=(3,))
+    if len(bad) > LISTED:
+        out.line(f"and {len(bad) - LISTED} more run(s) with problems")
+
+
+def _chain_text(report: VerifyReport) -> str:
+    if report.chain == "partial":
+        return f"chain partial (linked from version {report.chained_from})"
+    if report.chain == "unchecked":
+        return "chain keyed, not checked (no chain key given)"
+    if report.chain == "unchained":
+        return "chain: none (written before chaining)"
+    if report.head is None:
+        return f"chain {report.chain}"
+    return f"chain {report.chain}, head {report.head[:13]}"
+
+
+def _summary(report: VerifyReport) -> dict[str, Any]:
+    return {
+        "run_id": str(report.run_id),
+        "ok": report.ok,
+        "events": report.events,
+        "chain": report.chain,
+        "head": report.head,
+        "chained_from": report.chained_from,
+    }
+
+
+def _problems(report: VerifyReport) -> list[dict[str, Any]]:
+    return [{"version": p.version, "check": p.check, "message": p.message} for p in report.problems]

@@ -40,12 +40,12 @@ class Observer(Protocol):
 
 
 class Mark:
-    """Where a grouping began: the run's state then and how much was pending."""
+    """Where a grouping began: the run's state and chain link then, and how much was pending."""
 
-    __slots__ = ("pending", "state")
+    __slots__ = ("link", "pending", "state")
 
-    def __init__(self, state: RunState, pending: int) -> None:
-        self.state, self.pending = state, pending
+    def __init__(self, state: RunState, pending: int, link: bytes | None) -> None:
+        self.state, self.pending, self.link = state, pending, link
 
 
 class UnitOfWork:
@@ -60,6 +60,9 @@ class UnitOfWork:
         batches: open `run.batch()` blocks among them (a supervisor refuses to run inside one).
         clock: what stamps each event (a supervisor's clock while it drives the run).
         observers: told of every event recorded and every one taken back.
+        link: the chain link of the newest event recorded (None: not known yet, read
+            from the store before the next event is sealed).
+        stored_link: the same for the newest event the store holds, as far as known.
     """
 
     __slots__ = (
@@ -70,11 +73,13 @@ class UnitOfWork:
         "clock",
         "events",
         "groups",
+        "link",
         "observers",
         "pending",
         "state",
         "store",
         "stored",
+        "stored_link",
     )
 
     def __init__(self, store: Store, state: RunState) -> None:
@@ -89,6 +94,8 @@ class UnitOfWork:
         self.observers: list[Observer] = []
         self._stampings = 0
         self._committing: asyncio.Future[None] | None = None
+        self.link: bytes | None = None
+        self.stored_link: bytes | None = None
         self.begun: tuple[Event, ...] = ()
         """The events this handle began the run with (`Engine.start_run`, a short fork)."""
 
@@ -102,6 +109,15 @@ class UnitOfWork:
         if begun and begun[-1].version == self.stored.version:
             return list(begun)
         return None
+
+    def seal(self, event: Event) -> StoredEvent:
+        """`event` serialized, chained to the event recorded before it (the next version).
+
+        Raises:
+            InvalidPayload: the event cannot be stored; the chain is as it was.
+        """
+        stored, self.link = self.store.chained(event, self.link)
+        return stored
 
     def add(self, event: Event, state: RunState, stored: StoredEvent) -> None:
         """Take in one checked event: pending, observed, and committed unless grouped.
@@ -133,7 +149,7 @@ class UnitOfWork:
         except BaseException:
             self._lost()
             raise
-        self._kept(len(pending), self.state)
+        self._kept(len(pending), self.state, self.link)
 
     async def commit_async(self, committer: GroupCommitter | None = None) -> None:
         """`commit` off the event loop, through `committer` (default: the loop's shared one).
@@ -154,7 +170,7 @@ class UnitOfWork:
             await asyncio.wait([self._committing])  # its outcome is its committer's to handle
         if not self.pending:
             return
-        batch, reached = list(self.pending), self.state
+        batch, reached, link = list(self.pending), self.state, self.link
         writer = committer if committer is not None else shared(self.store)
         commit = writer.submit(batch)
         self._committing = commit.done
@@ -162,11 +178,11 @@ class UnitOfWork:
             await writer.wait(commit)
         except BaseException:
             if not commit.withdrawn:
-                self._kept(len(batch), reached) if commit.stored else self._lost()
+                self._kept(len(batch), reached, link) if commit.stored else self._lost()
             raise
         finally:
             self._committing = None
-        self._kept(len(batch), reached)
+        self._kept(len(batch), reached, link)
         if self.pending and not self.groups:  # recorded while the write was under way
             await self.commit_async(committer)
 
@@ -174,13 +190,13 @@ class UnitOfWork:
         """Open a grouping: what is recorded waits for its end (or an outer one's)."""
         self.groups += 1
         self.batches += batch
-        return Mark(self.state, len(self.pending))
+        return Mark(self.state, len(self.pending), self.link)
 
     def take_back(self, mark: Mark) -> None:
         """Drop what was recorded since `mark`: the run is back in the state it had there."""
         del self.pending[mark.pending :]
         del self.events[mark.pending :]
-        self.state = mark.state
+        self.state, self.link = mark.state, mark.link
         for observer in self.observers:
             observer.rewound(mark.state.version)
 
@@ -237,21 +253,23 @@ class UnitOfWork:
     def refreshed(self, events: Sequence[Event], state: RunState) -> None:
         """Take in events other writers stored (folded into `state` by the caller)."""
         self.state = self.stored = state
+        if events:  # their links are read when the next event is sealed
+            self.link = self.stored_link = None
         for event in events:
             for observer in self.observers:
                 observer.recorded(event)
 
-    def _kept(self, count: int, reached: RunState) -> None:
+    def _kept(self, count: int, reached: RunState, link: bytes | None) -> None:
         """A commit of the first `count` pending events succeeded."""
         del self.pending[:count]  # what was recorded meanwhile stays pending
         del self.events[:count]
-        self.stored = reached
+        self.stored, self.stored_link = reached, link
 
     def _lost(self) -> None:
         """A commit failed: nothing pending was written, nor can be (later events follow it)."""
         self.pending.clear()
         self.events.clear()
-        self.state = self.stored
+        self.state, self.link = self.stored, self.stored_link
         for observer in self.observers:
             observer.rewound(self.stored.version)
 

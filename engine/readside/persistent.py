@@ -252,16 +252,26 @@ class Projections:
         states = self._states(name, projection, keys, start)
         touched: set[str] = set()
         reached, error = end, None
+        folded: list[tuple[Any, Event]] | None = [] if projection.delivers else None
         for index, event in enumerate(events):
             key = keys[index]
             if key is None:
                 continue
             try:
-                states[key] = projection.apply(states[key], event)
+                before = states[key]
+                states[key] = projection.apply(before, event)
             except ProjectionError as failure:
                 reached, error = (ids[index - 1] if index else start), failure
                 break
             touched.add(key)
+            if folded is not None:
+                folded.append((before, event))
+        if folded:
+            try:
+                projection.deliver(folded)
+            except Exception as failure:  # nothing of the page is kept: it comes again
+                self._cache.pop(name, None)
+                return None, ProjectionError(name, folded[0][1], failure)
         try:
             encoded = {key: projection.encode(states[key]) for key in touched}
         except ProjectionStateError as failure:

@@ -17,6 +17,7 @@ from eventsourcing.persistence import (
 
 from engine.store import meta, urls
 from engine.store.backend import Backend
+from engine.store.chain import Chain, chain_key, split
 from engine.store.codec import Codec
 from engine.store.errors import (
     AppendOutcomeUnknown,
@@ -25,6 +26,7 @@ from engine.store.errors import (
     StoreError,
 )
 from engine.store.failures import classify, is_database_error
+from engine.store.mapper import EventMapper
 from engine.store.memory import open_memory
 from engine.store.module import open_module
 from engine.store.sqlite import open_sqlite
@@ -51,6 +53,8 @@ class Store:
             memory), so a read replica, a read-only role or file serves every read.
         settings: more settings for an ``eventsourcing://`` persistence module
             (e.g. its password, kept out of the URL).
+        chain_key: the secret of keyed links (HMAC) in each run's hash chain; default
+            derived from `cipher_key`; neither: plain SHA-256 links.
 
     Raises:
         StoreError: the URL is bad, the store unreachable, foreign or too new, or
@@ -66,6 +70,7 @@ class Store:
         max_event_bytes: int | None = None,
         read_only: bool = False,
         settings: Mapping[str, str] | None = None,
+        chain_key: str | None = None,
     ) -> None:
         parsed = urls.parse(url)
         self.url = parsed.masked
@@ -83,6 +88,7 @@ class Store:
         self.recorder = self._backend.recorder
         self._mapper = self._backend.mapper
         self._mapper.max_event_bytes = limit
+        self._mapper.chain = Chain(_chain_key(cipher_key, chain_key))
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
         self.views = self._backend.views
         self.views_problem = self._backend.views_problem
@@ -95,7 +101,7 @@ class Store:
         return self._mapper.max_event_bytes
 
     @property
-    def mapper(self) -> Mapper[UUID]:
+    def mapper(self) -> EventMapper:
         """eventsourcing's mapper for this store's events (JSON, compression, cipher)."""
         return self._mapper
 
@@ -131,22 +137,104 @@ class Store:
             ConcurrencyConflict: another writer holds one of the versions.
             StoreError: the database failed; nothing was written.
         """
-        return self.write([self.serialize(event) for event in events])
+        return self.write(self.seal(events)[0])
 
-    def serialize(self, event: Event) -> StoredEvent:
-        """The stored form of `event` (eventsourcing's mapper: JSON, compression, cipher).
+    def seal(self, events: Sequence[Event]) -> tuple[list[StoredEvent], dict[UUID, bytes]]:
+        """`events` serialized, each chained to its run's event before it; each run's last link.
+
+        Raises:
+            InvalidPayload: as `serialize`.
+        """
+        links: dict[UUID, bytes] = {}
+        stored = []
+        for event in events:
+            serialized, links[event.run_id] = self.chained(event, links.get(event.run_id))
+            stored.append(serialized)
+        return stored, links
+
+    def serialize(self, event: Event, previous: bytes | None = None) -> StoredEvent:
+        """The stored form of `event` (eventsourcing's mapper: JSON, link, compression, cipher).
+
+        Args:
+            previous: the link of the run's event before it (b"" for a run's first);
+                default: read from the store.
 
         Raises:
             InvalidPayload: naming the field the transcoder cannot store (a lone
                 surrogate in a str, a NUL, an int too long to print, ...) or the
                 largest field of an event over `max_event_bytes`.
         """
+        return self.chained(event, previous)[0]
+
+    def chained(self, event: Event, previous: bytes | None = None) -> tuple[StoredEvent, bytes]:
+        """`serialize`, and the event's link (what the run's next event chains to).
+
+        Raises:
+            InvalidPayload: as `serialize`.
+        """
+        if previous is None:
+            previous = self.link_at(event.run_id, event.version - 1)
         try:
-            return self._mapper.to_stored_event(event)
+            return self._mapper.to_chained(event, previous)
         except InvalidPayload:
             raise
         except (UnicodeError, ValueError, TypeError) as error:
             raise _unstorable(self._mapper, event, error) from None
+
+    def link_at(self, run_id: UUID, version: int) -> bytes:
+        """The link stored in the run's event `version` (b"" for none: version 0, a run not
+        stored, an event written before chaining). One read.
+
+        Raises:
+            StoreError: the database failed, or the event cannot be read.
+        """
+        if version < 1:
+            return b""
+        found = self.stored_events(run_id, gt=version - 1, lte=version)
+        if not found:
+            return b""
+        try:
+            parts = split(self._mapper.json_of(found[0]))
+        except EventFormatError as error:
+            raise StoreError(self.url, str(error)) from error
+        return b"" if parts is None else parts[2]
+
+    def stored_stream(self, run_id: UUID) -> Iterator[StoredEvent]:
+        """The run's events as stored, one after another (for `verify`).
+
+        Raises:
+            StoreError: the database failed.
+        """
+        for page in self.stored_pages(run_id):
+            yield from page
+
+    def stored_pages(self, run_id: UUID) -> Iterator[list[StoredEvent]]:
+        """The run's events as stored, a page (`PAGE` events) at a time.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        gt = 0
+        while True:
+            page = self.stored_events(run_id, gt=gt)
+            if page:
+                yield page
+            if len(page) < PAGE:
+                return
+            gt = page[-1].originator_version
+
+    def stored_events(
+        self, run_id: UUID, *, gt: int | None = None, lte: int | None = None, limit: int = PAGE
+    ) -> list[StoredEvent]:
+        """The run's events as stored (`gt < version <= lte`, at most `limit`): for `verify`.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        try:
+            return list(self.recorder.select_events(run_id, gt=gt, lte=lte, limit=limit))
+        except (PersistenceError, sqlite3.Error) as error:
+            raise classify(self.url, error, "read failed") from error
 
     def write(self, stored: Sequence[StoredEvent]) -> list[int]:
         """Write serialised events in one transaction; return their notification ids.
@@ -241,6 +329,13 @@ class Store:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _chain_key(cipher_key: str | None, given: str | None) -> bytes | None:
+    try:
+        return chain_key(cipher_key, given)
+    except ValueError:  # a bad cipher key is the cipher's to report, when it opens
+        return None
 
 
 def _as_uuid(value: UUID | str) -> UUID:

@@ -14,6 +14,7 @@ from uuid import UUID
 import orjson
 from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper, StoredEvent
 
+from engine.store.chain import FIELD, Chain
 from events import Event, EventFormatError, decode, encode_timed
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
 
@@ -111,17 +112,37 @@ class EventMapper(Mapper[UUID]):
     ) -> None:
         super().__init__(transcoder, compressor, cipher)
         self.max_event_bytes = max_event_bytes
+        self.chain = Chain()
+        """How links are computed: keyed when the store holds a chain key (see `Store`)."""
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        """Serialise an event: payload and timestamp become its stored state.
+        """Serialise an event without a link (eventsourcing's interface; stores use `to_chained`).
 
         Raises:
             InvalidPayload: the event is over `max_event_bytes` or holds a NUL.
         """
+        topic, data = self._json(domain_event)
+        return self._sealed(domain_event, topic, data)
+
+    def to_chained(self, domain_event: Any, previous: bytes) -> tuple[StoredEvent, bytes]:
+        """Serialise an event with its link to `previous` (b"" for a run's first): both.
+
+        Raises:
+            InvalidPayload: the event is over `max_event_bytes` or holds a NUL.
+        """
+        topic, data = self._json(domain_event)
+        chain = self.chain
+        link = chain.link(previous, domain_event.run_id, domain_event.version, topic, data)
+        return self._sealed(domain_event, topic, chain.seal(data, link)), link
+
+    def _json(self, domain_event: Any) -> tuple[str, bytes]:
         topic, state = encode_timed(domain_event)  # the transcoder writes the timestamp
         data = self.transcoder.encode(state)
         if len(data) > self.max_event_bytes or _NUL_IN_JSON in data:  # rare: checked inline
             check_stored(domain_event, data, self.max_event_bytes)
+        return topic, data
+
+    def _sealed(self, domain_event: Any, topic: str, data: bytes) -> StoredEvent:
         if self.compressor:
             data = self.compressor.compress(data)
         if self.cipher:
@@ -134,15 +155,36 @@ class EventMapper(Mapper[UUID]):
         Raises:
             EventFormatError: naming the run and version that cannot be read.
         """
+        return self.from_json(stored_event, self.json_of(stored_event))
+
+    def json_of(self, stored_event: StoredEvent) -> bytes:
+        """The stored event's JSON as written (its link in it): decrypted, decompressed.
+
+        Raises:
+            EventFormatError: naming the run and version that cannot be read.
+        """
         data = stored_event.state
         try:
             if self.cipher:
                 data = self.cipher.decrypt(data)
             if self.compressor:
                 data = self.compressor.decompress(data)
-            state = self.transcoder.decode(data)
         except Exception as error:  # the cipher and codecs raise assorted types
             raise self._unreadable(stored_event, f"{type(error).__name__}: {error}") from error
+        return bytes(data)
+
+    def from_json(self, stored_event: StoredEvent, data: bytes) -> Event:
+        """The event whose stored JSON (`json_of`) is `data`, upcast.
+
+        Raises:
+            EventFormatError: naming the run and version that cannot be read.
+        """
+        try:
+            state = self.transcoder.decode(data)
+        except Exception as error:  # the codecs raise assorted types
+            raise self._unreadable(stored_event, f"{type(error).__name__}: {error}") from error
+        if type(state) is dict:
+            state.pop(FIELD, None)  # the link is the store's, not the event's
         run_id = stored_event.originator_id
         try:
             return decode(

@@ -99,8 +99,6 @@ class SharedCircuits:
             self.read += len(page)
             for notification in page:
                 event = mapper.to_domain_event(notification)
-                if not isinstance(event, Event):
-                    continue
                 if isinstance(event, RunStarted):
                     self._learn(event.run_id, event.pipeline)
                 elif self._pipeline(event) == pipeline:

@@ -51,6 +51,7 @@ def demo_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("STAGETRAIL_STORE", raising=False)
     monkeypatch.delenv("STAGETRAIL_CIPHER_KEY", raising=False)
+    monkeypatch.delenv("STAGETRAIL_CHAIN_KEY", raising=False)
     monkeypatch.setenv("COLUMNS", "100")  # click wraps --help at min(COLUMNS, 80)
     seeded = random.Random(20261120)
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=seeded.getrandbits(128), version=4))

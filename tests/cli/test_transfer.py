@@ -222,7 +222,11 @@ class TestRefusedOnlyByTheStore:
         assert f"line {len(lines)}, field state.reason:" in error
         assert "max_event_bytes" in error
         path = tmp_path / "bad.jsonl"
-        ok("import", str(path), "--store", url + "?max_event_bytes=2000000")
+        bigger = url + "?max_event_bytes=2000000"
+        assert "does not match" in fails("import", str(path), "--store", bigger)  # its chain head
+        lines[-1] = edit(lines[-1], chain=None)  # a file without heads is imported unchecked
+        path.write_text("\n".join(lines) + "\n")
+        ok("import", str(path), "--store", bigger)
         assert count_events(url) == len(lines)
 
     @pytest.mark.parametrize("where", ["line", "result"])

@@ -52,7 +52,7 @@ from engine.integrations.langgraph.thread import (
     serde_form,
 )
 from engine.machine import RunState
-from engine.run import Run
+from engine.run import Run, unit_of
 from engine.store import PAGE
 from events import (
     CheckpointSaved,
@@ -395,7 +395,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         steps = build(thread)
         if not steps:
             return True
-        run = Run(self.engine.store, thread.pipeline, thread.machine)
+        run = Run(self.engine.store, thread.pipeline, thread.machine, link=thread.link)
         recorded: list[tuple[Event, RunState]] = []
         try:
             with run.batch():
@@ -406,6 +406,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return False
         for event, machine in recorded:
             thread.fold(event, machine)
+        thread.link = unit_of(run).stored_link
         self._remember(thread)
         return True
 

@@ -76,6 +76,9 @@ class Thread:
         self.values: dict[str, Typed] = {}
         """Where a value is stored → the value."""
         self.deleted = False
+        self.link: bytes | None = None
+        """The chain link of the newest event folded in, when this process wrote it (None:
+        the next append reads it from the store)."""
 
     @classmethod
     def started(cls, thread_id: str, first: RunStarted) -> Thread:
@@ -96,6 +99,8 @@ class Thread:
                 it (the saver does, before appending): the rules are not run twice.
         """
         self.machine = apply(self.pipeline, self.machine, event) if machine is None else machine
+        if machine is None:
+            self.link = None  # another writer's event: its link is read when needed
         kind = type(event)
         if kind is CheckpointSaved:
             self._checkpoint(event)  # type: ignore[arg-type]

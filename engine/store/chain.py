@@ -1,0 +1,191 @@
+"""The hash chain of a run: every stored event carries the link that ties it to the one before.
+
+A link is SHA-256 (or, keyed, HMAC-SHA256) over the previous event's link, the
+event's run id, version and topic, and its stored JSON: the very bytes the
+mapper writes, before compression and encryption, so upcasting (which acts on
+read) and a change of cipher key leave it intact. It is written into those
+bytes as the last member of the JSON object, ``"_chain":"<mode><link>"`` (the
+32 bytes in unpadded URL-safe base64, 43 characters: 56 bytes per event in all),
+so eventsourcing's recorders and their tables stay as they are, and a store
+written before chaining (no member) still reads. Mode ``s`` is plain SHA-256,
+``k`` keyed: a chain whose key is not known can be recomputed by anyone with
+write access, a keyed one only by whoever holds the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Callable, Sequence
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+
+FIELD = "_chain"
+"""The member of an event's stored JSON object that holds its link."""
+PLAIN, KEYED = "s", "k"
+"""The first character of a link's text: plain SHA-256, or HMAC-SHA256 with the chain key."""
+_OPEN = b',"' + FIELD.encode() + b'":"'
+_CLOSE = b'"}'
+_LINK_TEXT = 43
+"""Characters of a link in unpadded URL-safe base64."""
+_SUFFIX = len(_OPEN) + 1 + _LINK_TEXT + len(_CLOSE)
+_CONTEXT = b"stagetrail chain: keyed links of a run's events"
+"""Derives the chain key from the key given, so it never equals a cipher or digest key."""
+
+
+class Chain:
+    """Computes and reads the links of a store's events.
+
+    Args:
+        key: the secret the writers hold (keyed links), or None (plain SHA-256).
+    """
+
+    __slots__ = ("_key", "_mark", "_mark_length", "_run", "_suffix", "mode")
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = None if key is None else hmac.digest(key, _CONTEXT, "sha256")
+        self.mode = PLAIN if key is None else KEYED
+        self._suffix = b'%s,"' + FIELD.encode() + b'":"' + self.mode.encode() + b'%s"}'
+        self._mark = _OPEN + self.mode.encode()
+        self._mark_length = len(self._mark)
+        self._run: tuple[UUID | None, bytes] = (None, b"")
+        """The last run's id and its bytes: a run's events are linked one after another."""
+
+    @property
+    def keyed(self) -> bool:
+        """Whether links are HMACs with the chain key (else plain SHA-256)."""
+        return self._key is not None
+
+    def link(self, previous: bytes, run_id: UUID, version: int, topic: str, body: bytes) -> bytes:
+        """The link of one event: over `previous` (b"" for the first) and its stored JSON `body`."""
+        run, run_bytes = self._run
+        if run is not run_id:
+            run_bytes = run_id.bytes
+            self._run = (run_id, run_bytes)
+        message = b"%b%b%b%b\x00%b" % (
+            previous, run_bytes, version.to_bytes(8, "big"), _TOPICS.get(topic) or _topic(topic),
+            body,
+        )  # fmt: skip
+        if self._key is None:
+            return _sha256(message).digest()
+        return hmac.digest(self._key, message, "sha256")
+
+    def follows(
+        self, previous: bytes, run_id: UUID, version: int, topic: str, data: bytes
+    ) -> bytes:
+        """The link of the stored JSON `data` when it holds a link in this chain's mode that
+        follows `previous`, else b"" (see `split` and `recompute` for why not).
+
+        The fast path of checking a chain: the link is recomputed and compared as text,
+        so nothing is decoded unless it differs.
+        """
+        start = len(data) - _SUFFIX
+        if start <= 0 or data[start : start + self._mark_length] != self._mark:
+            return b""
+        run, run_bytes = self._run
+        if run is not run_id:
+            run_bytes = run_id.bytes
+            self._run = (run_id, run_bytes)
+        message = b"%b%b%b%b\x00%b}" % (  # type: ignore[str-format]  # %b takes any buffer
+            previous, run_bytes, version.to_bytes(8, "big"), _TOPICS.get(topic) or _topic(topic),
+            memoryview(data)[:start],
+        )  # fmt: skip
+        if self._key is None:
+            link = _sha256(message).digest()
+        else:
+            link = hmac.digest(self._key, message, "sha256")
+        text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
+        return link if data[start + self._mark_length : -2] == text else b""
+
+    def run_along(
+        self,
+        previous: bytes,
+        version: int,
+        run_id: UUID,
+        records: Sequence[StoredEvent],
+        json_of: Callable[[StoredEvent], bytes] | None,
+    ) -> tuple[int, bytes]:
+        """How many of `records` (one run's, in order, from `version` on) carry their right
+        link in this chain's mode, one after another, and the last of those links.
+
+        `follows` over a page in one loop (checking a long run's chain spends its time
+        here); `json_of` turns a record into its JSON (None: the stored bytes are it).
+        """
+        mark, length, key = self._mark, self._mark_length, self._key
+        run_bytes = run_id.bytes
+        topics = _TOPICS
+        done = 0
+        for record in records:
+            data = record.state if json_of is None else json_of(record)
+            start = len(data) - _SUFFIX
+            if record.originator_version != version or data[start : start + length] != mark:
+                break
+            topic = record.topic
+            message = b"%b%b%b%b\x00%b}" % (  # type: ignore[str-format]  # any buffer  # type: ignore[str-format]  # %b takes any buffer
+                previous, run_bytes, version.to_bytes(8, "big"), topics.get(topic) or _topic(topic),
+                memoryview(data)[:start],
+            )  # fmt: skip
+            link = _sha256(message).digest() if key is None else hmac.digest(key, message, "sha256")
+            text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
+            if data[start + length : -2] != text:
+                break
+            previous, version, done = link, version + 1, done + 1
+        return done, previous
+
+    def recompute(self, mode: str, *args: object) -> bytes | None:
+        """`link` for a link written in `mode`, or None when this chain cannot (a keyed link
+        and no key)."""
+        if mode == self.mode:
+            return self.link(*args)  # type: ignore[arg-type]
+        if mode == PLAIN:
+            return Chain(None).link(*args)  # type: ignore[arg-type]
+        return None
+
+    def seal(self, body: bytes, link: bytes) -> bytes:
+        """`body` (a JSON object) with `link` written in as its last member."""
+        return self._suffix % (body[:-1], base64.urlsafe_b64encode(link)[:_LINK_TEXT])
+
+
+_TOPICS: dict[str, bytes] = {}
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_sha256 = hashlib.sha256
+
+
+def _topic(topic: str) -> bytes:
+    encoded = _TOPICS.get(topic)
+    if encoded is None:
+        encoded = _TOPICS[topic] = topic.encode()
+    return encoded
+
+
+def split(data: bytes) -> tuple[bytes, str, bytes] | None:
+    """An event's stored JSON as (body, mode, link) when it holds a link, else None.
+
+    The link is the object's last member: nothing a value holds can end the
+    object with those bytes (a string's quotes are escaped, a nested object ends
+    with another brace).
+    """
+    if len(data) <= _SUFFIX or not data.endswith(_CLOSE):
+        return None
+    start = len(data) - _SUFFIX
+    if data[start : start + len(_OPEN)] != _OPEN:
+        return None
+    mode = data[start + len(_OPEN) : start + len(_OPEN) + 1].decode("ascii", "replace")
+    try:
+        text = data[start + len(_OPEN) + 1 : -len(_CLOSE)]
+        link = base64.urlsafe_b64decode(text + b"=")
+    except ValueError:
+        return None
+    return data[:start] + b"}", mode, link
+
+
+def chain_key(cipher_key: str | None, chain_secret: str | None) -> bytes | None:
+    """The secret of a store's keyed links: the one given, else its cipher key's, else None."""
+    if chain_secret:
+        return chain_secret.encode("utf8", "surrogatepass")
+    if cipher_key:
+        return base64.b64decode(cipher_key)
+    return None

@@ -1,0 +1,96 @@
+"""Editing a store's event rows behind stagetrail's back, as someone with database access would."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+from engine.store.meta import EVENTS_TABLE
+from tests._helpers import POSTGRES_URL
+
+
+class Rows:
+    """The events table of a SQLite file or a PostgreSQL schema, written by plain SQL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.postgres = url.startswith("postgresql")
+
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        if self.postgres:
+            import psycopg
+
+            schema = self.url.split("schema=", 1)[1]
+            with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+                conn.execute(f"SET search_path TO {schema}")
+                yield conn
+            return
+        path = self.url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as lite, lite:
+            yield lite
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", "%s") if self.postgres else text
+
+    def _id(self, run_id: UUID) -> object:
+        return run_id if self.postgres else run_id.hex
+
+    def get(self, run_id: UUID, version: int) -> tuple[str, bytes]:
+        """The topic and stored state of one event."""
+        with self._cursor() as conn:
+            row = conn.execute(
+                self._sql(
+                    f"SELECT topic, state FROM {EVENTS_TABLE} "
+                    "WHERE originator_id = ? AND originator_version = ?"
+                ),
+                (self._id(run_id), version),
+            ).fetchone()
+        return str(row[0]), bytes(row[1])
+
+    def put(self, run_id: UUID, version: int, topic: str, state: bytes) -> None:
+        """Overwrite one event's topic and stored state."""
+        with self._cursor() as conn:
+            conn.execute(
+                self._sql(
+                    f"UPDATE {EVENTS_TABLE} SET topic = ?, state = ? "
+                    "WHERE originator_id = ? AND originator_version = ?"
+                ),
+                (topic, state, self._id(run_id), version),
+            )
+
+    def edit(self, run_id: UUID, version: int, old: bytes, new: bytes) -> None:
+        """Replace `old` by `new` in one event's stored bytes."""
+        topic, state = self.get(run_id, version)
+        assert old in state
+        self.put(run_id, version, topic, state.replace(old, new))
+
+    def delete(self, run_id: UUID, version: int) -> None:
+        """Remove one event's row."""
+        with self._cursor() as conn:
+            conn.execute(
+                self._sql(
+                    f"DELETE FROM {EVENTS_TABLE} WHERE originator_id = ? AND originator_version = ?"
+                ),
+                (self._id(run_id), version),
+            )
+
+    def swap(self, run_id: UUID, first: int, second: int) -> None:
+        """Exchange two events' topics and bytes: their versions stay where they were."""
+        one, two = self.get(run_id, first), self.get(run_id, second)
+        self.put(run_id, first, *two)
+        self.put(run_id, second, *one)
+
+    def insert(self, run_id: UUID, version: int, topic: str, state: bytes) -> None:
+        """Add a row."""
+        with self._cursor() as conn:
+            conn.execute(
+                self._sql(
+                    f"INSERT INTO {EVENTS_TABLE} (originator_id, originator_version, topic, state) "
+                    "VALUES (?, ?, ?, ?)"
+                ),
+                (self._id(run_id), version, topic, state),
+            )

@@ -1,0 +1,249 @@
+"""Hash-chained runs: every stored event linked to the one before, checked by `verify`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from engine import ConcurrencyConflict, Engine
+from engine.store.chain import Chain, split
+from engine.verify import ChainCheck
+from tests._helpers import REVIEW
+from tests.audit.tampering import Rows
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+KEY = "the writers' secret"
+
+
+def recorded(engine: Engine) -> UUID:
+    """A finished run of eight events, its project type "python" in version 2."""
+    run = engine.start_run(REVIEW, labels={"team": "core"})
+    run.stage_completed("project_analysis", result={"project_type": "python"})
+    run.stage_completed("code_review", result={"comments": 3})
+    run.stage_failed("developer", error="boom")
+    run.stage_completed("developer", result={"patch": "p"})
+    run.stage_failed("testing", error="red")
+    run.stage_completed("developer", result={"patch": "q"})
+    run.finish("failed", reason="given up")
+    return run.id
+
+
+def chain_problems(engine: Engine, run_id: UUID) -> list[tuple[int, str]]:
+    report = engine.verify(run_id)
+    return [(p.version, p.message) for p in report.problems if p.check == "chain"]
+
+
+class TestRecordedRuns:
+    def test_a_recorded_run_is_intact(self, engine: Engine) -> None:
+        """Every event a run records carries a link, and verify finds the chain intact."""
+        run_id = recorded(engine)
+        report = engine.verify(run_id)
+        assert report.ok
+        assert (report.chain, report.chained_from, report.events) == ("intact", 1, 8)
+        assert str(report.head).startswith("s")
+
+    def test_each_link_covers_the_one_before(self, engine: Engine) -> None:
+        """A link is SHA-256 over the previous link, the run, version, topic and stored JSON."""
+        run_id = recorded(engine)
+        previous = b""
+        for stored in engine.store.stored_stream(run_id):
+            parts = split(engine.store.mapper.json_of(stored))
+            assert parts is not None
+            body, mode, link = parts
+            expected = Chain().link(previous, run_id, stored.originator_version, stored.topic, body)
+            assert (mode, link) == ("s", expected)
+            previous = link
+
+    def test_events_read_back_without_their_link(self, engine: Engine) -> None:
+        """The link is the store's: the events a run reads back are the ones recorded."""
+        run_id = recorded(engine)
+        assert engine.events(run_id)[1].result == {"project_type": "python"}  # type: ignore[attr-defined]
+
+    def test_batches_grouped_and_taken_back_keep_the_chain(self, engine: Engine) -> None:
+        """A batch that raises is taken back with its links; what follows chains to the store."""
+        run = engine.start_run(REVIEW)
+        with pytest.raises(RuntimeError), run.batch():
+            run.stage_completed("project_analysis", result={"x": 1})
+            raise RuntimeError("undo")
+        with run.batch():
+            run.stage_completed("project_analysis", result={"x": 2})
+            run.stage_completed("code_review")
+        assert engine.verify(run.id).chain == "intact"
+
+    def test_a_writer_that_lost_a_race_chains_after_the_winner(self, engine: Engine) -> None:
+        """After a ConcurrencyConflict and refresh, the loser links to the winner's event."""
+        run = engine.start_run(REVIEW)
+        other = engine.load(run.id)
+        other.stage_completed("project_analysis", result={"by": "other"})
+        with pytest.raises(ConcurrencyConflict):
+            run.stage_completed("project_analysis", result={"by": "run"})
+        run.refresh().stage_completed("code_review")
+        assert engine.verify(run.id).chain == "intact"
+
+    def test_a_loaded_run_chains_to_its_stored_head(self, engine: Engine) -> None:
+        """A handle loaded from the store reads its newest link once and chains to it."""
+        run_id = recorded(engine)
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis")
+        engine.load(run.id).stage_completed("code_review")
+        assert engine.verify(run.id).chain == "intact"
+        assert engine.verify(run_id).chain == "intact"
+
+    def test_a_fork_has_its_own_intact_chain(self, engine: Engine) -> None:
+        """A fork's copies are linked afresh in the new run, and it goes on chained."""
+        run_id = recorded(engine)
+        fork = engine.fork(run_id, at=4)
+        fork.stage_completed("developer")
+        report = engine.verify(fork.id)
+        assert (report.chain, report.events) == ("intact", 5)
+
+
+class TestTampering:
+    """Rows changed behind stagetrail's back, in SQLite and PostgreSQL: verify names the version."""
+
+    @pytest.fixture
+    def setup(self, shared_url: str) -> tuple[Engine, UUID, Rows]:
+        engine = Engine(shared_url)
+        return engine, recorded(engine), Rows(shared_url)
+
+    def test_an_edited_payload_is_found_at_its_version(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """A result edited in the database breaks the chain at that event's version."""
+        engine, run_id, rows = setup
+        rows.edit(run_id, 2, b'"python"', b'"rustc_"')
+        assert engine.events(run_id)[1].result == {"project_type": "rustc_"}  # type: ignore[attr-defined]
+        report = engine.verify(run_id)
+        assert (report.ok, report.chain) == (False, "broken")
+        assert [v for v, _ in chain_problems(engine, run_id)] == [2]
+        assert report.problems[0].version == 2
+        engine.close()
+
+    def test_a_deleted_event_is_found_at_its_version(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """A row deleted from the middle of a run is named as the missing version."""
+        engine, run_id, rows = setup
+        rows.delete(run_id, 5)
+        ((version, message),) = chain_problems(engine, run_id)
+        assert (version, "missing" in message) == (5, True)
+        engine.close()
+
+    def test_reordered_events_are_found_at_the_first_moved_version(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """Two events swapped (same versions, contents exchanged) break every link they touch:
+        each of the two, and the one after them, which no longer follows its predecessor."""
+        engine, run_id, rows = setup
+        rows.swap(run_id, 3, 4)
+        assert [v for v, _ in chain_problems(engine, run_id)] == [3, 4, 5]
+        assert engine.verify(run_id).problems[0].version == 3
+        engine.close()
+
+    def test_an_inserted_event_is_found_at_its_version(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """An event added by SQL after the run's last (a copy of a real one) breaks the chain."""
+        engine, run_id, rows = setup
+        rows.delete(run_id, 8)
+        rows.insert(run_id, 8, *rows.get(run_id, 7))
+        assert [v for v, _ in chain_problems(engine, run_id)] == [8]
+        engine.close()
+
+    def test_checking_page_by_page_finds_the_same_breaks(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """The chain checked alone, a page at a time, names the versions verify names."""
+        engine, run_id, rows = setup
+        rows.swap(run_id, 3, 4)
+        rows.delete(run_id, 7)
+        links = ChainCheck(engine.store.mapper.chain)
+        assert links.pages(engine.store.stored_pages(run_id), engine.store.mapper) == 7
+        assert [p.version for p in links.problems] == [3, 4, 5, 7]
+        assert [v for v, _ in chain_problems(engine, run_id)] == [3, 4, 5, 7]
+        engine.close()
+
+    def test_an_edit_with_its_link_recomputed_breaks_the_next_link(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """Re-linking the edited event alone is not enough: the next event no longer follows."""
+        engine, run_id, rows = setup
+        topic, state = rows.get(run_id, 2)
+        body, _, _ = split(state) or pytest.fail("no link")
+        body = body.replace(b'"python"', b'"rustc_"')
+        previous = split(rows.get(run_id, 1)[1])
+        assert previous is not None
+        link = Chain().link(previous[2], run_id, 2, topic, body)
+        rows.put(run_id, 2, topic, Chain().seal(body, link))
+        assert [v for v, _ in chain_problems(engine, run_id)] == [3]
+        engine.close()
+
+    def test_a_chain_forged_without_the_key_is_found(self, shared_url: str) -> None:
+        """With a chain key, an event re-linked by someone without it is a problem."""
+        with Engine(shared_url, chain_key=KEY) as engine:
+            run_id = recorded(engine)
+            assert engine.verify(run_id).head.startswith("k")  # type: ignore[union-attr]
+            rows = Rows(shared_url)
+            topic, state = rows.get(run_id, 8)
+            body, _, _ = split(state) or pytest.fail("no link")
+            previous = split(rows.get(run_id, 7)[1])
+            assert previous is not None
+            forged = Chain().link(previous[2], run_id, 8, topic, body.replace(b"given", b"GIVEN"))
+            rows.put(run_id, 8, topic, Chain().seal(body.replace(b"given", b"GIVEN"), forged))
+            assert [v for v, _ in chain_problems(engine, run_id)] == [8]
+            with Engine(shared_url, chain_key="a guess") as guessing:
+                assert [v for v, _ in chain_problems(guessing, run_id)][:1] == [1]
+
+
+class TestKeys:
+    def test_keyed_links_are_unchecked_without_the_key(self, sqlite_url: str) -> None:
+        """A keyed chain read without its key is reported unchecked, not broken."""
+        with Engine(sqlite_url, chain_key=KEY) as engine:
+            run_id = recorded(engine)
+            assert engine.verify(run_id).chain == "intact"
+        with Engine(sqlite_url) as engine:
+            report = engine.verify(run_id)
+            assert (report.ok, report.chain) == (True, "unchecked")
+
+    def test_an_encrypted_store_is_keyed_by_its_cipher_key(self, sqlite_url: str) -> None:
+        """With a cipher key and no chain key, links are HMACs with a key derived from it."""
+        cipher_key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
+        with Engine(sqlite_url, cipher_key=cipher_key) as engine:
+            run_id = recorded(engine)
+            report = engine.verify(run_id)
+            assert (report.chain, report.head[:1]) == ("intact", "k")  # type: ignore[index]
+
+    def test_a_wrong_key_breaks_every_link(self, sqlite_url: str) -> None:
+        """Checked with another key, the chain breaks at version 1."""
+        with Engine(sqlite_url, chain_key=KEY) as engine:
+            run_id = recorded(engine)
+        with Engine(sqlite_url, chain_key="another") as engine:
+            assert chain_problems(engine, run_id)[0][0] == 1
+
+
+class TestOldStores:
+    @pytest.fixture
+    def old(self, tmp_path: Path) -> str:
+        copy = tmp_path / "v1.db"
+        shutil.copy(DATA / "v1_store.db", copy)
+        return f"sqlite:///{copy}"
+
+    def test_a_store_written_before_chaining_is_unchained_not_tampered(self, old: str) -> None:
+        """Every run of the first released schema verifies ok, its chain reported unchained."""
+        with Engine(old) as engine:
+            for summary in engine.runs():
+                report = engine.verify(summary.run_id)
+                assert (report.ok, report.chain, report.head) == (True, "unchained", None)
+
+    def test_a_run_continued_today_is_chained_from_its_new_events(self, old: str) -> None:
+        """Events appended to an old run are linked from there on: the chain is partial."""
+        open_run = UUID("00000000-0000-4000-8000-00000000000c")
+        with Engine(old) as engine:
+            before = engine.load(open_run).version
+            engine.resume(open_run).note("audit", "continued")  # resume records the interruption
+            report = engine.verify(open_run)
+            assert report.ok
+            assert (report.chain, report.chained_from) == ("partial", before + 1)

@@ -1,0 +1,80 @@
+"""`stagetrail verify` and `verify --all` on tampered, keyed and old stores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine import Engine
+from tests.audit.tampering import Rows
+from tests.audit.test_chain import DATA, recorded
+from tests.cli._helpers import as_json, fails, invoke, ok
+
+
+class TestVerifyCommand:
+    def test_a_tampered_run_exits_1_naming_the_version(self, shared_url: str) -> None:
+        """An edited payload is a chain problem at its version; the exit code is 1."""
+        with Engine(shared_url) as engine:
+            run_id = recorded(engine)
+        assert "chain intact" in ok("verify", str(run_id), "--store", shared_url)
+        Rows(shared_url).edit(run_id, 2, b'"python"', b'"rustc_"')
+        result = invoke("verify", str(run_id), "--store", shared_url)
+        assert result.exit_code == 1
+        assert "chain broken" in result.stdout
+        data = json.loads(invoke("verify", str(run_id), "--store", shared_url, "--json").stdout)
+        assert (data["ok"], data["chain"]) == (False, "broken")
+        assert data["problems"][0]["version"] == 2
+        assert data["problems"][0]["check"] == "chain"
+
+    def test_all_lists_only_the_runs_with_problems(self, shared_url: str) -> None:
+        """--all verifies every run, counts their chains and names each broken run's first
+        problem."""
+        with Engine(shared_url) as engine:
+            sound, tampered = recorded(engine), recorded(engine)
+        assert "2 runs, 16 events: no problems; chains: 2 intact" in ok(
+            "verify", "--all", "--store", shared_url
+        )
+        Rows(shared_url).delete(tampered, 6)
+        result = invoke("verify", "--all", "--store", shared_url)
+        assert result.exit_code == 1
+        assert "1 run(s) with problems" in result.stdout
+        assert "event 6 is missing" in result.stdout
+        assert str(sound)[:8] not in result.stdout
+        data = json.loads(invoke("verify", "--all", "--store", shared_url, "--json").stdout)
+        assert (data["runs"], data["with_problems"], data["chains"]) == (
+            2, 1, {"broken": 1, "intact": 1},
+        )  # fmt: skip
+        (listed,) = data["problems"]
+        assert (listed["run_id"], listed["first"]["version"]) == (str(tampered), 6)
+
+    def test_a_run_and_all_together_are_refused(self, sqlite_url: str) -> None:
+        """verify takes a RUN or --all, not both and not neither."""
+        with Engine(sqlite_url) as engine:
+            run_id = recorded(engine)
+        assert "RUN or --all" in invoke("verify", "--store", sqlite_url).stderr
+        both = invoke("verify", str(run_id), "--all", "--store", sqlite_url)
+        assert "RUN or --all" in both.stderr
+
+    def test_an_old_store_is_unchained_and_sound(self, tmp_path: Path) -> None:
+        """The first released schema's runs verify with exit 0, reported unchained."""
+        copy = tmp_path / "v1.db"
+        shutil.copy(DATA / "v1_store.db", copy)
+        data = as_json("verify", "--all", "--store", f"sqlite:///{copy}")
+        assert data["ok"] is True
+        assert set(data["chains"]) == {"unchained"}
+
+    def test_the_chain_key_comes_from_the_environment(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """STAGETRAIL_CHAIN_KEY keys the links; without it they are reported unchecked."""
+        monkeypatch.setenv("STAGETRAIL_CHAIN_KEY", "secret")
+        with Engine(sqlite_url) as engine:
+            run_id = recorded(engine)
+        assert as_json("verify", str(run_id), "--store", sqlite_url)["chain"] == "intact"
+        monkeypatch.delenv("STAGETRAIL_CHAIN_KEY")
+        assert as_json("verify", str(run_id), "--store", sqlite_url)["chain"] == "unchecked"
+        assert "not checked" in ok("verify", str(run_id), "--store", sqlite_url)
+        assert fails("verify", "nope", "--store", sqlite_url)

@@ -1,0 +1,84 @@
+"""Exports carry each run's chain head on its last line; import refuses lines changed since."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine import Engine
+from tests.audit.test_chain import recorded
+from tests.cli._helpers import invoke, ok
+
+
+def exported(tmp_path: Path) -> tuple[str, list[str]]:
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    with Engine(url) as engine:
+        recorded(engine)
+        recorded(engine)
+    return url, ok("export", "--all", "--store", url).splitlines()
+
+
+def import_lines(lines: list[str], tmp_path: Path) -> tuple[int, str, str]:
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+    result = invoke("import", str(path), "--store", target)
+    return result.exit_code, result.stderr, target
+
+
+class TestExportHead:
+    def test_each_runs_last_line_carries_its_head(self, tmp_path: Path) -> None:
+        """Only the last line of each run has a `chain` key: 64 hex digits."""
+        _, lines = exported(tmp_path)
+        heads = [i for i, line in enumerate(lines) if "chain" in json.loads(line)]
+        assert heads == [7, 15]
+        assert len(json.loads(lines[7])["chain"]) == 64
+
+    def test_an_unchanged_export_imports_and_exports_the_same(self, tmp_path: Path) -> None:
+        """The head depends on the lines alone: import then export gives the same bytes."""
+        _, lines = exported(tmp_path)
+        code, _, target = import_lines(lines, tmp_path)
+        assert code == 0
+        assert ok("export", "--all", "--store", target).splitlines() == lines
+        with Engine(target) as engine:
+            assert {engine.verify(s.run_id).chain for s in engine.runs()} == {"intact"}
+
+    def test_an_edited_line_is_refused_at_its_runs_head(self, tmp_path: Path) -> None:
+        """A result changed in the file (still a legal event) fails the head: nothing imported."""
+        _, lines = exported(tmp_path)
+        lines[1] = lines[1].replace('"python"', '"rustc_"')
+        code, error, target = import_lines(lines, tmp_path)
+        assert code == 2
+        assert "line 8, field chain: does not match run" in error
+        with Engine(target) as engine:
+            assert engine.runs() == []
+
+    def test_swapped_lines_are_refused(self, tmp_path: Path) -> None:
+        """Two developer outcomes' results swapped break the head, though the rules hold."""
+        _, lines = exported(tmp_path)
+        first, second = json.loads(lines[4]), json.loads(lines[6])
+        assert (first["state"]["result"], second["state"]["result"]) == (
+            {"patch": "p"},
+            {"patch": "q"},
+        )
+        first["state"]["result"], second["state"]["result"] = {"patch": "q"}, {"patch": "p"}
+        lines[4], lines[6] = json.dumps(first), json.dumps(second)
+        code, error, _ = import_lines(lines, tmp_path)
+        assert (code, "does not match" in error) == (2, True)
+
+    def test_a_head_before_the_runs_end_is_refused(self, tmp_path: Path) -> None:
+        """A head on a line that is not its run's last is an error naming that line."""
+        _, lines = exported(tmp_path)
+        head = json.loads(lines[7])["chain"]
+        moved = json.loads(lines[3])
+        moved["chain"] = head
+        lines[3] = json.dumps(moved)
+        error = import_lines(lines, tmp_path)[1]
+        assert "line 4, field chain: a chain head belongs on its run's last line" in error
+
+    def test_a_malformed_head_is_refused(self, tmp_path: Path) -> None:
+        """A head that is not 64 hexadecimal digits names the line and field."""
+        _, lines = exported(tmp_path)
+        lines[7] = lines[7].replace('"chain":"', '"chain":"zz')
+        error = import_lines(lines, tmp_path)[1]
+        assert "line 8, field chain: must be a chain head" in error
