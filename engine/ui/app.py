@@ -15,6 +15,7 @@ shared by the worker threads behind one lock.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -26,10 +27,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from engine import run_ids
 from engine.engine import Engine
 from engine.errors import InvalidArgument, RunNotFound
 from engine.ui import pages, snapshot
@@ -39,6 +41,9 @@ from projections import RUNNING
 
 RUNS_PER_PAGE = 50
 """Runs listed per page of the runs page."""
+
+MAX_EVENTS = 1000
+"""The most events one answer of the events API holds."""
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 """Host names a loopback-bound viewer answers to (a guard against DNS rebinding)."""
@@ -128,20 +133,32 @@ def _problem(request: Request, status: int, message: str) -> Response:
     return HTMLResponse(html, status_code=status)
 
 
-def _run_id(request: Request) -> UUID:
+def _run_id(engine: Engine, request: Request) -> UUID:
+    """The run the path names: a full id or a unique prefix, as every CLI command takes."""
     text = request.path_params["run_id"]
-    try:
-        return UUID(text)
-    except ValueError:
-        raise InvalidArgument("run_id", f"{text!r} is not a run id (a UUID)") from None
+    if not _RUN_ID.fullmatch(text):
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise InvalidArgument("run_id", f"{shown!r} is not a run id (a UUID or a prefix of one)")
+    return run_ids.resolve_run(engine, text)
 
 
-def _int(request: Request, name: str, default: int, minimum: int) -> int:
-    text = request.query_params.get(name)
-    if text is None or text == "":
+_RUN_ID = re.compile(r"[0-9a-fA-F-]{1,36}")
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+
+MAX_PAGE = 1_000_000
+"""The highest page number asked for (a bound for the database's integers)."""
+
+
+def _int(request: Request, name: str, default: int, minimum: int, maximum: int) -> int:
+    """The integer query parameter `name`, from `minimum` to `maximum`, else one clear error."""
+    text = request.query_params.get(name, "").strip()
+    if text == "":
         return default
-    if not text.strip().lstrip("-").isdigit() or int(text) < minimum:
-        raise InvalidArgument(name, f"must be an integer >= {minimum}, got {text!r}")
+    if not _INTEGER.fullmatch(text) or not minimum <= int(text) <= maximum:
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise InvalidArgument(
+            name, f"must be an integer from {minimum} to {maximum}, got {shown!r}"
+        )
     return int(text)
 
 
@@ -165,7 +182,7 @@ def _matching(engine: Engine, filters: Mapping[str, str], page: int) -> tuple[li
 
 def _runs_page(engine: Engine, request: Request) -> Response:
     filters = _filters(request)
-    page = _int(request, "page", 1, 1)
+    page = _int(request, "page", 1, 1, MAX_PAGE)
     error, runs, more = "", list[Any](), False
     try:
         runs, more = _matching(engine, filters, page)
@@ -192,44 +209,46 @@ def _runs_page(engine: Engine, request: Request) -> Response:
 
 
 def _run_page(engine: Engine, request: Request) -> Response:
-    run_id = _run_id(request)
+    run_id = _run_id(engine, request)
+    if request.path_params["run_id"] != str(run_id):  # a prefix: the page's own address
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"/runs/{run_id}{query}", status_code=302)
     data = pages.read_run(engine, run_id)
     pages_count = max(1, -(-data.last_version // pages.EVENTS_PER_PAGE))
-    page = min(_int(request, "page", 1, 1), pages_count)
-    initial = pages.initial_view(engine, data, _int(request, "at", data.last_version, 1))
+    page = min(_int(request, "page", 1, 1, MAX_PAGE), pages_count)
+    at = _int(request, "at", data.last_version, 1, data.last_version)
+    initial = pages.initial_view(engine, data, at)
     html = pages.run_page(data, page=page, initial=initial, api=f"/api/runs/{run_id}")
     return HTMLResponse(html)
 
 
 def _api_runs(engine: Engine, request: Request) -> Response:
-    page = _int(request, "page", 1, 1)
+    page = _int(request, "page", 1, 1, MAX_PAGE)
     runs, more = _matching(engine, _filters(request), page)
     return JSONResponse({"runs": [run.to_json() for run in runs], "page": page, "more": more})
 
 
 def _api_run(engine: Engine, request: Request) -> Response:
-    run_id = _run_id(request)
+    run_id = _run_id(engine, request)
     last = _last_version(engine, run_id)
     summary = engine.project(run_id, snapshot.PANELS["summary"])
     return JSONResponse({"run_id": str(run_id), "last_version": last, "summary": summary.to_json()})
 
 
 def _api_state(engine: Engine, request: Request) -> Response:
-    run_id = _run_id(request)
+    run_id = _run_id(engine, request)
     last = _last_version(engine, run_id)
-    version = _int(request, "at", last, 1)
-    if version > last:
-        raise InvalidArgument("at", f"the run has {last} events, got {version}")
+    version = _int(request, "at", last, 1, last)
     return JSONResponse(
         {"run_id": str(run_id), **snapshot.at_version(engine, run_id, version, last)}
     )
 
 
 def _api_events(engine: Engine, request: Request) -> Response:
-    run_id = _run_id(request)
+    run_id = _run_id(engine, request)
     last = _last_version(engine, run_id)
-    after = _int(request, "after", 0, 0)
-    limit = min(_int(request, "limit", pages.EVENTS_PER_PAGE, 1), 1000)
+    after = _int(request, "after", 0, 0, last)
+    limit = _int(request, "limit", pages.EVENTS_PER_PAGE, 1, MAX_EVENTS)
     events = engine.store.read(run_id, gt=after, limit=limit)
     rows = []
     for event in events:

@@ -165,6 +165,25 @@ class TestRunPage:
         assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == expected[-100:]
         assert page.inner_text("#stack-hidden") == "26 older frames not listed"
 
+    def test_the_address_follows_the_slider_and_opens_there(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """Moving the slider sets ?at=N in the address; that address opens at version N."""
+        run_id = stocked.filled.retried
+        page.goto(f"{viewer.base}/runs/{str(run_id)[:8]}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        move_slider(page, 4)
+        assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
+        shared = page.url
+        page.goto("about:blank")
+        page.goto(shared)
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.input_value("#slider") == "4"
+        assert page.get_attribute("body", "data-shown-version") == "4"
+        assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == stack_rows(
+            engine, run_id, 4
+        )
+
     def test_a_supervised_run_draws_its_retries(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
     ) -> None:

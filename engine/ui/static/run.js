@@ -178,7 +178,27 @@
     if (view.version !== requested) text += " (nearest embedded version to " + requested + ")";
     label.textContent = text;
     problem.hidden = true;
+    if (document.body.dataset.ready) remember(requested);  // moved, not opened
     document.body.dataset.shownVersion = String(requested);
+  }
+
+  // The address says where the slider is, so a view can be shared: ?at=N on the
+  // live page (which opens there), #at=N in the report (a file:// page keeps its query).
+  function remember(version) {
+    if (data.embedded) {
+      if (location.hash !== "#at=" + version) history.replaceState(null, "", "#at=" + version);
+      return;
+    }
+    const query = new URLSearchParams(location.search);
+    if (query.get("at") === String(version)) return;
+    query.set("at", String(version));
+    history.replaceState(null, "", "?" + query.toString() + location.hash);
+  }
+
+  function startVersion() {
+    const hash = /^#at=([0-9]+)$/.exec(location.hash);
+    const wanted = data.embedded && hash ? Number(hash[1]) : data.initial.version;
+    return Math.min(Math.max(wanted, 1), data.last_version);
   }
 
   function expand(compact) {
@@ -260,6 +280,12 @@
       showEvents(Math.min(eventPage + 1, pageCount));
     });
   }
-  draw(data.initial, data.initial.version);
+  const start = startVersion();
+  slider.value = String(start);
+  if (start === data.initial.version) {
+    draw(data.initial, start);
+  } else {
+    draw(embeddedView(start), start);
+  }
   document.body.dataset.ready = "1";
 })();
