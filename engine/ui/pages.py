@@ -21,7 +21,7 @@ import jinja2
 
 from engine.errors import RunNotFound, StoreError
 from engine.ui import gantt, snapshot
-from engine.ui.diagram import pipeline_svg
+from engine.ui.diagram import drawn_states, pipeline_svg
 from engine.ui.timeline import Timeline, timeline
 from events import Event, RunStarted, encode
 from projections import RunIndex, RunSummary
@@ -166,6 +166,7 @@ def run_page(
         "last_version": data.last_version,
         "api": api,
         "kinds": [type(event).__name__ for event in data.events],
+        "states": drawn_states(data.first.table),
         "cursor": drawing.cursor,
         "initial": initial,
         "embedded": embedded,

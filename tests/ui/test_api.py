@@ -13,8 +13,8 @@ from uuid import UUID
 
 import pytest
 
-from engine import Engine, StoreError
-from engine.ui import create_app, snapshot
+from engine import Engine, Pipeline, StoreError
+from engine.ui import build_report, create_app, snapshot
 from engine.ui.pages import EVENTS_PER_PAGE
 from events import encode
 from tests._helpers import REVIEW
@@ -227,6 +227,23 @@ class TestRunIdPrefixes:
             urllib.request.urlopen(f"{sqlite_viewer.base}/runs/{prefix}", timeout=30)
         assert refused.value.code == status
         assert says in refused.value.read().decode()
+
+
+class TestNamesThatBrokeTheDiagram:
+    @pytest.mark.parametrize("name", ["ends\\", "esc \x1b[31m", "<&x;>"])
+    def test_the_run_page_and_the_report_draw_them(
+        self, sqlite_viewer: Served, sqlite_stocked: Stocked, name: str
+    ) -> None:
+        """A state and pipeline named with a trailing backslash, ESC or `<&x;>`: a 200, a report."""
+        pipeline = Pipeline(name, initial=name, transitions=[(name, name, "done")], final=["done"])
+        with Engine(sqlite_stocked.url) as engine:
+            run = engine.start_run(pipeline)
+            run.stage_completed(name, outcome=name)
+            report = build_report(engine, run.id)
+        with urllib.request.urlopen(f"{sqlite_viewer.base}/runs/{run.id}", timeout=30) as page:
+            assert page.status == 200
+            assert 'class="node" data-node="0"' in page.read().decode()
+        assert 'data-node="0"' in report.html
 
 
 class TestNeverCreatesAStore:

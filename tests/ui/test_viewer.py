@@ -12,6 +12,7 @@ from engine import Engine
 from events import StageCompleted, StageFailed
 from projections import StageResults
 from tests.ui._helpers import (
+    HIGHLIGHTED,
     HOSTILE_ERROR,
     HOSTILE_RESULT,
     HOSTILE_STAGE,
@@ -128,9 +129,7 @@ class TestRunPage:
         assert shown[0][4] == '{"project_type":"python"}'
         current = page.inner_text("#current-state")
         assert current == "developer"
-        highlighted = page.eval_on_selector_all(
-            "svg.pipeline g.node.current", "nodes => nodes.map(n => n.getAttribute('data-state'))"
-        )
+        highlighted = page.eval_on_selector_all("svg.pipeline g.node.current", HIGHLIGHTED)
         assert highlighted == [current]
         screenshot(page, "run-at-8")
 
@@ -212,9 +211,7 @@ class TestEscaping:
         assert HOSTILE_RESULT["html"] in text
         assert HOSTILE_ERROR in text
         assert HOSTILE_STAGE in page.inner_text("#stack")
-        highlighted = page.eval_on_selector_all(
-            "svg.pipeline g.node.current", "nodes => nodes.map(n => n.getAttribute('data-state'))"
-        )
+        highlighted = page.eval_on_selector_all("svg.pipeline g.node.current", HIGHLIGHTED)
         assert highlighted == [HOSTILE_STAGE]  # the state at version 3, its name as recorded
         assert page.locator("img").count() == 0
         assert page.locator("main script:not([type='application/json'])").count() == 0

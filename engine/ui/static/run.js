@@ -110,7 +110,7 @@
 
   function highlight(state) {
     document.querySelectorAll("svg.pipeline g.node").forEach(function (node) {
-      node.classList.toggle("current", node.getAttribute("data-state") === state);
+      node.classList.toggle("current", node.dataset.node === String(data.states.indexOf(state)));
     });
   }
 
