@@ -52,13 +52,34 @@ _SUMMARY_FIELDS = (
 @functools.cache
 def environment() -> jinja2.Environment:
     """The Jinja2 environment of the package's templates (autoescaped)."""
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("engine.ui", "templates"),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
+    environment.filters["readable"] = readable
+    return environment
+
+
+_FIRST = {"rule": 0, "detected": 1}
+
+
+def readable(value: Any) -> str:
+    """A JSON value as a person reads it: text as is, an object as ``key: value · ...``.
+
+    A finish reason is often an object (the supervisor's verdicts: ``rule``,
+    ``detected``, the policy's limits); those two keys come first.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda key: _FIRST.get(key, len(_FIRST)))
+        return " · ".join(f"{key}: {readable(value[key])}" for key in keys)
+    if isinstance(value, list):
+        return ", ".join(readable(item) for item in value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def render(template: str, **context: Any) -> str:

@@ -246,6 +246,24 @@ class TestNamesThatBrokeTheDiagram:
         assert 'data-node="0"' in report.html
 
 
+class TestFinishReason:
+    def test_a_verdict_reason_reads_as_text(
+        self, sqlite_viewer: Served, sqlite_stocked: Stocked
+    ) -> None:
+        """An aborted_stuck run's reason object shows as `key: value` text, no JSON escapes."""
+        reason = {"limit": 3, "detected": "the tests' signature didn't change", "rule": "no_op"}
+        with Engine(sqlite_stocked.url) as engine:
+            run = engine.start_run(REVIEW)
+            run.finish("aborted_stuck", reason=reason)
+        with urllib.request.urlopen(f"{sqlite_viewer.base}/runs/{run.id}", timeout=30) as page:
+            html = page.read().decode()
+        shown = re.search(r'<p class="reason">(.*?)</p>', html)
+        assert shown is not None
+        assert shown.group(1) == (
+            "rule: no_op · detected: the tests&#39; signature didn&#39;t change · limit: 3"
+        )
+
+
 class TestNeverCreatesAStore:
     def test_the_app_refuses_a_missing_file(self, tmp_path: Path) -> None:
         """create_app on a missing SQLite file raises StoreError and creates nothing."""
