@@ -5,18 +5,20 @@ Routes:
     ``/runs/{id}`` a run's page (``page`` of its events, the slider ``at`` a version);
     ``/api/runs`` the runs as JSON; ``/api/runs/{id}`` one run's summary;
     ``/api/runs/{id}/state?at=N`` the slider's view after event N;
-    ``/api/runs/{id}/events?after=N&limit=M`` a page of events.
+    ``/api/runs/{id}/events?after=N&limit=M`` a page of events;
+    ``/api/runs/{id}/timeline?at=N`` the timeline of the events around version N.
 
 Every route only reads: the store is opened with ``create=False`` (a missing one
-is refused), no route appends an event, and only GET is served. The engine is
-shared by the worker threads behind one lock.
+is refused), no route appends an event, and only GET is served. Each request is
+served in a worker thread, side by side with the others, and every answer is
+bounded whatever the run's length: a page draws the window of `pages.WINDOW`
+events around its slider and lists one page of events.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -61,16 +63,19 @@ HEADERS = {
 
 
 class Viewer:
-    """The engine behind the routes, used by one request at a time."""
+    """The engine behind the routes, shared by the worker threads that serve them.
+
+    Requests are served side by side: each runs in a worker thread (off the event
+    loop) and the engine's store, snapshots and run index take their own locks, so
+    a slow page never holds up another request.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._lock = threading.Lock()
 
     def __call__(self, work: Callable[[Engine], Any]) -> Any:
-        """Run `work` with the engine, alone."""
-        with self._lock:
-            return work(self.engine)
+        """Run `work` with the engine."""
+        return work(self.engine)
 
 
 def create_app(
@@ -99,6 +104,7 @@ def create_app(
         Route("/api/runs/{run_id}", _endpoint(viewer, _api_run)),
         Route("/api/runs/{run_id}/state", _endpoint(viewer, _api_state)),
         Route("/api/runs/{run_id}/events", _endpoint(viewer, _api_events)),
+        Route("/api/runs/{run_id}/timeline", _endpoint(viewer, _api_timeline)),
         Mount("/static", StaticFiles(packages=[("engine.ui", "static")]), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
@@ -214,11 +220,18 @@ def _run_page(engine: Engine, request: Request) -> Response:
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(f"/runs/{run_id}{query}", status_code=302)
     data = pages.read_run(engine, run_id)
-    pages_count = max(1, -(-data.last_version // pages.EVENTS_PER_PAGE))
-    page = min(_int(request, "page", 1, 1, MAX_PAGE), pages_count)
-    at = _int(request, "at", data.last_version, 1, data.last_version)
-    initial = pages.initial_view(engine, data, at)
-    html = pages.run_page(data, page=page, initial=initial, api=f"/api/runs/{run_id}")
+    last = data.last_version
+    at = _int(request, "at", last, 1, last)
+    page = min(_int(request, "page", pages.page_of(at), 1, MAX_PAGE), pages.page_of(last))
+    window = pages.read_window(engine, data, *pages.window_span(at, last))
+    html = pages.run_page(
+        data,
+        window,
+        initial=snapshot.at_version(engine, run_id, at, last),
+        listed=pages.read_page(engine, run_id, page),
+        page=page,
+        api=f"/api/runs/{run_id}",
+    )
     return HTMLResponse(html)
 
 
@@ -259,6 +272,14 @@ def _api_events(engine: Engine, request: Request) -> Response:
     return JSONResponse(
         {"run_id": str(run_id), "last_version": last, "events": rows, "next_after": following}
     )
+
+
+def _api_timeline(engine: Engine, request: Request) -> Response:
+    run_id = _run_id(engine, request)
+    data = pages.read_run(engine, run_id, summary=False)
+    at = _int(request, "at", data.last_version, 1, data.last_version)
+    window = pages.read_window(engine, data, *pages.window_span(at, data.last_version))
+    return JSONResponse({"run_id": str(run_id), **window.to_json()})
 
 
 def _last_version(engine: Engine, run_id: UUID) -> int:
