@@ -32,6 +32,7 @@ from projections.errors import ProjectionStateError as ProjectionStateError
 from projections.errors import UnknownProjection as UnknownProjection
 
 __all__ = [
+    "AmbiguousRunId",
     "AttemptError",
     "AttemptTimeout",
     "CircuitOpen",
@@ -124,6 +125,24 @@ class RunAlreadyExists(ConcurrencyConflict):
     def __init__(self, run_id: UUID) -> None:
         super().__init__(run_id, 1)
         self.args = (f"run {run_id} already exists; choose another run_id, or engine.load() it",)
+
+
+class AmbiguousRunId(StagetrailError, LookupError):
+    """A run id prefix matches more than one run.
+
+    Attributes:
+        prefix: the prefix given.
+        matches: (some of) the run ids it matches.
+    """
+
+    def __init__(self, prefix: str, matches: Iterable[UUID]) -> None:
+        self.prefix = prefix
+        self.matches = tuple(matches)
+        shown = ", ".join(str(match) for match in self.matches[:3])
+        more = ", ..." if len(self.matches) > 3 else ""
+        super().__init__(
+            f"run id prefix {prefix!r} is ambiguous: it matches {shown}{more}; give more characters"
+        )
 
 
 class RunNotFound(StagetrailError, LookupError):

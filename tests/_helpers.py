@@ -6,6 +6,7 @@ import contextlib
 import gc
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from freezegun import freeze_time
@@ -42,6 +43,31 @@ def require_postgres() -> None:
         return
     if os.environ.get("STAGETRAIL_REQUIRE_POSTGRES") == "1":
         pytest.fail(f"STAGETRAIL_REQUIRE_POSTGRES=1 but {problem}")
+    pytest.skip(problem)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+"""Debian's Chromium, which the browser tests drive (Playwright never downloads one)."""
+
+
+def browser_problem(chromium: Path = CHROMIUM) -> str | None:
+    """Why the browser tests cannot run, or None when Chromium and Playwright are there."""
+    if not chromium.exists():
+        return f"{chromium} is missing: apt-get install chromium (as .ci/run does)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[ui]')"
+    return None
+
+
+def require_browser(chromium: Path = CHROMIUM) -> None:
+    """Skip the test when no browser is there, or fail under STAGETRAIL_REQUIRE_BROWSER=1."""
+    problem = browser_problem(chromium)
+    if problem is None:
+        return
+    if os.environ.get("STAGETRAIL_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"STAGETRAIL_REQUIRE_BROWSER=1 but {problem}")
     pytest.skip(problem)
 
 

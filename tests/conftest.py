@@ -9,9 +9,15 @@ from pathlib import Path
 import pytest
 
 from engine import Engine
-from tests._helpers import POSTGRES_URL, require_postgres
+from tests._helpers import POSTGRES_URL, require_browser, require_postgres
 
 BACKENDS = ["memory", "sqlite", "postgres"]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `browser` test skips when Chromium is absent (fails if STAGETRAIL_REQUIRE_BROWSER=1)."""
+    if item.get_closest_marker("browser") is not None:
+        require_browser()
 
 
 @pytest.fixture

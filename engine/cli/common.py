@@ -17,31 +17,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from engine.errors import RunNotFound
+from engine.errors import AmbiguousRunId as AmbiguousRunId
+from engine.errors import RunNotFound as RunNotFound
 from events import StagetrailError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from engine.engine import Engine
-
-
-class AmbiguousRunId(StagetrailError, LookupError):
-    """A run id prefix matches more than one run.
-
-    Attributes:
-        prefix: the prefix given.
-        matches: (some of) the run ids it matches.
-    """
-
-    def __init__(self, prefix: str, matches: Sequence[UUID]) -> None:
-        self.prefix = prefix
-        self.matches = tuple(matches)
-        shown = ", ".join(str(match) for match in self.matches[:3])
-        more = ", ..." if len(self.matches) > 3 else ""
-        super().__init__(
-            f"run id prefix {prefix!r} is ambiguous: it matches {shown}{more}; give more characters"
-        )
 
 
 class BadOption(StagetrailError, ValueError):
@@ -79,41 +62,16 @@ def open_engine(
         yield engine
 
 
-_HEX = re.compile(r"[0-9a-f]{1,32}")
-
-
 def resolve_run(engine: Engine, text: str) -> UUID:
-    """The run a full id or a unique id prefix names.
+    """The run a full id or a unique id prefix names (`engine.run_ids.resolve_run`).
 
     Raises:
         RunNotFound: nothing matches.
         AmbiguousRunId: several runs match.
     """
-    cleaned = text.strip().lower()
-    digits = cleaned.replace("-", "")
-    if not _HEX.fullmatch(digits):
-        raise RunNotFound(text, engine.url)
-    if len(digits) == 32:
-        run_id = UUID(digits)
-        if engine.store.last(run_id) is None:
-            raise RunNotFound(run_id, engine.url)
-        return run_id
-    matches = engine.projections.run_ids(_hyphenated(digits), limit=4)
-    if not matches:
-        raise RunNotFound(text, engine.url)
-    if len(matches) > 1:
-        raise AmbiguousRunId(text, matches)
-    return matches[0]
+    from engine import run_ids
 
-
-def _hyphenated(digits: str) -> str:
-    """A prefix of hex digits written as the same prefix of a hyphenated UUID."""
-    parts, start = [], 0
-    for end in (8, 12, 16, 20, 32):
-        if len(digits) > start:
-            parts.append(digits[start:end])
-        start = end
-    return "-".join(parts)
+    return run_ids.resolve_run(engine, text)
 
 
 _AGO = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")

@@ -5,17 +5,20 @@ Routes:
     ``/runs/{id}`` a run's page (``page`` of its events, the slider ``at`` a version);
     ``/api/runs`` the runs as JSON; ``/api/runs/{id}`` one run's summary;
     ``/api/runs/{id}/state?at=N`` the slider's view after event N;
-    ``/api/runs/{id}/events?after=N&limit=M`` a page of events.
+    ``/api/runs/{id}/events?after=N&limit=M`` a page of events;
+    ``/api/runs/{id}/timeline?at=N`` the timeline of the events around version N.
 
 Every route only reads: the store is opened with ``create=False`` (a missing one
-is refused), no route appends an event, and only GET is served. The engine is
-shared by the worker threads behind one lock.
+is refused), no route appends an event, and only GET is served. Each request is
+served in a worker thread, side by side with the others, and every answer is
+bounded whatever the run's length: a page draws the window of `pages.WINDOW`
+events around its slider and lists one page of events.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -26,10 +29,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from engine import run_ids
 from engine.engine import Engine
 from engine.errors import InvalidArgument, RunNotFound
 from engine.ui import pages, snapshot
@@ -39,6 +43,9 @@ from projections import RUNNING
 
 RUNS_PER_PAGE = 50
 """Runs listed per page of the runs page."""
+
+MAX_EVENTS = 1000
+"""The most events one answer of the events API holds."""
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 """Host names a loopback-bound viewer answers to (a guard against DNS rebinding)."""
@@ -56,16 +63,19 @@ HEADERS = {
 
 
 class Viewer:
-    """The engine behind the routes, used by one request at a time."""
+    """The engine behind the routes, shared by the worker threads that serve them.
+
+    Requests are served side by side: each runs in a worker thread (off the event
+    loop) and the engine's store, snapshots and run index take their own locks, so
+    a slow page never holds up another request.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._lock = threading.Lock()
 
     def __call__(self, work: Callable[[Engine], Any]) -> Any:
-        """Run `work` with the engine, alone."""
-        with self._lock:
-            return work(self.engine)
+        """Run `work` with the engine."""
+        return work(self.engine)
 
 
 def create_app(
@@ -94,6 +104,7 @@ def create_app(
         Route("/api/runs/{run_id}", _endpoint(viewer, _api_run)),
         Route("/api/runs/{run_id}/state", _endpoint(viewer, _api_state)),
         Route("/api/runs/{run_id}/events", _endpoint(viewer, _api_events)),
+        Route("/api/runs/{run_id}/timeline", _endpoint(viewer, _api_timeline)),
         Mount("/static", StaticFiles(packages=[("engine.ui", "static")]), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
@@ -128,20 +139,32 @@ def _problem(request: Request, status: int, message: str) -> Response:
     return HTMLResponse(html, status_code=status)
 
 
-def _run_id(request: Request) -> UUID:
+def _run_id(engine: Engine, request: Request) -> UUID:
+    """The run the path names: a full id or a unique prefix, as every CLI command takes."""
     text = request.path_params["run_id"]
-    try:
-        return UUID(text)
-    except ValueError:
-        raise InvalidArgument("run_id", f"{text!r} is not a run id (a UUID)") from None
+    if not _RUN_ID.fullmatch(text):
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise InvalidArgument("run_id", f"{shown!r} is not a run id (a UUID or a prefix of one)")
+    return run_ids.resolve_run(engine, text)
 
 
-def _int(request: Request, name: str, default: int, minimum: int) -> int:
-    text = request.query_params.get(name)
-    if text is None or text == "":
+_RUN_ID = re.compile(r"[0-9a-fA-F-]{1,36}")
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+
+MAX_PAGE = 1_000_000
+"""The highest page number asked for (a bound for the database's integers)."""
+
+
+def _int(request: Request, name: str, default: int, minimum: int, maximum: int) -> int:
+    """The integer query parameter `name`, from `minimum` to `maximum`, else one clear error."""
+    text = request.query_params.get(name, "").strip()
+    if text == "":
         return default
-    if not text.strip().lstrip("-").isdigit() or int(text) < minimum:
-        raise InvalidArgument(name, f"must be an integer >= {minimum}, got {text!r}")
+    if not _INTEGER.fullmatch(text) or not minimum <= int(text) <= maximum:
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise InvalidArgument(
+            name, f"must be an integer from {minimum} to {maximum}, got {shown!r}"
+        )
     return int(text)
 
 
@@ -165,7 +188,7 @@ def _matching(engine: Engine, filters: Mapping[str, str], page: int) -> tuple[li
 
 def _runs_page(engine: Engine, request: Request) -> Response:
     filters = _filters(request)
-    page = _int(request, "page", 1, 1)
+    page = _int(request, "page", 1, 1, MAX_PAGE)
     error, runs, more = "", list[Any](), False
     try:
         runs, more = _matching(engine, filters, page)
@@ -192,44 +215,53 @@ def _runs_page(engine: Engine, request: Request) -> Response:
 
 
 def _run_page(engine: Engine, request: Request) -> Response:
-    run_id = _run_id(request)
+    run_id = _run_id(engine, request)
+    if request.path_params["run_id"] != str(run_id):  # a prefix: the page's own address
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"/runs/{run_id}{query}", status_code=302)
     data = pages.read_run(engine, run_id)
-    pages_count = max(1, -(-data.last_version // pages.EVENTS_PER_PAGE))
-    page = min(_int(request, "page", 1, 1), pages_count)
-    initial = pages.initial_view(engine, data, _int(request, "at", data.last_version, 1))
-    html = pages.run_page(data, page=page, initial=initial, api=f"/api/runs/{run_id}")
+    last = data.last_version
+    at = _int(request, "at", last, 1, last)
+    page = min(_int(request, "page", pages.page_of(at), 1, MAX_PAGE), pages.page_of(last))
+    window = pages.read_window(engine, data, *pages.window_span(at, last))
+    html = pages.run_page(
+        data,
+        window,
+        initial=snapshot.at_version(engine, run_id, at, last),
+        listed=pages.read_page(engine, run_id, page),
+        page=page,
+        api=f"/api/runs/{run_id}",
+    )
     return HTMLResponse(html)
 
 
 def _api_runs(engine: Engine, request: Request) -> Response:
-    page = _int(request, "page", 1, 1)
+    page = _int(request, "page", 1, 1, MAX_PAGE)
     runs, more = _matching(engine, _filters(request), page)
     return JSONResponse({"runs": [run.to_json() for run in runs], "page": page, "more": more})
 
 
 def _api_run(engine: Engine, request: Request) -> Response:
-    run_id = _run_id(request)
+    run_id = _run_id(engine, request)
     last = _last_version(engine, run_id)
     summary = engine.project(run_id, snapshot.PANELS["summary"])
     return JSONResponse({"run_id": str(run_id), "last_version": last, "summary": summary.to_json()})
 
 
 def _api_state(engine: Engine, request: Request) -> Response:
-    run_id = _run_id(request)
+    run_id = _run_id(engine, request)
     last = _last_version(engine, run_id)
-    version = _int(request, "at", last, 1)
-    if version > last:
-        raise InvalidArgument("at", f"the run has {last} events, got {version}")
+    version = _int(request, "at", last, 1, last)
     return JSONResponse(
         {"run_id": str(run_id), **snapshot.at_version(engine, run_id, version, last)}
     )
 
 
 def _api_events(engine: Engine, request: Request) -> Response:
-    run_id = _run_id(request)
+    run_id = _run_id(engine, request)
     last = _last_version(engine, run_id)
-    after = _int(request, "after", 0, 0)
-    limit = min(_int(request, "limit", pages.EVENTS_PER_PAGE, 1), 1000)
+    after = _int(request, "after", 0, 0, last)
+    limit = _int(request, "limit", pages.EVENTS_PER_PAGE, 1, MAX_EVENTS)
     events = engine.store.read(run_id, gt=after, limit=limit)
     rows = []
     for event in events:
@@ -240,6 +272,14 @@ def _api_events(engine: Engine, request: Request) -> Response:
     return JSONResponse(
         {"run_id": str(run_id), "last_version": last, "events": rows, "next_after": following}
     )
+
+
+def _api_timeline(engine: Engine, request: Request) -> Response:
+    run_id = _run_id(engine, request)
+    data = pages.read_run(engine, run_id, summary=False)
+    at = _int(request, "at", data.last_version, 1, data.last_version)
+    window = pages.read_window(engine, data, *pages.window_span(at, data.last_version))
+    return JSONResponse({"run_id": str(run_id), **window.to_json()})
 
 
 def _last_version(engine: Engine, run_id: UUID) -> int:

@@ -20,9 +20,9 @@ import attrs
 import jinja2
 
 from engine.errors import RunNotFound, StoreError
-from engine.ui import gantt, snapshot
-from engine.ui.diagram import pipeline_svg
-from engine.ui.timeline import Timeline, timeline
+from engine.ui import gantt
+from engine.ui.diagram import drawn_states, pipeline_svg
+from engine.ui.timeline import timeline
 from events import Event, RunStarted, encode
 from projections import RunIndex, RunSummary
 
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 EVENTS_PER_PAGE = 100
 """Events listed per page of the run page (the API pages them the same way)."""
+
+WINDOW = 600
+"""Events in the timeline's window around the slider (the page and the API draw no more)."""
 
 _SUMMARY_FIELDS = (
     "stage",
@@ -52,13 +55,34 @@ _SUMMARY_FIELDS = (
 @functools.cache
 def environment() -> jinja2.Environment:
     """The Jinja2 environment of the package's templates (autoescaped)."""
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("engine.ui", "templates"),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
+    environment.filters["readable"] = readable
+    return environment
+
+
+_FIRST = {"rule": 0, "detected": 1}
+
+
+def readable(value: Any) -> str:
+    """A JSON value as a person reads it: text as is, an object as ``key: value · ...``.
+
+    A finish reason is often an object (the supervisor's verdicts: ``rule``,
+    ``detected``, the policy's limits); those two keys come first.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda key: _FIRST.get(key, len(_FIRST)))
+        return " · ".join(f"{key}: {readable(value[key])}" for key in keys)
+    if isinstance(value, list):
+        return ", ".join(readable(item) for item in value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def render(template: str, **context: Any) -> str:
@@ -106,42 +130,71 @@ def _word(value: Any) -> str:
 
 @attrs.frozen
 class RunData:
-    """Everything the run page shows of one run, read once from the store."""
+    """What the run page shows of one run whatever its length: its start, summary and size."""
 
     run_id: UUID
     first: RunStarted
-    events: Sequence[Event]
     summary: RunSummary | None
-    timeline: Timeline
-
-    @property
-    def last_version(self) -> int:
-        """The run's newest version."""
-        return self.events[-1].version
+    last_version: int
 
 
-def read_run(engine: Engine, run_id: UUID) -> RunData:
-    """The run's events, its summary from the run index and its timeline.
+def read_run(engine: Engine, run_id: UUID, *, summary: bool = True) -> RunData:
+    """The run's `RunStarted`, its summary (`RunIndex`, unless not asked) and newest version.
 
     Raises:
         RunNotFound: no such run.
         StoreError: the run does not begin with `RunStarted`.
     """
-    events = engine.events(run_id)
-    if not events:
+    last = engine.store.last(run_id)
+    if last is None:
         raise RunNotFound(run_id, engine.url)
-    first = events[0]
+    first = engine.store.read(run_id, lte=1)[0]
     if not isinstance(first, RunStarted):
         raise StoreError(engine.url, f"run {run_id} does not begin with RunStarted")
-    summary = engine.project(run_id, RunIndex)
-    return RunData(run_id, first, events, summary, timeline(events))
+    index = engine.project(run_id, RunIndex) if summary else None
+    return RunData(run_id, first, index, last.version)
+
+
+@attrs.frozen
+class Window:
+    """Events `first`..`last` of a run, around the slider: the timeline's and the list's."""
+
+    first: int
+    last: int
+    events: Sequence[Event]
+    drawing: gantt.Gantt
+
+    def to_json(self) -> dict[str, Any]:
+        """What the page's script draws: the span, the SVG, the cursor's x and each kind."""
+        return {
+            "first": self.first,
+            "last": self.last,
+            "svg": str(self.drawing.svg),
+            "cursor": list(self.drawing.cursor),
+            "kinds": [type(event).__name__ for event in self.events],
+        }
+
+
+def window_span(at: int, last_version: int, size: int = WINDOW) -> tuple[int, int]:
+    """The first and last versions of the window of `size` events around version `at`."""
+    first = max(1, min(at - size // 2, last_version - size + 1))
+    return first, min(last_version, first + size - 1)
+
+
+def read_window(engine: Engine, data: RunData, first: int, last: int) -> Window:
+    """The events `first`..`last` of the run and their timeline (drawn on the run's clock)."""
+    events = engine.store.read(data.run_id, gt=first - 1, lte=last)
+    line = timeline(events, start=data.first.timestamp, stages=drawn_states(data.first.table))
+    return Window(first, last, events, gantt.draw(line))
 
 
 def run_page(
     data: RunData,
+    window: Window,
     *,
-    page: int,
     initial: Mapping[str, Any],
+    listed: Sequence[Event],
+    page: int = 0,
     embedded: Mapping[str, Any] | None = None,
     note: str = "",
     api: str = "",
@@ -150,23 +203,23 @@ def run_page(
     """The run page: header, slider, diagram, panels, timeline and events.
 
     Args:
-        page: which page of events to list (1-based); the report lists them all (0).
+        window: the events around the slider whose timeline is drawn.
         initial: the view the page draws before the slider moves (its version is where
             the slider starts).
+        listed: the events listed (a page of them; the report's: its window's).
+        page: which page of `EVENTS_PER_PAGE` events `listed` is (the report: 0, it
+            holds its window's pages and shows one at a time).
         embedded: the report's states; None for the live page, which calls `api`.
-        note: a line under the slider (e.g. that a report embeds spaced versions).
+        note: a line under the slider (what a report of a long run leaves out).
     """
     start = data.first.timestamp.timestamp()
-    events = data.events if page == 0 else data.events[_page_slice(page)]
-    pages = max(1, -(-len(data.events) // EVENTS_PER_PAGE))
-    drawing = gantt.draw(data.timeline)
     js = asset("run.js") if embedded is not None else ""
     script = {
         "run_id": str(data.run_id),
         "last_version": data.last_version,
         "api": api,
-        "kinds": [type(event).__name__ for event in data.events],
-        "cursor": drawing.cursor,
+        "states": drawn_states(data.first.table),
+        "window": {key: value for key, value in window.to_json().items() if key != "svg"},
         "initial": initial,
         "embedded": embedded,
         "per_page": EVENTS_PER_PAGE,
@@ -179,10 +232,12 @@ def run_page(
         last_version=data.last_version,
         start_version=initial["version"],
         svg=pipeline_svg(data.first.table),
-        gantt=drawing,
-        rows=[event_row(event, start) for event in events],
+        gantt=window.drawing,
+        window=window,
+        rows=[event_row(event, start) for event in listed],
+        first_page=-(-listed[0].version // EVENTS_PER_PAGE) if listed else 1,
         page=page,
-        pages=pages,
+        pages=max(1, -(-data.last_version // EVENTS_PER_PAGE)),
         per_page=EVENTS_PER_PAGE,
         script=script,
         note=note,
@@ -200,11 +255,11 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(digest).decode("ascii")
 
 
-def _page_slice(page: int) -> slice:
-    return slice((page - 1) * EVENTS_PER_PAGE, page * EVENTS_PER_PAGE)
+def page_of(version: int) -> int:
+    """The page of the event list that holds `version`."""
+    return -(-version // EVENTS_PER_PAGE)
 
 
-def initial_view(engine: Engine, data: RunData, version: int | None = None) -> dict[str, Any]:
-    """The view after event `version` (default: the newest), from the projections."""
-    at = data.last_version if version is None else min(version, data.last_version)
-    return snapshot.at_version(engine, data.run_id, at, data.last_version)
+def read_page(engine: Engine, run_id: UUID, page: int) -> list[Event]:
+    """The events of one page of the list."""
+    return engine.store.read(run_id, gt=(page - 1) * EVENTS_PER_PAGE, lte=page * EVENTS_PER_PAGE)

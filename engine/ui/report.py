@@ -1,8 +1,14 @@
 """The offline report: one self-contained HTML file of a run's page, slider included.
 
-Inline CSS, script and SVG; the states of every version (or of `EMBEDDED_VERSIONS`
-evenly spaced ones for a longer run) are folded by the projections here, in
-Python, and embedded, so the slider works from ``file://`` with no server.
+Inline CSS, script and SVG; the states the slider shows are folded by the
+projections here, in Python, and embedded, so the slider works from ``file://``
+with no server. A run of up to `REPORT_WINDOW` events is held whole: every
+event, the state after each, the whole timeline. A longer one keeps the report
+small (a few megabytes at most, whatever the run's length): its newest
+`REPORT_WINDOW` events, listed, drawn and with the state after each, plus the
+states of `SPACED` evenly spaced earlier versions (the slider shows the nearest
+embedded one; their stacks list `SPACED_FRAMES` frames); the page says what it
+left out.
 """
 
 from __future__ import annotations
@@ -19,6 +25,15 @@ from engine.ui import pages, snapshot
 if TYPE_CHECKING:
     from engine.engine import Engine
 
+REPORT_WINDOW = 1000
+"""The newest events a report lists, draws and holds every state of (a multiple of a page)."""
+
+SPACED = 50
+"""Earlier versions of a longer run whose states a report embeds, evenly spaced."""
+
+SPACED_FRAMES = 20
+"""The newest frames of the stack an earlier version's state lists (a window's list 100)."""
+
 
 @attrs.frozen
 class Report:
@@ -28,6 +43,8 @@ class Report:
     events: int
     embedded: int
     html: str
+    first_listed: int = 1
+    """The oldest event the report lists and draws (1 unless the run is longer than a window)."""
 
     @property
     def every_version(self) -> bool:
@@ -42,22 +59,52 @@ def build_report(engine: Engine, run_id: UUID) -> Report:
         RunNotFound: no such run.
     """
     data = pages.read_run(engine, run_id)
-    versions = snapshot.spaced_versions(data.last_version, snapshot.EMBEDDED_VERSIONS)
+    last = data.last_version
+    first = 1 if last <= REPORT_WINDOW else _page_start(last - REPORT_WINDOW + 1)
+    window = pages.read_window(engine, data, first, last)
     embedded = _Embedder()
-    for version, states in snapshot.every_state(data.events, versions):
-        embedded.add(version, states)
-    note = ""
-    if len(versions) < data.last_version:
-        note = (
-            f"This report embeds the states of {len(versions)} evenly spaced versions of"
-            f" {data.last_version}; the slider shows the nearest one at or before the event"
-            " chosen. `stagetrail ui` shows every version."
-        )
-    initial = snapshot.view(data.last_version, data.last_version, embedded.last)
+    earlier = snapshot.spaced_versions(first - 1, SPACED) if first > 1 else []
+    for version in earlier:
+        (event,) = engine.store.read(run_id, gt=version - 1, lte=version)
+        states = engine.project(run_id, snapshot.RunView, at=version)
+        views = dict(zip(snapshot.PANELS, states, strict=True))
+        embedded.add(version, views, event, frames=SPACED_FRAMES)
+    before = engine.project(run_id, snapshot.RunView, at=first - 1) if first > 1 else None
+    versions = range(first, last + 1)
+    kinds = {event.version: event for event in window.events}
+    for version, states in snapshot.every_state(window.events, versions, before):
+        embedded.add(version, states, kinds[version])
+    initial = {**snapshot.view(last, last, embedded.last), "kind": type(kinds[last]).__name__}
+    note = _left_out(first, last, len(earlier))
     html = pages.run_page(
-        data, page=0, initial=initial, embedded=embedded.data(), note=note, home="#"
+        data,
+        window,
+        initial=initial,
+        listed=window.events,
+        embedded=embedded.data(),
+        note=note,
+        home="#",
     )
-    return Report(run_id, data.last_version, len(versions), html)
+    return Report(run_id, last, len(earlier) + len(versions), html, first)
+
+
+def _page_start(version: int) -> int:
+    """The first version of the page of the event list that holds `version`."""
+    return (pages.page_of(version) - 1) * pages.EVENTS_PER_PAGE + 1
+
+
+def _left_out(first: int, last: int, earlier: int) -> str:
+    """What a report of a long run leaves out, said on its page."""
+    if first == 1:
+        return ""
+    return (
+        f"This report holds events {first}\u2013{last} of {last}: listed, on the timeline, and"
+        f" the state after each. Of the {first - 1} events before them it holds the states"
+        f" of {earlier} evenly spaced versions (the slider shows the nearest one at or"
+        f" before the event chosen; their stacks list the newest {SPACED_FRAMES} frames)"
+        " and leaves out their events and timeline."
+        " `stagetrail ui` shows every event."
+    )
 
 
 def write_report(engine: Engine, run_id: UUID, path: str | Path) -> Report:
@@ -68,7 +115,10 @@ def write_report(engine: Engine, run_id: UUID, path: str | Path) -> Report:
 
 
 class _Embedder:
-    """The views of many versions, with each frame and each distinct panel value stored once.
+    """The views of many versions, with each frame and each distinct value stored once.
+
+    Distinct values are a panel's JSON, a stage's row of the results, and the list
+    of frames a stack shows (it changes only when an outcome or a rollback does).
 
     The page's script puts a view back together (`expand` in run.js): the same
     JSON `snapshot.view` gives, which the API serves.
@@ -81,17 +131,29 @@ class _Embedder:
         self.states: list[dict[str, Any]] = []
         self.last: dict[str, Any] = {}
 
-    def add(self, version: int, states: dict[str, Any]) -> None:
-        """Embed the view after `version`, its panels' states given by name."""
-        shown = snapshot.shown_frames(states["stack"])
+    def add(
+        self,
+        version: int,
+        states: dict[str, Any],
+        event: Any,
+        frames: int = snapshot.SHOWN_FRAMES,
+    ) -> None:
+        """Embed the view after `version` (`event`) listing `frames` frames of the stack."""
+        shown = snapshot.shown_frames(states["stack"], frames)
         for position, frame in shown:
             if frame.version not in self.frames:
                 as_json = snapshot.frame_json(frame, position)
                 del as_json["n"]
                 self.frames[frame.version] = as_json
-        stack = {**snapshot.stack_view(states["stack"]), "frames": [f.version for _, f in shown]}
-        refs = {name: self._ref(value) for name, value in snapshot.panels(states).items()}
-        self.states.append({"version": version, "stack": stack, **refs})
+        stack = {
+            **snapshot.stack_view(states["stack"], frames),
+            "frames": self._ref([frame.version for _, frame in shown]),
+        }
+        panels = snapshot.panels(states)
+        refs: dict[str, Any] = {name: self._ref(value) for name, value in panels.items()}
+        refs["results"] = [self._ref(row) for row in panels["results"]]  # a row per stage
+        kind = type(event).__name__
+        self.states.append({"version": version, "kind": kind, "stack": stack, **refs})
         self.last = states
 
     def _ref(self, value: Any) -> int:

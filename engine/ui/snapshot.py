@@ -3,9 +3,9 @@
 The states come from the projections themselves, folded side by side by
 `RunView` (each event is read and decoded once for the five of them):
 `at_version` asks `engine.project(run_id, RunView, at=N)` (what the JSON API
-serves, from the engine's snapshots), `every_version` folds the same `RunView`
-once over the events (what the offline report embeds). Both go through `view`,
-so the page draws the same either way.
+serves, from the engine's snapshots), `every_state` folds the same `RunView`
+once over a window of events (what the offline report embeds). Both go through
+`view`, so the page draws the same either way.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
+from engine.ui.timeline import attempt_seconds
 from events import JSON, Event
 from projections import (
     Frame,
@@ -43,9 +44,6 @@ PANELS: Mapping[str, type[Projection[Any]]] = {
 
 SHOWN_FRAMES = 100
 """The newest frames of the stack a view holds; deeper ones are counted, not listed."""
-
-EMBEDDED_VERSIONS = 5000
-"""At most this many versions' states go into an offline report."""
 
 _PARTS: tuple[Projection[Any], ...] = tuple(cls() for cls in PANELS.values())
 
@@ -83,13 +81,21 @@ class RunView(Projection[tuple[Any, ...]]):
 def at_version(engine: Engine, run_id: UUID, version: int, last_version: int) -> dict[str, JSON]:
     """The view after event `version`, from ``engine.project(run_id, RunView, at=version)``."""
     states = engine.project(run_id, RunView, at=version)
-    return view(version, last_version, dict(zip(PANELS, states, strict=True)))
+    (event,) = engine.store.read(run_id, gt=version - 1, lte=version)
+    shown = view(version, last_version, dict(zip(PANELS, states, strict=True)))
+    return {**shown, "kind": type(event).__name__}
 
 
-def every_state(events: Iterable[Event], versions: Iterable[int]) -> Iterator[tuple[int, Any]]:
-    """The panels' states (by panel name) after each of `versions`, folding the events once."""
+def every_state(
+    events: Iterable[Event], versions: Iterable[int], initial: tuple[Any, ...] | None = None
+) -> Iterator[tuple[int, Any]]:
+    """The panels' states (by panel name) after each of `versions`, folding the events once.
+
+    Args:
+        initial: the `RunView` state before the first of `events` (default: the run's start).
+    """
     projection = RunView()
-    state = projection.initial()
+    state = projection.initial() if initial is None else initial
     materialised = list(events)
     position = 0
     for version in sorted(set(versions)):
@@ -99,7 +105,7 @@ def every_state(events: Iterable[Event], versions: Iterable[int]) -> Iterator[tu
         yield version, dict(zip(PANELS, state, strict=True))
 
 
-def spaced_versions(last_version: int, limit: int = EMBEDDED_VERSIONS) -> list[int]:
+def spaced_versions(last_version: int, limit: int) -> list[int]:
     """Every version 1..`last_version`, or `limit` of them evenly spaced (first and last kept)."""
     if last_version <= limit:
         return list(range(1, last_version + 1))
@@ -125,15 +131,15 @@ def panels(states: Mapping[str, Any]) -> dict[str, JSON]:
     }
 
 
-def stack_view(stack: Stack) -> dict[str, Any]:
+def stack_view(stack: Stack, limit: int = SHOWN_FRAMES) -> dict[str, Any]:
     """The stack's current state, depth and how many frames are not listed (no frames)."""
-    shown = min(stack.depth, SHOWN_FRAMES)
+    shown = min(stack.depth, limit)
     return {"current": stack.current, "depth": stack.depth, "hidden": stack.depth - shown}
 
 
-def shown_frames(stack: Stack) -> list[tuple[int, Frame]]:
-    """The newest `SHOWN_FRAMES` frames, oldest first, each with its position from the bottom."""
-    newest = list(itertools.islice(stack.frame_list.newest_first(), SHOWN_FRAMES))
+def shown_frames(stack: Stack, limit: int = SHOWN_FRAMES) -> list[tuple[int, Frame]]:
+    """The newest `limit` frames, oldest first, each with its position from the bottom."""
+    newest = list(itertools.islice(stack.frame_list.newest_first(), limit))
     first = stack.depth - len(newest) + 1
     return [(first + index, frame) for index, frame in enumerate(reversed(newest))]
 
@@ -151,6 +157,7 @@ def frame_json(frame: Frame, position: int) -> dict[str, JSON]:
         "error": frame.error,
         "error_type": frame.error_type,
         "duration": frame.duration,
+        "took": attempt_seconds(frame.duration),
         "version": frame.version,
         "timestamp": frame.timestamp.isoformat(),
     }
@@ -174,6 +181,7 @@ def _results(results: Results) -> list[JSON]:
                 "last_outcome": last.outcome,
                 "last_failed": last.failed,
                 "last_seconds": last.duration,
+                "last_took": attempt_seconds(last.duration),
                 "latest": results.latest(stage),
             }
         )

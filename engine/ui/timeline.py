@@ -1,8 +1,16 @@
 """A run's attempts on a time axis (the Gantt chart of the run page), from its events.
 
-One bar per stage attempt, one row per stage (in order of first appearance), and
-a marker per decision. This is drawing data, not a projection: the states the
-slider shows come from the projections themselves (`engine.ui.snapshot`).
+One bar per stage attempt, one row per stage (in the table's order, else in order
+of first appearance), and a marker per decision. This is drawing data, not a
+projection: the states the slider shows come from the projections themselves
+(`engine.ui.snapshot`). The events may be a window of a run (the page draws the
+events around its slider): an outcome whose start is before the window is drawn
+from its recorded duration.
+
+An attempt has one duration everywhere (`attempt_seconds`): what its outcome
+recorded (`duration`, by default the time since its `StageStarted`), which the
+stack and the stage results show too; its bar ends at its outcome and is that
+long. An attempt still open has run from its start to the newest event.
 """
 
 from __future__ import annotations
@@ -50,6 +58,11 @@ class Bar:
     end: float
     version: int
 
+    @property
+    def seconds(self) -> float:
+        """The attempt's one duration (`attempt_seconds` of its outcome; open: so far)."""
+        return self.end - self.start
+
 
 @attrs.frozen
 class Marker:
@@ -81,6 +94,11 @@ class Timeline:
         return max([*self.times, *ends, 0.0])
 
 
+def attempt_seconds(duration: float) -> str:
+    """An attempt's duration as every part of the page writes it (timeline, stack, results)."""
+    return f"{duration:.1f}s"
+
+
 @attrs.define
 class _Builder:
     """The mutable state of one pass over the events."""
@@ -109,9 +127,17 @@ class _Builder:
         self.markers.append(Marker(kind, at, event.version, label))
 
 
-def timeline(events: Iterable[Event]) -> Timeline:
-    """The attempts and decisions of a run's events (oldest first)."""
-    build = _Builder()
+def timeline(
+    events: Iterable[Event], *, start: datetime | None = None, stages: Iterable[str] = ()
+) -> Timeline:
+    """The attempts and decisions of a run's events (oldest first).
+
+    Args:
+        start: time zero (the run's first event); default the first event given.
+        stages: the rows' order (the table's states); a stage not named gets a row after them.
+    """
+    build = _Builder(start=start)
+    known = list(stages)
     for event in events:
         if build.start is None:
             build.start = event.timestamp
@@ -119,11 +145,13 @@ def timeline(events: Iterable[Event]) -> Timeline:
         build.times.append(at)
         _add(build, event, at)
     last = build.times[-1] if build.times else 0.0
-    for stage, (start, version) in build.opened.items():
-        build.bars.append(Bar(stage, build.row(stage), 0, "open", "", start, last, version))
-    return Timeline(
-        tuple(build.stages), tuple(build.bars), tuple(build.markers), tuple(build.times)
-    )
+    for stage, (opened, version) in build.opened.items():
+        build.bars.append(Bar(stage, build.row(stage), 0, "open", "", opened, last, version))
+    order = {stage: index for index, stage in enumerate(known)}
+    rows = sorted(build.stages, key=lambda stage: order.get(stage, len(order)))
+    moved = {build.stages.index(stage): row for row, stage in enumerate(rows)}
+    bars = tuple(attrs.evolve(bar, row=moved[bar.row]) for bar in build.bars)
+    return Timeline(tuple(rows), bars, tuple(build.markers), tuple(build.times))
 
 
 def _add(build: _Builder, event: Event, at: float) -> None:
@@ -143,7 +171,7 @@ def _outcome(build: _Builder, event: StageCompleted | StageFailed, at: float) ->
     opened = build.opened.pop(event.stage, None)
     if opened is None:  # an outcome recorded without StageStarted opens and closes its attempt
         build.retry_of(event.stage)
-    start = opened[0] if opened else max(0.0, at - event.duration)
+    start = at - event.duration  # the attempt's one duration: what its outcome recorded
     failed = isinstance(event, StageFailed)
     row = build.row(event.stage)
     kind = "failed" if failed else "completed"

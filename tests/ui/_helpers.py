@@ -94,6 +94,12 @@ def record_long(url: str, failures: int) -> UUID:
         return run.id
 
 
+HIGHLIGHTED = (
+    "nodes => nodes.map(node =>"
+    " JSON.parse(document.getElementById('run-data').textContent).states[node.dataset.node])"
+)
+"""Playwright: the names of the diagram's nodes matched (``data-node`` indexes the states)."""
+
 SHOWN_ROWS = "rows => rows.map(row => Array.from(row.cells, cell => cell.textContent))"
 """Playwright: the text of every cell of every row matched."""
 

@@ -21,6 +21,7 @@ import attrs
 import pytest
 
 import benchmarks.ui
+from tests._helpers import require_browser
 
 # The benchmark and the tests launch Chromium the same way: one list of flags.
 CHROMIUM = Path(benchmarks.ui.CHROMIUM)
@@ -110,8 +111,7 @@ def _wait_until_answering(served: Served) -> None:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """One headless Chromium (Debian's) for the module, with an empty profile."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (as .ci/run does)")
+    require_browser(CHROMIUM)
     import tempfile
 
     from playwright.sync_api import sync_playwright

@@ -13,10 +13,11 @@ from uuid import UUID
 
 import pytest
 
-from engine import Engine, StoreError
-from engine.ui import create_app, snapshot
+from engine import Engine, Pipeline, StoreError
+from engine.ui import build_report, create_app, snapshot
 from engine.ui.pages import EVENTS_PER_PAGE
 from events import encode
+from tests._helpers import REVIEW
 from tests.ui._helpers import Stocked, record_long, stock
 from tests.ui.conftest import Served, free_port, stagetrail_command
 
@@ -93,6 +94,15 @@ class TestSQLite:
             ("/api/runs/not-a-run/state", 400, "run_id"),
             ("/api/runs/00000000-0000-4000-8000-000000000000/state", 404, "no run"),
             ("/api/runs?status=sleeping", 400, "status"),
+            ("/api/runs/{run}/events?after=9223372036854775808", 400, "after"),
+            ("/api/runs/{run}/events?after=99999999999999999999999", 400, "after"),
+            ("/api/runs/{run}/events?after=1e3", 400, "after"),
+            ("/api/runs/{run}/events?limit=0", 400, "limit"),
+            ("/api/runs/{run}/events?limit=1001", 400, "limit"),
+            ("/api/runs/{run}/events?limit=9223372036854775808", 400, "limit"),
+            ("/api/runs/{run}/state?at=9223372036854775808", 400, "at"),
+            ("/api/runs?page=9223372036854775808", 400, "page"),
+            ("/api/runs?page=0", 400, "page"),
         ],
     )
     def test_bad_requests_get_one_clear_error(
@@ -102,6 +112,21 @@ class TestSQLite:
         code, body = sqlite_viewer.status(path.format(run=sqlite_stocked.filled.clean))
         assert code == status
         assert named in body["error"]
+
+    @pytest.mark.parametrize(
+        "query", ["at=9223372036854775808", "page=9223372036854775808", "at=0", "page=x"]
+    )
+    def test_the_run_page_bounds_its_numbers(
+        self, sqlite_viewer: Served, sqlite_stocked: Stocked, query: str
+    ) -> None:
+        """The run page answers a number out of bounds with a 400 page naming it, never a 500."""
+        name = query.split("=")[0]
+        address = f"{sqlite_viewer.base}/runs/{sqlite_stocked.filled.clean}?{query}"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(address, timeout=30)
+        assert refused.value.code == 400
+        said = refused.value.read().decode()
+        assert f"argument &#39;{name}&#39;: must be an integer from" in said
 
     def test_only_reads(self, sqlite_viewer: Served, sqlite_stocked: Stocked) -> None:
         """Nothing but GET is answered: no route can change a run."""
@@ -131,16 +156,112 @@ class TestPostgreSQL:
             check_state_api(served, postgres_url, stocked.filled.retried)
             check_events_api(served, postgres_url, stocked.filled.busy)
             listed = {run["run_id"] for run in served.get("/api/runs")["runs"]}
+            busy = stocked.filled.busy
+            edge = served.status(f"/api/runs/{busy}/events?after=9223372036854775808")
+            prefixed = served.get(f"/api/runs/{str(busy)[:8]}")
         finally:  # its connections go before the fixture drops the schema
             served.process.terminate()
             served.process.wait(timeout=10)
         assert str(stocked.hostile) in listed
         assert len(listed) == 8
+        assert edge[0] == 400
+        assert "argument 'after': must be an integer from 0 to" in edge[1]["error"]
+        assert prefixed["run_id"] == str(busy)
 
     def test_a_missing_schema_is_refused(self, postgres_url: str) -> None:
         """The viewer never creates a PostgreSQL store: an empty schema is an error."""
         with pytest.raises(StoreError, match="no stagetrail store"):
             create_app(postgres_url)
+
+
+TWINS = (
+    UUID("abcd0000-0000-4000-8000-000000000001"),
+    UUID("abcd0000-0000-4000-8000-000000000002"),
+)
+"""Two runs whose ids share the prefix ``abcd0000``."""
+
+
+@pytest.fixture(scope="module")
+def twins(sqlite_stocked: Stocked) -> tuple[UUID, ...]:
+    """Two runs of the review recorded under `TWINS` in the SQLite store."""
+    with Engine(sqlite_stocked.url) as engine:
+        for run_id in TWINS:
+            engine.start_run(REVIEW, run_id=run_id).stage_completed("project_analysis")
+    return TWINS
+
+
+class TestRunIdPrefixes:
+    def test_a_unique_prefix_opens_the_run_page_at_its_address(
+        self, sqlite_viewer: Served, sqlite_stocked: Stocked
+    ) -> None:
+        """/runs/<prefix> leads to /runs/<full id> (query kept), as every CLI command takes it."""
+        run_id = sqlite_stocked.filled.clean
+        address = f"{sqlite_viewer.base}/runs/{str(run_id)[:8]}?at=1"
+        with urllib.request.urlopen(address, timeout=30) as page:
+            assert page.url == f"{sqlite_viewer.base}/runs/{run_id}?at=1"
+            assert f"run <code>{run_id}</code>" in page.read().decode()
+
+    def test_the_api_takes_a_prefix(self, sqlite_viewer: Served, twins: tuple[UUID, ...]) -> None:
+        """The API answers for the run a unique prefix names, with its full id."""
+        answer = sqlite_viewer.get(f"/api/runs/{str(twins[1]).upper()}/state?at=1")
+        assert answer["run_id"] == str(twins[1])
+        run_id = sqlite_viewer.get("/api/runs?status=failed")["runs"][0]["run_id"]
+        assert sqlite_viewer.get(f"/api/runs/{run_id[:6]}")["run_id"] == run_id
+
+    @pytest.mark.parametrize(
+        ("prefix", "status", "says"),
+        [
+            ("abcd0000", 400, "is ambiguous"),
+            ("abcd-0000", 400, "is ambiguous"),
+            ("fffffffffff", 404, "no run"),
+            ("zz", 400, "not a run id"),
+        ],
+    )
+    def test_an_ambiguous_or_unknown_prefix_is_one_clear_error(
+        self, sqlite_viewer: Served, twins: tuple[UUID, ...], prefix: str, status: int, says: str
+    ) -> None:
+        """A prefix of several runs, of none, or not hex: one error naming it, API and page."""
+        code, body = sqlite_viewer.status(f"/api/runs/{prefix}")
+        assert (code, says in body["error"]) == (status, True)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{sqlite_viewer.base}/runs/{prefix}", timeout=30)
+        assert refused.value.code == status
+        assert says in refused.value.read().decode()
+
+
+class TestNamesThatBrokeTheDiagram:
+    @pytest.mark.parametrize("name", ["ends\\", "esc \x1b[31m", "<&x;>"])
+    def test_the_run_page_and_the_report_draw_them(
+        self, sqlite_viewer: Served, sqlite_stocked: Stocked, name: str
+    ) -> None:
+        """A state and pipeline named with a trailing backslash, ESC or `<&x;>`: a 200, a report."""
+        pipeline = Pipeline(name, initial=name, transitions=[(name, name, "done")], final=["done"])
+        with Engine(sqlite_stocked.url) as engine:
+            run = engine.start_run(pipeline)
+            run.stage_completed(name, outcome=name)
+            report = build_report(engine, run.id)
+        with urllib.request.urlopen(f"{sqlite_viewer.base}/runs/{run.id}", timeout=30) as page:
+            assert page.status == 200
+            assert 'class="node" data-node="0"' in page.read().decode()
+        assert 'data-node="0"' in report.html
+
+
+class TestFinishReason:
+    def test_a_verdict_reason_reads_as_text(
+        self, sqlite_viewer: Served, sqlite_stocked: Stocked
+    ) -> None:
+        """An aborted_stuck run's reason object shows as `key: value` text, no JSON escapes."""
+        reason = {"limit": 3, "detected": "the tests' signature didn't change", "rule": "no_op"}
+        with Engine(sqlite_stocked.url) as engine:
+            run = engine.start_run(REVIEW)
+            run.finish("aborted_stuck", reason=reason)
+        with urllib.request.urlopen(f"{sqlite_viewer.base}/runs/{run.id}", timeout=30) as page:
+            html = page.read().decode()
+        shown = re.search(r'<p class="reason">(.*?)</p>', html)
+        assert shown is not None
+        assert shown.group(1) == (
+            "rule: no_op · detected: the tests&#39; signature didn&#39;t change · limit: 3"
+        )
 
 
 class TestNeverCreatesAStore:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 import pytest
 
 from engine import Engine
-from engine.ui import build_report, snapshot
+from engine.ui import build_report, pages, snapshot
+from engine.ui import report as report_module
 from tests.cli._helpers import as_json, ok
 from tests.ui._helpers import (
     HOSTILE_ERROR,
@@ -98,7 +100,7 @@ class TestOfflineReport:
         assert page.locator("#ev-1").count() == 1
         assert page.evaluate("window.__pwned") is None
 
-    def test_a_long_run_embeds_spaced_versions_and_says_so(
+    def test_a_long_run_keeps_a_window_and_says_what_it_left_out(
         self,
         stocked: Stocked,
         engine: Engine,
@@ -106,21 +108,44 @@ class TestOfflineReport:
         tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        """Past the limit, the slider shows the nearest embedded version at or before N."""
-        monkeypatch.setattr(snapshot, "EMBEDDED_VERSIONS", 5)
+        """Past the window, a report holds its newest events whole and spaced states before."""
+        monkeypatch.setattr(pages, "EVENTS_PER_PAGE", 5)
+        monkeypatch.setattr(report_module, "REPORT_WINDOW", 5)
+        monkeypatch.setattr(report_module, "SPACED", 3)
         run_id = stocked.filled.retried
         report = build_report(engine, run_id)
-        assert (report.events, report.embedded) == (17, 5)
+        assert (report.events, report.embedded, report.first_listed) == (17, 10, 11)
         path = tmp_path / "spaced.html"
         path.write_text(report.html)
         offline(page, path)
-        assert "embeds the states of 5 evenly spaced versions of 17" in page.inner_text("#note")
-        embedded = snapshot.spaced_versions(17, 5)
-        assert embedded == [1, 5, 9, 13, 17]
-        move_slider(page, 11)
+        note = page.inner_text("#note")
+        assert "holds events 11\u201317 of 17" in note
+        assert "states of 3 evenly spaced versions" in note
+        assert page.locator("ol.events li").count() == 2  # the page of 16-17, at the newest
+        assert page.locator("template").count() == 2  # pages 11-15 and 16-17: no older one
+        move_slider(page, 12)
+        assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == stack_rows(
+            engine, run_id, 12
+        )
+        assert page.is_hidden("#timeline-note")
+        move_slider(page, 7)  # before the window: the nearest embedded version, 5
         shown = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
-        assert shown == stack_rows(engine, run_id, 9)
+        assert shown == stack_rows(engine, run_id, 5)
         assert "nearest embedded version" in page.inner_text("#slider-label")
+        assert "event 7 is before them" in page.inner_text("#timeline-note")
+
+    def test_a_report_stays_small_whatever_the_run_length(
+        self, stocked: Stocked, engine: Engine
+    ) -> None:
+        """A 3,003-event run's report lists and draws its newest 1,000 events, no more."""
+        run_id = record_long(stocked.url, 1500)
+        report = build_report(engine, run_id)
+        assert report.first_listed == 2001
+        assert report.embedded == 1003 + report_module.SPACED
+        listed = {int(v) for v in re.findall(r'<li id="ev-(\d+)"', report.html)}
+        assert listed == set(range(2001, 3004))
+        assert report.html.count('<rect class="bar') <= 1003
+        assert len(report.html.encode()) < 5_000_000  # the target of docs/ui.md
 
 
 class TestReportCommand:

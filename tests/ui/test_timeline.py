@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 from freezegun import freeze_time
 
 from engine import Engine, Run
-from engine.ui.timeline import timeline
-from events import CircuitOpened, RetryScheduled
+from engine.ui import gantt
+from engine.ui.timeline import Timeline, attempt_seconds, timeline
+from events import CircuitClosed, CircuitHalfOpened, CircuitOpened, RetryScheduled
 from tests._helpers import REVIEW
 
 
@@ -99,3 +102,113 @@ class TestTimeline:
         assert [(bar.start, bar.end) for bar in line.bars] == [(10.0, 15.0), (27.0, 35.0)]
         assert line.times == (0.0, 10.0, 15.0, 35.0)
         assert line.span == 35.0
+
+
+def _breaker_wait(run: Run, clock: Any) -> None:
+    """Attempts of 40-50 s, then three breaker events at one instant and a 600 s wait."""
+    run.stage_started("project_analysis")
+    clock.tick(40)
+    run.stage_completed("project_analysis", duration=40.0)
+    run.stage_completed("code_review", duration=0.0)
+    run.stage_started("developer")
+    clock.tick(50)
+    run.stage_failed("developer", "down", duration=50.0)
+    run.record(CircuitOpened, stage="developer", reason="3 failures")
+    run.record(CircuitHalfOpened, stage="developer", reason="probe")
+    run.record(CircuitClosed, stage="developer", reason="ok")
+    clock.tick(600)
+    run.stage_started("developer")
+    clock.tick(45)
+    run.stage_completed("developer", duration=45.0)
+    run.finish("aborted_stuck", reason="stuck")
+
+
+def _drawn(record: Callable[[Run, Any], None]) -> tuple[Timeline, ElementTree.Element]:
+    with Engine("memory://") as engine, freeze_time("2026-11-20 09:00:00") as clock:
+        run = engine.start_run(REVIEW)
+        record(run, clock)
+        line = timeline(engine.events(run.id))
+    return line, ElementTree.fromstring(str(gantt.draw(line).svg))
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+class TestOneDuration:
+    def test_a_bar_is_as_long_as_its_recorded_duration(self) -> None:
+        """An attempt started 30 s before an outcome that recorded 12 s is a 12 s bar, said so."""
+        with Engine("memory://") as engine, freeze_time("2026-11-20 09:00:00") as clock:
+            run = engine.start_run(REVIEW)
+            run.stage_started("project_analysis")
+            clock.tick(30)
+            run.stage_completed("project_analysis", duration=12.0)
+            line = timeline(engine.events(run.id))
+        (bar,) = line.bars
+        assert (bar.start, bar.end, bar.seconds) == (18.0, 30.0, 12.0)
+        svg = ElementTree.fromstring(str(gantt.draw(line).svg))
+        titles = [t.text or "" for t in svg.iter(f"{SVG}title")]
+        assert any(f", {attempt_seconds(12.0)}, event 3" in title for title in titles)
+
+
+class TestDrawing:
+    def test_markers_at_one_instant_never_hide_each_other(self) -> None:
+        """Three breaker events and the finish at one instant: four markers, four places."""
+        _, svg = _drawn(_breaker_wait)
+        markers = [p for p in svg.iter(f"{SVG}path") if "marker" in (p.get("class") or "")]
+        kinds = [m.get("class") for m in markers]
+        assert kinds.count("marker breaker") == 3
+        assert kinds.count("marker verdict") == 1
+        places = [m.get("d", "").split(" ")[0] for m in markers]
+        assert len(set(places)) == len(places)
+
+    def test_a_long_idle_wait_is_a_marked_break(self) -> None:
+        """A 600 s breaker wait is drawn short and labelled; the attempts keep their width."""
+        line, svg = _drawn(_breaker_wait)
+        scale = gantt.axis(line)
+        assert [(p.start, p.end) for p in scale.pieces if p.idle] == [(90.0, 690.0)]
+        idle = [g for g in svg.iter(f"{SVG}g") if g.get("class") == "idle"]
+        assert [t.text for g in idle for t in g.iter(f"{SVG}text")] == ["10m"]
+        widths = [
+            float(r.get("width", 0))
+            for r in svg.iter(f"{SVG}rect")
+            if "bar" in (r.get("class") or "")
+        ]
+        assert min(sorted(widths)[1:]) > 150
+        # the 40, 50 and 45 s attempts each take over 150 of 1,000 units: no sliver
+
+    def test_the_axis_is_labelled_in_time_since_the_start(self) -> None:
+        """The time axis has ticks labelled from the run's start, in order."""
+        _, svg = _drawn(_breaker_wait)
+        axis = next(g for g in svg.iter(f"{SVG}g") if g.get("class") == "axis")
+        labels = [t.text for t in axis.iter(f"{SVG}text")]
+        assert labels[0] == "+0s"
+        assert len(labels) >= 3
+        xs = [float(t.get("x", 0)) for t in axis.iter(f"{SVG}text")]
+        assert xs == sorted(xs)
+
+    @pytest.mark.parametrize(
+        ("seconds", "label"),
+        [(0.5, "0.5s"), (45, "45s"), (60, "1m"), (150, "2m30s"), (3900, "1h05m"), (90000, "1d01h")],
+    )
+    def test_seconds_label(self, seconds: float, label: str) -> None:
+        """Axis labels are short: seconds, minutes, hours, days."""
+        assert gantt.seconds_label(seconds) == label
+
+
+class TestAxis:
+    def test_many_stretches_still_fit_the_width_in_order(self) -> None:
+        """600 events a few milliseconds apart: every x on the drawing, in time order."""
+        with Engine("memory://") as engine, freeze_time("2026-11-20 09:00:00") as clock:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis")
+            run.stage_completed("code_review")
+            for _ in range(300):
+                clock.tick(0.003)
+                run.stage_started("developer")
+                clock.tick(0.003)
+                run.stage_failed("developer", "broke")
+            line = timeline(engine.events(run.id))
+        cursor = gantt.draw(line).cursor
+        assert min(cursor) >= gantt.LABELS
+        assert max(cursor) <= gantt.WIDTH
+        assert list(cursor) == sorted(cursor)

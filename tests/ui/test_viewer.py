@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 
 from engine import Engine
+from engine.ui.gantt import LABELS
+from engine.ui.pages import WINDOW
 from events import StageCompleted, StageFailed
 from projections import StageResults
 from tests.ui._helpers import (
+    HIGHLIGHTED,
     HOSTILE_ERROR,
     HOSTILE_RESULT,
     HOSTILE_STAGE,
@@ -128,9 +131,7 @@ class TestRunPage:
         assert shown[0][4] == '{"project_type":"python"}'
         current = page.inner_text("#current-state")
         assert current == "developer"
-        highlighted = page.eval_on_selector_all(
-            "svg.pipeline g.node.current", "nodes => nodes.map(n => n.getAttribute('data-state'))"
-        )
+        highlighted = page.eval_on_selector_all("svg.pipeline g.node.current", HIGHLIGHTED)
         assert highlighted == [current]
         screenshot(page, "run-at-8")
 
@@ -165,6 +166,76 @@ class TestRunPage:
         assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == expected[-100:]
         assert page.inner_text("#stack-hidden") == "26 older frames not listed"
 
+    def test_the_address_follows_the_slider_and_opens_there(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """Moving the slider sets ?at=N in the address; that address opens at version N."""
+        run_id = stocked.filled.retried
+        page.goto(f"{viewer.base}/runs/{str(run_id)[:8]}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        move_slider(page, 4)
+        assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
+        shared = page.url
+        page.goto("about:blank")
+        page.goto(shared)
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.input_value("#slider") == "4"
+        assert page.get_attribute("body", "data-shown-version") == "4"
+        assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == stack_rows(
+            engine, run_id, 4
+        )
+
+    def test_only_what_came_after_the_slider_fades(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """At the last event nothing is faded; at N exactly the bars and markers after N are."""
+        run_id = stocked.filled.busy
+        last = len(engine.events(run_id))
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.locator("#gantt .later").count() == 0
+        versions = "els => els.map(e => Number(e.dataset.version))"
+        for version in (6, 2, last - 1, last):
+            move_slider(page, version)
+            faded = page.eval_on_selector_all("#gantt .later", versions)
+            drawn = page.eval_on_selector_all("#gantt [data-version]", versions)
+            assert sorted(faded) == sorted(v for v in drawn if v > version), version
+        screenshot(page, "busy-at-last")
+
+    def test_an_attempt_has_one_duration_in_the_stack_and_the_timeline(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Each stack row's time is the one its bar's tooltip says."""
+        run_id = stocked.supervised[1]
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        rows = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
+        assert rows
+        for row in rows:
+            tip = page.text_content(f"#gantt rect.bar[data-version='{row[1]}'] title")
+            assert f", {row[6]}, event {row[1]}" in (tip or ""), row
+
+    def test_the_timeline_is_a_window_that_follows_the_slider(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """A long run draws the events around the slider; a move far away draws its own."""
+        run_id = record_long(stocked.url, 700)  # 1,403 events
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        versions = "els => els.map(e => Number(e.dataset.version))"
+        assert page.inner_text("#window-span") == f"{1403 - WINDOW + 1}\u20131403"
+        assert min(page.eval_on_selector_all("#gantt [data-version]", versions)) > 1403 - WINDOW
+        move_slider(page, 10)
+        assert page.inner_text("#window-span") == f"1\u2013{WINDOW}"
+        drawn = page.eval_on_selector_all("#gantt [data-version]", versions)
+        assert max(drawn) <= WINDOW
+        assert page.locator("#gantt rect.bar").count() == len(set(drawn))
+        assert page.eval_on_selector("#cursor", "line => line.style.display") == ""
+        assert float(page.get_attribute("#cursor", "x1") or 0) >= LABELS  # on the drawing
+        assert page.eval_on_selector("#gantt", "svg => svg.namespaceURI") == (
+            "http://www.w3.org/2000/svg"
+        )
+
     def test_a_supervised_run_draws_its_retries(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
     ) -> None:
@@ -193,9 +264,7 @@ class TestEscaping:
         assert HOSTILE_RESULT["html"] in text
         assert HOSTILE_ERROR in text
         assert HOSTILE_STAGE in page.inner_text("#stack")
-        highlighted = page.eval_on_selector_all(
-            "svg.pipeline g.node.current", "nodes => nodes.map(n => n.getAttribute('data-state'))"
-        )
+        highlighted = page.eval_on_selector_all("svg.pipeline g.node.current", HIGHLIGHTED)
         assert highlighted == [HOSTILE_STAGE]  # the state at version 3, its name as recorded
         assert page.locator("img").count() == 0
         assert page.locator("main script:not([type='application/json'])").count() == 0

@@ -24,10 +24,6 @@
     return value === null || value === undefined ? "" : JSON.stringify(value);
   }
 
-  function seconds(value) {
-    return Number(value).toFixed(1) + "s";
-  }
-
   function fill(id, rows) {
     const body = document.querySelector("#" + id + " tbody");
     const fragment = document.createDocumentFragment();
@@ -65,7 +61,7 @@
     cell(row, frame.stage);
     cell(row, frame.outcome);
     cell(row, frame.attempt, "num");
-    cell(row, seconds(frame.duration), "num");
+    cell(row, frame.took, "num");
     cell(row, frame.failed ? frame.error_type + ": " + frame.error : json(frame.result), "text");
     frameRows.set(frame.version, row);
     return row;
@@ -88,7 +84,7 @@
       cell(row, entry.stage);
       cell(row, entry.attempts, "num");
       cell(row, entry.last_outcome);
-      cell(row, seconds(entry.last_seconds), "num");
+      cell(row, entry.last_took, "num");
       cell(row, json(entry.latest), "text");
       return row;
     }));
@@ -110,13 +106,14 @@
 
   function highlight(state) {
     document.querySelectorAll("svg.pipeline g.node").forEach(function (node) {
-      node.classList.toggle("current", node.getAttribute("data-state") === state);
+      node.classList.toggle("current", node.dataset.node === String(data.states.indexOf(state)));
     });
   }
 
-  // The report holds every page of events in <template>s and shows one at a time.
+  // The report holds its pages of events in <template>s and shows one at a time.
   const perPage = data.per_page;
-  const pageCount = Math.max(1, Math.ceil(data.last_version / perPage));
+  const firstPage = Math.ceil(data.window.first / perPage);
+  const lastPage = Math.ceil(data.window.last / perPage);
   let eventPage = 1;
 
   function showEvents(number) {
@@ -139,7 +136,60 @@
     });
   }
 
-  function mark(version) {
+  // The timeline draws a window of the run's events around the slider: its bars and
+  // markers, sorted by version, are marked "later" past the slider's version.
+  let drawn = [];
+  let drawnUpTo = 0;
+
+  function indexTimeline() {
+    drawn = Array.from(document.querySelectorAll("#gantt [data-version]"));
+    drawn.sort(function (a, b) { return Number(a.dataset.version) - Number(b.dataset.version); });
+    drawn.forEach(function (element) { element.classList.remove("later"); });
+    drawnUpTo = Infinity;
+  }
+
+  function fade(version) {
+    // Only the elements between the previous version and this one change.
+    const low = Math.min(version, drawnUpTo);
+    const high = Math.max(version, drawnUpTo);
+    for (let index = firstAbove(low); index < drawn.length; index++) {
+      const at = Number(drawn[index].dataset.version);
+      if (at > high) break;
+      drawn[index].classList.toggle("later", at > version);
+    }
+    drawnUpTo = version;
+  }
+
+  function firstAbove(version) {
+    let low = 0;
+    let high = drawn.length;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      if (Number(drawn[middle].dataset.version) > version) high = middle; else low = middle + 1;
+    }
+    return low;
+  }
+
+  function inWindow(version) {
+    return version >= data.window.first && version <= data.window.last;
+  }
+
+  async function windowAt(version) {
+    if (inWindow(version) || data.embedded) return;
+    const response = await fetch(data.api + "/timeline?at=" + version,
+      {headers: {Accept: "application/json"}});
+    if (!response.ok) throw new Error("the viewer answered " + response.status);
+    const answer = await response.json();
+    const parsed = new DOMParser().parseFromString(answer.svg, "image/svg+xml").documentElement;
+    document.getElementById("gantt").replaceWith(document.importNode(parsed, true));
+    data.window = answer;
+    document.getElementById("window-span").textContent = answer.first + "–" + answer.last;
+    const box = parsed.getAttribute("viewBox");
+    overlay.setAttribute("viewBox", box);
+    indexTimeline();
+  }
+
+  function mark(version, requested) {
     if (data.embedded && document.getElementById("event-pager")) {
       showEvents(Math.ceil(version / perPage));
     }
@@ -154,14 +204,20 @@
       jump.href = "?page=" + page + "&at=" + version + "#ev-" + version;
       jump.textContent = "event " + version + " in the list";
     }
-    // What happened after the version is veiled: one rectangle, however many bars.
-    const x = data.cursor[version - 1];
     const cursor = document.getElementById("cursor");
-    cursor.setAttribute("x1", x);
-    cursor.setAttribute("x2", x);
-    const veil = document.getElementById("veil");
-    veil.setAttribute("x", x);
-    veil.setAttribute("width", Math.max(Number(overlay.dataset.width) - x, 0));
+    const note = document.getElementById("timeline-note");
+    const shown = inWindow(version);
+    cursor.style.display = shown ? "" : "none";
+    note.hidden = shown;
+    if (shown) {
+      const x = data.window.cursor[version - data.window.first];
+      cursor.setAttribute("x1", x);
+      cursor.setAttribute("x2", x);
+    } else {
+      note.textContent = "This report's timeline draws events " + data.window.first + "–" +
+        data.window.last + "; event " + requested + " is before them.";
+    }
+    fade(version);
   }
 
   function draw(view, requested) {
@@ -172,28 +228,49 @@
     drawResults(view.results);
     drawCounters(view);
     highlight(view.stack.current);
-    mark(view.version);
-    let text = "after event " + view.version + " of " + view.last_version + ": " +
-      data.kinds[view.version - 1];
+    mark(view.version, requested);
+    let text = "after event " + view.version + " of " + view.last_version + ": " + view.kind;
     if (view.version !== requested) text += " (nearest embedded version to " + requested + ")";
     label.textContent = text;
     problem.hidden = true;
+    if (document.body.dataset.ready) remember(requested);  // moved, not opened
     document.body.dataset.shownVersion = String(requested);
+  }
+
+  // The address says where the slider is, so a view can be shared: ?at=N on the
+  // live page (which opens there), #at=N in the report (a file:// page keeps its query).
+  function remember(version) {
+    if (data.embedded) {
+      if (location.hash !== "#at=" + version) history.replaceState(null, "", "#at=" + version);
+      return;
+    }
+    const query = new URLSearchParams(location.search);
+    if (query.get("at") === String(version)) return;
+    query.set("at", String(version));
+    history.replaceState(null, "", "?" + query.toString() + location.hash);
+  }
+
+  function startVersion() {
+    const hash = /^#at=([0-9]+)$/.exec(location.hash);
+    const wanted = data.embedded && hash ? Number(hash[1]) : data.initial.version;
+    return Math.min(Math.max(wanted, 1), data.last_version);
   }
 
   function expand(compact) {
     // The report stores each distinct value once: put the view back together.
     const embedded = data.embedded;
-    const frames = compact.stack.frames.map(function (version, index) {
-      return Object.assign({n: compact.stack.depth - compact.stack.frames.length + index + 1},
+    const listed = embedded.values[compact.stack.frames];
+    const frames = listed.map(function (version, index) {
+      return Object.assign({n: compact.stack.depth - listed.length + index + 1},
         embedded.frames[version]);
     });
     return {
       version: compact.version,
+      kind: compact.kind,
       last_version: data.last_version,
       summary: embedded.values[compact.summary],
       stack: Object.assign({}, compact.stack, {frames: frames}),
-      results: embedded.values[compact.results],
+      results: compact.results.map(function (row) { return embedded.values[row]; }),
       retries: embedded.values[compact.retries],
       progress: embedded.values[compact.progress],
     };
@@ -212,12 +289,17 @@
 
   async function stateAt(version) {
     if (data.embedded) return embeddedView(version);
-    if (cache.has(version)) return cache.get(version);
-    const response = await fetch(data.api + "/state?at=" + version,
-      {headers: {Accept: "application/json"}});
-    if (!response.ok) throw new Error("the viewer answered " + response.status);
-    const view = await response.json();
-    cache.set(version, view);
+    const timeline = windowAt(version);  // the timeline around it, fetched alongside
+    let view = cache.get(version);
+    if (!view) {
+      const response = await fetch(data.api + "/state?at=" + version,
+        {headers: {Accept: "application/json"}});
+      if (!response.ok) throw new Error("the viewer answered " + response.status);
+      view = await response.json();
+      if (cache.size >= 500) cache.delete(cache.keys().next().value);  // the oldest asked
+      cache.set(version, view);
+    }
+    await timeline;
     return view;
   }
 
@@ -250,16 +332,23 @@
   document.getElementById("prev").addEventListener("click", function () { step(-1); });
   document.getElementById("next").addEventListener("click", function () { step(1); });
   bindEvents();
+  indexTimeline();
   if (document.getElementById("event-pager")) {
     eventPage = 0;
-    showEvents(1);
+    showEvents(firstPage);
     document.getElementById("events-prev").addEventListener("click", function () {
-      showEvents(Math.max(eventPage - 1, 1));
+      showEvents(Math.max(eventPage - 1, firstPage));
     });
     document.getElementById("events-next").addEventListener("click", function () {
-      showEvents(Math.min(eventPage + 1, pageCount));
+      showEvents(Math.min(eventPage + 1, lastPage));
     });
   }
-  draw(data.initial, data.initial.version);
+  const start = startVersion();
+  slider.value = String(start);
+  if (start === data.initial.version) {
+    draw(data.initial, start);
+  } else {
+    draw(embeddedView(start), start);
+  }
   document.body.dataset.ready = "1";
 })();
