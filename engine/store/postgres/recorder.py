@@ -69,6 +69,12 @@ lock, followers reading every committed row) refuses to open such a store, so
 old and new readers never share one.
 """
 
+SETTLE_SECONDS = 2.0
+"""How long `max_notification_id` waits for older transactions to end before it answers."""
+
+_FIRST_SETTLE_PAUSE = 0.001
+_BEGIN = SQL("BEGIN")
+
 SAFE = "(SELECT pg_snapshot_xmin(pg_current_snapshot()))"
 """The oldest transaction still in flight: rows of older transactions are safe to read."""
 
@@ -83,6 +89,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
     """
 
     retry_seconds = RETRY_SECONDS
+    settle_seconds = SETTLE_SECONDS
     recovered: dict[str, int]
     """Appends whose connection was lost, by what the check found (for the fault suite)."""
 
@@ -100,32 +107,41 @@ class PostgresRecorder(PostgresApplicationRecorder):
         self._table = SQL("{0}.{1}").format(*table)
         timeout = SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout)
         notify = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
-        self._section = Literal(append_lock(datastore.schema))
+        section = Literal(append_lock(datastore.schema))
+        self._unlock = SQL("SELECT pg_advisory_unlock({0})").format(section)
         if concurrent:
-            # The transaction id and the notification ids taken in one short section;
-            # the NOTIFY in a transaction of its own after the commit, because NOTIFY
-            # serialises every committing transaction that sent one.
+            # The transaction id and the notification ids taken in one short section
+            # (the INSERT); the NOTIFY in a transaction of its own after the COMMIT, not
+            # waiting for its flush, because NOTIFY serialises every committing
+            # transaction that sent one.
             self._before_insert = [
+                _BEGIN,
                 timeout,
-                SQL("SELECT pg_advisory_lock({0})").format(self._section),
+                SQL("SELECT pg_advisory_lock({0})").format(section),
             ]
-            self._after_insert = [SQL("SELECT pg_advisory_unlock({0})").format(self._section)]
-            self._notify = [SQL("SET LOCAL synchronous_commit TO OFF"), notify]
+            self._after_commit = [
+                SQL("SELECT set_config('synchronous_commit', 'off', true)"),
+                notify,
+            ]
         else:
-            # Today's append of a store not yet upgraded: the table locked EXCLUSIVE
-            # so ids are issued in commit order.
+            # The older release's append, for a store opened read-only before its
+            # upgrade: the table locked EXCLUSIVE so ids are issued in commit order.
             self._before_insert = [
                 timeout,
                 SQL("LOCK TABLE {0}.{1} IN EXCLUSIVE MODE").format(*table),
                 notify,
             ]
-            self._after_insert = []
-            self._notify = []
-        self._insert = SQL(
+            self._after_commit = []
+        self._insert_statement = SQL(
             "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[]) "
             "RETURNING notification_id"
         ).format(*table)
+        self._heads_statement = SQL(
+            "SELECT (SELECT notification_id FROM {0} WHERE {1} < {2} "
+            "ORDER BY notification_id DESC LIMIT 1) AS safe, "
+            "(SELECT max(notification_id) FROM {0}) AS newest"
+        ).format(self._table, Identifier(TX_COLUMN), SQL(SAFE))
         self._select_versions = SQL(
             "SELECT originator_version, topic, state, notification_id FROM {0}.{1} "
             "WHERE originator_id = %s AND originator_version >= %s "
@@ -185,24 +201,26 @@ class PostgresRecorder(PostgresApplicationRecorder):
             [event.topic for event in stored_events],
             [event.state for event in stored_events],
         )
+        pipelined = sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES
         with self.datastore.get_connection() as conn:
+            if not self.concurrent:
+                with conn.transaction():
+                    return self._insert(conn, columns, pipelined)
             try:
-                ids = self._append(conn, columns)
+                ids = self._insert(conn, columns, pipelined)
             except BaseException:
-                if self.concurrent:
-                    _leave_section(conn, self._after_insert[0])
+                _leave_section(conn, self._unlock)
                 raise
-            if self._notify:
-                _notify(conn, self._notify)
+            self._commit(conn, stored_events)
             return ids
 
-    def _append(self, conn: Any, columns: tuple[list[Any], ...]) -> list[int]:
-        pipelined = sum(len(state) for state in columns[3]) <= PIPELINE_BYTES
+    def _insert(self, conn: Any, columns: tuple[list[Any], ...], pipelined: bool) -> list[int]:
+        """The append's INSERT (in its transaction, not committed); its notification ids."""
         if not pipelined:
-            with conn.transaction(), conn.cursor() as curs:
+            with conn.cursor() as curs:
                 return self._execute_insert(curs, columns)
         failure: Exception | None = None
-        with conn.pipeline() as pipeline, conn.transaction(), conn.cursor() as curs:
+        with conn.pipeline() as pipeline, conn.cursor() as curs:
             try:
                 ids = self._execute_insert(curs, columns, pipeline.sync)
             except Exception as error:  # raised once the pipeline is left: psycopg warns
@@ -215,14 +233,38 @@ class PostgresRecorder(PostgresApplicationRecorder):
         self, curs: Any, columns: tuple[list[Any], ...], sync: Callable[[], None] | None = None
     ) -> list[int]:
         for statement in self._before_insert:
-            curs.execute(statement, prepare=True)
-        curs.execute(self._insert, columns, prepare=True)
+            curs.execute(statement, prepare=statement is not _BEGIN)
+        curs.execute(self._insert_statement, columns, prepare=True)
+        if self.concurrent:  # sent with the INSERT: the section lasts one round trip
+            curs.connection.execute(self._unlock, prepare=True)
         if sync is not None:
             sync()  # a version conflict raises here, as IntegrityError, not at the commit
-        ids = [row["notification_id"] for row in curs.fetchall()]
-        for statement in self._after_insert:
-            curs.execute(statement, prepare=True)
-        return ids
+        return [row["notification_id"] for row in curs.fetchall()]
+
+    def _commit(self, conn: Any, stored_events: Sequence[StoredEvent]) -> None:
+        """COMMIT, then wake the followers, in one round trip.
+
+        Raises:
+            Exception: the COMMIT failed (a failed NOTIFY after it is only logged).
+        """
+        import psycopg
+
+        failure: psycopg.Error | None = None
+        with conn.pipeline():
+            try:
+                conn.execute(SQL("COMMIT"), prepare=False)
+                for statement in self._after_commit:
+                    conn.execute(statement, prepare=True)
+            except psycopg.Error as error:
+                failure = error
+        if failure is None:
+            return
+        if isinstance(failure, CONNECTION_LOST) or conn.broken:
+            raise failure  # `insert_events` asks the store whether the commit landed
+        if self._compare(stored_events):  # the COMMIT landed; the NOTIFY failed
+            _log.warning("NOTIFY after an append failed: %s", failure)
+            return
+        raise failure
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def select_notifications(
@@ -270,18 +312,34 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 for row in curs.fetchall()
             ]
 
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def max_notification_id(self) -> int | None:
-        """The newest notification id safe to read (every lower one committed or never to be)."""
+        """The newest notification id safe to read, covering every commit made before the call.
+
+        A commit is safe to read once every transaction older than it has ended:
+        usually at once, or after the appends still in flight (one round trip
+        each). The wait is bounded (`settle_seconds`): a long transaction elsewhere
+        on the server holds followers back (see docs/scaling.md), and then the
+        newest safe id is answered rather than waiting for it.
+        """
         if not self.concurrent:
-            return super().max_notification_id()
-        statement = SQL(
-            "SELECT notification_id FROM {0} WHERE {1} < {2} ORDER BY notification_id DESC LIMIT 1"
-        ).format(self._table, Identifier(TX_COLUMN), SQL(SAFE))
+            locked: int | None = super().max_notification_id()
+            return locked
+        heads: tuple[int | None, int | None] = self._heads()
+        safe, newest = heads
+        slept, pause = 0.0, _FIRST_SETTLE_PAUSE  # slept time counted: clocks may be frozen
+        while (safe or 0) < (newest or 0) and slept < self.settle_seconds:
+            time.sleep(pause)
+            slept, pause = slept + pause, min(pause * 2, 0.05)
+            heads = self._heads()
+            safe = heads[0]
+        return safe
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def _heads(self) -> tuple[int | None, int | None]:
+        """The newest notification id safe to read, and the newest committed one."""
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            curs.execute(statement, prepare=True)
-            row = curs.fetchone()
-            return None if row is None else int(row["notification_id"])
+            row: Any = curs.execute(self._heads_statement, prepare=True).fetchone()
+            return row["safe"], row["newest"]
 
     def _stored_ids(self, stored_events: Sequence[StoredEvent], deadline: float) -> list[int]:
         """Notification ids of `stored_events` if these very events are stored, else [].
@@ -378,20 +436,6 @@ def _leave_section(conn: Any, unlock: Composable) -> None:
         conn.rollback()
     except Exception:  # a broken connection: closing it ends the session and its locks
         conn.close()
-
-
-def _notify(conn: Any, statements: Sequence[Composable]) -> None:
-    """Wake the followers after the append's commit; a NOTIFY lost is caught by their polling."""
-    import psycopg
-
-    try:
-        with conn.pipeline(), conn.transaction():
-            for statement in statements:
-                conn.execute(statement, prepare=True)
-    except psycopg.Error as error:
-        _log.debug("NOTIFY after an append failed: %s", error)
-        if conn.broken:
-            conn.close()
 
 
 def upgrade(conn: Any, schema: str, meta_table: str) -> bool:
