@@ -1,4 +1,4 @@
-"""Scale-out: total events/s and follower lag with 1, 2, 4 and 8 writer processes.
+"""Scale-out: total events/s and follower lag with 1, 2, 4, 8 and 16 writer processes.
 
 Each writer is a `benchmarks.fleet` worker supervising runs of the code-review
 pipeline (failures, retries, give-ups) to their end, every event durable in its
@@ -8,7 +8,12 @@ folds `RunIndex` and `FailurePatterns` with `Projections.follow` meanwhile
 lag (head minus its position, in events) four times a second.
 
 The store is created before the processes start: this measures appending, not
-creating. The baseline of each curve is its own 1-writer row (`speedup`).
+creating. The baseline of each curve is its own 1-writer row (`speedup`). On
+PostgreSQL each point also measures, just before it and from as many processes,
+raw psycopg one-row ``INSERT`` + ``COMMIT`` into a table shaped like the events
+table, without a lock (`raw_commits_per_s`, the ceiling: `vs_raw` is stagetrail's
+events/s over it) and under the table's ``EXCLUSIVE`` lock the older release took
+(`raw_locked_commits_per_s`).
 
 Run: ``python -m benchmarks.scale`` (``--quick`` for a smoke run). PostgreSQL is
 ``$STAGETRAIL_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``),
@@ -19,7 +24,9 @@ SQLite is measured.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,9 +37,11 @@ from benchmarks.fleet import start
 from engine import Engine
 
 POSTGRES = os.environ.get("STAGETRAIL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-WRITERS = (1, 2, 4, 8)
+WRITERS = (1, 2, 4, 8, 16)
 RUNS = 100
 """Runs per writer (about 13 events each)."""
+RAW_SECONDS = 3.0
+"""How long each raw baseline process commits."""
 
 
 @contextmanager
@@ -92,13 +101,64 @@ def measure(url: str, writers: int, runs: int) -> dict[str, Any]:
     }
 
 
+def raw_commits(url: str, processes: int, seconds: float, *, locked: bool) -> float:
+    """Commits/s of `processes` raw psycopg writers, one row per transaction, for `seconds`."""
+    import psycopg
+    from psycopg import sql
+
+    schema = url.rsplit("schema=", 1)[1]
+    table = sql.Identifier(schema, "raw_events")
+    with psycopg.connect(POSTGRES, autocommit=True) as conn:
+        like = sql.Identifier(schema, "stagetrail_events")
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+        conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(table, like))
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    args = (table.as_string(None), seconds, locked, results)
+    workers = [context.Process(target=raw_writer, args=args) for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    reports = [results.get(timeout=120 + seconds) for _ in workers]
+    for worker in workers:
+        worker.join()
+    began = min(report[0] for report in reports)
+    ended = max(report[1] for report in reports)
+    return float(sum(report[2] for report in reports) / (ended - began))
+
+
+def raw_writer(table: str, seconds: float, locked: bool, results: Any) -> None:
+    """One raw writer: one-row INSERT + COMMIT (under the EXCLUSIVE lock if `locked`)."""
+    import psycopg
+
+    insert = (
+        f"INSERT INTO {table} (originator_id, originator_version, topic, state) "
+        "VALUES (%s, 1, 'raw', %s)"
+    )
+    state = b"x" * 300  # about a stagetrail event's size
+    with psycopg.connect(POSTGRES) as conn:
+        count, began = 0, time.time()
+        while time.time() - began < seconds:
+            if locked:
+                conn.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE", prepare=True)
+            conn.execute(insert, (uuid.uuid4(), state), prepare=True)
+            conn.commit()
+            count += 1
+        results.put((began, time.time(), count))
+
+
 def curve(backend: str, writers: tuple[int, ...], runs: int) -> list[dict[str, Any]]:
     """The rows of one backend, each with its speedup over the 1-writer row."""
     store = postgres_store if backend == "postgresql" else sqlite_store
     rows = []
+    seconds = RAW_SECONDS if runs >= RUNS else 0.5
     for count in writers:
         with store() as url:
-            rows.append({"case": f"{backend}, {count} writer(s)", **measure(url, count, runs)})
+            row = {"case": f"{backend}, {count} writer(s)", **measure(url, count, runs)}
+            if backend == "postgresql":
+                row["raw_commits_per_s"] = raw_commits(url, count, seconds, locked=False)
+                row["raw_locked_commits_per_s"] = raw_commits(url, count, seconds, locked=True)
+                row["vs_raw"] = row["events_per_s"] / row["raw_commits_per_s"]
+            rows.append(row)
     for row in rows:
         row["speedup"] = row["events_per_s"] / rows[0]["events_per_s"]
     return rows

@@ -79,8 +79,12 @@ def new_meta(settings: AtRest) -> dict[str, str]:
     return meta
 
 
-def settle(meta: Mapping[str, str], settings: AtRest, url: str) -> AtRest:
+def settle(
+    meta: Mapping[str, str], settings: AtRest, url: str, *, newest: int = SCHEMA_VERSION
+) -> AtRest:
     """Check an existing store's meta against this program and key; return its settings.
+
+    `newest` is the highest schema version this backend reads (PostgreSQL's is higher).
 
     Raises:
         StoreError: newer schema, missing or wrong cipher key, or a key for a plain store.
@@ -89,11 +93,11 @@ def settle(meta: Mapping[str, str], settings: AtRest, url: str) -> AtRest:
     if not text.isdigit():
         raise StoreError(url, f"not a stagetrail store: schema version {text!r} in its meta table")
     version = int(text)
-    if version > SCHEMA_VERSION:
+    if version > newest:
         raise StoreError(
             url,
             f"written by a newer stagetrail (store schema {version}, this one reads up to "
-            f"{SCHEMA_VERSION}); upgrade stagetrail",
+            f"{newest}); upgrade stagetrail",
         )
     stored = AtRest(compressor=meta.get("compressor", "none"), cipher_key=settings.cipher_key)
     _check_cipher(meta, stored, url)

@@ -21,7 +21,7 @@ from engine.store.postgres.datastore import (
     make_datastore,
     schema_of,
 )
-from engine.store.postgres.recorder import make_recorder
+from engine.store.postgres.recorder import CONCURRENT_SCHEMA, has_tx_column, make_recorder, upgrade
 from engine.store.postgres.views import PostgresViews
 from engine.store.sql import NAMES
 from engine.store.urls import StoreURL
@@ -41,7 +41,8 @@ def _settle_meta(
     ).fetchone()
     if has_meta:
         rows = conn.execute(sql.SQL("SELECT key, value FROM {}").format(meta_table)).fetchall()
-        return meta.settle(dict(rows), settings, url.masked), has_events
+        newest = CONCURRENT_SCHEMA
+        return meta.settle(dict(rows), settings, url.masked, newest=newest), has_events
     if has_events:
         raise StoreError(url.masked, f"schema {schema!r} has events but no stagetrail meta table")
     if not create:
@@ -87,6 +88,9 @@ def open_postgres(
     Workers opening a new store at the same moment take turns: creation runs
     under an advisory lock on the schema's name (PostgreSQL's CREATE ... IF NOT
     EXISTS is not safe against a concurrent creation of the same table or type).
+    Under the same lock, a store written by an older release, whose appends took
+    the events table's EXCLUSIVE lock, is upgraded to concurrent appends
+    (`recorder.upgrade`; see docs/scaling.md for stopping the older processes first).
     With `read_only` nothing is created or written (a read-only role, a replica):
     projections fold in memory over the stored views.
 
@@ -97,14 +101,17 @@ def open_postgres(
 
     with connect(url) as conn:
         try:
-            if create:  # held until the probe connection closes, after the views exist
+            if not read_only:  # held until the probe connection closes, after the views exist
                 conn.execute("SELECT pg_advisory_lock(%s)", (_creation_lock(schema_of(url)),))
             settings, has_events = _settle_meta(conn, url, create, settings)
+            concurrent = not read_only or has_tx_column(conn, schema_of(url))
         except psycopg.Error as error:
             problem = f"cannot open the store: {describe(error, url)}"
             raise StoreError(url.masked, problem) from None
         datastore = make_datastore(url)
-        recorder = make_recorder(url, datastore, has_events or read_only)
+        recorder = make_recorder(url, datastore, has_events or read_only, concurrent=concurrent)
+        if not read_only:
+            _upgrade(conn, url, datastore)
         mapper = settings.mapper()
         codec = settings.codec(mapper)
         generation = functools.partial(read_generation, datastore)
@@ -123,6 +130,18 @@ def open_postgres(
     return Backend(
         recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation
     )
+
+
+def _upgrade(conn: Any, url: StoreURL, datastore: Any) -> None:
+    """Give a new store, or one an older release wrote, concurrent appends (under the lock)."""
+    import psycopg
+
+    try:
+        upgrade(conn, schema_of(url), meta.META_TABLE)
+    except psycopg.Error as error:
+        datastore.close()
+        problem = f"cannot upgrade the store to concurrent appends: {describe(error, url)}"
+        raise StoreError(url.masked, problem) from None
 
 
 def writable(url: StoreURL) -> bool:

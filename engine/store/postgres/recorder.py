@@ -1,15 +1,43 @@
-"""eventsourcing's PostgreSQL application recorder, with appends that never hang nor double."""
+"""eventsourcing's PostgreSQL application recorder: concurrent appends that never hang nor
+double, and reads of the notification log that never pass over an event committed late.
+
+How many writers commit at once, and why followers still see one gap-free order:
+
+- Each event row carries the id of the transaction that wrote it (``tx_id``, an
+  ``xid8``, by default ``pg_current_xact_id()``).
+- An append takes its transaction id and its notification ids inside one short
+  section under a session advisory lock, released before the COMMIT: transaction
+  ids and notification ids of appends are issued in the same order, while the
+  commits themselves (the WAL flush, the slow part) run side by side.
+- A reader takes only rows whose transaction is older than every transaction
+  still in flight (``tx_id < pg_snapshot_xmin(pg_current_snapshot())``). The
+  rows it may read are therefore a prefix of the notification order: any lower
+  id belongs to a transaction that has ended, so it is visible or will never be.
+
+`select_notifications` and `max_notification_id` apply that rule, so every
+follower (persistent projections, the run index, ``follow``, shared circuits)
+reads through it. A store written by an older release (today's ``EXCLUSIVE`` lock,
+no ``tx_id``) is upgraded in place when first opened for writing (`upgrade`).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import (
+    IntegrityError,
+    InterfaceError,
+    Notification,
+    OperationalError,
+    StoredEvent,
+)
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-from psycopg.sql import SQL, Identifier
+from eventsourcing.utils import retry
+from psycopg.sql import SQL, Composable, Identifier, Literal
 
 from engine.store import meta
 from engine.store.errors import AppendOutcomeUnknown, StoreError
@@ -30,6 +58,26 @@ Larger appends go statement by statement, where a round trip is negligible.
 RETRY_SECONDS = 30.0
 """How long an append keeps retrying a lost connection before it gives up."""
 
+TX_COLUMN = "tx_id"
+"""The events table's column holding the id of the transaction that wrote the row."""
+
+CONCURRENT_SCHEMA = 2
+"""The meta table's schema version of a PostgreSQL store whose appends run concurrently.
+
+A release that knows only version 1 (every append under the table's EXCLUSIVE
+lock, followers reading every committed row) refuses to open such a store, so
+old and new readers never share one.
+"""
+
+SETTLE_SECONDS = 2.0
+"""How long `max_notification_id` waits for older transactions to end before it answers."""
+
+_FIRST_SETTLE_PAUSE = 0.001
+_BEGIN = SQL("BEGIN")
+
+SAFE = "(SELECT pg_snapshot_xmin(pg_current_snapshot()))"
+"""The oldest transaction still in flight: rows of older transactions are safe to read."""
+
 
 class PostgresRecorder(PostgresApplicationRecorder):
     """eventsourcing's application recorder, with appends that never hang nor double.
@@ -41,28 +89,59 @@ class PostgresRecorder(PostgresApplicationRecorder):
     """
 
     retry_seconds = RETRY_SECONDS
+    settle_seconds = SETTLE_SECONDS
     recovered: dict[str, int]
     """Appends whose connection was lost, by what the check found (for the fault suite)."""
 
-    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str) -> None:
+    def __init__(
+        self, datastore: PostgresDatastore, *, events_table_name: str, concurrent: bool = True
+    ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
+        self.concurrent = concurrent
+        """Appends without the table lock, reads below the oldest open transaction."""
         # eventsourcing names the NOTIFY channel after the table alone, so every
         # store of the database (one per schema) would wake every other's followers.
         self.channel_name = f"stagetrail_{datastore.schema}"
         self.recovered = {"stored": 0, "absent": 0}
         table = (Identifier(datastore.schema), Identifier(events_table_name))
-        # The append's statements, stagetrail's own: the table locked EXCLUSIVE so ids
-        # are issued in commit order (followers never pass over a gap filled later).
-        self._before_insert = [
-            SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout),
-            SQL("LOCK TABLE {0}.{1} IN EXCLUSIVE MODE").format(*table),
-            SQL("NOTIFY {0}").format(Identifier(self.channel_name)),
-        ]
-        self._insert = SQL(
+        self._table = SQL("{0}.{1}").format(*table)
+        timeout = SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout)
+        notify = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
+        section = Literal(append_lock(datastore.schema))
+        self._unlock = SQL("SELECT pg_advisory_unlock({0})").format(section)
+        if concurrent:
+            # The transaction id and the notification ids taken in one short section
+            # (the INSERT); the NOTIFY in a transaction of its own after the COMMIT, not
+            # waiting for its flush, because NOTIFY serialises every committing
+            # transaction that sent one.
+            self._before_insert = [
+                _BEGIN,
+                timeout,
+                SQL("SELECT pg_advisory_lock({0})").format(section),
+            ]
+            self._after_commit = [
+                SQL("SELECT set_config('synchronous_commit', 'off', true)"),
+                notify,
+            ]
+        else:
+            # The older release's append, for a store opened read-only before its
+            # upgrade: the table locked EXCLUSIVE so ids are issued in commit order.
+            self._before_insert = [
+                timeout,
+                SQL("LOCK TABLE {0}.{1} IN EXCLUSIVE MODE").format(*table),
+                notify,
+            ]
+            self._after_commit = []
+        self._insert_statement = SQL(
             "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[]) "
             "RETURNING notification_id"
         ).format(*table)
+        self._heads_statement = SQL(
+            "SELECT (SELECT notification_id FROM {0} WHERE {1} < {2} "
+            "ORDER BY notification_id DESC LIMIT 1) AS safe, "
+            "(SELECT max(notification_id) FROM {0}) AS newest"
+        ).format(self._table, Identifier(TX_COLUMN), SQL(SAFE))
         self._select_versions = SQL(
             "SELECT originator_version, topic, state, notification_id FROM {0}.{1} "
             "WHERE originator_id = %s AND originator_version >= %s "
@@ -124,28 +203,143 @@ class PostgresRecorder(PostgresApplicationRecorder):
         )
         pipelined = sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES
         with self.datastore.get_connection() as conn:
-            if not pipelined:
-                with conn.transaction(), conn.cursor() as curs:
-                    return self._execute_insert(curs, columns)
-            failure: Exception | None = None
-            with conn.pipeline() as pipeline, conn.transaction(), conn.cursor() as curs:
-                try:
-                    ids = self._execute_insert(curs, columns, pipeline.sync)
-                except Exception as error:  # raised once the pipeline is left: psycopg warns
-                    failure = error
-            if failure is not None:
-                raise failure
+            if not self.concurrent:
+                with conn.transaction():
+                    return self._insert(conn, columns, pipelined)
+            try:
+                ids = self._insert(conn, columns, pipelined)
+            except BaseException:
+                _leave_section(conn, self._unlock)
+                raise
+            self._commit(conn, stored_events)
             return ids
+
+    def _insert(self, conn: Any, columns: tuple[list[Any], ...], pipelined: bool) -> list[int]:
+        """The append's INSERT (in its transaction, not committed); its notification ids."""
+        if not pipelined:
+            with conn.cursor() as curs:
+                return self._execute_insert(curs, columns)
+        failure: Exception | None = None
+        with conn.pipeline() as pipeline, conn.cursor() as curs:
+            try:
+                ids = self._execute_insert(curs, columns, pipeline.sync)
+            except Exception as error:  # raised once the pipeline is left: psycopg warns
+                failure = error
+        if failure is not None:
+            raise failure
+        return ids
 
     def _execute_insert(
         self, curs: Any, columns: tuple[list[Any], ...], sync: Callable[[], None] | None = None
     ) -> list[int]:
         for statement in self._before_insert:
-            curs.execute(statement, prepare=True)
-        curs.execute(self._insert, columns, prepare=True)
+            curs.execute(statement, prepare=statement is not _BEGIN)
+        curs.execute(self._insert_statement, columns, prepare=True)
+        if self.concurrent:  # sent with the INSERT: the section lasts one round trip
+            curs.connection.execute(self._unlock, prepare=True)
         if sync is not None:
             sync()  # a version conflict raises here, as IntegrityError, not at the commit
         return [row["notification_id"] for row in curs.fetchall()]
+
+    def _commit(self, conn: Any, stored_events: Sequence[StoredEvent]) -> None:
+        """COMMIT, then wake the followers, in one round trip.
+
+        Raises:
+            Exception: the COMMIT failed (a failed NOTIFY after it is only logged).
+        """
+        import psycopg
+
+        failure: psycopg.Error | None = None
+        with conn.pipeline():
+            try:
+                conn.execute(SQL("COMMIT"), prepare=False)
+                for statement in self._after_commit:
+                    conn.execute(statement, prepare=True)
+            except psycopg.Error as error:
+                failure = error
+        if failure is None:
+            return
+        if isinstance(failure, CONNECTION_LOST) or conn.broken:
+            raise failure  # `insert_events` asks the store whether the commit landed
+        if self._compare(stored_events):  # the COMMIT landed; the NOTIFY failed
+            _log.warning("NOTIFY after an append failed: %s", failure)
+            return
+        raise failure
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """Notifications from `start` (to `stop`), in order, none after one still in flight."""
+        conditions: list[Composable] = []
+        params: list[Any] = []
+        if start is not None:
+            conditions.append(
+                SQL("notification_id >= %s" if inclusive_of_start else "notification_id > %s")
+            )
+            params.append(start)
+        if stop is not None:
+            conditions.append(SQL("notification_id <= %s"))
+            params.append(stop)
+        if topics:
+            conditions.append(SQL("topic = ANY(%s)"))
+            params.append(list(topics))
+        if self.concurrent:
+            conditions.append(SQL(f"{TX_COLUMN} < {SAFE}"))
+        statement = SQL(
+            "SELECT notification_id, originator_id, originator_version, topic, state FROM {0}"
+        ).format(self._table)
+        if conditions:
+            statement += SQL(" WHERE ") + SQL(" AND ").join(conditions)
+        statement += SQL(" ORDER BY notification_id LIMIT %s")
+        params.append(limit)
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, params, prepare=True)
+            return [
+                Notification(
+                    id=row["notification_id"],
+                    originator_id=row["originator_id"],
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in curs.fetchall()
+            ]
+
+    def max_notification_id(self) -> int | None:
+        """The newest notification id safe to read, covering every commit made before the call.
+
+        A commit is safe to read once every transaction older than it has ended:
+        usually at once, or after the appends still in flight (one round trip
+        each). The wait is bounded (`settle_seconds`): a long transaction elsewhere
+        on the server holds followers back (see docs/scaling.md), and then the
+        newest safe id is answered rather than waiting for it.
+        """
+        if not self.concurrent:
+            locked: int | None = super().max_notification_id()
+            return locked
+        heads: tuple[int | None, int | None] = self._heads()
+        safe, newest = heads
+        slept, pause = 0.0, _FIRST_SETTLE_PAUSE  # slept time counted: clocks may be frozen
+        while (safe or 0) < (newest or 0) and slept < self.settle_seconds:
+            time.sleep(pause)
+            slept, pause = slept + pause, min(pause * 2, 0.05)
+            heads = self._heads()
+            safe = heads[0]
+        return safe
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def _heads(self) -> tuple[int | None, int | None]:
+        """The newest notification id safe to read, and the newest committed one."""
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            row: Any = curs.execute(self._heads_statement, prepare=True).fetchone()
+            return row["safe"], row["newest"]
 
     def _stored_ids(self, stored_events: Sequence[StoredEvent], deadline: float) -> list[int]:
         """Notification ids of `stored_events` if these very events are stored, else [].
@@ -221,13 +415,81 @@ def _pause(deadline: float, error: Exception, pause: float) -> float:
     return min(pause * 2, 1.0)
 
 
-def make_recorder(url: StoreURL, datastore: Datastore, has_events: bool) -> PostgresRecorder:
+def append_lock(schema: str) -> int:
+    """The advisory lock key (a signed 64-bit int) of the appends' short section in `schema`."""
+    digest = hashlib.sha256(f"stagetrail:append:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _leave_section(conn: Any, unlock: Composable) -> None:
+    """After a failed append: release the section's lock if this session still holds it.
+
+    A session advisory lock outlives the transaction that took it; a connection
+    given back to the pool holding it would stop every other writer. One that
+    cannot even be asked is closed, and the server releases the lock with it.
+    """
+    if conn.closed:
+        return
+    try:
+        conn.rollback()
+        conn.execute(unlock)
+        conn.rollback()
+    except Exception:  # a broken connection: closing it ends the session and its locks
+        conn.close()
+
+
+def upgrade(conn: Any, schema: str, meta_table: str) -> bool:
+    """Make the store's appends concurrent, in place; whether it was upgraded just now.
+
+    Rows already stored get transaction id 0: all were committed, in id order,
+    under the old EXCLUSIVE lock, so they precede every new row for readers too.
+    Adding a column with a constant default rewrites no row. Run under the
+    store's creation lock, in one transaction with the meta table's new version.
+    """
+    table = SQL("{0}.{1}").format(Identifier(schema), Identifier(meta.EVENTS_TABLE))
+    if has_tx_column(conn, schema):
+        return False
+    with conn.transaction():
+        conn.execute(
+            SQL("ALTER TABLE {0} ADD COLUMN {1} xid8 NOT NULL DEFAULT '0'").format(
+                table, Identifier(TX_COLUMN)
+            )
+        )
+        conn.execute(
+            SQL("ALTER TABLE {0} ALTER COLUMN {1} SET DEFAULT pg_current_xact_id()").format(
+                table, Identifier(TX_COLUMN)
+            )
+        )
+        conn.execute(
+            SQL("UPDATE {0} SET value = %s WHERE key = 'schema_version'").format(
+                Identifier(schema, meta_table)
+            ),
+            (str(CONCURRENT_SCHEMA),),
+        )
+    return True
+
+
+def has_tx_column(conn: Any, schema: str) -> bool:
+    """Whether the store's events carry their transaction id (its appends are concurrent)."""
+    row = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s "
+        "AND NOT attisdropped",
+        (f'"{schema}"."{meta.EVENTS_TABLE}"', TX_COLUMN),
+    ).fetchone()
+    return row is not None
+
+
+def make_recorder(
+    url: StoreURL, datastore: Datastore, has_events: bool, *, concurrent: bool = True
+) -> PostgresRecorder:
     """The store's recorder, its events table created unless it `has_events` already."""
     import psycopg
     from eventsourcing.persistence import PersistenceError
 
     try:
-        recorder = PostgresRecorder(datastore, events_table_name=meta.EVENTS_TABLE)
+        recorder = PostgresRecorder(
+            datastore, events_table_name=meta.EVENTS_TABLE, concurrent=concurrent
+        )
         if not has_events:  # a read-only role can open a store it could not create
             recorder.create_table()
     except (psycopg.Error, PersistenceError) as error:

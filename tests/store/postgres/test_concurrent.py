@@ -1,0 +1,322 @@
+"""Concurrent appends on PostgreSQL: no table lock, followers that never pass over a late
+commit, the append section released after a failure, and stores of the older release
+upgraded in place."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from engine import ConcurrencyConflict, Engine, StoreError
+from engine.store import meta
+from engine.store.postgres.recorder import CONCURRENT_SCHEMA, TX_COLUMN, append_lock
+from events import Event
+from projections import Projection, RunIndex
+from tests._helpers import POSTGRES_URL, REVIEW
+
+WAIT = 60.0
+"""Bound on a wait that only a hang (a lock never released) would reach."""
+
+
+class EventsPerRun(Projection[int]):
+    """How many events of each run were folded: a skipped or doubled event changes it."""
+
+    name = "events_per_run"
+    scope = "run"
+
+    def initial(self) -> int:
+        return 0
+
+    def relevant(self, event: Event) -> bool:
+        return True
+
+    def apply(self, state: int, event: Event) -> int:
+        return state + 1
+
+
+def schema_of(url: str) -> str:
+    return url.rsplit("schema=", 1)[1]
+
+
+def connect() -> Any:
+    import psycopg
+
+    return psycopg.connect(POSTGRES_URL, autocommit=True)
+
+
+class HeldCommit:
+    """Holds one engine's next append between its INSERT and its COMMIT until released."""
+
+    def __init__(self, engine: Engine) -> None:
+        recorder: Any = engine.store.recorder
+        self.recorder = recorder
+        self.original = self.recorder._commit
+        self.inserted = threading.Event()
+        self.release = threading.Event()
+        self.recorder._commit = self._held
+        self.recorder.settle_seconds = 0.1  # its own head waits for its held commit
+
+    def _held(self, conn: Any, stored: Any) -> None:
+        self.inserted.set()
+        assert self.release.wait(WAIT), "the held append was never released"
+        self.recorder._commit = self.original
+        self.original(conn, stored)
+
+
+def head_reaching(recorder: Any, wanted: int) -> int:
+    """The recorder's head once it reaches `wanted`.
+
+    The server is shared: a transaction of another database still in flight holds
+    every follower of the cluster back for as long as it lasts, so wait for it.
+    """
+    deadline = time.monotonic() + WAIT
+    head = recorder.max_notification_id() or 0
+    while head < wanted and time.monotonic() < deadline:
+        time.sleep(0.01)
+        head = recorder.max_notification_id() or 0
+    return int(head)
+
+
+def stored_ids(engine: Engine, run_id: UUID) -> list[int]:
+    """The notification ids of a run's committed events, read directly."""
+    schema = engine.store.recorder.datastore.schema  # type: ignore[attr-defined]
+    with connect() as conn:
+        rows = conn.execute(
+            f"SELECT notification_id FROM {schema}.stagetrail_events WHERE originator_id = %s "
+            "ORDER BY notification_id",
+            (run_id,),
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def in_thread(work: Any) -> threading.Thread:
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def three(postgres_url: str) -> Iterator[tuple[Engine, Engine, Engine]]:
+    """Two writers and a follower on one new store."""
+    with Engine(postgres_url) as a, Engine(postgres_url) as b, Engine(postgres_url) as follower:
+        yield a, b, follower
+
+
+class TestLateCommits:
+    def test_the_follower_waits_for_a_held_transaction_then_folds_every_event_once(
+        self, three: tuple[Engine, Engine, Engine]
+    ) -> None:
+        """While A's append is open, B's later commits go through but no follower passes A."""
+        a, b, follower = three
+        first = a.start_run(REVIEW)
+        follower.projections.register(EventsPerRun)
+        head_reaching(follower.store.recorder, stored_ids(a, first.id)[-1])
+        follower.projections.catch_up()
+        held = HeldCommit(a)
+        started: list[Any] = []
+        writer_a = in_thread(lambda: started.append(a.start_run(REVIEW)))
+        assert held.inserted.wait(WAIT)
+        later: list[Any] = []
+        writer_b = in_thread(lambda: later.extend(b.start_run(REVIEW) for _ in range(3)))
+        writer_b.join(WAIT)
+        assert not writer_b.is_alive(), "B waited for A: the append took a table-wide lock"
+        recorder = follower.store.recorder
+        head = recorder.max_notification_id()
+        assert head == max(n.id for n in recorder.select_notifications(start=0, limit=100))
+        follower.projections.catch_up()
+        assert [run.run_id for run in follower.runs()] == [first.id]  # not B's, after A's ids
+        assert follower.projections.states(EventsPerRun.name, catch_up=False) == {str(first.id): 1}
+        stop = threading.Event()
+        following = in_thread(lambda: follower.projections.follow(stop, timeout=0.1))
+        held.release.set()
+        writer_a.join(WAIT)
+        every = {first.id, started[0].id, *(run.id for run in later)}
+        assert self._caught_up(follower, len(every))
+        stop.set()
+        following.join(WAIT)
+        folded = follower.projections.states(EventsPerRun.name, catch_up=False)
+        assert folded == {str(run_id): 1 for run_id in every}
+        assert {run.run_id for run in follower.runs()} == every
+        assert self._ids_of(follower, started[0].id) < self._ids_of(follower, later[0].id)
+
+    def _caught_up(self, follower: Engine, runs: int) -> bool:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            statuses = follower.projections.status()
+            if all(s.lag == 0 for s in statuses) and statuses[0].head > 0:
+                states = follower.projections.states(EventsPerRun.name, catch_up=False)
+                if sum(states.values()) == runs:
+                    return True
+            time.sleep(0.02)
+        return False
+
+    def _ids_of(self, engine: Engine, run_id: UUID) -> int:
+        recorder = engine.store.recorder
+        page = recorder.select_notifications(start=0, limit=1000, stop=None)
+        return min(n.id for n in page if n.originator_id == run_id)
+
+    def test_a_late_commit_holds_back_head_and_pages(self, postgres_url: str) -> None:
+        """Rows committed after an open append's ids are neither in the head nor in a page."""
+        with Engine(postgres_url) as a, Engine(postgres_url) as b:
+            first = a.start_run(REVIEW)
+            recorder = b.store.recorder
+            before = head_reaching(recorder, stored_ids(a, first.id)[-1])
+            held = HeldCommit(a)
+            writer = in_thread(lambda: a.start_run(REVIEW))
+            assert held.inserted.wait(WAIT)
+            b.start_run(REVIEW)
+            assert recorder.max_notification_id() == before
+            assert [n.id for n in recorder.select_notifications(start=before, limit=10)] == [before]
+            held.release.set()
+            writer.join(WAIT)
+            assert head_reaching(recorder, before + 2) == before + 2
+            assert len(recorder.select_notifications(start=0, limit=10)) == 3
+
+
+class TestTheSection:
+    def _held(self, schema: str) -> int:
+        """Sessions holding the append section's advisory lock of `schema`."""
+        key = append_lock(schema) & 0xFFFFFFFFFFFFFFFF
+        with connect() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1",
+                (key >> 32, key & 0xFFFFFFFF),
+            ).fetchone()
+        return int(row[0])
+
+    def test_a_conflict_releases_the_section(self, postgres_url: str) -> None:
+        """A version conflict leaves no session holding the section: the next append runs."""
+        with Engine(postgres_url) as a, Engine(postgres_url) as b:
+            run = a.start_run(REVIEW)
+            stale = b.load(run.id)
+            run.note("first", 1)
+            with pytest.raises(ConcurrencyConflict):
+                stale.note("second", 2)
+            assert self._held(schema_of(postgres_url)) == 0
+            other = in_thread(lambda: b.start_run(REVIEW))
+            other.join(WAIT)
+            assert not other.is_alive()
+            assert [e.version for e in a.events(run.id)] == [1, 2]  # no gap, no overwrite
+
+    def test_a_successful_append_holds_nothing(self, postgres_url: str) -> None:
+        """After appends (single and batched) no session keeps the section."""
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                run.note("a", 1)
+                run.note("b", 2)
+            assert self._held(schema_of(postgres_url)) == 0
+
+
+OLD_META = "CREATE TABLE {schema}.stagetrail_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+OLD_EVENTS = (
+    "CREATE TABLE {schema}.stagetrail_events (originator_id uuid NOT NULL, "
+    "originator_version bigint NOT NULL, topic text, state bytea, notification_id bigserial, "
+    "PRIMARY KEY (originator_id, originator_version))"
+)
+OLD_INDEX = (
+    "CREATE UNIQUE INDEX stagetrail_events_notification_id_idx "
+    "ON {schema}.stagetrail_events (notification_id ASC)"
+)
+OLD_APPEND = (
+    "INSERT INTO {schema}.stagetrail_events (originator_id, originator_version, topic, state) "
+    "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[])"
+)
+
+
+def create_old_store(schema: str, runs: int) -> list[UUID]:
+    """A store as the older release made it (its DDL, meta rows, locked appends); its runs."""
+    with Engine("memory://") as scratch:
+        ids = [scratch.start_run(REVIEW).id for _ in range(runs)]
+        for run_id in ids:
+            scratch.load(run_id).note("n", 1)
+        rows = scratch.store.recorder.select_notifications(start=0, limit=1000)
+    with connect() as conn, conn.transaction():
+        conn.execute(f"CREATE SCHEMA {schema}")
+        for ddl in (OLD_META, OLD_EVENTS, OLD_INDEX):
+            conn.execute(ddl.format(schema=schema))
+        for key, value in meta.new_meta(meta.AtRest()).items():
+            conn.execute(f"INSERT INTO {schema}.stagetrail_meta VALUES (%s, %s)", (key, value))
+    for row in rows:  # one append per event, each under the older release's lock
+        with connect() as conn, conn.transaction():
+            conn.execute(f"LOCK TABLE {schema}.stagetrail_events IN EXCLUSIVE MODE")
+            conn.execute(
+                OLD_APPEND.format(schema=schema),
+                ([row.originator_id], [row.originator_version], [row.topic], [row.state]),
+            )
+    return ids
+
+
+class TestUpgrade:
+    def test_a_store_of_the_older_release_is_upgraded_in_place(self, postgres_url: str) -> None:
+        """The first writable open adds tx_id (old rows 0), bumps the schema, reads every run."""
+        schema = schema_of(postgres_url)
+        old = create_old_store(schema, 3)
+        with Engine(postgres_url, read_only=True) as reader:  # before: read as it is
+            assert not reader.store.recorder.concurrent  # type: ignore[attr-defined]
+            assert {run.run_id for run in reader.runs()} == set(old)
+        with Engine(postgres_url) as engine:
+            assert engine.store.recorder.concurrent  # type: ignore[attr-defined]
+            new = engine.start_run(REVIEW)
+            engine.projections.register(EventsPerRun)
+            folded = engine.projections.states(EventsPerRun.name)
+            assert {run.run_id for run in engine.runs()} == {*old, new.id}
+        assert folded == {**{str(run_id): 2 for run_id in old}, str(new.id): 1}
+        with connect() as conn:
+            version = conn.execute(
+                f"SELECT value FROM {schema}.stagetrail_meta WHERE key = 'schema_version'"
+            ).fetchone()[0]
+            tx_ids = conn.execute(
+                f"SELECT {TX_COLUMN}::text::bigint FROM {schema}.stagetrail_events "
+                "ORDER BY notification_id"
+            ).fetchall()
+        assert version == str(CONCURRENT_SCHEMA)
+        assert [t for (t,) in tx_ids[:6]] == [0] * 6
+        assert tx_ids[6][0] > 0
+
+    def test_the_older_release_refuses_an_upgraded_store(self, postgres_url: str) -> None:
+        """Its meta check (schema 1 at most) says the store is newer, so it never mixes in."""
+        Engine(postgres_url).close()
+        with connect() as conn:
+            rows = dict(
+                conn.execute(f"SELECT key, value FROM {schema_of(postgres_url)}.stagetrail_meta")
+            )
+        assert rows["schema_version"] == str(CONCURRENT_SCHEMA)
+        with pytest.raises(StoreError, match="written by a newer stagetrail"):
+            meta.settle(rows, meta.AtRest(), "-", newest=1)
+
+    def test_reopening_an_upgraded_store_changes_nothing(self, postgres_url: str) -> None:
+        """A second writable open finds the column and leaves the store as it was."""
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+        with Engine(postgres_url) as engine:
+            assert [e.version for e in engine.events(run.id)] == [1]
+            assert engine.runs()[0].run_id == run.id
+
+
+def stored_run(engine: Engine) -> UUID:
+    """The one run the store holds besides the ones the test knows (the held writer's)."""
+    page = engine.store.recorder.select_notifications(start=0, limit=1)
+    return UUID(str(page[0].originator_id))
+
+
+class TestRunIndexIsFollowed:
+    def test_the_run_index_follows_the_same_rule(self, postgres_url: str) -> None:
+        """`runs` answers from the index, which reads only below the oldest open append."""
+        with Engine(postgres_url) as a, Engine(postgres_url) as b:
+            held = HeldCommit(a)
+            writer = in_thread(lambda: a.start_run(REVIEW))
+            assert held.inserted.wait(WAIT)
+            later = b.start_run(REVIEW)
+            assert b.runs() == []
+            held.release.set()
+            writer.join(WAIT)
+            head_reaching(b.store.recorder, stored_ids(b, later.id)[-1])
+            assert {run.run_id for run in b.runs()} == {later.id, stored_run(a)}
+            assert RunIndex.name in b.projections.names
