@@ -375,14 +375,16 @@ def ui(store: str | None, host: str, port: int) -> None:
 @main.command()
 @click.argument("run")
 @click.option("--html", "path", required=True, metavar="FILE", help="The file to write.")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists (never the store).")
 @store_option
 @json_option
-def report(run: str, path: str, store: str | None, as_json: bool) -> None:
+def report(run: str, path: str, force: bool, store: str | None, as_json: bool) -> None:
     """Write a run's page as one self-contained HTML file.
 
     Inline CSS, script and diagram, and the state at every version (evenly
     spaced ones past 5000 events): the slider works offline, from a file.
+    An existing FILE is replaced only with --force; the store itself never.
     """
     from engine.cli.ui import report as write
 
-    write(store, run, path, as_json=as_json)
+    write(store, run, path, as_json=as_json, force=force)

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from engine.cli.common import BadOption, Output, open_engine, print_json, resolve_run, short
+from engine.cli.output_file import written_file
 
 EXTRA_HINT = "the viewer needs the ui extra: pip install 'stagetrail[ui]'"
 
@@ -55,12 +56,18 @@ def app_store(app: Any) -> str:
     return str(app.state.store_url)
 
 
-def report(store: str | None, run: str, path: str, *, as_json: bool) -> None:
-    """Write the self-contained HTML report of `run` (an id or a prefix) to `path`."""
+def report(store: str | None, run: str, path: str, *, as_json: bool, force: bool = False) -> None:
+    """Write the self-contained HTML report of `run` (an id or a prefix) to `path`.
+
+    An existing `path` is replaced only with `force`; the store's own files never.
+    """
     ui = _ui_module()
-    with open_engine(store) as engine:
+    with (
+        written_file("--html", path, store, force=force) as temporary,
+        open_engine(store) as engine,
+    ):
         run_id = resolve_run(engine, run)
-        written = ui.write_report(engine, run_id, path)
+        written = ui.write_report(engine, run_id, temporary)
     if as_json:
         print_json(
             {
