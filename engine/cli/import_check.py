@@ -41,13 +41,37 @@ class RunConflict(StagetrailError, ValueError):
         line: the line of the file where it differs.
     """
 
-    def __init__(self, run_id: UUID, version: int, line: int) -> None:
+    def __init__(self, run_id: UUID, version: int, line: int, detail: str = "") -> None:
         self.run_id = run_id
         self.version = version
         self.line = line
+        detail = detail or f"with other events (they differ from version {version})"
         super().__init__(
-            f"line {line}: run {run_id} is already in the store with other events "
-            f"(they differ from version {version}); nothing was imported"
+            f"line {line}: run {run_id} is already in the store {detail}; nothing was imported"
+        )
+
+    @classmethod
+    def file_is_shorter(cls, chunk: Chunk, stored: int) -> RunConflict:
+        """The file holds only the first events of a run the store holds more of."""
+        held = len(chunk.events)
+        return cls(
+            chunk.run_id,
+            held + 1,
+            chunk.lines[-1],
+            f"with {stored} events, but the file holds only its first {held} "
+            f"(lines {chunk.lines[0]}-{chunk.lines[-1]}): the file is truncated, "
+            "or a copy taken earlier; export the run again",
+        )
+
+    @classmethod
+    def store_is_shorter(cls, chunk: Chunk, stored: int) -> RunConflict:
+        """The store holds only the first events of a run the file holds more of."""
+        return cls(
+            chunk.run_id,
+            stored + 1,
+            chunk.lines[stored],
+            f"with only its first {stored} events, but the file goes on to version "
+            f"{len(chunk.events)}: an import never adds events to a run already stored",
         )
 
 
@@ -56,8 +80,14 @@ class Chunk:
     """One run's events from the file, checked, and the line its first event is on."""
 
     run_id: UUID
-    first_line: int
     events: list[Event]
+    lines: list[int]
+    """The line of the file each event is on (blank lines are skipped)."""
+
+    @property
+    def first_line(self) -> int:
+        """The line of the run's first event."""
+        return self.lines[0]
 
 
 def parse_line(number: int, text: str) -> Event:
@@ -120,9 +150,7 @@ def check_storable(chunk: Chunk, serialize: Callable[[Event], object]) -> None:
         try:
             serialize(event)
         except InvalidPayload as error:
-            raise BadImportLine(
-                chunk.first_line + index, f"state.{error.field}", _reason(error)
-            ) from None
+            raise BadImportLine(chunk.lines[index], f"state.{error.field}", _reason(error)) from None
 
 
 def _reason(error: InvalidPayload | InvalidEvent) -> str:
@@ -156,6 +184,7 @@ def read_chunks(path: str, advance: Callable[[int], None]) -> Iterator[Chunk]:
         if current is not None and event.run_id == current.run_id:
             _expect_version(number, event, len(current.events) + 1)
             current.events.append(event)
+            current.lines.append(number)
             continue
         if current is not None:
             yield _checked(current)
@@ -165,7 +194,7 @@ def read_chunks(path: str, advance: Callable[[int], None]) -> Iterator[Chunk]:
             )
         seen.add(event.run_id)
         _expect_version(number, event, 1)
-        current = Chunk(event.run_id, number, [event])
+        current = Chunk(event.run_id, [event], [number])
     if current is not None:
         yield _checked(current)
 
@@ -184,7 +213,7 @@ def _checked(chunk: Chunk) -> Chunk:
     report = verify_events(chunk.run_id, chunk.events, [])
     if report.problems:
         problem = report.problems[0]
-        line = chunk.first_line + max(problem.version, 1) - 1
+        line = chunk.lines[min(max(problem.version, 1), len(chunk.lines)) - 1]
         field = _CHECK_FIELDS.get(problem.check, "state")
         raise BadImportLine(line, field, problem.message)
     return chunk
