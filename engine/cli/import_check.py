@@ -150,7 +150,9 @@ def check_storable(chunk: Chunk, serialize: Callable[[Event], object]) -> None:
         try:
             serialize(event)
         except InvalidPayload as error:
-            raise BadImportLine(chunk.lines[index], f"state.{error.field}", _reason(error)) from None
+            raise BadImportLine(
+                chunk.lines[index], f"state.{error.field}", _reason(error)
+            ) from None
 
 
 def _reason(error: InvalidPayload | InvalidEvent) -> str:
