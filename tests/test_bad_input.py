@@ -413,7 +413,11 @@ CLI_CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("at-far-past-span", ("state", "{run}", "--at", "999999999999d"), "before the year 1"),
     ("at-out-of-range", ("state", "{run}", "--at", "9999-12-31T23:59:59-14:00"), "years 1 to 9999"),
     ("at-negative", ("state", "{run}", "--at", "-3"), "a version is an int >= 0"),
-    ("limit-beyond-64-bits", ("runs", "--limit", "99999999999999999999999"), "'limit'"),
+    (
+        "limit-beyond-64-bits",
+        ("runs", "--limit", "99999999999999999999999"),
+        "--limit 99999999999999999999999: must be at most 9223372036854775807",
+    ),
     ("since-overflow", ("runs", "--since", "999999999999d"), "before the year 1"),
     ("since-garbage", ("runs", "--since", "soon"), "--since 'soon'"),
     ("label-malformed", ("runs", "--label", "=x"), "key=value"),

@@ -105,8 +105,9 @@ def runs(
 ) -> None:
     """List runs, newest first, from the run index."""
     from engine.cli.common import open_engine
-    from engine.cli.runs import list_runs
+    from engine.cli.runs import check_limit, list_runs
 
+    limit = check_limit(limit)
     with open_engine(store, read_only=True) as engine:
         list_runs(
             engine,
