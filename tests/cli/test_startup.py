@@ -69,6 +69,8 @@ class TestWhatACommandLoads:
         assert "engine.store" in found  # it did open the store
         unwanted = {"engine.supervise", "engine.ui", "transitions", "rich", "psycopg", "graphviz"}
         assert found & unwanted == set()
+        folds = {name for name in loaded("runs", "--store", url) if name.startswith("projections.")}
+        assert not folds & {"projections.stack", "projections.results", "projections.rounds"}
 
 
 class TestVersion:
