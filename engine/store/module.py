@@ -127,6 +127,9 @@ def _settled(
             meta_recorder.insert_events([StoredEvent(META_ID, 1, META_TOPIC, rows)])
         except IntegrityError:
             continue
+        except Exception as error:  # the module's driver error, in one line
+            problem = f"cannot write the store's meta rows: {describe(error)}"
+            raise StoreError(url, problem) from None
         return settings
     raise StoreError(url, "the meta rows were written and then vanished; open the store again")
 
@@ -154,7 +157,10 @@ def _check_first_event(recorder: ApplicationRecorder, url: str, settings: meta.A
     Raises:
         StoreError: it does not (another key, none, or other compression).
     """
-    first = recorder.select_notifications(start=1, limit=1)
+    try:
+        first = recorder.select_notifications(start=1, limit=1)
+    except Exception as error:  # the module's driver error, in one line
+        raise StoreError(url, f"cannot read the store's first event: {describe(error)}") from None
     if not first:
         return
     try:

@@ -170,6 +170,16 @@ class TestAModuleStoreFromBefore:
         with pytest.raises(StoreError, match="not the key this store"):
             _record(url, OTHER_KEY)
 
+    def test_a_read_only_open_checks_and_writes_nothing(self, tmp_path: Path) -> None:
+        """Opened read-only, it is checked by its first event but given no meta rows."""
+        url = self._without_meta(tmp_path / "old.db", KEY)
+        with pytest.raises(StoreError, match="written with another STAGETRAIL_CIPHER_KEY"):
+            Engine(url, cipher_key=OTHER_KEY, read_only=True)
+        with Engine(url, cipher_key=KEY, read_only=True) as engine:
+            assert len(engine.runs()) == 1
+        with sqlite3.connect(tmp_path / "old.db") as conn:
+            assert conn.execute("SELECT COUNT(*) FROM stored_stagetrail_meta").fetchone() == (0,)
+
 
 class TestMetaIsNotAnEvent:
     def test_the_meta_rows_stay_out_of_the_notification_log(self, tmp_path: Path) -> None:
