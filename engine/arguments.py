@@ -118,7 +118,8 @@ def limit(value: Any) -> int:
     if type(value) is not int or value < 1:
         raise InvalidArgument("limit", f"must be an int >= 1, got {value!r}")
     if value > MAX_INT:
-        raise InvalidArgument("limit", f"must be at most {MAX_INT:,} (64 bits), got {value:.3g}")
+        given = str(value) if value.bit_length() < 1000 else f"a {value.bit_length()}-bit number"
+        raise InvalidArgument("limit", f"must be at most {MAX_INT} (64 bits), got {given}")
     return value
 
 

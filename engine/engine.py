@@ -12,7 +12,7 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 import attrs
@@ -32,10 +32,12 @@ from engine.readside import Projections, ReadOnlyViews, TimeTravel
 from engine.run import Run
 from engine.store import Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
-from engine.supervise import Supervisor
 from engine.verify import VerifyReport, verify_stored
 from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
+
+if TYPE_CHECKING:
+    from engine.supervise import Supervisor
 
 S = TypeVar("S")
 """The state of the projection `Engine.project` is given."""
@@ -422,6 +424,8 @@ class Engine:
             settings: `retry`, `policies`, `breaker`, `progress`, `sleep`, `clock`, `rng`
                 (see `Supervisor`).
         """
+        from engine.supervise import Supervisor  # the supervisor's modules load on first use
+
         return Supervisor(self, **settings)
 
     def resume(self, run_id: UUID | str, *, tree: bool = False) -> Run:

@@ -7,8 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from transitions import Machine
-
 from engine import diagram
 from engine.errors import PipelineError
 from events import table
@@ -66,6 +64,8 @@ class Pipeline:
     def _compile(self) -> dict[str, dict[str, str]]:
         expanded = table.expand(self.rows, self.states, self.final)
         table.check_graph(self.name, self.states, self.initial, expanded, self.final)
+        from transitions import Machine  # loaded with the first table, not with the program
+
         machine = Machine(model=None, auto_transitions=False, **self.machine_spec(expanded))
         lookup: dict[str, dict[str, str]] = {state: {} for state in self.states}
         for outcome, event in machine.events.items():

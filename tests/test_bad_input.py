@@ -413,7 +413,11 @@ CLI_CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("at-far-past-span", ("state", "{run}", "--at", "999999999999d"), "before the year 1"),
     ("at-out-of-range", ("state", "{run}", "--at", "9999-12-31T23:59:59-14:00"), "years 1 to 9999"),
     ("at-negative", ("state", "{run}", "--at", "-3"), "a version is an int >= 0"),
-    ("limit-beyond-64-bits", ("runs", "--limit", "99999999999999999999999"), "'limit'"),
+    (
+        "limit-beyond-64-bits",
+        ("runs", "--limit", "99999999999999999999999"),
+        "--limit 99999999999999999999999: must be at most 9223372036854775807",
+    ),
     ("since-overflow", ("runs", "--since", "999999999999d"), "before the year 1"),
     ("since-garbage", ("runs", "--since", "soon"), "--since 'soon'"),
     ("label-malformed", ("runs", "--label", "=x"), "key=value"),
@@ -503,6 +507,16 @@ IMPORT_CASES: list[tuple[str, Callable[[list[str]], list[str]], str]] = [
     ),
     ("newer-class-version", lambda ls: [*ls[:-1], _edit(ls[-1], class_version=99)], "newer"),
     ("not-utf8", lambda ls: [*ls[:-1], "\udcff" + ls[-1]], "not UTF-8"),
+    (
+        "nul-after-a-blank-line",
+        lambda ls: [*ls[:-1], "", _edit(ls[-1], result={"a": "\x00"})],
+        "line 10, field state.result",
+    ),
+    (
+        "illegal-after-a-blank-line",
+        lambda ls: [ls[0], "", _edit(ls[1], outcome="shipped"), *ls[2:]],
+        "line 3, field state",
+    ),
 ]
 
 
@@ -527,6 +541,41 @@ class TestImport:
         before = _store_snapshot(url)
         assert words in one_line_error("import", str(path), "--store", url)
         assert _store_snapshot(url) == before
+
+
+class TestImportOfAStoredRun:
+    def test_a_truncated_copy_names_the_truncation(
+        self, recorded: tuple[str, str], tmp_path: Path
+    ) -> None:
+        """The first 3 lines of a stored run: the error says the file is truncated, at line 3."""
+        url, run_id = recorded
+        with Engine(url) as engine:
+            lines = [export_line(e) for e in engine.store.stream(uuid.UUID(run_id))]
+        path = tmp_path / "prefix.jsonl"
+        path.write_text("\n".join(lines[:3]) + "\n")
+        before = _store_snapshot(url)
+        error = one_line_error("import", str(path), "--store", url)
+        assert f"line 3: run {run_id} is already in the store with 4 events" in error
+        assert "the file holds only its first 3 (lines 1-3): the file is truncated" in error
+        assert "line 4" not in error
+        assert _store_snapshot(url) == before
+
+    def test_a_longer_copy_names_where_the_store_stops(
+        self, recorded: tuple[str, str], tmp_path: Path
+    ) -> None:
+        """A store holding a run's first events: the error names the file's first line beyond."""
+        url, run_id = recorded
+        with Engine(url) as engine:
+            lines = [export_line(e) for e in engine.store.stream(uuid.UUID(run_id))]
+        short_store = f"sqlite:///{tmp_path / 'short.db'}"
+        (tmp_path / "prefix.jsonl").write_text("\n".join(lines[:2]) + "\n")
+        invoke("import", str(tmp_path / "prefix.jsonl"), "--store", short_store)
+        (tmp_path / "full.jsonl").write_text("\n\n".join(lines) + "\n")  # blank lines between
+        before = _store_snapshot(short_store)
+        error = one_line_error("import", str(tmp_path / "full.jsonl"), "--store", short_store)
+        assert f"line 5: run {run_id} is already in the store with only its first 2" in error
+        assert "goes on to version 4" in error
+        assert _store_snapshot(short_store) == before
 
 
 def _garbage(path: Path) -> None:

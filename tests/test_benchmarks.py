@@ -55,14 +55,17 @@ class TestBenchmarks:
         rows = json.loads(done.stdout)["results"]
         cases = [row["case"] for row in rows]
         assert cases[0].startswith("stagetrail --version")
-        assert cases[1].endswith("first call: index catches up (s)")
-        assert cases[2].startswith("stagetrail runs --limit 50")
-        assert cases[3].startswith("stagetrail show")
-        assert cases[4].startswith("stagetrail show")
+        assert cases[1].startswith("stagetrail --help")
+        assert cases[2].endswith("first call: index catches up (s)")
+        assert cases[3].startswith("stagetrail runs --limit 50")
+        assert cases[4].startswith("stagetrail show, 300-event run (ms)")
+        assert cases[5].startswith("stagetrail show")
+        assert cases[6].startswith("stagetrail show")
         assert rows[0]["import_engine_cli"] > 0
-        assert rows[2]["target"] == 1.0
-        assert isinstance(rows[2]["met"], bool)
-        assert all(row["peak_rss"] > 0 and row["target"] == 200 for row in rows[3:])
+        assert [row["target"] for row in rows[:2] + rows[3:5]] == [150, 150, 400, 500]
+        assert all(row["median"] > 0 and row["python_c_pass"] > 0 for row in rows[:2] + rows[3:5])
+        assert isinstance(rows[3]["met"], bool)
+        assert all(row["peak_rss"] > 0 and row["target"] == 200 for row in rows[5:])
 
     def test_supervise_benchmark_reports_both_stores(self) -> None:
         """benchmarks.supervise --quick compares supervised and hand recording per store."""

@@ -241,14 +241,16 @@ def _already_there(engine: Engine, chunk: Chunk) -> bool:
     Raises:
         RunConflict: the store holds the run with other events.
     """
-    if engine.store.last(chunk.run_id) is None:
+    last = engine.store.last(chunk.run_id)
+    if last is None:
         return False
     stored = engine.store.stream(chunk.run_id)
     for index, event in enumerate(chunk.events):
         kept = next(stored, None)
-        if kept is None or export_line(kept) != export_line(event):
-            raise RunConflict(chunk.run_id, event.version, chunk.first_line + index)
-    extra = next(stored, None)
-    if extra is not None:
-        raise RunConflict(chunk.run_id, extra.version, chunk.first_line + len(chunk.events))
+        if kept is None:
+            raise RunConflict.store_is_shorter(chunk, index)
+        if export_line(kept) != export_line(event):
+            raise RunConflict(chunk.run_id, event.version, chunk.lines[index])
+    if last.version > len(chunk.events):
+        raise RunConflict.file_is_shorter(chunk, last.version)
     return True

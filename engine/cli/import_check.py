@@ -44,13 +44,37 @@ class RunConflict(StagetrailError, ValueError):
         line: the line of the file where it differs.
     """
 
-    def __init__(self, run_id: UUID, version: int, line: int) -> None:
+    def __init__(self, run_id: UUID, version: int, line: int, detail: str = "") -> None:
         self.run_id = run_id
         self.version = version
         self.line = line
+        detail = detail or f"with other events (they differ from version {version})"
         super().__init__(
-            f"line {line}: run {run_id} is already in the store with other events "
-            f"(they differ from version {version}); nothing was imported"
+            f"line {line}: run {run_id} is already in the store {detail}; nothing was imported"
+        )
+
+    @classmethod
+    def file_is_shorter(cls, chunk: Chunk, stored: int) -> RunConflict:
+        """The file holds only the first events of a run the store holds more of."""
+        held = len(chunk.events)
+        return cls(
+            chunk.run_id,
+            held + 1,
+            chunk.lines[-1],
+            f"with {stored} events, but the file holds only its first {held} "
+            f"(lines {chunk.lines[0]}-{chunk.lines[-1]}): the file is truncated, "
+            "or a copy taken earlier; export the run again",
+        )
+
+    @classmethod
+    def store_is_shorter(cls, chunk: Chunk, stored: int) -> RunConflict:
+        """The store holds only the first events of a run the file holds more of."""
+        return cls(
+            chunk.run_id,
+            stored + 1,
+            chunk.lines[stored],
+            f"with only its first {stored} events, but the file goes on to version "
+            f"{len(chunk.events)}: an import never adds events to a run already stored",
         )
 
 
@@ -59,11 +83,17 @@ class Chunk:
     """One run's events from the file, checked, and the line its first event is on."""
 
     run_id: UUID
-    first_line: int
     events: list[Event]
+    lines: list[int]
+    """The line of the file each event is on (blank lines are skipped)."""
     head: str | None = None
     """The chain head exported on the run's last line (hex), when the file has one."""
     head_line: int = 0
+
+    @property
+    def first_line(self) -> int:
+        """The line of the run's first event."""
+        return self.lines[0]
 
 
 def parse_line(number: int, text: str) -> Event:
@@ -139,7 +169,7 @@ def check_storable(chunk: Chunk, serialize: Callable[[Event], object]) -> None:
             serialize(event)
         except InvalidPayload as error:
             raise BadImportLine(
-                chunk.first_line + index, f"state.{error.field}", _reason(error)
+                chunk.lines[index], f"state.{error.field}", _reason(error)
             ) from None
 
 
@@ -176,6 +206,7 @@ def read_chunks(path: str, advance: Callable[[int], None]) -> Iterator[Chunk]:
                 raise BadImportLine(current.head_line, "chain", _HEAD_NOT_LAST)
             _expect_version(number, event, len(current.events) + 1)
             current.events.append(event)
+            current.lines.append(number)
             if head is not None:
                 current = attrs.evolve(current, head=head, head_line=number)
             continue
@@ -187,7 +218,7 @@ def read_chunks(path: str, advance: Callable[[int], None]) -> Iterator[Chunk]:
             )
         seen.add(event.run_id)
         _expect_version(number, event, 1)
-        current = Chunk(event.run_id, number, [event], head, number if head else 0)
+        current = Chunk(event.run_id, [event], [number], head, number if head else 0)
     if current is not None:
         yield _checked(current)
 
@@ -210,7 +241,7 @@ def _checked(chunk: Chunk) -> Chunk:
     report = verify_events(chunk.run_id, chunk.events, [])
     if report.problems:
         problem = report.problems[0]
-        line = chunk.first_line + max(problem.version, 1) - 1
+        line = chunk.lines[min(max(problem.version, 1), len(chunk.lines)) - 1]
         field = _CHECK_FIELDS.get(problem.check, "state")
         raise BadImportLine(line, field, problem.message)
     return chunk

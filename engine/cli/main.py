@@ -10,14 +10,13 @@ command imports its module only when it runs, so starting the program stays chea
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from events import StagetrailError
+from engine.version import VERSION
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,23 +52,33 @@ class _Group(click.Group):
 
 
 def _reported(error: Exception) -> bool:
-    """Whether `error` is ours, the database's or the system's: one line, not a traceback."""
-    if isinstance(error, StagetrailError | sqlite3.Error | OSError):
+    """Whether `error` is ours, the database's or the system's: one line, not a traceback.
+
+    The drivers are looked up, not imported: an error of one comes from a store opened.
+    """
+    if _ours(error) or isinstance(error, OSError):
         return True
-    psycopg = sys.modules.get("psycopg")  # imported only when a PostgreSQL store was opened
-    return psycopg is not None and isinstance(error, psycopg.Error)
+    drivers = (sys.modules.get("sqlite3"), sys.modules.get("psycopg"))
+    return any(driver is not None and isinstance(error, driver.Error) for driver in drivers)
+
+
+def _ours(error: Exception) -> bool:
+    """Whether stagetrail raised `error` on purpose (imported here: only errors need it)."""
+    from events import StagetrailError
+
+    return isinstance(error, StagetrailError)
 
 
 def _one_line(error: Exception) -> str:
     text = " ".join(str(error).split())
-    if isinstance(error, StagetrailError):
+    if _ours(error):
         return text
     return f"{'system' if isinstance(error, OSError) else 'database'}: {text}"
 
 
 @click.group(cls=_Group, name="stagetrail")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
-@click.version_option(package_name="stagetrail")
+@click.version_option(VERSION, package_name="stagetrail")
 def main(debug: bool) -> None:
     """Record, audit and time-travel multi-stage pipeline runs."""
 
@@ -105,8 +114,9 @@ def runs(
 ) -> None:
     """List runs, newest first, from the run index."""
     from engine.cli.common import open_engine
-    from engine.cli.runs import list_runs
+    from engine.cli.runs import check_limit, list_runs
 
+    limit = check_limit(limit)
     with open_engine(store, read_only=True) as engine:
         list_runs(
             engine,
@@ -432,14 +442,16 @@ def ui(store: str | None, host: str, port: int) -> None:
 @main.command()
 @click.argument("run")
 @click.option("--html", "path", required=True, metavar="FILE", help="The file to write.")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists (never the store).")
 @store_option
 @json_option
-def report(run: str, path: str, store: str | None, as_json: bool) -> None:
+def report(run: str, path: str, force: bool, store: str | None, as_json: bool) -> None:
     """Write a run's page as one self-contained HTML file.
 
     Inline CSS, script and diagram, and the state at every version (evenly
     spaced ones past 5000 events): the slider works offline, from a file.
+    An existing FILE is replaced only with --force; the store itself never.
     """
     from engine.cli.ui import report as write
 
-    write(store, run, path, as_json=as_json)
+    write(store, run, path, as_json=as_json, force=force)

@@ -5,13 +5,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from engine.cli.common import STATUS_STYLES, Output, parse_time, print_json, seconds, short, when
+from engine.arguments import MAX_INT
+from engine.cli.common import (
+    STATUS_STYLES,
+    BadOption,
+    Output,
+    parse_time,
+    print_json,
+    seconds,
+    short,
+    when,
+)
 
 if TYPE_CHECKING:
     from engine.engine import Engine
     from projections import RunSummary
 
 COLUMNS = ("run", "pipeline", "status", "state", "started", "duration", "attempts", "failures")
+
+
+def check_limit(limit: int) -> int:
+    """`limit` if a store's query takes it: at most the largest signed 64-bit integer.
+
+    Raises:
+        BadOption: naming the number as given and the bound.
+    """
+    if limit > MAX_INT:
+        raise BadOption("--limit", limit, f"must be at most {MAX_INT} (the largest 64-bit integer)")
+    return limit
 
 
 def list_runs(

@@ -69,9 +69,10 @@ def show_state(
         )
         return
     out = Output()
-    out.line(
-        f"{projection.name} of run {short(run_id)} after event {version} of {last.version}", "bold"
-    )
+    point = f"after event {version} of {last.version}"
+    if version == 0:
+        point = f"at version 0 of {last.version}: before its first event"
+    out.line(f"{projection.name} of run {short(run_id)} {point}", "bold")
     _show(out, projection, state)
 
 
@@ -137,6 +138,9 @@ def _show(out: Output, projection: Projection[Any], state: Any) -> None:
 
 
 def _stack_table(out: Output, stack: Stack) -> None:
+    if stack.current is None:  # only before RunStarted: version 0, or a tree before its start
+        out.line("no state yet: the run had not started (its first event, RunStarted, starts it)")
+        return
     out.line(f"current state: {stack.current}, depth {stack.depth}")
     if not stack.depth:
         return

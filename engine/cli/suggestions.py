@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -32,6 +35,24 @@ def _first_failure(engine: Engine, run: Run) -> int | None:
     return None
 
 
+def program() -> str:
+    """How to run stagetrail again, as the user ran it: ``stagetrail`` when that name on PATH
+    is this program, else the path it was started by (a virtual environment not on PATH).
+
+    In process (tests, the docs' transcripts) it is ``stagetrail``.
+    """
+    started = sys.argv[0] if sys.argv else ""
+    if os.path.basename(started) not in ("stagetrail", "stagetrail.exe"):
+        return "stagetrail"
+    found = shutil.which("stagetrail")
+    try:
+        if found is not None and os.path.samefile(found, started):
+            return "stagetrail"
+    except OSError:  # the started path is gone or unreadable: say it as it was given
+        pass
+    return shlex.quote(started)
+
+
 def next_commands(engine: Engine, runs: Sequence[Run], store: str | None) -> list[str]:
     """Three commands worth trying on `runs`: list the troubled ones, show one, travel back."""
     if not runs:
@@ -41,10 +62,11 @@ def next_commands(engine: Engine, runs: Sequence[Run], store: str | None) -> lis
     troubled = next((run for run in runs if failures[run.id] is not None), runs[0])
     prefix = unique_prefix(engine, troubled.id)
     unhappy = next((run.status for run in runs if run.status not in (None, "succeeded")), None)
-    listing = "stagetrail runs" + (f" --status {unhappy}" if unhappy else "")
+    name = program()
+    listing = f"{name} runs" + (f" --status {unhappy}" if unhappy else "")
     at = failures[troubled.id] or min(2, troubled.version)
     return [
         listing + suffix,
-        f"stagetrail show {prefix}{suffix}",
-        f"stagetrail state {prefix} --at {at}{suffix}",
+        f"{name} show {prefix}{suffix}",
+        f"{name} state {prefix} --at {at}{suffix}",
     ]

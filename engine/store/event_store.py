@@ -374,7 +374,7 @@ def open_backend(
     if url.scheme == "sqlite":
         return open_sqlite(url, create, settings, read_only=read_only)
     if url.scheme == "eventsourcing":
-        return open_module(url, settings, module_settings or {})
+        return open_module(url, settings, module_settings or {}, read_only=read_only)
     try:  # psycopg is the optional `postgres` extra: imported only for PostgreSQL stores
         from engine.store.postgres import open_postgres
     except ImportError:

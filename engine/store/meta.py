@@ -66,7 +66,12 @@ def wanted(options: Mapping[str, str], cipher_key: str | None, url: str) -> AtRe
     compressor = options.get("compress", "none")
     if compressor not in ("none", "zlib"):
         raise StoreError(url, f"compress={compressor!r} is not supported; use compress=zlib")
-    return AtRest(compressor=compressor, cipher_key=cipher_key or None)
+    settings = AtRest(compressor=compressor, cipher_key=cipher_key or None)
+    try:
+        settings.cipher()  # a malformed key is named with the store it was given for
+    except StoreError as error:
+        raise StoreError(url, error.problem) from None
+    return settings
 
 
 def new_meta(settings: AtRest) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
@@ -65,9 +66,12 @@ def fill(url: str) -> Filled:
     return Filled(url, clean, retried, abandoned, busy, fork.id)
 
 
-def invoke(*args: str, input: str | None = None) -> Result:
-    """Run `stagetrail ARGS` in-process (stdout is not a terminal: plain text)."""
-    return CliRunner().invoke(main, list(args), input=input)
+def invoke(
+    *args: str, input: str | None = None, env: Mapping[str, str | None] | None = None
+) -> Result:
+    """Run `stagetrail ARGS` in-process (stdout is not a terminal: plain text); `env` sets or
+    (None) unsets environment variables for the command."""
+    return CliRunner().invoke(main, list(args), input=input, env=env)
 
 
 def ok(*args: str) -> str:

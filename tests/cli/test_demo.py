@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,3 +158,48 @@ class TestDemoSecrets:
             assert not any(secret in arg for arg in argv)
             assert secret.encode() not in cmdline
         assert secret not in result.stdout + result.stderr
+
+
+SCRIPT = Path(sys.executable).parent / "stagetrail"
+"""The console script pip installed beside this interpreter."""
+
+
+def _demo_by_path(directory: Path, path_env: str) -> subprocess.CompletedProcess[str]:
+    """`stagetrail demo` run by its full path in `directory`, with `path_env` as $PATH."""
+    if not SCRIPT.exists():
+        pytest.skip(f"no console script at {SCRIPT} (stagetrail is not installed in this venv)")
+    env = {**os.environ, "PATH": path_env, "PYTHONWARNINGS": "default"}
+    env.pop("STAGETRAIL_STORE", None)
+    env.pop("STAGETRAIL_CIPHER_KEY", None)
+    return subprocess.run(
+        [str(SCRIPT), "demo"], cwd=directory, env=env, capture_output=True, text=True, check=True
+    )
+
+
+class TestDemoAsAUserRunsIt:
+    def test_no_warning_and_the_suggestions_run_as_given(self, tmp_path: Path) -> None:
+        """Outside PATH: nothing on stderr, and each suggestion starts with the script's path."""
+        done = _demo_by_path(tmp_path, "/usr/bin:/bin")
+        assert done.stderr == ""
+        suggestions = done.stdout.split("Three commands worth trying next:\n")[1].splitlines()
+        assert len(suggestions) == 3
+        assert all(line.strip().startswith(f"{SCRIPT} ") for line in suggestions)
+        listing = suggestions[0].strip().split()
+        again = subprocess.run(listing, cwd=tmp_path, capture_output=True, text=True, check=True)
+        assert "failed" in again.stdout
+
+    def test_on_path_the_suggestions_say_stagetrail(self, tmp_path: Path) -> None:
+        """With the script's directory on PATH, the suggestions are the bare `stagetrail ...`."""
+        done = _demo_by_path(tmp_path, f"{SCRIPT.parent}:/usr/bin:/bin")
+        assert "\n  stagetrail runs" in done.stdout
+
+    @pytest.mark.parametrize(
+        "module", ["code_review", "agent_loop", "coordinator", "supervised_review", "tool_calls"]
+    )
+    def test_each_example_runs_as_a_module_without_a_warning(self, module: str) -> None:
+        """`python -W error -m engine.cli.demo.X` runs: the package does not import X first."""
+        subprocess.run(
+            [sys.executable, "-W", "error", "-m", f"engine.cli.demo.{module}", "memory://"],
+            capture_output=True,
+            check=True,
+        )

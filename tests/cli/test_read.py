@@ -114,6 +114,17 @@ class TestState:
         assert "current state: developer, depth 4" in out
         assert "BuildException: compile error #2" in out.splitlines()[-1]
 
+    def test_version_0_is_before_the_first_event(self, filled: Filled) -> None:
+        """--at 0 says it is the point before the run's first event, not `current state: None`."""
+        out = ok("state", str(filled.retried), "--at", "0", "--store", filled.url)
+        lines = out.splitlines()
+        assert lines[0].endswith("at version 0 of 17: before its first event")
+        assert (
+            lines[1]
+            == "no state yet: the run had not started (its first event, RunStarted, starts it)"
+        )
+        assert "None" not in out
+
     def test_stack_at_a_time(self, filled: Filled) -> None:
         """--at with a time folds the events recorded at or before it."""
         with Engine(filled.url, create=False) as engine:

@@ -158,16 +158,15 @@ def killed_then_resumed(engine: Engine, url: str, at: int = 6) -> Run:
     never on its command line: every user of the machine can read a command line,
     only its owner a process's environment.
     """
-    child = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "engine.cli.demo.coordinator", "--stop-at", str(at)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "STAGETRAIL_STORE": url},
-    )  # fmt: skip
-    assert child.stdout is not None
-    run_id = UUID(child.stdout.readline().split()[-1])
-    child.stdout.readline()  # "stopped at ..."
-    child.kill()
-    child.wait()
+    ) as child:  # fmt: skip
+        assert child.stdout is not None
+        run_id = UUID(child.stdout.readline().split()[-1])
+        child.stdout.readline()  # "stopped at ..."
+        child.kill()
     return coordinate(engine, engine.resume(run_id))
 
 
