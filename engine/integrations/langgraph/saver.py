@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import itertools
 import json
 import threading
 import uuid
@@ -40,7 +41,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from engine.engine import Engine
-from engine.errors import ConcurrencyConflict, RunAlreadyExists
+from engine.errors import ConcurrencyConflict, InvalidArgument, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
 from engine.integrations.langgraph.thread import (
@@ -53,12 +54,14 @@ from engine.integrations.langgraph.thread import (
 )
 from engine.machine import RunState
 from engine.run import Run
-from engine.store import PAGE
+from engine.store import PAGE, StoreError
 from events import (
     CheckpointSaved,
     CheckpointsRemoved,
     Event,
+    InvalidPayload,
     RunStarted,
+    StagetrailError,
     WritesSaved,
     utc_now,
 )
@@ -66,6 +69,8 @@ from events import (
 THREAD_LABEL = "langgraph.thread"
 """The label holding a run's LangGraph thread id."""
 _NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-1b2a3c4d5e6f")
+_GENERATIONS = uuid.UUID("b8a7f1d2-3c4e-5f60-8a9b-0c1d2e3f4a5b")
+"""The namespace of a thread's later runs' ids: none equals a first run's id."""
 _PULL = NODE_TASK
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -91,12 +96,36 @@ Build = Callable[[Thread], Steps]
 
 
 def thread_run_ids(thread_id: str) -> Iterator[UUID]:
-    """The run ids a thread's runs take in turn: a deleted thread used again starts the next."""
+    """The run ids a thread's runs take in turn: a deleted thread used again starts the next.
+
+    The first is the uuid5 of the thread id itself (as it always was); the later ones
+    are the uuid5, in a namespace of their own, of ``[thread_id, generation]`` as JSON.
+    Two different thread ids therefore never share a run id, whatever characters they
+    hold (the first releases joined the generation with a NUL, which ``"a\\x001"`` matched;
+    those runs are still found, see `legacy_run_id`).
+    """
     yield uuid.uuid5(_NAMESPACE, thread_id)
     generation = 1
     while True:
-        yield uuid.uuid5(_NAMESPACE, f"{thread_id}\x00{generation}")
+        yield generation_run_id(thread_id, generation)
         generation += 1
+
+
+def generation_run_id(thread_id: str, generation: int) -> UUID:
+    """The run id of a thread's run after `generation` deletions (0: its first run)."""
+    if generation == 0:
+        return uuid.uuid5(_NAMESPACE, thread_id)
+    key = json.dumps([thread_id, generation], ensure_ascii=True)
+    return uuid.uuid5(_GENERATIONS, key)
+
+
+def legacy_run_id(thread_id: str, generation: int) -> UUID:
+    """The run id the first releases gave a thread's run after `generation` deletions.
+
+    Not injective (``"a"``'s second run and thread ``"a\\x001"``'s first share it): a run
+    found under it is the thread's only when its thread label says so.
+    """
+    return uuid.uuid5(_NAMESPACE, f"{thread_id}\x00{generation}")
 
 
 class StagetrailSaver(BaseCheckpointSaver[str]):
@@ -136,12 +165,16 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint `config` names (or the thread's newest), with its pending writes."""
         conf = config["configurable"]
-        ns = conf.get("checkpoint_ns", "")
+        ns, thread_id = conf.get("checkpoint_ns", ""), _stored_id("thread_id", conf["thread_id"])
         with self._lock:
             while True:
                 generation = self._follow_generation()
-                self._read_at[str(conf["thread_id"])] = utc_now()
-                found = self._checkpoint(str(conf["thread_id"]), ns, get_checkpoint_id(config))
+                self._read_at[thread_id] = utc_now()
+                try:
+                    found = self._checkpoint(thread_id, ns, get_checkpoint_id(config))
+                except Exception as error:
+                    self._torn(generation, error)
+                    continue
                 if self._still(generation):
                     return found
 
@@ -168,6 +201,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first, by thread, namespace, metadata `filter`, `before`, `limit`."""
         conf = config["configurable"] if config else {}
+        thread_id = conf.get("thread_id")
+        if thread_id is not None:
+            thread_id = _stored_id("thread_id", thread_id)
         query = _Query(
             conf.get("checkpoint_ns"),
             get_checkpoint_id(config) if config else None,
@@ -178,7 +214,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         with self._lock:
             while True:
                 generation = self._follow_generation()
-                found = self._listed(conf.get("thread_id"), query)
+                try:
+                    found = self._listed(thread_id, query)
+                except Exception as error:
+                    self._torn(generation, error)
+                    continue
                 if self._still(generation):  # else erased while read: none of it is served
                     break
         yield from found
@@ -215,6 +255,24 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _still(self, generation: int) -> bool:
         """Whether no erasure happened since `generation` was read (else a read starts over)."""
         return self.engine.store.generation() == generation
+
+    def _torn(self, generation: int, error: Exception) -> None:
+        """Go on after a read that failed midway, if runs were erased under it; else raise.
+
+        A thread compacted away while it is read leaves a half-read history (a stream
+        that ends early, a checkpoint whose parent is gone): that read is dropped and
+        the next starts over with every cache forgotten.
+
+        Raises:
+            StagetrailError: `error` itself when it is one, else a `StoreError` naming it,
+                when no erasure explains it.
+        """
+        if not self._still(generation):
+            return
+        if isinstance(error, StagetrailError):
+            raise error
+        problem = f"a thread's history could not be read: {type(error).__name__}: {error}"
+        raise StoreError(self.engine.store.url, problem) from error
 
     def _threads_for(self, thread_id: Any) -> Threads:
         if thread_id is not None:
@@ -258,7 +316,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Record a checkpoint: its skeleton, metadata and the channels whose version changed."""
         conf = config["configurable"]
-        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        thread_id, ns = _stored_id("thread_id", conf["thread_id"]), conf.get("checkpoint_ns", "")
+        _stored_id("checkpoint_id", checkpoint["id"])
         # The id is the event's checkpoint_id, and a blob's version is most often the
         # skeleton's: neither is stored twice.
         skeleton = {k: v for k, v in checkpoint.items() if k not in _NOT_IN_SKELETON}
@@ -273,9 +332,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             "namespace": ns,
             "checkpoint_id": checkpoint["id"],
             "parent_id": conf.get("checkpoint_id") or None,
-            "metadata": {"json": full_metadata}
-            if skeleton_json.is_plain(full_metadata)
-            else self._dump(full_metadata),
+            "metadata": self._stored_metadata(full_metadata),
             "invocation": None if invocation is None else str(invocation),
         }
 
@@ -302,8 +359,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> None:
         """Record a task's writes and, for a node of the graph, its outcome as a stage."""
         conf = config["configurable"]
-        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
-        checkpoint_id = str(conf["checkpoint_id"])
+        thread_id, ns = _stored_id("thread_id", conf["thread_id"]), conf.get("checkpoint_ns", "")
+        checkpoint_id = _stored_id("checkpoint_id", conf["checkpoint_id"])
         indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
 
         def steps(thread: Thread) -> Steps:
@@ -373,12 +430,17 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         the thread and builds again.
         """
         with self._lock:
-            self._follow_generation()
+            generation = self._follow_generation()
             thread = self._threads.get(thread_id)
             for _ in range(_RETRIES):
                 known_absent = thread is None and thread_id in self._free
                 if (thread is None or thread.deleted) and not known_absent:
-                    thread = self._live(thread_id)
+                    try:
+                        thread = self._live(thread_id)
+                    except Exception as error:
+                        self._torn(generation, error)
+                        generation, thread = self._follow_generation(), None
+                        continue
                 if thread is None and not create:
                     return
                 if self._try_append(thread_id, thread, build):
@@ -443,11 +505,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         free = self._free.pop(thread_id, None)
         if free is not None:
             return free  # as of the last look; taken meanwhile, the append is refused
-        for run_id in thread_run_ids(thread_id):
-            last = self.engine.store.last(run_id)
-            if last is None:
-                return run_id
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self._probe(thread_id)[1]
 
     def _live(self, thread_id: str) -> Thread | None:
         """The thread's run caught up with the store; None if it has none or it was deleted."""
@@ -475,13 +533,41 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return self._probe(thread_id)[0]
 
     def _probe(self, thread_id: str) -> tuple[UUID | None, UUID]:
-        """The thread's newest run id (None if none), and the first id no run has taken."""
+        """The thread's newest run id (None if none), and the id its next run takes.
+
+        A thread's runs follow one another, one per generation (a deletion starts the
+        next); the first generation without a run of the thread ends the chain.
+        """
         found = None
-        for run_id in thread_run_ids(thread_id):
-            if self.engine.store.last(run_id) is None:
-                return found, run_id
-            found = run_id
+        for generation in itertools.count():
+            owned, free = self._generation_run(thread_id, generation)
+            if owned is None:
+                return found, free
+            found = owned
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _generation_run(self, thread_id: str, generation: int) -> tuple[UUID | None, UUID]:
+        """The thread's run of `generation` if it has one, and the id a new one would take.
+
+        Ids the first releases computed are still found, but only when the run's own
+        thread label names this thread: under them two threads could meet.
+        """
+        ids = [(generation_run_id(thread_id, generation), False)]
+        if generation > 0:
+            ids.append((legacy_run_id(thread_id, generation), True))
+        free = None
+        for run_id, shared in ids:
+            if self.engine.store.last(run_id) is None:
+                free = free or run_id
+            elif not shared or self._labelled(run_id, thread_id):
+                return run_id, run_id
+        return None, free or ids[-1][0]
+
+    def _labelled(self, run_id: UUID, thread_id: str) -> bool:
+        """Whether the run's `RunStarted` names `thread_id` as its thread."""
+        first = self.engine.store.read(run_id, limit=1)
+        labels = first[0].labels if first and isinstance(first[0], RunStarted) else {}
+        return labels.get(THREAD_LABEL) == thread_id
 
     def _find(self, thread_id: str) -> Thread | None:
         """The thread's live run read from the store; None (its next run id noted) if none."""
@@ -512,6 +598,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         def finish(thread: Thread) -> Steps:
             return [lambda run: run.finish("deleted", {"langgraph": "delete_thread"})]
 
+        thread_id = _stored_id("thread_id", thread_id)
         with self._lock:
             self._follow_generation()
             if self._live(thread_id) is not None:
@@ -544,7 +631,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         with self._lock:
             self._follow_generation()
-            for thread_id in thread_ids:
+            for thread_id in map(functools.partial(_stored_id, "thread_id"), thread_ids):
                 if strategy == "delete":
                     self.delete_thread(thread_id)
                     continue
@@ -569,6 +656,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         Raises:
             ValueError: the target thread has checkpoints already.
         """
+        source_thread_id = _stored_id("thread_id", source_thread_id)
+        target_thread_id = _stored_id("thread_id", target_thread_id)
         with self._lock:
             self._follow_generation()
             source = self._live(source_thread_id)
@@ -649,6 +738,19 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     # -- values ----------------------------------------------------------------------------
 
+    def _stored_metadata(self, metadata: Any) -> Any:
+        """Checkpoint metadata as stored: plain JSON as itself, else through the serde.
+
+        Raises:
+            InvalidPayload: metadata nested too deep for any serializer to write.
+        """
+        try:
+            return {"json": metadata} if skeleton_json.is_plain(metadata) else self._dump(metadata)
+        except RecursionError:
+            raise InvalidPayload(
+                "metadata", "metadata", "is nested too deep to be stored"
+            ) from None
+
     def _dump(self, value: Any) -> Encoded:
         return _encoded(self.serde.dumps_typed(value))
 
@@ -667,6 +769,30 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _load(self, stored: Any) -> Any:
         return self.serde.loads_typed(serde_form(*stored))
+
+
+def _stored_id(field: str, value: Any) -> str:
+    """A thread or checkpoint id as text the store can hold, else one clear error.
+
+    Raises:
+        InvalidArgument: the id holds a lone surrogate (no encoding can store it) or a NUL.
+    """
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidArgument(
+            field,
+            f"{text!r} holds a lone surrogate at index {error.start}: "
+            "an id must be valid Unicode text to be stored",
+        ) from None
+    if "\x00" in text:
+        raise InvalidArgument(
+            field,
+            f"{text!r} holds a NUL character at index {text.index(chr(0))}, "
+            "which no store can hold",
+        )
+    return text
 
 
 def _recorded(kind: type[Event], **payload: Any) -> Step:
