@@ -16,11 +16,13 @@ import base64
 import functools
 import itertools
 import json
+import sys
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from types import FrameType
 from typing import Any
 from uuid import UUID
 
@@ -39,10 +41,12 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from langgraph.pregel import Pregel
 
 from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, InvalidArgument, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
+from engine.integrations.langgraph.attempts import RETRIES, Retried
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
 from engine.integrations.langgraph.thread import (
     AS_JSON,
@@ -53,6 +57,7 @@ from engine.integrations.langgraph.thread import (
     serde_form,
 )
 from engine.machine import RunState
+from engine.pipeline import Pipeline
 from engine.run import Run
 from engine.store import PAGE, StoreError
 from events import (
@@ -60,6 +65,7 @@ from events import (
     CheckpointsRemoved,
     Event,
     InvalidPayload,
+    RetryScheduled,
     RunStarted,
     StagetrailError,
     WritesSaved,
@@ -74,6 +80,10 @@ _GENERATIONS = uuid.UUID("b8a7f1d2-3c4e-5f60-8a9b-0c1d2e3f4a5b")
 _PULL = NODE_TASK
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_FRAMES = 8
+"""How far up the calling frames the graph invoking a saver is looked for."""
+_RETRY_POLICY = {"langgraph": "RetryPolicy"}
+"""The policy a retry LangGraph decided is recorded with (its settings are not reported)."""
 _EMPTY: Typed = ("empty", b"")
 _JSON_FROM = 96
 """Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
@@ -150,6 +160,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self.engine = engine
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
+        self._given = graph is not None
+        """Whether the graph was given; if not, a thread takes the nodes of the graph calling it."""
+        self._graphs: OrderedDict[str, Pipeline] = OrderedDict()
+        """The table a thread's next run takes, learned from the graph that invoked it."""
         self._threads: OrderedDict[str, Thread] = OrderedDict()
         """The threads folded so far, least recently used first (at most `_CACHED_THREADS`)."""
         self._free: dict[str, UUID] = {}
@@ -159,6 +173,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self._generation: int | None = None
         """The store's erasure generation the caches above were filled in."""
         self._lock = threading.RLock()
+        RETRIES.install()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -166,6 +181,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The checkpoint `config` names (or the thread's newest), with its pending writes."""
         conf = config["configurable"]
         ns, thread_id = conf.get("checkpoint_ns", ""), _stored_id("thread_id", conf["thread_id"])
+        self._learn_graph(thread_id, ns, sys._getframe(1))
         with self._lock:
             while True:
                 generation = self._follow_generation()
@@ -177,6 +193,29 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                     continue
                 if self._still(generation):
                     return found
+
+    def _learn_graph(self, thread_id: str, ns: str, caller: FrameType | None) -> None:
+        """Note the nodes of the graph whose invocation is reading the thread, for its run.
+
+        LangGraph hands a checkpointer no graph, but every invocation begins by reading
+        its thread, called from the graph's own `stream`: the `Pregel` a few frames up
+        whose checkpointer is this saver. Its nodes become the stages of the thread's
+        next run, so the plain ``StagetrailSaver(engine)`` records node outcomes too.
+        """
+        if self._given or ns:
+            return
+        for _ in range(_FRAMES):
+            if caller is None:
+                return
+            owner = caller.f_locals.get("self")
+            if isinstance(owner, Pregel) and owner.checkpointer is self:
+                with self._lock:
+                    self._graphs[thread_id] = _pipeline_of(tuple(sorted(owner.nodes)))
+                    self._graphs.move_to_end(thread_id)
+                    while len(self._graphs) > _CACHED_THREADS:
+                        self._graphs.popitem(last=False)
+                return
+            caller = caller.f_back
 
     def _checkpoint(
         self, thread_id: str, ns: str, checkpoint_id: str | None
@@ -362,6 +401,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         thread_id, ns = _stored_id("thread_id", conf["thread_id"]), conf.get("checkpoint_ns", "")
         checkpoint_id = _stored_id("checkpoint_id", conf["checkpoint_id"])
         indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
+        # The attempts LangGraph's RetryPolicy retried before this last one (taken once:
+        # `steps` may be built again after a conflict).
+        retried = RETRIES.take(task_id) if ns == "" and task_path.startswith(_PULL) else []
 
         def steps(thread: Thread) -> Steps:
             new = [
@@ -377,7 +419,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 "task_path": task_path,
                 "writes": new,
             }
-            outcome = self._outcome(thread, task_path, writes, saved) if ns == "" else []
+            outcome = self._outcome(thread, task_path, writes, saved, retried) if ns == "" else []
             return outcome or [_recorded(WritesSaved, namespace=ns, **saved)]
 
         self._append(thread_id, steps, create=True)
@@ -388,9 +430,12 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         task_path: str,
         writes: Sequence[tuple[str, Any]],
         saved: dict[str, Any],
+        retried: Sequence[Retried] = (),
     ) -> Steps:
         """The hub's route to the node and the node's outcome carrying its writes (`saved`).
 
+        Each attempt LangGraph's `RetryPolicy` `retried` comes first, as a supervised
+        retry reads: the route, its `StageFailed`, then the retry as a `RetryScheduled`.
         Empty when the task is not a node of the thread's table (or paused on an
         interrupt): its writes are then a `WritesSaved` of their own.
         """
@@ -398,12 +443,15 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         channels = {ch for ch, _ in writes}
         if node is None or INTERRUPT in channels or thread.pipeline.next_state(HUB, node) is None:
             return []
-        duration = self._duration(thread)
+        since = self._since(thread)
+        retries: Steps = []
+        for attempt in retried:
+            took = (attempt.at - since).total_seconds()
+            retries += [route_to(node), _failed_attempt(node, attempt, took), _retry(node, attempt)]
+            since = attempt.at + timedelta(seconds=attempt.delay)
+        duration = max(0.0, (utc_now() - since).total_seconds())
         carried = thread.node_carries(node, saved)
         errors = [value for ch, value in writes if ch == ERROR]
-
-        def route(run: Run) -> Event:
-            return run.stage_completed(HUB, outcome=node)
 
         def outcome(run: Run) -> Event:
             if not errors:
@@ -411,16 +459,16 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             error = errors[0] if isinstance(errors[0], BaseException) else repr(errors[0])
             return run.stage_failed(node, error, duration=duration, details=carried)
 
-        return [route, outcome]
+        return [*retries, route_to(node), outcome]
 
-    def _duration(self, thread: Thread) -> float:
-        """Seconds since the thread's newest event or the invocation's first read, if later.
+    def _since(self, thread: Thread) -> datetime:
+        """When the node's first attempt began, at the latest: the thread's newest event or
+        the invocation's first read, whichever is later.
 
         LangGraph does not tell a saver when a task began; in a sequential graph this is
-        the node's run time, and for parallel nodes it is bounded by their super-step's.
+        when the node began, and for parallel nodes their super-step's start bounds it.
         """
-        since = max(thread.machine.last_timestamp, self._read_at.get(thread.thread_id, _EPOCH))
-        return max(0.0, (utc_now() - since).total_seconds())
+        return max(thread.machine.last_timestamp, self._read_at.get(thread.thread_id, _EPOCH))
 
     def _append(self, thread_id: str, build: Build, *, create: bool) -> None:
         """Build events on the thread's state as this saver knows it; record them atomically.
@@ -475,7 +523,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The thread's next run, started; None if another writer took its id first."""
         try:
             run = self.engine.start_run(
-                self.pipeline,
+                self._graphs.get(thread_id) or self.pipeline,
                 params={"thread_id": thread_id},
                 labels={THREAD_LABEL: thread_id},
                 run_id=self._next_run_id(thread_id),
@@ -677,6 +725,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """`get_tuple`, off the event loop."""
+        conf = config["configurable"]
+        thread_id = _stored_id("thread_id", conf["thread_id"])
+        self._learn_graph(thread_id, conf.get("checkpoint_ns", ""), sys._getframe(1))
         return await asyncio.to_thread(self.get_tuple, config)
 
     async def alist(
@@ -771,6 +822,12 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed(serde_form(*stored))
 
 
+@functools.lru_cache(maxsize=64)
+def _pipeline_of(nodes: tuple[str, ...]) -> Pipeline:
+    """The table of a thread of a graph with these nodes (built once per graph shape)."""
+    return thread_pipeline(nodes)
+
+
 def _stored_id(field: str, value: Any) -> str:
     """A thread or checkpoint id as text the store can hold, else one clear error.
 
@@ -793,6 +850,34 @@ def _stored_id(field: str, value: Any) -> str:
             "which no store can hold",
         )
     return text
+
+
+def route_to(node: str) -> Step:
+    """The hub's route to `node`: a `StageCompleted` of ``__graph__`` named for the node."""
+    return lambda run: run.stage_completed(HUB, outcome=node)
+
+
+def _failed_attempt(node: str, attempt: Retried, took: float) -> Step:
+    """A node's attempt that LangGraph's `RetryPolicy` retried, as its `StageFailed`."""
+    return lambda run: run.stage_failed(
+        node, attempt.error, error_type=attempt.error_type, duration=max(0.0, took)
+    )
+
+
+def _retry(node: str, attempt: Retried) -> Step:
+    """LangGraph's decision to try the node again, as the supervisor records one."""
+
+    def record(run: Run) -> Event:
+        return run.record(
+            RetryScheduled,
+            stage=node,
+            attempt=run.machine.next_attempt(node),
+            delay=attempt.delay,
+            reason=f"LangGraph RetryPolicy, after {attempt.error_type}",
+            policy=_RETRY_POLICY,
+        )
+
+    return record
 
 
 def _recorded(kind: type[Event], **payload: Any) -> Step:
