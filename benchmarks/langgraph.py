@@ -93,7 +93,7 @@ def node(name: str, failures: dict[str, int], size: int) -> Callable[[Work], Any
 def builder(failures: dict[str, int], size: int) -> StateGraph[Work]:
     graph = StateGraph(Work)
     for name in NODES:
-        graph.add_node(name, node(name, failures, size))  # type: ignore[call-overload]
+        graph.add_node(name, node(name, failures, size))  # type: ignore[call-overload, arg-type, unused-ignore]
     for source, dest in zip((START, *NODES), (*NODES, END), strict=True):
         graph.add_edge(source, dest)
     return graph

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
+from engine.payloads import readable_result
 from events import JSON, Event
 from projections import (
     Frame,
@@ -147,7 +148,7 @@ def frame_json(frame: Frame, position: int) -> dict[str, JSON]:
         "outcome": frame.outcome,
         "attempt": frame.attempt,
         "failed": frame.failed,
-        "result": frame.result,
+        "result": readable_result(frame.result),
         "error": frame.error,
         "error_type": frame.error_type,
         "duration": frame.duration,
@@ -174,7 +175,7 @@ def _results(results: Results) -> list[JSON]:
                 "last_outcome": last.outcome,
                 "last_failed": last.failed,
                 "last_seconds": last.duration,
-                "latest": results.latest(stage),
+                "latest": readable_result(results.latest(stage)),
             }
         )
     return rows

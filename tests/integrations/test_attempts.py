@@ -118,7 +118,8 @@ class TestRetryPolicy:
         """A node failing twice inside one invoke: two StageFailed, each followed by its retry."""
         with Engine(store_url) as engine:
             graph = retried_graph(failures=2).compile(checkpointer=StagetrailSaver(engine))
-            result = graph.invoke({"log": []}, {"configurable": {"thread_id": "r"}})
+            config: RunnableConfig = {"configurable": {"thread_id": "r"}}
+            result = graph.invoke({"log": []}, config, durability="sync")
             assert result == {"log": ["plan", "fetch"]}
             assert node_events(engine) == RETRIED_TWICE
             (summary,) = engine.runs()
@@ -164,7 +165,7 @@ class TestRetryPolicy:
         try:
             engine = Engine("memory://")
             graph = retried_graph(failures=1).compile(checkpointer=StagetrailSaver(engine))
-            graph.invoke({"log": []}, {"configurable": {"thread_id": "quiet"}})
+            graph.invoke({"log": []}, {"configurable": {"thread_id": "quiet"}}, durability="sync")
         finally:
             root.removeHandler(handler)
         assert [r for r in seen if r.name == RETRY_LOGGER] == []
