@@ -18,7 +18,7 @@ from langgraph.types import RetryPolicy
 from engine import Engine
 from engine.integrations.langgraph import HUB, StagetrailSaver
 from engine.integrations.langgraph.attempts import RETRY_LOGGER
-from events import RetryScheduled, StageCompleted, StageFailed
+from events import CheckpointSaved, RetryScheduled, StageCompleted, StageFailed, WritesSaved
 from projections import FailurePatterns, RetryCounts
 from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
 
@@ -173,3 +173,36 @@ class TestRetryPolicy:
             ("StageFailed", "fetch", 1),
             ("RetryScheduled", "fetch", 2),
         ]
+
+
+def history(engine: Engine) -> list[tuple[str, str]]:
+    """The thread's events in order, each as (kind, what it is about): comparable across runs."""
+    (summary,) = engine.runs()
+    shown = []
+    for event in engine.events(summary.run_id)[1:]:
+        if isinstance(event, CheckpointSaved):
+            shown.append(("CheckpointSaved", str(event.metadata["json"]["step"])))
+        elif isinstance(event, WritesSaved):
+            shown.append(("WritesSaved", event.task_path))
+        else:
+            shown.append((type(event).__name__, getattr(event, "stage", "")))
+    return shown
+
+
+class TestOrder:
+    @pytest.mark.parametrize("failures", [0, 2])
+    def test_async_durability_records_in_execution_order(
+        self, store_url: str, failures: int
+    ) -> None:
+        """With LangGraph's default background saves, the history reads as with sync saves."""
+        recorded = {}
+        for durability in ("sync", "async"):
+            with Engine(store_url if durability == "async" else "memory://") as engine:
+                builder = retried_graph(failures)
+                graph = builder.compile(checkpointer=StagetrailSaver(engine))
+                config: RunnableConfig = {"configurable": {"thread_id": f"o-{durability}"}}
+                for _ in range(3):
+                    graph.invoke({"log": []}, config, durability=durability)
+                recorded[durability] = history(engine)
+                assert engine.verify(engine.runs()[0].run_id).ok
+        assert recorded["async"] == recorded["sync"]

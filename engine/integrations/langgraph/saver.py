@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import itertools
 import json
 import sys
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -80,6 +82,14 @@ _GENERATIONS = uuid.UUID("b8a7f1d2-3c4e-5f60-8a9b-0c1d2e3f4a5b")
 _PULL = NODE_TASK
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DURABILITY = "__pregel_durability"
+"""The key of LangGraph's durability mode in the configs it hands a checkpointer."""
+_ORDER_WAIT = 2.0
+"""The longest a background save waits for the one it must follow (see `_in_order`)."""
+_STRAGGLER_WAIT = 0.05
+"""The longest a background checkpoint waits for the writes of a node that ran before it."""
+_SAVED = 4096
+"""Checkpoints a saver remembers having recorded, for the writes that must follow them."""
 _FRAMES = 8
 """How far up the calling frames the graph invoking a saver is looked for."""
 _RETRY_POLICY = {"langgraph": "RetryPolicy"}
@@ -173,6 +183,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self._generation: int | None = None
         """The store's erasure generation the caches above were filled in."""
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        """Told of each checkpoint and write recorded: background saves wait on it for order."""
+        self._saved: OrderedDict[tuple[str, str, str | None], None] = OrderedDict()
+        """The checkpoints this saver recorded lately: a task's writes wait for theirs."""
+        self._counting = threading.Lock()
+        self._writing: dict[tuple[str, str | None], int] = {}
+        """(thread, checkpoint id) → task writes against it being recorded right now."""
         RETRIES.install()
 
     # -- reading ---------------------------------------------------------------------------
@@ -386,7 +403,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             stored = plain or self._dump(skeleton)
             return [_recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)]
 
-        self._append(thread_id, steps, create=True)
+        parent_id = payload["parent_id"]
+        ran = self._ran(thread_id, ns, parent_id, checkpoint)
+        with self._in_order(config, thread_id, parent_id, writing=False, ran=ran):
+            self._append(thread_id, steps, create=True)
+            self._saved_now(thread_id, ns, checkpoint["id"])
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -422,7 +443,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             outcome = self._outcome(thread, task_path, writes, saved, retried) if ns == "" else []
             return outcome or [_recorded(WritesSaved, namespace=ns, **saved)]
 
-        self._append(thread_id, steps, create=True)
+        with self._in_order(config, thread_id, checkpoint_id, writing=True):
+            self._append(thread_id, steps, create=True)
 
     def _outcome(
         self,
@@ -460,6 +482,94 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return run.stage_failed(node, error, duration=duration, details=carried)
 
         return [*retries, route_to(node), outcome]
+
+    @contextlib.contextmanager
+    def _in_order(
+        self,
+        config: RunnableConfig,
+        thread_id: str,
+        checkpoint_id: str | None,
+        *,
+        writing: bool,
+        ran: frozenset[str] = frozenset(),
+    ) -> Iterator[None]:
+        """Record a background save in execution order (LangGraph's ``durability="async"``).
+
+        LangGraph then hands saves to a thread pool: checkpoints one after the other, but a
+        task's writes beside them, so they can arrive before the checkpoint they were made
+        against, or after the next one. Here a task's writes (`writing`) wait until their
+        checkpoint is recorded, and a checkpoint waits until the writes against its parent
+        that are being recorded are in, each at most `_ORDER_WAIT` seconds; and, at most
+        `_STRAGGLER_WAIT` seconds, for the writes of the nodes that it says `ran` (a node
+        that wrote nothing sends none, so this wait is short). Sync saves
+        (``durability="sync"``, direct calls) arrive in order and never wait.
+        """
+        if config["configurable"].get(_DURABILITY) != "async":
+            yield
+            return
+        ns = config["configurable"].get("checkpoint_ns", "")
+        key = (thread_id, checkpoint_id)
+        if writing:  # counted before waiting for the saver: a checkpoint after sees it
+            with self._counting:
+                self._writing[key] = self._writing.get(key, 0) + 1
+        else:
+            time.sleep(0)  # let a pool thread that began a task's writes before this count them
+        try:
+            with self._changed:
+                if writing:
+                    ready = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
+                else:
+                    ready = functools.partial(self._no_writes_into, key)
+                    in_yet = functools.partial(self._written, thread_id, ns, checkpoint_id, ran)
+                    self._changed.wait_for(lambda: ready() and in_yet(), _STRAGGLER_WAIT)
+                self._changed.wait_for(ready, _ORDER_WAIT)
+            yield
+        finally:
+            if writing:
+                with self._counting:
+                    self._writing[key] -= 1
+                    if not self._writing[key]:
+                        del self._writing[key]
+            with self._changed:
+                self._changed.notify_all()
+
+    def _no_writes_into(self, key: tuple[str, str | None]) -> bool:
+        """Whether no task's writes against the checkpoint `key` names are being recorded."""
+        with self._counting:
+            return not self._writing.get(key)
+
+    def _written(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, nodes: frozenset[str]
+    ) -> bool:
+        """Whether every one of `nodes` has writes recorded against the checkpoint."""
+        thread = self._threads.get(thread_id)
+        if not nodes or thread is None or checkpoint_id is None:
+            return True
+        stored = thread.writes.get((ns, checkpoint_id), {}).values()
+        return nodes <= {path.removeprefix(_PULL) for _, _, _, path in stored}
+
+    def _ran(
+        self, thread_id: str, ns: str, parent_id: str | None, checkpoint: Checkpoint
+    ) -> frozenset[str]:
+        """The nodes that ran in the step a checkpoint closes: those that saw new versions."""
+        thread = self._threads.get(thread_id)
+        parent = None if thread is None else thread.skeletons.get((ns, parent_id or ""))
+        if parent is None:
+            return frozenset()
+        before = parent.get("versions_seen", {})
+        seen = checkpoint.get("versions_seen", {})
+        return frozenset(node for node, versions in seen.items() if before.get(node) != versions)
+
+    def _recorded(self, thread_id: str, ns: str, checkpoint_id: str | None) -> bool:
+        """Whether this saver has recorded the checkpoint lately."""
+        return (thread_id, ns, checkpoint_id) in self._saved
+
+    def _saved_now(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Note a checkpoint this saver recorded (the newest `_SAVED` are kept)."""
+        with self._changed:
+            self._saved[(thread_id, ns, checkpoint_id)] = None
+            while len(self._saved) > _SAVED:
+                self._saved.popitem(last=False)
 
     def _since(self, thread: Thread) -> datetime:
         """When the node's first attempt began, at the latest: the thread's newest event or
