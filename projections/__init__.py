@@ -21,7 +21,7 @@ from projections.failures import FailurePatterns, Failures
 from projections.progress import Progress, ProgressLimits, ProgressState, Verdict
 from projections.results import Attempt, Results, Retries, RetryCounts, StageResults
 from projections.rounds import Round, Rounds, RoundsTable
-from projections.run_index import RUNNING, RunIndex, RunSummary
+from projections.run_index import PAUSED_STATUSES, RUNNING, STATUS_NOTE, RunIndex, RunSummary
 from projections.stack import Frame, Stack, StateStack
 from projections.tasks import Task, Tasks, TaskTable
 
@@ -43,6 +43,7 @@ __all__ = [
     "FailurePatterns",
     "Failures",
     "Frame",
+    "PAUSED_STATUSES",
     "Progress",
     "ProgressLimits",
     "ProgressState",
@@ -61,6 +62,7 @@ __all__ = [
     "RunIndex",
     "RunSummary",
     "SCOPES",
+    "STATUS_NOTE",
     "Stack",
     "StageResults",
     "StateStack",

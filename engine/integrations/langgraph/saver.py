@@ -42,7 +42,8 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, TASKS
+from langgraph.constants import START
 from langgraph.pregel import Pregel
 
 from engine.engine import Engine
@@ -73,6 +74,7 @@ from events import (
     WritesSaved,
     utc_now,
 )
+from projections import PAUSED_STATUSES, RUNNING, STATUS_NOTE, RunSummary
 
 THREAD_LABEL = "langgraph.thread"
 """The label holding a run's LangGraph thread id."""
@@ -83,9 +85,14 @@ _PULL = NODE_TASK
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DURABILITY = "__pregel_durability"
-"""The key of LangGraph's durability mode in the configs it hands a checkpointer."""
+"""The key of LangGraph's durability mode in the configs it hands a checkpointer (when the
+invocation names one; its default is ``"async"``)."""
+_LOOP = "__pregel_runtime"
+"""A key of the configs LangGraph's loop hands a checkpointer (absent from direct calls)."""
 _ORDER_WAIT = 2.0
 """The longest a background save waits for the one it must follow (see `_in_order`)."""
+_BRANCH = "branch:to:"
+"""The start of the channel of a graph's edge into a node (the node's name follows)."""
 _STRAGGLER_WAIT = 0.05
 """The longest a background checkpoint waits for the writes of a node that ran before it."""
 _SAVED = 4096
@@ -107,6 +114,7 @@ Step = Callable[[Run], Event]
 """One recording call on the thread's run, made inside the write's `batch()`."""
 Steps = list[Step]
 Tuples = list[CheckpointTuple]
+Summaries = list[RunSummary]
 Threads = list[Thread]
 Removed = list[list[str]]
 Encoded = list[Any]
@@ -335,13 +343,19 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             thread = self._live(str(thread_id))
             return [] if thread is None else [thread]
         threads = []
-        for summary in self.engine.runs(status="running", limit=_ALL_THREADS):
+        for summary in self._open_runs():
             label = summary.labels.get(THREAD_LABEL)
             if summary.pipeline.startswith(PIPELINE_PREFIX) and label is not None:
                 thread = self._live(label)
                 if thread is not None and thread.run_id == summary.run_id:
                     threads.append(thread)
         return threads
+
+    def _open_runs(self) -> Summaries:
+        """The store's runs that are not finished: running, or paused (idle, waiting...)."""
+        statuses = (RUNNING, *sorted(PAUSED_STATUSES))
+        runs = self.engine.runs
+        return [found for status in statuses for found in runs(status=status, limit=_ALL_THREADS)]
 
     def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
         ns, tid = saved.namespace, thread.thread_id
@@ -401,7 +415,12 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 for ch, (version, value) in dumped.items()
             }
             stored = plain or self._dump(skeleton)
-            return [_recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)]
+            saved = _recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)
+            return [saved, _paused("idle")] if idle else [saved]
+
+        # At the graph's end (no node left to run) the thread reads idle until resumed (as
+        # LangGraph's loop saves it: a checkpoint put by hand says nothing of what is next).
+        idle = ns == "" and _durability(config) is not None and not _pending(checkpoint)
 
         parent_id = payload["parent_id"]
         ran = self._ran(thread_id, ns, parent_id, checkpoint)
@@ -422,6 +441,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         thread_id, ns = _stored_id("thread_id", conf["thread_id"]), conf.get("checkpoint_ns", "")
         checkpoint_id = _stored_id("checkpoint_id", conf["checkpoint_id"])
         indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
+        interrupts = [value for ch, value in writes if ch == INTERRUPT]
         # The attempts LangGraph's RetryPolicy retried before this last one (taken once:
         # `steps` may be built again after a conflict).
         retried = RETRIES.take(task_id) if ns == "" and task_path.startswith(_PULL) else []
@@ -441,7 +461,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 "writes": new,
             }
             outcome = self._outcome(thread, task_path, writes, saved, retried) if ns == "" else []
-            return outcome or [_recorded(WritesSaved, namespace=ns, **saved)]
+            if outcome:
+                return outcome
+            asked = _interrupt_value(interrupts)
+            waiting = [_paused("waiting", asked)] if interrupts and ns == "" else []
+            return [_recorded(WritesSaved, namespace=ns, **saved), *waiting]
 
         with self._in_order(config, thread_id, checkpoint_id, writing=True):
             self._append(thread_id, steps, create=True)
@@ -504,7 +528,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         that wrote nothing sends none, so this wait is short). Sync saves
         (``durability="sync"``, direct calls) arrive in order and never wait.
         """
-        if config["configurable"].get(_DURABILITY) != "async":
+        if _durability(config) != "async":
             yield
             return
         ns = config["configurable"].get("checkpoint_ns", "")
@@ -936,6 +960,54 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 def _pipeline_of(nodes: tuple[str, ...]) -> Pipeline:
     """The table of a thread of a graph with these nodes (built once per graph shape)."""
     return thread_pipeline(nodes)
+
+
+def _durability(config: RunnableConfig) -> str | None:
+    """The durability mode of the LangGraph invocation saving; None for a direct call."""
+    conf = config["configurable"]
+    if _LOOP not in conf:
+        return None
+    return str(conf.get(_DURABILITY, "async"))
+
+
+def _paused(status: str, reason: Any = None) -> Step:
+    """A note pausing the thread's run (see `projections.STATUS_NOTE`)."""
+    value = {"status": status} if reason is None else {"status": status, "reason": reason}
+    return lambda run: run.note(STATUS_NOTE, value)
+
+
+def _interrupt_value(values: list[Any]) -> Any:
+    """What the ``interrupt()`` calls of a task asked, as JSON (one: its value itself)."""
+    asked = [
+        getattr(one, "value", one)
+        for value in values
+        for one in (value if isinstance(value, list | tuple) else [value])
+    ]
+    shown = asked[0] if len(asked) == 1 else asked
+    return shown if skeleton_json.is_plain(shown) else str(shown)
+
+
+def _pending(checkpoint: Checkpoint) -> bool:
+    """Whether a node is left to run after `checkpoint` (else the graph is at its end).
+
+    A node runs when a channel it triggers on holds a value newer than the one it last
+    saw: its ``branch:to:<node>`` edge (the input's ``__start__``), or another channel
+    its ``versions_seen`` names; a pending `Send` is a value in ``__pregel_tasks``.
+    Channels read and cleared are left out of the checkpoint's values.
+    """
+    versions, seen = checkpoint["channel_versions"], checkpoint["versions_seen"]
+    held = checkpoint["channel_values"]
+    if held.get(TASKS):
+        return True
+    for channel in held:
+        if channel.startswith(_BRANCH) or channel == START:
+            return True
+    for node, saw in seen.items():
+        if node.startswith("__"):  # LangGraph's own bookkeeping, not a node
+            continue
+        if any(ch in held and str(versions.get(ch)) != str(v) for ch, v in saw.items()):
+            return True
+    return False
 
 
 def _stored_id(field: str, value: Any) -> str:
