@@ -11,7 +11,7 @@ from engine.errors import InvalidArgument
 from engine.store import Store
 from events import RUN_STATUSES
 from events.storable import unstorable_text
-from projections import RUNNING
+from projections import PAUSED_STATUSES, RUNNING
 
 
 def version_at(store: Store, run_id: UUID, at: int | datetime, last: int, name: str) -> int:
@@ -80,12 +80,12 @@ def text(name: str, value: Any) -> Any:
 
 
 def status(value: Any) -> str | None:
-    """A run status to filter by: ``running`` or a finish status.
+    """A run status to filter by: ``running``, a paused status or a finish status.
 
     Raises:
         InvalidArgument: any other value.
     """
-    allowed = sorted({RUNNING, *RUN_STATUSES})
+    allowed = sorted({RUNNING, *PAUSED_STATUSES, *RUN_STATUSES})
     if value is not None and value not in allowed:
         raise InvalidArgument("status", f"must be one of {allowed}, got {value!r}")
     return value  # type: ignore[no-any-return]

@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from projections.progress import Progress, ProgressLimits, ProgressState, Verdict
     from projections.results import Attempt, Results, Retries, RetryCounts, StageResults
     from projections.rounds import Round, Rounds, RoundsTable
-    from projections.run_index import RUNNING, RunIndex, RunSummary
+    from projections.run_index import (
+        PAUSED_STATUSES,
+        RUNNING,
+        STATUS_NOTE,
+        RunIndex,
+        RunSummary,
+    )
     from projections.stack import Frame, Stack, StateStack
     from projections.tasks import Task, Tasks, TaskTable
 
@@ -50,6 +56,7 @@ __all__ = [
     "FailurePatterns",
     "Failures",
     "Frame",
+    "PAUSED_STATUSES",
     "Progress",
     "ProgressLimits",
     "ProgressState",
@@ -68,6 +75,7 @@ __all__ = [
     "RunIndex",
     "RunSummary",
     "SCOPES",
+    "STATUS_NOTE",
     "Stack",
     "StageResults",
     "StateStack",
@@ -100,7 +108,10 @@ _HOMES = {
         ["Attempt", "Results", "Retries", "RetryCounts", "StageResults"], "projections.results"
     ),
     **dict.fromkeys(["Round", "Rounds", "RoundsTable"], "projections.rounds"),
-    **dict.fromkeys(["RUNNING", "RunIndex", "RunSummary"], "projections.run_index"),
+    **dict.fromkeys(
+        ["PAUSED_STATUSES", "RUNNING", "STATUS_NOTE", "RunIndex", "RunSummary"],
+        "projections.run_index",
+    ),
     **dict.fromkeys(["Frame", "Stack", "StateStack"], "projections.stack"),
     **dict.fromkeys(["Task", "Tasks", "TaskTable"], "projections.tasks"),
 }

@@ -10,12 +10,15 @@ import attrs
 
 from events import (
     JSON,
+    CheckpointSaved,
     Event,
+    NoteAdded,
     RunFinished,
     RunStarted,
     StageCompleted,
     StageFailed,
     StateRolledBack,
+    task_writes,
 )
 from events.table import Lookup, as_rows, from_rows, lookup
 from events.values import evolve
@@ -25,6 +28,12 @@ from projections.immutable import PList
 
 RUNNING = "running"
 """The status of a run that has not finished."""
+PAUSED_STATUSES = frozenset({"idle", "waiting", "failed_resumable"})
+"""Statuses of a run that has not finished but waits to be resumed (a LangGraph thread):
+``idle`` at its graph's end, ``waiting`` for input (an interrupt), ``failed_resumable``
+after a node's failure. The run's next step (`CheckpointSaved`) makes it ``running``."""
+STATUS_NOTE = "run.status"
+"""The key of a note that pauses a run: ``{"status": <a PAUSED_STATUSES>, "reason": ...}``."""
 
 
 @attrs.frozen
@@ -105,18 +114,46 @@ class RunIndex(Projection["RunSummary | None"]):
     def outcome(
         self, summary: RunSummary | None, event: StageCompleted | StageFailed
     ) -> RunSummary | None:
-        """An outcome moves the run along its table and counts an attempt."""
+        """An outcome moves the run along its table and counts an attempt.
+
+        A stage named ``__…`` is a framework's own (LangGraph's hub, ``__graph__``,
+        routing to the next node): it moves the run but is no attempt. A failure that
+        carries a framework task's writes leaves the run ``failed_resumable``.
+        """
         if summary is None:
             return None
         dest = summary.moves.get((summary.state, event.outcome), summary.state)
+        failed = isinstance(event, StageFailed)
+        resumable = failed and task_writes(event.details) is not None  # type: ignore[union-attr]
         return _touch(
             summary,
             event,
             state=dest,
             states=summary.states.push(summary.state),
-            attempts=summary.attempts + (event.attempt > 0),  # a routed verdict is no attempt
-            failures=summary.failures + isinstance(event, StageFailed),
+            # A routed verdict (attempt 0) and a framework's own stage are no attempts.
+            attempts=summary.attempts + (event.attempt > 0 and not event.stage.startswith("__")),
+            failures=summary.failures + failed,
+            status="failed_resumable" if resumable else summary.status,
         )
+
+    @on(CheckpointSaved)
+    def step(self, summary: RunSummary | None, event: CheckpointSaved) -> RunSummary | None:
+        """A paused run's next step: it runs again."""
+        if summary is None or summary.status not in PAUSED_STATUSES:
+            return None if summary is None else _touch(summary, event)
+        return _touch(summary, event, status=RUNNING, reason=None)
+
+    @on(NoteAdded)
+    def noted(self, summary: RunSummary | None, event: NoteAdded) -> RunSummary | None:
+        """A `STATUS_NOTE` pauses the run: its status and why (an interrupt's value)."""
+        if summary is None:
+            return None
+        value: Any = event.value
+        if event.key != STATUS_NOTE or not isinstance(value, dict):
+            return _touch(summary, event)
+        if value.get("status") not in PAUSED_STATUSES or summary.finished is not None:
+            return _touch(summary, event)
+        return _touch(summary, event, status=value["status"], reason=value.get("reason"))
 
     @on(StateRolledBack)
     def rolled_back(self, summary: RunSummary | None, event: StateRolledBack) -> RunSummary | None:
@@ -151,7 +188,7 @@ class RunIndex(Projection["RunSummary | None"]):
 
     def settled(self, state: RunSummary | None) -> bool:
         """A finished run's summary never changes: nothing follows `RunFinished`."""
-        return state is not None and state.status != RUNNING
+        return state is not None and state.finished is not None
 
     def encode(self, state: RunSummary | None) -> JSON:
         """The summary as JSON: the public fields plus the table and the state stack."""

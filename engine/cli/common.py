@@ -370,6 +370,9 @@ STATUS_STYLES = {
     "aborted_stuck": "red",
     "cancelled": "yellow",
     "done_partial": "yellow",
+    "idle": "blue",
+    "waiting": "magenta",
+    "failed_resumable": "red",
 }
 """The colour of each run status on a terminal."""
 

@@ -20,6 +20,7 @@ from engine.cli.common import (
     write_lines,
 )
 from engine.errors import RunNotFound
+from engine.payloads import summary as payload_summary
 from events import (
     BudgetSpent,
     CheckpointSaved,
@@ -103,8 +104,8 @@ def _detail(event: Event) -> str:
 
 def _completed(event: StageCompleted) -> str:
     carried = task_writes(event.result)
-    if carried is not None:  # a graph node's writes: which channels, not their bytes
-        result = "wrote " + ", ".join(str(write[1]) for write in carried["writes"])
+    if carried is not None:  # a graph node's writes, decoded (engine.payloads)
+        result = compact(payload_summary(event) or "", 50)
     else:
         result = "" if event.result is None else compact(event.result, 50)
     if not event.attempt:  # a verdict the supervisor routed: the stage did not run
@@ -167,27 +168,9 @@ def _progress(event: ProgressObserved) -> str:
     return ", ".join(parts) or "nothing observed"
 
 
-def _checkpoint(event: CheckpointSaved) -> str:
-    """The checkpoint's step and source when its metadata is JSON, then its namespace."""
-    metadata = event.metadata.get("json") if isinstance(event.metadata, dict) else None
-    parts = [f"checkpoint {event.checkpoint_id[-12:]}"]
-    if isinstance(metadata, dict) and "step" in metadata:
-        parts.append(f"step {metadata['step']} ({metadata.get('source', '?')})")
-    if event.namespace:
-        parts.append(f"in {event.namespace}")
-    return ", ".join(parts)
-
-
-def _writes(event: WritesSaved) -> str:
-    """Which task wrote to which channels."""
-    task = event.task_path.removeprefix("~__pregel_pull, ") or event.task_id
-    channels = ", ".join(str(write[1]) for write in event.writes)
-    return f"{task}: {channels}"
-
-
 _DESCRIBE: dict[type[Any], Callable[[Any], str]] = {
-    CheckpointSaved: _checkpoint,
-    WritesSaved: _writes,
+    CheckpointSaved: lambda e: payload_summary(e) or "",
+    WritesSaved: lambda e: payload_summary(e) or "",
     CheckpointsRemoved: lambda e: f"{len(e.removed)} checkpoint(s): {e.reason}",
     RunStarted: _started,
     StageCompleted: _completed,

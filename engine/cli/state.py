@@ -24,6 +24,7 @@ from engine.cli.common import (
 )
 from engine.cli.projections import find_projection
 from engine.errors import RunNotFound
+from engine.payloads import readable_result
 from projections import Projection, Stack
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ def _stack_table(out: Output, stack: Stack) -> None:
 def _frame_detail(result: Any, error: str | None, error_type: str | None) -> str:
     if error_type is not None:
         return compact(f"{error_type}: {error}", 60)
-    return "" if result is None else compact(result, 60)
+    return "" if result is None else compact(readable_result(result), 60)
 
 
 def _json_block(out: Output, value: Any) -> None:

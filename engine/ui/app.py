@@ -39,7 +39,7 @@ from engine.errors import InvalidArgument, RunNotFound
 from engine.ui import pages, snapshot
 from engine.ui.diagram import warm_up
 from events import RUN_STATUSES, StagetrailError, encode
-from projections import RUNNING
+from projections import PAUSED_STATUSES, RUNNING
 
 RUNS_PER_PAGE = 50
 """Runs listed per page of the runs page."""
@@ -205,7 +205,7 @@ def _runs_page(engine: Engine, request: Request) -> Response:
         page=page,
         more=more,
         query=query,
-        statuses=[RUNNING, *sorted(RUN_STATUSES)],
+        statuses=[RUNNING, *sorted(PAUSED_STATUSES), *sorted(RUN_STATUSES)],
         pipelines=sorted({run.pipeline for run in runs}),
         error=error,
         home="/",

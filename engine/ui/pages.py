@@ -20,10 +20,12 @@ import attrs
 import jinja2
 
 from engine.errors import RunNotFound, StoreError
+from engine.payloads import readable_payload
+from engine.payloads import summary as payload_summary
 from engine.ui import gantt
 from engine.ui.diagram import drawn_states, pipeline_svg
 from engine.ui.timeline import timeline
-from events import Event, RunStarted, encode
+from events import Event, RunStarted
 from projections import RunIndex, RunSummary
 
 if TYPE_CHECKING:
@@ -50,6 +52,10 @@ _SUMMARY_FIELDS = (
     "unit",
     "reason",
 )
+
+
+_WITH_DESCRIBED = tuple(name for name in _SUMMARY_FIELDS if name != "task_id")
+"""The fields summarised beside `engine.payloads.summary` (which names the task itself)."""
 
 
 @functools.cache
@@ -109,10 +115,11 @@ class EventRow:
 
 def event_row(event: Event, start: float) -> EventRow:
     """The event as the list shows it: kind, seconds from the start, a summary, the payload."""
-    _, state = encode(event)
-    state.pop("class_version", None)
-    parts = [_word(state[name]) for name in _SUMMARY_FIELDS if state.get(name) not in (None, "")]
-    summary = " · ".join(parts)
+    state = readable_payload(event)  # a framework's serialised values decoded, never base64
+    described = payload_summary(event)  # a checkpoint or a task's writes: as the CLI says it
+    fields = _SUMMARY_FIELDS if described is None else _WITH_DESCRIBED
+    parts = [_word(state[name]) for name in fields if state.get(name) not in (None, "")]
+    summary = " · ".join(parts if described is None else [*parts, described])
     decision = any(marker in type(event).__name__ for marker in ("Retry", "Circuit", "Finished"))
     return EventRow(
         version=event.version,

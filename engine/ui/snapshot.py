@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
+from engine.payloads import readable_result
 from engine.ui.timeline import attempt_seconds
 from events import JSON, Event
 from projections import (
@@ -153,7 +154,7 @@ def frame_json(frame: Frame, position: int) -> dict[str, JSON]:
         "outcome": frame.outcome,
         "attempt": frame.attempt,
         "failed": frame.failed,
-        "result": frame.result,
+        "result": readable_result(frame.result),
         "error": frame.error,
         "error_type": frame.error_type,
         "duration": frame.duration,
@@ -182,7 +183,7 @@ def _results(results: Results) -> list[JSON]:
                 "last_failed": last.failed,
                 "last_seconds": last.duration,
                 "last_took": attempt_seconds(last.duration),
-                "latest": results.latest(stage),
+                "latest": readable_result(results.latest(stage)),
             }
         )
     return rows

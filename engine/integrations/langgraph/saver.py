@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
+import itertools
 import json
+import sys
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from types import FrameType
 from typing import Any
 from uuid import UUID
 
@@ -37,11 +42,14 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, TASKS
+from langgraph.constants import START
+from langgraph.pregel import Pregel
 
 from engine.engine import Engine
-from engine.errors import ConcurrencyConflict, RunAlreadyExists
+from engine.errors import ConcurrencyConflict, InvalidArgument, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
+from engine.integrations.langgraph.attempts import RETRIES, Retried
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
 from engine.integrations.langgraph.thread import (
     AS_JSON,
@@ -52,23 +60,47 @@ from engine.integrations.langgraph.thread import (
     serde_form,
 )
 from engine.machine import RunState
+from engine.pipeline import Pipeline
 from engine.run import Run, unit_of
-from engine.store import PAGE
+from engine.store import PAGE, StoreError
 from events import (
     CheckpointSaved,
     CheckpointsRemoved,
     Event,
+    InvalidPayload,
+    RetryScheduled,
     RunStarted,
+    StagetrailError,
     WritesSaved,
     utc_now,
 )
+from projections import PAUSED_STATUSES, RUNNING, STATUS_NOTE, RunSummary
 
 THREAD_LABEL = "langgraph.thread"
 """The label holding a run's LangGraph thread id."""
 _NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-1b2a3c4d5e6f")
+_GENERATIONS = uuid.UUID("b8a7f1d2-3c4e-5f60-8a9b-0c1d2e3f4a5b")
+"""The namespace of a thread's later runs' ids: none equals a first run's id."""
 _PULL = NODE_TASK
 _RETRIES = 5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DURABILITY = "__pregel_durability"
+"""The key of LangGraph's durability mode in the configs it hands a checkpointer (when the
+invocation names one; its default is ``"async"``)."""
+_LOOP = "__pregel_runtime"
+"""A key of the configs LangGraph's loop hands a checkpointer (absent from direct calls)."""
+_ORDER_WAIT = 2.0
+"""The longest a background save waits for the one it must follow (see `_in_order`)."""
+_BRANCH = "branch:to:"
+"""The start of the channel of a graph's edge into a node (the node's name follows)."""
+_STRAGGLER_WAIT = 0.05
+"""The longest a background checkpoint waits for the writes of a node that ran before it."""
+_SAVED = 4096
+"""Checkpoints a saver remembers having recorded, for the writes that must follow them."""
+_FRAMES = 8
+"""How far up the calling frames the graph invoking a saver is looked for."""
+_RETRY_POLICY = {"langgraph": "RetryPolicy"}
+"""The policy a retry LangGraph decided is recorded with (its settings are not reported)."""
 _EMPTY: Typed = ("empty", b"")
 _JSON_FROM = 96
 """Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
@@ -82,6 +114,7 @@ Step = Callable[[Run], Event]
 """One recording call on the thread's run, made inside the write's `batch()`."""
 Steps = list[Step]
 Tuples = list[CheckpointTuple]
+Summaries = list[RunSummary]
 Threads = list[Thread]
 Removed = list[list[str]]
 Encoded = list[Any]
@@ -91,12 +124,36 @@ Build = Callable[[Thread], Steps]
 
 
 def thread_run_ids(thread_id: str) -> Iterator[UUID]:
-    """The run ids a thread's runs take in turn: a deleted thread used again starts the next."""
+    """The run ids a thread's runs take in turn: a deleted thread used again starts the next.
+
+    The first is the uuid5 of the thread id itself (as it always was); the later ones
+    are the uuid5, in a namespace of their own, of ``[thread_id, generation]`` as JSON.
+    Two different thread ids therefore never share a run id, whatever characters they
+    hold (the first releases joined the generation with a NUL, which ``"a\\x001"`` matched;
+    those runs are still found, see `legacy_run_id`).
+    """
     yield uuid.uuid5(_NAMESPACE, thread_id)
     generation = 1
     while True:
-        yield uuid.uuid5(_NAMESPACE, f"{thread_id}\x00{generation}")
+        yield generation_run_id(thread_id, generation)
         generation += 1
+
+
+def generation_run_id(thread_id: str, generation: int) -> UUID:
+    """The run id of a thread's run after `generation` deletions (0: its first run)."""
+    if generation == 0:
+        return uuid.uuid5(_NAMESPACE, thread_id)
+    key = json.dumps([thread_id, generation], ensure_ascii=True)
+    return uuid.uuid5(_GENERATIONS, key)
+
+
+def legacy_run_id(thread_id: str, generation: int) -> UUID:
+    """The run id the first releases gave a thread's run after `generation` deletions.
+
+    Not injective (``"a"``'s second run and thread ``"a\\x001"``'s first share it): a run
+    found under it is the thread's only when its thread label says so.
+    """
+    return uuid.uuid5(_NAMESPACE, f"{thread_id}\x00{generation}")
 
 
 class StagetrailSaver(BaseCheckpointSaver[str]):
@@ -121,6 +178,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self.engine = engine
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
+        self._given = graph is not None
+        """Whether the graph was given; if not, a thread takes the nodes of the graph calling it."""
+        self._graphs: OrderedDict[str, Pipeline] = OrderedDict()
+        """The table a thread's next run takes, learned from the graph that invoked it."""
         self._threads: OrderedDict[str, Thread] = OrderedDict()
         """The threads folded so far, least recently used first (at most `_CACHED_THREADS`)."""
         self._free: dict[str, UUID] = {}
@@ -130,20 +191,56 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self._generation: int | None = None
         """The store's erasure generation the caches above were filled in."""
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        """Told of each checkpoint and write recorded: background saves wait on it for order."""
+        self._saved: OrderedDict[tuple[str, str, str | None], None] = OrderedDict()
+        """The checkpoints this saver recorded lately: a task's writes wait for theirs."""
+        self._counting = threading.Lock()
+        self._writing: dict[tuple[str, str | None], int] = {}
+        """(thread, checkpoint id) → task writes against it being recorded right now."""
+        RETRIES.install()
 
     # -- reading ---------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint `config` names (or the thread's newest), with its pending writes."""
         conf = config["configurable"]
-        ns = conf.get("checkpoint_ns", "")
+        ns, thread_id = conf.get("checkpoint_ns", ""), _stored_id("thread_id", conf["thread_id"])
+        self._learn_graph(thread_id, ns, sys._getframe(1))
         with self._lock:
             while True:
                 generation = self._follow_generation()
-                self._read_at[str(conf["thread_id"])] = utc_now()
-                found = self._checkpoint(str(conf["thread_id"]), ns, get_checkpoint_id(config))
+                self._read_at[thread_id] = utc_now()
+                try:
+                    found = self._checkpoint(thread_id, ns, get_checkpoint_id(config))
+                except Exception as error:
+                    self._torn(generation, error)
+                    continue
                 if self._still(generation):
                     return found
+
+    def _learn_graph(self, thread_id: str, ns: str, caller: FrameType | None) -> None:
+        """Note the nodes of the graph whose invocation is reading the thread, for its run.
+
+        LangGraph hands a checkpointer no graph, but every invocation begins by reading
+        its thread, called from the graph's own `stream`: the `Pregel` a few frames up
+        whose checkpointer is this saver. Its nodes become the stages of the thread's
+        next run, so the plain ``StagetrailSaver(engine)`` records node outcomes too.
+        """
+        if self._given or ns:
+            return
+        for _ in range(_FRAMES):
+            if caller is None:
+                return
+            owner = caller.f_locals.get("self")
+            if isinstance(owner, Pregel) and owner.checkpointer is self:
+                with self._lock:
+                    self._graphs[thread_id] = _pipeline_of(tuple(sorted(owner.nodes)))
+                    self._graphs.move_to_end(thread_id)
+                    while len(self._graphs) > _CACHED_THREADS:
+                        self._graphs.popitem(last=False)
+                return
+            caller = caller.f_back
 
     def _checkpoint(
         self, thread_id: str, ns: str, checkpoint_id: str | None
@@ -168,6 +265,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first, by thread, namespace, metadata `filter`, `before`, `limit`."""
         conf = config["configurable"] if config else {}
+        thread_id = conf.get("thread_id")
+        if thread_id is not None:
+            thread_id = _stored_id("thread_id", thread_id)
         query = _Query(
             conf.get("checkpoint_ns"),
             get_checkpoint_id(config) if config else None,
@@ -178,7 +278,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         with self._lock:
             while True:
                 generation = self._follow_generation()
-                found = self._listed(conf.get("thread_id"), query)
+                try:
+                    found = self._listed(thread_id, query)
+                except Exception as error:
+                    self._torn(generation, error)
+                    continue
                 if self._still(generation):  # else erased while read: none of it is served
                     break
         yield from found
@@ -216,18 +320,42 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """Whether no erasure happened since `generation` was read (else a read starts over)."""
         return self.engine.store.generation() == generation
 
+    def _torn(self, generation: int, error: Exception) -> None:
+        """Go on after a read that failed midway, if runs were erased under it; else raise.
+
+        A thread compacted away while it is read leaves a half-read history (a stream
+        that ends early, a checkpoint whose parent is gone): that read is dropped and
+        the next starts over with every cache forgotten.
+
+        Raises:
+            StagetrailError: `error` itself when it is one, else a `StoreError` naming it,
+                when no erasure explains it.
+        """
+        if not self._still(generation):
+            return
+        if isinstance(error, StagetrailError):
+            raise error
+        problem = f"a thread's history could not be read: {type(error).__name__}: {error}"
+        raise StoreError(self.engine.store.url, problem) from error
+
     def _threads_for(self, thread_id: Any) -> Threads:
         if thread_id is not None:
             thread = self._live(str(thread_id))
             return [] if thread is None else [thread]
         threads = []
-        for summary in self.engine.runs(status="running", limit=_ALL_THREADS):
+        for summary in self._open_runs():
             label = summary.labels.get(THREAD_LABEL)
             if summary.pipeline.startswith(PIPELINE_PREFIX) and label is not None:
                 thread = self._live(label)
                 if thread is not None and thread.run_id == summary.run_id:
                     threads.append(thread)
         return threads
+
+    def _open_runs(self) -> Summaries:
+        """The store's runs that are not finished: running, or paused (idle, waiting...)."""
+        statuses = (RUNNING, *sorted(PAUSED_STATUSES))
+        runs = self.engine.runs
+        return [found for status in statuses for found in runs(status=status, limit=_ALL_THREADS)]
 
     def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
         ns, tid = saved.namespace, thread.thread_id
@@ -258,7 +386,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Record a checkpoint: its skeleton, metadata and the channels whose version changed."""
         conf = config["configurable"]
-        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        thread_id, ns = _stored_id("thread_id", conf["thread_id"]), conf.get("checkpoint_ns", "")
+        _stored_id("checkpoint_id", checkpoint["id"])
         # The id is the event's checkpoint_id, and a blob's version is most often the
         # skeleton's: neither is stored twice.
         skeleton = {k: v for k, v in checkpoint.items() if k not in _NOT_IN_SKELETON}
@@ -273,9 +402,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             "namespace": ns,
             "checkpoint_id": checkpoint["id"],
             "parent_id": conf.get("checkpoint_id") or None,
-            "metadata": {"json": full_metadata}
-            if skeleton_json.is_plain(full_metadata)
-            else self._dump(full_metadata),
+            "metadata": self._stored_metadata(full_metadata),
             "invocation": None if invocation is None else str(invocation),
         }
 
@@ -288,9 +415,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 for ch, (version, value) in dumped.items()
             }
             stored = plain or self._dump(skeleton)
-            return [_recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)]
+            saved = _recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)
+            return [saved, _paused("idle")] if idle else [saved]
 
-        self._append(thread_id, steps, create=True)
+        # At the graph's end (no node left to run) the thread reads idle until resumed (as
+        # LangGraph's loop saves it: a checkpoint put by hand says nothing of what is next).
+        idle = ns == "" and _durability(config) is not None and not _pending(checkpoint)
+
+        parent_id = payload["parent_id"]
+        ran = self._ran(thread_id, ns, parent_id, checkpoint)
+        with self._in_order(config, thread_id, parent_id, writing=False, ran=ran):
+            self._append(thread_id, steps, create=True)
+            self._saved_now(thread_id, ns, checkpoint["id"])
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -302,9 +438,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> None:
         """Record a task's writes and, for a node of the graph, its outcome as a stage."""
         conf = config["configurable"]
-        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
-        checkpoint_id = str(conf["checkpoint_id"])
+        thread_id, ns = _stored_id("thread_id", conf["thread_id"]), conf.get("checkpoint_ns", "")
+        checkpoint_id = _stored_id("checkpoint_id", conf["checkpoint_id"])
         indexed = [(WRITES_IDX_MAP.get(ch, i), ch, value) for i, (ch, value) in enumerate(writes)]
+        interrupts = [value for ch, value in writes if ch == INTERRUPT]
+        # The attempts LangGraph's RetryPolicy retried before this last one (taken once:
+        # `steps` may be built again after a conflict).
+        retried = RETRIES.take(task_id) if ns == "" and task_path.startswith(_PULL) else []
 
         def steps(thread: Thread) -> Steps:
             new = [
@@ -320,10 +460,15 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 "task_path": task_path,
                 "writes": new,
             }
-            outcome = self._outcome(thread, task_path, writes, saved) if ns == "" else []
-            return outcome or [_recorded(WritesSaved, namespace=ns, **saved)]
+            outcome = self._outcome(thread, task_path, writes, saved, retried) if ns == "" else []
+            if outcome:
+                return outcome
+            asked = _interrupt_value(interrupts)
+            waiting = [_paused("waiting", asked)] if interrupts and ns == "" else []
+            return [_recorded(WritesSaved, namespace=ns, **saved), *waiting]
 
-        self._append(thread_id, steps, create=True)
+        with self._in_order(config, thread_id, checkpoint_id, writing=True):
+            self._append(thread_id, steps, create=True)
 
     def _outcome(
         self,
@@ -331,9 +476,12 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         task_path: str,
         writes: Sequence[tuple[str, Any]],
         saved: dict[str, Any],
+        retried: Sequence[Retried] = (),
     ) -> Steps:
         """The hub's route to the node and the node's outcome carrying its writes (`saved`).
 
+        Each attempt LangGraph's `RetryPolicy` `retried` comes first, as a supervised
+        retry reads: the route, its `StageFailed`, then the retry as a `RetryScheduled`.
         Empty when the task is not a node of the thread's table (or paused on an
         interrupt): its writes are then a `WritesSaved` of their own.
         """
@@ -341,12 +489,15 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         channels = {ch for ch, _ in writes}
         if node is None or INTERRUPT in channels or thread.pipeline.next_state(HUB, node) is None:
             return []
-        duration = self._duration(thread)
+        since = self._since(thread)
+        retries: Steps = []
+        for attempt in retried:
+            took = (attempt.at - since).total_seconds()
+            retries += [route_to(node), _failed_attempt(node, attempt, took), _retry(node, attempt)]
+            since = attempt.at + timedelta(seconds=attempt.delay)
+        duration = max(0.0, (utc_now() - since).total_seconds())
         carried = thread.node_carries(node, saved)
         errors = [value for ch, value in writes if ch == ERROR]
-
-        def route(run: Run) -> Event:
-            return run.stage_completed(HUB, outcome=node)
 
         def outcome(run: Run) -> Event:
             if not errors:
@@ -354,16 +505,104 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             error = errors[0] if isinstance(errors[0], BaseException) else repr(errors[0])
             return run.stage_failed(node, error, duration=duration, details=carried)
 
-        return [route, outcome]
+        return [*retries, route_to(node), outcome]
 
-    def _duration(self, thread: Thread) -> float:
-        """Seconds since the thread's newest event or the invocation's first read, if later.
+    @contextlib.contextmanager
+    def _in_order(
+        self,
+        config: RunnableConfig,
+        thread_id: str,
+        checkpoint_id: str | None,
+        *,
+        writing: bool,
+        ran: frozenset[str] = frozenset(),
+    ) -> Iterator[None]:
+        """Record a background save in execution order (LangGraph's ``durability="async"``).
+
+        LangGraph then hands saves to a thread pool: checkpoints one after the other, but a
+        task's writes beside them, so they can arrive before the checkpoint they were made
+        against, or after the next one. Here a task's writes (`writing`) wait until their
+        checkpoint is recorded, and a checkpoint waits until the writes against its parent
+        that are being recorded are in, each at most `_ORDER_WAIT` seconds; and, at most
+        `_STRAGGLER_WAIT` seconds, for the writes of the nodes that it says `ran` (a node
+        that wrote nothing sends none, so this wait is short). Sync saves
+        (``durability="sync"``, direct calls) arrive in order and never wait.
+        """
+        if _durability(config) != "async":
+            yield
+            return
+        ns = config["configurable"].get("checkpoint_ns", "")
+        key = (thread_id, checkpoint_id)
+        if writing:  # counted before waiting for the saver: a checkpoint after sees it
+            with self._counting:
+                self._writing[key] = self._writing.get(key, 0) + 1
+        else:
+            time.sleep(0)  # let a pool thread that began a task's writes before this count them
+        try:
+            with self._changed:
+                if writing:
+                    ready = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
+                else:
+                    ready = functools.partial(self._no_writes_into, key)
+                    in_yet = functools.partial(self._written, thread_id, ns, checkpoint_id, ran)
+                    self._changed.wait_for(lambda: ready() and in_yet(), _STRAGGLER_WAIT)
+                self._changed.wait_for(ready, _ORDER_WAIT)
+            yield
+        finally:
+            if writing:
+                with self._counting:
+                    self._writing[key] -= 1
+                    if not self._writing[key]:
+                        del self._writing[key]
+            with self._changed:
+                self._changed.notify_all()
+
+    def _no_writes_into(self, key: tuple[str, str | None]) -> bool:
+        """Whether no task's writes against the checkpoint `key` names are being recorded."""
+        with self._counting:
+            return not self._writing.get(key)
+
+    def _written(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, nodes: frozenset[str]
+    ) -> bool:
+        """Whether every one of `nodes` has writes recorded against the checkpoint."""
+        thread = self._threads.get(thread_id)
+        if not nodes or thread is None or checkpoint_id is None:
+            return True
+        stored = thread.writes.get((ns, checkpoint_id), {}).values()
+        return nodes <= {path.removeprefix(_PULL) for _, _, _, path in stored}
+
+    def _ran(
+        self, thread_id: str, ns: str, parent_id: str | None, checkpoint: Checkpoint
+    ) -> frozenset[str]:
+        """The nodes that ran in the step a checkpoint closes: those that saw new versions."""
+        thread = self._threads.get(thread_id)
+        parent = None if thread is None else thread.skeletons.get((ns, parent_id or ""))
+        if parent is None:
+            return frozenset()
+        before = parent.get("versions_seen", {})
+        seen = checkpoint.get("versions_seen", {})
+        return frozenset(node for node, versions in seen.items() if before.get(node) != versions)
+
+    def _recorded(self, thread_id: str, ns: str, checkpoint_id: str | None) -> bool:
+        """Whether this saver has recorded the checkpoint lately."""
+        return (thread_id, ns, checkpoint_id) in self._saved
+
+    def _saved_now(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Note a checkpoint this saver recorded (the newest `_SAVED` are kept)."""
+        with self._changed:
+            self._saved[(thread_id, ns, checkpoint_id)] = None
+            while len(self._saved) > _SAVED:
+                self._saved.popitem(last=False)
+
+    def _since(self, thread: Thread) -> datetime:
+        """When the node's first attempt began, at the latest: the thread's newest event or
+        the invocation's first read, whichever is later.
 
         LangGraph does not tell a saver when a task began; in a sequential graph this is
-        the node's run time, and for parallel nodes it is bounded by their super-step's.
+        when the node began, and for parallel nodes their super-step's start bounds it.
         """
-        since = max(thread.machine.last_timestamp, self._read_at.get(thread.thread_id, _EPOCH))
-        return max(0.0, (utc_now() - since).total_seconds())
+        return max(thread.machine.last_timestamp, self._read_at.get(thread.thread_id, _EPOCH))
 
     def _append(self, thread_id: str, build: Build, *, create: bool) -> None:
         """Build events on the thread's state as this saver knows it; record them atomically.
@@ -373,12 +612,17 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         the thread and builds again.
         """
         with self._lock:
-            self._follow_generation()
+            generation = self._follow_generation()
             thread = self._threads.get(thread_id)
             for _ in range(_RETRIES):
                 known_absent = thread is None and thread_id in self._free
                 if (thread is None or thread.deleted) and not known_absent:
-                    thread = self._live(thread_id)
+                    try:
+                        thread = self._live(thread_id)
+                    except Exception as error:
+                        self._torn(generation, error)
+                        generation, thread = self._follow_generation(), None
+                        continue
                 if thread is None and not create:
                     return
                 if self._try_append(thread_id, thread, build):
@@ -414,7 +658,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The thread's next run, started; None if another writer took its id first."""
         try:
             run = self.engine.start_run(
-                self.pipeline,
+                self._graphs.get(thread_id) or self.pipeline,
                 params={"thread_id": thread_id},
                 labels={THREAD_LABEL: thread_id},
                 run_id=self._next_run_id(thread_id),
@@ -444,11 +688,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         free = self._free.pop(thread_id, None)
         if free is not None:
             return free  # as of the last look; taken meanwhile, the append is refused
-        for run_id in thread_run_ids(thread_id):
-            last = self.engine.store.last(run_id)
-            if last is None:
-                return run_id
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self._probe(thread_id)[1]
 
     def _live(self, thread_id: str) -> Thread | None:
         """The thread's run caught up with the store; None if it has none or it was deleted."""
@@ -476,13 +716,41 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return self._probe(thread_id)[0]
 
     def _probe(self, thread_id: str) -> tuple[UUID | None, UUID]:
-        """The thread's newest run id (None if none), and the first id no run has taken."""
+        """The thread's newest run id (None if none), and the id its next run takes.
+
+        A thread's runs follow one another, one per generation (a deletion starts the
+        next); the first generation without a run of the thread ends the chain.
+        """
         found = None
-        for run_id in thread_run_ids(thread_id):
-            if self.engine.store.last(run_id) is None:
-                return found, run_id
-            found = run_id
+        for generation in itertools.count():
+            owned, free = self._generation_run(thread_id, generation)
+            if owned is None:
+                return found, free
+            found = owned
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _generation_run(self, thread_id: str, generation: int) -> tuple[UUID | None, UUID]:
+        """The thread's run of `generation` if it has one, and the id a new one would take.
+
+        Ids the first releases computed are still found, but only when the run's own
+        thread label names this thread: under them two threads could meet.
+        """
+        ids = [(generation_run_id(thread_id, generation), False)]
+        if generation > 0:
+            ids.append((legacy_run_id(thread_id, generation), True))
+        free = None
+        for run_id, shared in ids:
+            if self.engine.store.last(run_id) is None:
+                free = free or run_id
+            elif not shared or self._labelled(run_id, thread_id):
+                return run_id, run_id
+        return None, free or ids[-1][0]
+
+    def _labelled(self, run_id: UUID, thread_id: str) -> bool:
+        """Whether the run's `RunStarted` names `thread_id` as its thread."""
+        first = self.engine.store.read(run_id, limit=1)
+        labels = first[0].labels if first and isinstance(first[0], RunStarted) else {}
+        return labels.get(THREAD_LABEL) == thread_id
 
     def _find(self, thread_id: str) -> Thread | None:
         """The thread's live run read from the store; None (its next run id noted) if none."""
@@ -513,6 +781,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         def finish(thread: Thread) -> Steps:
             return [lambda run: run.finish("deleted", {"langgraph": "delete_thread"})]
 
+        thread_id = _stored_id("thread_id", thread_id)
         with self._lock:
             self._follow_generation()
             if self._live(thread_id) is not None:
@@ -545,7 +814,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         with self._lock:
             self._follow_generation()
-            for thread_id in thread_ids:
+            for thread_id in map(functools.partial(_stored_id, "thread_id"), thread_ids):
                 if strategy == "delete":
                     self.delete_thread(thread_id)
                     continue
@@ -570,6 +839,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         Raises:
             ValueError: the target thread has checkpoints already.
         """
+        source_thread_id = _stored_id("thread_id", source_thread_id)
+        target_thread_id = _stored_id("thread_id", target_thread_id)
         with self._lock:
             self._follow_generation()
             source = self._live(source_thread_id)
@@ -589,6 +860,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """`get_tuple`, off the event loop."""
+        conf = config["configurable"]
+        thread_id = _stored_id("thread_id", conf["thread_id"])
+        self._learn_graph(thread_id, conf.get("checkpoint_ns", ""), sys._getframe(1))
         return await asyncio.to_thread(self.get_tuple, config)
 
     async def alist(
@@ -650,6 +924,19 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     # -- values ----------------------------------------------------------------------------
 
+    def _stored_metadata(self, metadata: Any) -> Any:
+        """Checkpoint metadata as stored: plain JSON as itself, else through the serde.
+
+        Raises:
+            InvalidPayload: metadata nested too deep for any serializer to write.
+        """
+        try:
+            return {"json": metadata} if skeleton_json.is_plain(metadata) else self._dump(metadata)
+        except RecursionError:
+            raise InvalidPayload(
+                "metadata", "metadata", "is nested too deep to be stored"
+            ) from None
+
     def _dump(self, value: Any) -> Encoded:
         return _encoded(self.serde.dumps_typed(value))
 
@@ -668,6 +955,112 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _load(self, stored: Any) -> Any:
         return self.serde.loads_typed(serde_form(*stored))
+
+
+@functools.lru_cache(maxsize=64)
+def _pipeline_of(nodes: tuple[str, ...]) -> Pipeline:
+    """The table of a thread of a graph with these nodes (built once per graph shape)."""
+    return thread_pipeline(nodes)
+
+
+def _durability(config: RunnableConfig) -> str | None:
+    """The durability mode of the LangGraph invocation saving; None for a direct call."""
+    conf = config["configurable"]
+    if _LOOP not in conf:
+        return None
+    return str(conf.get(_DURABILITY, "async"))
+
+
+def _paused(status: str, reason: Any = None) -> Step:
+    """A note pausing the thread's run (see `projections.STATUS_NOTE`)."""
+    value = {"status": status} if reason is None else {"status": status, "reason": reason}
+    return lambda run: run.note(STATUS_NOTE, value)
+
+
+def _interrupt_value(values: list[Any]) -> Any:
+    """What the ``interrupt()`` calls of a task asked, as JSON (one: its value itself)."""
+    asked = [
+        getattr(one, "value", one)
+        for value in values
+        for one in (value if isinstance(value, list | tuple) else [value])
+    ]
+    shown = asked[0] if len(asked) == 1 else asked
+    return shown if skeleton_json.is_plain(shown) else str(shown)
+
+
+def _pending(checkpoint: Checkpoint) -> bool:
+    """Whether a node is left to run after `checkpoint` (else the graph is at its end).
+
+    A node runs when a channel it triggers on holds a value newer than the one it last
+    saw: its ``branch:to:<node>`` edge (the input's ``__start__``), or another channel
+    its ``versions_seen`` names; a pending `Send` is a value in ``__pregel_tasks``.
+    Channels read and cleared are left out of the checkpoint's values.
+    """
+    versions, seen = checkpoint["channel_versions"], checkpoint["versions_seen"]
+    held = checkpoint["channel_values"]
+    if held.get(TASKS):
+        return True
+    for channel in held:
+        if channel.startswith(_BRANCH) or channel == START:
+            return True
+    for node, saw in seen.items():
+        if node.startswith("__"):  # LangGraph's own bookkeeping, not a node
+            continue
+        if any(ch in held and str(versions.get(ch)) != str(v) for ch, v in saw.items()):
+            return True
+    return False
+
+
+def _stored_id(field: str, value: Any) -> str:
+    """A thread or checkpoint id as text the store can hold, else one clear error.
+
+    Raises:
+        InvalidArgument: the id holds a lone surrogate (no encoding can store it) or a NUL.
+    """
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidArgument(
+            field,
+            f"{text!r} holds a lone surrogate at index {error.start}: "
+            "an id must be valid Unicode text to be stored",
+        ) from None
+    if "\x00" in text:
+        raise InvalidArgument(
+            field,
+            f"{text!r} holds a NUL character at index {text.index(chr(0))}, "
+            "which no store can hold",
+        )
+    return text
+
+
+def route_to(node: str) -> Step:
+    """The hub's route to `node`: a `StageCompleted` of ``__graph__`` named for the node."""
+    return lambda run: run.stage_completed(HUB, outcome=node)
+
+
+def _failed_attempt(node: str, attempt: Retried, took: float) -> Step:
+    """A node's attempt that LangGraph's `RetryPolicy` retried, as its `StageFailed`."""
+    return lambda run: run.stage_failed(
+        node, attempt.error, error_type=attempt.error_type, duration=max(0.0, took)
+    )
+
+
+def _retry(node: str, attempt: Retried) -> Step:
+    """LangGraph's decision to try the node again, as the supervisor records one."""
+
+    def record(run: Run) -> Event:
+        return run.record(
+            RetryScheduled,
+            stage=node,
+            attempt=run.machine.next_attempt(node),
+            delay=attempt.delay,
+            reason=f"LangGraph RetryPolicy, after {attempt.error_type}",
+            policy=_RETRY_POLICY,
+        )
+
+    return record
 
 
 def _recorded(kind: type[Event], **payload: Any) -> Step:

@@ -1,0 +1,210 @@
+"""Every attempt with the plain one-argument swap, LangGraph's own `RetryPolicy` included."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph", reason="needs the langgraph extra")
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import RetryPolicy
+
+from engine import Engine
+from engine.integrations.langgraph import HUB, StagetrailSaver
+from engine.integrations.langgraph.attempts import RETRY_LOGGER
+from events import CheckpointSaved, RetryScheduled, StageCompleted, StageFailed, WritesSaved
+from projections import FailurePatterns, RetryCounts
+from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def retried_graph(failures: int) -> StateGraph[Any]:
+    """plan -> fetch, where fetch raises ConnectionError `failures` times under a RetryPolicy."""
+    calls = {"fetch": 0}
+
+    def fetch(state: Log) -> dict[str, list[str]]:
+        calls["fetch"] += 1
+        if calls["fetch"] <= failures:
+            raise ConnectionError(f"timeout {calls['fetch']}")
+        return {"log": ["fetch"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("plan", lambda state: {"log": ["plan"]})
+    policy = RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False)
+    builder.add_node("fetch", fetch, retry_policy=policy)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "fetch")
+    builder.add_edge("fetch", END)
+    return builder
+
+
+def node_events(engine: Engine) -> list[tuple[str, str, int]]:
+    """The one thread's node outcomes and retries: (event, stage, attempt), routes left out."""
+    (summary,) = engine.runs()
+    return [
+        (type(e).__name__, e.stage, e.attempt)
+        for e in engine.events(summary.run_id)
+        if isinstance(e, StageCompleted | StageFailed | RetryScheduled) and e.stage != HUB
+    ]
+
+
+RETRIED_TWICE = [
+    ("StageCompleted", "plan", 1),
+    ("StageFailed", "fetch", 1),
+    ("RetryScheduled", "fetch", 2),
+    ("StageFailed", "fetch", 2),
+    ("RetryScheduled", "fetch", 3),
+    ("StageCompleted", "fetch", 3),
+]
+
+
+class TestPlainSwap:
+    def test_failed_invokes_are_stage_failures_without_the_builder(self, store_url: str) -> None:
+        """StagetrailSaver(engine) alone records each node outcome, failures included."""
+        builder = flaky_graph(failures=2)
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine))
+            invoke_until_done(graph, {"configurable": {"thread_id": "t"}}, tries=3)
+            assert node_events(engine) == [
+                ("StageCompleted", "plan", 1),
+                ("StageFailed", "build", 1),
+                ("StageFailed", "build", 2),
+                ("StageCompleted", "build", 3),
+                ("StageCompleted", "ship", 1),
+            ]
+            (summary,) = engine.runs()
+            assert summary.failures == 2
+            assert engine.verify(summary.run_id).ok
+
+    def test_a_parallel_step_with_one_failing_branch(self, store_url: str) -> None:
+        """Both branches of a super-step are recorded: the one that failed and the other."""
+        calls = {"slow": 0}
+
+        def slow(state: Log) -> dict[str, list[str]]:
+            calls["slow"] += 1
+            if calls["slow"] == 1:
+                raise RuntimeError("slow broke")
+            return {"log": ["slow"]}
+
+        builder = StateGraph(Log)
+        builder.add_node("fast", lambda state: {"log": ["fast"]})
+        builder.add_node("slow", slow)
+        builder.add_edge(START, "fast")
+        builder.add_edge(START, "slow")
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine))
+            config: RunnableConfig = {"configurable": {"thread_id": "fan"}}
+            with pytest.raises(RuntimeError, match="slow broke"):
+                graph.invoke({"log": []}, config, durability="sync")
+            graph.invoke(None, config, durability="sync")
+            assert sorted(node_events(engine)) == [
+                ("StageCompleted", "fast", 1),
+                ("StageCompleted", "slow", 2),
+                ("StageFailed", "slow", 1),
+            ]
+
+
+class TestRetryPolicy:
+    def test_each_retried_attempt_is_a_failure_then_a_retry(self, store_url: str) -> None:
+        """A node failing twice inside one invoke: two StageFailed, each followed by its retry."""
+        with Engine(store_url) as engine:
+            graph = retried_graph(failures=2).compile(checkpointer=StagetrailSaver(engine))
+            config: RunnableConfig = {"configurable": {"thread_id": "r"}}
+            result = graph.invoke({"log": []}, config, durability="sync")
+            assert result == {"log": ["plan", "fetch"]}
+            assert node_events(engine) == RETRIED_TWICE
+            (summary,) = engine.runs()
+            failed = [e for e in engine.events(summary.run_id) if isinstance(e, StageFailed)]
+            assert [(e.error, e.error_type) for e in failed] == [
+                ("timeout 1", "ConnectionError"),
+                ("timeout 2", "ConnectionError"),
+            ]
+            retries = [e for e in engine.events(summary.run_id) if isinstance(e, RetryScheduled)]
+            assert [e.delay for e in retries] == [0.01, 0.02]  # as LangGraph logs them
+            assert engine.project(summary.run_id, RetryCounts).retries("fetch") == 2
+            patterns = engine.project(summary.run_id, FailurePatterns)
+            assert patterns.by_error_type == {"ConnectionError": 2}
+            assert engine.verify(summary.run_id).ok
+
+    def test_the_async_api_records_the_same_attempts(self, store_url: str) -> None:
+        """ainvoke under a RetryPolicy records what invoke records."""
+        with Engine(store_url) as engine:
+            graph = retried_graph(failures=2).compile(checkpointer=StagetrailSaver(engine))
+            config: RunnableConfig = {"configurable": {"thread_id": "async"}}
+            result = asyncio.run(graph.ainvoke({"log": []}, config, durability="sync"))
+            assert result == {"log": ["plan", "fetch"]}
+            assert node_events(engine) == RETRIED_TWICE
+
+    def test_attempts_that_exhaust_the_policy_end_in_the_last_failure(self) -> None:
+        """Three failures under max_attempts=3: two retries, then the failure LangGraph raises."""
+        engine = Engine("memory://")
+        graph = retried_graph(failures=5).compile(checkpointer=StagetrailSaver(engine))
+        with pytest.raises(ConnectionError, match="timeout 3"):
+            graph.invoke({"log": []}, {"configurable": {"thread_id": "x"}}, durability="sync")
+        assert node_events(engine) == [
+            *RETRIED_TWICE[:-1],
+            ("StageFailed", "fetch", 3),
+        ]
+
+    def test_listening_shows_no_handler_more_than_before(self) -> None:
+        """The retry log is heard without a WARNING-level root handler printing it."""
+        seen: list[logging.LogRecord] = []
+        handler = logging.Handler()
+        handler.emit = seen.append  # type: ignore[method-assign,assignment]
+        root = logging.getLogger()
+        root.addHandler(handler)
+        try:
+            engine = Engine("memory://")
+            graph = retried_graph(failures=1).compile(checkpointer=StagetrailSaver(engine))
+            graph.invoke({"log": []}, {"configurable": {"thread_id": "quiet"}}, durability="sync")
+        finally:
+            root.removeHandler(handler)
+        assert [r for r in seen if r.name == RETRY_LOGGER] == []
+        assert node_events(engine)[1:3] == [
+            ("StageFailed", "fetch", 1),
+            ("RetryScheduled", "fetch", 2),
+        ]
+
+
+def history(engine: Engine, thread_id: str) -> list[tuple[str, str]]:
+    """A thread's events in order, each as (kind, what it is about): comparable across runs."""
+    (summary,) = engine.runs(label=f"langgraph.thread={thread_id}")
+    shown = []
+    for event in engine.events(summary.run_id)[1:]:
+        if isinstance(event, CheckpointSaved):
+            shown.append(("CheckpointSaved", str(event.metadata["json"]["step"])))
+        elif isinstance(event, WritesSaved):
+            shown.append(("WritesSaved", event.task_path))
+        else:
+            shown.append((type(event).__name__, getattr(event, "stage", "")))
+    return shown
+
+
+class TestOrder:
+    @pytest.mark.parametrize("failures", [0, 2])
+    def test_async_durability_records_in_execution_order(
+        self, store_url: str, failures: int
+    ) -> None:
+        """With background saves (LangGraph's default), the history reads as with sync saves."""
+        recorded = {}
+        for durability in ("sync", "async", "default"):
+            with Engine(store_url if durability != "sync" else "memory://") as engine:
+                builder = retried_graph(failures)
+                graph = builder.compile(checkpointer=StagetrailSaver(engine))
+                config: RunnableConfig = {"configurable": {"thread_id": f"o-{durability}"}}
+                mode: dict[str, Any] = {} if durability == "default" else {"durability": durability}
+                for _ in range(3):
+                    graph.invoke({"log": []}, config, **mode)
+                recorded[durability] = history(engine, f"o-{durability}")
+                assert all(engine.verify(run.run_id).ok for run in engine.runs())
+        assert recorded["async"] == recorded["sync"]
+        assert recorded["default"] == recorded["sync"]  # LangGraph's default is async

@@ -1,0 +1,215 @@
+"""`StagetrailSaver` at its edges: hostile thread ids, unstorable ids and metadata, compaction."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph", reason="needs the langgraph extra")
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+
+from engine import Engine
+from engine.errors import InvalidArgument, InvalidPayload
+from engine.integrations.langgraph import THREAD_LABEL, StagetrailSaver, thread_run_ids
+from engine.integrations.langgraph.saver import legacy_run_id
+from events import StagetrailError
+from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
+
+DONE = {"log": ["plan", "build", "ship"]}
+
+
+def config(thread_id: str) -> RunnableConfig:
+    """The config of a thread's newest checkpoint."""
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+def put_input(saver: StagetrailSaver, thread_id: str, step: int = -1) -> RunnableConfig:
+    """Save an empty checkpoint (metadata step `step`) in the thread; the config naming it."""
+    return saver.put(config(thread_id), empty_checkpoint(), {"source": "input", "step": step}, {})
+
+
+class TestThreadIds:
+    def test_a_thread_id_with_a_nul_never_reaches_a_reused_threads_run(
+        self, shared_url: str
+    ) -> None:
+        """After thread "a" is deleted and used again, "a\\x001" neither reads, writes nor
+        deletes it: it is refused, naming thread_id, and thread "a" is as it was."""
+        with Engine(shared_url) as engine:
+            saver = StagetrailSaver(engine)
+            put_input(saver, "a", step=-1)
+            saver.delete_thread("a")
+            put_input(saver, "a", step=7)  # thread "a"'s second run
+            hostile = "a\x001"
+            calls: list[Callable[[], object]] = [
+                lambda: saver.get_tuple(config(hostile)),
+                lambda: list(saver.list(config(hostile))),
+                lambda: put_input(saver, hostile, step=99),
+                lambda: saver.delete_thread(hostile),
+            ]
+            for call in calls:
+                with pytest.raises(InvalidArgument) as refused:
+                    call()
+                assert refused.value.argument == "thread_id"
+                assert "NUL" in str(refused.value)
+            found = saver.get_tuple(config("a"))
+            assert found is not None
+            assert found.metadata["step"] == 7
+            assert [s.labels[THREAD_LABEL] for s in engine.runs(status="running")] == ["a"]
+            assert len(engine.runs()) == 2
+
+    def test_run_ids_differ_for_every_thread_and_generation(self) -> None:
+        """The ids of the first runs of many lookalike thread ids never repeat."""
+        threads = ["a", "a\x001", "a\x002", "a\x00", '["a", 1]', '["a",1]', "a1", ""]
+        seen: dict[uuid.UUID, tuple[str, int]] = {}
+        for thread in threads:
+            for generation, run_id in zip(range(4), thread_run_ids(thread), strict=False):
+                assert run_id not in seen, (thread, generation, seen.get(run_id))
+                seen[run_id] = (thread, generation)
+
+    def test_a_store_written_by_the_first_releases_still_reads(self, shared_url: str) -> None:
+        """A thread's second run under the first releases' NUL-joined id is still found, and
+        only by its own thread (its label says whose it is)."""
+        with Engine(shared_url) as engine:
+            saver = StagetrailSaver(engine)
+            put_input(saver, "a", step=-1)
+            saver.delete_thread("a")
+            engine.start_run(
+                saver.pipeline,
+                params={"thread_id": "a"},
+                labels={THREAD_LABEL: "a"},
+                run_id=legacy_run_id("a", 1),
+            )
+            fresh = StagetrailSaver(engine)
+            put_input(fresh, "a", step=5)  # lands in the legacy run: it is thread a's
+            assert len(engine.events(legacy_run_id("a", 1))) == 2
+            assert fresh.get_tuple(config("a")).metadata["step"] == 5  # type: ignore[union-attr]
+            fresh.delete_thread("a")
+            put_input(fresh, "a", step=6)  # the third run: a new id, not a legacy one
+            third = StagetrailSaver(engine).get_tuple(config("a"))
+            assert third is not None
+            assert third.metadata["step"] == 6
+            assert {s.status for s in engine.runs()} == {"deleted", "running"}
+            (running,) = engine.runs(status="running")
+            assert running.run_id == list(zip(range(3), thread_run_ids("a"), strict=False))[2][1]
+
+    def test_a_legacy_id_labelled_for_another_thread_is_not_read(self, shared_url: str) -> None:
+        """A run under a thread's legacy id whose label names another thread is passed over."""
+        with Engine(shared_url) as engine:
+            saver = StagetrailSaver(engine)
+            put_input(saver, "b", step=-1)
+            saver.delete_thread("b")
+            engine.start_run(
+                saver.pipeline,
+                params={"thread_id": "other"},
+                labels={THREAD_LABEL: "other"},
+                run_id=legacy_run_id("b", 1),
+            )
+            assert StagetrailSaver(engine).get_tuple(config("b")) is None
+            put_input(saver, "b", step=3)
+            assert len(engine.events(legacy_run_id("b", 1))) == 1
+            assert StagetrailSaver(engine).get_tuple(config("b")).metadata["step"] == 3  # type: ignore[union-attr]
+
+    @pytest.mark.parametrize("method", ["put", "get_tuple", "list", "delete_thread"])
+    def test_a_thread_id_that_cannot_be_stored_is_refused(
+        self, store_url: str, method: str
+    ) -> None:
+        """A lone surrogate in a thread id is one InvalidArgument naming thread_id; nothing
+        is written."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            bad = "t\udce9"
+            with pytest.raises(InvalidArgument) as refused:
+                if method == "put":
+                    put_input(saver, bad)
+                elif method == "get_tuple":
+                    saver.get_tuple(config(bad))
+                elif method == "list":
+                    list(saver.list(config(bad)))
+                else:
+                    saver.delete_thread(bad)
+            assert refused.value.argument == "thread_id"
+            assert "surrogate" in str(refused.value)
+            assert engine.runs() == []
+
+    def test_a_checkpoint_id_that_cannot_be_stored_is_refused(self, store_url: str) -> None:
+        """A lone surrogate in a checkpoint id is refused naming checkpoint_id; nothing written."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            written = put_input(saver, "t")
+            (run,) = engine.runs()
+            checkpoint: Any = {**empty_checkpoint(), "id": "1f0\udce9"}
+            with pytest.raises(InvalidArgument) as refused:
+                saver.put(written, checkpoint, {"step": 0}, {})
+            assert refused.value.argument == "checkpoint_id"
+            bad: RunnableConfig = {"configurable": {**written["configurable"]}}
+            bad["configurable"]["checkpoint_id"] = "1f0\udce9"
+            with pytest.raises(InvalidArgument):
+                saver.put_writes(bad, [("log", 1)], "task-1")
+            assert len(engine.events(run.run_id)) == 2
+
+    def test_metadata_nested_too_deep_is_refused(self, store_url: str) -> None:
+        """Metadata nested 5,000 deep is one InvalidPayload naming metadata; nothing written."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            written = put_input(saver, "t")
+            (run,) = engine.runs()
+            deep: Any = "bottom"
+            for _ in range(5000):
+                deep = {"down": deep}
+            metadata: Any = {"step": 0, "deep": deep}
+            with pytest.raises(InvalidPayload) as refused:
+                saver.put(written, empty_checkpoint(), metadata, {})
+            assert refused.value.field == "metadata"
+            assert isinstance(refused.value, StagetrailError)
+            assert len(engine.events(run.run_id)) == 2
+            put_input(saver, "t", step=0)
+            assert len(engine.events(run.run_id)) == 3
+
+
+class TestCompaction:
+    def test_a_thread_read_while_another_is_deleted_and_compacted(self, shared_url: str) -> None:
+        """Readers of a thread get a consistent answer or a stagetrail error, never a raw one,
+        while other threads are deleted and compacted under them (a bounded number of times)."""
+        builder = flaky_graph(failures=0)
+        with Engine(shared_url) as reader_engine, Engine(shared_url) as writer_engine:
+            reader = StagetrailSaver(reader_engine, builder)
+            writer = StagetrailSaver(writer_engine, builder)
+            graph = builder.compile(checkpointer=writer)
+            invoke_until_done(graph, config("keep"), tries=1)
+            raw: list[BaseException] = []
+            answers: list[int] = []
+            stop = threading.Event()
+
+            def read() -> None:
+                while not stop.is_set():
+                    try:
+                        history = list(reader.list(config("keep")))
+                        answers.append(len(history))
+                        for thread in ("doomed", "keep", "doomed"):
+                            reader.get_tuple(config(thread))
+                            list(reader.list(config("doomed")))
+                    except StagetrailError:
+                        continue
+                    except Exception as error:  # the defect: a raw error escapes
+                        raw.append(error)
+
+            reading = threading.Thread(target=read)
+            reading.start()
+            try:
+                for _ in range(12):
+                    invoke_until_done(graph, config("doomed"), tries=1)
+                    writer.delete_thread("doomed")
+                    writer_engine.compact()
+            finally:
+                stop.set()
+                reading.join()
+            assert raw == []
+            assert answers
+            assert set(answers) == {5}
+            assert reader.get_tuple(config("doomed")) is None
