@@ -48,18 +48,28 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
     if not isinstance(state, dict):
         raise EventFormatError(topic, f"stored state is a {type(state).__name__}, not an object")
     _upcast(cls, state)
-    if state.keys() != _stored_fields(cls):
+    # As many keys as fields, the timestamp among them: any other field missing
+    # would leave an unknown key in its place, which `build` below finds missing.
+    if len(state) != len(_stored_fields(cls)) or "timestamp" not in state:
         raise EventFormatError(topic, _field_mismatch(cls, state))
     try:
         state["timestamp"] = datetime.fromisoformat(state["timestamp"])
         for name, decoder in cls.decoders.items():
             state[name] = decoder(state[name])
     except (KeyError, TypeError, ValueError) as error:
+        if state.keys() != _stored_fields(cls):
+            raise EventFormatError(topic, _field_mismatch(cls, state)) from None
         raise EventFormatError(topic, f"bad field value: {error!r}") from error
+    if "run_id" in state or "version" in state:  # stored keys the event sets itself
+        raise EventFormatError(topic, _field_mismatch(cls, state))
     state["run_id"] = run_id
     state["version"] = version
     # Trusted data from the store: skip the constructor's checks, as eventsourcing does.
-    return build(cls, state)
+    try:
+        return build(cls, state)
+    except KeyError:
+        del state["run_id"], state["version"]
+        raise EventFormatError(topic, _field_mismatch(cls, state)) from None
 
 
 _STORED_FIELDS: dict[type[Event], frozenset[str]] = {}

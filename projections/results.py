@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from events import JSON, StageCompleted, StageFailed, StageStarted
+from events.values import build, evolve
 from projections.base import Projection, on
 from projections.immutable import PList
 
@@ -96,21 +97,27 @@ class StageResults(Projection[Results]):
 def _attempt(
     event: StageCompleted | StageFailed, result: JSON, error: str | None, error_type: str | None
 ) -> Attempt:
-    return Attempt(
-        attempt=event.attempt,
-        outcome=event.outcome,
-        failed=isinstance(event, StageFailed),
-        result=result,
-        error=error,
-        error_type=error_type,
-        duration=event.duration,
-        version=event.version,
+    return build(
+        Attempt,
+        {
+            "attempt": event.attempt,
+            "outcome": event.outcome,
+            "failed": isinstance(event, StageFailed),
+            "result": result,
+            "error": error,
+            "error_type": error_type,
+            "duration": event.duration,
+            "version": event.version,
+        },
     )
 
 
 def _append(state: Results, stage: str, attempt: Attempt) -> Results:
-    attempts = state.by_stage.get(stage, PList()).push(attempt)
-    return Results({**state.by_stage, stage: attempts})
+    attempts = state.by_stage.get(stage, _EMPTY).push(attempt)
+    return build(Results, {"by_stage": {**state.by_stage, stage: attempts}})
+
+
+_EMPTY: PList[Any] = PList()
 
 
 @attrs.frozen
@@ -134,26 +141,32 @@ class Retries:
     def begin(self, stage: str) -> Retries:
         """The counts after a new attempt of `stage` began."""
         retried = stage in self.last_failed
-        return Retries(
-            attempt_counts={**self.attempt_counts, stage: self.attempts(stage) + 1},
-            retry_counts=(
-                {**self.retry_counts, stage: self.retries(stage) + 1}
-                if retried
-                else self.retry_counts
-            ),
-            last_failed=self.last_failed - {stage} if retried else self.last_failed,
-            open_stage=stage,
-            total_attempts=self.total_attempts + 1,
+        # `build`, not __init__ or attrs.evolve: this runs for every event of a fold.
+        return build(
+            Retries,
+            {
+                "attempt_counts": {**self.attempt_counts, stage: self.attempts(stage) + 1},
+                "retry_counts": (
+                    {**self.retry_counts, stage: self.retries(stage) + 1}
+                    if retried
+                    else self.retry_counts
+                ),
+                "last_failed": self.last_failed - {stage} if retried else self.last_failed,
+                "open_stage": stage,
+                "total_attempts": self.total_attempts + 1,
+            },
         )
 
     def end(self, stage: str, failed: bool) -> Retries:
         """The counts after an outcome of `stage` closed its attempt."""
         if self.open_stage == stage:
-            state = attrs.evolve(self, open_stage=None)
+            state, open_stage = self, None
         else:  # recorded without a start: an attempt of its own; another stage stays open
-            state = attrs.evolve(self.begin(stage), open_stage=self.open_stage)
-        last_failed = state.last_failed | {stage} if failed else state.last_failed - {stage}
-        return attrs.evolve(state, last_failed=last_failed)
+            state, open_stage = self.begin(stage), self.open_stage
+        last_failed = state.last_failed
+        if failed != (stage in last_failed):  # a set copied only when it changes
+            last_failed = last_failed | {stage} if failed else last_failed - {stage}
+        return evolve(state, open_stage=open_stage, last_failed=last_failed)
 
 
 class RetryCounts(Projection[Retries]):
