@@ -16,8 +16,9 @@ import attrs
 from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import Lookup, initial_state, lookup
 from events.values import build
-from projections.base import Projection, on
-from projections.immutable import PList
+from projections.base import EventSource, Projection, on
+from projections.errors import ProjectionStateError
+from projections.immutable import Deferred, PList
 
 
 @attrs.frozen
@@ -115,14 +116,12 @@ class StateStack(Projection[Stack]):
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
         """Push a frame holding the stage's result."""
-        return _push(state, event, failed=False, result=event.result, error=None, error_type=None)
+        return _push(state, event)
 
     @on(StageFailed)
     def failed(self, state: Stack, event: StageFailed) -> Stack:
         """Push a frame holding the stage's error."""
-        return _push(
-            state, event, failed=True, result=None, error=event.error, error_type=event.error_type
-        )
+        return _push(state, event)
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
@@ -146,6 +145,87 @@ class StateStack(Projection[Stack]):
             table={(source, outcome): dest for source, outcome, dest in data["table"]},
             frame_list=PList.of([decode_frame(frame) for frame in data["frames"]]),
         )
+
+    def snapshot(self, state: Stack) -> JSON:
+        """The stack as the versions of its frames' events, not the frames themselves.
+
+        Each frame is made from one event and the table, so the versions say it all;
+        a deferred tail (a snapshot restored) is not walked: it knows its versions.
+        """
+        return {
+            "initial": state.initial,
+            "table": sorted(
+                [source, outcome, dest] for (source, outcome), dest in state.table.items()
+            ),
+            "depth": state.depth,
+            "ranges": frame_ranges(state.frame_list),
+        }
+
+    def restore(self, data: JSON, events: EventSource) -> Stack:
+        """The stack `snapshot` wrote: its frames are made from their events when first needed."""
+        table = {(source, outcome): dest for source, outcome, dest in data["table"]}
+        ranges = [(low, high) for low, high in data["ranges"]]
+        frames: PList[Frame] = (
+            PList.deferred(_deferred_frames(table, ranges, data["depth"], events))
+            if ranges
+            else PList()
+        )
+        return build(Stack, {"initial": data["initial"], "table": table, "frame_list": frames})
+
+
+FRAMES_PER_READ = 1000
+"""Frames a deferred stack makes per read of their events, newest first."""
+
+
+def frame_ranges(frames: PList[Frame]) -> list[tuple[int, int]]:
+    """The versions of `frames`' events as ranges ``(first, last)``, oldest first."""
+    newest: list[int] = []
+    below: list[tuple[int, int]] = []
+    for frame, tail in frames.newest_cells():
+        if tail is not None:
+            below = list(tail.about)
+            break
+        newest.append(frame.version)  # type: ignore[union-attr]
+    ranges = below
+    for version in reversed(newest):
+        if ranges and ranges[-1][1] + 1 == version:
+            ranges[-1] = (ranges[-1][0], version)
+        else:
+            ranges.append((version, version))
+    return ranges
+
+
+def _deferred_frames(
+    table: Lookup, ranges: list[tuple[int, int]], depth: int, events: EventSource
+) -> Deferred[Frame]:
+    """The frames of `ranges` (`depth` of them), made `FRAMES_PER_READ` at a time, newest first."""
+    page: list[tuple[int, int]] = []
+    rest = list(ranges)
+    count = 0
+    while rest and count < FRAMES_PER_READ:
+        low, high = rest.pop()
+        take = min(high - low + 1, FRAMES_PER_READ - count)
+        page.append((high - take + 1, high))
+        if take <= high - low:
+            rest.append((low, high - take))
+        count += take
+    page.reverse()
+
+    def load() -> Any:
+        wanted = {v for low, high in page for v in range(low, high + 1)}
+        made = [
+            _frame(table, event)
+            for event in events(page[0][0] - 1, page[-1][1])
+            if event.version in wanted
+        ]
+        if len(made) != count:
+            raise ProjectionStateError(
+                StateStack.name, f"{count - len(made)} frame events are missing from the store"
+            )
+        below = _deferred_frames(table, rest, depth - count, events) if rest else None
+        return PList.of(made, below)._cells
+
+    return Deferred(load, depth, about=ranges)
 
 
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))
@@ -172,29 +252,26 @@ def _stack(state: Stack, frames: PList[Frame]) -> Stack:
     return build(Stack, {"initial": state.initial, "table": state.table, "frame_list": frames})
 
 
-def _push(
-    state: Stack,
-    event: StageCompleted | StageFailed,
-    *,
-    failed: bool,
-    result: JSON,
-    error: str | None,
-    error_type: str | None,
-) -> Stack:
-    frame = build(
+def _frame(table: Lookup, event: Any) -> Frame:
+    """The frame a stage outcome pushes."""
+    failed = isinstance(event, StageFailed)
+    return build(
         Frame,
         {
-            "state": state.table.get((event.stage, event.outcome), event.stage),
+            "state": table.get((event.stage, event.outcome), event.stage),
             "stage": event.stage,
             "outcome": event.outcome,
             "attempt": event.attempt,
             "failed": failed,
-            "result": result,
-            "error": error,
-            "error_type": error_type,
+            "result": None if failed else event.result,
+            "error": event.error if failed else None,
+            "error_type": event.error_type if failed else None,
             "duration": event.duration,
             "version": event.version,
             "timestamp": event.timestamp,
         },
     )
-    return _stack(state, state.frame_list.push(frame))
+
+
+def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
+    return _stack(state, state.frame_list.push(_frame(state.table, event)))

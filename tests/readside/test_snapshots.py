@@ -12,7 +12,7 @@ from engine import Engine, RunNotFound
 from engine.errors import InvalidArgument
 from engine.readside import TimeTravel
 from engine.store import Store
-from projections import BUILT_INS, RunIndex, StateStack
+from projections import BUILT_INS, ProjectionStateError, RunIndex, StateStack
 from tests._helpers import REVIEW, FailuresByType
 
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
@@ -133,15 +133,51 @@ class TestSnapshots:
         """After one query stored snapshots, a fresh engine folds at most one interval."""
         with Engine(sqlite_url) as engine:
             run_id = self.long_run(engine, 1_300)
-            expected = engine.project(run_id, StateStack, at=1_250)
+            engine.project(run_id, StateStack, at=1_250)
         with Engine(sqlite_url) as fresh:
             reader = CountingReader(fresh.store)
             travel = TimeTravel(reader, fresh.store.views)
-            assert travel.project(run_id, StateStack(), 1_250) == expected
+            at_1250 = travel.project(run_id, StateStack(), 1_250)
             assert reader.count == 250
-            events = fresh.events(run_id, upto=1_100)
-            assert travel.project(run_id, StateStack(), 1_100) == StateStack().fold(events)
+            at_1100 = travel.project(run_id, StateStack(), 1_100)
             assert reader.count == 250 + 100
+            assert at_1250.depth == 1_250 - 1
+            events = fresh.events(run_id, upto=1_250)
+            assert at_1250 == StateStack().fold(events)  # its older frames read now
+            assert at_1100 == StateStack().fold(events[:1_100])
+
+    def test_a_restored_stack_makes_its_older_frames_only_when_walked(
+        self, sqlite_url: str
+    ) -> None:
+        """A deep stack from a snapshot reads no frame event until its frames are walked."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 2_600)
+            engine.project(run_id, StateStack, at=2_500)
+        with Engine(sqlite_url) as fresh:
+            reader = CountingReader(fresh.store)
+            stack = TimeTravel(reader, fresh.store.views).project(run_id, StateStack(), 2_501)
+            assert reader.count == 1
+            assert stack.depth == 2_500
+            assert stack.top is not None
+            assert stack.top.version == 2_501
+            assert reader.count == 1
+            assert stack.frame_list.nth_newest(1).version == 2_500  # one page: 1,000 frames
+            assert reader.count == 1 + 1_000
+            expected = StateStack().fold(fresh.events(run_id, upto=2_501))
+            assert stack.frames == expected.frames
+
+    def test_a_restored_stack_is_not_read_once_its_run_was_erased(self, sqlite_url: str) -> None:
+        """Walking a restored stack after its run was erased raises rather than read another run."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 1_300)
+            engine.project(run_id, StateStack, at=1_250)
+        with Engine(sqlite_url) as fresh:
+            stack = fresh.project(run_id, StateStack, at=1_001)
+            run = fresh.load(run_id)
+            run.finish("deleted")
+            fresh.compact()
+            with pytest.raises(ProjectionStateError, match="erased"):
+                stack.frames  # noqa: B018
 
     def test_snapshots_of_other_code_are_not_used(self, sqlite_url: str) -> None:
         """A projection with another fingerprint folds from zero, not from old snapshots."""
