@@ -128,9 +128,7 @@ class PList(Generic[T]):
         cells = _made(self._cells)
         while cells is not None:
             yield cells[0]
-            cells = cells[1]
-            if type(cells) is Deferred:
-                cells = cells.cells()
+            cells = _made(cells[1])
 
     def newest_cells(self) -> Iterator[tuple[T, Deferred[T] | None]]:
         """(item, None) for each item made, newest first, then (None, tail) at a deferred tail.
@@ -152,6 +150,31 @@ class PList(Generic[T]):
         items.reverse()
         return tuple(items)
 
+    def runs(self) -> list[tuple[T, int]]:
+        """The items as runs ``(item, count)`` of equal items, oldest first.
+
+        A deferred tail made by `of_runs` is not walked: it knows its runs.
+        """
+        newest: list[T] = []
+        runs: list[tuple[T, int]] = []
+        for item, tail in self.newest_cells():
+            if tail is not None:
+                runs = list(tail.about)
+                break
+            newest.append(item)
+        for item in reversed(newest):
+            if runs and runs[-1][0] == item:
+                runs[-1] = (item, runs[-1][1] + 1)
+            else:
+                runs.append((item, 1))
+        return runs
+
+    @classmethod
+    def of_runs(cls, runs: list[tuple[T, int]]) -> PList[T]:
+        """The list `runs` wrote, its cells made `RUN_CELLS` at a time when first walked."""
+        size = sum(count for _, count in runs)
+        return cls(_deferred_runs(list(runs), size), size) if runs else cls()
+
     def __len__(self) -> int:
         return self._size
 
@@ -165,3 +188,25 @@ class PList(Generic[T]):
 
     def __repr__(self) -> str:
         return f"PList({list(self.to_tuple())!r})"
+
+
+RUN_CELLS = 1000
+"""Cells `PList.of_runs` makes at a time, newest first."""
+
+
+def _deferred_runs(runs: list[tuple[T, int]], size: int) -> Deferred[T]:
+    def load() -> Cons[T]:
+        rest = list(runs)
+        items: list[T] = []
+        while rest and len(items) < RUN_CELLS:
+            item, count = rest.pop()
+            take = min(count, RUN_CELLS - len(items))
+            items += [item] * take
+            if take < count:
+                rest.append((item, count - take))
+        cells: Cons[T] = _deferred_runs(rest, size - len(items)) if rest else None
+        for item in reversed(items):  # items are newest first
+            cells = (item, cells)
+        return cells
+
+    return Deferred(load, size, about=runs)

@@ -185,7 +185,7 @@ def frame_ranges(frames: PList[Frame]) -> list[tuple[int, int]]:
         if tail is not None:
             below = list(tail.about)
             break
-        newest.append(frame.version)  # type: ignore[union-attr]
+        newest.append(frame.version)
     ranges = below
     for version in reversed(newest):
         if ranges and ranges[-1][1] + 1 == version:

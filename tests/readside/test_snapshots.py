@@ -10,8 +10,10 @@ from freezegun import freeze_time
 
 from engine import Engine, RunNotFound
 from engine.errors import InvalidArgument
+from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel
 from engine.store import Store
+from events import RunStarted
 from projections import BUILT_INS, ProjectionStateError, RunIndex, StateStack
 from tests._helpers import REVIEW, FailuresByType
 
@@ -206,3 +208,54 @@ class TestSnapshots:
         )
         assert reader.count == 1_102 + 50
         assert first.depth == 1_101
+
+
+class TestLoadFromSnapshots:
+    def long_run(self, engine: Engine) -> uuid.UUID:
+        """1,300 events: loops, rollbacks, tasks and an open attempt."""
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", result={})
+        run.stage_completed("code_review", result={})
+        with run.batch():
+            for index in range(1_290):
+                if index % 10 == 9:
+                    run.rollback(1, reason="again")
+                elif index % 50 == 3:
+                    run.add_task(f"t{index}")
+                else:
+                    run.stage_failed("developer", error=f"e{index % 7}")
+        run.stage_started("developer")
+        return run.id
+
+    def test_a_long_run_loads_as_replaying_it_does(self, sqlite_url: str) -> None:
+        """engine.load of a long run equals replaying every event, in this and a new engine."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine)
+            first, *rest = engine.events(run_id)
+            assert isinstance(first, RunStarted)
+            expected = replay(first, rest)[1]
+            assert engine.load(run_id).machine == expected
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run_id)
+            assert loaded.machine == expected
+            assert loaded.machine.stack.to_tuple() == expected.stack.to_tuple()
+            loaded.stage_failed("developer", error="closes the open attempt")
+            loaded.rollback(3, reason="checks the stack below the snapshot")
+            loaded.stage_completed("developer", result={})
+            assert loaded.state == "testing"
+            assert fresh.verify(run_id).ok
+
+    def test_a_new_engine_loads_from_the_newest_snapshot(self, sqlite_url: str) -> None:
+        """A fresh engine reads only the events after the machine's newest stored snapshot."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine)
+            engine.load(run_id)
+        with Engine(sqlite_url) as fresh:
+            reader = CountingReader(fresh.store)
+            travel = TimeTravel(reader, fresh.store.views)
+            last = fresh.store.last(run_id)
+            assert last is not None
+            folded = travel.project(run_id, MachineFold(), last.version)
+            assert folded is not None
+            assert reader.count == last.version % 500
+            assert folded[1] == fresh.load(run_id).machine
