@@ -16,6 +16,7 @@ import orjson
 from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper, StoredEvent
 
 from events import Event, EventFormatError, decode, encode_timed
+from events.codec import decode_many
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
 
 _NUL_IN_JSON = b"\\u0000"
@@ -191,18 +192,17 @@ class EventMapper(Mapper[UUID]):
         states = transcoder.decode_many([stored.state for stored in stored_events])
         if states is None:
             return [self.to_domain_event(stored) for stored in stored_events]
-        events: list[Event] = []
-        append = events.append
-        run_id: Any = None
-        for stored, state in zip(stored_events, states, strict=True):
-            if stored.originator_id is not run_id:  # a page is one run's: one UUID
-                run_id = stored.originator_id
-                uuid = _as_uuid(run_id)
-            try:
-                append(decode(stored.topic, state, uuid, stored.originator_version))
-            except EventFormatError as error:
-                raise self._unreadable(stored, error.reason) from error
-        return events
+        run_id = stored_events[0].originator_id
+        if any(stored.originator_id != run_id for stored in stored_events):
+            return [self.to_domain_event(stored) for stored in stored_events]
+        rows = [
+            (stored.topic, state, stored.originator_version)
+            for stored, state in zip(stored_events, states, strict=True)
+        ]
+        try:
+            return decode_many(rows, _as_uuid(run_id))
+        except EventFormatError:  # which one: decoded again alone, it names its version
+            return [self.to_domain_event(stored) for stored in stored_events]
 
     @staticmethod
     def _unreadable(stored_event: StoredEvent, reason: str) -> EventFormatError:

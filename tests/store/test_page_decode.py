@@ -11,6 +11,7 @@ from eventsourcing.persistence import StoredEvent
 from engine import Engine
 from engine.store.mapper import EventMapper, FastJSONTranscoder
 from events import EventFormatError, RunStarted, StageCompleted
+from events.codec import decode, decode_many, encode
 from tests._helpers import REVIEW
 
 
@@ -62,3 +63,25 @@ class TestToDomainEvents:
             )
             with pytest.raises(EventFormatError, match=r"missing \['stage'\], unknown \['stag'\]"):
                 engine.store.mapper.to_domain_events([*stored[:2], renamed])  # type: ignore[attr-defined]
+
+
+class TestDecodeMany:
+    def test_events_of_later_class_versions_and_upcasts_decode_as_alone(self) -> None:
+        """Current versions decode inline; an older version is upcast; a newer one is refused."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", {})
+            run.stage_completed("code_review", {})
+            run.stage_failed("developer", "no", error_type="X")
+            events = engine.events(run.id)
+        rows = [(*encode(event), event.version) for event in events]
+        assert decode_many([(t, dict(s), v) for t, s, v in rows], run.id) == events
+        topic, state, version = rows[-1]
+        assert state["class_version"] > 1  # StageFailed is past its first version
+        older = {k: v for k, v in state.items() if k not in ("class_version", "details")}
+        assert decode_many([(topic, dict(older), version)], run.id) == [
+            decode(topic, dict(older), run.id, version)
+        ]
+        newer = {**state, "class_version": state["class_version"] + 1}
+        with pytest.raises(EventFormatError, match="newer than this stagetrail"):
+            decode_many([(topic, newer, version)], run.id)
