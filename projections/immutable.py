@@ -76,7 +76,9 @@ class PList(Generic[T]):
         self._size = size
 
     @classmethod
-    def of(cls, items: Iterator[T] | list[T] | tuple[T, ...], below: Cons[T] = None) -> PList[T]:
+    def of(
+        cls, items: Iterator[T] | list[T] | tuple[T, ...], below: Deferred[T] | None = None
+    ) -> PList[T]:
         """A list holding `items`, oldest first (on top of the cells `below`, if given)."""
         cells: Cons[T] = below
         size = below.size if type(below) is Deferred else 0
@@ -88,6 +90,11 @@ class PList(Generic[T]):
     def deferred(cls, tail: Deferred[T]) -> PList[T]:
         """A list whose cells are all `tail`'s, made when first needed."""
         return cls(tail, tail.size)
+
+    @property
+    def cells(self) -> Cons[T]:
+        """The list's cells, newest first (for a `Deferred`'s loader)."""
+        return self._cells
 
     def push(self, item: T) -> PList[T]:
         """A list with `item` appended (as the newest)."""

@@ -13,7 +13,8 @@ import attrs
 
 from events import JSON, StageCompleted, StageFailed, StageStarted
 from events.values import build, evolve
-from projections.base import Projection, on
+from projections.base import EventSource, Projection, on
+from projections.deferred import from_events, version_ranges
 from projections.immutable import PList
 
 
@@ -84,6 +85,22 @@ class StageResults(Projection[Results]):
             for stage, attempts in state.by_stage.items()
         }
 
+    def snapshot(self, state: Results) -> JSON:
+        """Each stage's attempts as the versions of their events (ranges), not the attempts."""
+        return [[stage, version_ranges(attempts)] for stage, attempts in state.by_stage.items()]
+
+    def restore(self, data: JSON, events: EventSource) -> Results:
+        """The results `snapshot` wrote: attempts made from their events when first walked."""
+        return build(
+            Results,
+            {
+                "by_stage": {
+                    stage: from_events(self.name, [(a, b) for a, b in ranges], events, _made)
+                    for stage, ranges in data
+                }
+            },
+        )
+
     def decode(self, data: JSON) -> Results:
         """The results `encode` turned into `data`."""
         return Results(
@@ -92,6 +109,13 @@ class StageResults(Projection[Results]):
                 for stage, attempts in data.items()
             }
         )
+
+
+def _made(event: Any) -> Attempt:
+    """The attempt an outcome appends (for a list made from its events)."""
+    if isinstance(event, StageFailed):
+        return _attempt(event, None, event.error, event.error_type)
+    return _attempt(event, event.result, None, None)
 
 
 def _attempt(

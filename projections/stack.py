@@ -17,8 +17,8 @@ from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBac
 from events.table import Lookup, initial_state, lookup
 from events.values import build
 from projections.base import EventSource, Projection, on
-from projections.errors import ProjectionStateError
-from projections.immutable import Deferred, PList
+from projections.deferred import from_events, version_ranges
+from projections.immutable import PList
 
 
 @attrs.frozen
@@ -157,75 +157,15 @@ class StateStack(Projection[Stack]):
             "table": sorted(
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
-            "depth": state.depth,
-            "ranges": frame_ranges(state.frame_list),
+            "ranges": version_ranges(state.frame_list),
         }
 
     def restore(self, data: JSON, events: EventSource) -> Stack:
         """The stack `snapshot` wrote: its frames are made from their events when first needed."""
         table = {(source, outcome): dest for source, outcome, dest in data["table"]}
         ranges = [(low, high) for low, high in data["ranges"]]
-        frames: PList[Frame] = (
-            PList.deferred(_deferred_frames(table, ranges, data["depth"], events))
-            if ranges
-            else PList()
-        )
+        frames = from_events(self.name, ranges, events, lambda event: _frame(table, event))
         return build(Stack, {"initial": data["initial"], "table": table, "frame_list": frames})
-
-
-FRAMES_PER_READ = 1000
-"""Frames a deferred stack makes per read of their events, newest first."""
-
-
-def frame_ranges(frames: PList[Frame]) -> list[tuple[int, int]]:
-    """The versions of `frames`' events as ranges ``(first, last)``, oldest first."""
-    newest: list[int] = []
-    below: list[tuple[int, int]] = []
-    for frame, tail in frames.newest_cells():
-        if tail is not None:
-            below = list(tail.about)
-            break
-        newest.append(frame.version)
-    ranges = below
-    for version in reversed(newest):
-        if ranges and ranges[-1][1] + 1 == version:
-            ranges[-1] = (ranges[-1][0], version)
-        else:
-            ranges.append((version, version))
-    return ranges
-
-
-def _deferred_frames(
-    table: Lookup, ranges: list[tuple[int, int]], depth: int, events: EventSource
-) -> Deferred[Frame]:
-    """The frames of `ranges` (`depth` of them), made `FRAMES_PER_READ` at a time, newest first."""
-    page: list[tuple[int, int]] = []
-    rest = list(ranges)
-    count = 0
-    while rest and count < FRAMES_PER_READ:
-        low, high = rest.pop()
-        take = min(high - low + 1, FRAMES_PER_READ - count)
-        page.append((high - take + 1, high))
-        if take <= high - low:
-            rest.append((low, high - take))
-        count += take
-    page.reverse()
-
-    def load() -> Any:
-        wanted = {v for low, high in page for v in range(low, high + 1)}
-        made = [
-            _frame(table, event)
-            for event in events(page[0][0] - 1, page[-1][1])
-            if event.version in wanted
-        ]
-        if len(made) != count:
-            raise ProjectionStateError(
-                StateStack.name, f"{count - len(made)} frame events are missing from the store"
-            )
-        below = _deferred_frames(table, rest, depth - count, events) if rest else None
-        return PList.of(made, below)._cells
-
-    return Deferred(load, depth, about=ranges)
 
 
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))

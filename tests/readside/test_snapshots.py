@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,7 +17,7 @@ from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel
 from engine.store import Store
 from events import RunStarted
-from projections import BUILT_INS, ProjectionStateError, RunIndex, StateStack
+from projections import BUILT_INS, ProjectionStateError, RunIndex, StageResults, StateStack
 from tests._helpers import REVIEW, FailuresByType
 
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
@@ -259,3 +262,35 @@ class TestLoadFromSnapshots:
             assert folded is not None
             assert reader.count == last.version % 500
             assert folded[1] == fresh.load(run_id).machine
+
+
+class TestGrowingStatesFromSnapshots:
+    @pytest.mark.parametrize("projection", [StateStack, StageResults, RunIndex])
+    def test_a_fresh_engine_answers_from_small_snapshots(
+        self, sqlite_url: str, projection: Any
+    ) -> None:
+        """States that grow with the run come back from snapshots far smaller than themselves."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+            run.stage_completed("code_review", result={})
+            with run.batch():
+                for index in range(1_700):
+                    if index % 13 == 12:
+                        run.rollback(2, reason="again")
+                    else:
+                        run.stage_failed("developer", error=f"e{index % 5}")
+            engine.project(run.id, projection, at=1_650)
+            whole = len(json.dumps(projection().encode(engine.project(run.id, projection))))
+        path = sqlite_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            sizes = db.execute(
+                "SELECT version, length(state) FROM stagetrail_snapshots WHERE projection = ?",
+                (projection.name,),
+            ).fetchall()
+        assert [version for version, _ in sizes] == [500, 1_000, 1_500]
+        assert max(size for _, size in sizes) < whole / 10
+        with Engine(sqlite_url) as fresh:
+            for at in (1_000, 1_501, 1_702):
+                expected = projection().fold(fresh.events(run.id, upto=at))
+                assert fresh.project(run.id, projection, at=at) == expected
