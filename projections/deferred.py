@@ -4,7 +4,7 @@ A stack's frames and a stage's attempts are each made from one event of the
 run. A time-travel snapshot of such a list holds the versions of those events
 as ranges (a list that never lost an item: one range, whatever its length),
 and the list restored from it makes its items from their events only when a
-walk first reaches them, `ITEMS_PER_READ` at a time, newest first.
+walk first reaches them, newest first: `FIRST_READ`, then `ITEMS_PER_READ` at a time.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from projections.immutable import Cons, Deferred, PList
 
 ITEMS_PER_READ = 1000
 """Items a deferred list makes per read of their events, newest first."""
+FIRST_READ = 64
+"""Items the first read makes: a fold going on from a snapshot (a rollback) or a look at
+the newest items needs only a few, so they cost a short read, not a page."""
 
 Ranges = list[tuple[int, int]]
 """Versions ``(first, last)``, oldest first."""
@@ -63,18 +66,23 @@ def from_events(
     if not ranges:
         return PList()
     size = sum(high - low + 1 for low, high in ranges)
-    return PList.deferred(_deferred(name, list(ranges), size, events, make))
+    return PList.deferred(_deferred(name, list(ranges), size, events, make, FIRST_READ))
 
 
 def _deferred(
-    name: str, ranges: Ranges, size: int, events: EventSource, make: Callable[[Event], T]
+    name: str,
+    ranges: Ranges,
+    size: int,
+    events: EventSource,
+    make: Callable[[Event], T],
+    per_read: int = ITEMS_PER_READ,
 ) -> Deferred[T]:
     page: Ranges = []
     rest = list(ranges)
     count = 0
-    while rest and count < ITEMS_PER_READ:
+    while rest and count < per_read:
         low, high = rest.pop()
-        take = min(high - low + 1, ITEMS_PER_READ - count)
+        take = min(high - low + 1, per_read - count)
         page.append((high - take + 1, high))
         if take <= high - low:
             rest.append((low, high - take))

@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from projections import ProjectionStateError
-from projections.deferred import ITEMS_PER_READ, from_events, version_ranges
+from projections.deferred import FIRST_READ, ITEMS_PER_READ, from_events, version_ranges
 from projections.immutable import PList
 
 
@@ -62,7 +62,9 @@ class TestFromEvents:
         ]
         assert source.read == 0
         assert items.last == Item(2 * ITEMS_PER_READ + 9)
-        assert source.read == ITEMS_PER_READ + 4  # the page's span, gap included
+        assert source.read == FIRST_READ + 4  # the newest items' span, the gap's 4 included
+        assert items.nth_newest(FIRST_READ).version == 2 * ITEMS_PER_READ + 9 - FIRST_READ - 4
+        assert source.read == FIRST_READ + 4 + ITEMS_PER_READ
         expected = [
             *range(1, 2 * ITEMS_PER_READ + 1),
             *range(2 * ITEMS_PER_READ + 5, 2 * ITEMS_PER_READ + 10),

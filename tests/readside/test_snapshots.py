@@ -18,6 +18,7 @@ from engine.readside import TimeTravel
 from engine.store import Store
 from events import RunStarted
 from projections import BUILT_INS, ProjectionStateError, RunIndex, StageResults, StateStack
+from projections.deferred import FIRST_READ
 from tests._helpers import REVIEW, FailuresByType
 
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
@@ -166,8 +167,10 @@ class TestSnapshots:
             assert stack.top is not None
             assert stack.top.version == 2_501
             assert reader.count == 1
-            assert stack.frame_list.nth_newest(1).version == 2_500  # one page: 1,000 frames
-            assert reader.count == 1 + 1_000
+            assert stack.frame_list.nth_newest(1).version == 2_500  # a first, short read
+            assert reader.count == 1 + FIRST_READ
+            assert stack.frame_list.nth_newest(FIRST_READ + 1).version == 2_500 - FIRST_READ
+            assert reader.count == 1 + FIRST_READ + 1_000  # then pages of 1,000
             expected = StateStack().fold(fresh.events(run_id, upto=2_501))
             assert stack.frames == expected.frames
 
