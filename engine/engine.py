@@ -26,7 +26,7 @@ from engine.errors import (
     RunNotFound,
     StoreError,
 )
-from engine.machine import RunState, replay
+from engine.machine import MachineFold, RunState, replay
 from engine.pipeline import Pipeline
 from engine.readside import Projections, ReadOnlyViews, TimeTravel
 from engine.run import Run
@@ -510,6 +510,15 @@ class Engine:
         return list(self.store.stream(run_id, lte=version))
 
     def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState]:
+        last = self.store.last(run_id)
+        if last is not None and last.version >= self._time_travel.interval:
+            # A long run: from the newest snapshot of the machine, plus the events after it.
+            folded: tuple[Pipeline, RunState] | None = self._time_travel.project(
+                run_id, MachineFold(), last.version
+            )
+            if folded is None:
+                raise StoreError(self.url, f"run {run_id} does not begin with RunStarted")
+            return folded
         events = self.store.stream(run_id)
         first = next(events, None)
         if first is None:

@@ -8,6 +8,10 @@ history always obeys the rules.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -26,6 +30,7 @@ from engine.errors import (
 from engine.pipeline import Pipeline
 from events import (
     DECIDED,
+    JSON,
     Event,
     RunFinished,
     RunStarted,
@@ -40,6 +45,7 @@ from events import (
     TaskStarted,
 )
 from events.values import evolve
+from projections.base import EventSource, Projection
 from projections.immutable import PList, PMap
 
 
@@ -287,3 +293,87 @@ _FOLDS: dict[type[Event], Callable[[Pipeline, RunState, Any], RunState]] = {
     TaskFailed: _task,
     RunFinished: _finished,
 }
+
+
+class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
+    """`replay` as a projection: time travel's snapshots then serve `Engine.load`.
+
+    Its state is the run's pipeline (from `RunStarted`'s table) and machine state;
+    every event goes through `apply`, so each rule is checked as `replay` checks it.
+    Its snapshots hold the stack as runs of equal states, restored without a walk.
+    """
+
+    name = "run_machine"
+    scope = "run"
+
+    def initial(self) -> tuple[Pipeline, RunState] | None:
+        """No run yet."""
+        return None
+
+    def apply(
+        self, state: tuple[Pipeline, RunState] | None, event: Event
+    ) -> tuple[Pipeline, RunState] | None:
+        """The pipeline and machine state after `event` (raises as `replay` does)."""
+        if state is None:
+            if not isinstance(event, RunStarted):
+                return None  # not a run's history: the caller says so
+            pipeline = Pipeline.from_dict(event.table)
+            return pipeline, start(pipeline, event)
+        return state[0], apply(state[0], state[1], event)
+
+    def identity(self) -> str:
+        """The fingerprint, and the rules' code (this module and `engine.pipeline`)."""
+        return _rules_identity(self.fingerprint())
+
+    def encode(self, state: tuple[Pipeline, RunState] | None) -> JSON:
+        """The table and the machine state as strict JSON (the stack as runs of states)."""
+        if state is None:
+            return None
+        pipeline, machine = state
+        return {
+            "table": pipeline.to_dict(),
+            "run_id": str(machine.run_id),
+            "pipeline": machine.pipeline,
+            "state": machine.state,
+            "version": machine.version,
+            "last_timestamp": machine.last_timestamp.isoformat(),
+            "stack": [[item, count] for item, count in machine.stack.runs()],
+            "attempts": dict(machine.attempts),
+            "open_attempt": machine.open_attempt,
+            "opened_at": None if machine.opened_at is None else machine.opened_at.isoformat(),
+            "tasks": dict(machine.tasks),
+            "status": machine.status,
+        }
+
+    def decode(self, data: JSON) -> tuple[Pipeline, RunState] | None:
+        """The state `encode` turned into `data`."""
+        if data is None:
+            return None
+        opened = data["opened_at"]
+        machine = RunState(
+            run_id=UUID(data["run_id"]),
+            pipeline=data["pipeline"],
+            state=data["state"],
+            version=data["version"],
+            last_timestamp=datetime.fromisoformat(data["last_timestamp"]),
+            stack=PList.of_runs([(item, count) for item, count in data["stack"]]),
+            attempts=data["attempts"],
+            open_attempt=data["open_attempt"],
+            opened_at=None if opened is None else datetime.fromisoformat(opened),
+            tasks=PMap(data["tasks"]),
+            status=data["status"],
+        )
+        return Pipeline.from_dict(data["table"]), machine
+
+    def restore(self, data: JSON, events: EventSource) -> tuple[Pipeline, RunState] | None:
+        """`decode`: the stack's cells are made from its runs when first walked."""
+        return self.decode(data)
+
+
+@functools.cache
+def _rules_identity(fingerprint: str) -> str:
+    """`fingerprint` with a digest of the rules' source: new rules, new snapshots."""
+    digest = hashlib.sha256(fingerprint.encode())
+    for module in (sys.modules[__name__], sys.modules[Pipeline.__module__]):
+        digest.update(inspect.getsource(module).encode())
+    return digest.hexdigest()[:16]

@@ -7,6 +7,7 @@ and class versions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -15,7 +16,7 @@ import attrs
 
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
-from events.values import build, fields_of
+from events.values import build, builder, fields_of
 
 
 def encode(event: Event) -> tuple[str, dict[str, Any]]:
@@ -48,18 +49,91 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
     if not isinstance(state, dict):
         raise EventFormatError(topic, f"stored state is a {type(state).__name__}, not an object")
     _upcast(cls, state)
-    if state.keys() != _stored_fields(cls):
+    # As many keys as fields, the timestamp among them: any other field missing
+    # would leave an unknown key in its place, which `build` below finds missing.
+    if len(state) != len(_stored_fields(cls)) or "timestamp" not in state:
         raise EventFormatError(topic, _field_mismatch(cls, state))
     try:
         state["timestamp"] = datetime.fromisoformat(state["timestamp"])
         for name, decoder in cls.decoders.items():
             state[name] = decoder(state[name])
     except (KeyError, TypeError, ValueError) as error:
+        if state.keys() != _stored_fields(cls):
+            raise EventFormatError(topic, _field_mismatch(cls, state)) from None
         raise EventFormatError(topic, f"bad field value: {error!r}") from error
+    if "run_id" in state or "version" in state:  # stored keys the event sets itself
+        raise EventFormatError(topic, _field_mismatch(cls, state))
     state["run_id"] = run_id
     state["version"] = version
     # Trusted data from the store: skip the constructor's checks, as eventsourcing does.
-    return build(cls, state)
+    try:
+        return build(cls, state)
+    except KeyError:
+        del state["run_id"], state["version"]
+        raise EventFormatError(topic, _field_mismatch(cls, state)) from None
+
+
+def decode_many(rows: Iterable[tuple[str, dict[str, Any], int]], run_id: UUID) -> list[Event]:
+    """`decode` of many events of one run: (topic, state, version) each, in order.
+
+    The common case (the class's current version, no field decoders, as many
+    keys as fields) is built inline with the lookups made once per topic;
+    anything else goes through `decode`, which checks and upcasts it.
+
+    Raises:
+        EventFormatError: as `decode` does.
+    """
+    events: list[Event] = []
+    append = events.append
+    plans: dict[str, Any] = {}
+    parse = datetime.fromisoformat
+    for topic, state, version in rows:
+        plan = plans.get(topic)
+        if plan is None:
+            plan = plans[topic] = _plan(topic)
+        if plan is False or type(state) is not dict or not _plain(state, plan):
+            append(decode(topic, state, run_id, version))
+            continue
+        try:
+            state["timestamp"] = parse(state["timestamp"])
+        except (KeyError, TypeError, ValueError):
+            append(decode(topic, state, run_id, version))  # names what is wrong
+            continue
+        if "run_id" in state or "version" in state:
+            append(decode(topic, state, run_id, version))
+            continue
+        state["run_id"] = run_id
+        state["version"] = version
+        try:
+            append(plan[1](state))
+        except KeyError:
+            del state["run_id"], state["version"]
+            raise EventFormatError(topic, _field_mismatch(plan[2], state)) from None
+    return events
+
+
+def _plan(topic: str) -> Any:
+    """(field count, builder, class) for `decode_many`'s inline path, or False for `decode`'s."""
+    cls = EVENT_TYPES.get(topic)
+    if cls is None or cls.decoders:
+        return False
+    return len(_stored_fields(cls)), builder(cls), cls
+
+
+def _plain(state: dict[str, Any], plan: Any) -> bool:
+    """Whether `state` is in its class's current version with as many keys as fields.
+
+    The class version key is dropped then (as `_upcast` does): nothing to upcast.
+    """
+    current = plan[2].class_version
+    stored = state.get("class_version", 1)
+    if stored != current or type(stored) is not int:
+        return False
+    if len(state) != plan[0] + (current > 1):
+        return False
+    if current > 1:
+        del state["class_version"]
+    return True
 
 
 _STORED_FIELDS: dict[type[Event], frozenset[str]] = {}

@@ -28,6 +28,9 @@ SCOPES = ("all", "run", "pipeline")
 
 _HANDLES = "__stagetrail_handles__"
 
+EventSource = Callable[[int, int], Iterable[Event]]
+"""Reads one run's events with `gt < version <= lte`, oldest first (`Projection.restore`)."""
+
 
 def on(*event_types: type[Event]) -> Callable[[F], F]:
     """Mark a method `(self, state, event) -> state` as the handler of `event_types`.
@@ -162,6 +165,23 @@ class Projection(Generic[S]):
         Raises:
             Exception: the page is not committed and is folded and delivered again later.
         """
+
+    def snapshot(self, state: S) -> JSON:
+        """The state as a time-travel snapshot stores it (default: `encode`).
+
+        A projection whose state grows with the run overrides it with `restore`
+        to store less than the whole state (what the run's events already hold).
+        """
+        return self.encode(state)
+
+    def restore(self, data: JSON, events: EventSource) -> S:
+        """The state `snapshot` turned into `data` (default: `decode`).
+
+        Args:
+            events: reads the run's events `(gt, lte)`, oldest first, for a state
+                that makes its older part from them only when it is first needed.
+        """
+        return self.decode(data)
 
     def settled(self, state: S) -> bool:
         """Whether no later event can change `state` (persistent use stops caching it)."""

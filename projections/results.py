@@ -12,7 +12,9 @@ from typing import Any
 import attrs
 
 from events import JSON, StageCompleted, StageFailed, StageStarted
-from projections.base import Projection, on
+from events.values import build, evolve
+from projections.base import EventSource, Projection, on
+from projections.deferred import from_events, version_ranges
 from projections.immutable import PList
 
 
@@ -85,6 +87,22 @@ class StageResults(Projection[Results]):
             for stage, attempts in state.by_stage.items()
         }
 
+    def snapshot(self, state: Results) -> JSON:
+        """Each stage's attempts as the versions of their events (ranges), not the attempts."""
+        return [[stage, version_ranges(attempts)] for stage, attempts in state.by_stage.items()]
+
+    def restore(self, data: JSON, events: EventSource) -> Results:
+        """The results `snapshot` wrote: attempts made from their events when first walked."""
+        return build(
+            Results,
+            {
+                "by_stage": {
+                    stage: from_events(self.name, [(a, b) for a, b in ranges], events, _made)
+                    for stage, ranges in data
+                }
+            },
+        )
+
     def decode(self, data: JSON) -> Results:
         """The results `encode` turned into `data`."""
         return Results(
@@ -95,24 +113,37 @@ class StageResults(Projection[Results]):
         )
 
 
+def _made(event: Any) -> Attempt:
+    """The attempt an outcome appends (for a list made from its events)."""
+    if isinstance(event, StageFailed):
+        return _attempt(event, None, event.error, event.error_type)
+    return _attempt(event, event.result, None, None)
+
+
 def _attempt(
     event: StageCompleted | StageFailed, result: JSON, error: str | None, error_type: str | None
 ) -> Attempt:
-    return Attempt(
-        attempt=event.attempt,
-        outcome=event.outcome,
-        failed=isinstance(event, StageFailed),
-        result=result,
-        error=error,
-        error_type=error_type,
-        duration=event.duration,
-        version=event.version,
+    return build(
+        Attempt,
+        {
+            "attempt": event.attempt,
+            "outcome": event.outcome,
+            "failed": isinstance(event, StageFailed),
+            "result": result,
+            "error": error,
+            "error_type": error_type,
+            "duration": event.duration,
+            "version": event.version,
+        },
     )
 
 
 def _append(state: Results, stage: str, attempt: Attempt) -> Results:
-    attempts = state.by_stage.get(stage, PList()).push(attempt)
-    return Results({**state.by_stage, stage: attempts})
+    attempts = state.by_stage.get(stage, _EMPTY).push(attempt)
+    return build(Results, {"by_stage": {**state.by_stage, stage: attempts}})
+
+
+_EMPTY: PList[Any] = PList()
 
 
 @attrs.frozen
@@ -136,26 +167,32 @@ class Retries:
     def begin(self, stage: str) -> Retries:
         """The counts after a new attempt of `stage` began."""
         retried = stage in self.last_failed
-        return Retries(
-            attempt_counts={**self.attempt_counts, stage: self.attempts(stage) + 1},
-            retry_counts=(
-                {**self.retry_counts, stage: self.retries(stage) + 1}
-                if retried
-                else self.retry_counts
-            ),
-            last_failed=self.last_failed - {stage} if retried else self.last_failed,
-            open_stage=stage,
-            total_attempts=self.total_attempts + 1,
+        # `build`, not __init__ or attrs.evolve: this runs for every event of a fold.
+        return build(
+            Retries,
+            {
+                "attempt_counts": {**self.attempt_counts, stage: self.attempts(stage) + 1},
+                "retry_counts": (
+                    {**self.retry_counts, stage: self.retries(stage) + 1}
+                    if retried
+                    else self.retry_counts
+                ),
+                "last_failed": self.last_failed - {stage} if retried else self.last_failed,
+                "open_stage": stage,
+                "total_attempts": self.total_attempts + 1,
+            },
         )
 
     def end(self, stage: str, failed: bool) -> Retries:
         """The counts after an outcome of `stage` closed its attempt."""
         if self.open_stage == stage:
-            state = attrs.evolve(self, open_stage=None)
+            state, open_stage = self, None
         else:  # recorded without a start: an attempt of its own; another stage stays open
-            state = attrs.evolve(self.begin(stage), open_stage=self.open_stage)
-        last_failed = state.last_failed | {stage} if failed else state.last_failed - {stage}
-        return attrs.evolve(state, last_failed=last_failed)
+            state, open_stage = self.begin(stage), self.open_stage
+        last_failed = state.last_failed
+        if failed != (stage in last_failed):  # a set copied only when it changes
+            last_failed = last_failed | {stage} if failed else last_failed - {stage}
+        return evolve(state, open_stage=open_stage, last_failed=last_failed)
 
 
 class RetryCounts(Projection[Retries]):

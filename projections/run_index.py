@@ -22,7 +22,7 @@ from events import (
 )
 from events.table import Lookup, as_rows, from_rows, lookup
 from events.values import evolve
-from projections.base import Projection, on
+from projections.base import EventSource, Projection, on
 from projections.errors import ProjectionError
 from projections.immutable import PList
 
@@ -199,6 +199,27 @@ class RunIndex(Projection["RunSummary | None"]):
         data["moves"] = as_rows(state.moves)
         data["states"] = list(state.states.to_tuple())
         return data
+
+    def snapshot(self, state: RunSummary | None) -> JSON:
+        """`encode`, with the stack of states as runs of equal states (a deferred tail unwalked)."""
+        if state is None:
+            return None
+        data = state.to_json()
+        data["updated"] = iso(state.updated)
+        data["moves"] = as_rows(state.moves)
+        data["states"] = []
+        data["state_runs"] = [[item, count] for item, count in state.states.runs()]
+        return data
+
+    def restore(self, data: JSON, events: EventSource) -> RunSummary | None:
+        """The summary `snapshot` wrote: its stack's cells made from its runs when first walked."""
+        if data is None:
+            return None
+        assert isinstance(data, dict)
+        runs = [(item, count) for item, count in data["state_runs"]]
+        summary = self.decode({key: value for key, value in data.items() if key != "state_runs"})
+        assert summary is not None
+        return evolve(summary, states=PList.of_runs(runs))
 
     def decode(self, data: JSON) -> RunSummary | None:
         """The summary `encode` stored."""

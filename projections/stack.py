@@ -16,7 +16,8 @@ import attrs
 from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import Lookup, initial_state, lookup
 from events.values import build
-from projections.base import Projection, on
+from projections.base import EventSource, Projection, on
+from projections.deferred import from_events, version_ranges
 from projections.immutable import PList
 
 
@@ -118,14 +119,12 @@ class StateStack(Projection[Stack]):
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
         """Push a frame holding the stage's result."""
-        return _push(state, event, failed=False, result=event.result, error=None, error_type=None)
+        return _push(state, event)
 
     @on(StageFailed)
     def failed(self, state: Stack, event: StageFailed) -> Stack:
         """Push a frame holding the stage's error."""
-        return _push(
-            state, event, failed=True, result=None, error=event.error, error_type=event.error_type
-        )
+        return _push(state, event)
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
@@ -149,6 +148,27 @@ class StateStack(Projection[Stack]):
             table={(source, outcome): dest for source, outcome, dest in data["table"]},
             frame_list=PList.of([decode_frame(frame) for frame in data["frames"]]),
         )
+
+    def snapshot(self, state: Stack) -> JSON:
+        """The stack as the versions of its frames' events, not the frames themselves.
+
+        Each frame is made from one event and the table, so the versions say it all;
+        a deferred tail (a snapshot restored) is not walked: it knows its versions.
+        """
+        return {
+            "initial": state.initial,
+            "table": sorted(
+                [source, outcome, dest] for (source, outcome), dest in state.table.items()
+            ),
+            "ranges": version_ranges(state.frame_list),
+        }
+
+    def restore(self, data: JSON, events: EventSource) -> Stack:
+        """The stack `snapshot` wrote: its frames are made from their events when first needed."""
+        table = {(source, outcome): dest for source, outcome, dest in data["table"]}
+        ranges = [(low, high) for low, high in data["ranges"]]
+        frames = from_events(self.name, ranges, events, lambda event: _frame(table, event))
+        return build(Stack, {"initial": data["initial"], "table": table, "frame_list": frames})
 
 
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))
@@ -175,29 +195,26 @@ def _stack(state: Stack, frames: PList[Frame]) -> Stack:
     return build(Stack, {"initial": state.initial, "table": state.table, "frame_list": frames})
 
 
-def _push(
-    state: Stack,
-    event: StageCompleted | StageFailed,
-    *,
-    failed: bool,
-    result: JSON,
-    error: str | None,
-    error_type: str | None,
-) -> Stack:
-    frame = build(
+def _frame(table: Lookup, event: Any) -> Frame:
+    """The frame a stage outcome pushes."""
+    failed = isinstance(event, StageFailed)
+    return build(
         Frame,
         {
-            "state": state.table.get((event.stage, event.outcome), event.stage),
+            "state": table.get((event.stage, event.outcome), event.stage),
             "stage": event.stage,
             "outcome": event.outcome,
             "attempt": event.attempt,
             "failed": failed,
-            "result": result,
-            "error": error,
-            "error_type": error_type,
+            "result": None if failed else event.result,
+            "error": event.error if failed else None,
+            "error_type": event.error_type if failed else None,
             "duration": event.duration,
             "version": event.version,
             "timestamp": event.timestamp,
         },
     )
-    return _stack(state, state.frame_list.push(frame))
+
+
+def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
+    return _stack(state, state.frame_list.push(_frame(state.table, event)))

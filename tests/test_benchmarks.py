@@ -157,6 +157,17 @@ class TestCompare:
         assert all(row["failures_visible"] for row in rows.values())
         assert report["environment"]["versions"]["eventsourcing"]
 
+    def test_long_runs_benchmark_reports_every_column(self) -> None:
+        """benchmarks.long_runs --quick prints each size's row and the scaling between them."""
+        rows = json.loads(quick_run("long_runs").stdout)["results"]
+        assert [row["events"] for row in rows[:2]] == [1_500, 3_000]
+        for row in rows[:2]:
+            assert min(row["record_s"], row["state_half_first_ms"], row["state_again_ms"]) > 0
+            assert min(row["fold_per_s"], row["load_fresh_ms"], row["raw_half_ms"]) > 0
+            assert row["bytes_per_event"] > 0
+            assert row["raw_bytes_per_event"] > 0
+        assert rows[2]["state_third_fresh_ratio"] > 0
+
     def test_reads_benchmark_reports_both_read_paths(self) -> None:
         """benchmarks.reads --quick times both read paths against raw sqlite3 per case."""
         rows = json.loads(quick_run("reads").stdout)["results"]

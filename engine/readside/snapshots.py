@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from engine.store.views import Views
-from projections.base import Projection
+from projections.base import EventSource, Projection
 from projections.collector import collector_paused
 from projections.errors import ProjectionStateError
 
@@ -123,17 +123,39 @@ class TimeTravel:
         fresh: list[tuple[int, Any]] = []
         storer = _Storer(self, key, projection, stored_size)
         apply, relevant = projection.apply, projection.relevant
+        deferring = type(projection).restore is not Projection.restore
         with collector_paused() as tick:
             for event in self._reader.stream(run_id, gt=start, lte=version):
                 if relevant(event):
                     state = apply(state, event)
                 if event.version % self.interval == 0:
+                    data = storer.offer(event.version, state)
+                    if deferring and data is not None:
+                        # Go on from the snapshot as a reader would restore it: the next
+                        # snapshot then walks only what changed since, and memory holds
+                        # the state's newest part, not the whole run.
+                        state = projection.restore(data, self._events(key))
                     fresh.append((event.version, state))
-                    storer.offer(event.version, state)
                 tick()
+        if not fresh or fresh[-1][0] != version:
+            fresh.append((version, state))  # the same question again: no fold at all
         self._remember(key, fresh)
         storer.flush()
         return state
+
+    def _events(self, key: _Key) -> EventSource:
+        """Reads the run's events for a restored state, while the run is the one it was."""
+        generation, run_id = key[0], key[1]
+        reader = self._reader
+
+        def events(gt: int, lte: int) -> Iterator[Any]:
+            if reader.generation() != generation:
+                raise ProjectionStateError(
+                    key[2], f"run {run_id} was erased since this state was read; read it again"
+                )
+            return reader.stream(run_id, gt=gt, lte=lte)
+
+        return events
 
     def _snapshots(self, key: _Key) -> _Snapshots:
         memory = self._memory.pop(key, None) or _Snapshots()
@@ -157,7 +179,8 @@ class TimeTravel:
             stored = self._views.snapshot(str(run_id), name, identity, generation, version)
             if stored is not None and stored[0] > start:
                 start, size = stored[0], len(stored[1])
-                state = projection.decode(self._views.codec.unseal(stored[1]))
+                data = self._views.codec.unseal(stored[1])
+                state = projection.restore(data, self._events(key))
                 self._remember(key, [(start, state)])
         return start, (projection.initial() if start == 0 else state), size
 
@@ -189,17 +212,20 @@ class _Storer:
         self.views = travel._views
         self.sealed: list[tuple[int, bytes]] = []
 
-    def offer(self, version: int, state: Any) -> None:
+    def offer(self, version: int, state: Any) -> Any:
+        """Seal a snapshot of `state` if one is due at `version`; its JSON, or None."""
         if self.views is None or version % self.spacing:
-            return
+            return None
         try:
-            data = self.views.codec.seal(self.projection.encode(state))
+            snapshot = self.projection.snapshot(state)
         except ProjectionStateError as error:  # no codec: on-demand answers need none
             _log.debug("%s has no JSON codec, so no stored snapshots: %s", self.key[2], error)
             self.views = None
-            return
+            return None
+        data = self.views.codec.seal(snapshot)
         self.sealed.append((version, data))
         self.spacing = _spacing(self.spacing, len(data))
+        return snapshot
 
     def flush(self) -> None:
         """Store the chosen snapshots in one transaction (they total about the events' size)."""

@@ -279,7 +279,11 @@ class Store:
 
     def _get(self, run_id: UUID, **query: Any) -> list[Event]:
         try:
-            return list(self._events.get(run_id, **query))  # type: ignore[arg-type]
+            stored = self.recorder.select_events(run_id, **query)
+            to_events = getattr(self._mapper, "to_domain_events", None)
+            if to_events is None:  # not stagetrail's mapper: eventsourcing's, one by one
+                return list(self._events.get(run_id, **query))  # type: ignore[arg-type]
+            return to_events(stored)  # type: ignore[no-any-return]
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:

@@ -7,6 +7,7 @@ between event attributes and the stored state dict is stagetrail's own.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -16,6 +17,7 @@ from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper
 
 from engine.store.chain import FIELD, Chain
 from events import Event, EventFormatError, decode, encode_timed
+from events.codec import decode_many
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
 
 _NUL_IN_JSON = b"\\u0000"
@@ -83,6 +85,24 @@ class FastJSONTranscoder(JSONTranscoder):
         if isinstance(value, datetime):
             return value.isoformat()
         return self.encoder.default(value)
+
+    def decode_many(self, documents: Sequence[bytes]) -> list[Any] | None:
+        """Decode many UTF-8 JSON documents at once, or None when one needs `decode` alone.
+
+        One check for long digits and one orjson call over a page of a run's events
+        (documents joined into one array) cost a fraction of a call per document.
+        None: a document may hold an int beyond 64 bits, or is not one JSON value
+        orjson reads (`decode` then reads each one, or says which is wrong).
+        """
+        joined = b"[" + b",".join(documents) + b"]"
+        if _LONG_DIGITS in joined.translate(_DIGITS_ONLY):
+            return None
+        try:
+            values = orjson.loads(joined)
+        except orjson.JSONDecodeError:
+            return None
+        # Two documents glued into one value ("1,2" read as two) would shift the rest.
+        return values if len(values) == len(documents) else None
 
     def decode(self, data: bytes) -> Any:
         """Decode UTF-8 JSON bytes into plain Python values."""
@@ -192,6 +212,39 @@ class EventMapper(Mapper[UUID]):
             )
         except EventFormatError as error:
             raise self._unreadable(stored_event, error.reason) from error
+
+    def to_domain_events(self, stored_events: Sequence[StoredEvent]) -> list[Event]:
+        """Deserialise a page of stored events, as `to_domain_event` does each one, faster.
+
+        Without cipher or compressor, the page's JSON is read in one call
+        (`FastJSONTranscoder.decode_many`); anything it cannot read goes through
+        `to_domain_event` one by one, which names the event that is wrong.
+
+        Raises:
+            EventFormatError: naming the run and version that cannot be read.
+        """
+        transcoder = self.transcoder
+        if (
+            self.cipher
+            or self.compressor
+            or len(stored_events) < 2
+            or not isinstance(transcoder, FastJSONTranscoder)
+        ):
+            return [self.to_domain_event(stored) for stored in stored_events]
+        states = transcoder.decode_many([stored.state for stored in stored_events])
+        if states is None:
+            return [self.to_domain_event(stored) for stored in stored_events]
+        run_id = stored_events[0].originator_id
+        if any(stored.originator_id != run_id for stored in stored_events):
+            return [self.to_domain_event(stored) for stored in stored_events]
+        rows = [
+            (stored.topic, state, stored.originator_version)
+            for stored, state in zip(stored_events, states, strict=True)
+        ]
+        try:
+            return decode_many(rows, _as_uuid(run_id))
+        except EventFormatError:  # which one: decoded again alone, it names its version
+            return [self.to_domain_event(stored) for stored in stored_events]
 
     @staticmethod
     def _unreadable(stored_event: StoredEvent, reason: str) -> EventFormatError:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -10,9 +13,12 @@ from freezegun import freeze_time
 
 from engine import Engine, RunNotFound
 from engine.errors import InvalidArgument
+from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel
 from engine.store import Store
-from projections import BUILT_INS, RunIndex, StateStack
+from events import RunStarted
+from projections import BUILT_INS, ProjectionStateError, RunIndex, StageResults, StateStack
+from projections.deferred import FIRST_READ
 from tests._helpers import REVIEW, FailuresByType
 
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
@@ -133,15 +139,53 @@ class TestSnapshots:
         """After one query stored snapshots, a fresh engine folds at most one interval."""
         with Engine(sqlite_url) as engine:
             run_id = self.long_run(engine, 1_300)
-            expected = engine.project(run_id, StateStack, at=1_250)
+            engine.project(run_id, StateStack, at=1_250)
         with Engine(sqlite_url) as fresh:
             reader = CountingReader(fresh.store)
             travel = TimeTravel(reader, fresh.store.views)
-            assert travel.project(run_id, StateStack(), 1_250) == expected
+            at_1250 = travel.project(run_id, StateStack(), 1_250)
             assert reader.count == 250
-            events = fresh.events(run_id, upto=1_100)
-            assert travel.project(run_id, StateStack(), 1_100) == StateStack().fold(events)
+            at_1100 = travel.project(run_id, StateStack(), 1_100)
             assert reader.count == 250 + 100
+            assert at_1250.depth == 1_250 - 1
+            events = fresh.events(run_id, upto=1_250)
+            assert at_1250 == StateStack().fold(events)  # its older frames read now
+            assert at_1100 == StateStack().fold(events[:1_100])
+
+    def test_a_restored_stack_makes_its_older_frames_only_when_walked(
+        self, sqlite_url: str
+    ) -> None:
+        """A deep stack from a snapshot reads no frame event until its frames are walked."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 2_600)
+            engine.project(run_id, StateStack, at=2_500)
+        with Engine(sqlite_url) as fresh:
+            reader = CountingReader(fresh.store)
+            stack = TimeTravel(reader, fresh.store.views).project(run_id, StateStack(), 2_501)
+            assert reader.count == 1
+            assert stack.depth == 2_500
+            assert stack.top is not None
+            assert stack.top.version == 2_501
+            assert reader.count == 1
+            assert stack.frame_list.nth_newest(1).version == 2_500  # a first, short read
+            assert reader.count == 1 + FIRST_READ
+            assert stack.frame_list.nth_newest(FIRST_READ + 1).version == 2_500 - FIRST_READ
+            assert reader.count == 1 + FIRST_READ + 1_000  # then pages of 1,000
+            expected = StateStack().fold(fresh.events(run_id, upto=2_501))
+            assert stack.frames == expected.frames
+
+    def test_a_restored_stack_is_not_read_once_its_run_was_erased(self, sqlite_url: str) -> None:
+        """Walking a restored stack after its run was erased raises rather than read another run."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 1_300)
+            engine.project(run_id, StateStack, at=1_250)
+        with Engine(sqlite_url) as fresh:
+            stack = fresh.project(run_id, StateStack, at=1_001)
+            run = fresh.load(run_id)
+            run.finish("deleted")
+            fresh.compact()
+            with pytest.raises(ProjectionStateError, match="erased"):
+                stack.frames  # noqa: B018
 
     def test_snapshots_of_other_code_are_not_used(self, sqlite_url: str) -> None:
         """A projection with another fingerprint folds from zero, not from old snapshots."""
@@ -170,3 +214,86 @@ class TestSnapshots:
         )
         assert reader.count == 1_102 + 50
         assert first.depth == 1_101
+
+
+class TestLoadFromSnapshots:
+    def long_run(self, engine: Engine) -> uuid.UUID:
+        """1,300 events: loops, rollbacks, tasks and an open attempt."""
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", result={})
+        run.stage_completed("code_review", result={})
+        with run.batch():
+            for index in range(1_290):
+                if index % 10 == 9:
+                    run.rollback(1, reason="again")
+                elif index % 50 == 3:
+                    run.add_task(f"t{index}")
+                else:
+                    run.stage_failed("developer", error=f"e{index % 7}")
+        run.stage_started("developer")
+        return run.id
+
+    def test_a_long_run_loads_as_replaying_it_does(self, sqlite_url: str) -> None:
+        """engine.load of a long run equals replaying every event, in this and a new engine."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine)
+            first, *rest = engine.events(run_id)
+            assert isinstance(first, RunStarted)
+            expected = replay(first, rest)[1]
+            assert engine.load(run_id).machine == expected
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run_id)
+            assert loaded.machine == expected
+            assert loaded.machine.stack.to_tuple() == expected.stack.to_tuple()
+            loaded.stage_failed("developer", error="closes the open attempt")
+            loaded.rollback(3, reason="checks the stack below the snapshot")
+            loaded.stage_completed("developer", result={})
+            assert loaded.state == "testing"
+            assert fresh.verify(run_id).ok
+
+    def test_a_new_engine_loads_from_the_newest_snapshot(self, sqlite_url: str) -> None:
+        """A fresh engine reads only the events after the machine's newest stored snapshot."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine)
+            engine.load(run_id)
+        with Engine(sqlite_url) as fresh:
+            reader = CountingReader(fresh.store)
+            travel = TimeTravel(reader, fresh.store.views)
+            last = fresh.store.last(run_id)
+            assert last is not None
+            folded = travel.project(run_id, MachineFold(), last.version)
+            assert folded is not None
+            assert reader.count == last.version % 500
+            assert folded[1] == fresh.load(run_id).machine
+
+
+class TestGrowingStatesFromSnapshots:
+    @pytest.mark.parametrize("projection", [StateStack, StageResults, RunIndex])
+    def test_a_fresh_engine_answers_from_small_snapshots(
+        self, sqlite_url: str, projection: Any
+    ) -> None:
+        """States that grow with the run come back from snapshots far smaller than themselves."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+            run.stage_completed("code_review", result={})
+            with run.batch():
+                for index in range(1_700):
+                    if index % 13 == 12:
+                        run.rollback(2, reason="again")
+                    else:
+                        run.stage_failed("developer", error=f"e{index % 5}")
+            engine.project(run.id, projection, at=1_650)
+            whole = len(json.dumps(projection().encode(engine.project(run.id, projection))))
+        path = sqlite_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            sizes = db.execute(
+                "SELECT version, length(state) FROM stagetrail_snapshots WHERE projection = ?",
+                (projection.name,),
+            ).fetchall()
+        assert [version for version, _ in sizes] == [500, 1_000, 1_500]
+        assert max(size for _, size in sizes) < whole / 10
+        with Engine(sqlite_url) as fresh:
+            for at in (1_000, 1_501, 1_702):
+                expected = projection().fold(fresh.events(run.id, upto=at))
+                assert fresh.project(run.id, projection, at=at) == expected

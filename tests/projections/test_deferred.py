@@ -1,0 +1,78 @@
+"""Lists made one item per event: stored as version ranges, made again from events when walked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+from projections import ProjectionStateError
+from projections.deferred import FIRST_READ, ITEMS_PER_READ, from_events, version_ranges
+from projections.immutable import PList
+
+
+@attrs.frozen
+class Item:
+    """An item made from the event of its version."""
+
+    version: int
+
+
+class Source:
+    """Events 1..`last` (the items' events), counting those read; `missing` are not there."""
+
+    def __init__(self, last: int, missing: frozenset[int] = frozenset()) -> None:
+        self.last = last
+        self.missing = missing
+        self.read = 0
+
+    def __call__(self, gt: int, lte: int) -> Iterator[Any]:
+        for version in range(gt + 1, min(lte, self.last) + 1):
+            if version not in self.missing:
+                self.read += 1
+                yield Item(version)
+
+
+def remade(event: Any) -> Item:
+    """The item of `event`."""
+    return Item(event.version)
+
+
+class TestVersionRanges:
+    def test_ranges_merge_consecutive_versions_and_keep_gaps(self) -> None:
+        """Consecutive versions make one range; a gap starts another."""
+        items = PList.of([Item(v) for v in (2, 3, 4, 7, 9, 10)])
+        assert version_ranges(items) == [(2, 4), (7, 7), (9, 10)]
+        assert version_ranges(PList()) == []
+
+
+class TestFromEvents:
+    def test_items_are_made_a_page_at_a_time_newest_first(self) -> None:
+        """Nothing is read until walked; the newest item reads one page; all read the rest."""
+        ranges = [(1, 2 * ITEMS_PER_READ), (2 * ITEMS_PER_READ + 5, 2 * ITEMS_PER_READ + 9)]
+        source = Source(3 * ITEMS_PER_READ)
+        items = from_events("p", ranges, source, remade)
+        assert len(items) == 2 * ITEMS_PER_READ + 5
+        assert source.read == 0
+        assert version_ranges(items.push(Item(3 * ITEMS_PER_READ))) == [
+            *ranges,
+            (3 * ITEMS_PER_READ, 3 * ITEMS_PER_READ),
+        ]
+        assert source.read == 0
+        assert items.last == Item(2 * ITEMS_PER_READ + 9)
+        assert source.read == FIRST_READ + 4  # the newest items' span, the gap's 4 included
+        assert items.nth_newest(FIRST_READ).version == 2 * ITEMS_PER_READ + 9 - FIRST_READ - 4
+        assert source.read == FIRST_READ + 4 + ITEMS_PER_READ
+        expected = [
+            *range(1, 2 * ITEMS_PER_READ + 1),
+            *range(2 * ITEMS_PER_READ + 5, 2 * ITEMS_PER_READ + 10),
+        ]
+        assert [item.version for item in items.to_tuple()] == expected
+
+    def test_a_missing_event_is_named_when_walked(self) -> None:
+        """An item whose event is gone raises, naming the projection, rather than shift the list."""
+        items = from_events("stack", [(1, 10)], Source(10, frozenset({4})), remade)
+        with pytest.raises(ProjectionStateError, match="stack"):
+            items.to_tuple()

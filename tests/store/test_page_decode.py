@@ -1,0 +1,87 @@
+"""A page of a run's events decodes in one call, exactly as event by event, or falls back."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from eventsourcing.persistence import StoredEvent
+
+from engine import Engine
+from engine.store.mapper import EventMapper, FastJSONTranscoder
+from events import EventFormatError, RunStarted, StageCompleted
+from events.codec import decode, decode_many, encode
+from tests._helpers import REVIEW
+
+
+def recorded(engine: Engine) -> list[StoredEvent]:
+    """A run with results holding big ints, floats and odd text, as stored."""
+    run = engine.start_run(REVIEW, params={"n": 2**70})
+    run.stage_completed("project_analysis", {"big": 2**64 + 1, "tiny": 1.5e-9, "s": "é\u2028"})
+    run.stage_completed("code_review", {"digits": "1234567890123456789012"}, duration=1.0)
+    run.stage_failed("developer", "no", error_type="X")
+    return list(engine.store.recorder.select_events(run.id))
+
+
+class TestToDomainEvents:
+    def test_a_page_reads_as_each_event_alone(self, tmp_path: Path) -> None:
+        """The page's events equal `to_domain_event`'s, big ints and all."""
+        with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
+            stored = recorded(engine)
+            mapper = engine.store.mapper
+            assert isinstance(mapper, EventMapper)
+            page = mapper.to_domain_events(stored)
+            assert page == [mapper.to_domain_event(s) for s in stored]
+            assert isinstance(page[0], RunStarted)
+            assert page[0].params == {"n": 2**70}
+            assert isinstance(page[1], StageCompleted)
+            assert page[1].result == {"big": 2**64 + 1, "tiny": 1.5e-9, "s": "é\u2028"}
+
+    def test_a_page_without_long_digits_takes_one_decode(self, tmp_path: Path) -> None:
+        """Plain pages are read in one `decode_many` call; a long digit run sends it one by one."""
+        transcoder = FastJSONTranscoder()
+        assert transcoder.decode_many([b'{"a":1}', b"[2]"]) == [{"a": 1}, [2]]
+        assert transcoder.decode_many([b'{"a":12345678901234567890}', b"1"]) is None
+        assert transcoder.decode_many([b"1,2", b"3"]) is None
+        assert transcoder.decode_many([b"{", b"}"]) is None
+
+    def test_an_unreadable_event_is_named(self, tmp_path: Path) -> None:
+        """A page holding bytes that are not JSON raises naming that event's run and version."""
+        with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
+            stored = recorded(engine)
+            broken = dataclasses.replace(stored[2], state=b"{not json")
+            with pytest.raises(EventFormatError, match=r"version 3"):
+                engine.store.mapper.to_domain_events([*stored[:2], broken, stored[3]])  # type: ignore[attr-defined]
+
+    def test_a_field_missing_is_named(self, tmp_path: Path) -> None:
+        """A stored state with a field renamed names the missing and the unknown field."""
+        with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
+            stored = recorded(engine)
+            renamed = dataclasses.replace(
+                stored[2], state=stored[2].state.replace(b'"stage"', b'"stag"')
+            )
+            with pytest.raises(EventFormatError, match=r"missing \['stage'\], unknown \['stag'\]"):
+                engine.store.mapper.to_domain_events([*stored[:2], renamed])  # type: ignore[attr-defined]
+
+
+class TestDecodeMany:
+    def test_events_of_later_class_versions_and_upcasts_decode_as_alone(self) -> None:
+        """Current versions decode inline; an older version is upcast; a newer one is refused."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", {})
+            run.stage_completed("code_review", {})
+            run.stage_failed("developer", "no", error_type="X")
+            events = engine.events(run.id)
+        rows = [(*encode(event), event.version) for event in events]
+        assert decode_many([(t, dict(s), v) for t, s, v in rows], run.id) == events
+        topic, state, version = rows[-1]
+        assert state["class_version"] > 1  # StageFailed is past its first version
+        older = {k: v for k, v in state.items() if k not in ("class_version", "details")}
+        assert decode_many([(topic, dict(older), version)], run.id) == [
+            decode(topic, dict(older), run.id, version)
+        ]
+        newer = {**state, "class_version": state["class_version"] + 1}
+        with pytest.raises(EventFormatError, match="newer than this stagetrail"):
+            decode_many([(topic, newer, version)], run.id)

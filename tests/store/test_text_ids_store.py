@@ -1,0 +1,74 @@
+"""A store written before compact storage (text run ids, full topics) still works.
+
+It opens, reads, verifies and appends.
+
+`tests/data/text_ids_store.db` was written once by `tests/data/make_text_ids_store.py`
+with the code of that time and is checked in; each test works on a copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from engine import Engine
+from events import StageCompleted
+from projections import RetryCounts, StateStack
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+STORE = DATA / "text_ids_store.db"
+LONG = UUID("00000000-0000-4000-8000-0000000000a1")
+SHORT = UUID("00000000-0000-4000-8000-0000000000a2")
+OPEN = UUID("00000000-0000-4000-8000-0000000000a3")
+LONG_EVENTS = 600
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    """A copy of the checked-in store."""
+    copy = tmp_path / "old.db"
+    shutil.copyfile(STORE, copy)
+    return f"sqlite:///{copy}"
+
+
+class TestTheCheckedInStore:
+    def test_it_keys_runs_by_text_and_names_full_topics(self) -> None:
+        """The file holds the old shapes: run ids as hex text, topics in full, a stored snapshot."""
+        uri = f"file:{STORE}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            kinds = db.execute(
+                "SELECT DISTINCT typeof(originator_id), substr(topic, 1, 11) FROM stagetrail_events"
+            ).fetchall()
+            snapshots = db.execute("SELECT count(*) FROM stagetrail_snapshots").fetchone()[0]
+        assert kinds == [("text", "stagetrail:")]
+        assert snapshots >= 1
+
+
+class TestReadingIt:
+    def test_runs_load_fold_and_verify(self, url: str) -> None:
+        """Each run loads, its projections fold at any version, and verify finds no problem."""
+        with Engine(url) as engine:
+            assert {s.run_id for s in engine.runs()} == {LONG, SHORT, OPEN}
+            assert engine.load(LONG).version == LONG_EVENTS
+            assert engine.project(LONG, StateStack, at=550).depth == 549
+            counts = engine.project(LONG, RetryCounts)
+            assert counts.attempts("work") == LONG_EVENTS - 1
+            assert engine.project(SHORT, StateStack).depth == 2
+            for run_id in (LONG, SHORT, OPEN):
+                assert engine.verify(run_id).ok
+
+    def test_a_run_is_appended_to_and_read_back(self, url: str) -> None:
+        """A run of the old store takes new events, which a new engine reads back."""
+        with Engine(url) as engine:
+            run = engine.load(OPEN)
+            run.stage_completed("work", {"step": 2}, duration=1.0)
+        with Engine(url) as engine:
+            events = engine.events(OPEN)
+            assert isinstance(events[-1], StageCompleted)
+            assert events[-1].result == {"step": 2}
+            assert engine.verify(OPEN).ok
