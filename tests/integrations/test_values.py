@@ -136,7 +136,7 @@ class TestEverywhere:
         url, run_id = thread
         with Engine(url) as engine:
             data = pages.read_run(engine, run_id)
-            rows = [pages.event_row(event, 0.0) for event in data.events]
+            rows = [pages.event_row(event, 0.0) for event in engine.events(run_id)]
             view = snapshot.at_version(engine, run_id, data.last_version, data.last_version)
         checkpoints = [row for row in rows if row.kind == "CheckpointSaved"]
         assert checkpoints[1].summary.endswith("step 0 (loop)")

@@ -52,7 +52,7 @@ class TestToDomainEvents:
             stored = recorded(engine)
             broken = dataclasses.replace(stored[2], state=b"{not json")
             with pytest.raises(EventFormatError, match=r"version 3"):
-                engine.store.mapper.to_domain_events([*stored[:2], broken, stored[3]])  # type: ignore[attr-defined]
+                engine.store.mapper.to_domain_events([*stored[:2], broken, stored[3]])
 
     def test_a_field_missing_is_named(self, tmp_path: Path) -> None:
         """A stored state with a field renamed names the missing and the unknown field."""
@@ -62,7 +62,7 @@ class TestToDomainEvents:
                 stored[2], state=stored[2].state.replace(b'"stage"', b'"stag"')
             )
             with pytest.raises(EventFormatError, match=r"missing \['stage'\], unknown \['stag'\]"):
-                engine.store.mapper.to_domain_events([*stored[:2], renamed])  # type: ignore[attr-defined]
+                engine.store.mapper.to_domain_events([*stored[:2], renamed])
 
 
 class TestDecodeMany:
