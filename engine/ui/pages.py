@@ -138,7 +138,7 @@ class RunData:
     last_version: int
 
 
-def read_run(engine: Engine, run_id: UUID, *, summary: bool = True) -> RunData:
+def read_run(engine: Engine, run_id: UUID, *, with_summary: bool = True) -> RunData:
     """The run's `RunStarted`, its summary (`RunIndex`, unless not asked) and newest version.
 
     Raises:
@@ -151,8 +151,14 @@ def read_run(engine: Engine, run_id: UUID, *, summary: bool = True) -> RunData:
     first = engine.store.read(run_id, lte=1)[0]
     if not isinstance(first, RunStarted):
         raise StoreError(engine.url, f"run {run_id} does not begin with RunStarted")
-    index = engine.project(run_id, RunIndex) if summary else None
-    return RunData(run_id, first, index, last.version)
+    summary = run_summary(engine, run_id) if with_summary else None
+    return RunData(run_id, first, summary, last.version)
+
+
+def run_summary(engine: Engine, run_id: UUID) -> RunSummary | None:
+    """The run's row of the run index (kept by the engine, caught up: no fold of the run)."""
+    found: RunSummary | None = engine.projections.get(RunIndex.name, run_id)
+    return found
 
 
 @attrs.frozen

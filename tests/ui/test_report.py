@@ -169,6 +169,32 @@ class TestReportCommand:
         assert "Content-Security-Policy" in html
 
 
+class TestWhatALongReportSays:
+    def test_the_command_says_what_the_report_left_out(
+        self, stocked: Stocked, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`stagetrail report` of a run past the window names the events and states it holds."""
+        monkeypatch.setattr(pages, "EVENTS_PER_PAGE", 5)
+        monkeypatch.setattr(report_module, "REPORT_WINDOW", 5)
+        monkeypatch.setattr(report_module, "SPACED", 3)
+        path = tmp_path / "retried.html"
+        said = ok(
+            "report", str(stocked.filled.retried), "--html", str(path), "--store", stocked.url
+        )
+        assert "it holds events 11-17 whole and the states of 3 evenly spaced earlier" in said
+
+    def test_the_docs_give_the_report_s_and_the_page_s_numbers(self) -> None:
+        """docs/ui.md states the window, the report's window, its spaced versions and frames."""
+        text = " ".join((Path(__file__).parents[2] / "docs" / "ui.md").read_text().split())
+        assert f"draws the {pages.WINDOW} events around the slider" in text
+        assert f"up to {report_module.REPORT_WINDOW:,} events is held whole" in text
+        assert f"its newest {report_module.REPORT_WINDOW:,} events" in text
+        assert f"states of {report_module.SPACED} evenly spaced earlier versions" in text
+        assert f"list the newest {report_module.SPACED_FRAMES} frames" in text
+        assert f"the {pages.EVENTS_PER_PAGE} events of the slider's page" in text
+        assert f"newest {snapshot.SHOWN_FRAMES} frames of a deeper stack" in text
+
+
 class TestSpacedVersions:
     @pytest.mark.parametrize(
         ("last", "limit", "expected"),
