@@ -67,6 +67,24 @@ class TestOfflineReport:
         move_slider(page, 5)
         screenshot(page, "report-busy-at-5")
 
+    def test_the_address_keeps_the_slider_s_version(
+        self, stocked: Stocked, engine: Engine, page: Any, tmp_path: Path
+    ) -> None:
+        """A move sets #at=N in the report's address; opening that address shows version N."""
+        run_id = stocked.filled.busy
+        path = tmp_path / "busy.html"
+        path.write_text(build_report(engine, run_id).html)
+        offline(page, path)
+        move_slider(page, 4)
+        assert page.url == path.as_uri() + "#at=4"
+        page.goto("about:blank")
+        page.goto(path.as_uri() + "#at=4")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.input_value("#slider") == "4"
+        assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == stack_rows(
+            engine, run_id, 4
+        )
+
     def test_hostile_payloads_stay_text(self, stocked: Stocked, page: Any, tmp_path: Path) -> None:
         """Markup in the report's names, results and errors never runs; it reads as text."""
         path = tmp_path / "hostile.html"
