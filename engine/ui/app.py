@@ -107,7 +107,7 @@ def create_app(
 
     routes = [
         Route("/", _endpoint(viewer, _runs_page)),
-        Route("/runs/{run_id}", _endpoint(viewer, _run_page, folds=True)),
+        Route("/runs/{run_id}", _endpoint(viewer, _run_page)),
         Route("/api/runs", _endpoint(viewer, _api_runs)),
         Route("/api/runs/{run_id}", _endpoint(viewer, _api_run)),
         Route("/api/runs/{run_id}/state", _endpoint(viewer, _api_state, folds=True)),
@@ -237,7 +237,7 @@ def _run_page(engine: Engine, request: Request) -> Response:
     html = pages.run_page(
         data,
         window,
-        initial=snapshot.at_version(engine, run_id, at, last),
+        start=at,
         listed=pages.read_page(engine, run_id, page),
         page=page,
         api=f"/api/runs/{run_id}",
