@@ -181,7 +181,7 @@ class TestViewerBenchmark:
             assert page["case"].startswith("run page (")
             assert moves["case"].startswith("slider moves (")
             assert report["case"].startswith("offline report (")
-            assert others["case"].startswith("/api/runs while 4 threads fetch")
+            assert others["case"].startswith("/api/runs while the run page is served")
             assert 0 < page["html_mb"] <= 2
             assert min(moves["jump_median_ms"], moves["step_median_ms"]) > 0
             assert report["embedded_versions"] > 0
