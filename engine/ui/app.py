@@ -71,9 +71,8 @@ class Viewer:
     a run's page, state or timeline (folds over up to a snapshot interval of
     events, in Python) goes one request at a time: Python runs one thread at a
     time, so two of them side by side finish no sooner, and the quick answers (the
-    runs, a run's summary, its events) wait for no more than one of them. A run's
-    page folds nothing but is as much work (a window of events drawn, a page of
-    them listed): it takes its turn with them.
+    runs, a run's summary, its events, a run's page, which folds nothing) wait for
+    no more than one of them.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -109,7 +108,7 @@ def create_app(
 
     routes = [
         Route("/", _endpoint(viewer, _runs_page)),
-        Route("/runs/{run_id}", _endpoint(viewer, _run_page, folds=True)),
+        Route("/runs/{run_id}", _endpoint(viewer, _run_page)),
         Route("/api/runs", _endpoint(viewer, _api_runs)),
         Route("/api/runs/{run_id}", _endpoint(viewer, _api_run)),
         Route("/api/runs/{run_id}/state", _endpoint(viewer, _api_state, folds=True)),
