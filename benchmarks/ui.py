@@ -83,6 +83,9 @@ PAINT = """() => {
   return paint ? paint.startTime : null;
 }"""
 
+WAIT_MS = 900_000
+"""How long a page may take to draw its first state (a first fold of a huge run is slow)."""
+
 CYCLES_PER_BATCH = 100
 """Loops recorded per transaction: a million events are written in minutes, not hours."""
 
@@ -184,7 +187,7 @@ def fetch(address: str) -> tuple[float, int]:
 def load(page: Any, address: str) -> tuple[float, float]:
     """Milliseconds to the first contentful paint and to the first state drawn."""
     page.goto(address)
-    page.wait_for_selector("body[data-ready='1']", state="attached")
+    page.wait_for_selector("body[data-ready='1']", state="attached", timeout=WAIT_MS)
     return float(page.evaluate(PAINT) or 0.0), float(page.evaluate(READY))
 
 
@@ -335,7 +338,7 @@ def _report_row(events: int, url: str, run_id: UUID, page: Any) -> dict[str, obj
         written = write_report(engine, run_id, path)
         seconds = time.perf_counter() - start
     page.goto(path.as_uri())
-    page.wait_for_selector("body[data-ready='1']", state="attached")
+    page.wait_for_selector("body[data-ready='1']", state="attached", timeout=WAIT_MS)
     ready = float(page.evaluate(READY))
     size = path.stat().st_size
     return {
