@@ -186,16 +186,18 @@ class TestCompare:
 @pytest.mark.browser
 class TestViewerBenchmark:
     def test_ui_benchmark_reports_every_figure(self) -> None:
-        """benchmarks.ui --quick drives Chromium and prints load, slider and report figures."""
+        """benchmarks.ui --quick drives Chromium: page, slider, report and concurrency, per size."""
         rows = json.loads(quick_run("ui").stdout)["results"]
         cases = [row["case"] for row in rows]
-        assert cases[0].startswith("run page load to interactive")
-        assert cases[1].startswith("slider move, uncached version")
-        assert cases[2].startswith("slider move, version seen before")
-        assert cases[3].startswith("slider step to the next version")
-        assert cases[4] == "offline report of the same run"
-        assert cases[5] == "machine"
-        assert min(rows[0]["median_ms"], rows[1]["median_ms"], rows[2]["median_ms"]) > 0
-        assert rows[4]["embedded_versions"] > 0
-        assert isinstance(rows[0]["met"], bool)
-        assert isinstance(rows[1]["met"], bool)
+        assert len(cases) == 9
+        for size in range(2):
+            page, moves, report, others = rows[4 * size : 4 * size + 4]
+            assert page["case"].startswith("run page (")
+            assert moves["case"].startswith("slider moves (")
+            assert report["case"].startswith("offline report (")
+            assert others["case"].startswith("/api/runs while the run page is served")
+            assert 0 < page["html_mb"] <= 2
+            assert min(moves["jump_median_ms"], moves["step_median_ms"]) > 0
+            assert report["embedded_versions"] > 0
+            assert all(isinstance(row["met"], bool) for row in (page, moves, report, others))
+        assert cases[8] == "machine"

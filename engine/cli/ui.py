@@ -134,6 +134,7 @@ def report(store: str | None, run: str, path: str, *, as_json: bool, force: bool
     out.line(f"wrote the report of run {short(run_id)} to {path}: {written.events} events")
     if not written.every_version:
         out.line(
-            f"the slider steps through {written.embedded} evenly spaced versions"
-            f" of {written.events}, as for every run this long"
+            f"it holds events {written.first_listed}-{written.events} whole and the states of"
+            f" {written.embedded - (written.events - written.first_listed + 1)} evenly spaced"
+            " earlier versions, as for every run this long (`stagetrail ui` shows every event)"
         )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -65,17 +66,25 @@ HEADERS = {
 class Viewer:
     """The engine behind the routes, shared by the worker threads that serve them.
 
-    Requests are served side by side: each runs in a worker thread (off the event
-    loop) and the engine's store, snapshots and run index take their own locks, so
-    a slow page never holds up another request.
+    Requests are served side by side, each in a worker thread (off the event loop);
+    the engine's store, snapshots and run index take their own locks. The work of
+    a run's page, state or timeline (folds over up to a snapshot interval of
+    events, in Python) goes one request at a time: Python runs one thread at a
+    time, so two of them side by side finish no sooner, and the quick answers (the
+    runs, a run's summary, its events, a run's page, which folds nothing) wait for
+    no more than one of them.
     """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._folding = threading.Semaphore(1)
 
-    def __call__(self, work: Callable[[Engine], Any]) -> Any:
-        """Run `work` with the engine."""
-        return work(self.engine)
+    def __call__(self, work: Callable[[Engine], Any], *, folds: bool = False) -> Any:
+        """Run `work` with the engine (after the folding work before it, if it `folds`)."""
+        if not folds:
+            return work(self.engine)
+        with self._folding:
+            return work(self.engine)
 
 
 def create_app(
@@ -102,9 +111,9 @@ def create_app(
         Route("/runs/{run_id}", _endpoint(viewer, _run_page)),
         Route("/api/runs", _endpoint(viewer, _api_runs)),
         Route("/api/runs/{run_id}", _endpoint(viewer, _api_run)),
-        Route("/api/runs/{run_id}/state", _endpoint(viewer, _api_state)),
+        Route("/api/runs/{run_id}/state", _endpoint(viewer, _api_state, folds=True)),
         Route("/api/runs/{run_id}/events", _endpoint(viewer, _api_events)),
-        Route("/api/runs/{run_id}/timeline", _endpoint(viewer, _api_timeline)),
+        Route("/api/runs/{run_id}/timeline", _endpoint(viewer, _api_timeline, folds=True)),
         Mount("/static", StaticFiles(packages=[("engine.ui", "static")]), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
@@ -116,12 +125,14 @@ def create_app(
 Handler = Callable[[Engine, Request], Response]
 
 
-def _endpoint(viewer: Viewer, handler: Handler) -> Callable[[Request], Response]:
+def _endpoint(
+    viewer: Viewer, handler: Handler, *, folds: bool = False
+) -> Callable[[Request], Response]:
     """A sync endpoint (Starlette runs it in a worker thread) turning errors into answers."""
 
     def endpoint(request: Request) -> Response:
         try:
-            response: Response = viewer(lambda engine: handler(engine, request))
+            response: Response = viewer(lambda engine: handler(engine, request), folds=folds)
         except RunNotFound as error:
             response = _problem(request, 404, str(error))
         except (StagetrailError, ValueError) as error:
@@ -227,7 +238,7 @@ def _run_page(engine: Engine, request: Request) -> Response:
     html = pages.run_page(
         data,
         window,
-        initial=snapshot.at_version(engine, run_id, at, last),
+        start=at,
         listed=pages.read_page(engine, run_id, page),
         page=page,
         api=f"/api/runs/{run_id}",
@@ -244,8 +255,9 @@ def _api_runs(engine: Engine, request: Request) -> Response:
 def _api_run(engine: Engine, request: Request) -> Response:
     run_id = _run_id(engine, request)
     last = _last_version(engine, run_id)
-    summary = engine.project(run_id, snapshot.PANELS["summary"])
-    return JSONResponse({"run_id": str(run_id), "last_version": last, "summary": summary.to_json()})
+    summary = pages.run_summary(engine, run_id)
+    shown = None if summary is None else summary.to_json()
+    return JSONResponse({"run_id": str(run_id), "last_version": last, "summary": shown})
 
 
 def _api_state(engine: Engine, request: Request) -> Response:
@@ -276,7 +288,7 @@ def _api_events(engine: Engine, request: Request) -> Response:
 
 def _api_timeline(engine: Engine, request: Request) -> Response:
     run_id = _run_id(engine, request)
-    data = pages.read_run(engine, run_id, summary=False)
+    data = pages.read_run(engine, run_id, with_summary=False)
     at = _int(request, "at", data.last_version, 1, data.last_version)
     window = pages.read_window(engine, data, *pages.window_span(at, data.last_version))
     return JSONResponse({"run_id": str(run_id), **window.to_json()})

@@ -274,7 +274,7 @@ def _ticks(scale: Axis, y: float) -> str:
             if x - last >= TICK_SPACING * 0.6 and text != said:
                 parts.append(
                     f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{y:g}" y2="{y + 4:g}"></line>'
-                    f'<text x="{x:.2f}" y="{y + 15:g}">+{text}</text>'
+                    f'<text x="{x:.2f}" y="{y + 15:g}">{"" if tick < 0 else "+"}{text}</text>'
                 )
                 last, said = x, text
             tick += step
@@ -283,10 +283,13 @@ def _ticks(scale: Axis, y: float) -> str:
 
 
 def seconds_label(seconds: float) -> str:
-    """A time on the axis: ``45s``, ``2m30s``, ``1h05m``, ``2d03h``."""
+    """A time on the axis: ``45s``, ``2m30s``, ``1h05m``, ``2d03h`` (``-5s`` before the start)."""
+    if seconds < 0:
+        return "-" + seconds_label(-seconds)
+    tenths = round(seconds, 1)
+    if tenths < 10 and tenths != round(tenths):
+        return f"{tenths:.1f}s"
     whole = round(seconds)
-    if abs(seconds) < 10 and whole != seconds:
-        return f"{seconds:.1f}s"
     if whole < 60:
         return f"{whole}s"
     if whole < 3600:

@@ -145,7 +145,7 @@ class RunData:
     last_version: int
 
 
-def read_run(engine: Engine, run_id: UUID, *, summary: bool = True) -> RunData:
+def read_run(engine: Engine, run_id: UUID, *, with_summary: bool = True) -> RunData:
     """The run's `RunStarted`, its summary (`RunIndex`, unless not asked) and newest version.
 
     Raises:
@@ -158,8 +158,14 @@ def read_run(engine: Engine, run_id: UUID, *, summary: bool = True) -> RunData:
     first = engine.store.read(run_id, lte=1)[0]
     if not isinstance(first, RunStarted):
         raise StoreError(engine.url, f"run {run_id} does not begin with RunStarted")
-    index = engine.project(run_id, RunIndex) if summary else None
-    return RunData(run_id, first, index, last.version)
+    summary = run_summary(engine, run_id) if with_summary else None
+    return RunData(run_id, first, summary, last.version)
+
+
+def run_summary(engine: Engine, run_id: UUID) -> RunSummary | None:
+    """The run's row of the run index (kept by the engine, caught up: no fold of the run)."""
+    found: RunSummary | None = engine.projections.get(RunIndex.name, run_id)
+    return found
 
 
 @attrs.frozen
@@ -199,8 +205,9 @@ def run_page(
     data: RunData,
     window: Window,
     *,
-    initial: Mapping[str, Any],
+    start: int,
     listed: Sequence[Event],
+    initial: Mapping[str, Any] | None = None,
     page: int = 0,
     embedded: Mapping[str, Any] | None = None,
     note: str = "",
@@ -211,15 +218,17 @@ def run_page(
 
     Args:
         window: the events around the slider whose timeline is drawn.
-        initial: the view the page draws before the slider moves (its version is where
-            the slider starts).
+        start: the version the slider starts at.
+        initial: the view at `start`, in the page (the report's); None for the live
+            page, which asks the API for it once shown, so the page itself is never
+            held up by a fold of the run.
         listed: the events listed (a page of them; the report's: its window's).
         page: which page of `EVENTS_PER_PAGE` events `listed` is (the report: 0, it
             holds its window's pages and shows one at a time).
         embedded: the report's states; None for the live page, which calls `api`.
         note: a line under the slider (what a report of a long run leaves out).
     """
-    start = data.first.timestamp.timestamp()
+    began = data.first.timestamp.timestamp()
     js = asset("run.js") if embedded is not None else ""
     script = {
         "run_id": str(data.run_id),
@@ -227,6 +236,7 @@ def run_page(
         "api": api,
         "states": drawn_states(data.first.table),
         "window": {key: value for key, value in window.to_json().items() if key != "svg"},
+        "start": start,
         "initial": initial,
         "embedded": embedded,
         "per_page": EVENTS_PER_PAGE,
@@ -237,11 +247,11 @@ def run_page(
         first=data.first,
         summary=data.summary,
         last_version=data.last_version,
-        start_version=initial["version"],
+        start_version=start,
         svg=pipeline_svg(data.first.table),
         gantt=window.drawing,
         window=window,
-        rows=[event_row(event, start) for event in listed],
+        rows=[event_row(event, began) for event in listed],
         first_page=-(-listed[0].version // EVENTS_PER_PAGE) if listed else 1,
         page=page,
         pages=max(1, -(-data.last_version // EVENTS_PER_PAGE)),

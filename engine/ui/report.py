@@ -79,6 +79,7 @@ def build_report(engine: Engine, run_id: UUID) -> Report:
     html = pages.run_page(
         data,
         window,
+        start=last,
         initial=initial,
         listed=window.events,
         embedded=embedded.data(),

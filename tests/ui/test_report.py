@@ -67,6 +67,24 @@ class TestOfflineReport:
         move_slider(page, 5)
         screenshot(page, "report-busy-at-5")
 
+    def test_the_address_keeps_the_slider_s_version(
+        self, stocked: Stocked, engine: Engine, page: Any, tmp_path: Path
+    ) -> None:
+        """A move sets #at=N in the report's address; opening that address shows version N."""
+        run_id = stocked.filled.busy
+        path = tmp_path / "busy.html"
+        path.write_text(build_report(engine, run_id).html)
+        offline(page, path)
+        move_slider(page, 4)
+        assert page.url == path.as_uri() + "#at=4"
+        page.goto("about:blank")
+        page.goto(path.as_uri() + "#at=4")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.input_value("#slider") == "4"
+        assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == stack_rows(
+            engine, run_id, 4
+        )
+
     def test_hostile_payloads_stay_text(self, stocked: Stocked, page: Any, tmp_path: Path) -> None:
         """Markup in the report's names, results and errors never runs; it reads as text."""
         path = tmp_path / "hostile.html"
@@ -167,6 +185,32 @@ class TestReportCommand:
         assert "http://" not in html.replace("http://www.w3.org", "")
         assert "<svg" in html
         assert "Content-Security-Policy" in html
+
+
+class TestWhatALongReportSays:
+    def test_the_command_says_what_the_report_left_out(
+        self, stocked: Stocked, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`stagetrail report` of a run past the window names the events and states it holds."""
+        monkeypatch.setattr(pages, "EVENTS_PER_PAGE", 5)
+        monkeypatch.setattr(report_module, "REPORT_WINDOW", 5)
+        monkeypatch.setattr(report_module, "SPACED", 3)
+        path = tmp_path / "retried.html"
+        said = ok(
+            "report", str(stocked.filled.retried), "--html", str(path), "--store", stocked.url
+        )
+        assert "it holds events 11-17 whole and the states of 3 evenly spaced earlier" in said
+
+    def test_the_docs_give_the_report_s_and_the_page_s_numbers(self) -> None:
+        """docs/ui.md states the window, the report's window, its spaced versions and frames."""
+        text = " ".join((Path(__file__).parents[2] / "docs" / "ui.md").read_text().split())
+        assert f"draws the {pages.WINDOW} events around the slider" in text
+        assert f"up to {report_module.REPORT_WINDOW:,} events is held whole" in text
+        assert f"its newest {report_module.REPORT_WINDOW:,} events" in text
+        assert f"states of {report_module.SPACED} evenly spaced earlier versions" in text
+        assert f"list the newest {report_module.SPACED_FRAMES} frames" in text
+        assert f"the {pages.EVENTS_PER_PAGE} events of the slider's page" in text
+        assert f"newest {snapshot.SHOWN_FRAMES} frames of a deeper stack" in text
 
 
 class TestSpacedVersions:

@@ -188,7 +188,16 @@ class TestDrawing:
 
     @pytest.mark.parametrize(
         ("seconds", "label"),
-        [(0.5, "0.5s"), (45, "45s"), (60, "1m"), (150, "2m30s"), (3900, "1h05m"), (90000, "1d01h")],
+        [
+            (0.5, "0.5s"),
+            (0.004, "0s"),
+            (45, "45s"),
+            (60, "1m"),
+            (150, "2m30s"),
+            (3900, "1h05m"),
+            (90000, "1d01h"),
+            (-25, "-25s"),
+        ],
     )
     def test_seconds_label(self, seconds: float, label: str) -> None:
         """Axis labels are short: seconds, minutes, hours, days."""

@@ -156,7 +156,8 @@ class TestRunPage:
         move_slider(page, 251)
         jump = page.locator("#events-jump")
         assert jump.is_visible()
-        jump.click()
+        with page.expect_navigation():
+            jump.click()
         page.wait_for_selector("body[data-ready='1']", state="attached")
         assert page.input_value("#slider") == "251"
         assert page.get_attribute("#ev-251", "class") == "at"

@@ -252,7 +252,7 @@
 
   function startVersion() {
     const hash = /^#at=([0-9]+)$/.exec(location.hash);
-    const wanted = data.embedded && hash ? Number(hash[1]) : data.initial.version;
+    const wanted = data.embedded && hash ? Number(hash[1]) : data.start;
     return Math.min(Math.max(wanted, 1), data.last_version);
   }
 
@@ -343,12 +343,18 @@
       showEvents(Math.min(eventPage + 1, lastPage));
     });
   }
+  // The live page asks for its first state once shown (a fold of a long run never
+  // holds the page up); the report has it, or any other, embedded.
   const start = startVersion();
   slider.value = String(start);
-  if (start === data.initial.version) {
+  if (data.initial && start === data.initial.version) {
     draw(data.initial, start);
-  } else {
+    document.body.dataset.ready = "1";
+  } else if (data.embedded) {
     draw(embeddedView(start), start);
+    document.body.dataset.ready = "1";
+  } else {
+    label.textContent = "reading the state after event " + start + "…";
+    show(start).then(function () { document.body.dataset.ready = "1"; });
   }
-  document.body.dataset.ready = "1";
 })();
