@@ -19,6 +19,7 @@ from uuid import UUID
 import attrs
 import jinja2
 
+from engine.diagram import drawn_table
 from engine.errors import RunNotFound, StoreError
 from engine.payloads import readable_payload
 from engine.payloads import summary as payload_summary
@@ -185,7 +186,7 @@ def run_page(
         summary=data.summary,
         last_version=data.last_version,
         start_version=initial["version"],
-        svg=pipeline_svg(data.first.table),
+        svg=pipeline_svg(drawn_table(data.first.table, data.first.params)),
         gantt=drawing,
         rows=[event_row(event, start) for event in events],
         page=page,

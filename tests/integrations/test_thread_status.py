@@ -17,7 +17,7 @@ from langgraph.types import Command, interrupt
 from engine import Engine
 from engine.integrations.langgraph import HUB, StagetrailSaver
 from events import StageCompleted, WritesSaved
-from tests.integrations.test_langgraph import flaky_graph
+from tests.integrations.test_langgraph import flaky_graph, stagetrail
 
 
 class Log(TypedDict):
@@ -114,3 +114,30 @@ class TestSubgraphs:
             assert (summary.status, summary.attempts) == ("idle", 2)
             assert engine.verify(summary.run_id).ok
             assert graph.get_state(config).values == result
+
+
+class TestDiagram:
+    @pytest.mark.parametrize("given", [False, True])
+    def test_the_diagram_is_the_users_graph(self, tmp_path: Any, given: bool) -> None:
+        """`stagetrail diagram` of a thread draws its graph's nodes and edges, conditional
+        ones marked, whether the saver was given the builder or learned the graph."""
+        builder = StateGraph(Log)
+        builder.add_node("fetch", lambda state: {"log": ["fetch"]})
+        builder.add_node("think", lambda state: {"log": ["think"]})
+        builder.add_node("answer", lambda state: {"log": ["answer"]})
+        builder.add_edge(START, "fetch")
+        builder.add_edge("fetch", "think")
+        route = ["answer", "fetch"]
+        builder.add_conditional_edges("think", lambda s: route[len(s["log"]) < 3], route)
+        builder.add_edge("answer", END)
+        url = f"sqlite:///{tmp_path / 'g.db'}"
+        with Engine(url) as engine:
+            saver = StagetrailSaver(engine, builder) if given else StagetrailSaver(engine)
+            graph = builder.compile(checkpointer=saver)
+            graph.invoke({"log": []}, {"configurable": {"thread_id": "d"}}, durability="sync")
+            (summary,) = engine.runs()
+        drawn = stagetrail("diagram", str(summary.run_id), "--store", url).stdout
+        assert "think --> answer: if answer" in drawn
+        assert "think --> fetch: if fetch" in drawn
+        assert "__start__ --> fetch: then" in drawn
+        assert "__graph__" not in drawn

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -46,6 +47,7 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, TASKS
 from langgraph.constants import START
 from langgraph.pregel import Pregel
 
+from engine.diagram import GRAPH_PARAM
 from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, InvalidArgument, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
@@ -114,6 +116,10 @@ Step = Callable[[Run], Event]
 """One recording call on the thread's run, made inside the write's `batch()`."""
 Steps = list[Step]
 Tuples = list[CheckpointTuple]
+Shape = list[list[str]]
+"""A graph's edges: ``[source, dest]``, or ``[source, dest, "if"]`` for a conditional one."""
+Learned = tuple[Pipeline, Shape]
+"""What the graph invoking a saver tells of itself: its thread table and its edges."""
 Summaries = list[RunSummary]
 Threads = list[Thread]
 Removed = list[list[str]]
@@ -179,8 +185,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
         self._given = graph is not None
+        self._shape = _shape_of(graph)
+        """The given graph's edges (see `engine.diagram.GRAPH_PARAM`), if it has any."""
         """Whether the graph was given; if not, a thread takes the nodes of the graph calling it."""
-        self._graphs: OrderedDict[str, Pipeline] = OrderedDict()
+        self._graphs: OrderedDict[str, Learned] = OrderedDict()
         """The table a thread's next run takes, learned from the graph that invoked it."""
         self._threads: OrderedDict[str, Thread] = OrderedDict()
         """The threads folded so far, least recently used first (at most `_CACHED_THREADS`)."""
@@ -235,7 +243,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             owner = caller.f_locals.get("self")
             if isinstance(owner, Pregel) and owner.checkpointer is self:
                 with self._lock:
-                    self._graphs[thread_id] = _pipeline_of(tuple(sorted(owner.nodes)))
+                    self._graphs[thread_id] = _learned(owner)
                     self._graphs.move_to_end(thread_id)
                     while len(self._graphs) > _CACHED_THREADS:
                         self._graphs.popitem(last=False)
@@ -656,9 +664,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _start(self, thread_id: str) -> Thread | None:
         """The thread's next run, started; None if another writer took its id first."""
         try:
+            pipeline, shape = self._graphs.get(thread_id) or (self.pipeline, self._shape)
+            params: dict[str, Any] = {"thread_id": thread_id}
+            if shape:  # the graph's own picture, for the diagrams (not for the rules)
+                params[GRAPH_PARAM] = {"edges": shape}
             run = self.engine.start_run(
-                self._graphs.get(thread_id) or self.pipeline,
-                params={"thread_id": thread_id},
+                pipeline,
+                params=params,
                 labels={THREAD_LABEL: thread_id},
                 run_id=self._next_run_id(thread_id),
             )
@@ -960,6 +972,38 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 def _pipeline_of(nodes: tuple[str, ...]) -> Pipeline:
     """The table of a thread of a graph with these nodes (built once per graph shape)."""
     return thread_pipeline(nodes)
+
+
+_LEARNED: weakref.WeakKeyDictionary[Any, Learned] = weakref.WeakKeyDictionary()
+"""What each graph that invoked a saver says of itself, worked out once per graph."""
+
+
+def _learned(graph: Any) -> Learned:
+    """A graph's thread table and its edges."""
+    found = _LEARNED.get(graph)
+    if found is None:
+        found = _LEARNED[graph] = (_pipeline_of(tuple(sorted(graph.nodes))), _shape_of(graph))
+    return found
+
+
+def _shape_of(graph: Any) -> Shape:
+    """A graph's edges as LangGraph draws them (`get_graph`), ``"if"`` marking conditional ones.
+
+    A `StateGraph` is compiled for it; anything else without `get_graph` (node names) or a
+    graph LangGraph cannot draw has none.
+    """
+    compiled = graph.compile() if hasattr(graph, "compile") else graph
+    draw = getattr(compiled, "get_graph", None)
+    if draw is None:
+        return []
+    try:
+        edges = draw().edges
+    except Exception:  # a graph LangGraph cannot draw still records; it has no picture
+        return []
+    return [
+        [str(edge.source), str(edge.target), *(["if"] if edge.conditional else [])]
+        for edge in edges
+    ]
 
 
 def _durability(config: RunnableConfig) -> str | None:
