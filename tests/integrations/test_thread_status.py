@@ -15,6 +15,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from engine import Engine
+from engine.diagram import drawn_table
 from engine.integrations.langgraph import HUB, StagetrailSaver
 from events import StageCompleted, WritesSaved
 from tests.integrations.test_langgraph import flaky_graph, stagetrail
@@ -141,3 +142,18 @@ class TestDiagram:
         assert "think --> fetch: if fetch" in drawn
         assert "__start__ --> fetch: then" in drawn
         assert "__graph__" not in drawn
+
+    def test_a_fan_out_and_a_run_without_a_graph(self) -> None:
+        """Two plain edges from one node are both drawn; a run without a graph keeps its table."""
+        table = {"name": "langgraph", "initial": "__graph__", "transitions": []}
+        edges = [["__start__", "a"], ["__start__", "b"], ["a", "__end__"], ["b", "__end__"]]
+        drawn = drawn_table(table, {"graph": {"edges": edges}})
+        assert drawn["transitions"] == [
+            ["__start__", "then", "a"],
+            ["__start__", "and b", "b"],
+            ["a", "then", "__end__"],
+            ["b", "then", "__end__"],
+        ]
+        assert drawn["final"] == ["__end__"]
+        assert drawn_table(table, {"thread_id": "t"}) is table
+        assert drawn_table(table, {"graph": {"edges": [["only"]]}}) is table
