@@ -66,14 +66,18 @@ GRAPH_PARAM = "graph"
 ends at ``__end__``."""
 
 
-def drawn_table(table: Mapping[str, Any], params: Any) -> Mapping[str, Any]:
-    """The table to draw for a run: its framework graph's shape if its params hold one.
+def drawn_table(
+    table: Mapping[str, Any], params: Any, observed: Mapping[str, Any] | None = None
+) -> Mapping[str, Any]:
+    """The table to draw for a run: its framework graph's shape if its params hold one,
+    else the `observed` one (`engine.payloads.observed_graph`), else `table`.
 
     A LangGraph thread's own table routes every node through a hub (any order is
     valid there); its picture is the user's graph instead, each edge an arrow
-    (``then``, or ``if <node>`` for a conditional one). Anything else: `table`.
+    (``then``, or ``if <node>`` for a conditional one).
     """
     graph = params.get(GRAPH_PARAM) if isinstance(params, Mapping) else None
+    graph = graph if isinstance(graph, Mapping) else observed
     edges = graph.get("edges") if isinstance(graph, Mapping) else None
     if not isinstance(edges, list) or not edges:
         return table

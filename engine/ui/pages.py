@@ -21,7 +21,7 @@ import jinja2
 
 from engine.diagram import drawn_table
 from engine.errors import RunNotFound, StoreError
-from engine.payloads import readable_payload
+from engine.payloads import observed_graph, readable_payload
 from engine.payloads import summary as payload_summary
 from engine.ui import gantt, snapshot
 from engine.ui.diagram import pipeline_svg
@@ -168,6 +168,7 @@ def run_page(
     events = data.events if page == 0 else data.events[_page_slice(page)]
     pages = max(1, -(-len(data.events) // EVENTS_PER_PAGE))
     drawing = gantt.draw(data.timeline)
+    observed = observed_graph(data.events)  # a framework graph's edges, as taken
     js = asset("run.js") if embedded is not None else ""
     script = {
         "run_id": str(data.run_id),
@@ -186,7 +187,7 @@ def run_page(
         summary=data.summary,
         last_version=data.last_version,
         start_version=initial["version"],
-        svg=pipeline_svg(drawn_table(data.first.table, data.first.params)),
+        svg=pipeline_svg(drawn_table(data.first.table, data.first.params, observed)),
         gantt=drawing,
         rows=[event_row(event, start) for event in events],
         page=page,

@@ -120,8 +120,8 @@ class TestSubgraphs:
 class TestDiagram:
     @pytest.mark.parametrize("given", [False, True])
     def test_the_diagram_is_the_users_graph(self, tmp_path: Any, given: bool) -> None:
-        """`stagetrail diagram` of a thread draws its graph's nodes and edges, conditional
-        ones marked, whether the saver was given the builder or learned the graph."""
+        """`stagetrail diagram` of a thread draws its graph: the builder's nodes and edges
+        (conditional ones marked) when the saver was given it, else the edges taken."""
         builder = StateGraph(Log)
         builder.add_node("fetch", lambda state: {"log": ["fetch"]})
         builder.add_node("think", lambda state: {"log": ["think"]})
@@ -138,9 +138,14 @@ class TestDiagram:
             graph.invoke({"log": []}, {"configurable": {"thread_id": "d"}}, durability="sync")
             (summary,) = engine.runs()
         drawn = stagetrail("diagram", str(summary.run_id), "--store", url).stdout
-        assert "think --> answer: if answer" in drawn
-        assert "think --> fetch: if fetch" in drawn
+        if given:  # the builder's edges, conditional ones marked
+            assert "think --> answer: if answer" in drawn
+            assert "think --> fetch: if fetch" in drawn
+        else:  # the transitions the thread took
+            assert "think --> answer: " in drawn
+            assert "think --> fetch: " in drawn
         assert "__start__ --> fetch: then" in drawn
+        assert "answer --> __end__: then" in drawn
         assert "__graph__" not in drawn
 
     def test_a_fan_out_and_a_run_without_a_graph(self) -> None:

@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 import uuid
-import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -118,8 +117,7 @@ Steps = list[Step]
 Tuples = list[CheckpointTuple]
 Shape = list[list[str]]
 """A graph's edges: ``[source, dest]``, or ``[source, dest, "if"]`` for a conditional one."""
-Learned = tuple[Pipeline, Shape]
-"""What the graph invoking a saver tells of itself: its thread table and its edges."""
+
 Summaries = list[RunSummary]
 Threads = list[Thread]
 Removed = list[list[str]]
@@ -188,7 +186,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self._shape = _shape_of(graph)
         """The given graph's edges (see `engine.diagram.GRAPH_PARAM`), if it has any."""
         """Whether the graph was given; if not, a thread takes the nodes of the graph calling it."""
-        self._graphs: OrderedDict[str, Learned] = OrderedDict()
+        self._graphs: OrderedDict[str, Pipeline] = OrderedDict()
         """The table a thread's next run takes, learned from the graph that invoked it."""
         self._threads: OrderedDict[str, Thread] = OrderedDict()
         """The threads folded so far, least recently used first (at most `_CACHED_THREADS`)."""
@@ -243,7 +241,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             owner = caller.f_locals.get("self")
             if isinstance(owner, Pregel) and owner.checkpointer is self:
                 with self._lock:
-                    self._graphs[thread_id] = _learned(owner)
+                    self._graphs[thread_id] = _pipeline_of(tuple(sorted(owner.nodes)))
                     self._graphs.move_to_end(thread_id)
                     while len(self._graphs) > _CACHED_THREADS:
                         self._graphs.popitem(last=False)
@@ -664,12 +662,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _start(self, thread_id: str) -> Thread | None:
         """The thread's next run, started; None if another writer took its id first."""
         try:
-            pipeline, shape = self._graphs.get(thread_id) or (self.pipeline, self._shape)
             params: dict[str, Any] = {"thread_id": thread_id}
-            if shape:  # the graph's own picture, for the diagrams (not for the rules)
-                params[GRAPH_PARAM] = {"edges": shape}
+            if self._shape:  # the given graph's picture, for the diagrams (not the rules)
+                params[GRAPH_PARAM] = {"edges": self._shape}
             run = self.engine.start_run(
-                pipeline,
+                self._graphs.get(thread_id) or self.pipeline,
                 params=params,
                 labels={THREAD_LABEL: thread_id},
                 run_id=self._next_run_id(thread_id),
@@ -972,18 +969,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 def _pipeline_of(nodes: tuple[str, ...]) -> Pipeline:
     """The table of a thread of a graph with these nodes (built once per graph shape)."""
     return thread_pipeline(nodes)
-
-
-_LEARNED: weakref.WeakKeyDictionary[Any, Learned] = weakref.WeakKeyDictionary()
-"""What each graph that invoked a saver says of itself, worked out once per graph."""
-
-
-def _learned(graph: Any) -> Learned:
-    """A graph's thread table and its edges."""
-    found = _LEARNED.get(graph)
-    if found is None:
-        found = _LEARNED[graph] = (_pipeline_of(tuple(sorted(graph.nodes))), _shape_of(graph))
-    return found
 
 
 def _shape_of(graph: Any) -> Shape:
