@@ -57,3 +57,41 @@ def dot(title: str, spec: Mapping[str, Any], current: str | None, *, highlight: 
     """
     source: str = _graph(title, spec, "graphviz", current, highlight).source
     return source
+
+
+GRAPH_PARAM = "graph"
+"""The key of a run's params that holds the shape of a framework's graph it records
+(a LangGraph thread's nodes and edges): ``{"edges": [[source, dest], [source, dest,
+"if"], ...]}``, ``"if"`` marking a conditional edge; it starts at ``__start__`` and
+ends at ``__end__``."""
+
+
+def drawn_table(
+    table: Mapping[str, Any], params: Any, observed: Mapping[str, Any] | None = None
+) -> Mapping[str, Any]:
+    """The table to draw for a run: its framework graph's shape if its params hold one,
+    else the `observed` one (`engine.payloads.observed_graph`), else `table`.
+
+    A LangGraph thread's own table routes every node through a hub (any order is
+    valid there); its picture is the user's graph instead, each edge an arrow
+    (``then``, or ``if <node>`` for a conditional one).
+    """
+    graph = params.get(GRAPH_PARAM) if isinstance(params, Mapping) else None
+    graph = graph if isinstance(graph, Mapping) else observed
+    edges = graph.get("edges") if isinstance(graph, Mapping) else None
+    if not isinstance(edges, list) or not edges:
+        return table
+    rows: list[list[str]] = []
+    taken: set[tuple[str, str]] = set()
+    for edge in edges:
+        if not isinstance(edge, list) or len(edge) < 2:
+            return table
+        source, dest = str(edge[0]), str(edge[1])
+        label = f"if {dest}" if edge[2:] == ["if"] else "then"
+        if (source, label) in taken:  # a second plain edge (a fan-out): named by its end
+            label = f"and {dest}"
+        taken.add((source, label))
+        rows.append([source, label, dest])
+    finals = sorted({row[2] for row in rows} - {row[0] for row in rows})
+    name = str(table.get("name", "graph"))
+    return {"name": name, "initial": "__start__", "final": finals, "transitions": rows}

@@ -18,8 +18,9 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -173,3 +174,45 @@ def _checkpoint(event: CheckpointSaved) -> str:
     if event.namespace:
         parts.append(f"in {event.namespace}")
     return ", ".join(parts)
+
+
+BRANCH = "branch:to:"
+"""The start of the channel a LangGraph node writes to send the graph to the next node."""
+OBSERVED_EVENTS = 10_000
+"""The events a picture of the transitions observed is drawn from, at most (the first)."""
+
+
+def observed_graph(events: Iterable[Event]) -> dict[str, Any] | None:
+    """The edges a framework graph's run took, from what its tasks wrote: a node's writes to
+    ``branch:to:<node>`` are an edge to that node; a node that sent to none ended the graph.
+
+    In the form of `engine.diagram.GRAPH_PARAM`; None for a run with no such writes.
+    """
+    edges: dict[tuple[str, str], None] = {}
+    for event in itertools.islice(events, OBSERVED_EVENTS):
+        source, writes = _task_of(event)
+        if source is None:
+            continue
+        targets = [
+            str(write[1]).removeprefix(BRANCH)
+            for write in writes
+            if isinstance(write, list) and len(write) > 1 and str(write[1]).startswith(BRANCH)
+        ]
+        if not targets and isinstance(event, StageCompleted):
+            targets = ["__end__"]
+        for target in targets:
+            edges[(source, target)] = None
+    if not edges:
+        return None
+    return {"edges": [[source, target] for source, target in edges]}
+
+
+def _task_of(event: Event) -> tuple[str | None, Any]:
+    """The node whose writes `event` holds (the input's ``__start__`` too), and the writes."""
+    if isinstance(event, WritesSaved) and event.task_path == NODE_TASK + "__start__":
+        return "__start__", event.writes
+    if isinstance(event, StageCompleted) and not event.stage.startswith("__"):
+        carried = carried_writes(event.result)
+        if carried is not None:
+            return event.stage, carried["writes"]
+    return None, []

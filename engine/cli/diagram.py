@@ -6,7 +6,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from engine.cli.common import BadOption, clean, import_object, open_engine, resolve_run
+from engine.diagram import drawn_table
 from engine.errors import StoreError
+from engine.payloads import observed_graph
 from engine.pipeline import Pipeline
 from events import RunStarted
 from projections import RunIndex
@@ -36,6 +38,8 @@ def _recorded(engine: Engine, run_id: UUID) -> tuple[Pipeline, str | None]:
     first = engine.store.read(run_id, lte=1)
     if not first or not isinstance(first[0], RunStarted):
         raise StoreError(engine.url, f"run {run_id} does not begin with RunStarted")
-    pipeline = Pipeline.from_dict(first[0].table)
+    observed = observed_graph(engine.store.stream(run_id))  # the first events, at most
+    pipeline = Pipeline.from_dict(drawn_table(first[0].table, first[0].params, observed))
     summary = engine.project(run_id, RunIndex)
-    return pipeline, None if summary is None else summary.state
+    current = None if summary is None else summary.state
+    return pipeline, current if current in pipeline.states else None

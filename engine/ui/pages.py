@@ -19,8 +19,9 @@ from uuid import UUID
 import attrs
 import jinja2
 
+from engine.diagram import drawn_table
 from engine.errors import RunNotFound, StoreError
-from engine.payloads import readable_payload
+from engine.payloads import observed_graph, readable_payload
 from engine.payloads import summary as payload_summary
 from engine.ui import gantt
 from engine.ui.diagram import drawn_states, pipeline_svg
@@ -229,6 +230,7 @@ def run_page(
         note: a line under the slider (what a report of a long run leaves out).
     """
     began = data.first.timestamp.timestamp()
+    observed = observed_graph(window.events)  # a framework graph's edges, as taken nearby
     js = asset("run.js") if embedded is not None else ""
     script = {
         "run_id": str(data.run_id),
@@ -248,7 +250,7 @@ def run_page(
         summary=data.summary,
         last_version=data.last_version,
         start_version=start,
-        svg=pipeline_svg(data.first.table),
+        svg=pipeline_svg(drawn_table(data.first.table, data.first.params, observed)),
         gantt=window.drawing,
         window=window,
         rows=[event_row(event, began) for event in listed],

@@ -15,9 +15,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from engine import Engine
+from engine.diagram import drawn_table
 from engine.integrations.langgraph import HUB, StagetrailSaver
 from events import StageCompleted, WritesSaved
-from tests.integrations.test_langgraph import flaky_graph
+from tests.integrations.test_langgraph import flaky_graph, stagetrail
 
 
 class Log(TypedDict):
@@ -114,3 +115,50 @@ class TestSubgraphs:
             assert (summary.status, summary.attempts) == ("idle", 2)
             assert engine.verify(summary.run_id).ok
             assert graph.get_state(config).values == result
+
+
+class TestDiagram:
+    @pytest.mark.parametrize("given", [False, True])
+    def test_the_diagram_is_the_users_graph(self, tmp_path: Any, given: bool) -> None:
+        """`stagetrail diagram` of a thread draws its graph: the builder's nodes and edges
+        (conditional ones marked) when the saver was given it, else the edges taken."""
+        builder = StateGraph(Log)
+        builder.add_node("fetch", lambda state: {"log": ["fetch"]})
+        builder.add_node("think", lambda state: {"log": ["think"]})
+        builder.add_node("answer", lambda state: {"log": ["answer"]})
+        builder.add_edge(START, "fetch")
+        builder.add_edge("fetch", "think")
+        route = ["answer", "fetch"]
+        builder.add_conditional_edges("think", lambda s: route[len(s["log"]) < 3], route)
+        builder.add_edge("answer", END)
+        url = f"sqlite:///{tmp_path / 'g.db'}"
+        with Engine(url) as engine:
+            saver = StagetrailSaver(engine, builder) if given else StagetrailSaver(engine)
+            graph = builder.compile(checkpointer=saver)
+            graph.invoke({"log": []}, {"configurable": {"thread_id": "d"}}, durability="sync")
+            (summary,) = engine.runs()
+        drawn = stagetrail("diagram", str(summary.run_id), "--store", url).stdout
+        if given:  # the builder's edges, conditional ones marked
+            assert "think --> answer: if answer" in drawn
+            assert "think --> fetch: if fetch" in drawn
+        else:  # the transitions the thread took
+            assert "think --> answer: " in drawn
+            assert "think --> fetch: " in drawn
+        assert "__start__ --> fetch: then" in drawn
+        assert "answer --> __end__: then" in drawn
+        assert "__graph__" not in drawn
+
+    def test_a_fan_out_and_a_run_without_a_graph(self) -> None:
+        """Two plain edges from one node are both drawn; a run without a graph keeps its table."""
+        table = {"name": "langgraph", "initial": "__graph__", "transitions": []}
+        edges = [["__start__", "a"], ["__start__", "b"], ["a", "__end__"], ["b", "__end__"]]
+        drawn = drawn_table(table, {"graph": {"edges": edges}})
+        assert drawn["transitions"] == [
+            ["__start__", "then", "a"],
+            ["__start__", "and b", "b"],
+            ["a", "then", "__end__"],
+            ["b", "then", "__end__"],
+        ]
+        assert drawn["final"] == ["__end__"]
+        assert drawn_table(table, {"thread_id": "t"}) is table
+        assert drawn_table(table, {"graph": {"edges": [["only"]]}}) is table

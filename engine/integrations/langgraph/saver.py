@@ -46,6 +46,7 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, TASKS
 from langgraph.constants import START
 from langgraph.pregel import Pregel
 
+from engine.diagram import GRAPH_PARAM
 from engine.engine import Engine
 from engine.errors import ConcurrencyConflict, InvalidArgument, RunAlreadyExists
 from engine.integrations.langgraph import skeleton as skeleton_json
@@ -114,6 +115,9 @@ Step = Callable[[Run], Event]
 """One recording call on the thread's run, made inside the write's `batch()`."""
 Steps = list[Step]
 Tuples = list[CheckpointTuple]
+Shape = list[list[str]]
+"""A graph's edges: ``[source, dest]``, or ``[source, dest, "if"]`` for a conditional one."""
+
 Summaries = list[RunSummary]
 Threads = list[Thread]
 Removed = list[list[str]]
@@ -179,6 +183,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         nodes = getattr(graph, "nodes", graph) or ()
         self.pipeline = thread_pipeline(nodes, getattr(graph, "name", None))
         self._given = graph is not None
+        self._shape = _shape_of(graph)
+        """The given graph's edges (see `engine.diagram.GRAPH_PARAM`), if it has any."""
         """Whether the graph was given; if not, a thread takes the nodes of the graph calling it."""
         self._graphs: OrderedDict[str, Pipeline] = OrderedDict()
         """The table a thread's next run takes, learned from the graph that invoked it."""
@@ -657,9 +663,12 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _start(self, thread_id: str) -> Thread | None:
         """The thread's next run, started; None if another writer took its id first."""
         try:
+            params: dict[str, Any] = {"thread_id": thread_id}
+            if self._shape:  # the given graph's picture, for the diagrams (not the rules)
+                params[GRAPH_PARAM] = {"edges": self._shape}
             run = self.engine.start_run(
                 self._graphs.get(thread_id) or self.pipeline,
-                params={"thread_id": thread_id},
+                params=params,
                 labels={THREAD_LABEL: thread_id},
                 run_id=self._next_run_id(thread_id),
             )
@@ -961,6 +970,26 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 def _pipeline_of(nodes: tuple[str, ...]) -> Pipeline:
     """The table of a thread of a graph with these nodes (built once per graph shape)."""
     return thread_pipeline(nodes)
+
+
+def _shape_of(graph: Any) -> Shape:
+    """A graph's edges as LangGraph draws them (`get_graph`), ``"if"`` marking conditional ones.
+
+    A `StateGraph` is compiled for it; anything else without `get_graph` (node names) or a
+    graph LangGraph cannot draw has none.
+    """
+    compiled = graph.compile() if hasattr(graph, "compile") else graph
+    draw = getattr(compiled, "get_graph", None)
+    if draw is None:
+        return []
+    try:
+        edges = draw().edges
+    except Exception:  # a graph LangGraph cannot draw still records; it has no picture
+        return []
+    return [
+        [str(edge.source), str(edge.target), *(["if"] if edge.conditional else [])]
+        for edge in edges
+    ]
 
 
 def _durability(config: RunnableConfig) -> str | None:
