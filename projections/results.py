@@ -186,13 +186,34 @@ class Retries:
     def end(self, stage: str, failed: bool) -> Retries:
         """The counts after an outcome of `stage` closed its attempt."""
         if self.open_stage == stage:
-            state, open_stage = self, None
-        else:  # recorded without a start: an attempt of its own; another stage stays open
-            state, open_stage = self.begin(stage), self.open_stage
-        last_failed = state.last_failed
-        if failed != (stage in last_failed):  # a set copied only when it changes
-            last_failed = last_failed | {stage} if failed else last_failed - {stage}
-        return evolve(state, open_stage=open_stage, last_failed=last_failed)
+            return evolve(
+                self, open_stage=None, last_failed=_marked(self.last_failed, stage, failed)
+            )
+        # Recorded without a start: an attempt of its own (a retry if the last one
+        # failed); another stage's attempt stays open. One value built, not two.
+        retried = stage in self.last_failed
+        return build(
+            Retries,
+            {
+                "attempt_counts": {**self.attempt_counts, stage: self.attempts(stage) + 1},
+                "retry_counts": (
+                    {**self.retry_counts, stage: self.retries(stage) + 1}
+                    if retried
+                    else self.retry_counts
+                ),
+                "last_failed": _marked(self.last_failed, stage, failed),
+                "open_stage": self.open_stage,
+                "total_attempts": self.total_attempts + 1,
+            },
+        )
+
+
+def _marked(last_failed: frozenset[str], stage: str, failed: bool) -> frozenset[str]:
+    """`last_failed` with `stage` in it if its last attempt `failed`, else without (copied only
+    when that changes)."""
+    if failed == (stage in last_failed):
+        return last_failed
+    return last_failed | {stage} if failed else last_failed - {stage}
 
 
 class RetryCounts(Projection[Retries]):

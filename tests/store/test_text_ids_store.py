@@ -37,10 +37,11 @@ def url(tmp_path: Path) -> str:
 
 
 class TestTheCheckedInStore:
-    def test_it_keys_runs_by_text_and_names_full_topics(self) -> None:
+    def test_it_keys_runs_by_text_and_names_full_topics(self, tmp_path: Path) -> None:
         """The file holds the old shapes: run ids as hex text, topics in full, a stored snapshot."""
-        uri = f"file:{STORE}?mode=ro"
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        copy = tmp_path / "old.db"  # a WAL file: even a read-only open writes its -shm beside it
+        shutil.copyfile(STORE, copy)
+        with contextlib.closing(sqlite3.connect(copy)) as db:
             kinds = db.execute(
                 "SELECT DISTINCT typeof(originator_id), substr(topic, 1, 11) FROM stagetrail_events"
             ).fetchall()
