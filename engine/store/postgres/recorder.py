@@ -16,8 +16,9 @@ How many writers commit at once, and why followers still see one gap-free order:
 
 `select_notifications` and `max_notification_id` apply that rule, so every
 follower (persistent projections, the run index, ``follow``, shared circuits)
-reads through it. A store written by an older release (today's ``EXCLUSIVE`` lock,
-no ``tx_id``) is upgraded in place when first opened for writing (`upgrade`).
+reads through it. A store written by an older release (an ``EXCLUSIVE`` lock on the
+events table for every append, no ``tx_id``) is upgraded in place when first opened
+for writing (`upgrade`); docs/scaling.md says why and at what cost.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ PIPELINE_BYTES = 1 << 20
 
 psycopg's pipeline deadlocks on large parameters: the client waits in the
 pipeline sync for results while the server still waits for the rest of the
-INSERT, holding the events table's EXCLUSIVE lock (every writer then blocks).
-Larger appends go statement by statement, where a round trip is negligible.
+INSERT, holding the append section (every writer then blocks). Larger appends
+go statement by statement, where a round trip is negligible.
 """
 
 RETRY_SECONDS = 30.0
