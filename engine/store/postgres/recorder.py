@@ -9,15 +9,17 @@ How many writers commit at once, and why followers still see one gap-free order:
   section under a session advisory lock, released before the COMMIT: transaction
   ids and notification ids of appends are issued in the same order, while the
   commits themselves (the WAL flush, the slow part) run side by side.
-- A reader takes only rows whose transaction is older than every transaction
-  still in flight (``tx_id < pg_snapshot_xmin(pg_current_snapshot())``). The
-  rows it may read are therefore a prefix of the notification order: any lower
-  id belongs to a transaction that has ended, so it is visible or will never be.
+- A reader takes only rows whose transaction is older than every append still in
+  flight (``tx_id <`` `HORIZON`: ``pg_snapshot_xmin`` of its snapshot, less the
+  transactions that are not appends of this store). The rows it may read are
+  therefore a prefix of the notification order: any lower id belongs to a
+  transaction that has ended, so it is visible or will never be.
 
 `select_notifications` and `max_notification_id` apply that rule, so every
 follower (persistent projections, the run index, ``follow``, shared circuits)
-reads through it. A store written by an older release (today's ``EXCLUSIVE`` lock,
-no ``tx_id``) is upgraded in place when first opened for writing (`upgrade`).
+reads through it. A store written by an older release (an ``EXCLUSIVE`` lock on the
+events table for every append, no ``tx_id``) is upgraded in place when first opened
+for writing (`upgrade`); docs/scaling.md says why and at what cost.
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ PIPELINE_BYTES = 1 << 20
 
 psycopg's pipeline deadlocks on large parameters: the client waits in the
 pipeline sync for results while the server still waits for the rest of the
-INSERT, holding the events table's EXCLUSIVE lock (every writer then blocks).
-Larger appends go statement by statement, where a round trip is negligible.
+INSERT, holding the append section (every writer then blocks). Larger appends
+go statement by statement, where a round trip is negligible.
 """
 
 RETRY_SECONDS = 30.0
@@ -75,8 +77,25 @@ SETTLE_SECONDS = 2.0
 _FIRST_SETTLE_PAUSE = 0.001
 _BEGIN = SQL("BEGIN")
 
-SAFE = "(SELECT pg_snapshot_xmin(pg_current_snapshot()))"
-"""The oldest transaction still in flight: rows of older transactions are safe to read."""
+HORIZON = (
+    "(WITH locks AS MATERIALIZED (SELECT locktype, relation, mode, transactionid, pid "
+    "FROM pg_locks), snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s) "
+    "SELECT coalesce(min(x), (SELECT pg_snapshot_xmax(s) FROM snap)) "
+    "FROM snap, pg_snapshot_xip(snap.s) AS x WHERE NOT EXISTS ("
+    "SELECT 1 FROM locks r WHERE r.locktype = 'transactionid' AND r.transactionid = x::xid "
+    "AND r.pid NOT IN (SELECT w.pid FROM locks w WHERE w.locktype = 'relation' "
+    "AND w.relation = {0}::regclass AND w.mode <> 'AccessShareLock' AND w.pid IS NOT NULL)))"
+)
+"""The oldest transaction of the reader's snapshot that may have written to the events table.
+
+Rows of older transactions are safe to read. It is ``pg_snapshot_xmin`` of the
+snapshot, less the transactions that are still running when the locks are read
+and hold no write lock on the events table: those are not appends of this store
+(an append takes its table lock before its transaction id), so a long
+transaction elsewhere on the server does not hold this store's followers back.
+A transaction that ended between the snapshot and the lock read is kept, as any
+append might have.
+"""
 
 
 class PostgresRecorder(PostgresApplicationRecorder):
@@ -105,6 +124,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
         self.recovered = {"stored": 0, "absent": 0}
         table = (Identifier(datastore.schema), Identifier(events_table_name))
         self._table = SQL("{0}.{1}").format(*table)
+        self._horizon = SQL(HORIZON).format(Literal(f'"{datastore.schema}"."{events_table_name}"'))
         timeout = SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout)
         notify = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
         section = Literal(append_lock(datastore.schema))
@@ -141,7 +161,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
             "SELECT (SELECT notification_id FROM {0} WHERE {1} < {2} "
             "ORDER BY notification_id DESC LIMIT 1) AS safe, "
             "(SELECT max(notification_id) FROM {0}) AS newest"
-        ).format(self._table, Identifier(TX_COLUMN), SQL(SAFE))
+        ).format(self._table, Identifier(TX_COLUMN), self._horizon)
         self._select_versions = SQL(
             "SELECT originator_version, topic, state, notification_id FROM {0}.{1} "
             "WHERE originator_id = %s AND originator_version >= %s "
@@ -291,7 +311,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
             conditions.append(SQL("topic = ANY(%s)"))
             params.append(list(topics))
         if self.concurrent:
-            conditions.append(SQL(f"{TX_COLUMN} < {SAFE}"))
+            conditions.append(SQL("{0} < {1}").format(Identifier(TX_COLUMN), self._horizon))
         statement = SQL(
             "SELECT notification_id, originator_id, originator_version, topic, state FROM {0}"
         ).format(self._table)

@@ -178,6 +178,30 @@ class TestLateCommits:
             assert len(recorder.select_notifications(start=0, limit=10)) == 3
 
 
+class TestOtherTransactions:
+    def test_a_long_transaction_elsewhere_does_not_hold_followers_back(
+        self, postgres_url: str
+    ) -> None:
+        """A transaction that wrote outside the store and stays open delays no reader."""
+        other = f"{schema_of(postgres_url)}_other"
+        with connect() as conn:
+            conn.execute(f"CREATE SCHEMA {other}")
+            conn.execute(f"CREATE TABLE {other}.t (x int)")
+        try:
+            with connect() as busy, Engine(postgres_url) as engine:
+                busy.execute("BEGIN")
+                busy.execute(f"INSERT INTO {other}.t VALUES (1)")  # it now has a transaction id
+                recorder: Any = engine.store.recorder
+                recorder.settle_seconds = 0.0  # answer at once: no waiting hides a hold-back
+                run = engine.start_run(REVIEW)
+                assert recorder.max_notification_id() == stored_ids(engine, run.id)[-1]
+                assert [summary.run_id for summary in engine.runs()] == [run.id]
+                busy.execute("ROLLBACK")
+        finally:
+            with connect() as conn:
+                conn.execute(f"DROP SCHEMA {other} CASCADE")
+
+
 class TestTheSection:
     def _held(self, schema: str) -> int:
         """Sessions holding the append section's advisory lock of `schema`."""
