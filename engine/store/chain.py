@@ -4,8 +4,8 @@ A link is SHA-256 (or, keyed, HMAC-SHA256) over the previous event's link, the
 event's run id, version and topic, and its stored JSON: the very bytes the
 mapper writes, before compression and encryption, so upcasting (which acts on
 read) and a change of cipher key leave it intact. It is written into those
-bytes as the last member of the JSON object, ``"_chain":"<mode><link>"`` (the
-32 bytes in unpadded URL-safe base64, 43 characters: 56 bytes per event in all),
+bytes as the last member of the JSON object, ``"_c":"<mode><link>"`` (the
+link's 16 bytes in unpadded URL-safe base64, 22 characters: 31 bytes per event),
 so eventsourcing's recorders and their tables stay as they are, and a store
 written before chaining (no member) still reads. Mode ``s`` is plain SHA-256,
 ``k`` keyed: a chain whose key is not known can be recomputed by anyone with
@@ -23,13 +23,17 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
-FIELD = "_chain"
+FIELD = "_c"
 """The member of an event's stored JSON object that holds its link."""
 PLAIN, KEYED = "s", "k"
 """The first character of a link's text: plain SHA-256, or HMAC-SHA256 with the chain key."""
 _OPEN = b',"' + FIELD.encode() + b'":"'
 _CLOSE = b'"}'
-_LINK_TEXT = 43
+LINK_BYTES = 16
+"""A link is the first 128 bits of the SHA-256 or HMAC-SHA256: forging one is a second
+preimage (2**128 tries), or without the key a MAC guess; 128-bit HMAC-SHA256 tags are
+standard (RFC 4868)."""
+_LINK_TEXT = 22
 """Characters of a link in unpadded URL-safe base64."""
 _SUFFIX = len(_OPEN) + 1 + _LINK_TEXT + len(_CLOSE)
 _CONTEXT = b"stagetrail chain: keyed links of a run's events"
@@ -70,8 +74,8 @@ class Chain:
             body,
         )  # fmt: skip
         if self._key is None:
-            return _sha256(message).digest()
-        return hmac.digest(self._key, message, "sha256")
+            return _sha256(message).digest()[:LINK_BYTES]
+        return hmac.digest(self._key, message, "sha256")[:LINK_BYTES]
 
     def follows(
         self, previous: bytes, run_id: UUID, version: int, topic: str, data: bytes
@@ -94,9 +98,9 @@ class Chain:
             memoryview(data)[:start],
         )  # fmt: skip
         if self._key is None:
-            link = _sha256(message).digest()
+            link = _sha256(message).digest()[:LINK_BYTES]
         else:
-            link = hmac.digest(self._key, message, "sha256")
+            link = hmac.digest(self._key, message, "sha256")[:LINK_BYTES]
         text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
         return link if data[start + self._mark_length : -2] == text else b""
 
@@ -124,11 +128,14 @@ class Chain:
             if record.originator_version != version or data[start : start + length] != mark:
                 break
             topic = record.topic
-            message = b"%b%b%b%b\x00%b}" % (  # type: ignore[str-format]  # any buffer  # type: ignore[str-format]  # %b takes any buffer
+            message = b"%b%b%b%b\x00%b}" % (  # type: ignore[str-format]  # %b takes any buffer
                 previous, run_bytes, version.to_bytes(8, "big"), topics.get(topic) or _topic(topic),
                 memoryview(data)[:start],
             )  # fmt: skip
-            link = _sha256(message).digest() if key is None else hmac.digest(key, message, "sha256")
+            hashed = (
+                _sha256(message).digest() if key is None else hmac.digest(key, message, "sha256")
+            )
+            link = hashed[:LINK_BYTES]
             text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
             if data[start + length : -2] != text:
                 break
@@ -146,7 +153,8 @@ class Chain:
 
     def seal(self, body: bytes, link: bytes) -> bytes:
         """`body` (a JSON object) with `link` written in as its last member."""
-        return self._suffix % (body[:-1], base64.urlsafe_b64encode(link)[:_LINK_TEXT])
+        text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
+        return self._suffix % (body[:-1], text)
 
 
 _TOPICS: dict[str, bytes] = {}
@@ -176,7 +184,7 @@ def split(data: bytes) -> tuple[bytes, str, bytes] | None:
     mode = data[start + len(_OPEN) : start + len(_OPEN) + 1].decode("ascii", "replace")
     try:
         text = data[start + len(_OPEN) + 1 : -len(_CLOSE)]
-        link = base64.urlsafe_b64decode(text + b"=")
+        link = base64.urlsafe_b64decode(text + b"==")
     except ValueError:
         return None
     return data[:start] + b"}", mode, link

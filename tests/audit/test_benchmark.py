@@ -22,3 +22,14 @@ class TestChainBenchmark:
         assert rows[0]["target"] == 0.95
         assert rows[2]["events_s"] > 0
         assert rows[2]["target"] == 500_000
+
+
+@pytest.mark.slow
+class TestOtelBenchmark:
+    def test_the_live_exports_lag_is_reported(self) -> None:
+        """benchmarks.otel --quick follows writer processes and reports its lag and catch-up."""
+        pytest.importorskip("opentelemetry.sdk")
+        (row,) = json.loads(quick_run("otel").stdout)["results"]
+        assert row["events"] > 0
+        assert row["spans"] > 0
+        assert row["target_catch_up_s"] == 1.0
