@@ -113,7 +113,7 @@ def create_app(
         Route("/api/runs/{run_id}", _endpoint(viewer, _api_run)),
         Route("/api/runs/{run_id}/state", _endpoint(viewer, _api_state, folds=True)),
         Route("/api/runs/{run_id}/events", _endpoint(viewer, _api_events)),
-        Route("/api/runs/{run_id}/timeline", _endpoint(viewer, _api_timeline, folds=True)),
+        Route("/api/runs/{run_id}/timeline", _endpoint(viewer, _api_timeline)),
         Mount("/static", StaticFiles(packages=[("engine.ui", "static")]), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
