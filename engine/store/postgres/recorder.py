@@ -117,7 +117,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
         self.concurrent = concurrent
-        """Appends without the table lock, reads below the oldest open transaction."""
+        """Appends without the table lock, reads below the oldest append in flight."""
         # eventsourcing names the NOTIFY channel after the table alone, so every
         # store of the database (one per schema) would wake every other's followers.
         self.channel_name = f"stagetrail_{datastore.schema}"
@@ -279,8 +279,8 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 failure = error
         if failure is None:
             return
-        if isinstance(failure, CONNECTION_LOST) or conn.broken:
-            raise failure  # `insert_events` asks the store whether the commit landed
+        if conn.broken:  # the datastore raises it as lost: `insert_events` asks the store
+            raise failure
         if self._compare(stored_events):  # the COMMIT landed; the NOTIFY failed
             _log.warning("NOTIFY after an append failed: %s", failure)
             return
