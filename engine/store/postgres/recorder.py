@@ -251,9 +251,9 @@ class PostgresRecorder(PostgresApplicationRecorder):
         inserted: list[int] | None = None
         failure: psycopg.Error | None = None
         try:
-            with conn.pipeline(), conn.cursor() as curs:
-                try:
-                    inserted = self._execute_insert(curs, columns)  # its fetch: a round trip
+            with conn.pipeline() as pipeline, conn.cursor() as curs:
+                try:  # a Sync after the INSERT: every result in, a round trip
+                    inserted = self._execute_insert(curs, columns, pipeline.sync)
                     for statement in self._commit_statements:
                         conn.execute(statement, prepare=statement is not _COMMIT)
                 except psycopg.Error as error:  # raised once the pipeline is left: psycopg warns
