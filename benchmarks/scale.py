@@ -13,7 +13,8 @@ PostgreSQL each point also measures, just before it and from as many processes,
 raw psycopg one-row ``INSERT`` + ``COMMIT`` into a table shaped like the events
 table, without a lock (`raw_commits_per_s`, the ceiling: `vs_raw` is stagetrail's
 events/s over it) and under the table's ``EXCLUSIVE`` lock the older release took
-(`raw_locked_commits_per_s`).
+(`raw_locked_commits_per_s`); and the store's append path alone, engines
+appending one note per transaction (`note_appends_per_s`, `appends_vs_raw`).
 
 Run: ``python -m benchmarks.scale`` (``--quick`` for a smoke run). PostgreSQL is
 ``$STAGETRAIL_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``),
@@ -114,7 +115,7 @@ def raw_commits(url: str, processes: int, seconds: float, *, locked: bool) -> fl
         conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(table, like))
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    args = (table.as_string(None), seconds, locked, results)
+    args = (table.as_string(None), seconds, locked, results, context.Barrier(processes))
     workers = [context.Process(target=raw_writer, args=args) for _ in range(processes)]
     for worker in workers:
         worker.start()
@@ -126,7 +127,7 @@ def raw_commits(url: str, processes: int, seconds: float, *, locked: bool) -> fl
     return float(sum(report[2] for report in reports) / (ended - began))
 
 
-def raw_writer(table: str, seconds: float, locked: bool, results: Any) -> None:
+def raw_writer(table: str, seconds: float, locked: bool, results: Any, barrier: Any) -> None:
     """One raw writer: one-row INSERT + COMMIT (under the EXCLUSIVE lock if `locked`)."""
     import psycopg
 
@@ -136,12 +137,49 @@ def raw_writer(table: str, seconds: float, locked: bool, results: Any) -> None:
     )
     state = b"x" * 300  # about a stagetrail event's size
     with psycopg.connect(POSTGRES) as conn:
+        barrier.wait()  # all connected: the rate is of committing, not of starting
         count, began = 0, time.time()
         while time.time() - began < seconds:
             if locked:
                 conn.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE", prepare=True)
             conn.execute(insert, (uuid.uuid4(), state), prepare=True)
             conn.commit()
+            count += 1
+        results.put((began, time.time(), count))
+
+
+def note_appends(url: str, processes: int, seconds: float) -> float:
+    """Appends/s of `processes` engines each adding notes to a run of its own for `seconds`.
+
+    The store's append path alone (no supervision), beside `raw_commits`.
+    """
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    barrier = context.Barrier(processes)
+    workers = [
+        context.Process(target=note_writer, args=(url, seconds, results, barrier))
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    reports = [results.get(timeout=120 + seconds) for _ in workers]
+    for worker in workers:
+        worker.join()
+    began = min(report[0] for report in reports)
+    ended = max(report[1] for report in reports)
+    return float(sum(report[2] for report in reports) / (ended - began))
+
+
+def note_writer(url: str, seconds: float, results: Any, barrier: Any) -> None:
+    """One engine appending one note per transaction to its own run."""
+    from benchmarks._common import WORK
+
+    with Engine(url) as engine:
+        run = engine.start_run(WORK)
+        barrier.wait()  # all opened: the rate is of appending, not of starting
+        count, began = 0, time.time()
+        while time.time() - began < seconds:
+            run.note("n", count)
             count += 1
         results.put((began, time.time(), count))
 
@@ -158,6 +196,8 @@ def curve(backend: str, writers: tuple[int, ...], runs: int) -> list[dict[str, A
                 row["raw_commits_per_s"] = raw_commits(url, count, seconds, locked=False)
                 row["raw_locked_commits_per_s"] = raw_commits(url, count, seconds, locked=True)
                 row["vs_raw"] = row["events_per_s"] / row["raw_commits_per_s"]
+                row["note_appends_per_s"] = note_appends(url, count, seconds)
+                row["appends_vs_raw"] = row["note_appends_per_s"] / row["raw_commits_per_s"]
             rows.append(row)
     for row in rows:
         row["speedup"] = row["events_per_s"] / rows[0]["events_per_s"]

@@ -76,6 +76,7 @@ SETTLE_SECONDS = 2.0
 
 _FIRST_SETTLE_PAUSE = 0.001
 _BEGIN = SQL("BEGIN")
+_COMMIT = SQL("COMMIT")
 
 HORIZON = (
     "(WITH locks AS MATERIALIZED (SELECT locktype, relation, mode, transactionid, pid "
@@ -117,7 +118,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
         self.concurrent = concurrent
-        """Appends without the table lock, reads below the oldest open transaction."""
+        """Appends without the table lock, reads below the oldest append in flight."""
         # eventsourcing names the NOTIFY channel after the table alone, so every
         # store of the database (one per schema) would wake every other's followers.
         self.channel_name = f"stagetrail_{datastore.schema}"
@@ -139,7 +140,8 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 timeout,
                 SQL("SELECT pg_advisory_lock({0})").format(section),
             ]
-            self._after_commit = [
+            self._commit_statements = [
+                _COMMIT,
                 SQL("SELECT set_config('synchronous_commit', 'off', true)"),
                 notify,
             ]
@@ -151,7 +153,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 SQL("LOCK TABLE {0}.{1} IN EXCLUSIVE MODE").format(*table),
                 notify,
             ]
-            self._after_commit = []
+            self._commit_statements = []
         self._insert_statement = SQL(
             "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[]) "
@@ -227,12 +229,43 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 with conn.transaction():
                     return self._insert(conn, columns, pipelined)
             try:
+                if pipelined:
+                    return self._append(conn, columns, stored_events)
                 ids = self._insert(conn, columns, pipelined)
             except BaseException:
                 _leave_section(conn, self._unlock)
                 raise
             self._commit(conn, stored_events)
             return ids
+
+    def _append(
+        self, conn: Any, columns: tuple[list[Any], ...], stored_events: Sequence[StoredEvent]
+    ) -> list[int]:
+        """The INSERT, then the COMMIT and the NOTIFY, in one pipeline: two round trips.
+
+        Raises:
+            Exception: the INSERT or the COMMIT failed (a failed NOTIFY is only logged).
+        """
+        import psycopg
+
+        inserted: list[int] | None = None
+        failure: psycopg.Error | None = None
+        try:
+            with conn.pipeline() as pipeline, conn.cursor() as curs:
+                try:  # a Sync after the INSERT: every result in, a round trip
+                    inserted = self._execute_insert(curs, columns, pipeline.sync)
+                    for statement in self._commit_statements:
+                        conn.execute(statement, prepare=statement is not _COMMIT)
+                except psycopg.Error as error:  # raised once the pipeline is left: psycopg warns
+                    failure = error
+        except psycopg.Error as error:  # the pipeline's Sync: the COMMIT's or the NOTIFY's
+            failure = failure or error
+        if failure is None and inserted is not None:
+            return inserted
+        if inserted is None or failure is None:
+            raise failure or RuntimeError("the append's INSERT answered nothing")
+        self._after_failed_commit(conn, stored_events, failure)
+        return inserted
 
     def _insert(self, conn: Any, columns: tuple[list[Any], ...], pipelined: bool) -> list[int]:
         """The append's INSERT (in its transaction, not committed); its notification ids."""
@@ -272,15 +305,23 @@ class PostgresRecorder(PostgresApplicationRecorder):
         failure: psycopg.Error | None = None
         with conn.pipeline():
             try:
-                conn.execute(SQL("COMMIT"), prepare=False)
-                for statement in self._after_commit:
-                    conn.execute(statement, prepare=True)
+                for statement in self._commit_statements:
+                    conn.execute(statement, prepare=statement is not _COMMIT)
             except psycopg.Error as error:
                 failure = error
-        if failure is None:
-            return
-        if isinstance(failure, CONNECTION_LOST) or conn.broken:
-            raise failure  # `insert_events` asks the store whether the commit landed
+        if failure is not None:
+            self._after_failed_commit(conn, stored_events, failure)
+
+    def _after_failed_commit(
+        self, conn: Any, stored_events: Sequence[StoredEvent], failure: Exception
+    ) -> None:
+        """Whether the COMMIT landed although the round trip failed: the store says.
+
+        Raises:
+            failure: the connection broke, or the append is not stored.
+        """
+        if conn.broken:  # the datastore raises it as lost: `insert_events` asks the store
+            raise failure
         if self._compare(stored_events):  # the COMMIT landed; the NOTIFY failed
             _log.warning("NOTIFY after an append failed: %s", failure)
             return

@@ -50,22 +50,23 @@ def connect() -> Any:
 
 
 class HeldCommit:
-    """Holds one engine's next append between its INSERT and its COMMIT until released."""
+    """Holds one engine's next append after its INSERT, before its COMMIT, until released."""
 
     def __init__(self, engine: Engine) -> None:
         recorder: Any = engine.store.recorder
         self.recorder = recorder
-        self.original = self.recorder._commit
+        self.original = self.recorder._execute_insert
         self.inserted = threading.Event()
         self.release = threading.Event()
-        self.recorder._commit = self._held
+        self.recorder._execute_insert = self._held
         self.recorder.settle_seconds = 0.1  # its own head waits for its held commit
 
-    def _held(self, conn: Any, stored: Any) -> None:
+    def _held(self, *args: Any, **kwargs: Any) -> Any:
+        ids = self.original(*args, **kwargs)  # the rows are inserted, the section left
+        self.recorder._execute_insert = self.original
         self.inserted.set()
         assert self.release.wait(WAIT), "the held append was never released"
-        self.recorder._commit = self.original
-        self.original(conn, stored)
+        return ids
 
 
 def head_reaching(recorder: Any, wanted: int) -> int:
