@@ -237,6 +237,9 @@ class EventMapper(Mapper[UUID]):
         run_id = stored_events[0].originator_id
         if any(stored.originator_id != run_id for stored in stored_events):
             return [self.to_domain_event(stored) for stored in stored_events]
+        for state in states:
+            if type(state) is dict:
+                state.pop(FIELD, None)  # the link is the store's, not the event's
         rows = [
             (stored.topic, state, stored.originator_version)
             for stored, state in zip(stored_events, states, strict=True)

@@ -38,6 +38,25 @@ class TestToDomainEvents:
             assert isinstance(page[1], StageCompleted)
             assert page[1].result == {"big": 2**64 + 1, "tiny": 1.5e-9, "s": "é\u2028"}
 
+    def test_a_chained_page_takes_the_page_path(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Stored events carrying chain links decode as one page, never event by event."""
+        with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", {"n": 1})
+            run.stage_completed("code_review", {"n": 2})
+            stored = list(engine.store.recorder.select_events(run.id))
+            assert all(b'"_c":' in s.state for s in stored)  # each event carries its link
+            mapper = engine.store.mapper
+            alone = [mapper.to_domain_event(s) for s in stored]
+
+            def refused(stored_event: StoredEvent) -> None:
+                raise AssertionError("decoded event by event")
+
+            monkeypatch.setattr(mapper, "to_domain_event", refused)
+            assert mapper.to_domain_events(stored) == alone
+
     def test_a_page_without_long_digits_takes_one_decode(self, tmp_path: Path) -> None:
         """Plain pages are read in one `decode_many` call; a long digit run sends it one by one."""
         transcoder = FastJSONTranscoder()
