@@ -34,6 +34,7 @@ from engine.store import Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
 from engine.verify import VerifyReport, verify_stored
 from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
+from events.storable import unstorable_text
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
 if TYPE_CHECKING:
@@ -176,6 +177,9 @@ class Engine:
         parent_id = parent.id if isinstance(parent, Run) else self._run_id(parent)
         if type(key) is not str or not key:
             raise InvalidArgument("key", f"must be a non-empty str, got {key!r}")
+        problem = unstorable_text(key)
+        if problem is not None:  # checked before the id is derived from it
+            raise InvalidArgument("key", f"{key!r} {problem}: a child's key is stored as its label")
         if labels is not None and labels.get("key", key) != key:
             raise InvalidArgument(
                 "labels", f"'key' is the child's key {key!r}, not {labels['key']!r}"

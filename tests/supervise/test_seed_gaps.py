@@ -231,6 +231,14 @@ class TestTaskCoordinator:
         with pytest.raises(InvalidArgument, match="key"):
             engine.child_run(parent, FEATURE, key="")
 
+    @pytest.mark.parametrize("key", ["\ud800", "a\x00b"], ids=["lone surrogate", "NUL"])
+    def test_a_key_no_store_can_hold_is_refused(self, engine: Engine, key: str) -> None:
+        """A child's key that cannot be stored is one InvalidArgument naming it; nothing written."""
+        parent = engine.start_run(COORDINATOR)
+        with pytest.raises(InvalidArgument, match="^key: "):
+            engine.child_run(parent, FEATURE, key=key)
+        assert engine.runs(parent=parent.id) == []
+
     def test_two_askers_at_once_get_the_same_child(self, store_url: str) -> None:
         """Two engines asking for one key at the same moment get one run: no duplicate child."""
         if store_url == "memory://":
