@@ -91,10 +91,31 @@ def _deferred(
 
     def load() -> Cons[T]:
         wanted = {v for low, high in page for v in range(low, high + 1)}
-        made = [make(e) for e in events(page[0][0] - 1, page[-1][1]) if e.version in wanted]
+        # Each span of nearby ranges read alone: frames far apart never read the run between.
+        made = [
+            make(e)
+            for low, high in _spans(page)
+            for e in events(low - 1, high)
+            if e.version in wanted
+        ]
         if len(made) != count:
             raise ProjectionStateError(name, f"{count - len(made)} events are missing")
         below = _deferred(name, rest, size - count, events, make) if rest else None
         return PList.of(made, below).cells
 
     return Deferred(load, size, about=ranges)
+
+
+SPAN_GAP = 64
+"""Ranges closer than this many versions are read in one query (the events between dropped)."""
+
+
+def _spans(page: Ranges) -> list[tuple[int, int]]:
+    """The page's ranges, oldest first, merged where the gap between them is small."""
+    spans: list[tuple[int, int]] = []
+    for low, high in page:
+        if spans and low - spans[-1][1] <= SPAN_GAP:
+            spans[-1] = (spans[-1][0], high)
+        else:
+            spans.append((low, high))
+    return spans

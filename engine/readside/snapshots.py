@@ -148,12 +148,17 @@ class TimeTravel:
         generation, run_id = key[0], key[1]
         reader = self._reader
 
-        def events(gt: int, lte: int) -> Iterator[Any]:
+        def same_run() -> None:
             if reader.generation() != generation:
                 raise ProjectionStateError(
                     key[2], f"run {run_id} was erased since this state was read; read it again"
                 )
-            return reader.stream(run_id, gt=gt, lte=lte)
+
+        def events(gt: int, lte: int) -> Iterator[Any]:
+            same_run()
+            read = list(reader.stream(run_id, gt=gt, lte=lte))
+            same_run()  # an erasure during the read (its id perhaps reused) shows here
+            return iter(read)
 
         return events
 

@@ -71,6 +71,14 @@ class TestFromEvents:
         ]
         assert [item.version for item in items.to_tuple()] == expected
 
+    def test_items_far_apart_read_only_their_own_events(self) -> None:
+        """Items thousands of versions apart are read alone, never the run between them."""
+        ranges = [(v, v) for v in range(10_000, 10_000 * (FIRST_READ + 1), 10_000)]
+        source = Source(10_000 * FIRST_READ)
+        items = from_events("stack", ranges, source, remade)
+        assert [item.version for item in items.to_tuple()] == [low for low, _ in ranges]
+        assert source.read == FIRST_READ
+
     def test_a_missing_event_is_named_when_walked(self) -> None:
         """An item whose event is gone raises, naming the projection, rather than shift the list."""
         items = from_events("stack", [(1, 10)], Source(10, frozenset({4})), remade)
