@@ -198,9 +198,14 @@ def _import(engine: Engine, path: str) -> ImportReport:
     size = os.path.getsize(path)
     new: set[UUID] = set()
     identical: list[UUID] = []
+    headless: list[Chunk] = []
+    headed = False
     progress = ProgressBar("check", size)
     try:
         for chunk in read_chunks(path, progress.advance):
+            headed = headed or chunk.head is not None
+            if chunk.head is None:
+                headless.append(chunk)
             if _already_there(engine, chunk):
                 identical.append(chunk.run_id)
             else:
@@ -209,7 +214,27 @@ def _import(engine: Engine, path: str) -> ImportReport:
                 new.add(chunk.run_id)
     finally:
         progress.close()
+    if headed and headless:
+        _cut_short(headless[0])
     return _write(engine, path, new, identical)
+
+
+def _cut_short(chunk: Chunk) -> None:
+    """Refuse a file whose runs carry chain heads but for `chunk`: its end was lost.
+
+    An export ends each run's last line with its head, and writes lines in batches,
+    so a file cut short (an interrupted `export > file`) ends on a whole line of a
+    run whose head never came.
+
+    Raises:
+        BadImportLine: at the run's last line.
+    """
+    raise BadImportLine(
+        chunk.lines[-1],
+        "chain",
+        f"run {chunk.run_id} has no chain head on its last line while other runs of the "
+        "file do: the file was cut short (an interrupted export?) or its run edited",
+    )
 
 
 def _write(engine: Engine, path: str, new: set[UUID], identical: list[UUID]) -> ImportReport:

@@ -82,3 +82,13 @@ class TestExportHead:
         lines[7] = lines[7].replace('"chain":"', '"chain":"zz')
         error = import_lines(lines, tmp_path)[1]
         assert "line 8, field chain: must be a chain head" in error
+
+    def test_a_file_cut_short_is_refused_at_its_last_run(self, tmp_path: Path) -> None:
+        """A file whose last run lost its end (and so its head) is refused: nothing imported."""
+        _, lines = exported(tmp_path)
+        code, error, target = import_lines(lines[:12], tmp_path)
+        assert code == 2
+        assert "line 12, field chain: run" in error
+        assert "has no chain head on its last line while other runs of the file do" in error
+        with Engine(target) as engine:
+            assert engine.runs() == []
