@@ -235,7 +235,7 @@ class TestTaskCoordinator:
     def test_a_key_no_store_can_hold_is_refused(self, engine: Engine, key: str) -> None:
         """A child's key that cannot be stored is one InvalidArgument naming it; nothing written."""
         parent = engine.start_run(COORDINATOR)
-        with pytest.raises(InvalidArgument, match=r"^key: "):
+        with pytest.raises(InvalidArgument, match=r"^argument 'key': "):
             engine.child_run(parent, FEATURE, key=key)
         assert engine.runs(parent=parent.id) == []
 
