@@ -123,6 +123,19 @@ def limit(value: Any) -> int:
     return value
 
 
+def offset(value: Any) -> int:
+    """How many matching rows to pass over: an int from 0 that fits a 64-bit integer.
+
+    Raises:
+        InvalidArgument: not an int from 0 to `MAX_INT`.
+    """
+    if type(value) is not int or value < 0:
+        raise InvalidArgument("offset", f"must be an int >= 0, got {value!r}")
+    if value > MAX_INT:
+        raise InvalidArgument("offset", f"must be at most {MAX_INT} (64 bits)")
+    return value
+
+
 def since(value: datetime | None) -> datetime | None:
     """A timezone-aware lower bound on start times, in UTC.
 

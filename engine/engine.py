@@ -306,6 +306,7 @@ class Engine:
         since: datetime | None = None,
         parent: UUID | str | None = None,
         limit: int = 100,
+        offset: int = 0,
     ) -> list[RunSummary]:
         """Summaries of the runs that match, newest first, from the run index (caught up first).
 
@@ -316,9 +317,11 @@ class Engine:
             since: only runs started at or after this (timezone-aware) time.
             parent: only the child runs of this run.
             limit: at most this many.
+            offset: pass over this many of the newest first (a page of a listing).
 
         Raises:
-            InvalidArgument: an unknown status, or a malformed label, limit, since or parent.
+            InvalidArgument: an unknown status, or a malformed label, limit, offset, since
+                or parent.
         """
         query = RunQuery(
             status=arguments.status(status),
@@ -327,6 +330,7 @@ class Engine:
             since=arguments.since(since),
             parent=None if parent is None else str(arguments.run_id(parent, "parent")),
             limit=arguments.limit(limit),
+            offset=arguments.offset(offset),
         )
         return self.projections.runs(query)
 

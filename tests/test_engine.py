@@ -342,3 +342,19 @@ class TestForReading:
         with pytest.raises(StoreError):
             Engine.for_reading(f"sqlite:///{path}")
         assert not path.exists()
+
+
+class TestRunsPages:
+    def test_offset_passes_over_the_newest_runs(self, engine: Engine) -> None:
+        """`runs(limit, offset)` is a page of the newest-first listing; a bad offset is refused."""
+        started = []
+        for second in range(5):
+            with freeze_time(datetime(2026, 1, 1, 0, 0, second, tzinfo=UTC)):
+                started.append(engine.start_run(REVIEW).id)
+        newest_first = started[::-1]
+        assert [s.run_id for s in engine.runs(limit=2)] == newest_first[:2]
+        assert [s.run_id for s in engine.runs(limit=2, offset=2)] == newest_first[2:4]
+        assert [s.run_id for s in engine.runs(limit=2, offset=4)] == newest_first[4:]
+        assert engine.runs(offset=5) == []
+        with pytest.raises(InvalidArgument, match=r"offset.: must be an int >= 0"):
+            engine.runs(offset=-1)

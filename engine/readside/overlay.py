@@ -191,11 +191,11 @@ class ReadOnlyViews:
                 labels=query.labels,
                 since=query.since,
                 parent=query.parent,
-                limit=query.limit + len(mine),
+                limit=query.offset + query.limit + len(mine),
             )
             rows += [data for data in self._read("runs", wider) if data["run_id"] not in mine]
         rows.sort(key=lambda data: (data["started"], data["run_id"]), reverse=True)
-        return rows[: query.limit]
+        return rows[query.offset : query.offset + query.limit]
 
     def run_ids(self, prefix: str, limit: int) -> list[str]:
         """Ids of indexed runs starting with `prefix`, from both layers."""

@@ -110,7 +110,7 @@ class MemoryViews(TrackingRecorder):
         with self._database_lock:
             rows = [d for d in self._states.get("run_index", {}).values() if query.matches(d)]
         rows.sort(key=lambda d: (d["started"], d["run_id"]), reverse=True)
-        return copy.deepcopy(rows[: query.limit])
+        return copy.deepcopy(rows[query.offset : query.offset + query.limit])
 
     def run_ids(self, prefix: str, limit: int) -> list[str]:
         """Ids (text) of indexed runs that start with `prefix`, at most `limit`."""

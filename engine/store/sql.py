@@ -399,9 +399,11 @@ class SQLViews(TrackingRecorder):
     def runs(self, query: RunQuery) -> list[Any]:
         """Run index rows matching `query`, newest first."""
         where, params = query.where(self.names["labels"], self.codec)
-        sql = f"SELECT data FROM {{runs}}{where} ORDER BY started DESC, run_id DESC LIMIT ?"
+        sql = (
+            f"SELECT data FROM {{runs}}{where} ORDER BY started DESC, run_id DESC LIMIT ? OFFSET ?"
+        )
         with self._transaction(commit=False) as cursor:
-            cursor.execute(self._sql(sql), (*params, query.limit))
+            cursor.execute(self._sql(sql), (*params, query.limit, query.offset))
             rows = cursor.fetchall()
         return [self.codec.unseal(row["data"]) for row in rows]
 

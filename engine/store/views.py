@@ -36,6 +36,8 @@ class RunQuery:
     since: datetime | None = None
     parent: str | None = None
     limit: int = 100
+    offset: int = 0
+    """How many of the newest matching runs to pass over (a page of a listing)."""
 
     def where(self, labels_table: str, codec: Codec) -> tuple[str, list[Any]]:
         """An SQL WHERE clause (with ? placeholders) and its parameters.

@@ -191,10 +191,10 @@ def _matching(engine: Engine, filters: Mapping[str, str], page: int) -> tuple[li
         status=filters["status"] or None,
         pipeline=filters["pipeline"] or None,
         label=filters["label"] or None,
-        limit=page * RUNS_PER_PAGE + 1,
+        limit=RUNS_PER_PAGE + 1,
+        offset=(page - 1) * RUNS_PER_PAGE,  # the earlier pages are never read
     )
-    shown = found[(page - 1) * RUNS_PER_PAGE : page * RUNS_PER_PAGE]
-    return shown, len(found) > page * RUNS_PER_PAGE
+    return found[:RUNS_PER_PAGE], len(found) > RUNS_PER_PAGE
 
 
 def _runs_page(engine: Engine, request: Request) -> Response:
