@@ -30,7 +30,7 @@ from engine.machine import MachineFold, RunState, replay
 from engine.pipeline import Pipeline
 from engine.readside import Projections, ReadOnlyViews, TimeTravel
 from engine.run import Run
-from engine.store import Store, StoreFull, StoreReadOnly, urls, writable
+from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
 from engine.verify import VerifyReport, verify_stored
 from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
@@ -399,7 +399,14 @@ class Engine:
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
         registered = [self.projections.projection(n) for n in self.projections.names]
-        return verify_stored(rid, self.store.stored_stream(rid), self.store.mapper, registered)
+        return verify_stored(
+            rid,
+            self.store.stored_stream(rid),
+            self.store.mapper,
+            registered,
+            must_link_from=self.store.must_link_from(rid),
+            key_problem=self.store.chain_key_problem(),
+        )
 
     def compact(self) -> Compacted:
         """Physically remove every run finished as ``deleted``; rebuild the persistent projections.
@@ -477,13 +484,17 @@ class Engine:
         normally, with its run index caught up and saved, so the next reader starts
         where this one stopped. Elsewhere (a read-only file, a read replica, a role
         that may only read), or when that save fails (a full disk, a file system
-        remounted read-only), it opens the store read-only and folds in memory.
+        remounted read-only), or with a chain key other than the store's recorded one
+        (which only a writer is refused), it opens the store read-only and folds in memory.
 
         Raises:
             StoreError: the store cannot be opened (or is missing, unless `create`).
         """
         if writable(url or urls.default_url()):
-            engine = cls(url, create=create)
+            try:
+                engine = cls(url, create=create)
+            except ChainKeyMismatch:  # it records no event: `verify` names the key's problem
+                return cls(url, create=create, read_only=True)
             try:
                 engine.projections.catch_up([RunIndex.name])
                 return engine

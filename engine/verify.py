@@ -79,11 +79,22 @@ def verify_stored(
     stored: Iterable[StoredEvent],
     mapper: EventMapper,
     projections: Sequence[Projection[Any]],
+    *,
+    must_link_from: int | None = None,
+    key_problem: str | None = None,
 ) -> VerifyReport:
-    """`verify_events` over a run's stored events, checking its hash chain on the way."""
-    links = ChainCheck(mapper.chain)
+    """`verify_events` over a run's stored events, checking its hash chain on the way.
+
+    Args:
+        must_link_from: the first version the store's recorded chain says carries a link
+            (an event from there on without one was stripped of it); None: none must.
+        key_problem: what is wrong with the chain key given (a wrong key), reported first.
+    """
+    links = ChainCheck(mapper.chain, must_link_from=must_link_from)
     report = verify_events(run_id, links.decoded(stored, mapper), projections)
     problems = sorted((*links.problems, *report.problems), key=lambda p: p.version)
+    if key_problem is not None:
+        problems.insert(0, Problem(0, "chain key", key_problem))
     return attrs.evolve(
         report,
         problems=tuple(problems),
@@ -98,11 +109,14 @@ class ChainCheck:
 
     A break is reported at its version and the check goes on from the stored link
     (so two edits far apart are two problems); a run written before chaining has
-    no links and is ``unchained``, not broken.
+    no links and is ``unchained``, not broken, but an event stored after the store's
+    recorded chain began (`must_link_from`) without a link is broken.
     """
 
-    def __init__(self, chain: Chain) -> None:
+    def __init__(self, chain: Chain, *, must_link_from: int | None = None) -> None:
         self.chain = chain
+        self.must_link_from = must_link_from
+        """The first version that must carry a link, whatever comes before (None: none)."""
         self.problems: list[Problem] = []
         self.previous = b""
         self.expected = 1
@@ -191,6 +205,8 @@ class ChainCheck:
         if parts is None:
             if self.chained_from is not None:
                 self._broken(version, "the event has no link, but the run is chained before it")
+            elif self.must_link_from is not None and version >= self.must_link_from:
+                self._broken(version, _STRIPPED)
             self.previous = b""
             return
         body, mode, link = parts
@@ -231,6 +247,10 @@ def _missing(expected: int, found: int) -> str:
     return f"events {expected} to {found - 1} are missing (deleted, or moved)"
 
 
+_STRIPPED = (
+    "the event has no link, but the store links every event stored since its chain was "
+    "recorded: its link was removed"
+)
 _WHY = "the link does not match: this event was edited, moved or inserted, or the one before it was"
 
 

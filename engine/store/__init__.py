@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from engine.store.codec import Codec
     from engine.store.errors import (
+        ChainKeyMismatch,
         ConcurrencyConflict,
         OutcomeUnknown,
         StoreError,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from engine.store.urls import StoreURL, default_url, mask, parse
 
 __all__ = [
+    "ChainKeyMismatch",
     "Codec",
     "ConcurrencyConflict",
     "OutcomeUnknown",
@@ -47,7 +49,14 @@ __all__ = [
 _HOMES = {
     "Codec": "engine.store.codec",
     **dict.fromkeys(
-        ["ConcurrencyConflict", "OutcomeUnknown", "StoreError", "StoreFull", "StoreReadOnly"],
+        [
+            "ChainKeyMismatch",
+            "ConcurrencyConflict",
+            "OutcomeUnknown",
+            "StoreError",
+            "StoreFull",
+            "StoreReadOnly",
+        ],
         "engine.store.errors",
     ),
     **dict.fromkeys(["PAGE", "Store", "writable"], "engine.store.event_store"),

@@ -16,6 +16,7 @@ from eventsourcing.persistence import ApplicationRecorder
 
 from engine.store.codec import Codec
 from engine.store.mapper import EventMapper
+from engine.store.meta import ChainRecord
 from engine.store.views import Views
 
 
@@ -36,6 +37,10 @@ class Backend:
     """Seals what the views store, with the mapper's compressor and cipher."""
     generation: Callable[[], int] = attrs.field(kw_only=True)
     """How many times `erase` removed runs from the store (see `Store.generation`)."""
+    chain: ChainRecord | None = attrs.field(default=None, kw_only=True)
+    """The store's hash chain as its meta table records it (None: not recorded)."""
+    stored_after: Callable[[UUID, int], int | None] | None = attrs.field(default=None, kw_only=True)
+    """The first version of a run stored after a notification position (None: none is)."""
 
 
 def prepare_views(make: Callable[[], Any], codec: Codec) -> tuple[Any, str]:

@@ -37,6 +37,8 @@ _LINK_TEXT = 22
 """Characters of a link in unpadded URL-safe base64."""
 _SUFFIX = len(_OPEN) + 1 + _LINK_TEXT + len(_CLOSE)
 _CONTEXT = b"stagetrail chain: keyed links of a run's events"
+_CHECK_LABEL = b"stagetrail chain key check"
+"""What the store's meta table keeps an HMAC of, to tell the chain key from another."""
 """Derives the chain key from the key given, so it never equals a cipher or digest key."""
 
 
@@ -62,6 +64,12 @@ class Chain:
     def keyed(self) -> bool:
         """Whether links are HMACs with the chain key (else plain SHA-256)."""
         return self._key is not None
+
+    def check(self) -> str:
+        """The HMAC (hex) of a fixed label under the chain key: tells it from another ("" plain)."""
+        if self._key is None:
+            return ""
+        return hmac.digest(self._key, _CHECK_LABEL, "sha256").hex()
 
     def link(self, previous: bytes, run_id: UUID, version: int, topic: str, body: bytes) -> bytes:
         """The link of one event: over `previous` (b"" for the first) and its stored JSON `body`."""

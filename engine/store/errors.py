@@ -43,6 +43,15 @@ class StoreError(StagetrailError, OSError):
         super().__init__(f"store {url}: {problem}")
 
 
+class ChainKeyMismatch(StoreError, PermissionError):
+    """A writer's chain key is not the store's recorded one (or none, or one); nothing written."""
+
+    def __init__(self, url: str, problem: str, recorded: str) -> None:
+        self.recorded = recorded
+        """The store's chain mode as recorded in its meta table: ``plain`` or ``keyed``."""
+        super().__init__(url, problem)
+
+
 class AppendOutcomeUnknown(PersistenceError):
     """A recorder lost its connection around a commit and could not learn the outcome."""
 

@@ -57,6 +57,8 @@ class Store:
             derived from `cipher_key`; neither: plain SHA-256 links.
 
     Raises:
+        ChainKeyMismatch: a writable open with a chain key other than the one the
+            store's chain was recorded with (or none for a keyed chain, or one for a plain).
         StoreError: the URL is bad, the store unreachable, foreign or too new, or
             `max_event_bytes` is not an int >= 1.
     """
@@ -78,17 +80,22 @@ class Store:
         limit = parsed.max_event_bytes if max_event_bytes is None else max_event_bytes
         if type(limit) is not int or limit < 1:
             raise StoreError(self.url, f"max_event_bytes must be an int >= 1, got {limit!r}")
+        secret = _chain_key(cipher_key, chain_key)
         self._backend: Backend = open_backend(
             parsed,
             create=create and not read_only,
             cipher_key=cipher_key,
             read_only=read_only,
             module_settings=settings,
+            chain_secret=secret,
         )
         self.recorder = self._backend.recorder
         self._mapper = self._backend.mapper
         self._mapper.max_event_bytes = limit
-        self._mapper.chain = Chain(_chain_key(cipher_key, chain_key))
+        self._mapper.chain = Chain(secret)
+        self._secret = secret
+        self.chain_record = self._backend.chain
+        """The store's hash chain as its meta table records it (None: not recorded)."""
         self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
         self.views = self._backend.views
         self.views_problem = self._backend.views_problem
@@ -198,6 +205,37 @@ class Store:
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         return b"" if parts is None else parts[2]
+
+    def chain_key_problem(self) -> str | None:
+        """What is wrong with the chain key given for the store's recorded chain (None: right,
+        none given, or no chain recorded); a writable open refuses it, a read-only one says it."""
+        record = self.chain_record
+        if record is None or self._secret is None:
+            return None
+        return record.mismatch(self._secret)
+
+    def must_link_from(self, run_id: UUID) -> int | None:
+        """The run's first version the recorded chain says must carry a link (None: none).
+
+        Every event of a store created chained; of an older store, those stored after it
+        was first opened by a release that records the chain. One read at most.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        record = self.chain_record
+        if record is None:
+            return None
+        if record.chained_from == 0:
+            return 1
+        if self._backend.stored_after is None:
+            return None
+        try:
+            return self._backend.stored_after(run_id, record.chained_from)
+        except Exception as error:
+            if not is_database_error(error):
+                raise
+            raise classify(self.url, error, "reading the chain's start failed") from error
 
     def stored_stream(self, run_id: UUID) -> Iterator[StoredEvent]:
         """The run's events as stored, one after another (for `verify`).
@@ -366,13 +404,14 @@ def open_backend(
     cipher_key: str | None,
     read_only: bool = False,
     module_settings: Mapping[str, str] | None = None,
+    chain_secret: bytes | None = None,
 ) -> Backend:
     """Open (or create, when allowed) the store `url` names, with the backend of its scheme.
 
     Raises:
         StoreError: unreachable, not a stagetrail store, newer schema, wrong key.
     """
-    settings = meta.wanted(url.options, cipher_key, url.masked)
+    settings = meta.wanted(url.options, cipher_key, url.masked, chain_secret)
     if url.scheme == "memory":
         return open_memory(settings)
     if url.scheme == "sqlite":

@@ -314,6 +314,14 @@ def open_memory(settings: meta.AtRest) -> Backend:
     def generation() -> int:
         return recorder.generation
 
+    chain = meta.read_chain(meta.chain_rows(settings, 0))
     return Backend(
-        recorder, mapper, lambda: None, views, erase=erase, codec=codec, generation=generation
+        recorder,
+        mapper,
+        lambda: None,
+        views,
+        erase=erase,
+        codec=codec,
+        generation=generation,
+        chain=chain,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hmac
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,8 +12,9 @@ from eventsourcing.compressor import ZlibCompressor
 from eventsourcing.persistence import Cipher, Compressor
 from eventsourcing.utils import Environment
 
+from engine.store.chain import Chain
 from engine.store.codec import Codec
-from engine.store.errors import StoreError
+from engine.store.errors import ChainKeyMismatch, StoreError
 from engine.store.mapper import EventMapper, FastJSONTranscoder
 
 SCHEMA_VERSION = 1
@@ -29,12 +31,16 @@ class AtRest:
 
     compressor: str = "none"
     cipher_key: str | None = None
+    chain_secret: bytes | None = None
+    """The secret of keyed chain links (see `chain.chain_key`), None for plain links."""
 
     def mapper(self) -> EventMapper:
         """An eventsourcing mapper with this compression and encryption."""
-        return EventMapper(
+        mapper = EventMapper(
             transcoder=FastJSONTranscoder(), compressor=self._compressor(), cipher=self.cipher()
         )
+        mapper.chain = Chain(self.chain_secret)
+        return mapper
 
     def codec(self, mapper: EventMapper) -> Codec:
         """The views' serializer: `mapper`'s transcoder, compressor and cipher; keyed digests."""
@@ -61,12 +67,19 @@ class AtRest:
             ) from None
 
 
-def wanted(options: Mapping[str, str], cipher_key: str | None, url: str) -> AtRest:
-    """The at-rest settings a new store would get from its URL and key."""
+def wanted(
+    options: Mapping[str, str],
+    cipher_key: str | None,
+    url: str,
+    chain_secret: bytes | None = None,
+) -> AtRest:
+    """The at-rest settings a new store would get from its URL and keys."""
     compressor = options.get("compress", "none")
     if compressor not in ("none", "zlib"):
         raise StoreError(url, f"compress={compressor!r} is not supported; use compress=zlib")
-    settings = AtRest(compressor=compressor, cipher_key=cipher_key or None)
+    settings = AtRest(
+        compressor=compressor, cipher_key=cipher_key or None, chain_secret=chain_secret
+    )
     try:
         settings.cipher()  # a malformed key is named with the store it was given for
     except StoreError as error:
@@ -81,7 +94,7 @@ def new_meta(settings: AtRest) -> dict[str, str]:
     meta["cipher"] = "aes" if cipher else "none"
     if cipher is not None:
         meta["cipher_check"] = base64.b64encode(cipher.encrypt(_CHECK_PLAINTEXT)).decode()
-    return meta
+    return meta | chain_rows(settings, 0)
 
 
 def settle(
@@ -104,7 +117,11 @@ def settle(
             f"written by a newer stagetrail (store schema {version}, this one reads up to "
             f"{newest}); upgrade stagetrail",
         )
-    stored = AtRest(compressor=meta.get("compressor", "none"), cipher_key=settings.cipher_key)
+    stored = AtRest(
+        compressor=meta.get("compressor", "none"),
+        cipher_key=settings.cipher_key,
+        chain_secret=settings.chain_secret,
+    )
     _check_cipher(meta, stored, url)
     return stored
 
@@ -126,6 +143,65 @@ def _check_cipher(meta: Mapping[str, str], stored: AtRest, url: str) -> None:
         ok = False
     if not ok:
         raise StoreError(url, "STAGETRAIL_CIPHER_KEY is not the key this store was encrypted with")
+
+
+@attrs.frozen
+class ChainRecord:
+    """The store's hash chain as its meta table records it: mode, key check, chained from."""
+
+    mode: str
+    """``plain`` (SHA-256 links) or ``keyed`` (HMAC-SHA256 with the chain key)."""
+    check: str
+    """`Chain.check` of the chain key ("" for plain)."""
+    chained_from: int
+    """The notification position after which every stored event carries a link (0: all)."""
+
+    def mismatch(self, secret: bytes | None) -> str | None:
+        """What is wrong with the chain key `secret` for this store, or None when it is right."""
+        if self.mode == "keyed" and secret is None:
+            return "the store's hash chain is keyed: set STAGETRAIL_CHAIN_KEY (or its cipher key)"
+        if self.mode == "plain" and secret is not None:
+            return (
+                "the store's hash chain is plain (no key) but a chain key is set "
+                "(STAGETRAIL_CHAIN_KEY or a cipher key); unset it"
+            )
+        if secret is not None and not hmac.compare_digest(Chain(secret).check(), self.check):
+            return "the chain key is not the one this store's hash chain was recorded with"
+        return None
+
+
+CHAIN_ROWS = ("chain", "chain_check", "chained_from")
+"""The meta rows recording the chain (written at creation, or on an older store's first
+writable open by this release)."""
+
+
+def chain_rows(settings: AtRest, chained_from: int) -> dict[str, str]:
+    """The meta rows recording a chain with `settings`' key, every event linked after
+    notification `chained_from`."""
+    chain = Chain(settings.chain_secret)
+    mode = "keyed" if chain.keyed else "plain"
+    return {"chain": mode, "chain_check": chain.check(), "chained_from": str(chained_from)}
+
+
+def read_chain(meta: Mapping[str, str]) -> ChainRecord | None:
+    """The chain the meta rows record, or None (a store no release since chaining wrote)."""
+    if "chain" not in meta:
+        return None
+    text = meta.get("chained_from", "0")
+    return ChainRecord(
+        meta["chain"], meta.get("chain_check", ""), int(text) if text.isdigit() else 0
+    )
+
+
+def check_chain(record: ChainRecord, settings: AtRest, url: str) -> None:
+    """Refuse a writer whose chain key is not the store's recorded one.
+
+    Raises:
+        ChainKeyMismatch: another key, none for a keyed chain, or one for a plain chain.
+    """
+    problem = record.mismatch(settings.chain_secret)
+    if problem is not None:
+        raise ChainKeyMismatch(url, problem, record.mode)
 
 
 def read_generation(cursor: Any, table: str) -> int:

@@ -84,15 +84,18 @@ def open_module(
             url.masked, f"cannot open persistence module {url.path!r}: {describe(error)}"
         ) from None
     try:
-        settings = _settled(meta_recorder, recorder, url.masked, settings, read_only=read_only)
+        settings, chain = _settled(
+            meta_recorder, recorder, url.masked, settings, read_only=read_only
+        )
     except BaseException:
         factory.close()
         raise
     mapper = settings.mapper()
     codec = settings.codec(mapper)
     return Backend(
-        recorder, mapper, factory.close, MemoryViews(codec), codec=codec, generation=_never_erased
-    )
+        recorder, mapper, factory.close, MemoryViews(codec), codec=codec, generation=_never_erased,
+        chain=chain,
+    )  # fmt: skip
 
 
 def _never_erased() -> int:
@@ -107,9 +110,11 @@ def _settled(
     settings: meta.AtRest,
     *,
     read_only: bool,
-) -> meta.AtRest:
-    """The store's settings, checked against `settings` by `meta.settle`; the meta rows
-    written first when the store has none (unless `read_only`).
+) -> tuple[meta.AtRest, meta.ChainRecord | None]:
+    """The store's settings, checked against `settings` by `meta.settle`, and its recorded
+    chain (a writer's chain key checked against it); the meta rows written first when the
+    store has none (unless `read_only`). A store whose meta rows predate the chain's keeps
+    none recorded: the module's meta record is written once.
 
     Raises:
         StoreError: another key, no key, a key for a plain store, a newer schema, or
@@ -118,11 +123,15 @@ def _settled(
     for _ in range(2):  # a second opener may write the rows between our read and our write
         stored = _read_meta(meta_recorder, url)
         if stored is not None:
-            return meta.settle(stored, settings, url)
+            settled, chain = meta.settle(stored, settings, url), meta.read_chain(stored)
+            if chain is not None and not read_only:
+                meta.check_chain(chain, settings, url)
+            return settled, chain
         _check_first_event(recorder, url, settings)
+        new = meta.new_meta(settings)
         if read_only:
-            return settings
-        rows = json.dumps(meta.new_meta(settings), sort_keys=True).encode()
+            return settings, None
+        rows = json.dumps(new, sort_keys=True).encode()
         try:
             meta_recorder.insert_events([StoredEvent(META_ID, 1, META_TOPIC, rows)])
         except IntegrityError:
@@ -130,7 +139,7 @@ def _settled(
         except Exception as error:  # the module's driver error, in one line
             problem = f"cannot write the store's meta rows: {describe(error)}"
             raise StoreError(url, problem) from None
-        return settings
+        return settings, meta.read_chain(new)
     raise StoreError(url, "the meta rows were written and then vanished; open the store again")
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
-from engine.store.meta import EVENTS_TABLE
+from engine.store.meta import EVENTS_TABLE, META_TABLE
 from tests._helpers import POSTGRES_URL
 
 
@@ -94,3 +94,23 @@ class Rows:
                 ),
                 (self._id(run_id), version, topic, state),
             )
+
+    def strip(self, run_id: UUID, versions: range) -> None:
+        """Remove the link from each of the run's `versions`, as if written before chaining."""
+        from engine.store.chain import split
+
+        for version in versions:
+            topic, state = self.get(run_id, version)
+            parts = split(state)
+            assert parts is not None
+            self.put(run_id, version, topic, parts[0])
+
+    def everything(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """Every event row and every meta row, in a fixed order (to show nothing was written)."""
+        with self._cursor() as conn:
+            events = conn.execute(
+                f"SELECT originator_id, originator_version, topic, state FROM {EVENTS_TABLE} "
+                "ORDER BY originator_id, originator_version"
+            ).fetchall()
+            rows = conn.execute(f"SELECT key, value FROM {META_TABLE} ORDER BY key").fetchall()
+        return [tuple(e) for e in events], [tuple(r) for r in rows]

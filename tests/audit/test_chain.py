@@ -194,7 +194,7 @@ class TestTampering:
             forged = Chain().link(previous[2], run_id, 8, topic, body.replace(b"given", b"GIVEN"))
             rows.put(run_id, 8, topic, Chain().seal(body.replace(b"given", b"GIVEN"), forged))
             assert [v for v, _ in chain_problems(engine, run_id)] == [8]
-            with Engine(shared_url, chain_key="a guess") as guessing:
+            with Engine(shared_url, chain_key="a guess", read_only=True) as guessing:
                 assert [v for v, _ in chain_problems(guessing, run_id)][:1] == [1]
 
 
@@ -204,7 +204,7 @@ class TestKeys:
         with Engine(sqlite_url, chain_key=KEY) as engine:
             run_id = recorded(engine)
             assert engine.verify(run_id).chain == "intact"
-        with Engine(sqlite_url) as engine:
+        with Engine(sqlite_url, read_only=True) as engine:
             report = engine.verify(run_id)
             assert (report.ok, report.chain) == (True, "unchecked")
 
@@ -217,10 +217,15 @@ class TestKeys:
             assert (report.chain, report.head[:1]) == ("intact", "k")  # type: ignore[index]
 
     def test_a_wrong_key_breaks_every_link(self, sqlite_url: str) -> None:
-        """Checked with another key, the chain breaks at version 1."""
+        """Read with another key, the key is named wrong and the chain breaks at version 1."""
         with Engine(sqlite_url, chain_key=KEY) as engine:
             run_id = recorded(engine)
-        with Engine(sqlite_url, chain_key="another") as engine:
+        with Engine(sqlite_url, chain_key="another", read_only=True) as engine:
+            report = engine.verify(run_id)
+            assert (report.problems[0].version, report.problems[0].check) == (0, "chain key")
+            assert "not the one this store's hash chain was recorded with" in (
+                report.problems[0].message
+            )
             assert chain_problems(engine, run_id)[0][0] == 1
 
 

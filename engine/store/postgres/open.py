@@ -104,6 +104,7 @@ def open_postgres(
             if not read_only:  # held until the probe connection closes, after the views exist
                 conn.execute("SELECT pg_advisory_lock(%s)", (_creation_lock(schema_of(url)),))
             settings, has_events = _settle_meta(conn, url, create, settings)
+            chain = _settle_chain(conn, url, settings, has_events, read_only=read_only)
             concurrent = not read_only or has_tx_column(conn, schema_of(url))
         except psycopg.Error as error:
             problem = f"cannot open the store: {describe(error, url)}"
@@ -115,21 +116,67 @@ def open_postgres(
         mapper = settings.mapper()
         codec = settings.codec(mapper)
         generation = functools.partial(read_generation, datastore)
+        after = functools.partial(stored_after, datastore)
         if read_only:
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
             closer = _closer(datastore, views)
             return Backend(
-                recorder, mapper, closer, views, read_only=True, codec=codec, generation=generation
-            )
+                recorder, mapper, closer, views, read_only=True, codec=codec, generation=generation,
+                chain=chain, stored_after=after,
+            )  # fmt: skip
         views, problem = prepare_views(
             lambda: PostgresViews(datastore, recorder.channel_name, url.masked), codec
         )
     erase = functools.partial(erase_runs, datastore, views)
     closer = _closer(datastore, views)
     return Backend(
-        recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation
-    )
+        recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation,
+        chain=chain, stored_after=after,
+    )  # fmt: skip
+
+
+def _settle_chain(
+    conn: Any, url: StoreURL, settings: meta.AtRest, has_events: bool, *, read_only: bool
+) -> meta.ChainRecord | None:
+    """The store's recorded chain; a writer's key checked against it, or (an older store)
+    recorded as this writer's, chained from the newest event now (under the creation lock).
+
+    Raises:
+        ChainKeyMismatch: the writer's chain key is not the recorded one.
+    """
+    schema = schema_of(url)
+    meta_table = Identifier(schema, meta.META_TABLE)
+    rows = conn.execute(SQL("SELECT key, value FROM {}").format(meta_table)).fetchall()
+    record = meta.read_chain(dict(rows))
+    if read_only:
+        return record
+    if record is not None:
+        meta.check_chain(record, settings, url.masked)
+        return record
+    newest = 0
+    if has_events:
+        events = Identifier(schema, meta.EVENTS_TABLE)
+        found = conn.execute(SQL("SELECT max(notification_id) FROM {}").format(events)).fetchone()
+        newest = found[0] or 0
+    written = meta.chain_rows(settings, newest)
+    insert = SQL("INSERT INTO {} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING").format(meta_table)
+    with conn.transaction():
+        for key, value in written.items():
+            conn.execute(insert, (key, value))
+    return meta.read_chain(written)
+
+
+def stored_after(datastore: Any, run_id: UUID, position: int) -> int | None:
+    """The run's first version stored after notification `position` (None: none is)."""
+    statement = SQL(
+        "SELECT min(originator_version) FROM {} WHERE originator_id=%s AND notification_id>%s"
+    ).format(Identifier(datastore.schema, meta.EVENTS_TABLE))
+    with datastore.transaction(commit=False) as cursor:
+        cursor.execute(statement, (run_id, position))
+        row = cursor.fetchone()
+    value = row["min"] if isinstance(row, dict) else row[0]
+    return None if value is None else int(value)
 
 
 def _upgrade(conn: Any, url: StoreURL, datastore: Any) -> None:

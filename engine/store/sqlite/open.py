@@ -62,6 +62,7 @@ def open_sqlite(
         )
         if not read_only:
             recorder.create_table()
+        chain = _settle_chain(datastore, url, found, read_only=read_only)
     except StoreError:
         datastore.close()
         raise
@@ -72,16 +73,58 @@ def open_sqlite(
     mapper = found.mapper()
     codec = found.codec(mapper)
     generation = functools.partial(read_generation, recorder.readers)
+    after = functools.partial(stored_after, recorder.readers)
     if read_only:
         views = _views(datastore, url.masked, codec)
         return Backend(
-            recorder, mapper, close, views, read_only=True, codec=codec, generation=generation
-        )
+            recorder, mapper, close, views, read_only=True, codec=codec, generation=generation,
+            chain=chain, stored_after=after,
+        )  # fmt: skip
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked), codec)
     erase = functools.partial(erase_runs, datastore, views is not None)
     return Backend(
-        recorder, mapper, close, views, problem, erase, codec=codec, generation=generation
-    )
+        recorder, mapper, close, views, problem, erase, codec=codec, generation=generation,
+        chain=chain, stored_after=after,
+    )  # fmt: skip
+
+
+def _settle_chain(
+    datastore: Datastore, url: StoreURL, settings: meta.AtRest, *, read_only: bool
+) -> meta.ChainRecord | None:
+    """The store's recorded chain; a writer's key checked against it, or (an older store)
+    recorded as this writer's, chained from the newest event now.
+
+    Raises:
+        ChainKeyMismatch: the writer's chain key is not the recorded one.
+    """
+    with datastore.transaction(commit=not read_only) as cursor:
+        cursor.execute(f"SELECT key, value FROM {meta.META_TABLE}")
+        record = meta.read_chain(dict(cursor.fetchall()))
+        if read_only:
+            return record
+        if record is not None:
+            meta.check_chain(record, settings, url.masked)
+            return record
+        newest = cursor.execute(f"SELECT MAX(rowid) FROM {meta.EVENTS_TABLE}").fetchone()[0]
+        rows = meta.chain_rows(settings, newest or 0)
+        cursor.executemany(
+            f"INSERT OR IGNORE INTO {meta.META_TABLE} VALUES (?, ?)", list(rows.items())
+        )
+        return meta.read_chain(rows)
+
+
+def stored_after(readers: ReaderConnections, run_id: UUID, position: int) -> int | None:
+    """The run's first version stored after notification `position` (None: none is)."""
+    connection = readers.borrow()
+    try:
+        row = connection.execute(
+            f"SELECT MIN(originator_version) FROM {meta.EVENTS_TABLE} "
+            "WHERE originator_id=? AND rowid>?",
+            (run_id.hex, position),
+        ).fetchone()
+    finally:
+        readers.give_back(connection)
+    return None if row[0] is None else int(row[0])
 
 
 def writable(url: StoreURL) -> bool:
