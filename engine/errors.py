@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
+from engine.store.errors import ChainKeyMismatch as ChainKeyMismatch
 from engine.store.errors import ConcurrencyConflict as ConcurrencyConflict
 from engine.store.errors import OutcomeUnknown as OutcomeUnknown
 from engine.store.errors import StoreError as StoreError
@@ -35,6 +36,7 @@ __all__ = [
     "AmbiguousRunId",
     "AttemptError",
     "AttemptTimeout",
+    "ChainKeyMismatch",
     "CircuitOpen",
     "ConcurrencyConflict",
     "EventFormatError",
