@@ -10,7 +10,7 @@ import heapq
 import itertools
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
@@ -175,18 +175,21 @@ class Engine:
             RunAlreadyExists: the derived id holds a run of another parent, key or pipeline.
         """
         parent_id = parent.id if isinstance(parent, Run) else self._run_id(parent)
-        if type(key) is not str or not key:
-            raise InvalidArgument("key", f"must be a non-empty str, got {key!r}")
-        problem = unstorable_text(key)
-        if problem is not None:  # checked before the id is derived from it
-            raise InvalidArgument("key", f"{key!r} {problem}: a child's key is stored as its label")
-        if labels is not None and labels.get("key", key) != key:
-            raise InvalidArgument(
-                "labels", f"'key' is the child's key {key!r}, not {labels['key']!r}"
-            )
+        run_id = child_id(parent_id, key, labels)
         if self.store.last(parent_id) is None:
             raise RunNotFound(parent_id, self.url)
-        run_id = uuid.uuid5(parent_id, key)
+        return self._start_child(parent_id, run_id, pipeline, key, params, labels)
+
+    def _start_child(
+        self,
+        parent_id: UUID,
+        run_id: UUID,
+        pipeline: Pipeline,
+        key: str,
+        params: JSON,
+        labels: Mapping[str, str] | None,
+    ) -> Run:
+        """`child_run` once its parent is known to exist (in this store or another shard)."""
         try:
             labelled = {**(labels or {}), "key": key}
             return self.start_run(
@@ -290,12 +293,7 @@ class Engine:
             raise InvalidArgument("at", "with tree=True, `at` must be a datetime")
         if at is not None:
             arguments.version_at(self.store, run_id, at, 0, "at")  # checks it is timezone-aware
-        streams = [
-            ((e.timestamp, order, e.version, e) for e in self.store.stream(member))
-            for order, member in enumerate(self.tree(run_id))
-        ]
-        merged = (item[3] for item in heapq.merge(*streams, key=lambda item: item[:3]))
-        return merged if at is None else itertools.takewhile(lambda e: e.timestamp <= at, merged)
+        return merged_tree(self.tree(run_id), self.store.stream, at)
 
     def runs(
         self,
@@ -361,6 +359,18 @@ class Engine:
             RunAlreadyExists: the store holds a run with `new_run_id` already.
         """
         rid = self._run_id(run_id)
+        started, copies = self._forked(rid, at, new_run_id or uuid.uuid4(), params, labels)
+        return self._begin(started, copies)
+
+    def _forked(
+        self,
+        rid: UUID,
+        at: int,
+        new_id: UUID,
+        params: JSON,
+        labels: Mapping[str, str] | None,
+    ) -> tuple[RunStarted, list[Event]]:
+        """The first events of `fork`'s new run `new_id`, checked, not yet written."""
         if type(at) is not int or at < 1:
             raise InvalidFork(rid, at, "the version must be an int >= 1")
         events = self.events(rid, upto=at)
@@ -371,7 +381,7 @@ class Engine:
         first = events[0]
         if not isinstance(first, RunStarted):
             raise StoreError(self.url, f"run {rid} does not begin with RunStarted")
-        now, new_id = utc_now(), new_run_id or uuid.uuid4()
+        now = utc_now()
         # A fork is an alternative history, not one more child: it leaves the parent's tree,
         # whose task and budget totals would otherwise count the copied events twice.
         started = attrs.evolve(
@@ -384,7 +394,7 @@ class Engine:
             labels={**first.labels, **(labels or {})},
         )
         copies = [attrs.evolve(event, run_id=new_id, timestamp=now) for event in events[1:]]
-        return self._begin(started, copies)
+        return started, copies
 
     def verify(self, run_id: UUID | str) -> VerifyReport:
         """Re-fold the run through the table stored in its `RunStarted` and every projection.
@@ -580,6 +590,36 @@ class Compacted:
     runs: tuple[UUID, ...]
     events: int
     rebuilt: tuple[str, ...]
+
+
+def child_id(parent_id: UUID, key: str, labels: Mapping[str, str] | None) -> UUID:
+    """The id of `parent_id`'s child run for `key`, once `key` and `labels` are checked.
+
+    Raises:
+        InvalidArgument: `key` is empty or not a str, or `labels` has another ``key``.
+    """
+    if type(key) is not str or not key:
+        raise InvalidArgument("key", f"must be a non-empty str, got {key!r}")
+    problem = unstorable_text(key)
+    if problem is not None:  # checked before the id is derived from it
+        raise InvalidArgument("key", f"{key!r} {problem}: a child's key is stored as its label")
+    if labels is not None and labels.get("key", key) != key:
+        raise InvalidArgument("labels", f"'key' is the child's key {key!r}, not {labels['key']!r}")
+    return uuid.uuid5(parent_id, key)
+
+
+def merged_tree(
+    members: Sequence[UUID],
+    stream: Callable[[UUID], Iterator[Event]],
+    at: datetime | None,
+) -> Iterator[Event]:
+    """The events of the runs `members` in time order (ties: member order, then version)."""
+    streams = [
+        ((e.timestamp, order, e.version, e) for e in stream(member))
+        for order, member in enumerate(members)
+    ]
+    merged = (item[3] for item in heapq.merge(*streams, key=lambda item: item[:3]))
+    return merged if at is None else itertools.takewhile(lambda e: e.timestamp <= at, merged)
 
 
 def _interrupted(run: Run) -> None:

@@ -54,10 +54,12 @@ def open_engine(
     of the persistent projections they catch up (the run index), so the next
     command does not fold the same events again; elsewhere (a read-only file, a
     read replica, a role that may only read) they open it read-only and fold in memory.
+    A ``shards:`` URL opens every shard as one (`engine.sharded.ShardedEngine`), which
+    offers the commands the same reads.
     """
-    from engine.engine import Engine
+    from engine.sharded import open_engine as open_any
 
-    opened = Engine.for_reading(url, create=create) if read_only else Engine(url, create=create)
+    opened: Engine = open_any(url, create=create, read_only=read_only)
     with opened as engine:
         yield engine
 

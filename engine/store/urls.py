@@ -118,6 +118,10 @@ def parse(url: str) -> StoreURL:
         return _postgres(url, masked)
     if scheme == "eventsourcing":
         return _module(url, masked)
+    if url.startswith("shards:"):
+        raise StoreError(
+            masked, "a shards: URL names several stores: open it with engine.sharded.ShardedEngine"
+        )
     hint = f" (did you mean sqlite:///{masked}?)" if not scheme else ""
     raise StoreError(masked, f"unsupported store URL{hint}; use one of {', '.join(SCHEMES)}")
 

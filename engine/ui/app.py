@@ -37,6 +37,7 @@ from starlette.staticfiles import StaticFiles
 from engine import run_ids
 from engine.engine import Engine
 from engine.errors import InvalidArgument, RunNotFound
+from engine.sharded import open_engine
 from engine.ui import pages, snapshot
 from engine.ui.diagram import warm_up
 from events import RUN_STATUSES, StagetrailError, encode
@@ -98,7 +99,7 @@ def create_app(
     Raises:
         StoreError: the store does not exist or cannot be opened (never created).
     """
-    viewer = Viewer(Engine.for_reading(url))
+    viewer = Viewer(open_engine(url, read_only=True))  # a shards: URL reads every shard
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,0 +1,350 @@
+"""Several stores (shards) as one engine: each run written to its shard, read as one union.
+
+`ShardedEngine` opens an `Engine` per shard of a ``shards:`` layout
+(`engine.store.shards`). A run lives in exactly one shard, found from its id alone,
+so writes, per-run optimistic concurrency and every read of one run touch that
+shard only. Lists (`runs`, run id prefixes, a run's tree) ask every shard for a
+bounded page of its run index and merge them in the index's own order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from engine import arguments
+from engine.engine import Compacted, Engine, child_id, merged_tree
+from engine.errors import InvalidArgument, RunNotFound, StoreError
+from engine.pipeline import Pipeline
+from engine.run import Run
+from engine.store import urls
+from engine.store.shards import Layout, is_sharded, load
+from engine.store.views import RunQuery
+from engine.verify import VerifyReport
+from events import JSON, Event, RunFinished, RunStarted
+from projections import Projection, RunIndex, RunSummary, as_projection
+
+if TYPE_CHECKING:
+    from engine.supervise import Supervisor
+
+_ALL_CHILDREN = 1_000_000
+
+
+def open_engine(url: str | None = None, *, create: bool = False, read_only: bool = False) -> Any:
+    """An `Engine`, or a `ShardedEngine` for a ``shards:`` URL (`read_only`: `for_reading`)."""
+    chosen = url or urls.default_url()
+    kind: Any = ShardedEngine if is_sharded(chosen) else Engine
+    return kind.for_reading(chosen, create=create) if read_only else kind(chosen, create=create)
+
+
+class ShardedEngine:
+    """Records each run in its shard and reads all shards as one store.
+
+    Args:
+        url: a ``shards:PATH`` URL naming a layout file (`engine.store.shards`).
+        create: whether missing shards may be created.
+        read_only, cipher_key, max_event_bytes, settings, chain_key: as `Engine`'s,
+            for every shard.
+
+    Raises:
+        StoreError: the layout is wrong, or a shard cannot be opened (none is left open).
+    """
+
+    def __init__(self, url: str, *, create: bool = True, **options: Any) -> None:
+        self.layout = load(url)
+        self.shards = _open_all(self.layout, lambda shard: Engine(shard, create=create, **options))
+        self.store = ShardedReads(self)
+        """Per-run reads (`read`, `stream`, `last`), each from the run's shard."""
+        self.projections = ShardedIndex(self)
+        """The run index of every shard as one: `runs`, `get`, `run_ids`, `catch_up`."""
+
+    @classmethod
+    def for_reading(cls, url: str, *, create: bool = False) -> ShardedEngine:
+        """Each shard opened as `Engine.for_reading` opens one store (a reader writes no event)."""
+        engine = cls.__new__(cls)
+        engine.layout = load(url)
+        engine.shards = _open_all(
+            engine.layout, lambda shard: Engine.for_reading(shard, create=create)
+        )
+        engine.store = ShardedReads(engine)
+        engine.projections = ShardedIndex(engine)
+        return engine
+
+    @property
+    def url(self) -> str:
+        """The ``shards:`` URL (each shard's own URL is in `shards`, masked)."""
+        return self.layout.url
+
+    def shard_of(self, run_id: UUID | str) -> Engine:
+        """The engine of the shard that holds (or will hold) `run_id`."""
+        return self.shards[self.layout.index_of(self._run_id(run_id))]
+
+    def start_run(
+        self,
+        pipeline: Pipeline,
+        *,
+        params: JSON = None,
+        labels: Mapping[str, str] | None = None,
+        parent: Run | UUID | None = None,
+        run_id: UUID | None = None,
+    ) -> Run:
+        """`Engine.start_run` in the shard the layout routes the run to (a chosen id: its hash)."""
+        if not isinstance(pipeline, Pipeline):
+            raise TypeError(f"start_run needs a Pipeline, got {type(pipeline).__name__}")
+        chosen = run_id or self.layout.new_id(pipeline.name, labels)
+        return self.shard_of(chosen).start_run(
+            pipeline, params=params, labels=labels, parent=parent, run_id=chosen
+        )
+
+    def child_run(
+        self,
+        parent: Run | UUID | str,
+        pipeline: Pipeline,
+        *,
+        key: str,
+        params: JSON = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Run:
+        """`Engine.child_run`: the parent read in its shard, the child kept in its own."""
+        parent_id = parent.id if isinstance(parent, Run) else self._run_id(parent)
+        run_id = child_id(parent_id, key, labels)
+        if self.shard_of(parent_id).store.last(parent_id) is None:
+            raise RunNotFound(parent_id, self.url)
+        shard = self.shard_of(run_id)
+        return shard._start_child(parent_id, run_id, pipeline, key, params, labels)
+
+    def load(self, run_id: UUID | str) -> Run:
+        """`Engine.load` from the run's shard."""
+        return self.shard_of(run_id).load(run_id)
+
+    def events(self, run_id: UUID | str, upto: int | datetime | None = None) -> list[Event]:
+        """`Engine.events` from the run's shard."""
+        return self.shard_of(run_id).events(run_id, upto)
+
+    def project(
+        self,
+        run_id: UUID | str,
+        projection: Any,
+        *,
+        at: int | datetime | None = None,
+        tree: bool = False,
+    ) -> Any:
+        """`Engine.project`; with `tree`, the run's descendants are read from their shards."""
+        if not tree:
+            return self.shard_of(run_id).project(run_id, projection, at=at)
+        rid = self._run_id(run_id)
+        instance: Projection[Any] = as_projection(projection)
+        if at is not None and not isinstance(at, datetime):
+            raise InvalidArgument("at", "with tree=True, `at` must be a datetime")
+        if at is not None:
+            arguments.in_utc(at, "at")
+        return instance.fold(merged_tree(self.tree(rid), self.store.stream, at))
+
+    def tree(self, run_id: UUID | str) -> list[UUID]:
+        """The run and its descendants in every shard, parents first (as `Engine.tree`)."""
+        rid = self._run_id(run_id)
+        if self.store.last(rid) is None:
+            raise RunNotFound(rid, self.url)
+        found, index = [rid], 0
+        while index < len(found):
+            children = self.runs(parent=found[index], limit=_ALL_CHILDREN)
+            found += sorted((child.run_id for child in children), key=str)
+            index += 1
+        return found
+
+    def runs(
+        self,
+        *,
+        status: str | None = None,
+        pipeline: str | None = None,
+        label: str | Mapping[str, str] | Iterable[str] | None = None,
+        since: datetime | None = None,
+        parent: UUID | str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunSummary]:
+        """`Engine.runs` over every shard: newest first, paged as if one store held them all."""
+        query = RunQuery(
+            status=arguments.status(status),
+            pipeline=arguments.text("pipeline", pipeline),
+            labels=arguments.labels(label),
+            since=arguments.since(since),
+            parent=None if parent is None else str(arguments.run_id(parent, "parent")),
+            limit=arguments.limit(limit),
+            offset=arguments.offset(offset),
+        )
+        return self.projections.runs(query)
+
+    def fork(
+        self,
+        run_id: UUID | str,
+        *,
+        at: int,
+        new_run_id: UUID | None = None,
+        params: JSON = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Run:
+        """`Engine.fork`: read from the origin's shard, the new run written in its own."""
+        rid = self._run_id(run_id)
+        origin = self.shard_of(rid)
+        new_id = new_run_id or self._fork_id(origin, rid, labels)
+        started, copies = origin._forked(rid, at, new_id, params, labels)
+        return self.shard_of(new_id)._begin(started, copies)
+
+    def _fork_id(self, origin: Engine, rid: UUID, labels: Mapping[str, str] | None) -> UUID:
+        """A new id for a fork of `rid`, routed by the origin's pipeline and merged labels."""
+        first = origin.events(rid, upto=1)[0]
+        if not isinstance(first, RunStarted):
+            raise StoreError(self.url, f"run {rid} does not begin with RunStarted")
+        merged = {**first.labels, **(labels if isinstance(labels, Mapping) else {})}
+        return self.layout.new_id(first.pipeline, merged)
+
+    def verify(self, run_id: UUID | str) -> VerifyReport:
+        """`Engine.verify` in the run's shard."""
+        return self.shard_of(run_id).verify(run_id)
+
+    def resume(self, run_id: UUID | str, *, tree: bool = False) -> Run:
+        """`Engine.resume`; with `tree`, each unfinished descendant in its own shard."""
+        root = self.shard_of(run_id).resume(run_id)
+        if tree:
+            for member in self.tree(root.id)[1:]:
+                if not isinstance(self.store.last(member), RunFinished):
+                    self.shard_of(member).resume(member)
+        return root
+
+    def compact(self) -> Compacted:
+        """`Engine.compact` in every shard; what they removed, together."""
+        done = [shard.compact() for shard in self.shards]
+        return Compacted(
+            tuple(run for each in done for run in each.runs),
+            sum(each.events for each in done),
+            tuple(sorted({name for each in done for name in each.rebuilt})),
+        )
+
+    def supervisor(self, **settings: Any) -> Supervisor:
+        """A `Supervisor` recording into the runs' shards."""
+        from engine.supervise import Supervisor  # the supervisor's modules load on first use
+
+        return Supervisor(self, **settings)  # type: ignore[arg-type]  # the same run API
+
+    def close(self) -> None:
+        """Release every shard's connections."""
+        for shard in self.shards:
+            shard.close()
+
+    def __enter__(self) -> ShardedEngine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ShardedEngine({self.url!r}, shards={len(self.shards)})"
+
+    def _run_id(self, run_id: UUID | str) -> UUID:
+        if isinstance(run_id, UUID):
+            return run_id
+        try:
+            return UUID(str(run_id))
+        except ValueError:
+            raise RunNotFound(run_id, self.url) from None
+
+
+def _open_all(layout: Layout, opener: Any) -> tuple[Engine, ...]:
+    """An engine per shard, in order; if one fails, the ones opened are closed."""
+    opened: list[Engine] = []
+    try:
+        for url in layout.urls:
+            opened.append(opener(url))
+    except BaseException:
+        for engine in opened:
+            engine.close()
+        raise
+    return tuple(opened)
+
+
+class ShardedReads:
+    """The per-run reads the commands and the viewer use, each from the run's shard."""
+
+    def __init__(self, engine: ShardedEngine) -> None:
+        self._engine = engine
+
+    @property
+    def url(self) -> str:
+        """The ``shards:`` URL."""
+        return self._engine.url
+
+    def read(self, run_id: UUID, **query: Any) -> list[Event]:
+        """`Store.read` in the run's shard."""
+        return self._engine.shard_of(run_id).store.read(run_id, **query)
+
+    def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
+        """`Store.stream` in the run's shard."""
+        return self._engine.shard_of(run_id).store.stream(run_id, gt=gt, lte=lte)
+
+    def last(self, run_id: UUID) -> Event | None:
+        """`Store.last` in the run's shard."""
+        return self._engine.shard_of(run_id).store.last(run_id)
+
+
+class ShardedIndex:
+    """Every shard's run index read as one; other projection commands take one shard's URL."""
+
+    def __init__(self, engine: ShardedEngine) -> None:
+        self._engine = engine
+
+    @property
+    def names(self) -> list[str]:
+        """The projections registered in every shard."""
+        return self._engine.shards[0].projections.names
+
+    def projection(self, name: str) -> Projection[Any]:
+        """The registered projection `name`."""
+        return self._engine.shards[0].projections.projection(name)
+
+    def catch_up(self, names: Sequence[str] | None = None) -> None:
+        """Catch each shard's projections up."""
+        for shard in self._engine.shards:
+            shard.projections.catch_up(names)
+
+    def runs(self, query: RunQuery) -> list[RunSummary]:
+        """The page `query` asks for, merged from each shard's first offset + limit rows."""
+        wide = RunQuery(
+            status=query.status,
+            pipeline=query.pipeline,
+            labels=query.labels,
+            since=query.since,
+            parent=query.parent,
+            limit=query.offset + query.limit,
+            offset=0,
+        )
+        pages = [shard.projections.runs(wide) for shard in self._engine.shards]
+        merged = heapq.merge(*pages, key=lambda s: (s.started, s.run_id), reverse=True)
+        return list(merged)[query.offset : query.offset + query.limit]
+
+    def get(self, name: str, key: str | UUID = "", *, catch_up: bool = True) -> Any:
+        """The run index's entry for run `key`, from its shard."""
+        if name != RunIndex.name:
+            self._one_store(f"get({name!r})")
+        shard = self._engine.shard_of(key)
+        return shard.projections.get(name, key, catch_up=catch_up)
+
+    def run_ids(self, prefix: str, *, limit: int = 10) -> list[UUID]:
+        """Ids starting with `prefix` in any shard, in id order, at most `limit`."""
+        found = [i for s in self._engine.shards for i in s.projections.run_ids(prefix, limit=limit)]
+        return sorted(found, key=str)[:limit]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self._one_store(name)
+
+    def _one_store(self, what: str) -> Any:
+        shards = ", ".join(urls.mask(url) for url in self._engine.layout.urls)
+        raise StoreError(
+            self._engine.url,
+            f"projections.{what} works on one store: run it against each shard ({shards})",
+        )
