@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from engine.supervise import Supervisor
 
 _ALL_CHILDREN = 1_000_000
+_SAMPLED = 8
+"""Oldest events of each shard whose runs must hash to it: a changed [shards] list shows."""
 
 
 def open_engine(url: str | None = None, *, create: bool = False, read_only: bool = False) -> Any:
@@ -259,11 +261,33 @@ def _open_all(layout: Layout, opener: Any) -> tuple[Engine, ...]:
     try:
         for url in layout.urls:
             opened.append(opener(url))
+        for index, engine in enumerate(opened):
+            _check_address(layout, index, engine)
     except BaseException:
         for engine in opened:
             engine.close()
         raise
     return tuple(opened)
+
+
+def _check_address(layout: Layout, index: int, engine: Engine) -> None:
+    """Refuse a layout whose shard `index` holds runs it would look for elsewhere.
+
+    Raises:
+        StoreError: one of the shard's oldest runs hashes to another shard (the
+            [shards] list was reordered or resized, or a run was written to the
+            shard's own URL with another id than the layout would choose).
+    """
+    for notification in engine.store.recorder.select_notifications(start=1, limit=_SAMPLED):
+        run_id = UUID(str(notification.originator_id))
+        home = layout.index_of(run_id)
+        if home != index:
+            raise StoreError(
+                layout.url,
+                f"shard {layout.names[index]!r} holds run {run_id}, "
+                f"which this layout places in shard {layout.names[home]!r}: the [shards] "
+                "list must keep the order and number it had when the runs were written",
+            )
 
 
 class ShardedReads:

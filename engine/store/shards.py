@@ -115,7 +115,7 @@ def _layout(url: str, data: dict[str, Any]) -> Layout:
         raise StoreError(url, f"unknown key {unknown[0]!r}; a layout has by, [shards], [routes]")
     shards = _strings(url, data.get("shards"), "shards")
     if not shards:
-        raise StoreError(url, "[shards] lists no store: give name = \"store URL\" lines")
+        raise StoreError(url, '[shards] lists no store: give name = "store URL" lines')
     stores = list(shards.values())
     for name, store in shards.items():
         if is_sharded(store):
@@ -137,7 +137,7 @@ def _layout(url: str, data: dict[str, Any]) -> Layout:
 def _strings(url: str, table: object, name: str) -> dict[str, str]:
     """A TOML table of strings, checked."""
     if not isinstance(table, dict):
-        raise StoreError(url, f"[{name}] must be a table of name = \"text\" lines")
+        raise StoreError(url, f'[{name}] must be a table of name = "text" lines')
     for key, value in table.items():
         if not isinstance(value, str) or not value:
             raise StoreError(url, f"[{name}] {key!r} must be a non-empty string")
