@@ -1,0 +1,259 @@
+"""Several stores as one: each run in exactly one shard, every shard read as one store."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from engine import Engine
+from engine.cli.demo.code_review import REVIEW, record_abandoned, record_review
+from engine.errors import ConcurrencyConflict, RunAlreadyExists, StoreError
+from engine.sharded import ShardedEngine, open_engine
+from engine.store.shards import shard_index
+from events import INTERRUPTED, Event, RunStarted, StageCompleted, StageFailed
+from projections import Projection, RunIndex, StateStack, on
+from tests._helpers import POSTGRES_URL, require_postgres
+from tests.cli._helpers import invoke, ok
+
+LAYOUTS = ["sqlite-files", "postgres-schemas", "postgres-databases"]
+
+
+def layout_file(tmp_path: Path, stores: list[str], extra: str = "") -> str:
+    """A ``shards:`` URL for a layout of `stores` (named a, b, ...) plus `extra` lines."""
+    lines = [f'{chr(ord("a") + i)} = "{url}"' for i, url in enumerate(stores)]
+    path = tmp_path / "shards.toml"
+    path.write_text(extra + "\n[shards]\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    return f"shards://{path}"
+
+
+@pytest.fixture
+def second_database() -> Iterator[str]:
+    """A PostgreSQL store URL in a database of its own, dropped after the test."""
+    require_postgres()
+    import psycopg
+    from psycopg import sql
+
+    name = f"t_shard_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        conn.execute(drop)
+
+
+@pytest.fixture(params=LAYOUTS)
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+    """Two shard stores: two SQLite files, two schemas, or two PostgreSQL databases."""
+    if request.param == "sqlite-files":
+        return [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+    first = str(request.getfixturevalue("postgres_url"))
+    if request.param == "postgres-schemas":
+        return [first, f"{POSTGRES_URL}?schema=t_{uuid.uuid4().hex[:16]}"]
+    return [first, str(request.getfixturevalue("second_database"))]
+
+
+@pytest.fixture
+def sharded_url(tmp_path: Path, stores: list[str]) -> Iterator[str]:
+    """A ``shards:`` URL over the two stores, routing pipeline ``code-review`` to shard b."""
+    url = layout_file(tmp_path, stores, 'by = "pipeline"\n[routes]\ncode-review = "b"\n')
+    yield url
+    if "schema=t_" in stores[1] and stores[1].startswith("postgresql"):
+        _drop_schema(stores[1].rsplit("schema=", 1)[1])
+
+
+def _drop_schema(schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def sharded(sharded_url: str) -> Iterator[ShardedEngine]:
+    """A sharded engine over the two stores."""
+    with ShardedEngine(sharded_url) as opened:
+        yield opened
+
+
+def id_in(shard: int, count: int = 2) -> UUID:
+    """A random run id whose hash puts it in `shard`."""
+    while True:
+        drawn = uuid.uuid4()
+        if shard_index(drawn, count) == shard:
+            return drawn
+
+
+def key_in(sharded: ShardedEngine, parent: UUID, shard: int) -> str:
+    """A child key whose derived run id lives in `shard`."""
+    return next(
+        f"k{n}" for n in range(1000) if sharded.layout.index_of(uuid.uuid5(parent, f"k{n}")) == shard
+    )
+
+
+class TestPlacement:
+    def test_each_run_is_written_to_exactly_one_shard(
+        self, sharded: ShardedEngine, stores: list[str]
+    ) -> None:
+        """Opened one by one, each store holds exactly the runs whose id hashes to it."""
+        ids = [sharded.start_run(REVIEW, run_id=id_in(n % 2)).id for n in range(6)]
+        sharded.close()
+        for index, url in enumerate(stores):
+            with Engine(url, create=False) as shard:
+                held = {i for i in ids if shard.store.last(i) is not None}
+            assert held == {i for i in ids if shard_index(i, 2) == index}
+
+    def test_a_routed_pipeline_goes_to_its_shard(self, sharded: ShardedEngine) -> None:
+        """``code-review`` is routed to shard b; every new run of it is there."""
+        runs = [record_review(sharded, f"C-{n}") for n in range(4)]  # type: ignore[arg-type]
+        assert {sharded.layout.index_of(run.id) for run in runs} == {1}
+
+    def test_a_run_id_taken_in_its_shard_is_refused(self, sharded: ShardedEngine) -> None:
+        """A chosen id goes to its hash's shard, whose unique key refuses it twice."""
+        chosen = id_in(0)
+        sharded.start_run(REVIEW, run_id=chosen)
+        with pytest.raises(RunAlreadyExists):
+            sharded.start_run(REVIEW, run_id=chosen)
+
+    def test_two_writers_of_one_run_conflict_as_in_one_store(
+        self, sharded: ShardedEngine, sharded_url: str
+    ) -> None:
+        """Per-run optimistic concurrency holds: the second writer of a version is refused."""
+        run = sharded.start_run(REVIEW)
+        with ShardedEngine(sharded_url) as other:
+            theirs = other.load(run.id)
+            run.stage_completed("project_analysis")
+            with pytest.raises(ConcurrencyConflict):
+                theirs.stage_completed("project_analysis")
+        assert len(sharded.events(run.id)) == 2
+
+
+class TestReadView:
+    def test_runs_lists_every_shard_newest_first(self, sharded: ShardedEngine) -> None:
+        """The listing is the union of the shards, in the run index's order."""
+        ids = [sharded.start_run(REVIEW, run_id=id_in(n % 2)).id for n in range(5)]
+        listed = [summary.run_id for summary in sharded.runs()]
+        assert listed == list(reversed(ids))
+
+    def test_pages_cover_the_union_once(self, sharded: ShardedEngine) -> None:
+        """Pages of 3 over 8 runs in two shards give each run once, in order."""
+        for n in range(8):
+            sharded.start_run(REVIEW, run_id=id_in(n % 3 % 2))
+        whole = [s.run_id for s in sharded.runs()]
+        paged = [s.run_id for o in range(0, 9, 3) for s in sharded.runs(limit=3, offset=o)]
+        assert paged == whole and len(whole) == 8
+
+    def test_filters_apply_in_every_shard(self, sharded: ShardedEngine) -> None:
+        """Status and label filters select across both shards."""
+        done = record_review(sharded, "C-1").id  # type: ignore[arg-type]
+        failed = record_abandoned(sharded, "C-2").id  # type: ignore[arg-type]
+        other = sharded.start_run(REVIEW, labels={"team": "x"}, run_id=id_in(0)).id
+        assert [s.run_id for s in sharded.runs(status="succeeded")] == [done]
+        assert [s.run_id for s in sharded.runs(status="failed")] == [failed]
+        assert [s.run_id for s in sharded.runs(label="team=x")] == [other]
+
+    def test_a_run_is_read_from_its_shard(self, sharded: ShardedEngine) -> None:
+        """load, events, project and verify find a run wherever it lives."""
+        run = record_review(sharded, "C-9")  # type: ignore[arg-type]
+        assert sharded.load(run.id).state == "done"
+        assert len(sharded.events(str(run.id))) == run.version
+        assert sharded.project(run.id, StateStack, at=3).current == "code_review"
+        assert sharded.verify(run.id).problems == ()
+        summary = sharded.projections.get(RunIndex.name, run.id)
+        assert summary.status == "succeeded"
+
+
+class TestLineage:
+    def test_a_child_in_another_shard_is_in_its_parents_tree(self, sharded: ShardedEngine) -> None:
+        """A child whose id hashes to the other shard is found, listed and folded with its parent."""
+        parent = sharded.start_run(REVIEW, run_id=id_in(0))
+        key = key_in(sharded, parent.id, 1)
+        child = sharded.child_run(parent, REVIEW, key=key)
+        child.stage_completed("project_analysis")
+        assert sharded.layout.index_of(child.id) == 1
+        assert sharded.child_run(parent.id, REVIEW, key=key).id == child.id  # found, not started
+        assert sharded.tree(parent.id) == [parent.id, child.id]
+        assert [s.run_id for s in sharded.runs(parent=parent.id)] == [child.id]
+        assert sharded.project(parent.id, _Runs, tree=True) == (parent.id, child.id, child.id)
+
+    def test_a_fork_into_another_shard_keeps_its_origin(self, sharded: ShardedEngine) -> None:
+        """A fork written to the other shard copies the history and names the origin."""
+        origin = record_abandoned(sharded, "C-5")  # type: ignore[arg-type]
+        target = 1 - sharded.layout.index_of(origin.id)
+        fork = sharded.fork(origin.id, at=3, new_run_id=id_in(target))
+        first = sharded.events(fork.id, upto=1)[0]
+        assert isinstance(first, RunStarted) and first.forked_from == (origin.id, 3)
+        assert [type(e) for e in sharded.events(fork.id)] == [
+            type(e) for e in sharded.events(origin.id, upto=3)
+        ]
+        routed = sharded.fork(origin.id, at=2)  # a new id follows the pipeline's route
+        assert sharded.layout.index_of(routed.id) == 1
+
+    def test_resume_of_a_tree_reaches_a_child_in_another_shard(
+        self, sharded: ShardedEngine
+    ) -> None:
+        """An interrupted child in the other shard is closed by resuming its parent's tree."""
+        parent = sharded.start_run(REVIEW, run_id=id_in(0))
+        child = sharded.child_run(parent, REVIEW, key=key_in(sharded, parent.id, 1))
+        child.stage_completed("project_analysis")
+        child.stage_completed("code_review")
+        child.stage_started("developer")
+        sharded.resume(parent.id, tree=True)
+        last = sharded.events(child.id)[-1]
+        assert isinstance(last, StageFailed) and last.error_type == INTERRUPTED
+
+
+class _Runs(Projection[tuple[UUID, ...]]):
+    """The run of every event folded, in order."""
+
+    name = "runs_folded"
+
+    def initial(self) -> tuple[UUID, ...]:
+        return ()
+
+    @on(RunStarted, StageCompleted)
+    def any_event(self, state: tuple[UUID, ...], event: Event) -> tuple[UUID, ...]:
+        return (*state, event.run_id)
+
+
+class TestLayoutGuard:
+    def test_a_reordered_layout_is_refused(self, tmp_path: Path) -> None:
+        """Swapping the shards after runs were written is refused, naming a misplaced run."""
+        stores = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+        with ShardedEngine(layout_file(tmp_path, stores)) as sharded:
+            sharded.start_run(REVIEW, run_id=id_in(0))
+        with pytest.raises(StoreError, match="must keep the order and number"):
+            ShardedEngine(layout_file(tmp_path, list(reversed(stores))))
+
+    def test_open_engine_picks_the_kind_of_engine(self, tmp_path: Path) -> None:
+        """A store URL opens an Engine, a shards: URL a ShardedEngine."""
+        stores = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+        with open_engine(layout_file(tmp_path, stores), create=True) as sharded:
+            assert isinstance(sharded, ShardedEngine)
+        with open_engine(stores[0], read_only=True) as single:
+            assert isinstance(single, Engine)
+
+
+class TestCommands:
+    def test_runs_show_state_and_replay_read_every_shard(self, sharded: ShardedEngine) -> None:
+        """The read commands over a shards: URL see runs of both shards, by id prefix."""
+        parent = sharded.start_run(REVIEW, run_id=id_in(0))
+        child = sharded.child_run(parent, REVIEW, key=key_in(sharded, parent.id, 1))
+        child.stage_completed("project_analysis")
+        url = sharded.url
+        listed = ok("runs", "--store", url)
+        assert str(parent.id)[:8] in listed and str(child.id)[:8] in listed
+        assert f"child of {str(parent.id)[:8]}" in ok("show", str(child.id)[:8], "--store", url)
+        assert "after event 2 of 2" in ok("state", str(child.id)[:8], "--store", url)
+        assert "events 1 to 2" in ok("replay", str(child.id), "--store", url)
+
+    def test_a_one_store_command_names_the_shards(self, sharded: ShardedEngine) -> None:
+        """`projections status` works per store: over shards it says to run it per shard."""
+        result = invoke("projections", "status", "--store", sharded.url)
+        assert result.exit_code != 0
+        assert "run it against each shard" in result.stderr
