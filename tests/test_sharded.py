@@ -91,9 +91,8 @@ def id_in(shard: int, count: int = 2) -> UUID:
 
 def key_in(sharded: ShardedEngine, parent: UUID, shard: int) -> str:
     """A child key whose derived run id lives in `shard`."""
-    return next(
-        f"k{n}" for n in range(1000) if sharded.layout.index_of(uuid.uuid5(parent, f"k{n}")) == shard
-    )
+    keys = (f"k{n}" for n in range(1000))
+    return next(k for k in keys if sharded.layout.index_of(uuid.uuid5(parent, k)) == shard)
 
 
 class TestPlacement:
@@ -146,7 +145,8 @@ class TestReadView:
             sharded.start_run(REVIEW, run_id=id_in(n % 3 % 2))
         whole = [s.run_id for s in sharded.runs()]
         paged = [s.run_id for o in range(0, 9, 3) for s in sharded.runs(limit=3, offset=o)]
-        assert paged == whole and len(whole) == 8
+        assert paged == whole
+        assert len(whole) == 8
 
     def test_filters_apply_in_every_shard(self, sharded: ShardedEngine) -> None:
         """Status and label filters select across both shards."""
@@ -170,7 +170,7 @@ class TestReadView:
 
 class TestLineage:
     def test_a_child_in_another_shard_is_in_its_parents_tree(self, sharded: ShardedEngine) -> None:
-        """A child whose id hashes to the other shard is found, listed and folded with its parent."""
+        """A child hashed to the other shard is found, listed and folded with its parent."""
         parent = sharded.start_run(REVIEW, run_id=id_in(0))
         key = key_in(sharded, parent.id, 1)
         child = sharded.child_run(parent, REVIEW, key=key)
@@ -187,7 +187,8 @@ class TestLineage:
         target = 1 - sharded.layout.index_of(origin.id)
         fork = sharded.fork(origin.id, at=3, new_run_id=id_in(target))
         first = sharded.events(fork.id, upto=1)[0]
-        assert isinstance(first, RunStarted) and first.forked_from == (origin.id, 3)
+        assert isinstance(first, RunStarted)
+        assert first.forked_from == (origin.id, 3)
         assert [type(e) for e in sharded.events(fork.id)] == [
             type(e) for e in sharded.events(origin.id, upto=3)
         ]
@@ -205,7 +206,8 @@ class TestLineage:
         child.stage_started("developer")
         sharded.resume(parent.id, tree=True)
         last = sharded.events(child.id)[-1]
-        assert isinstance(last, StageFailed) and last.error_type == INTERRUPTED
+        assert isinstance(last, StageFailed)
+        assert last.error_type == INTERRUPTED
 
 
 class _Runs(Projection[tuple[UUID, ...]]):
@@ -247,7 +249,8 @@ class TestCommands:
         child.stage_completed("project_analysis")
         url = sharded.url
         listed = ok("runs", "--store", url)
-        assert str(parent.id)[:8] in listed and str(child.id)[:8] in listed
+        assert str(parent.id)[:8] in listed
+        assert str(child.id)[:8] in listed
         assert f"child of {str(parent.id)[:8]}" in ok("show", str(child.id)[:8], "--store", url)
         assert "after event 2 of 2" in ok("state", str(child.id)[:8], "--store", url)
         assert "events 1 to 2" in ok("replay", str(child.id), "--store", url)
