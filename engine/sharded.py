@@ -10,9 +10,11 @@ bounded page of its run index and merge them in the index's own order.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from engine import arguments
@@ -30,6 +32,7 @@ from projections import Projection, RunIndex, RunSummary, as_projection
 if TYPE_CHECKING:
     from engine.supervise import Supervisor
 
+T = TypeVar("T")
 _ALL_CHILDREN = 1_000_000
 _SAMPLED = 8
 """Oldest events of each shard whose runs must hash to it: a changed [shards] list shows."""
@@ -58,6 +61,7 @@ class ShardedEngine:
     def __init__(self, url: str, *, create: bool = True, **options: Any) -> None:
         self.layout = load(url)
         self.shards = _open_all(self.layout, lambda shard: Engine(shard, create=create, **options))
+        self._start_readers()
         self.store = ShardedReads(self)
         """Per-run reads (`read`, `stream`, `last`), each from the run's shard."""
         self.projections = ShardedIndex(self)
@@ -71,14 +75,27 @@ class ShardedEngine:
         engine.shards = _open_all(
             engine.layout, lambda shard: Engine.for_reading(shard, create=create)
         )
+        engine._start_readers()
         engine.store = ShardedReads(engine)
         engine.projections = ShardedIndex(engine)
         return engine
+
+    def _start_readers(self) -> None:
+        """The threads that ask every shard at once (a listing waits for the slowest)."""
+        self._pool = ThreadPoolExecutor(len(self.shards), thread_name_prefix="stagetrail-shard")
+        self._asking = threading.Lock()
 
     @property
     def url(self) -> str:
         """The ``shards:`` URL (each shard's own URL is in `shards`, masked)."""
         return self.layout.url
+
+    def each(self, ask: Callable[[Engine], T]) -> list[T]:
+        """`ask` of every shard, in shard order, the shards asked at the same time."""
+        if len(self.shards) == 1:
+            return [ask(self.shards[0])]
+        with self._asking:  # one fan-out at a time: each shard's engine serves one asker
+            return list(self._pool.map(ask, self.shards))
 
     def shard_of(self, run_id: UUID | str) -> Engine:
         """The engine of the shard that holds (or will hold) `run_id`."""
@@ -233,7 +250,8 @@ class ShardedEngine:
         return Supervisor(self, **settings)  # type: ignore[arg-type]  # the same run API
 
     def close(self) -> None:
-        """Release every shard's connections."""
+        """Release every shard's connections and the threads that ask them."""
+        self._pool.shutdown()
         for shard in self.shards:
             shard.close()
 
@@ -331,8 +349,7 @@ class ShardedIndex:
 
     def catch_up(self, names: Sequence[str] | None = None) -> None:
         """Catch each shard's projections up."""
-        for shard in self._engine.shards:
-            shard.projections.catch_up(names)
+        self._engine.each(lambda shard: shard.projections.catch_up(names))
 
     def runs(self, query: RunQuery) -> list[RunSummary]:
         """The page `query` asks for, merged from each shard's first offset + limit rows."""
@@ -345,7 +362,7 @@ class ShardedIndex:
             limit=query.offset + query.limit,
             offset=0,
         )
-        pages = [shard.projections.runs(wide) for shard in self._engine.shards]
+        pages = self._engine.each(lambda shard: shard.projections.runs(wide))
         merged = heapq.merge(*pages, key=lambda s: (s.started, s.run_id), reverse=True)
         return list(merged)[query.offset : query.offset + query.limit]
 
@@ -358,8 +375,8 @@ class ShardedIndex:
 
     def run_ids(self, prefix: str, *, limit: int = 10) -> list[UUID]:
         """Ids starting with `prefix` in any shard, in id order, at most `limit`."""
-        found = [i for s in self._engine.shards for i in s.projections.run_ids(prefix, limit=limit)]
-        return sorted(found, key=str)[:limit]
+        pages = self._engine.each(lambda shard: shard.projections.run_ids(prefix, limit=limit))
+        return sorted((i for page in pages for i in page), key=str)[:limit]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
