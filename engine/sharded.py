@@ -10,12 +10,15 @@ bounded page of its run index and merge them in the index's own order.
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
+
+import attrs
 
 from engine import arguments
 from engine.engine import Compacted, Engine, child_id, merged_tree
@@ -288,6 +291,11 @@ def _open_all(layout: Layout, opener: Any) -> tuple[Engine, ...]:
     return tuple(opened)
 
 
+def _merged(pages: Sequence[Sequence[RunSummary]]) -> list[RunSummary]:
+    """Pages of the run index merged in its order: newest first, then by run id."""
+    return list(heapq.merge(*pages, key=lambda s: (s.started, s.run_id), reverse=True))
+
+
 def _check_address(layout: Layout, index: int, engine: Engine) -> None:
     """Refuse a layout whose shard `index` holds runs it would look for elsewhere.
 
@@ -352,19 +360,43 @@ class ShardedIndex:
         self._engine.each(lambda shard: shard.projections.catch_up(names))
 
     def runs(self, query: RunQuery) -> list[RunSummary]:
-        """The page `query` asks for, merged from each shard's first offset + limit rows."""
-        wide = RunQuery(
-            status=query.status,
-            pipeline=query.pipeline,
-            labels=query.labels,
-            since=query.since,
-            parent=query.parent,
-            limit=query.offset + query.limit,
-            offset=0,
-        )
+        """The page `query` asks for, as one store holding every shard's runs would give it.
+
+        A deep page first asks each shard for a window around its share of the offset
+        (ids spread evenly over the shards); only when the merged windows cannot prove
+        which rows hold the asked ranks (an uneven spread: routes, filters) does it
+        read each shard's first offset + limit rows.
+        """
+        window = self._window(query) if len(self._engine.shards) > 1 else None
+        if window is not None:
+            return window
+        wide = attrs.evolve(query, limit=query.offset + query.limit, offset=0)
         pages = self._engine.each(lambda shard: shard.projections.runs(wide))
-        merged = heapq.merge(*pages, key=lambda s: (s.started, s.run_id), reverse=True)
-        return list(merged)[query.offset : query.offset + query.limit]
+        return _merged(pages)[query.offset : query.offset + query.limit]
+
+    def _window(self, query: RunQuery) -> list[RunSummary] | None:
+        """The page from windows of each shard around offset / shards, or None if unproven."""
+        count = len(self._engine.shards)
+        margin = query.limit + 3 * math.isqrt(query.offset)  # > 6 deviations of an even spread
+        skip = query.offset // count - margin
+        if skip <= 0:
+            return None
+        take = 2 * margin + query.limit
+        near = attrs.evolve(query, limit=take, offset=skip)
+        pages = self._engine.each(lambda shard: shard.projections.runs(near))
+        if not all(pages):  # a shard with at most `skip` rows: how many it has is unknown
+            return None
+        merged = _merged(pages)
+        place = {id(summary): position for position, summary in enumerate(merged)}
+        # Ranks are exact from the newest of the windows' first rows (every skipped row
+        # of every shard is newer) to the oldest of the full windows' last rows.
+        lowest = max(place[id(page[0])] for page in pages)
+        full = [place[id(page[-1])] for page in pages if len(page) == take]
+        highest = min(full, default=len(merged) - 1)
+        start = query.offset - count * skip
+        if start < lowest or start + query.limit - 1 > highest:
+            return None
+        return merged[start : start + query.limit]
 
     def get(self, name: str, key: str | UUID = "", *, catch_up: bool = True) -> Any:
         """The run index's entry for run `key`, from its shard."""

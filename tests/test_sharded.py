@@ -5,15 +5,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
 
 from engine import Engine
+from engine.cli.demo import supervised_review
 from engine.cli.demo.code_review import REVIEW, record_abandoned, record_review
 from engine.errors import ConcurrencyConflict, RunAlreadyExists, StoreError
 from engine.sharded import ShardedEngine, open_engine
 from engine.store.shards import shard_index
+from engine.store.views import RunQuery
 from events import INTERRUPTED, Event, RunStarted, StageCompleted, StageFailed
 from projections import Projection, RunIndex, StateStack, on
 from tests._helpers import POSTGRES_URL, require_postgres
@@ -168,6 +171,45 @@ class TestReadView:
         assert summary.status == "succeeded"
 
 
+class TestDeepPages:
+    @pytest.mark.parametrize("routes", ["", 'by = "pipeline"\n[routes]\ncode-review = "b"\n'])
+    def test_every_page_is_the_slice_of_the_whole_listing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, routes: str
+    ) -> None:
+        """Deep pages equal the whole listing's slices, evenly spread or all in one shard."""
+        stores = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+        with ShardedEngine(layout_file(tmp_path, stores, routes)) as sharded:
+            for _ in range(150):
+                sharded.start_run(REVIEW)
+            whole = [s.run_id for s in sharded.runs(limit=200)]
+            asked = _spy_limits(sharded, monkeypatch)
+            for offset in range(0, 150, 7):
+                page = [s.run_id for s in sharded.runs(limit=5, offset=offset)]
+                assert page == whole[offset : offset + 5], offset
+        first_rows = sum(2 * (offset + 5) for offset in range(0, 150, 7))
+        # Evenly spread, the shards are read near the page; all in one shard, from the top.
+        assert (sum(asked) < first_rows) == (routes == "")
+
+    def test_a_page_past_the_end_is_empty(self, sharded: ShardedEngine) -> None:
+        """An offset beyond every run gives an empty page."""
+        sharded.start_run(REVIEW, run_id=id_in(0))
+        assert sharded.runs(limit=5, offset=500) == []
+
+
+def _spy_limits(sharded: ShardedEngine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many rows each shard's run index is asked for, call by call, from now on."""
+    asked: list[int] = []
+    for shard in sharded.shards:
+        real = shard.projections.runs
+
+        def spy(query: RunQuery, real: Any = real) -> Any:
+            asked.append(query.limit)
+            return real(query)
+
+        monkeypatch.setattr(shard.projections, "runs", spy)
+    return asked
+
+
 class TestLineage:
     def test_a_child_in_another_shard_is_in_its_parents_tree(self, sharded: ShardedEngine) -> None:
         """A child hashed to the other shard is found, listed and folded with its parent."""
@@ -208,6 +250,16 @@ class TestLineage:
         last = sharded.events(child.id)[-1]
         assert isinstance(last, StageFailed)
         assert last.error_type == INTERRUPTED
+
+
+class TestSupervisor:
+    def test_supervised_runs_are_driven_in_their_shards(self, tmp_path: Path) -> None:
+        """A supervisor of the sharded engine drives each run to its end in its own shard."""
+        stores = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+        with ShardedEngine(layout_file(tmp_path, stores)) as sharded:
+            driven = supervised_review.record_all(sharded)  # type: ignore[arg-type]
+            assert [sharded.load(run.id).state for run in driven] == ["done"] * len(driven)
+            assert {s.run_id for s in sharded.runs()} == {run.id for run in driven}
 
 
 class _Runs(Projection[tuple[UUID, ...]]):
