@@ -1,7 +1,7 @@
 """What the one read view over shards costs: the same runs in one PostgreSQL store and in 2 or 4.
 
-The same number of runs (a few events each, one commit per run) is recorded into
-one store (a schema) and into layouts of 2 and 4 schemas on the same server, then
+The same number of runs (a few events each, one commit per run) is recorded, by
+one process, into one store (a schema) and into layouts of 2 and 4 schemas on the same server, then
 read the ways the commands and the viewer read, the cases interleaved round by
 round: the first page of ``runs`` (50), a deep page (offset 1,000), a filtered
 page (one label value, 1 run in 10), and ``load`` of a run by id. Each figure
@@ -39,8 +39,12 @@ def main() -> None:
     try:
         for count in (1, 2, 4):
             engines[f"{count} store(s)"] = _layout(count, schemas)
-        recorded = {name: _record(engine, runs) for name, engine in engines.items()}
-        rows = _measure(engines, recorded, rounds, runs)
+        recorded, seconds = {}, {}
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            recorded[name] = _record(engine, runs)
+            seconds[name] = time.perf_counter() - start
+        rows = [_recording(seconds, runs), *_measure(engines, recorded, rounds, runs)]
     finally:
         for engine in engines.values():
             engine.close()
@@ -74,6 +78,16 @@ def _record(engine: Any, runs: int) -> list[uuid.UUID]:
         ids.append(run.id)
     engine.runs(limit=1)  # the run index caught up before anything is timed
     return ids
+
+
+def _recording(seconds: dict[str, float], runs: int) -> dict[str, object]:
+    """Runs recorded per second by one process (one commit a run), each layout."""
+    base = seconds["1 store(s)"]
+    row: dict[str, object] = {"case": "record runs, one process (runs/s)", "1 store": runs / base}
+    for name in list(seconds)[1:]:
+        row[f"{name.split()[0]} shards"] = runs / seconds[name]
+        row[f"{name.split()[0]} shards x"] = base / seconds[name]
+    return row
 
 
 def _measure(
