@@ -61,32 +61,53 @@ class ShardedEngine:
         StoreError: the layout is wrong, or a shard cannot be opened (none is left open).
     """
 
-    def __init__(self, url: str, *, create: bool = True, **options: Any) -> None:
-        self.layout = load(url)
-        self.shards = _open_all(self.layout, lambda shard: Engine(shard, create=create, **options))
-        self._start_readers()
-        self.store = ShardedReads(self)
-        """Per-run reads (`read`, `stream`, `last`), each from the run's shard."""
-        self.projections = ShardedIndex(self)
-        """The run index of every shard as one: `runs`, `get`, `run_ids`, `catch_up`."""
+    layout: Layout
+    shards: tuple[Engine, ...]
+    """An engine per shard, in the layout's order."""
+    store: ShardedReads
+    """Per-run reads (`read`, `stream`, `last`), each from the run's shard."""
+    projections: ShardedIndex
+    """The run index of every shard as one: `runs`, `get`, `run_ids`, `catch_up`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        cipher_key: str | None = None,
+        max_event_bytes: int | None = None,
+        read_only: bool = False,
+        settings: Mapping[str, str] | None = None,
+        chain_key: str | None = None,
+    ) -> None:
+        def opener(shard: str) -> Engine:
+            return Engine(
+                shard,
+                create=create,
+                cipher_key=cipher_key,
+                max_event_bytes=max_event_bytes,
+                read_only=read_only,
+                settings=settings,
+                chain_key=chain_key,
+            )
+
+        self._attach(load(url), opener)
 
     @classmethod
     def for_reading(cls, url: str, *, create: bool = False) -> ShardedEngine:
         """Each shard opened as `Engine.for_reading` opens one store (a reader writes no event)."""
         engine = cls.__new__(cls)
-        engine.layout = load(url)
-        engine.shards = _open_all(
-            engine.layout, lambda shard: Engine.for_reading(shard, create=create)
-        )
-        engine._start_readers()
-        engine.store = ShardedReads(engine)
-        engine.projections = ShardedIndex(engine)
+        engine._attach(load(url), lambda shard: Engine.for_reading(shard, create=create))
         return engine
 
-    def _start_readers(self) -> None:
-        """The threads that ask every shard at once (a listing waits for the slowest)."""
+    def _attach(self, layout: Layout, opener: Callable[[str], Engine]) -> None:
+        """Open every shard of `layout` with `opener`, and the threads that ask them at once."""
+        self.layout = layout
+        self.shards = _open_all(layout, opener)
         self._pool = ThreadPoolExecutor(len(self.shards), thread_name_prefix="stagetrail-shard")
         self._asking = threading.Lock()
+        self.store = ShardedReads(self)
+        self.projections = ShardedIndex(self)
 
     @property
     def url(self) -> str:
@@ -276,7 +297,7 @@ class ShardedEngine:
             raise RunNotFound(run_id, self.url) from None
 
 
-def _open_all(layout: Layout, opener: Any) -> tuple[Engine, ...]:
+def _open_all(layout: Layout, opener: Callable[[str], Engine]) -> tuple[Engine, ...]:
     """An engine per shard, in order; if one fails, the ones opened are closed."""
     opened: list[Engine] = []
     try:
@@ -377,7 +398,9 @@ class ShardedIndex:
     def _window(self, query: RunQuery) -> list[RunSummary] | None:
         """The page from windows of each shard around offset / shards, or None if unproven."""
         count = len(self._engine.shards)
-        margin = query.limit + 3 * math.isqrt(query.offset)  # > 6 deviations of an even spread
+        # A shard's share of the newest `offset` runs deviates from offset / count by at
+        # most sqrt(offset / count) (one standard deviation): the window spans 4 each side.
+        margin = 4 * math.isqrt(query.offset // count) + 4
         skip = query.offset // count - margin
         if skip <= 0:
             return None
