@@ -4,7 +4,8 @@ The same number of runs (a few events each, one commit per run) is recorded, by
 one process, into one store (a schema) and into layouts of 2 and 4 schemas on the same server, then
 read the ways the commands and the viewer read, the cases interleaved round by
 round: the first page of ``runs`` (50), a deep page (offset 1,000), a filtered
-page (one label value, 1 run in 10), and ``load`` of a run by id. Each figure
+page (one label value, 1 run in 10), and ``load`` of a run by id, through the
+layout and through the run's shard's own `Engine` (what the routing adds). Each figure
 is the median time of one call; the ratio is against the single store.
 
 Run: ``python -m benchmarks.shards`` (about a minute; ``--quick`` for a smoke run).
@@ -100,6 +101,7 @@ def _measure(
         ),
         "runs(label=team=blue, limit=50)": lambda e, ids: e.runs(label="team=blue", limit=50),
         "load(run_id)": lambda e, ids: e.load(random.choice(ids)),
+        "load(run_id) by its shard's own Engine": lambda e, ids: _own(e, random.choice(ids)),
     }
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(rounds):
@@ -118,6 +120,12 @@ def _measure(
             row[f"{name.split()[0]} shards x"] = median / base
         rows.append(row)
     return rows
+
+
+def _own(engine: Any, run_id: uuid.UUID) -> object:
+    """`load` without the layout's routing: the run's shard's engine (or the one store)."""
+    own = engine.shard_of(run_id) if isinstance(engine, ShardedEngine) else engine
+    return own.load(run_id)
 
 
 def _drop(schemas: list[str]) -> None:
