@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._helpers import require_postgres
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -126,6 +128,16 @@ class TestBenchmarks:
         assert rows[0]["speedup"] == 1.0
         assert rows[-1]["case"] == "machine"
         assert rows[-1]["cpus"] > 0
+
+    def test_shards_benchmark_reports_every_case(self) -> None:
+        """benchmarks.shards --quick prints recording and each read over 1, 2 and 4 stores."""
+        require_postgres()
+        rows = json.loads(quick_run("shards").stdout)["results"]
+        cases = [row["case"] for row in rows]
+        assert cases[0].startswith("record runs")
+        assert cases[1:3] == ["runs(limit=50)", "runs(limit=50, offset=100)"]
+        assert cases[-1] == "load(run_id) by its shard's own Engine"
+        assert all(row["2 shards x"] > 0 and row["4 shards x"] > 0 for row in rows)
 
     def test_langgraph_benchmark_reports_every_figure(self) -> None:
         """benchmarks.langgraph --quick prints speed, sizes and history against SqliteSaver."""
