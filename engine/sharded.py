@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 import attrs
+from eventsourcing.persistence import StoredEvent
 
 from engine import arguments
 from engine.engine import Compacted, Engine, child_id, merged_tree
@@ -64,8 +65,8 @@ class ShardedEngine:
     layout: Layout
     shards: tuple[Engine, ...]
     """An engine per shard, in the layout's order."""
-    store: ShardedReads
-    """Per-run reads (`read`, `stream`, `last`), each from the run's shard."""
+    store: ShardedStore
+    """Per-run store calls (`read`, `stream`, `last`, `serialize`, `append`), in the run's shard."""
     projections: ShardedIndex
     """The run index of every shard as one: `runs`, `get`, `run_ids`, `catch_up`."""
 
@@ -106,7 +107,7 @@ class ShardedEngine:
         self.shards = _open_all(layout, opener)
         self._pool = ThreadPoolExecutor(len(self.shards), thread_name_prefix="stagetrail-shard")
         self._asking = threading.Lock()
-        self.store = ShardedReads(self)
+        self.store = ShardedStore(self)
         self.projections = ShardedIndex(self)
 
     @property
@@ -337,8 +338,8 @@ def _check_address(layout: Layout, index: int, engine: Engine) -> None:
             )
 
 
-class ShardedReads:
-    """The per-run reads the commands and the viewer use, each from the run's shard."""
+class ShardedStore:
+    """The per-run store calls the commands and the viewer make, each in the run's shard."""
 
     def __init__(self, engine: ShardedEngine) -> None:
         self._engine = engine
@@ -359,6 +360,24 @@ class ShardedReads:
     def last(self, run_id: UUID) -> Event | None:
         """`Store.last` in the run's shard."""
         return self._engine.shard_of(run_id).store.last(run_id)
+
+    def serialize(self, event: Event, previous: bytes | None = None) -> StoredEvent:
+        """`Store.serialize` by the run's shard (its compression, cipher and chain key)."""
+        return self._engine.shard_of(event.run_id).store.serialize(event, previous)
+
+    def append(self, events: Sequence[Event]) -> list[int]:
+        """`Store.append` of one run's events, in one transaction of its shard.
+
+        Raises:
+            StoreError: the events belong to runs of different shards (no transaction
+                spans two stores).
+        """
+        shards = {self._engine.layout.index_of(event.run_id) for event in events}
+        if len(shards) > 1:
+            raise StoreError(self.url, "one append must not span runs of different shards")
+        if not events:
+            return []
+        return self._engine.shard_of(events[0].run_id).store.append(events)
 
 
 class ShardedIndex:

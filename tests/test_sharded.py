@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import attrs
 import pytest
 
 from engine import Engine
@@ -306,6 +307,36 @@ class TestCommands:
         assert f"child of {str(parent.id)[:8]}" in ok("show", str(child.id)[:8], "--store", url)
         assert "after event 2 of 2" in ok("state", str(child.id)[:8], "--store", url)
         assert "events 1 to 2" in ok("replay", str(child.id), "--store", url)
+
+    def test_export_and_import_move_runs_to_a_layout_of_more_shards(
+        self, tmp_path: Path
+    ) -> None:
+        """Runs exported from 2 shards and imported into 3 land where the new layout puts them."""
+        two = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+        three = [f"sqlite:///{tmp_path / f'n{n}.db'}" for n in range(3)]
+        (tmp_path / "new").mkdir()
+        with ShardedEngine(layout_file(tmp_path, two)) as old:
+            ids = [record_review(old, f"C-{n}").id for n in range(6)]  # type: ignore[arg-type]
+            exported = ok("export", "--all", "--store", old.url)
+            before = {i: old.events(i) for i in ids}
+        (tmp_path / "runs.jsonl").write_text(exported, encoding="utf-8")
+        new_url = layout_file(tmp_path / "new", three)
+        ok("import", str(tmp_path / "runs.jsonl"), "--store", new_url)
+        with ShardedEngine(new_url) as new:
+            assert {i: new.events(i) for i in ids} == before
+            for index, shard in enumerate(new.shards):
+                held = {s.run_id for s in shard.runs()}
+                assert held == {i for i in ids if shard_index(i, 3) == index}
+
+    def test_one_append_never_spans_two_shards(self, sharded: ShardedEngine) -> None:
+        """The store's append refuses events of runs in different shards, writing none."""
+        first = sharded.start_run(REVIEW, run_id=id_in(0))
+        second = sharded.start_run(REVIEW, run_id=id_in(1))
+        events = [sharded.events(first.id)[0], sharded.events(second.id)[0]]
+        moved = [attrs.evolve(e, version=2) for e in events]
+        with pytest.raises(StoreError, match="must not span runs of different shards"):
+            sharded.store.append(moved)
+        assert [len(sharded.events(run.id)) for run in (first, second)] == [1, 1]
 
     def test_a_one_store_command_names_the_shards(self, sharded: ShardedEngine) -> None:
         """`projections status` works per store: over shards it says to run it per shard."""
