@@ -308,9 +308,7 @@ class TestCommands:
         assert "after event 2 of 2" in ok("state", str(child.id)[:8], "--store", url)
         assert "events 1 to 2" in ok("replay", str(child.id), "--store", url)
 
-    def test_export_and_import_move_runs_to_a_layout_of_more_shards(
-        self, tmp_path: Path
-    ) -> None:
+    def test_export_and_import_move_runs_to_a_layout_of_more_shards(self, tmp_path: Path) -> None:
         """Runs exported from 2 shards and imported into 3 land where the new layout puts them."""
         two = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
         three = [f"sqlite:///{tmp_path / f'n{n}.db'}" for n in range(3)]
