@@ -1,7 +1,7 @@
 """The write side of stagetrail: pipelines, runs, the engine, and its subsystems.
 
 The core lives in this folder (`engine.engine`, `run`, `machine`, `pipeline`,
-`verify`); `store/` persists events, `readside/` keeps projections in the store,
+`verify`; `sharded` opens several stores as one engine); `store/` persists events, `readside/` keeps projections in the store,
 `supervise/` runs stage functions under policies, `cli/` is the command line,
 `integrations/` holds framework adapters.
 
