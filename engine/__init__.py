@@ -1,9 +1,10 @@
 """The write side of stagetrail: pipelines, runs, the engine, and its subsystems.
 
 The core lives in this folder (`engine.engine`, `run`, `machine`, `pipeline`,
-`verify`; `sharded` opens several stores as one engine); `store/` persists events, `readside/` keeps projections in the store,
-`supervise/` runs stage functions under policies, `cli/` is the command line,
-`integrations/` holds framework adapters.
+`verify`; `sharded` opens several stores as one engine); `store/` persists
+events, `readside/` keeps projections in the store, `supervise/` runs stage
+functions under policies, `cli/` is the command line, `integrations/` holds
+framework adapters.
 
 This package exports the nouns a user records with and the errors the design's
 contract names; every error class is importable from `engine.errors`, and each

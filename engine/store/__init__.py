@@ -2,9 +2,10 @@
 
 `memory`, `sqlite/` and `postgres/` each open their kind of store: its recorder
 for the events and its tables for the read side (`views`, with their SQL in
-`sql`). `urls` parses store URLs (`shards` a layout of several stores), `meta` keeps the store's schema version and
-at-rest settings, `mapper` turns events into stored bytes and `codec` everything
-else the store keeps, with the mapper's compressor and cipher.
+`sql`). `urls` parses store URLs (`shards` a layout of several stores), `meta`
+keeps the store's schema version and at-rest settings, `mapper` turns events
+into stored bytes and `codec` everything else the store keeps, with the
+mapper's compressor and cipher.
 The runtime that fills the read side's tables is `engine.readside`.
 
 Each name is imported from its module on first use: `engine.store.errors` or
