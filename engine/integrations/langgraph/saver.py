@@ -65,12 +65,14 @@ from engine.pipeline import Pipeline
 from engine.run import Run, unit_of
 from engine.store import PAGE, StoreError
 from events import (
+    DECIDED,
     CheckpointSaved,
     CheckpointsRemoved,
     Event,
     InvalidPayload,
     RetryScheduled,
     RunStarted,
+    StageCompleted,
     StagetrailError,
     WritesSaved,
     utc_now,
@@ -1065,8 +1067,12 @@ def _stored_id(field: str, value: Any) -> str:
 
 
 def route_to(node: str) -> Step:
-    """The hub's route to `node`: a `StageCompleted` of ``__graph__`` named for the node."""
-    return lambda run: run.stage_completed(HUB, outcome=node)
+    """The hub's route to `node`: a `StageCompleted` of ``__graph__`` named for the node.
+
+    A decided outcome (attempt `DECIDED`): LangGraph's loop chose the node, nothing of
+    the hub ran, so the route moves the machine but counts as no attempt anywhere.
+    """
+    return _recorded(StageCompleted, stage=HUB, attempt=DECIDED, outcome=node)
 
 
 def _failed_attempt(node: str, attempt: Retried, took: float) -> Step:
