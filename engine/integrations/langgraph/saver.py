@@ -15,7 +15,6 @@ import asyncio
 import base64
 import contextlib
 import functools
-import itertools
 import json
 import sys
 import threading
@@ -108,6 +107,8 @@ _EMPTY: Typed = ("empty", b"")
 _JSON_FROM = 96
 """Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
 _ALL_THREADS = 1_000_000
+_GAP_SCAN = 100_000
+"""How many generations past an erased one a thread's later runs are looked for."""
 _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
@@ -730,15 +731,50 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The thread's newest run id (None if none), and the id its next run takes.
 
         A thread's runs follow one another, one per generation (a deletion starts the
-        next); the first generation without a run of the thread ends the chain.
+        next); the first generation without a run of the thread ends the chain, unless
+        runs were erased from the store: then the chain may begin with erased
+        generations, and the thread's runs after them are looked up (`_past_gap`).
         """
-        found = None
-        for generation in itertools.count():
+        found, generation, seen = None, 0, set()
+        looked = False
+        while True:
             owned, free = self._generation_run(thread_id, generation)
-            if owned is None:
+            if owned is not None:
+                found, generation = owned, generation + 1
+                seen.add(owned)
+                continue
+            later = None if looked else self._past_gap(thread_id, generation, seen)
+            if later is None:
                 return found, free
-            found = owned
-        raise AssertionError("unreachable")  # pragma: no cover
+            generation, looked = later, True
+
+    def _past_gap(self, thread_id: str, gap: int, seen: set[UUID]) -> int | None:
+        """The newest generation after `gap` holding a run of the thread, if erasures left one.
+
+        `Engine.compact` erases every deleted run, so the erased generations of a thread
+        are the first ones, and its later runs (in the run index, by their thread label)
+        follow them. In a store nothing was ever erased from, the chain has no gap: no
+        lookup. Generations are looked at up to `_GAP_SCAN` beyond `gap`.
+        """
+        erasures = (
+            self._generation if self._generation is not None else self.engine.store.generation()
+        )
+        if not erasures:
+            return None
+        runs = self.engine.runs(label={THREAD_LABEL: thread_id}, limit=_ALL_THREADS)
+        unplaced = {summary.run_id for summary in runs} - seen
+        newest = None
+        for generation in range(gap + 1, gap + 1 + _GAP_SCAN):
+            if not unplaced:
+                break
+            for run_id in (
+                generation_run_id(thread_id, generation),
+                legacy_run_id(thread_id, generation),
+            ):
+                if run_id in unplaced:
+                    unplaced.discard(run_id)
+                    newest = generation
+        return newest
 
     def _generation_run(self, thread_id: str, generation: int) -> tuple[UUID | None, UUID]:
         """The thread's run of `generation` if it has one, and the id a new one would take.
