@@ -154,6 +154,12 @@ def generation_run_id(thread_id: str, generation: int) -> UUID:
     return uuid.uuid5(_GENERATIONS, key)
 
 
+def _run_ids(thread_id: str, generation: int) -> tuple[UUID, ...]:
+    """The ids a thread's run of `generation` may have: its own, and the first releases'."""
+    own = generation_run_id(thread_id, generation)
+    return (own,) if generation == 0 else (own, legacy_run_id(thread_id, generation))
+
+
 def legacy_run_id(thread_id: str, generation: int) -> UUID:
     """The run id the first releases gave a thread's run after `generation` deletions.
 
@@ -735,20 +741,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         runs were erased from the store: then the chain may begin with erased
         generations, and the thread's runs after them are looked up (`_past_gap`).
         """
-        found, generation, seen = None, 0, set()
-        looked = False
+        found, generation, looked = None, 0, False
         while True:
             owned, free = self._generation_run(thread_id, generation)
             if owned is not None:
                 found, generation = owned, generation + 1
-                seen.add(owned)
                 continue
-            later = None if looked else self._past_gap(thread_id, generation, seen)
+            later = None if looked else self._past_gap(thread_id, generation)
             if later is None:
                 return found, free
             generation, looked = later, True
 
-    def _past_gap(self, thread_id: str, gap: int, seen: set[UUID]) -> int | None:
+    def _past_gap(self, thread_id: str, gap: int) -> int | None:
         """The newest generation after `gap` holding a run of the thread, if erasures left one.
 
         `Engine.compact` erases every deleted run, so the erased generations of a thread
@@ -756,24 +760,22 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         follow them. In a store nothing was ever erased from, the chain has no gap: no
         lookup. Generations are looked at up to `_GAP_SCAN` beyond `gap`.
         """
-        erasures = (
-            self._generation if self._generation is not None else self.engine.store.generation()
-        )
+        erasures = self._generation
+        if erasures is None:
+            erasures = self.engine.store.generation()
         if not erasures:
             return None
         runs = self.engine.runs(label={THREAD_LABEL: thread_id}, limit=_ALL_THREADS)
-        unplaced = {summary.run_id for summary in runs} - seen
+        unplaced = {summary.run_id for summary in runs}
+        for generation in range(gap + 1):  # the chain's own, and any the index still lists
+            unplaced.difference_update(_run_ids(thread_id, generation))
         newest = None
         for generation in range(gap + 1, gap + 1 + _GAP_SCAN):
             if not unplaced:
                 break
-            for run_id in (
-                generation_run_id(thread_id, generation),
-                legacy_run_id(thread_id, generation),
-            ):
-                if run_id in unplaced:
-                    unplaced.discard(run_id)
-                    newest = generation
+            if not unplaced.isdisjoint(ids := _run_ids(thread_id, generation)):
+                unplaced.difference_update(ids)
+                newest = generation
         return newest
 
     def _generation_run(self, thread_id: str, generation: int) -> tuple[UUID | None, UUID]:
