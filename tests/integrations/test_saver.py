@@ -14,6 +14,7 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
+from benchmarks._common import CountedWrites
 from engine import Engine
 from engine.errors import InvalidArgument, InvalidPayload
 from engine.integrations.langgraph import THREAD_LABEL, StagetrailSaver, thread_run_ids
@@ -263,3 +264,18 @@ class TestCompaction:
             served = StagetrailSaver(engine, ["a"]).get_tuple(config("t"))
             assert served is not None
             assert served.metadata["step"] == 3
+
+
+class TestTransactions:
+    def test_a_new_threads_first_checkpoint_is_one_transaction(self, store_url: str) -> None:
+        """A thread's run starts in the transaction of its first checkpoint, as many commits
+        as LangGraph's own savers make."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            with CountedWrites(engine.store) as counted:
+                put_input(saver, "t", step=-1)
+                put_input(saver, "t", step=0)
+            kinds = [[stored.topic.split(":")[-1] for stored in batch] for batch in counted.batches]
+            assert kinds == [["RunStarted", "CheckpointSaved"], ["CheckpointSaved"]]
+            (run,) = engine.runs()
+            assert engine.verify(run.run_id).ok

@@ -47,7 +47,7 @@ from langgraph.pregel import Pregel
 
 from engine.diagram import GRAPH_PARAM
 from engine.engine import Engine
-from engine.errors import ConcurrencyConflict, InvalidArgument, RunAlreadyExists
+from engine.errors import ConcurrencyConflict, InvalidArgument
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.attempts import RETRIES, Retried
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
@@ -646,21 +646,24 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             raise ConcurrencyConflict(self._find_id(thread_id) or uuid.UUID(int=0), 0)
 
     def _try_append(self, thread_id: str, thread: Thread | None, build: Build) -> bool:
-        """Record what `build` makes of the thread in one transaction; False on a conflict."""
+        """Record what `build` makes of the thread in one transaction; False on a conflict.
+
+        A thread's first write starts its run in the same transaction (one commit, not two).
+        """
+        run = None
         if thread is None:
-            thread = self._start(thread_id)
-            if thread is None:
-                return False
+            thread, run = self._start(thread_id)
         steps = build(thread)
         if not steps:
             return True
-        run = Run(self.engine.store, thread.pipeline, thread.machine, link=thread.link)
+        if run is None:
+            run = Run(self.engine.store, thread.pipeline, thread.machine, link=thread.link)
         recorded: list[tuple[Event, RunState]] = []
         try:
             with run.batch():
                 for step in steps:
                     recorded.append((step(run), run.machine))
-        except ConcurrencyConflict:
+        except ConcurrencyConflict:  # another writer appended, or took the new run's id
             self._forget(thread_id)
             return False
         for event, machine in recorded:
@@ -669,24 +672,19 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self._remember(thread)
         return True
 
-    def _start(self, thread_id: str) -> Thread | None:
-        """The thread's next run, started; None if another writer took its id first."""
-        try:
-            params: dict[str, Any] = {"thread_id": thread_id}
-            if self._shape:  # the given graph's picture, for the diagrams (not the rules)
-                params[GRAPH_PARAM] = {"edges": self._shape}
-            run = self.engine.start_run(
-                self._graphs.get(thread_id) or self.pipeline,
-                params=params,
-                labels={THREAD_LABEL: thread_id},
-                run_id=self._next_run_id(thread_id),
-            )
-        except RunAlreadyExists:
-            self._forget(thread_id)
-            return None
-        thread = Thread(thread_id, run.pipeline, run.machine)
-        self._remember(thread)
-        return thread
+    def _start(self, thread_id: str) -> tuple[Thread, Run]:
+        """The thread's next run, its `RunStarted` written with the run's first batch."""
+        params: dict[str, Any] = {"thread_id": thread_id}
+        if self._shape:  # the given graph's picture, for the diagrams (not the rules)
+            params[GRAPH_PARAM] = {"edges": self._shape}
+        run = self.engine.start_run(
+            self._graphs.get(thread_id) or self.pipeline,
+            params=params,
+            labels={THREAD_LABEL: thread_id},
+            run_id=self._next_run_id(thread_id),
+            deferred=True,
+        )
+        return Thread(thread_id, run.pipeline, run.machine), run
 
     def _forget(self, thread_id: str) -> None:
         """Drop what this saver knows of the thread: the store has moved on without it."""
