@@ -127,6 +127,7 @@ class Engine:
         labels: Mapping[str, str] | None = None,
         parent: Run | UUID | None = None,
         run_id: UUID | None = None,
+        deferred: bool = False,
     ) -> Run:
         """Start a run of `pipeline`: append its `RunStarted`, return a live `Run`.
 
@@ -136,6 +137,10 @@ class Engine:
             labels: str to str tags to filter runs by.
             parent: the parent run, for child pipelines.
             run_id: a chosen id (default: a new random UUID).
+            deferred: the `RunStarted` waits in the run's handle and is written in one
+                transaction with the run's first commit (its first event, or first
+                ``batch()``), one transaction fewer. Nothing is stored until then; a
+                taken id then fails that commit with `ConcurrencyConflict`.
         """
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"start_run needs a Pipeline, got {type(pipeline).__name__}")
@@ -148,7 +153,7 @@ class Engine:
             labels={} if labels is None else labels,  # type: ignore[arg-type]  # its converter checks
             parent_run_id=parent.id if isinstance(parent, Run) else parent,
         )
-        return self._begin(started, (), pipeline)
+        return self._begin(started, (), pipeline, deferred=deferred)
 
     def child_run(
         self,
@@ -557,16 +562,27 @@ class Engine:
         return replay(first, events)
 
     def _begin(
-        self, started: RunStarted, copies: Sequence[Event], pipeline: Pipeline | None = None
+        self,
+        started: RunStarted,
+        copies: Sequence[Event],
+        pipeline: Pipeline | None = None,
+        *,
+        deferred: bool = False,
     ) -> Run:
         """The one way a run begins, started or forked: its first events checked by the
-        rules and written in one transaction, then a live `Run` on them.
+        rules and written in one transaction (`deferred`: with the run's first commit),
+        then a live `Run` on them.
 
         Raises:
             RunAlreadyExists: the store holds a run with this id already.
         """
         pipeline, state = replay(started, copies, pipeline=pipeline)
         stored, links = self.store.seal([started, *copies])
+        if deferred:
+            link = links[started.run_id]
+            return Run(
+                self.store, pipeline, state, begun=(started, *copies), link=link, unwritten=stored
+            )
         try:
             self.store.write(stored)
         except ConcurrencyConflict:

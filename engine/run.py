@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from eventsourcing.persistence import StoredEvent
+
 from engine.commit import Mark, UnitOfWork
 from engine.errors import RuleViolation
 from engine.machine import RunState, apply
@@ -55,12 +57,15 @@ class Run:
         *,
         begun: Sequence[Event] = (),
         link: bytes | None = None,
+        unwritten: Sequence[StoredEvent] = (),
     ) -> None:
         self.pipeline = pipeline
         self._params: Any = _UNREAD
         self._work = UnitOfWork(store, state)
         self._work.begun = tuple(begun)
         self._work.link = self._work.stored_link = link  # None: read before the next append
+        if unwritten:  # `begun`, serialized: written by the run's first commit
+            self._work.defer(unwritten, begun)
 
     @property
     def id(self) -> UUID:

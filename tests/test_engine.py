@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
+from benchmarks._common import CountedWrites
 from engine import ConcurrencyConflict, Engine, Pipeline, RunNotFound, StoreError
 from engine.errors import InvalidArgument, InvalidFork, InvalidPayload, RunAlreadyExists
 from engine.store import PAGE
@@ -55,6 +56,46 @@ class TestStartRun:
         """start_run refuses anything that is not a Pipeline."""
         with pytest.raises(TypeError, match="needs a Pipeline"):
             engine.start_run(REVIEW.to_dict())  # type: ignore[arg-type]
+
+
+class TestDeferredStart:
+    def test_the_start_is_written_with_the_first_batch(self, engine: Engine) -> None:
+        """deferred=True stores nothing at once; the first batch writes the start with it."""
+        with CountedWrites(engine.store) as counted:
+            run = engine.start_run(REVIEW, params={"n": 1}, deferred=True)
+            assert engine.store.last(run.id) is None
+            with run.batch():
+                run.stage_completed("project_analysis")
+                run.stage_completed("code_review")
+        assert [len(batch) for batch in counted.batches] == [3]
+        kinds = [type(event).__name__ for event in engine.events(run.id)]
+        assert kinds == ["RunStarted", "StageCompleted", "StageCompleted"]
+        assert engine.verify(run.id).ok
+
+    def test_a_refused_event_of_the_first_batch_is_never_written(self, engine: Engine) -> None:
+        """An unstorable event in the first batch is dropped with its block; the start, which
+        came before the block, is written at its end, and the run goes on from it."""
+        run = engine.start_run(REVIEW, deferred=True)
+        with pytest.raises(InvalidPayload), run.batch():
+            run.stage_completed("project_analysis", {"bad": "\x00"})
+        assert [e.version for e in engine.events(run.id)] == [1]
+        run.stage_completed("project_analysis")
+        assert [e.version for e in engine.events(run.id)] == [1, 2]
+        assert engine.verify(run.id).ok
+
+    def test_a_taken_id_fails_the_first_commit_and_writes_nothing(self, engine: Engine) -> None:
+        """Another run under the id first: the deferred run's first commit is a conflict, and
+        no later event of it is ever written under the other run."""
+        run_id = uuid.uuid4()
+        late = engine.start_run(REVIEW, run_id=run_id, params={"n": 2}, deferred=True)
+        engine.start_run(REVIEW, run_id=run_id, params={"n": 1})
+        for _ in range(2):
+            with pytest.raises(ConcurrencyConflict):
+                late.stage_completed("project_analysis")
+        assert len(engine.events(run_id)) == 1
+        first = engine.events(run_id)[0]
+        assert isinstance(first, RunStarted)
+        assert first.params == {"n": 1}
 
 
 class TestLoad:

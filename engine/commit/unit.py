@@ -80,6 +80,7 @@ class UnitOfWork:
         "store",
         "stored",
         "stored_link",
+        "unwritten",
     )
 
     def __init__(self, store: Store, state: RunState) -> None:
@@ -98,6 +99,17 @@ class UnitOfWork:
         self.stored_link: bytes | None = None
         self.begun: tuple[Event, ...] = ()
         """The events this handle began the run with (`Engine.start_run`, a short fork)."""
+        self.unwritten: tuple[list[StoredEvent], list[Event]] | None = None
+        """The run's first events while they wait for its first commit (see `defer`)."""
+
+    def defer(self, stored: Sequence[StoredEvent], events: Sequence[Event]) -> None:
+        """Keep the run's first events pending: its first commit writes them with what follows.
+
+        Until a commit writes them they stay pending, also when a commit fails, so no
+        later event is ever written without them.
+        """
+        self.unwritten = (list(stored), list(events))
+        self.pending[:0], self.events[:0] = stored, events
 
     def stored_history(self) -> list[Event] | None:
         """The run's stored events when this handle holds them all, else None (read them).
@@ -264,12 +276,15 @@ class UnitOfWork:
         del self.pending[:count]  # what was recorded meanwhile stays pending
         del self.events[:count]
         self.stored, self.stored_link = reached, link
+        self.unwritten = None
 
     def _lost(self) -> None:
         """A commit failed: nothing pending was written, nor can be (later events follow it)."""
         self.pending.clear()
         self.events.clear()
         self.state, self.link = self.stored, self.stored_link
+        if self.unwritten is not None:  # the run's first events: still to be written first
+            self.pending[:], self.events[:] = self.unwritten
         for observer in self.observers:
             observer.rewound(self.stored.version)
 

@@ -1,7 +1,9 @@
 """A run's attempts on a time axis (the Gantt chart of the run page), from its events.
 
 One bar per stage attempt, one row per stage (in the table's order, else in order
-of first appearance), and a marker per decision. This is drawing data, not a
+of first appearance), and a marker per decision. An outcome that is no attempt (a
+decided one, or a framework's own ``__…`` stage such as LangGraph's routing hub) has
+neither bar nor row. This is drawing data, not a
 projection: the states the slider shows come from the projections themselves
 (`engine.ui.snapshot`). The events may be a window of a run (the page draws the
 events around its slider): an outcome whose start is before the window is drawn
@@ -21,6 +23,7 @@ from datetime import datetime
 import attrs
 
 from events import (
+    DECIDED,
     CircuitClosed,
     CircuitHalfOpened,
     CircuitOpened,
@@ -36,6 +39,9 @@ from events import (
 
 STUCK_STATUSES = frozenset({"aborted_stuck", "done_partial"})
 """Finish statuses that are a progress verdict, marked as such."""
+
+_NO_BAR = -1
+"""On the stack of outcomes drawn: an outcome that has no bar (see `_no_attempt`)."""
 
 VERDICT_NOTES = frozenset({"gave_up", "circuit_rejected", "progress_verdict"})
 """Keys of the notes in which the supervisor records a decision."""
@@ -168,6 +174,9 @@ def _add(build: _Builder, event: Event, at: float) -> None:
 
 
 def _outcome(build: _Builder, event: StageCompleted | StageFailed, at: float) -> None:
+    if _no_attempt(event):  # it still goes on the stack: a rollback counts it as a step
+        build.pushed.append(_NO_BAR)
+        return
     opened = build.opened.pop(event.stage, None)
     if opened is None:  # an outcome recorded without StageStarted opens and closes its attempt
         build.retry_of(event.stage)
@@ -184,9 +193,18 @@ def _outcome(build: _Builder, event: StageCompleted | StageFailed, at: float) ->
         build.failed_last.pop(event.stage, None)
 
 
+def _no_attempt(event: StageCompleted | StageFailed) -> bool:
+    """Whether an outcome is no attempt, so it has no bar nor row: a decided one (a routed
+    verdict, a LangGraph route) or a framework's own stage (``__…``, LangGraph's hub)."""
+    decided = event.attempt == DECIDED and type(event) is StageCompleted
+    return decided or event.stage.startswith("__")
+
+
 def _rollback(build: _Builder, event: StateRolledBack, at: float) -> None:
     for _ in range(min(event.steps, len(build.pushed))):
         index = build.pushed.pop()
+        if index == _NO_BAR:
+            continue
         build.bars[index] = attrs.evolve(build.bars[index], kind="rolled_back")
     reason = f": {event.reason}" if event.reason else ""
     build.mark("rollback", at, event, f"rolled back {event.steps}{reason}")

@@ -83,6 +83,8 @@ class TestPlainSwap:
             ]
             (summary,) = engine.runs()
             assert summary.failures == 2
+            counts = engine.project(summary.run_id, RetryCounts)
+            assert (counts.total_attempts, counts.attempts(HUB)) == (5, 0)  # node runs only
             assert engine.verify(summary.run_id).ok
 
     def test_a_parallel_step_with_one_failing_branch(self, store_url: str) -> None:
@@ -130,7 +132,11 @@ class TestRetryPolicy:
             ]
             retries = [e for e in engine.events(summary.run_id) if isinstance(e, RetryScheduled)]
             assert [e.delay for e in retries] == [0.01, 0.02]  # as LangGraph logs them
-            assert engine.project(summary.run_id, RetryCounts).retries("fetch") == 2
+            counts = engine.project(summary.run_id, RetryCounts)
+            assert counts.retries("fetch") == 2
+            # plan once, fetch three times: LangGraph's routing is no attempt
+            assert (counts.total_attempts, counts.attempts(HUB)) == (4, 0)
+            assert summary.attempts == 4
             patterns = engine.project(summary.run_id, FailurePatterns)
             assert patterns.by_error_type == {"ConnectionError": 2}
             assert engine.verify(summary.run_id).ok

@@ -30,7 +30,7 @@ from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline,
 from engine.integrations.langgraph import THREAD_LABEL as THREAD
 from engine.integrations.langgraph import saver as saver_module
 from engine.store.chain import split
-from events import CheckpointSaved, StageCompleted, StageFailed
+from events import DECIDED, CheckpointSaved, StageCompleted, StageFailed
 from projections import FailurePatterns, RetryCounts
 
 
@@ -494,7 +494,7 @@ class TestOneWayToRecord:
             assert isinstance(outcome, StageCompleted)
             run = engine.start_run(saver.pipeline)
             with run.batch():
-                run.stage_completed(HUB, outcome="a")
+                run.record(StageCompleted, stage=HUB, attempt=DECIDED, outcome="a")  # a route
                 run.stage_completed("a", outcome.result, duration=outcome.duration)
             by_run = stored(engine, run.id)[1:]
             # Each event's link ties it to its own run, so the bytes compared are the rest.

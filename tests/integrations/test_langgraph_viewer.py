@@ -60,6 +60,9 @@ class TestViewer:
         assert "step 0 (loop)" in events
         assert "kbVm" not in page.content()
         assert not re.search(r'"msgpack", "[A-Za-z0-9+/=]{16,}', page.content())
+        titles = "els => els.map(e => e.querySelector('title').textContent)"
+        rows = page.eval_on_selector_all("#gantt-box .row-label", titles)
+        assert sorted(rows) == ["fetch", "plan"]  # a row per node: LangGraph's hub has none
         status = page.inner_text("#current-status")
         assert status == "idle"
         if os.environ.get("UPDATE_DOCS") == "1":

@@ -14,6 +14,7 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
+from benchmarks._common import CountedWrites
 from engine import Engine
 from engine.errors import InvalidArgument, InvalidPayload
 from engine.integrations.langgraph import THREAD_LABEL, StagetrailSaver, thread_run_ids
@@ -213,3 +214,68 @@ class TestCompaction:
             assert answers
             assert set(answers) == {5}
             assert reader.get_tuple(config("doomed")) is None
+
+    def test_a_thread_whose_first_generation_was_compacted_away_is_found(
+        self, shared_url: str
+    ) -> None:
+        """Deleted and used again, then compacted: the thread's live run is served and appended
+        to, not hidden behind its erased first run (a new run never takes that id)."""
+        with Engine(shared_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            put_input(saver, "t", step=0)
+            saver.delete_thread("t")
+            live = put_input(saver, "t", step=7)
+            (first,) = engine.compact().runs
+            assert first == next(thread_run_ids("t"))
+            for reader in (saver, StagetrailSaver(engine, ["a"])):
+                served = reader.get_tuple(config("t"))
+                assert served is not None
+                assert served.config == live
+                assert served.metadata["step"] == 7
+            put_input(StagetrailSaver(engine, ["a"]), "t", step=8)
+            (run,) = engine.runs()
+            assert run.run_id != first
+            assert run.labels[THREAD_LABEL] == "t"
+            assert len(engine.events(run.run_id)) == 3  # RunStarted, steps 7 and 8
+
+    def test_a_stale_later_generation_is_never_resumed(self, shared_url: str) -> None:
+        """Two generations compacted away under a live third: a fresh saver serves the third,
+        and after the third's deletion the thread starts a run of its own, never an old one."""
+        with Engine(shared_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            for step in (0, 1):
+                put_input(saver, "t", step=step)
+                saver.delete_thread("t")
+            put_input(saver, "t", step=2)
+            assert len(engine.compact().runs) == 2
+            fresh = StagetrailSaver(engine, ["a"])
+            served = fresh.get_tuple(config("t"))
+            assert served is not None
+            assert served.metadata["step"] == 2
+            (third,) = engine.runs()
+            fresh.delete_thread("t")
+            assert fresh.get_tuple(config("t")) is None
+            assert StagetrailSaver(engine, ["a"]).get_tuple(config("t")) is None
+            put_input(StagetrailSaver(engine, ["a"]), "t", step=3)
+            live = [s for s in engine.runs() if s.status != "deleted"]
+            assert [s.run_id for s in live] != [third.run_id]
+            (fourth,) = live
+            assert len(engine.events(fourth.run_id)) == 2  # a new run: RunStarted, step 3
+            served = StagetrailSaver(engine, ["a"]).get_tuple(config("t"))
+            assert served is not None
+            assert served.metadata["step"] == 3
+
+
+class TestTransactions:
+    def test_a_new_threads_first_checkpoint_is_one_transaction(self, store_url: str) -> None:
+        """A thread's run starts in the transaction of its first checkpoint, as many commits
+        as LangGraph's own savers make."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            with CountedWrites(engine.store) as counted:
+                put_input(saver, "t", step=-1)
+                put_input(saver, "t", step=0)
+            kinds = [[stored.topic.split(":")[-1] for stored in batch] for batch in counted.batches]
+            assert kinds == [["RunStarted", "CheckpointSaved"], ["CheckpointSaved"]]
+            (run,) = engine.runs()
+            assert engine.verify(run.run_id).ok

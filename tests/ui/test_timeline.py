@@ -10,9 +10,17 @@ import pytest
 from freezegun import freeze_time
 
 from engine import Engine, Run
+from engine.integrations.langgraph.table import HUB, thread_pipeline
 from engine.ui import gantt
 from engine.ui.timeline import Timeline, attempt_seconds, timeline
-from events import CircuitClosed, CircuitHalfOpened, CircuitOpened, RetryScheduled
+from events import (
+    DECIDED,
+    CircuitClosed,
+    CircuitHalfOpened,
+    CircuitOpened,
+    RetryScheduled,
+    StageCompleted,
+)
 from tests._helpers import REVIEW
 
 
@@ -87,6 +95,44 @@ class TestTimeline:
             line = timeline(engine.events(run.id))
         assert line.stages == ("project_analysis", "code_review", "developer")
         assert [bar.row for bar in line.bars] == [0, 1, 2, 2]
+
+    def test_a_route_through_a_framework_loop_has_no_row(self) -> None:
+        """LangGraph's routes (decided outcomes of its ``__graph__`` hub) draw no row nor bar."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(thread_pipeline(["fetch", "think"]))
+            for node in ("fetch", "think", "fetch"):
+                run.record(StageCompleted, stage=HUB, attempt=DECIDED, outcome=node)
+                run.stage_completed(node)
+            line = timeline(engine.events(run.id))
+        assert line.stages == ("fetch", "think")
+        assert [(bar.stage, bar.attempt) for bar in line.bars] == [
+            ("fetch", 1),
+            ("think", 1),
+            ("fetch", 2),
+        ]
+
+    def test_a_framework_stage_numbered_as_an_attempt_has_no_row(self) -> None:
+        """A hub route stored with an attempt number (by earlier releases) draws no row either."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(thread_pipeline(["fetch"]))
+            run.stage_completed(HUB, outcome="fetch")
+            run.stage_completed("fetch")
+            line = timeline(engine.events(run.id))
+        assert line.stages == ("fetch",)
+
+    def test_a_rollback_counts_a_route_as_a_step(self) -> None:
+        """Rolling back over a route and a node marks the node's bar, the route has none."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(thread_pipeline(["fetch", "think"]))
+            for node in ("fetch", "think"):
+                run.record(StageCompleted, stage=HUB, attempt=DECIDED, outcome=node)
+                run.stage_completed(node)
+            run.rollback(2, reason="undo think")
+            line = timeline(engine.events(run.id))
+        assert [(bar.stage, bar.kind) for bar in line.bars] == [
+            ("fetch", "completed"),
+            ("think", "rolled_back"),
+        ]
 
     def test_times_are_seconds_from_the_first_event(self) -> None:
         """A started attempt spans start to outcome; one without a start ends at its outcome."""

@@ -15,7 +15,6 @@ import asyncio
 import base64
 import contextlib
 import functools
-import itertools
 import json
 import sys
 import threading
@@ -48,7 +47,7 @@ from langgraph.pregel import Pregel
 
 from engine.diagram import GRAPH_PARAM
 from engine.engine import Engine
-from engine.errors import ConcurrencyConflict, InvalidArgument, RunAlreadyExists
+from engine.errors import ConcurrencyConflict, InvalidArgument
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.attempts import RETRIES, Retried
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
@@ -65,12 +64,14 @@ from engine.pipeline import Pipeline
 from engine.run import Run, unit_of
 from engine.store import PAGE, StoreError
 from events import (
+    DECIDED,
     CheckpointSaved,
     CheckpointsRemoved,
     Event,
     InvalidPayload,
     RetryScheduled,
     RunStarted,
+    StageCompleted,
     StagetrailError,
     WritesSaved,
     utc_now,
@@ -106,6 +107,8 @@ _EMPTY: Typed = ("empty", b"")
 _JSON_FROM = 96
 """Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
 _ALL_THREADS = 1_000_000
+_GAP_SCAN = 100_000
+"""How many generations past an erased one a thread's later runs are looked for."""
 _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
@@ -149,6 +152,12 @@ def generation_run_id(thread_id: str, generation: int) -> UUID:
         return uuid.uuid5(_NAMESPACE, thread_id)
     key = json.dumps([thread_id, generation], ensure_ascii=True)
     return uuid.uuid5(_GENERATIONS, key)
+
+
+def _run_ids(thread_id: str, generation: int) -> tuple[UUID, ...]:
+    """The ids a thread's run of `generation` may have: its own, and the first releases'."""
+    own = generation_run_id(thread_id, generation)
+    return (own,) if generation == 0 else (own, legacy_run_id(thread_id, generation))
 
 
 def legacy_run_id(thread_id: str, generation: int) -> UUID:
@@ -637,21 +646,24 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             raise ConcurrencyConflict(self._find_id(thread_id) or uuid.UUID(int=0), 0)
 
     def _try_append(self, thread_id: str, thread: Thread | None, build: Build) -> bool:
-        """Record what `build` makes of the thread in one transaction; False on a conflict."""
+        """Record what `build` makes of the thread in one transaction; False on a conflict.
+
+        A thread's first write starts its run in the same transaction (one commit, not two).
+        """
+        run = None
         if thread is None:
-            thread = self._start(thread_id)
-            if thread is None:
-                return False
+            thread, run = self._start(thread_id)
         steps = build(thread)
         if not steps:
             return True
-        run = Run(self.engine.store, thread.pipeline, thread.machine, link=thread.link)
+        if run is None:
+            run = Run(self.engine.store, thread.pipeline, thread.machine, link=thread.link)
         recorded: list[tuple[Event, RunState]] = []
         try:
             with run.batch():
                 for step in steps:
                     recorded.append((step(run), run.machine))
-        except ConcurrencyConflict:
+        except ConcurrencyConflict:  # another writer appended, or took the new run's id
             self._forget(thread_id)
             return False
         for event, machine in recorded:
@@ -660,24 +672,19 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self._remember(thread)
         return True
 
-    def _start(self, thread_id: str) -> Thread | None:
-        """The thread's next run, started; None if another writer took its id first."""
-        try:
-            params: dict[str, Any] = {"thread_id": thread_id}
-            if self._shape:  # the given graph's picture, for the diagrams (not the rules)
-                params[GRAPH_PARAM] = {"edges": self._shape}
-            run = self.engine.start_run(
-                self._graphs.get(thread_id) or self.pipeline,
-                params=params,
-                labels={THREAD_LABEL: thread_id},
-                run_id=self._next_run_id(thread_id),
-            )
-        except RunAlreadyExists:
-            self._forget(thread_id)
-            return None
-        thread = Thread(thread_id, run.pipeline, run.machine)
-        self._remember(thread)
-        return thread
+    def _start(self, thread_id: str) -> tuple[Thread, Run]:
+        """The thread's next run, its `RunStarted` written with the run's first batch."""
+        params: dict[str, Any] = {"thread_id": thread_id}
+        if self._shape:  # the given graph's picture, for the diagrams (not the rules)
+            params[GRAPH_PARAM] = {"edges": self._shape}
+        run = self.engine.start_run(
+            self._graphs.get(thread_id) or self.pipeline,
+            params=params,
+            labels={THREAD_LABEL: thread_id},
+            run_id=self._next_run_id(thread_id),
+            deferred=True,
+        )
+        return Thread(thread_id, run.pipeline, run.machine), run
 
     def _forget(self, thread_id: str) -> None:
         """Drop what this saver knows of the thread: the store has moved on without it."""
@@ -728,15 +735,46 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The thread's newest run id (None if none), and the id its next run takes.
 
         A thread's runs follow one another, one per generation (a deletion starts the
-        next); the first generation without a run of the thread ends the chain.
+        next); the first generation without a run of the thread ends the chain, unless
+        runs were erased from the store: then the chain may begin with erased
+        generations, and the thread's runs after them are looked up (`_past_gap`).
         """
-        found = None
-        for generation in itertools.count():
+        found, generation, looked = None, 0, False
+        while True:
             owned, free = self._generation_run(thread_id, generation)
-            if owned is None:
+            if owned is not None:
+                found, generation = owned, generation + 1
+                continue
+            later = None if looked else self._past_gap(thread_id, generation)
+            if later is None:
                 return found, free
-            found = owned
-        raise AssertionError("unreachable")  # pragma: no cover
+            generation, looked = later, True
+
+    def _past_gap(self, thread_id: str, gap: int) -> int | None:
+        """The newest generation after `gap` holding a run of the thread, if erasures left one.
+
+        `Engine.compact` erases every deleted run, so the erased generations of a thread
+        are the first ones, and its later runs (in the run index, by their thread label)
+        follow them. In a store nothing was ever erased from, the chain has no gap: no
+        lookup. Generations are looked at up to `_GAP_SCAN` beyond `gap`.
+        """
+        erasures = self._generation
+        if erasures is None:
+            erasures = self.engine.store.generation()
+        if not erasures:
+            return None
+        runs = self.engine.runs(label={THREAD_LABEL: thread_id}, limit=_ALL_THREADS)
+        unplaced = {summary.run_id for summary in runs}
+        for generation in range(gap + 1):  # the chain's own, and any the index still lists
+            unplaced.difference_update(_run_ids(thread_id, generation))
+        newest = None
+        for generation in range(gap + 1, gap + 1 + _GAP_SCAN):
+            if not unplaced:
+                break
+            if not unplaced.isdisjoint(ids := _run_ids(thread_id, generation)):
+                unplaced.difference_update(ids)
+                newest = generation
+        return newest
 
     def _generation_run(self, thread_id: str, generation: int) -> tuple[UUID | None, UUID]:
         """The thread's run of `generation` if it has one, and the id a new one would take.
@@ -1065,8 +1103,12 @@ def _stored_id(field: str, value: Any) -> str:
 
 
 def route_to(node: str) -> Step:
-    """The hub's route to `node`: a `StageCompleted` of ``__graph__`` named for the node."""
-    return lambda run: run.stage_completed(HUB, outcome=node)
+    """The hub's route to `node`: a `StageCompleted` of ``__graph__`` named for the node.
+
+    A decided outcome (attempt `DECIDED`): LangGraph's loop chose the node, nothing of
+    the hub ran, so the route moves the machine but counts as no attempt anywhere.
+    """
+    return _recorded(StageCompleted, stage=HUB, attempt=DECIDED, outcome=node)
 
 
 def _failed_attempt(node: str, attempt: Retried, took: float) -> Step:
