@@ -152,21 +152,39 @@ def show(run: str, store: str | None, as_json: bool) -> None:
 @click.option(
     "--tree", is_flag=True, help="Fold the run and its child runs together (--at: a time only)."
 )
+@click.option(
+    "--frames",
+    default="20",
+    show_default=True,
+    metavar="N|all",
+    help="Show the newest N frames of a state stack, or all of them.",
+)
 @store_option
 @json_option
 def state(
-    run: str, at: str | None, projection: str, tree: bool, store: str | None, as_json: bool
+    run: str,
+    at: str | None,
+    projection: str,
+    tree: bool,
+    frames: str,
+    store: str | None,
+    as_json: bool,
 ) -> None:
     """A projection of a run, now or at a past point.
 
-    The state stack by default; --projection names any built-in or registered one.
-    --tree folds the run's child runs in too (task tables across child runs).
+    The state stack by default (its newest 20 frames; --frames N or all); --projection
+    names any built-in or registered one. --tree folds the run's child runs in too
+    (task tables across child runs).
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.state import show_state
+    from engine.cli.state import frame_limit, show_state
 
+    shown = frame_limit(frames)
     with open_engine(store, read_only=True) as engine:
-        show_state(engine, resolve_run(engine, run), at, projection, tree=tree, as_json=as_json)
+        show_state(
+            engine, resolve_run(engine, run), at, projection, tree=tree, frames=shown,
+            as_json=as_json,
+        )  # fmt: skip
 
 
 @main.command()

@@ -1,0 +1,119 @@
+"""Output bounded whatever the size of the run: `state` of a deep stack shows its newest frames."""
+
+from __future__ import annotations
+
+from uuid import UUID, uuid4
+
+import pytest
+
+from engine import Engine, Pipeline
+from events import Event, RunStarted, StageCompleted, StageStarted
+from tests.cli._helpers import as_json, fails, ok
+
+LOOP = Pipeline(
+    "loop",
+    initial="work",
+    transitions=[("work", "completed", "work"), ("work", "done", "end")],
+    final=["end"],
+)
+"""One stage that loops: every outcome pushes a frame, so the stack grows with the run."""
+
+DEPTH = 1_200
+"""Frames on the deep run's stack (2,401 events: snapshots are taken and restored)."""
+
+
+def deep_run(url: str, depth: int = DEPTH) -> UUID:
+    """A run of `depth` completed attempts, written in one batch."""
+    run_id = uuid4()
+    events: list[Event] = [
+        RunStarted(run_id=run_id, version=1, pipeline=LOOP.name, table=LOOP.to_dict())
+    ]
+    for attempt in range(1, depth + 1):
+        version = 2 * attempt
+        events.append(StageStarted(run_id=run_id, version=version, stage="work", attempt=attempt))
+        events.append(
+            StageCompleted(
+                run_id=run_id,
+                version=version + 1,
+                stage="work",
+                attempt=attempt,
+                result={"attempt": attempt},
+                duration=1.0,
+            )
+        )
+    with Engine(url) as engine:
+        engine.store.append(events)
+    return run_id
+
+
+@pytest.fixture(params=["sqlite_url", "postgres_url"])
+def deep(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A store (SQLite file, PostgreSQL schema) holding one run with a deep stack, and its id."""
+    url = request.getfixturevalue(request.param)
+    return url, str(deep_run(url))
+
+
+def frame_rows(out: str) -> list[list[str]]:
+    """The rows of the frame table in `state`'s plain output (after its column header)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["#", "v"]) + 1
+    return [line.split() for line in lines[start:] if line[:1] != "…"]
+
+
+class TestStateFrames:
+    def test_default_shows_the_newest_20_and_counts_the_rest(self, deep: tuple[str, str]) -> None:
+        """By default the 20 newest frames (#1181 to #1200) and one line naming the 1,180 others."""
+        url, run = deep
+        out = ok("state", run, "--store", url)
+        assert f"current state: work, depth {DEPTH}" in out
+        rows = frame_rows(out)
+        assert [row[0] for row in rows] == [str(depth) for depth in range(1181, 1201)]
+        assert rows[-1][1] == str(2 * DEPTH + 1)  # the newest frame: the last event's
+        assert out.splitlines()[-1] == (
+            "… 1,180 older frames (#1 to #1,180) not shown: --frames N shows the newest N,"
+            " --frames all every one"
+        )
+
+    def test_frames_n_and_all(self, deep: tuple[str, str]) -> None:
+        """--frames 3 shows the 3 newest; --frames all every frame, with no line left out."""
+        url, run = deep
+        assert [
+            row[0] for row in frame_rows(ok("state", run, "--frames", "3", "--store", url))
+        ] == [
+            "1198",
+            "1199",
+            "1200",
+        ]
+        everything = ok("state", run, "--frames", "all", "--store", url)
+        assert len(frame_rows(everything)) == DEPTH
+        assert "not shown" not in everything
+
+    def test_a_past_point_is_bounded_too(self, deep: tuple[str, str]) -> None:
+        """--at 101 (50 frames deep) shows frames #31 to #50 of that point."""
+        url, run = deep
+        out = ok("state", run, "--at", "101", "--store", url)
+        assert [row[0] for row in frame_rows(out)] == [str(depth) for depth in range(31, 51)]
+        assert "… 30 older frames (#1 to #30) not shown" in out
+
+    def test_json_holds_the_newest_frames_and_says_how_deep(self, deep: tuple[str, str]) -> None:
+        """--json: `state.frames` the newest N oldest first, `depth` and `frames_left_out`."""
+        url, run = deep
+        data = as_json("state", run, "--frames", "5", "--store", url)
+        assert (data["depth"], data["frames_left_out"]) == (DEPTH, DEPTH - 5)
+        assert [frame[3] for frame in data["state"]["frames"]] == list(range(DEPTH - 4, DEPTH + 1))
+        full = as_json("state", run, "--frames", "all", "--store", url)
+        assert (len(full["state"]["frames"]), full["frames_left_out"]) == (DEPTH, 0)
+
+    def test_a_shallow_stack_is_shown_whole(self, sqlite_url: str) -> None:
+        """A stack no deeper than the limit is shown whole, with nothing said to be left out."""
+        run = str(deep_run(sqlite_url, depth=4))
+        out = ok("state", run, "--store", sqlite_url)
+        assert [row[0] for row in frame_rows(out)] == ["1", "2", "3", "4"]
+        assert "not shown" not in out
+        assert as_json("state", run, "--store", sqlite_url)["frames_left_out"] == 0
+
+    @pytest.mark.parametrize("value", ["0", "-1", "ten", "1.5", "٣", "9" * 5000])
+    def test_a_bad_frames_value_is_one_error(self, sqlite_url: str, value: str) -> None:
+        """--frames takes a whole number >= 1 or `all`; anything else is one error naming it."""
+        run = str(deep_run(sqlite_url, depth=2))
+        assert "--frames" in fails("state", run, "--frames", value, "--store", sqlite_url)
