@@ -129,20 +129,33 @@ def runs(
         )
 
 
+events_option = click.option(
+    "--limit",
+    default="1000",
+    show_default=True,
+    metavar="N|all",
+    help="Show at most N events from --from, or all of them.",
+)
+
+
 @main.command()
 @click.argument("run")
+@click.option("--from", "start", default=1, type=click.IntRange(min=1), help="First event.")
+@events_option
 @store_option
 @json_option
-def show(run: str, store: str | None, as_json: bool) -> None:
+def show(run: str, start: int, limit: str, store: str | None, as_json: bool) -> None:
     """A run's timeline, one line per event.
 
-    Decisions are marked with *; the run's status and reason close it.
+    Decisions are marked with *; the run's status and reason close it. At most
+    1000 events from --from (--limit N or all); a line says what was left out.
     """
-    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.common import count_or_all, open_engine, resolve_run
     from engine.cli.show import show_run
 
+    most = count_or_all("--limit", limit)
     with open_engine(store, read_only=True) as engine:
-        show_run(engine, resolve_run(engine, run), as_json=as_json)
+        show_run(engine, resolve_run(engine, run), start=start, limit=most, as_json=as_json)
 
 
 @main.command()
@@ -191,18 +204,23 @@ def state(
 @click.argument("run")
 @click.option("--from", "start", default=1, type=click.IntRange(min=1), help="First event.")
 @click.option("--to", "stop", default=None, type=click.IntRange(min=1), help="Last event.")
+@events_option
 @store_option
 @json_option
-def replay(run: str, start: int, stop: int | None, store: str | None, as_json: bool) -> None:
+def replay(
+    run: str, start: int, stop: int | None, limit: str, store: str | None, as_json: bool
+) -> None:
     """Step through a run, showing what each event changed.
 
-    Under each event: the machine's state, the stack and the status it moved.
+    Under each event: the machine's state, the stack and the status it moved. At
+    most 1000 events from --from (--limit N or all); a line says what was left out.
     """
-    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.common import count_or_all, open_engine, resolve_run
     from engine.cli.replay import replay_run
 
+    most = count_or_all("--limit", limit)
     with open_engine(store, read_only=True) as engine:
-        replay_run(engine, resolve_run(engine, run), start, stop, as_json=as_json)
+        replay_run(engine, resolve_run(engine, run), start, stop, most, as_json=as_json)
 
 
 @main.command()

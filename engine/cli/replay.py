@@ -6,7 +6,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from engine.cli.common import STATUS_STYLES, BadOption, Output, json_line, write_lines
+from engine.cli.common import (
+    STATUS_STYLES,
+    BadOption,
+    Output,
+    json_line,
+    say_left_out,
+    window_end,
+    write_lines,
+)
 from engine.cli.show import detail, is_decision
 from engine.errors import RunNotFound
 from events import Event
@@ -107,11 +115,18 @@ def _steps(engine: Engine, run_id: UUID, start: int, end: int) -> Iterator[_Step
         stack, summary = new_stack, new_summary
 
 
-def replay(engine: Engine, run_id: UUID, start: int, end: int, *, as_json: bool) -> None:
-    """Print each event of `start`..`end` and what it changed (JSON Lines with `as_json`)."""
+def replay(
+    engine: Engine, run_id: UUID, start: int, end: int, wanted: int | None = None, *, as_json: bool
+) -> None:
+    """Print each event of `start`..`end` and what it changed (JSON Lines with `as_json`).
+
+    Then, if `wanted` goes past `end`, a line saying which events were left out.
+    """
     steps = _steps(engine, run_id, start, end)
+    wanted = end if wanted is None else wanted
     if as_json:
         write_lines(json_line(step.to_json()) for step in steps)
+        say_left_out(None, end, wanted)
         return
     out = Output()
     out.line(f"run {run_id}: events {start} to {end}", "bold")
@@ -123,6 +138,7 @@ def replay(engine: Engine, run_id: UUID, start: int, end: int, *, as_json: bool)
         out.line("  ".join(part for part in parts if part).rstrip(), _style(step))
         for change in step.changes():
             out.line(" " * (width + 4) + change, "cyan")
+    say_left_out(out, end, wanted)
 
 
 def _style(step: _Step) -> str | None:
@@ -133,13 +149,19 @@ def _style(step: _Step) -> str | None:
 
 
 def replay_run(
-    engine: Engine, run_id: UUID, start: int, stop: int | None, *, as_json: bool
+    engine: Engine,
+    run_id: UUID,
+    start: int,
+    stop: int | None,
+    limit: int | None = None,
+    *,
+    as_json: bool,
 ) -> None:
-    """Step through events `start`..`stop`, printing what each changed."""
+    """Step through events `start`..`stop`, at most `limit` of them, printing what each changed."""
     last = engine.store.last(run_id)
     if last is None:
         raise RunNotFound(run_id, engine.url)
     end = last.version if stop is None else min(stop, last.version)
     if start > end:
         raise BadOption("--from", start, f"after --to / the run's last event ({end})")
-    replay(engine, run_id, start, end, as_json=as_json)
+    replay(engine, run_id, start, window_end(start, end, limit), end, as_json=as_json)

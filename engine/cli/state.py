@@ -20,6 +20,7 @@ from engine.cli.common import (
     BadOption,
     Output,
     compact,
+    count_or_all,
     json_text,
     parse_at,
     print_json,
@@ -41,20 +42,12 @@ FRAMES = 20
 
 
 def frame_limit(text: str) -> int | None:
-    """How many of a stack's newest frames ``--frames`` asks for: a number >= 1, or None (all).
+    """How many of a stack's newest frames ``--frames`` asks for (None: all of them).
 
     Raises:
         BadOption: neither a whole number >= 1 nor ``all``.
     """
-    if text.strip().lower() == "all":
-        return None
-    try:
-        limit = int(text) if text.isascii() else 0
-    except ValueError:
-        limit = 0
-    if limit < 1:
-        raise BadOption("--frames", text, "give a number of frames >= 1, or all")
-    return limit
+    return count_or_all("--frames", text)
 
 
 @attrs.frozen

@@ -1,14 +1,15 @@
-"""Output bounded whatever the size of the run: `state` of a deep stack shows its newest frames."""
+"""Output bounded whatever the size of the run: state, show, replay and diff of a deep run."""
 
 from __future__ import annotations
 
+import json
 from uuid import UUID, uuid4
 
 import pytest
 
 from engine import Engine, Pipeline
 from events import Event, RunStarted, StageCompleted, StageStarted
-from tests.cli._helpers import as_json, fails, ok
+from tests.cli._helpers import as_json, fails, invoke, ok
 
 LOOP = Pipeline(
     "loop",
@@ -117,3 +118,92 @@ class TestStateFrames:
         """--frames takes a whole number >= 1 or `all`; anything else is one error naming it."""
         run = str(deep_run(sqlite_url, depth=2))
         assert "--frames" in fails("state", run, "--frames", value, "--store", sqlite_url)
+
+
+def version_column(out: str) -> list[int]:
+    """The versions of the event rows in `show`'s or `replay`'s plain output."""
+    return [int(v) for line in out.splitlines() if (v := line.lstrip("* ").split(" ")[0]).isdigit()]
+
+
+class TestShowWindow:
+    def test_default_shows_the_first_1000_events_and_the_runs_status(
+        self, deep: tuple[str, str]
+    ) -> None:
+        """Of 2,401 events, 1 to 1,000 are shown, a line names the rest; the status is the run's."""
+        url, run = deep
+        out = ok("show", run, "--store", url)
+        assert version_column(out) == list(range(1, 1001))
+        assert (
+            "… 1,401 more events (events 1,001 to 2,401) not shown: --from 1001 goes on,"
+            " --limit all shows every one"
+        ) in out
+        assert f"status: running (state work, {2 * DEPTH + 1} events, {DEPTH} attempts" in out
+
+    def test_from_and_limit_choose_the_window(self, deep: tuple[str, str]) -> None:
+        """--from 2399 --limit 2 shows events 2,399 and 2,400, says what is before and after."""
+        url, run = deep
+        out = ok("show", run, "--from", "2399", "--limit", "2", "--store", url)
+        assert version_column(out) == [2399, 2400]
+        assert "(events 1 to 2,398 not shown: --from 1 shows them)" in out
+        assert "… 1 more event (event 2,401) not shown: --from 2401 goes on" in out
+        assert f"{2 * DEPTH + 1} events" in out.splitlines()[-1]
+
+    def test_limit_all_shows_every_event(self, deep: tuple[str, str]) -> None:
+        """--limit all shows the whole run and says nothing was left out."""
+        url, run = deep
+        out = ok("show", run, "--limit", "all", "--store", url)
+        assert version_column(out) == list(range(1, 2 * DEPTH + 2))
+        assert "not shown" not in out
+
+    def test_json_lines_are_the_window_and_stderr_says_the_rest(
+        self, deep: tuple[str, str]
+    ) -> None:
+        """--json prints the window's events only; the line about the rest goes to stderr."""
+        url, run = deep
+        result = invoke("show", run, "--limit", "10", "--json", "--store", url)
+        assert result.exit_code == 0
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [line["version"] for line in lines] == list(range(1, 11))
+        assert "2,391 more events (events 11 to 2,401) not shown" in result.stderr
+
+    def test_from_past_the_end_is_one_error(self, deep: tuple[str, str]) -> None:
+        """--from after the last event is one error naming --from and the last event."""
+        url, run = deep
+        assert "--from 5000: after the run's last event (2401)" in fails(
+            "show", run, "--from", "5000", "--store", url
+        )
+
+
+class TestReplayWindow:
+    def test_default_replays_1000_events(self, deep: tuple[str, str]) -> None:
+        """Replay from --from stops after 1,000 events and names the rest."""
+        url, run = deep
+        out = ok("replay", run, "--from", "1001", "--store", url)
+        assert version_column(out) == list(range(1001, 2001))
+        assert "… 401 more events (events 2,001 to 2,401) not shown: --from 2001 goes on" in out
+
+    def test_limit_cuts_an_explicit_to_and_all_lifts_it(self, deep: tuple[str, str]) -> None:
+        """--to 2401 --limit 5 shows 5 events; --limit all replays up to --to."""
+        url, run = deep
+        out = ok("replay", run, "--from", "2390", "--to", "2401", "--limit", "5", "--store", url)
+        assert version_column(out) == list(range(2390, 2395))
+        out = ok("replay", run, "--from", "2390", "--limit", "all", "--store", url)
+        assert version_column(out) == list(range(2390, 2402))
+        assert "not shown" not in out
+
+    def test_json_lines_are_the_window(self, deep: tuple[str, str]) -> None:
+        """--json prints one line per event of the window; stderr names the rest."""
+        url, run = deep
+        result = invoke("replay", run, "--limit", "3", "--json", "--store", url)
+        assert [json.loads(line)["version"] for line in result.stdout.splitlines()] == [1, 2, 3]
+        assert "2,398 more events" in result.stderr
+
+
+class TestDiffFrames:
+    def test_json_lists_20_frames_a_side_and_counts_the_rest(self, deep: tuple[str, str]) -> None:
+        """--from 1 --to 2401: 1,200 new frames on B, 20 listed, 1,180 counted as left out."""
+        url, run = deep
+        data = as_json("diff", run, "--from", "1", "--to", str(2 * DEPTH + 1), "--store", url)
+        assert (len(data["frames_a"]), data["frames_a_left_out"]) == (0, 0)
+        assert (len(data["frames_b"]), data["frames_b_left_out"]) == (20, DEPTH - 20)
+        assert [frame["attempt"] for frame in data["frames_b"]] == list(range(1, 21))
