@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -22,6 +23,9 @@ from projections import Frame, RunIndex, RunSummary, Stack, StateStack
 
 if TYPE_CHECKING:
     from engine.engine import Engine
+
+POPPED_SHOWN = 20
+"""Frames a rollback popped that a replay step lists, newest first (the rest are counted)."""
 
 
 def frame_json(frame: Frame) -> dict[str, Any]:
@@ -67,12 +71,14 @@ class _Step:
         after = self.stack_after
         return after.top if after.depth > self.stack_before.depth else None
 
+    def lost(self) -> int:
+        """How many frames the event popped."""
+        return max(self.stack_before.depth - self.stack_after.depth, 0)
+
     def popped(self) -> list[Frame]:
-        lost = self.stack_before.depth - self.stack_after.depth
-        if lost <= 0:
-            return []
+        """The frames the event popped, newest first: at most `POPPED_SHOWN` of them."""
         frames = self.stack_before.frame_list.newest_first()
-        return [next(frames) for _ in range(lost)]
+        return list(islice(frames, min(self.lost(), POPPED_SHOWN)))
 
     def to_json(self) -> dict[str, Any]:
         pushed = self.pushed()
@@ -85,6 +91,7 @@ class _Step:
             "depth": [self.stack_before.depth, self.stack_after.depth],
             "pushed": None if pushed is None else frame_json(pushed),
             "popped": [frame_json(frame) for frame in self.popped()],
+            "popped_left_out": max(self.lost() - POPPED_SHOWN, 0),
         }
 
     def changes(self) -> list[str]:
@@ -98,6 +105,8 @@ class _Step:
         popped = self.popped()
         if popped:
             undone = "; ".join(frame_text(frame) for frame in popped)
+            more = self.lost() - len(popped)
+            undone += f" and {more:,} more" if more else ""
             lines.append(f"stack   pop {undone}, depth {self.stack_after.depth}")
         old, new = self.statuses()
         if old is not None and old != new:

@@ -207,3 +207,44 @@ class TestDiffFrames:
         assert (len(data["frames_a"]), data["frames_a_left_out"]) == (0, 0)
         assert (len(data["frames_b"]), data["frames_b_left_out"]) == (20, DEPTH - 20)
         assert [frame["attempt"] for frame in data["frames_b"]] == list(range(1, 21))
+
+
+class TestReplayRollback:
+    def test_a_deep_rollback_lists_20_popped_frames_and_counts_the_rest(
+        self, sqlite_url: str
+    ) -> None:
+        """Undoing 1,000 frames: the step lists the 20 newest popped and counts 980 more."""
+        run = deep_run(sqlite_url, depth=1_000)
+        with Engine(sqlite_url) as engine:
+            engine.load(run).rollback(1_000, reason="start over")
+        step = json.loads(ok("replay", str(run), "--from", "2002", "--json", "--store", sqlite_url))
+        assert (step["depth"], len(step["popped"]), step["popped_left_out"]) == ([1000, 0], 20, 980)
+        assert [frame["attempt"] for frame in step["popped"]] == list(range(1000, 980, -1))
+        text = ok("replay", str(run), "--from", "2002", "--store", sqlite_url)
+        assert "and 980 more, depth 0" in text
+        assert text.count("work completed #") == 20
+
+
+class TestVerifyProblems:
+    def test_a_run_with_many_problems_lists_50_and_counts_the_rest(self, sqlite_url: str) -> None:
+        """1,100 refused transitions: 50 rows and a count; --json the first 1,000 and the count."""
+        run_id = uuid4()
+        events: list[Event] = [
+            RunStarted(run_id=run_id, version=1, pipeline=LOOP.name, table=LOOP.to_dict()),
+            StageCompleted(run_id=run_id, version=2, stage="work", attempt=1, outcome="done"),
+        ]
+        events += [  # from the final state "end" no outcome leads anywhere: each is refused
+            StageCompleted(run_id=run_id, version=v, stage="work", attempt=v - 1)
+            for v in range(3, 1103)
+        ]
+        with Engine(sqlite_url) as engine:
+            engine.store.append(events)
+        result = invoke("verify", str(run_id), "--store", sqlite_url)
+        assert result.exit_code == 1
+        rows = [line for line in result.stdout.splitlines() if " transition " in line]
+        assert len(rows) == 50
+        assert result.stdout.splitlines()[-1] == (
+            "and 1,050 more problem(s); --json lists the first 1,000"
+        )
+        data = json.loads(invoke("verify", str(run_id), "--json", "--store", sqlite_url).stdout)
+        assert (len(data["problems"]), data["problem_count"]) == (1000, 1100)
