@@ -248,3 +248,16 @@ class TestVerifyProblems:
         )
         data = json.loads(invoke("verify", str(run_id), "--json", "--store", sqlite_url).stdout)
         assert (len(data["problems"]), data["problem_count"]) == (1000, 1100)
+
+
+class TestCompactList:
+    def test_text_names_20_removed_runs_and_counts_the_rest(self, sqlite_url: str) -> None:
+        """25 deleted runs: the text names 20 and counts 5 more; --json would list all 25."""
+        with Engine(sqlite_url) as engine:
+            for _ in range(25):
+                engine.start_run(LOOP).finish("deleted")
+        out = ok("compact", "--store", sqlite_url)
+        removed = out.splitlines()[0]
+        assert removed.startswith("removed 25 deleted run(s) (")
+        assert removed.endswith(" and 5 more")
+        assert removed.count(", ") == 19
