@@ -281,20 +281,26 @@ def show_run(
     if not isinstance(first, RunStarted):
         raise BadOption("RUN", str(run_id), "the run does not begin with RunStarted")
     out, columns = Output(), _Columns(first, last.version)
-    out.line(f"run {run_id}  {first.pipeline}  started {when(first.timestamp)} UTC", "bold")
-    if start > 1:
-        out.line(f"(events 1 to {start - 1:,} not shown: --from 1 shows them)", "dim")
-    out.line(columns.header(), "dim", crop=True)
+    _heading(out, columns, first, start)
     whole = start == 1 and end == last.version
     index = RunIndex()
     summary = index.apply(index.initial(), first) if whole else None
-    if start == 1:
-        out.line(columns.row(first), crop=True)
     summary = _rows(out, columns, events, index if whole else None, summary)
     say_left_out(out, end, last.version)
     if not whole:  # the window folded only part of the run: its summary comes from the store
         summary = engine.project(run_id, index)
     _closing(out, summary)
+
+
+def _heading(out: Output, columns: _Columns, first: RunStarted, start: int) -> None:
+    """The run's line, the events before the window if any, the column header, event 1."""
+    run_id = first.run_id
+    out.line(f"run {run_id}  {first.pipeline}  started {when(first.timestamp)} UTC", "bold")
+    if start > 1:
+        out.line(f"(events 1 to {start - 1:,} not shown: --from 1 shows them)", "dim")
+    out.line(columns.header(), "dim", crop=True)
+    if start == 1:
+        out.line(columns.row(first), crop=True)
 
 
 def _rows(
