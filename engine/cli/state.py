@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 FRAMES = 20
 """Frames of a state stack shown unless --frames says otherwise."""
+TREE_RUNS = 100
+"""Runs of a tree that --tree --json lists, parents first (the rest are counted)."""
 
 
 def frame_limit(text: str) -> int | None:
@@ -150,8 +152,9 @@ def _show_tree_state(
                 "at": None if at is None else at.astimezone(UTC).isoformat(),
                 "runs": [
                     {"run_id": str(member), "version": version, "last_version": last}
-                    for member, version, last in runs
+                    for member, version, last in runs[:TREE_RUNS]
                 ],
+                "runs_left_out": max(len(runs) - TREE_RUNS, 0),
                 **shown.fields(projection),
             }
         )

@@ -261,3 +261,17 @@ class TestCompactList:
         assert removed.startswith("removed 25 deleted run(s) (")
         assert removed.endswith(" and 5 more")
         assert removed.count(", ") == 19
+
+
+class TestTreeRuns:
+    def test_tree_json_lists_100_runs_and_counts_the_rest(self, sqlite_url: str) -> None:
+        """A run with 120 child runs: --tree --json lists 100 of the 121 runs, counts 21 more."""
+        with Engine(sqlite_url) as engine:
+            parent = engine.start_run(LOOP)
+            for index in range(120):
+                engine.child_run(parent, LOOP, key=f"child-{index}")
+        data = as_json("state", str(parent.id), "--tree", "--store", sqlite_url)
+        assert (len(data["runs"]), data["runs_left_out"]) == (100, 21)
+        assert data["runs"][0]["run_id"] == str(parent.id)
+        out = ok("state", str(parent.id), "--tree", "--store", sqlite_url)
+        assert "(121 runs)" in out.splitlines()[0]
