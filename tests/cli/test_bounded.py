@@ -174,6 +174,23 @@ class TestShowWindow:
         )
 
 
+class TestLimitValues:
+    @pytest.mark.parametrize("command", ["show", "replay"])
+    @pytest.mark.parametrize("value", ["0", "-5", "many", "2.5", "9" * 5000])
+    def test_a_bad_limit_is_one_error(self, sqlite_url: str, command: str, value: str) -> None:
+        """--limit takes a whole number >= 1 or `all`; anything else is one error naming it."""
+        run = str(deep_run(sqlite_url, depth=2))
+        assert "--limit" in fails(command, run, "--limit", value, "--store", sqlite_url)
+
+    @pytest.mark.parametrize("command", ["show", "replay"])
+    def test_a_limit_past_any_run_shows_it_whole(self, sqlite_url: str, command: str) -> None:
+        """--limit 10**30 shows every event of a 5-event run and nothing left out."""
+        run = str(deep_run(sqlite_url, depth=2))
+        out = ok(command, run, "--limit", str(10**30), "--store", sqlite_url)
+        assert version_column(out) == [1, 2, 3, 4, 5]
+        assert "not shown" not in out
+
+
 class TestReplayWindow:
     def test_default_replays_1000_events(self, deep: tuple[str, str]) -> None:
         """Replay from --from stops after 1,000 events and names the rest."""
