@@ -21,7 +21,6 @@ import functools
 import itertools
 import json
 from collections.abc import Callable, Iterable
-from importlib.metadata import entry_points
 from typing import Any
 
 from events import CheckpointSaved, Event, StageCompleted, StageFailed, WritesSaved, encode
@@ -42,7 +41,13 @@ ValueReader = Callable[[bytes], Any]
 
 @functools.cache
 def _reader(kind: str) -> ValueReader | None:
-    """The registered reader of values tagged `kind`, if an installed package has one."""
+    """The registered reader of values tagged `kind`, if an installed package has one.
+
+    `importlib.metadata` is imported here, not with the module: it costs more than
+    `stagetrail show` itself, which needs it only for a run holding such values.
+    """
+    from importlib.metadata import entry_points
+
     for point in entry_points(group=READERS_GROUP, name=kind):
         try:
             reader: ValueReader = point.load()

@@ -132,6 +132,51 @@ def parse_at(text: str) -> int | datetime:
         ) from None
 
 
+def count_or_all(option: str, text: str) -> int | None:
+    """A ``N|all`` option's value: a whole number >= 1, or None for ``all``.
+
+    Raises:
+        BadOption: neither.
+    """
+    if text.strip().lower() == "all":
+        return None
+    try:
+        count = int(text) if text.isascii() else 0
+    except ValueError:  # not a number, or more digits than int() takes
+        count = 0
+    if count < 1:
+        raise BadOption(option, text, "give a whole number >= 1, or all")
+    return count
+
+
+def window_end(start: int, end: int, limit: int | None) -> int:
+    """The last event a window of at most `limit` events from `start` shows (up to `end`)."""
+    return end if limit is None else min(end, start + limit - 1)
+
+
+def left_out(shown_end: int, end: int) -> str | None:
+    """The line saying events after `shown_end` up to `end` were left out, or None if none."""
+    count = end - shown_end
+    if count <= 0:
+        return None
+    events = f"event {end:,}" if count == 1 else f"events {shown_end + 1:,} to {end:,}"
+    return (
+        f"… {count:,} more event{'' if count == 1 else 's'} ({events}) not shown:"
+        f" --from {shown_end + 1} goes on, --limit all shows every one"
+    )
+
+
+def say_left_out(out: Output | None, shown_end: int, end: int) -> None:
+    """Print `left_out`'s line, if any: on `out`, or on stderr (beside JSON on stdout)."""
+    line = left_out(shown_end, end)
+    if line is None:
+        return
+    if out is None:
+        sys.stderr.write(f"stagetrail: {line}\n")
+    else:
+        out.line(line, "dim")
+
+
 def when(moment: datetime) -> str:
     """A time in UTC, to the second, as shown in tables."""
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

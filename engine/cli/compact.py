@@ -9,6 +9,9 @@ from engine.cli.common import Output, print_json, short
 if TYPE_CHECKING:
     from engine.engine import Engine
 
+LISTED = 20
+"""Removed runs the text names (--json lists every one)."""
+
 
 def compact_store(engine: Engine, *, as_json: bool) -> None:
     """Compact the store; print what was removed and which projections were rebuilt."""
@@ -26,6 +29,7 @@ def compact_store(engine: Engine, *, as_json: bool) -> None:
     if not done.runs:
         out.line("nothing to compact: no run is deleted")
         return
-    ids = ", ".join(short(run_id) for run_id in done.runs)
+    ids = ", ".join(short(run_id) for run_id in done.runs[:LISTED])
+    ids += f" and {len(done.runs) - LISTED} more" if len(done.runs) > LISTED else ""
     out.line(f"removed {len(done.runs)} deleted run(s) ({done.events} events): {ids}")
     out.line(f"rebuilt projections: {', '.join(done.rebuilt) or 'none'}")

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from engine.engine import Engine
 
 _SHOWN_FRAMES = 6
+JSON_FRAMES = 20
+"""Frames of each side past the common ones that --json lists (the rest are counted)."""
 _LINEAGE = ("run_id", "timestamp", "forked_from", "parent_run_id")
 
 
@@ -146,8 +148,9 @@ def diff_points(
     else:
         report["common_events"] = common_events(engine, a, b)
     report["common_frames"] = common
-    report["frames_a"] = [frame_json(frame) for frame in only_a]
-    report["frames_b"] = [frame_json(frame) for frame in only_b]
+    for name, only in (("frames_a", only_a), ("frames_b", only_b)):
+        report[name] = [frame_json(frame) for frame in only[:JSON_FRAMES]]
+        report[f"{name}_left_out"] = max(len(only) - JSON_FRAMES, 0)
     report["differences"] = differences
     if as_json:
         print_json(report)

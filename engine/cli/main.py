@@ -129,20 +129,33 @@ def runs(
         )
 
 
+events_option = click.option(
+    "--limit",
+    default="1000",
+    show_default=True,
+    metavar="N|all",
+    help="Show at most N events from --from, or all of them.",
+)
+
+
 @main.command()
 @click.argument("run")
+@click.option("--from", "start", default=1, type=click.IntRange(min=1), help="First event.")
+@events_option
 @store_option
 @json_option
-def show(run: str, store: str | None, as_json: bool) -> None:
+def show(run: str, start: int, limit: str, store: str | None, as_json: bool) -> None:
     """A run's timeline, one line per event.
 
-    Decisions are marked with *; the run's status and reason close it.
+    Decisions are marked with *; the run's status and reason close it. At most
+    1000 events from --from (--limit N or all); a line says what was left out.
     """
-    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.common import count_or_all, open_engine, resolve_run
     from engine.cli.show import show_run
 
+    most = count_or_all("--limit", limit)
     with open_engine(store, read_only=True) as engine:
-        show_run(engine, resolve_run(engine, run), as_json=as_json)
+        show_run(engine, resolve_run(engine, run), start=start, limit=most, as_json=as_json)
 
 
 @main.command()
@@ -152,39 +165,62 @@ def show(run: str, store: str | None, as_json: bool) -> None:
 @click.option(
     "--tree", is_flag=True, help="Fold the run and its child runs together (--at: a time only)."
 )
+@click.option(
+    "--frames",
+    default="20",
+    show_default=True,
+    metavar="N|all",
+    help="Show the newest N frames of a state stack, or all of them.",
+)
 @store_option
 @json_option
 def state(
-    run: str, at: str | None, projection: str, tree: bool, store: str | None, as_json: bool
+    run: str,
+    at: str | None,
+    projection: str,
+    tree: bool,
+    frames: str,
+    store: str | None,
+    as_json: bool,
 ) -> None:
     """A projection of a run, now or at a past point.
 
-    The state stack by default; --projection names any built-in or registered one.
-    --tree folds the run's child runs in too (task tables across child runs).
+    The state stack by default (its newest 20 frames; --frames N or all); --projection
+    names any built-in or registered one. --tree folds the run's child runs in too
+    (task tables across child runs).
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.state import show_state
+    from engine.cli.state import frame_limit, show_state
 
+    shown = frame_limit(frames)
     with open_engine(store, read_only=True) as engine:
-        show_state(engine, resolve_run(engine, run), at, projection, tree=tree, as_json=as_json)
+        show_state(
+            engine, resolve_run(engine, run), at, projection, tree=tree, frames=shown,
+            as_json=as_json,
+        )  # fmt: skip
 
 
 @main.command()
 @click.argument("run")
 @click.option("--from", "start", default=1, type=click.IntRange(min=1), help="First event.")
 @click.option("--to", "stop", default=None, type=click.IntRange(min=1), help="Last event.")
+@events_option
 @store_option
 @json_option
-def replay(run: str, start: int, stop: int | None, store: str | None, as_json: bool) -> None:
+def replay(
+    run: str, start: int, stop: int | None, limit: str, store: str | None, as_json: bool
+) -> None:
     """Step through a run, showing what each event changed.
 
-    Under each event: the machine's state, the stack and the status it moved.
+    Under each event: the machine's state, the stack and the status it moved. At
+    most 1000 events from --from (--limit N or all); a line says what was left out.
     """
-    from engine.cli.common import open_engine, resolve_run
+    from engine.cli.common import count_or_all, open_engine, resolve_run
     from engine.cli.replay import replay_run
 
+    most = count_or_all("--limit", limit)
     with open_engine(store, read_only=True) as engine:
-        replay_run(engine, resolve_run(engine, run), start, stop, as_json=as_json)
+        replay_run(engine, resolve_run(engine, run), start, stop, most, as_json=as_json)
 
 
 @main.command()

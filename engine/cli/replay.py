@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from engine.cli.common import STATUS_STYLES, BadOption, Output, json_line, write_lines
+from engine.cli.common import (
+    STATUS_STYLES,
+    BadOption,
+    Output,
+    json_line,
+    say_left_out,
+    window_end,
+    write_lines,
+)
 from engine.cli.show import detail, is_decision
 from engine.errors import RunNotFound
 from events import Event
@@ -14,6 +23,9 @@ from projections import Frame, RunIndex, RunSummary, Stack, StateStack
 
 if TYPE_CHECKING:
     from engine.engine import Engine
+
+POPPED_SHOWN = 20
+"""Frames a rollback popped that a replay step lists, newest first (the rest are counted)."""
 
 
 def frame_json(frame: Frame) -> dict[str, Any]:
@@ -59,12 +71,14 @@ class _Step:
         after = self.stack_after
         return after.top if after.depth > self.stack_before.depth else None
 
+    def lost(self) -> int:
+        """How many frames the event popped."""
+        return max(self.stack_before.depth - self.stack_after.depth, 0)
+
     def popped(self) -> list[Frame]:
-        lost = self.stack_before.depth - self.stack_after.depth
-        if lost <= 0:
-            return []
+        """The frames the event popped, newest first: at most `POPPED_SHOWN` of them."""
         frames = self.stack_before.frame_list.newest_first()
-        return [next(frames) for _ in range(lost)]
+        return list(islice(frames, min(self.lost(), POPPED_SHOWN)))
 
     def to_json(self) -> dict[str, Any]:
         pushed = self.pushed()
@@ -77,6 +91,7 @@ class _Step:
             "depth": [self.stack_before.depth, self.stack_after.depth],
             "pushed": None if pushed is None else frame_json(pushed),
             "popped": [frame_json(frame) for frame in self.popped()],
+            "popped_left_out": max(self.lost() - POPPED_SHOWN, 0),
         }
 
     def changes(self) -> list[str]:
@@ -90,6 +105,8 @@ class _Step:
         popped = self.popped()
         if popped:
             undone = "; ".join(frame_text(frame) for frame in popped)
+            more = self.lost() - len(popped)
+            undone += f" and {more:,} more" if more else ""
             lines.append(f"stack   pop {undone}, depth {self.stack_after.depth}")
         old, new = self.statuses()
         if old is not None and old != new:
@@ -107,11 +124,18 @@ def _steps(engine: Engine, run_id: UUID, start: int, end: int) -> Iterator[_Step
         stack, summary = new_stack, new_summary
 
 
-def replay(engine: Engine, run_id: UUID, start: int, end: int, *, as_json: bool) -> None:
-    """Print each event of `start`..`end` and what it changed (JSON Lines with `as_json`)."""
+def replay(
+    engine: Engine, run_id: UUID, start: int, end: int, wanted: int | None = None, *, as_json: bool
+) -> None:
+    """Print each event of `start`..`end` and what it changed (JSON Lines with `as_json`).
+
+    Then, if `wanted` goes past `end`, a line saying which events were left out.
+    """
     steps = _steps(engine, run_id, start, end)
+    wanted = end if wanted is None else wanted
     if as_json:
         write_lines(json_line(step.to_json()) for step in steps)
+        say_left_out(None, end, wanted)
         return
     out = Output()
     out.line(f"run {run_id}: events {start} to {end}", "bold")
@@ -123,6 +147,7 @@ def replay(engine: Engine, run_id: UUID, start: int, end: int, *, as_json: bool)
         out.line("  ".join(part for part in parts if part).rstrip(), _style(step))
         for change in step.changes():
             out.line(" " * (width + 4) + change, "cyan")
+    say_left_out(out, end, wanted)
 
 
 def _style(step: _Step) -> str | None:
@@ -133,13 +158,19 @@ def _style(step: _Step) -> str | None:
 
 
 def replay_run(
-    engine: Engine, run_id: UUID, start: int, stop: int | None, *, as_json: bool
+    engine: Engine,
+    run_id: UUID,
+    start: int,
+    stop: int | None,
+    limit: int | None = None,
+    *,
+    as_json: bool,
 ) -> None:
-    """Step through events `start`..`stop`, printing what each changed."""
+    """Step through events `start`..`stop`, at most `limit` of them, printing what each changed."""
     last = engine.store.last(run_id)
     if last is None:
         raise RunNotFound(run_id, engine.url)
     end = last.version if stop is None else min(stop, last.version)
     if start > end:
         raise BadOption("--from", start, f"after --to / the run's last event ({end})")
-    replay(engine, run_id, start, end, as_json=as_json)
+    replay(engine, run_id, start, window_end(start, end, limit), end, as_json=as_json)

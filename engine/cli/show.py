@@ -14,9 +14,11 @@ from engine.cli.common import (
     clock,
     compact,
     json_line,
+    say_left_out,
     seconds,
     short,
     when,
+    window_end,
     write_lines,
 )
 from engine.errors import RunNotFound
@@ -256,30 +258,68 @@ def _style(event: Event) -> str | None:
     return None
 
 
-def show_run(engine: Engine, run_id: UUID, *, as_json: bool) -> None:
-    """Print the run's timeline (or its events as JSON Lines), streamed from the store."""
+def show_run(
+    engine: Engine, run_id: UUID, *, start: int = 1, limit: int | None = None, as_json: bool
+) -> None:
+    """Print the run's timeline (or its events as JSON Lines), streamed from the store.
+
+    At most `limit` events from `start` (None: to the end); a closing line says
+    which were left out (on stderr beside JSON Lines).
+    """
     last = engine.store.last(run_id)
     if last is None:
         raise RunNotFound(run_id, engine.url)
-    events = engine.store.stream(run_id)
+    if start > last.version:
+        raise BadOption("--from", start, f"after the run's last event ({last.version})")
+    end = window_end(start, last.version, limit)
+    events = engine.store.stream(run_id, gt=start - 1, lte=end)
     if as_json:
         write_lines(json_line(event_json(event)) for event in events)
+        say_left_out(None, end, last.version)
         return
-    first = next(events)
+    first = next(engine.store.stream(run_id, lte=1)) if start > 1 else next(events)
     if not isinstance(first, RunStarted):
         raise BadOption("RUN", str(run_id), "the run does not begin with RunStarted")
-    out, columns, index = Output(), _Columns(first, last.version), RunIndex()
-    summary = index.apply(index.initial(), first)
+    out, columns = Output(), _Columns(first, last.version)
+    _heading(out, columns, first, start)
+    whole = start == 1 and end == last.version
+    index = RunIndex()
+    summary = index.apply(index.initial(), first) if whole else None
+    summary = _rows(out, columns, events, index if whole else None, summary)
+    say_left_out(out, end, last.version)
+    if not whole:  # the window folded only part of the run: its summary comes from the store
+        summary = engine.project(run_id, index)
+    _closing(out, summary)
+
+
+def _heading(out: Output, columns: _Columns, first: RunStarted, start: int) -> None:
+    """The run's line, the events before the window if any, the column header, event 1."""
+    run_id = first.run_id
     out.line(f"run {run_id}  {first.pipeline}  started {when(first.timestamp)} UTC", "bold")
+    if start > 1:
+        out.line(f"(events 1 to {start - 1:,} not shown: --from 1 shows them)", "dim")
     out.line(columns.header(), "dim", crop=True)
-    out.line(columns.row(first), crop=True)
+    if start == 1:
+        out.line(columns.row(first), crop=True)
+
+
+def _rows(
+    out: Output,
+    columns: _Columns,
+    events: Iterator[Event],
+    index: RunIndex | None,
+    summary: RunSummary | None,
+) -> RunSummary | None:
+    """Print a row per event; fold `index` along (when given: the window is the whole run)."""
     if out.terminal:
         for event in events:
-            summary = index.apply(summary, event)
+            summary = summary if index is None else index.apply(summary, event)
             out.line(columns.row(event), _style(event), crop=True)
-    else:
-        summary = _plain_rows(columns, index, summary, events)
-    _closing(out, summary)
+        return summary
+    if index is None:
+        write_lines(columns.row(event) for event in events)
+        return summary
+    return _plain_rows(columns, index, summary, events)
 
 
 def _plain_rows(

@@ -1,20 +1,26 @@
 """`stagetrail state`: a run's projection (the state stack by default) at any point.
 
-With ``--tree``, of the run and its child runs folded together.
+With ``--tree``, of the run and its child runs folded together. A state stack is
+shown by its newest frames (``--frames``, 20 by default), so the answer stays
+the same size however deep the stack of a long run grows.
 """
 
 from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
+
+import attrs
 
 from engine.arguments import version_at
 from engine.cli.common import (
     BadOption,
     Output,
     compact,
+    count_or_all,
     json_text,
     parse_at,
     print_json,
@@ -26,9 +32,49 @@ from engine.cli.projections import find_projection
 from engine.errors import RunNotFound
 from engine.payloads import readable_result
 from projections import Projection, Stack
+from projections.immutable import PList
 
 if TYPE_CHECKING:
     from engine.engine import Engine
+
+FRAMES = 20
+"""Frames of a state stack shown unless --frames says otherwise."""
+TREE_RUNS = 100
+"""Runs of a tree that --tree --json lists, parents first (the rest are counted)."""
+
+
+def frame_limit(text: str) -> int | None:
+    """How many of a stack's newest frames ``--frames`` asks for (None: all of them).
+
+    Raises:
+        BadOption: neither a whole number >= 1 nor ``all``.
+    """
+    return count_or_all("--frames", text)
+
+
+@attrs.frozen
+class Shown:
+    """A state as shown: a stack cut to its newest frames, and how many were left out."""
+
+    state: Any
+    left_out: int = 0
+
+    @classmethod
+    def of(cls, state: Any, limit: int | None) -> Shown:
+        """`state`, a `Stack` cut to its newest `limit` frames (None: all of them)."""
+        if not isinstance(state, Stack) or limit is None or state.depth <= limit:
+            return cls(state)
+        newest = list(islice(state.frame_list.newest_first(), limit))
+        newest.reverse()
+        cut = Stack(initial=state.initial, table=state.table, frame_list=PList.of(newest))
+        return cls(cut, state.depth - limit)
+
+    def fields(self, projection: Projection[Any]) -> dict[str, Any]:
+        """The JSON fields: the encoded state, and for a stack its depth and frames left out."""
+        fields: dict[str, Any] = {"state": projection.encode(self.state)}
+        if isinstance(self.state, Stack):
+            fields |= {"depth": self.state.depth + self.left_out, "frames_left_out": self.left_out}
+        return fields
 
 
 def show_state(
@@ -38,12 +84,14 @@ def show_state(
     name: str,
     *,
     tree: bool = False,
+    frames: int | None = FRAMES,
     as_json: bool,
 ) -> None:
     """Print `name`'s state of the run after event `--at` (default: now).
 
     With `tree`, of the run and all its child runs folded together in time order;
-    `--at` may then only be a time, since versions are per run.
+    `--at` may then only be a time, since versions are per run. A stack shows its
+    newest `frames` frames (None: all) and says how many older ones it left out.
 
     Raises:
         BadOption: a bad `--at`, or a version `--at N` with `tree`.
@@ -53,11 +101,11 @@ def show_state(
     if last is None:
         raise RunNotFound(run_id, engine.url)
     if tree:
-        _show_tree_state(engine, run_id, at_text, projection, as_json=as_json)
+        _show_tree_state(engine, run_id, at_text, projection, frames, as_json=as_json)
         return
     at = last.version if at_text is None else parse_at(at_text)
     version = version_at(engine.store, run_id, at, last.version, "at")
-    state = engine.project(run_id, projection, at=version)
+    shown = Shown.of(engine.project(run_id, projection, at=version), frames)
     if as_json:
         print_json(
             {
@@ -65,7 +113,7 @@ def show_state(
                 "projection": projection.name,
                 "version": version,
                 "last_version": last.version,
-                "state": projection.encode(state),
+                **shown.fields(projection),
             }
         )
         return
@@ -74,7 +122,7 @@ def show_state(
     if version == 0:
         point = f"at version 0 of {last.version}: before its first event"
     out.line(f"{projection.name} of run {short(run_id)} {point}", "bold")
-    _show(out, projection, state)
+    _show(out, projection, shown)
 
 
 def _show_tree_state(
@@ -82,6 +130,7 @@ def _show_tree_state(
     run_id: UUID,
     at_text: str | None,
     projection: Projection[Any],
+    frames: int | None,
     *,
     as_json: bool,
 ) -> None:
@@ -92,7 +141,7 @@ def _show_tree_state(
             at_text,
             "with --tree, give a time (2026-11-20T09:00:00Z, 90m): versions are per run",
         )
-    state = engine.project(run_id, projection, at=at, tree=True)
+    shown = Shown.of(engine.project(run_id, projection, at=at, tree=True), frames)
     runs = [_tree_member(engine, member, at) for member in engine.tree(run_id)]
     if as_json:
         print_json(
@@ -103,9 +152,10 @@ def _show_tree_state(
                 "at": None if at is None else at.astimezone(UTC).isoformat(),
                 "runs": [
                     {"run_id": str(member), "version": version, "last_version": last}
-                    for member, version, last in runs
+                    for member, version, last in runs[:TREE_RUNS]
                 ],
-                "state": projection.encode(state),
+                "runs_left_out": max(len(runs) - TREE_RUNS, 0),
+                **shown.fields(projection),
             }
         )
         return
@@ -119,7 +169,7 @@ def _show_tree_state(
         f" after {folded} of {total} events",
         "bold",
     )
-    _show(out, projection, state)
+    _show(out, projection, shown)
 
 
 def _tree_member(engine: Engine, run_id: UUID, at: datetime | None) -> tuple[UUID, int, int]:
@@ -131,18 +181,19 @@ def _tree_member(engine: Engine, run_id: UUID, at: datetime | None) -> tuple[UUI
     return run_id, version_at(engine.store, run_id, at, last_version, "at"), last_version
 
 
-def _show(out: Output, projection: Projection[Any], state: Any) -> None:
-    if isinstance(state, Stack):
-        _stack_table(out, state)
+def _show(out: Output, projection: Projection[Any], shown: Shown) -> None:
+    if isinstance(shown.state, Stack):
+        _stack_table(out, shown.state, shown.left_out)
     else:
-        _json_block(out, projection.encode(state))
+        _json_block(out, projection.encode(shown.state))
 
 
-def _stack_table(out: Output, stack: Stack) -> None:
+def _stack_table(out: Output, stack: Stack, left_out: int) -> None:
+    """The frames shown, numbered by depth; a line says how many older ones were left out."""
     if stack.current is None:  # only before RunStarted: version 0, or a tree before its start
         out.line("no state yet: the run had not started (its first event, RunStarted, starts it)")
         return
-    out.line(f"current state: {stack.current}, depth {stack.depth}")
+    out.line(f"current state: {stack.current}, depth {stack.depth + left_out}")
     if not stack.depth:
         return
     rows = [
@@ -156,7 +207,7 @@ def _stack_table(out: Output, stack: Stack) -> None:
             seconds(frame.duration),
             _frame_detail(frame.result, frame.error, frame.error_type),
         ]
-        for depth, frame in enumerate(stack.frames, start=1)
+        for depth, frame in enumerate(stack.frames, start=left_out + 1)
     ]
     out.table(
         ["#", "v", "state", "stage", "outcome", "try", "took", "result or error"],
@@ -164,6 +215,16 @@ def _stack_table(out: Output, stack: Stack) -> None:
         styles=["red" if frame.failed else None for frame in stack.frames],
         right=(0, 1, 5, 6),
     )
+    if left_out:
+        older = (
+            "1 older frame (#1)"
+            if left_out == 1
+            else f"{left_out:,} older frames (#1 to #{left_out:,})"
+        )
+        out.line(
+            f"… {older} not shown: --frames N shows the newest N, --frames all every one",
+            "dim",
+        )
 
 
 def _frame_detail(result: Any, error: str | None, error_type: str | None) -> str:

@@ -15,16 +15,19 @@ if TYPE_CHECKING:
 
 _EVERY_RUN = 1_000_000_000
 LISTED = 50
-"""Runs with problems `--all` lists by name on a terminal (the rest are counted)."""
+"""Runs with problems `--all` lists by name, problems of one run listed (the rest are counted)."""
 LISTED_JSON = 1000
-"""Runs with problems `--all --json` lists (the rest are counted)."""
+"""Runs with problems `--all --json` lists, problems of one run with --json (the rest counted)."""
 
 
 def verify_run(engine: Engine, run_id: UUID, *, as_json: bool) -> bool:
     """Verify the run; print the report; return whether it is sound."""
     report = engine.verify(run_id)
     if as_json:
-        print_json({**_summary(report), "problems": _problems(report)})
+        problems = _problems(report, LISTED_JSON)
+        print_json(
+            {**_summary(report), "problems": problems, "problem_count": len(report.problems)}
+        )
         return report.ok
     out = Output()
     chain = _chain_text(report)
@@ -35,8 +38,11 @@ def verify_run(engine: Engine, run_id: UUID, *, as_json: bool) -> bool:
         f"run {short(run_id)}: {report.events} events, {len(report.problems)} problem(s); {chain}",
         "red",
     )
-    rows = [[str(p.version), p.check, p.message] for p in report.problems]
+    rows = [[str(p.version), p.check, p.message] for p in report.problems[:LISTED]]
     out.table(["v", "check", "problem"], rows, right=(0,))
+    if len(report.problems) > LISTED:
+        more = len(report.problems) - LISTED
+        out.line(f"and {more:,} more problem(s); --json lists the first {LISTED_JSON:,}")
     return False
 
 
@@ -66,7 +72,7 @@ def verify_all(engine: Engine, *, as_json: bool) -> bool:
                 "chains": dict(sorted(chains.items())),
                 "with_problems": len(bad),
                 "problems": [
-                    {**_summary(r), "first": _problems(r)[0], "count": len(r.problems)}
+                    {**_summary(r), "first": _problems(r, 1)[0], "count": len(r.problems)}
                     for r in bad[:LISTED_JSON]
                 ],
             }
@@ -117,5 +123,9 @@ def _summary(report: VerifyReport) -> dict[str, Any]:
     }
 
 
-def _problems(report: VerifyReport) -> list[dict[str, Any]]:
-    return [{"version": p.version, "check": p.check, "message": p.message} for p in report.problems]
+def _problems(report: VerifyReport, limit: int) -> list[dict[str, Any]]:
+    """The first `limit` problems of `report` as JSON."""
+    return [
+        {"version": p.version, "check": p.check, "message": p.message}
+        for p in report.problems[:limit]
+    ]

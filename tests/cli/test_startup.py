@@ -55,7 +55,8 @@ class TestWhatACommandLoads:
         unwanted = {
             "engine.engine", "engine.store", "engine.supervise", "engine.readside",
             "engine.ui", "events", "projections", "eventsourcing", "transitions", "rich",
-            "attrs", "attr", "importlib_metadata", "sqlite3", "psycopg", "starlette",
+            "attrs", "attr", "importlib_metadata", "sqlite3", "psycopg", "starlette", "orjson",
+            "uvicorn", "immutables", "email",
         }  # fmt: skip
         assert found & unwanted == set()
         assert "importlib.metadata" not in loaded(flag)
@@ -71,6 +72,27 @@ class TestWhatACommandLoads:
         assert found & unwanted == set()
         folds = {name for name in loaded("runs", "--store", url) if name.startswith("projections.")}
         assert not folds & {"projections.stack", "projections.results", "projections.rounds"}
+
+    @pytest.mark.parametrize("command", ["show", "state", "replay"])
+    def test_reading_a_run_loads_no_metadata_viewer_or_drivers_it_does_not_use(
+        self, tmp_path: Path, command: str
+    ) -> None:
+        """show/state/replay of a SQLite run: no importlib.metadata (value readers are looked
+        up only for values that need one), no viewer, web server, PostgreSQL or rich in a pipe."""
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        with Engine(url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", {"project_type": "go"})
+        modules = loaded(command, str(run.id), "--store", url)
+        found = packages(modules)
+        assert "engine.store" in found  # it did read the run
+        unwanted = {
+            "engine.supervise", "engine.ui", "engine.integrations", "transitions", "rich",
+            "psycopg", "starlette", "uvicorn", "graphviz", "langgraph", "opentelemetry",
+            "importlib_metadata", "email",
+        }  # fmt: skip
+        assert found & unwanted == set()
+        assert "importlib.metadata" not in modules
 
 
 class TestVersion:
