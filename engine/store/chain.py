@@ -54,7 +54,7 @@ class Chain:
     def __init__(self, key: bytes | None = None) -> None:
         self._key = None if key is None else hmac.digest(key, _CONTEXT, "sha256")
         self.mode = PLAIN if key is None else KEYED
-        self._suffix = b'%s,"' + FIELD.encode() + b'":"' + self.mode.encode() + b'%s"}'
+        self._suffix = b'%s,"' + FIELD.encode() + b'":"' + self.mode.encode() + b'%.22s"}'
         self._mark = _OPEN + self.mode.encode()
         self._mark_length = len(self._mark)
         self._run: tuple[UUID | None, bytes] = (None, b"")
@@ -161,7 +161,7 @@ class Chain:
 
     def seal(self, body: bytes, link: bytes) -> bytes:
         """`body` (a JSON object) with `link` written in as its last member."""
-        text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
+        text = _b2a(link, newline=False).translate(_URLSAFE)  # %.22s drops the padding
         return self._suffix % (body[:-1], text)
 
 
