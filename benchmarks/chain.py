@@ -180,15 +180,14 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument("--events", type=int, default=100_000, help="the long run's outcomes")
+    parser.add_argument("--verify-only", action="store_true", help="only the long run's checks")
     return parser.parse_args()
 
 
-def main() -> None:
-    """Measure and print the chain's figures."""
-    args = parse()
-    batched, repeats = (2000, 1) if args.quick else (20_000, 7)
-    long_events = 5000 if args.quick else args.events
-    single, runs = (50, 5) if args.quick else (300, 100)
+def append_rows(quick: bool) -> list[dict[str, object]]:
+    """The links' cost to appends (ratios) and to serialising one event."""
+    batched, repeats = (2000, 1) if quick else (20_000, 7)
+    single, runs = (50, 5) if quick else (300, 100)
     appends = {
         "batched append, 100/transaction, SQLite": paired(
             lambda linked: appended(batched, linked), repeats
@@ -199,40 +198,51 @@ def main() -> None:
             lambda linked: compared(runs, "Supervisor.drive", linked), repeats
         ),
     }
-    plain, chained = serialise_rates(3 if args.quick else 7, 2000 if args.quick else 20_000)
+    plain, chained = serialise_rates(3 if quick else 7, 2000 if quick else 20_000)
+    return [
+        *({"case": case, **ratios} for case, ratios in appends.items()),
+        {
+            "case": "serialise one event",
+            "with_link": chained,
+            "without": plain,
+            "microseconds_added": 1e6 / chained - 1e6 / plain,
+        },
+    ]
+
+
+def verify_rows(events: int, rounds: int) -> list[dict[str, object]]:
+    """The chain alone and the whole verify of one run of `events` + 1 events."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as writer:
-        url, run_id = writer.submit(long_run, long_events).result()  # its memory not ours
-    rounds = 1 if args.quick else 3
+        url, run_id = writer.submit(long_run, events).result()  # its memory not ours
     checks = [verify_rates(url, run_id, True) for _ in range(rounds)]
     read, hashed = floor_rates(url, run_id)
+    chain_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     whole = verify_rates(url, run_id, False)
-    report(
-        "hash chain (events/s)",
-        [
-            *({"case": case, **ratios} for case, ratios in appends.items()),
-            {
-                "case": "serialise one event",
-                "with_link": chained,
-                "without": plain,
-                "microseconds_added": 1e6 / chained - 1e6 / plain,
-            },
-            {
-                "case": f"check the chain of a {checks[0][2]:,}-event run",
-                "events_s": statistics.median(c[0] for c in checks),
-                "cpu_events_s": statistics.median(c[1] for c in checks),
-                "target": 500_000,
-                "read_alone_cpu_events_s": read,
-                "sha256_alone_cpu_events_s": hashed,
-            },
-            {
-                "case": "the whole verify of that run",
-                "events_s": whole[0],
-                "cpu_events_s": whole[1],
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            },
-        ],
-        args.json,
-    )
+    return [
+        {
+            "case": f"check the chain of a {checks[0][2]:,}-event run",
+            "events_s": statistics.median(c[0] for c in checks),
+            "cpu_events_s": statistics.median(c[1] for c in checks),
+            "target": 500_000,
+            "read_alone_cpu_events_s": read,
+            "sha256_alone_cpu_events_s": hashed,
+            "peak_rss_mb": chain_rss,
+        },
+        {
+            "case": "the whole verify of that run",
+            "events_s": whole[0],
+            "cpu_events_s": whole[1],
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        },
+    ]
+
+
+def main() -> None:
+    """Measure and print the chain's figures."""
+    args = parse()
+    rows = [] if args.verify_only else append_rows(args.quick)
+    rows += verify_rows(5000 if args.quick else args.events, 1 if args.quick else 3)
+    report("hash chain (events/s)", rows, args.json)
 
 
 if __name__ == "__main__":

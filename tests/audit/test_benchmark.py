@@ -31,6 +31,7 @@ class TestChainBenchmark:
         assert rows[5]["read_alone_cpu_events_s"] > 0
         assert rows[6]["events_s"] > 0
         assert rows[6]["peak_rss_mb"] > 0
+        assert rows[5]["peak_rss_mb"] > 0
 
 
 @pytest.mark.slow
