@@ -6,22 +6,34 @@ Run: ``python -m benchmarks.chain`` (``--quick`` for a smoke run). The rows:
   event's link against the same code with a chain that writes none (`NoLinks`
   on the store's mapper): what the links cost an append, interleaved rounds;
 - serialising one event: `to_chained` against `to_stored_event` (no link);
-- checking the chain of one long run (SQLite): stored events read in pages,
-  each decrypted/decompressed and its link recomputed (`ChainCheck`), events/s;
-  and the whole `engine.verify` (chain, table, projections) for comparison.
+- checking the chain of one long run (SQLite, 100,001 events; ``--events 1000000``
+  for the 1,000,001-event run): `engine.verify(run, chain_only=True)`, the stored
+  events read a page at a time through the store's recorder and each link
+  recomputed, events/s of wall clock and of CPU time, beside its two floors in
+  the same process: reading the pages alone, and SHA-256 of the stored bytes
+  alone; then the whole `engine.verify` (chain, table, projections) of it, and
+  the process's peak RSS (the checks read a page at a time: it must not grow
+  with the run).
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
+import hashlib
+import multiprocessing
+import resource
 import statistics
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from uuid import UUID, uuid4
 
-from benchmarks._common import RESULT, WORK, arguments, median_rates, report, scratch
+from benchmarks._common import RESULT, WORK, report, scratch
+from benchmarks.peers.stagetrail_runs import Stagetrail
 from engine import Engine
 from engine.store.chain import Chain
 from engine.store.meta import AtRest
-from engine.verify import ChainCheck
 from events import StageCompleted
 
 
@@ -80,65 +92,157 @@ def long_run(count: int) -> tuple[str, UUID]:
         return url, run.id
 
 
-def chain_rate(url: str, run_id: UUID) -> float:
-    """Events/s of checking the run's chain alone, from its stored events."""
-    with Engine(url) as engine:
-        links = ChainCheck(engine.store.mapper.chain)
-        start = time.perf_counter()
-        count = links.pages(engine.store.stored_pages(run_id), engine.store.mapper)
-        seconds = time.perf_counter() - start
-        assert links.status == "intact"
-        assert not links.problems
-    return count / seconds
+def durable(count: int, linked: bool) -> int:
+    """Append `count` outcomes one transaction each (fsync'd) to a new SQLite store."""
+    with Engine(f"sqlite:///{scratch('chain.db')}") as engine:
+        if not linked:
+            engine.store.mapper.chain = NoLinks()
+        run = engine.start_run(WORK)
+        for _ in range(count):
+            run.stage_completed("work", RESULT, duration=1.0)
+    return count
 
 
-def verify_rate(url: str, run_id: UUID) -> float:
-    """Events/s of the whole `engine.verify` of the run."""
+def compared(runs: int, variant: str, linked: bool) -> int:
+    """`benchmarks.compare`'s stagetrail workload: `runs` review runs recorded, by hand
+    (``Run``) or by ``Supervisor.drive``; how many events."""
+    peer = Stagetrail(scratch("compare.db"), variant)
+    if not linked:
+        peer.engine.store.mapper.chain = NoLinks()
+    try:
+        peer.record(runs)
+        return int(peer.engine.store.recorder.max_notification_id() or 0)
+    finally:
+        peer.engine.close()
+
+
+def paired(work: Callable[[bool], int], rounds: int) -> dict[str, float]:
+    """Median and spread of with-links / without, in wall clock and CPU time, over `rounds`
+    rounds; which goes first alternates, so both see the same machine load."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    for round_ in range(rounds):
+        order = (True, False) if round_ % 2 == 0 else (False, True)
+        seconds = {linked: _clocked(functools.partial(work, linked)) for linked in order}
+        wall.append(seconds[False][0] / seconds[True][0])
+        cpu.append(seconds[False][1] / seconds[True][1])
+    return {
+        "ratio": statistics.median(wall),
+        "ratio_min": min(wall),
+        "ratio_max": max(wall),
+        "cpu_ratio": statistics.median(cpu),
+        "cpu_ratio_min": min(cpu),
+        "cpu_ratio_max": max(cpu),
+        "rounds": rounds,
+        "target": 0.95,
+    }
+
+
+def _clocked(work: Callable[[], int]) -> tuple[float, float]:
+    """Seconds of wall clock and of CPU time `work` took."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    work()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def verify_rates(url: str, run_id: UUID, chain_only: bool) -> tuple[float, float, int]:
+    """Events/s (wall clock, CPU time) of `engine.verify` of the run, and its event count."""
     with Engine(url) as engine:
-        start = time.perf_counter()
-        report_ = engine.verify(run_id)
-        seconds = time.perf_counter() - start
-        assert report_.ok
-        assert report_.chain == "intact"
-    return report_.events / seconds
+        wall, cpu = time.perf_counter(), time.process_time()
+        checked = engine.verify(run_id, chain_only=chain_only)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        assert checked.ok, checked.problems[:3]
+        assert checked.chain == "intact"
+    return checked.events / wall, checked.events / cpu, checked.events
+
+
+def floor_rates(url: str, run_id: UUID) -> tuple[float, float]:
+    """Events/s of CPU time of the chain check's two parts alone: reading the run's pages
+    through the store's recorder, and one SHA-256 of each stored event's bytes."""
+    with Engine(url) as engine:
+        count, cpu = 0, time.process_time()
+        for page in engine.store.stored_pages(run_id):
+            count += len(page)
+        read = count / (time.process_time() - cpu)
+        hashed, cpu, sha256 = 0, 0.0, hashlib.sha256
+        for page in engine.store.stored_pages(run_id):
+            states = [stored.state for stored in page]
+            start = time.process_time()
+            for state in states:
+                sha256(state).digest()
+            hashed, cpu = hashed + len(states), cpu + time.process_time() - start
+    return read, hashed / cpu
+
+
+def parse() -> argparse.Namespace:
+    """The benchmarks' --quick and --json, and --events: the long run's length."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument("--events", type=int, default=100_000, help="the long run's outcomes")
+    parser.add_argument("--verify-only", action="store_true", help="only the long run's checks")
+    return parser.parse_args()
+
+
+def append_rows(quick: bool) -> list[dict[str, object]]:
+    """The links' cost to appends (ratios) and to serialising one event."""
+    batched, repeats = (2000, 1) if quick else (20_000, 7)
+    single, runs = (50, 5) if quick else (300, 100)
+    appends = {
+        "batched append, 100/transaction, SQLite": paired(
+            lambda linked: appended(batched, linked), repeats
+        ),
+        "durable single append, SQLite": paired(lambda linked: durable(single, linked), repeats),
+        "compare's workload, Run": paired(lambda linked: compared(runs, "Run", linked), repeats),
+        "compare's workload, Supervisor.drive": paired(
+            lambda linked: compared(runs, "Supervisor.drive", linked), repeats
+        ),
+    }
+    plain, chained = serialise_rates(3 if quick else 7, 2000 if quick else 20_000)
+    return [
+        *({"case": case, **ratios} for case, ratios in appends.items()),
+        {
+            "case": "serialise one event",
+            "with_link": chained,
+            "without": plain,
+            "microseconds_added": 1e6 / chained - 1e6 / plain,
+        },
+    ]
+
+
+def verify_rows(events: int, rounds: int) -> list[dict[str, object]]:
+    """The chain alone and the whole verify of one run of `events` + 1 events."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as writer:
+        url, run_id = writer.submit(long_run, events).result()  # its memory not ours
+    checks = [verify_rates(url, run_id, True) for _ in range(rounds)]
+    read, hashed = floor_rates(url, run_id)
+    chain_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    whole = verify_rates(url, run_id, False)
+    return [
+        {
+            "case": f"check the chain of a {checks[0][2]:,}-event run",
+            "events_s": statistics.median(c[0] for c in checks),
+            "cpu_events_s": statistics.median(c[1] for c in checks),
+            "target": 500_000,
+            "read_alone_cpu_events_s": read,
+            "sha256_alone_cpu_events_s": hashed,
+            "peak_rss_mb": chain_rss,
+        },
+        {
+            "case": "the whole verify of that run",
+            "events_s": whole[0],
+            "cpu_events_s": whole[1],
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        },
+    ]
 
 
 def main() -> None:
     """Measure and print the chain's figures."""
-    args = arguments(__doc__ or "")
-    batched, repeats, long_events = (2000, 1, 5000) if args.quick else (20_000, 5, 100_000)
-    rates = median_rates(
-        {"links": lambda: appended(batched, True), "none": lambda: appended(batched, False)},
-        repeats,
-    )
-    plain, chained = serialise_rates(3 if args.quick else 7, 2000 if args.quick else 20_000)
-    url, run_id = long_run(long_events)
-    checks = [chain_rate(url, run_id) for _ in range(1 if args.quick else 3)]
-    report(
-        "hash chain (events/s)",
-        [
-            {
-                "case": "batched append, 100/transaction, SQLite",
-                "with_links": rates["links"],
-                "without": rates["none"],
-                "ratio": rates["links"] / rates["none"],
-                "target": 0.95,
-            },
-            {
-                "case": "serialise one event",
-                "with_link": chained,
-                "without": plain,
-                "microseconds_added": 1e6 / chained - 1e6 / plain,
-            },
-            {
-                "case": f"check the chain of a {long_events + 1:,}-event run",
-                "events_s": statistics.median(checks),
-                "target": 500_000,
-                "whole_verify_events_s": verify_rate(url, run_id),
-            },
-        ],
-        args.json,
-    )
+    args = parse()
+    rows = [] if args.verify_only else append_rows(args.quick)
+    rows += verify_rows(5000 if args.quick else args.events, 1 if args.quick else 3)
+    report("hash chain (events/s)", rows, args.json)
 
 
 if __name__ == "__main__":

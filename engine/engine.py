@@ -32,7 +32,7 @@ from engine.readside import Projections, ReadOnlyViews, TimeTravel
 from engine.run import Run
 from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
-from engine.verify import VerifyReport, verify_stored
+from engine.verify import VerifyReport, verify_chain, verify_stored
 from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
 from events.storable import unstorable_text
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
@@ -401,11 +401,16 @@ class Engine:
         copies = [attrs.evolve(event, run_id=new_id, timestamp=now) for event in events[1:]]
         return started, copies
 
-    def verify(self, run_id: UUID | str) -> VerifyReport:
-        """Re-fold the run through the table stored in its `RunStarted` and every projection.
+    def verify(self, run_id: UUID | str, *, chain_only: bool = False) -> VerifyReport:
+        """Check the run's hash chain and re-fold it through the table stored in its
+        `RunStarted` and every projection, reading its stored events a page at a time.
+
+        Args:
+            chain_only: check the hash chain alone, decoding no event (see docs/audit.md).
 
         Returns:
-            A report whose `problems` name each illegal event or failing projection by version.
+            A report whose `problems` name each broken link, illegal event or failing
+            projection by version.
 
         Raises:
             RunNotFound: no such run.
@@ -413,14 +418,15 @@ class Engine:
         rid = self._run_id(run_id)
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
+        pages, mapper = self.store.stored_pages(rid), self.store.mapper
+        linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
+        if chain_only:
+            return verify_chain(
+                rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem
+            )
         registered = [self.projections.projection(n) for n in self.projections.names]
         return verify_stored(
-            rid,
-            self.store.stored_stream(rid),
-            self.store.mapper,
-            registered,
-            must_link_from=self.store.must_link_from(rid),
-            key_problem=self.store.chain_key_problem(),
+            rid, pages, mapper, registered, must_link_from=linked_from, key_problem=key_problem
         )
 
     def compact(self) -> Compacted:

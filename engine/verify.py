@@ -76,14 +76,15 @@ def verify_events(
 
 def verify_stored(
     run_id: UUID,
-    stored: Iterable[StoredEvent],
+    pages: Iterable[Sequence[StoredEvent]],
     mapper: EventMapper,
     projections: Sequence[Projection[Any]],
     *,
     must_link_from: int | None = None,
     key_problem: str | None = None,
 ) -> VerifyReport:
-    """`verify_events` over a run's stored events, checking its hash chain on the way.
+    """`verify_events` over a run's stored events, a page at a time, each page's hash chain
+    checked before its events are decoded (`ChainCheck.checked`).
 
     Args:
         must_link_from: the first version the store's recorded chain says carries a link
@@ -91,7 +92,31 @@ def verify_stored(
         key_problem: what is wrong with the chain key given (a wrong key), reported first.
     """
     links = ChainCheck(mapper.chain, must_link_from=must_link_from)
-    report = verify_events(run_id, links.decoded(stored, mapper), projections)
+    report = verify_events(run_id, links.checked(pages, mapper), projections)
+    return _with_chain(report, links, key_problem)
+
+
+def verify_chain(
+    run_id: UUID,
+    pages: Iterable[Sequence[StoredEvent]],
+    mapper: EventMapper,
+    *,
+    must_link_from: int | None = None,
+    key_problem: str | None = None,
+) -> VerifyReport:
+    """Check a run's hash chain alone, a page of stored events at a time, decoding none.
+
+    The report's `events` counts the stored events read; its problems are the chain's
+    (and ``format`` for an event that cannot be decrypted): the table's rules and the
+    projections are `verify_stored`'s.
+    """
+    links = ChainCheck(mapper.chain, must_link_from=must_link_from)
+    count = links.pages(pages, mapper)
+    return _with_chain(VerifyReport(run_id, count, ()), links, key_problem)
+
+
+def _with_chain(report: VerifyReport, links: ChainCheck, key_problem: str | None) -> VerifyReport:
+    """`report` with the chain's verdict and problems (sorted by version) added."""
     problems = sorted((*links.problems, *report.problems), key=lambda p: p.version)
     if key_problem is not None:
         problems.insert(0, Problem(0, "chain key", key_problem))
@@ -145,41 +170,69 @@ class ChainCheck:
     def pages(self, pages: Iterable[Sequence[StoredEvent]], mapper: EventMapper) -> int:
         """Check the links of a run's stored events, page by page; how many were checked.
 
-        The whole of a check of the chain alone (`verify` decodes each event too): the
-        links in order run through `Chain.run_along`, the rest (the first, a break, an
-        event without a link) through `check`.
+        The check of the chain alone, a streaming pass that never decodes an event:
+        each page's stored JSON (its stored bytes themselves when the store neither
+        encrypts nor compresses) goes through `page`. An event that cannot be
+        decrypted or decompressed is a ``format`` problem.
         """
-        plain = mapper.cipher is None and mapper.compressor is None
-        json_of = None if plain else mapper.json_of
         count = 0
         for page in pages:
-            index = 0
-            while index < len(page):
-                if self.chained_from is not None:
-                    run_id = _uuid(page[index].originator_id)
-                    done, link = self.chain.run_along(
-                        self.previous, self.expected, run_id, page[index:], json_of
-                    )
-                    if done:
-                        index += done
-                        self.expected += done
-                        self.previous = link
-                        self._head = (self.chain.mode, link)
-                        continue
-                self.check(page[index], mapper.json_of(page[index]))
-                index += 1
+            self.page(*self.readable(page, mapper))
             count += len(page)
         return count
 
-    def decoded(self, stored: Iterable[StoredEvent], mapper: EventMapper) -> Iterator[Event]:
-        """Each stored event checked, then decoded (an unreadable one is a problem, skipped)."""
-        for record in stored:
+    def checked(
+        self, pages: Iterable[Sequence[StoredEvent]], mapper: EventMapper
+    ) -> Iterator[Event]:
+        """Each page's links checked (`page`), then its events decoded, one after another.
+
+        What `verify` folds: the chain is checked a page ahead of the table's rules, over
+        the JSON each event is decoded from, so every event is read and decrypted once.
+        """
+        for page in pages:
+            records, datas = self.readable(page, mapper)
+            self.page(records, datas)
+            for record, data in zip(records, datas, strict=True):
+                try:
+                    yield mapper.from_json(record, data)
+                except EventFormatError as error:
+                    self._unreadable(record, error)
+
+    def readable(
+        self, page: Sequence[StoredEvent], mapper: EventMapper
+    ) -> tuple[Sequence[StoredEvent], list[bytes]]:
+        """The page's events that can be decrypted and decompressed, with their JSON."""
+        if mapper.cipher is None and mapper.compressor is None:
+            return page, [record.state for record in page]
+        records, datas = [], []
+        for record in page:
             try:
-                data = mapper.json_of(record)
-                self.check(record, data)
-                yield mapper.from_json(record, data)
+                datas.append(mapper.json_of(record))
             except EventFormatError as error:
-                self.problems.append(Problem(record.originator_version, "format", error.reason))
+                self._unreadable(record, error)
+                continue
+            records.append(record)
+        return records, datas
+
+    def page(self, records: Sequence[StoredEvent], datas: Sequence[bytes]) -> None:
+        """Check the links of one page of a run's events in version order, `datas` holding
+        each one's stored JSON: links that follow on go through `Chain.run_along`, the rest
+        (the first, a break, an event without a link) through `check`."""
+        index = 0
+        while index < len(records):
+            if self.chained_from is not None:
+                run_id = _uuid(records[index].originator_id)
+                done, link = self.chain.run_along(
+                    self.previous, self.expected, run_id, records, datas, index
+                )
+                if done:
+                    index += done
+                    self.expected += done
+                    self.previous = link
+                    self._head = (self.chain.mode, link)
+                    continue
+            self.check(records[index], datas[index])
+            index += 1
 
     def check(self, record: StoredEvent, data: bytes) -> None:
         """Check the link of one stored event whose JSON (decrypted, decompressed) is `data`."""
@@ -232,6 +285,9 @@ class ChainCheck:
             self.unchecked = True
         elif computed != link:
             self._broken(version, _WHY)
+
+    def _unreadable(self, record: StoredEvent, error: EventFormatError) -> None:
+        self.problems.append(Problem(record.originator_version, "format", error.reason))
 
     def _broken(self, version: int, message: str) -> None:
         self.problems.append(Problem(version, "chain", message))

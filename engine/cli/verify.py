@@ -20,9 +20,10 @@ LISTED_JSON = 1000
 """Runs with problems `--all --json` lists, problems of one run with --json (the rest counted)."""
 
 
-def verify_run(engine: Engine, run_id: UUID, *, as_json: bool) -> bool:
-    """Verify the run; print the report; return whether it is sound."""
-    report = engine.verify(run_id)
+def verify_run(engine: Engine, run_id: UUID, *, as_json: bool, chain_only: bool = False) -> bool:
+    """Verify the run (its chain alone with `chain_only`); print the report; return whether
+    it is sound."""
+    report = engine.verify(run_id, chain_only=chain_only)
     if as_json:
         problems = _problems(report, LISTED_JSON)
         print_json(
@@ -46,8 +47,9 @@ def verify_run(engine: Engine, run_id: UUID, *, as_json: bool) -> bool:
     return False
 
 
-def verify_all(engine: Engine, *, as_json: bool) -> bool:
-    """Verify every run of the store, oldest first; print a summary and the runs with problems."""
+def verify_all(engine: Engine, *, as_json: bool, chain_only: bool = False) -> bool:
+    """Verify every run of the store (their chains alone with `chain_only`), oldest first;
+    print a summary and the runs with problems."""
     summaries = list(reversed(engine.runs(limit=_EVERY_RUN)))
     chains: Counter[str] = Counter()
     bad: list[VerifyReport] = []
@@ -55,7 +57,7 @@ def verify_all(engine: Engine, *, as_json: bool) -> bool:
     progress = ProgressBar("verify", len(summaries))
     try:
         for summary in summaries:
-            report = engine.verify(summary.run_id)
+            report = engine.verify(summary.run_id, chain_only=chain_only)
             chains[report.chain] += 1
             events += report.events
             if not report.ok:

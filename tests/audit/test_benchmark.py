@@ -12,16 +12,26 @@ from tests.test_benchmarks import quick_run
 @pytest.mark.slow
 class TestChainBenchmark:
     def test_every_figure_is_reported(self) -> None:
-        """benchmarks.chain --quick prints the append ratio, the serialisation cost and the
-        chain check's rate with their targets."""
+        """benchmarks.chain --quick prints the append ratios (batched, durable, compare's
+        workload), the serialisation cost, the chain check's rate with its target and floors,
+        and the whole verify's."""
         rows = json.loads(quick_run("chain").stdout)["results"]
         assert [row["case"].split(",")[0] for row in rows] == [
-            "batched append", "serialise one event", "check the chain of a 5",
+            "batched append", "durable single append", "compare's workload",
+            "compare's workload", "serialise one event", "check the chain of a 5",
+            "the whole verify of that run",
         ]  # fmt: skip
-        assert rows[0]["with_links"] > 0
+        for row in rows[:4]:
+            assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
+            assert row["cpu_ratio_min"] <= row["cpu_ratio"] <= row["cpu_ratio_max"]
         assert rows[0]["target"] == 0.95
-        assert rows[2]["events_s"] > 0
-        assert rows[2]["target"] == 500_000
+        assert rows[5]["events_s"] > 0
+        assert rows[5]["target"] == 500_000
+        assert rows[5]["cpu_events_s"] > 0
+        assert rows[5]["read_alone_cpu_events_s"] > 0
+        assert rows[6]["events_s"] > 0
+        assert rows[6]["peak_rss_mb"] > 0
+        assert rows[5]["peak_rss_mb"] > 0
 
 
 @pytest.mark.slow

@@ -10,7 +10,9 @@ import pytest
 
 from engine import ConcurrencyConflict, Engine
 from engine.store.chain import Chain, split
+from engine.store.event_store import PAGE
 from engine.verify import ChainCheck
+from events import StageCompleted
 from tests._helpers import REVIEW
 from tests.audit.tampering import Rows
 
@@ -252,3 +254,65 @@ class TestOldStores:
             report = engine.verify(open_run)
             assert report.ok
             assert (report.chain, report.chained_from) == ("partial", before + 1)
+
+
+class TestChainAlone:
+    """`engine.verify(run, chain_only=True)`: the chain a page at a time, nothing decoded."""
+
+    def test_it_names_the_versions_the_whole_verify_names(self, shared_url: str) -> None:
+        """Swapped and deleted rows are reported at the same versions, as chain problems only."""
+        with Engine(shared_url) as engine:
+            run_id = recorded(engine)
+            rows = Rows(shared_url)
+            rows.swap(run_id, 3, 4)
+            rows.delete(run_id, 7)
+            alone = engine.verify(run_id, chain_only=True)
+            assert [(p.version, p.check) for p in alone.problems] == [
+                (3, "chain"), (4, "chain"), (5, "chain"), (7, "chain"),
+            ]  # fmt: skip
+            assert (alone.chain, alone.events) == ("broken", 7)
+            assert [v for v, _ in chain_problems(engine, run_id)] == [3, 4, 5, 7]
+
+    def test_it_leaves_the_tables_rules_to_the_whole_verify(self, engine: Engine) -> None:
+        """An outcome no row of the table allows, stored with its right link, passes the
+        chain alone; the whole verify reports it."""
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", result={})
+        illegal = StageCompleted(
+            run_id=run.id, version=3, stage="code_review", attempt=1, outcome="ship"
+        )
+        engine.store.append([illegal])
+        alone = engine.verify(run.id, chain_only=True)
+        assert (alone.ok, alone.chain, alone.events) == (True, "intact", 3)
+        assert [p.check for p in engine.verify(run.id).problems] == ["transition"]
+
+    def test_a_break_pages_into_a_long_run_is_found(self, sqlite_url: str) -> None:
+        """In a run longer than a page, an edit and a deletion in later pages are named."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(2 * PAGE + 100):
+                    run.note("step", f"s{index}")
+            rows = Rows(sqlite_url)
+            rows.delete(run.id, PAGE + 1)  # the first event of the second page
+            topic, state = rows.get(run.id, PAGE + 500)
+            rows.put(run.id, PAGE + 500, topic, state.replace(b'"s', b'"S', 1))
+            alone = engine.verify(run.id, chain_only=True)
+            assert [p.version for p in alone.problems] == [PAGE + 1, PAGE + 500]
+            assert alone.events == 2 * PAGE + 100
+            assert [v for v, _ in chain_problems(engine, run.id)] == [PAGE + 1, PAGE + 500]
+
+    def test_an_encrypted_store_is_checked_through_its_cipher(self, sqlite_url: str) -> None:
+        """Links are read after decryption; an event that no longer decrypts is a format
+        problem at its version."""
+        cipher_key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
+        with Engine(sqlite_url, cipher_key=cipher_key) as engine:
+            run_id = recorded(engine)
+            alone = engine.verify(run_id, chain_only=True)
+            assert (alone.ok, alone.chain, alone.head[:1]) == (True, "intact", "k")  # type: ignore[index]
+            rows = Rows(sqlite_url)
+            topic, state = rows.get(run_id, 3)
+            rows.put(run_id, 3, topic, state[:-1] + bytes([state[-1] ^ 1]))
+            alone = engine.verify(run_id, chain_only=True)
+            assert (alone.problems[0].version, alone.problems[0].check) == (3, "format")
+            assert alone.chain == "broken"

@@ -29,6 +29,23 @@ class TestVerifyCommand:
         assert data["problems"][0]["version"] == 2
         assert data["problems"][0]["check"] == "chain"
 
+    def test_the_chain_alone_names_the_same_version(self, sqlite_url: str) -> None:
+        """--chain-only checks the links alone and names the edited version, exit code 1."""
+        with Engine(sqlite_url) as engine:
+            run_id = recorded(engine)
+        assert "8 events, no problems; chain intact" in ok(
+            "verify", str(run_id), "--chain-only", "--store", sqlite_url
+        )
+        Rows(sqlite_url).edit(run_id, 2, b'"python"', b'"rustc_"')
+        result = invoke("verify", str(run_id), "--chain-only", "--store", sqlite_url, "--json")
+        assert result.exit_code == 1
+        data = json.loads(result.stdout)
+        assert [(p["version"], p["check"]) for p in data["problems"]] == [(2, "chain")]
+        assert (
+            "chains: 1 broken"
+            in invoke("verify", "--all", "--chain-only", "--store", sqlite_url).stdout
+        )
+
     def test_all_lists_only_the_runs_with_problems(self, shared_url: str) -> None:
         """--all verifies every run, counts their chains and names each broken run's first
         problem."""
