@@ -153,7 +153,8 @@ class TestRunSummary:
         assert decoded == summary
         back = StateRolledBack(run_id=run_id, version=9, timestamp=T0, steps=3)
         rolled = index.apply(decoded, back)
-        assert rolled is not None and (rolled.state, len(rolled.states)) == ("a\\,*1", 3)
+        assert rolled is not None
+        assert (rolled.state, len(rolled.states)) == ("a\\,*1", 3)
 
     def test_duration_runs_to_the_finish(self, engine: Engine) -> None:
         """duration is finished - started for a finished run."""
