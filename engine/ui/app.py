@@ -77,6 +77,7 @@ class Viewer:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.windows = pages.WindowCache()
         self._folding = threading.Semaphore(1)
 
     def __call__(self, work: Callable[[Engine], Any], *, folds: bool = False) -> Any:
@@ -119,6 +120,7 @@ def create_app(
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.store_url = viewer.engine.url
+    app.state.windows = viewer.windows
     return app
 
 
@@ -234,7 +236,7 @@ def _run_page(engine: Engine, request: Request) -> Response:
     last = data.last_version
     at = _int(request, "at", last, 1, last)
     page = min(_int(request, "page", pages.page_of(at), 1, MAX_PAGE), pages.page_of(last))
-    window = pages.read_window(engine, data, *pages.window_span(at, last))
+    window = _window(engine, request, data, at)
     html = pages.run_page(
         data,
         window,
@@ -290,8 +292,14 @@ def _api_timeline(engine: Engine, request: Request) -> Response:
     run_id = _run_id(engine, request)
     data = pages.read_run(engine, run_id, with_summary=False)
     at = _int(request, "at", data.last_version, 1, data.last_version)
-    window = pages.read_window(engine, data, *pages.window_span(at, data.last_version))
+    window = _window(engine, request, data, at)
     return JSONResponse({"run_id": str(run_id), **window.to_json()})
+
+
+def _window(engine: Engine, request: Request, data: pages.RunData, at: int) -> pages.Window:
+    """The timeline's window around `at`, from the viewer's `WindowCache`."""
+    cache: pages.WindowCache = request.app.state.windows
+    return cache.window(engine, data, *pages.window_span(at, data.last_version))
 
 
 def _last_version(engine: Engine, run_id: UUID) -> int:

@@ -33,6 +33,7 @@ from events import (
     StageStarted,
     StateRolledBack,
 )
+from events.values import evolve
 
 STUCK_STATUSES = frozenset({"aborted_stuck", "done_partial"})
 """Finish statuses that are a progress verdict, marked as such."""
@@ -121,7 +122,7 @@ class _Builder:
         """A new attempt of `stage`: its last failed attempt was retried."""
         index = self.failed_last.pop(stage, None)
         if index is not None and self.bars[index].kind == "failed":
-            self.bars[index] = attrs.evolve(self.bars[index], kind="retried")
+            self.bars[index] = evolve(self.bars[index], kind="retried")
 
     def mark(self, kind: str, at: float, event: Event, label: str) -> None:
         self.markers.append(Marker(kind, at, event.version, label))
@@ -150,7 +151,9 @@ def timeline(
     order = {stage: index for index, stage in enumerate(known)}
     rows = sorted(build.stages, key=lambda stage: order.get(stage, len(order)))
     moved = {build.stages.index(stage): row for row, stage in enumerate(rows)}
-    bars = tuple(attrs.evolve(bar, row=moved[bar.row]) for bar in build.bars)
+    bars = tuple(
+        bar if moved[bar.row] == bar.row else evolve(bar, row=moved[bar.row]) for bar in build.bars
+    )
     return Timeline(tuple(rows), bars, tuple(build.markers), tuple(build.times))
 
 
@@ -187,7 +190,7 @@ def _outcome(build: _Builder, event: StageCompleted | StageFailed, at: float) ->
 def _rollback(build: _Builder, event: StateRolledBack, at: float) -> None:
     for _ in range(min(event.steps, len(build.pushed))):
         index = build.pushed.pop()
-        build.bars[index] = attrs.evolve(build.bars[index], kind="rolled_back")
+        build.bars[index] = evolve(build.bars[index], kind="rolled_back")
     reason = f": {event.reason}" if event.reason else ""
     build.mark("rollback", at, event, f"rolled back {event.steps}{reason}")
 
