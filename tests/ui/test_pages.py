@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine
+from engine import Engine, Run
 from engine.cli.demo.code_review import REVIEW
 from engine.ui import pages
 from engine.ui.pages import WINDOW, WindowCache, window_span
@@ -37,9 +37,7 @@ class TestWindowCache:
     def test_a_window_is_drawn_once_until_runs_are_erased(self, sqlite_url: str) -> None:
         """Versions of one span share one drawing; once runs are erased it is drawn again."""
         with Engine(sqlite_url) as engine:
-            kept = engine.start_run(REVIEW)
-            for _ in range(20):
-                kept.stage_failed("project_analysis", "no")
+            kept = _failing(engine, 20)
             engine.start_run(REVIEW).finish("deleted")
             data = pages.read_run(engine, kept.id)
             cache = WindowCache(size=2)
@@ -53,12 +51,20 @@ class TestWindowCache:
     def test_the_oldest_window_is_dropped(self, sqlite_url: str) -> None:
         """The cache holds at most `size` windows, dropping the least recently used."""
         with Engine(sqlite_url) as engine:
-            run = engine.start_run(REVIEW)
-            for _ in range(10):
-                run.stage_failed("project_analysis", "no")
+            run = _failing(engine, 10)
             data = pages.read_run(engine, run.id)
             cache = WindowCache(size=2)
             spans = [(1, 3), (4, 6), (7, 9)]
             first = [cache.window(engine, data, *span) for span in spans]
             assert cache.window(engine, data, *spans[2]) is first[2]
             assert cache.window(engine, data, *spans[0]) is not first[0]
+
+
+def _failing(engine: Engine, failures: int) -> Run:
+    """A code review whose developer fails `failures` times."""
+    run = engine.start_run(REVIEW)
+    run.stage_completed("project_analysis", {})
+    run.stage_completed("code_review", {})
+    for _ in range(failures):
+        run.stage_failed("developer", "no")
+    return run
