@@ -19,9 +19,10 @@ from projections.immutable import Cons, Deferred, PList
 
 ITEMS_PER_READ = 1000
 """Items a deferred list makes per read of their events, newest first."""
-FIRST_READ = 64
+FIRST_READ = 128
 """Items the first read makes: a fold going on from a snapshot (a rollback) or a look at
-the newest items needs only a few, so they cost a short read, not a page."""
+the newest items (the viewer lists a stack's newest 100 frames) needs only a few, so they
+cost a short read, not a page."""
 
 Ranges = list[tuple[int, int]]
 """Versions ``(first, last)``, oldest first."""
