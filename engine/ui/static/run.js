@@ -73,8 +73,12 @@
     hidden.hidden = stack.hidden === 0;
     hidden.textContent = stack.hidden + " older frames not listed";
     fill("stack", stack.frames.map(frameRow));
-    const panel = document.getElementById("stack-panel");
-    panel.scrollTop = panel.scrollHeight;  // the top of the stack in view
+    // The top of the stack in view, once laid out for the next frame (reading the
+    // panel's height now would lay the whole page out a second time).
+    requestAnimationFrame(function () {
+      const panel = document.getElementById("stack-panel");
+      panel.scrollTop = panel.scrollHeight;
+    });
   }
 
   function drawResults(results) {
