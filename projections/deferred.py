@@ -56,6 +56,34 @@ def version_ranges(items: PList[T]) -> Ranges:
     return ranges
 
 
+def pack_ranges(ranges: Ranges) -> str:
+    """`ranges` as one short string for a snapshot: a range each, oldest first, comma-separated.
+
+    A range is ``d`` or ``d+n``: `d` its first version less the last version of the
+    range before it (of 0 for the first), `n` its length less one. A deep stack's
+    frames are seldom neighbours (a start between two outcomes), so one range per
+    item is common: a few bytes each, not a JSON pair.
+    """
+    parts = []
+    previous = 0
+    for low, high in ranges:
+        parts.append(str(low - previous) if high == low else f"{low - previous}+{high - low}")
+        previous = high
+    return ",".join(parts)
+
+
+def unpack_ranges(text: str) -> Ranges:
+    """The ranges `pack_ranges` packed."""
+    ranges: Ranges = []
+    previous = 0
+    for part in text.split(",") if text else ():
+        step, _, extra = part.partition("+")
+        low = previous + int(step)
+        previous = low + int(extra or 0)
+        ranges.append((low, previous))
+    return ranges
+
+
 def from_events(
     name: str, ranges: Ranges, events: EventSource, make: Callable[[Event], T]
 ) -> PList[T]:

@@ -14,7 +14,7 @@ import attrs
 from events import JSON, StageCompleted, StageFailed, StageStarted
 from events.values import build, evolve
 from projections.base import EventSource, Projection, on
-from projections.deferred import from_events, version_ranges
+from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
 from projections.immutable import PList
 
 
@@ -95,7 +95,11 @@ class StageResults(Projection[Results]):
         """Each stage's attempts as the versions of their events (ranges), not the attempts,
         and the version of its newest completed attempt (or None)."""
         return [
-            [stage, version_ranges(attempts), _newest_version(state.completed.get(stage))]
+            [
+                stage,
+                pack_ranges(version_ranges(attempts)),
+                _newest_version(state.completed.get(stage)),
+            ]
             for stage, attempts in state.by_stage.items()
         ]
 
@@ -103,7 +107,7 @@ class StageResults(Projection[Results]):
         """The results `snapshot` wrote: attempts made from their events when first walked."""
         by_stage, completed = {}, {}
         for stage, ranges, newest in data:
-            by_stage[stage] = from_events(self.name, [(a, b) for a, b in ranges], events, _made)
+            by_stage[stage] = from_events(self.name, unpack_ranges(ranges), events, _made)
             if newest is not None:
                 completed[stage] = from_events(self.name, [(newest, newest)], events, _made)
         return build(Results, {"by_stage": by_stage, "completed": completed})
