@@ -149,7 +149,9 @@ class TestRunSummary:
         assert (data["state_names"], data["state_codes"]) == (["a", "b", "a\\,*1"], "0*2,1,2,0*2")
         decoded = index.decode(data)
         assert decoded is not None
-        assert next(decoded.states.newest_cells()) == (None, decoded.states.cells)  # not walked
+        item, tail = next(decoded.states.newest_cells())
+        assert item is None  # not walked: the whole stack is one deferred tail
+        assert tail is decoded.states.cells
         assert decoded == summary
         back = StateRolledBack(run_id=run_id, version=9, timestamp=T0, steps=3)
         rolled = index.apply(decoded, back)
