@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import attrs
 import pytest
@@ -149,9 +150,8 @@ class TestRunSummary:
         assert (data["state_names"], data["state_codes"]) == (["a", "b", "a\\,*1"], "0*2,1,2,0*2")
         decoded = index.decode(data)
         assert decoded is not None
-        item, tail = next(decoded.states.newest_cells())
-        assert item is None  # not walked: the whole stack is one deferred tail
-        assert tail is decoded.states.cells
+        first: Any = next(decoded.states.newest_cells())
+        assert first == (None, decoded.states.cells)  # not walked: one deferred tail
         assert decoded == summary
         back = StateRolledBack(run_id=run_id, version=9, timestamp=T0, steps=3)
         rolled = index.apply(decoded, back)
