@@ -67,12 +67,12 @@ class Viewer:
     """The engine behind the routes, shared by the worker threads that serve them.
 
     Requests are served side by side, each in a worker thread (off the event loop);
-    the engine's store, snapshots and run index take their own locks. The work of
-    a run's page, state or timeline (folds over up to a snapshot interval of
-    events, in Python) goes one request at a time: Python runs one thread at a
-    time, so two of them side by side finish no sooner, and the quick answers (the
-    runs, a run's summary, its events, a run's page, which folds nothing) wait for
-    no more than one of them.
+    the engine's store, snapshots and run index take their own locks. The state
+    answers (folds from the nearest snapshot, in Python) go one at a time: Python
+    runs one thread at a time, so two of them side by side finish no sooner, and
+    the other answers (the runs, a run's summary, its events, its page, a
+    timeline's window, none of which folds the run) wait for no more than one of
+    them. The timeline's windows drawn lately are kept (`windows`).
     """
 
     def __init__(self, engine: Engine) -> None:
