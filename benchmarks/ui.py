@@ -73,9 +73,11 @@ MOVE = """async (version) => {
   while (document.body.dataset.shownVersion !== String(version)) {
     await new Promise((resolve) => setTimeout(resolve, 0));
   }
+  await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
   return performance.now() - start;
 }"""
-"""Move the slider in the page and time it until the page has drawn that version."""
+"""Move the slider in the page and time it until the page has drawn that version and the
+browser has laid it out and painted it (the frame after the drawing)."""
 
 READY = "() => performance.now()"
 PAINT = """() => {

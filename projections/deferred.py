@@ -19,9 +19,10 @@ from projections.immutable import Cons, Deferred, PList
 
 ITEMS_PER_READ = 1000
 """Items a deferred list makes per read of their events, newest first."""
-FIRST_READ = 64
+FIRST_READ = 128
 """Items the first read makes: a fold going on from a snapshot (a rollback) or a look at
-the newest items needs only a few, so they cost a short read, not a page."""
+the newest items (the viewer lists a stack's newest 100 frames) needs only a few, so they
+cost a short read, not a page."""
 
 Ranges = list[tuple[int, int]]
 """Versions ``(first, last)``, oldest first."""
@@ -52,6 +53,34 @@ def version_ranges(items: PList[T]) -> Ranges:
             ranges[-1] = (ranges[-1][0], version)
         else:
             ranges.append((version, version))
+    return ranges
+
+
+def pack_ranges(ranges: Ranges) -> str:
+    """`ranges` as one short string for a snapshot: a range each, oldest first, comma-separated.
+
+    A range is ``d`` or ``d+n``: `d` its first version less the last version of the
+    range before it (of 0 for the first), `n` its length less one. A deep stack's
+    frames are seldom neighbours (a start between two outcomes), so one range per
+    item is common: a few bytes each, not a JSON pair.
+    """
+    parts = []
+    previous = 0
+    for low, high in ranges:
+        parts.append(str(low - previous) if high == low else f"{low - previous}+{high - low}")
+        previous = high
+    return ",".join(parts)
+
+
+def unpack_ranges(text: str) -> Ranges:
+    """The ranges `pack_ranges` packed."""
+    ranges: Ranges = []
+    previous = 0
+    for part in text.split(",") if text else ():
+        step, _, extra = part.partition("+")
+        low = previous + int(step)
+        previous = low + int(extra or 0)
+        ranges.append((low, previous))
     return ranges
 
 

@@ -14,7 +14,7 @@ import attrs
 from events import JSON, StageCompleted, StageFailed, StageStarted
 from events.values import build, evolve
 from projections.base import EventSource, Projection, on
-from projections.deferred import from_events, version_ranges
+from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
 from projections.immutable import PList
 
 
@@ -37,6 +37,9 @@ class Results:
     """Every stage's attempts, oldest first."""
 
     by_stage: Mapping[str, PList[Attempt]] = attrs.field(factory=dict)
+    completed: Mapping[str, PList[Attempt]] = attrs.field(factory=dict)
+    """Each stage's newest completed attempt (a list of one, made from its event when first
+    read after a snapshot), so `latest` never walks the attempts of a stage that keeps failing."""
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -45,10 +48,8 @@ class Results:
 
     def latest(self, stage: str) -> JSON:
         """The result of the newest completed attempt of `stage`, or None."""
-        for attempt in self.by_stage.get(stage, PList()).newest_first():
-            if not attempt.failed:
-                return attempt.result
-        return None
+        newest = self.completed.get(stage, _EMPTY).last
+        return None if newest is None else newest.result
 
     def attempts(self, stage: str) -> tuple[Attempt, ...]:
         """The outcomes of `stage`'s attempts, oldest first."""
@@ -73,7 +74,10 @@ class StageResults(Projection[Results]):
         """Append a completed attempt to the stage's list (a routed verdict is none)."""
         if not event.attempt:
             return state
-        return _append(state, event.stage, _attempt(event, event.result, None, None))
+        attempt = _attempt(event, event.result, None, None)
+        appended = _append(state, event.stage, attempt)
+        completed = {**state.completed, event.stage: _EMPTY.push(attempt)}
+        return build(Results, {"by_stage": appended.by_stage, "completed": completed})
 
     @on(StageFailed)
     def failed(self, state: Results, event: StageFailed) -> Results:
@@ -88,29 +92,38 @@ class StageResults(Projection[Results]):
         }
 
     def snapshot(self, state: Results) -> JSON:
-        """Each stage's attempts as the versions of their events (ranges), not the attempts."""
-        return [[stage, version_ranges(attempts)] for stage, attempts in state.by_stage.items()]
+        """Each stage's attempts as the versions of their events (ranges), not the attempts,
+        and the version of its newest completed attempt (or None)."""
+        return [
+            [
+                stage,
+                pack_ranges(version_ranges(attempts)),
+                _newest_version(state.completed.get(stage)),
+            ]
+            for stage, attempts in state.by_stage.items()
+        ]
 
     def restore(self, data: JSON, events: EventSource) -> Results:
         """The results `snapshot` wrote: attempts made from their events when first walked."""
-        return build(
-            Results,
-            {
-                "by_stage": {
-                    stage: from_events(self.name, [(a, b) for a, b in ranges], events, _made)
-                    for stage, ranges in data
-                }
-            },
-        )
+        by_stage, completed = {}, {}
+        for stage, ranges, newest in data:
+            by_stage[stage] = from_events(self.name, unpack_ranges(ranges), events, _made)
+            if newest is not None:
+                completed[stage] = from_events(self.name, [(newest, newest)], events, _made)
+        return build(Results, {"by_stage": by_stage, "completed": completed})
 
     def decode(self, data: JSON) -> Results:
         """The results `encode` turned into `data`."""
-        return Results(
-            {
-                stage: PList.of([Attempt(**attempt) for attempt in attempts])
-                for stage, attempts in data.items()
-            }
-        )
+        by_stage = {
+            stage: PList.of([Attempt(**attempt) for attempt in attempts])
+            for stage, attempts in data.items()
+        }
+        completed = {}
+        for stage, attempts in by_stage.items():
+            newest = next((a for a in attempts.newest_first() if not a.failed), None)
+            if newest is not None:
+                completed[stage] = _EMPTY.push(newest)
+        return Results(by_stage, completed)
 
 
 def _made(event: Any) -> Attempt:
@@ -140,7 +153,15 @@ def _attempt(
 
 def _append(state: Results, stage: str, attempt: Attempt) -> Results:
     attempts = state.by_stage.get(stage, _EMPTY).push(attempt)
-    return build(Results, {"by_stage": {**state.by_stage, stage: attempts}})
+    return build(
+        Results, {"by_stage": {**state.by_stage, stage: attempts}, "completed": state.completed}
+    )
+
+
+def _newest_version(newest: PList[Attempt] | None) -> int | None:
+    """The version of the attempt a list of one holds (not made if deferred), or None."""
+    ranges = [] if newest is None else version_ranges(newest)
+    return ranges[-1][1] if ranges else None
 
 
 _EMPTY: PList[Any] = PList()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -24,7 +25,7 @@ from events.table import Lookup, as_rows, from_rows, lookup
 from events.values import evolve
 from projections.base import EventSource, Projection, on
 from projections.errors import ProjectionError
-from projections.immutable import PList
+from projections.immutable import Cons, Deferred, PList
 
 RUNNING = "running"
 """The status of a run that has not finished."""
@@ -191,35 +192,29 @@ class RunIndex(Projection["RunSummary | None"]):
         return state is not None and state.finished is not None
 
     def encode(self, state: RunSummary | None) -> JSON:
-        """The summary as JSON: the public fields plus the table and the state stack."""
-        if state is None:
-            return None
-        data = state.to_json()
-        data["updated"] = iso(state.updated)
-        data["moves"] = as_rows(state.moves)
-        data["states"] = list(state.states.to_tuple())
-        return data
+        """The summary as JSON: the public fields, the table and the state stack (`pack_states`).
 
-    def snapshot(self, state: RunSummary | None) -> JSON:
-        """`encode`, with the stack of states as runs of equal states (a deferred tail unwalked)."""
+        The stack grows with the run; packed into one string (a few bytes a state)
+        it is read back without making an object per state, and unpacked only when
+        a rollback walks it: listing runs does not slow down with a run's length.
+        """
         if state is None:
             return None
         data = state.to_json()
         data["updated"] = iso(state.updated)
         data["moves"] = as_rows(state.moves)
         data["states"] = []
-        data["state_runs"] = [[item, count] for item, count in state.states.runs()]
+        data["state_names"], data["state_codes"] = pack_states(state.states.runs())
+        data["state_count"] = len(state.states)
         return data
 
+    def snapshot(self, state: RunSummary | None) -> JSON:
+        """`encode`: its stack is packed already (a deferred tail's runs are not walked)."""
+        return self.encode(state)
+
     def restore(self, data: JSON, events: EventSource) -> RunSummary | None:
-        """The summary `snapshot` wrote: its stack's cells made from its runs when first walked."""
-        if data is None:
-            return None
-        assert isinstance(data, dict)
-        runs = [(item, count) for item, count in data["state_runs"]]
-        summary = self.decode({key: value for key, value in data.items() if key != "state_runs"})
-        assert summary is not None
-        return evolve(summary, states=PList.of_runs(runs))
+        """`decode`: the stack is unpacked when a rollback first walks it."""
+        return self.decode(data)
 
     def decode(self, data: JSON) -> RunSummary | None:
         """The summary `encode` stored."""
@@ -244,8 +239,51 @@ class RunIndex(Projection["RunSummary | None"]):
             forked_from=None if fork is None else (UUID(fork[0]), fork[1]),
             reason=data["reason"],
             moves=from_rows(data["moves"]),
-            states=PList.of(data["states"]),
+            states=_states(data),
         )
+
+
+def _states(data: dict[str, Any]) -> PList[str]:
+    """The stack of states `decode` reads: packed (`encode`), else listed (`snapshot`'s)."""
+    if "state_codes" not in data:
+        return PList.of(data["states"])
+    size = data["state_count"]
+    if not size:
+        return PList()
+    packed = PackedRuns(data["state_names"], data["state_codes"])
+
+    def unpack() -> Cons[str]:
+        return PList.of_runs(list(packed)).cells
+
+    return PList.deferred(Deferred(unpack, size, about=packed))
+
+
+def pack_states(runs: Iterable[tuple[str, int]]) -> tuple[list[str], str]:
+    """Runs of equal states, oldest first, as their distinct names and one string of codes.
+
+    Each run is ``i`` (name `i`, once) or ``i*n`` (`n` times), comma-separated.
+    """
+    names: dict[str, int] = {}
+    codes = []
+    for name, count in runs:
+        index = names.setdefault(name, len(names))
+        codes.append(str(index) if count == 1 else f"{index}*{count}")
+    return list(names), ",".join(codes)
+
+
+class PackedRuns:
+    """The runs `pack_states` packed, unpacked only when iterated (a rollback walks them)."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, names: list[str], codes: str) -> None:
+        self.names, self.codes = names, codes
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        names = self.names
+        for code in self.codes.split(","):
+            index, _, count = code.partition("*")
+            yield names[int(index)], int(count) if count else 1
 
 
 def _touch(summary: RunSummary, event: Event, **changes: Any) -> RunSummary:

@@ -17,7 +17,7 @@ from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBac
 from events.table import Lookup, initial_state, lookup
 from events.values import build
 from projections.base import EventSource, Projection, on
-from projections.deferred import from_events, version_ranges
+from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
 from projections.immutable import PList
 
 
@@ -160,13 +160,13 @@ class StateStack(Projection[Stack]):
             "table": sorted(
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
-            "ranges": version_ranges(state.frame_list),
+            "ranges": pack_ranges(version_ranges(state.frame_list)),
         }
 
     def restore(self, data: JSON, events: EventSource) -> Stack:
         """The stack `snapshot` wrote: its frames are made from their events when first needed."""
         table = {(source, outcome): dest for source, outcome, dest in data["table"]}
-        ranges = [(low, high) for low, high in data["ranges"]]
+        ranges = unpack_ranges(data["ranges"])
         frames = from_events(self.name, ranges, events, lambda event: _frame(table, event))
         return build(Stack, {"initial": data["initial"], "table": table, "frame_list": frames})
 

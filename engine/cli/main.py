@@ -486,15 +486,34 @@ def ui(store: str | None, host: str, port: int) -> None:
 @click.argument("run")
 @click.option("--html", "path", required=True, metavar="FILE", help="The file to write.")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists (never the store).")
+@click.option("--full", is_flag=True, help="Hold every event and state, however long the run.")
+@click.option(
+    "--full-limit",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    metavar="N",
+    help="The longest run --full writes.",
+)
 @store_option
 @json_option
-def report(run: str, path: str, force: bool, store: str | None, as_json: bool) -> None:
+def report(
+    run: str,
+    path: str,
+    force: bool,
+    full: bool,
+    full_limit: int,
+    store: str | None,
+    as_json: bool,
+) -> None:
     """Write a run's page as one self-contained HTML file.
 
-    Inline CSS, script and diagram, and the state at every version (evenly
-    spaced ones past 5000 events): the slider works offline, from a file.
-    An existing FILE is replaced only with --force; the store itself never.
+    Inline CSS, script and diagram, and the state at every version: the slider
+    works offline, from a file. A run past 1,000 events keeps its newest 1,000
+    and 50 evenly spaced earlier states (the report says so); --full holds every
+    event and state, for runs up to --full-limit events. An existing FILE is
+    replaced only with --force; the store itself never.
     """
     from engine.cli.ui import report as write
 
-    write(store, run, path, as_json=as_json, force=force)
+    write(store, run, path, as_json=as_json, force=force, full=full, full_limit=full_limit)

@@ -108,10 +108,20 @@ def app_store(app: Any) -> str:
     return str(app.state.store_url)
 
 
-def report(store: str | None, run: str, path: str, *, as_json: bool, force: bool = False) -> None:
+def report(
+    store: str | None,
+    run: str,
+    path: str,
+    *,
+    as_json: bool,
+    force: bool = False,
+    full: bool = False,
+    full_limit: int = 10_000,
+) -> None:
     """Write the self-contained HTML report of `run` (an id or a prefix) to `path`.
 
     An existing `path` is replaced only with `force`; the store's own files never.
+    With `full`, every event and state, for a run of up to `full_limit` events.
     """
     ui = _ui_module()
     with (
@@ -119,7 +129,7 @@ def report(store: str | None, run: str, path: str, *, as_json: bool, force: bool
         open_engine(store) as engine,
     ):
         run_id = resolve_run(engine, run)
-        written = ui.write_report(engine, run_id, temporary)
+        written = ui.write_report(engine, run_id, temporary, full=full, limit=full_limit)
     if as_json:
         print_json(
             {

@@ -68,16 +68,17 @@ class Viewer:
     """The engine behind the routes, shared by the worker threads that serve them.
 
     Requests are served side by side, each in a worker thread (off the event loop);
-    the engine's store, snapshots and run index take their own locks. The work of
-    a run's page, state or timeline (folds over up to a snapshot interval of
-    events, in Python) goes one request at a time: Python runs one thread at a
-    time, so two of them side by side finish no sooner, and the quick answers (the
-    runs, a run's summary, its events, a run's page, which folds nothing) wait for
-    no more than one of them.
+    the engine's store, snapshots and run index take their own locks. The state
+    answers (folds from the nearest snapshot, in Python) go one at a time: Python
+    runs one thread at a time, so two of them side by side finish no sooner, and
+    the other answers (the runs, a run's summary, its events, its page, a
+    timeline's window, none of which folds the run) wait for no more than one of
+    them. The timeline's windows drawn lately are kept (`windows`).
     """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.windows = pages.WindowCache()
         self._folding = threading.Semaphore(1)
 
     def __call__(self, work: Callable[[Engine], Any], *, folds: bool = False) -> Any:
@@ -120,6 +121,7 @@ def create_app(
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.store_url = viewer.engine.url
+    app.state.windows = viewer.windows
     return app
 
 
@@ -235,7 +237,7 @@ def _run_page(engine: Engine, request: Request) -> Response:
     last = data.last_version
     at = _int(request, "at", last, 1, last)
     page = min(_int(request, "page", pages.page_of(at), 1, MAX_PAGE), pages.page_of(last))
-    window = pages.read_window(engine, data, *pages.window_span(at, last))
+    window = _window(engine, request, data, at)
     html = pages.run_page(
         data,
         window,
@@ -291,8 +293,14 @@ def _api_timeline(engine: Engine, request: Request) -> Response:
     run_id = _run_id(engine, request)
     data = pages.read_run(engine, run_id, with_summary=False)
     at = _int(request, "at", data.last_version, 1, data.last_version)
-    window = pages.read_window(engine, data, *pages.window_span(at, data.last_version))
+    window = _window(engine, request, data, at)
     return JSONResponse({"run_id": str(run_id), **window.to_json()})
+
+
+def _window(engine: Engine, request: Request, data: pages.RunData, at: int) -> pages.Window:
+    """The timeline's window around `at`, from the viewer's `WindowCache`."""
+    cache: pages.WindowCache = request.app.state.windows
+    return cache.window(engine, data, *pages.window_span(at, data.last_version))
 
 
 def _last_version(engine: Engine, run_id: UUID) -> int:

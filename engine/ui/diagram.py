@@ -34,8 +34,13 @@ def pipeline_svg(table: Mapping[str, Any]) -> str:
 
 def drawn_states(table: Mapping[str, Any]) -> list[str]:
     """The table's states in the order of the drawing's nodes (``data-node`` is an index)."""
-    spec = Pipeline.from_dict(table).machine_spec()
-    return [state["name"] for state in spec["states"]]
+    return list(_states(json.dumps(table, sort_keys=True)))
+
+
+@functools.lru_cache(maxsize=64)
+def _states(table_json: str) -> tuple[str, ...]:
+    spec = Pipeline.from_dict(json.loads(table_json)).machine_spec()
+    return tuple(state["name"] for state in spec["states"])
 
 
 @atexit.register

@@ -97,11 +97,17 @@ class Axis:
     pieces: tuple[Piece, ...]
     scale: float
     """Units per second of the stretches that are not compressed."""
+    ends: tuple[float, ...] = attrs.field(init=False)
+    """Each stretch's end, for a binary search (a window draws hundreds of stretches)."""
+
+    @ends.default
+    def _ends(self) -> tuple[float, ...]:
+        return tuple(piece.end for piece in self.pieces)
 
     def x(self, at: float) -> float:
         """Where the time `at` (seconds from the run's start) is drawn."""
-        ends = [piece.end for piece in self.pieces]  # the first stretch that reaches `at`...
-        index = min(bisect.bisect_left(ends, at), len(self.pieces) - 1)
+        # The first stretch that reaches `at`...
+        index = min(bisect.bisect_left(self.ends, at), len(self.pieces) - 1)
         piece = self.pieces[index]
         if piece.idle and index + 1 < len(self.pieces) and self.pieces[index + 1].start <= at:
             piece = self.pieces[index + 1]  # ...or the activity that begins where a gap ends

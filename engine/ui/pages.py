@@ -11,6 +11,8 @@ import base64
 import functools
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -190,8 +192,15 @@ class Window:
 
 
 def window_span(at: int, last_version: int, size: int = WINDOW) -> tuple[int, int]:
-    """The first and last versions of the window of `size` events around version `at`."""
-    first = max(1, min(at - size // 2, last_version - size + 1))
+    """The first and last versions of the window of `size` events around version `at`.
+
+    Windows start at multiples of half a window (the run's end excepted), with `at`
+    at least a quarter of a window from either edge: nearby versions share a
+    window, which the page and the viewer then draw once (`WindowCache`).
+    """
+    half = size // 2
+    first = max(0, (at - 1 - size // 4) // half) * half + 1
+    first = max(1, min(first, last_version - size + 1))
     return first, min(last_version, first + size - 1)
 
 
@@ -200,6 +209,34 @@ def read_window(engine: Engine, data: RunData, first: int, last: int) -> Window:
     events = engine.store.read(data.run_id, gt=first - 1, lte=last)
     line = timeline(events, start=data.first.timestamp, stages=drawn_states(data.first.table))
     return Window(first, last, events, gantt.draw(line))
+
+
+class WindowCache:
+    """The windows drawn lately (a window of a run's events never changes once recorded).
+
+    Keyed by the store's erasure generation, the run and the span: once runs are
+    erased (an id may then name another run), nothing drawn before is served again.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._windows: OrderedDict[tuple[int, UUID, int, int], Window] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def window(self, engine: Engine, data: RunData, first: int, last: int) -> Window:
+        """`read_window`'s answer, drawn now or lately."""
+        key = (engine.store.generation(), data.run_id, first, last)
+        with self._lock:
+            found = self._windows.get(key)
+            if found is not None:
+                self._windows.move_to_end(key)
+                return found
+        drawn = read_window(engine, data, first, last)
+        with self._lock:
+            self._windows[key] = drawn
+            while len(self._windows) > self._size:
+                self._windows.popitem(last=False)
+        return drawn
 
 
 def run_page(

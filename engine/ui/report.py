@@ -20,6 +20,7 @@ from uuid import UUID
 
 import attrs
 
+from engine.errors import InvalidArgument
 from engine.ui import pages, snapshot
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ SPACED = 50
 
 SPACED_FRAMES = 20
 """The newest frames of the stack an earlier version's state lists (a window's list 100)."""
+
+FULL_LIMIT = 10_000
+"""The longest run a ``full`` report holds whole unless told otherwise (`build_report`'s
+``limit``): about ten times the size of a windowed report, and slower to write and open."""
 
 
 @attrs.frozen
@@ -52,15 +57,26 @@ class Report:
         return self.embedded == self.events
 
 
-def build_report(engine: Engine, run_id: UUID) -> Report:
+def build_report(
+    engine: Engine, run_id: UUID, *, full: bool = False, limit: int = FULL_LIMIT
+) -> Report:
     """The report of `run_id` (read from the store, folded here).
+
+    Args:
+        full: hold every event, the whole timeline and the state after each event,
+            whatever the run's length, up to `limit` events.
+        limit: the longest run a `full` report is written for.
 
     Raises:
         RunNotFound: no such run.
+        InvalidArgument: `full` for a run longer than `limit` events (nothing is read).
     """
+    if full:
+        _check_full(engine, run_id, limit)
     data = pages.read_run(engine, run_id)
     last = data.last_version
-    first = 1 if last <= REPORT_WINDOW else _page_start(last - REPORT_WINDOW + 1)
+    whole = full or last <= REPORT_WINDOW
+    first = 1 if whole else _page_start(last - REPORT_WINDOW + 1)
     window = pages.read_window(engine, data, first, last)
     embedded = _Embedder()
     earlier = snapshot.spaced_versions(first - 1, SPACED) if first > 1 else []
@@ -89,6 +105,19 @@ def build_report(engine: Engine, run_id: UUID) -> Report:
     return Report(run_id, last, len(earlier) + len(versions), html, first)
 
 
+def _check_full(engine: Engine, run_id: UUID, limit: int) -> None:
+    """Refuse a full report of a run longer than `limit` events: its file would be huge."""
+    newest = engine.store.last(run_id)
+    if newest is not None and newest.version > limit:
+        raise InvalidArgument(
+            "full",
+            f"run {run_id} has {newest.version:,} events, more than the {limit:,} a full"
+            " report holds (its file would take tens of megabytes and long to open); leave"
+            " out --full for a report of its newest events and spaced states, or raise the"
+            f" limit with --full-limit {newest.version}",
+        )
+
+
 def _page_start(version: int) -> int:
     """The first version of the page of the event list that holds `version`."""
     return (pages.page_of(version) - 1) * pages.EVENTS_PER_PAGE + 1
@@ -108,9 +137,11 @@ def _left_out(first: int, last: int, earlier: int) -> str:
     )
 
 
-def write_report(engine: Engine, run_id: UUID, path: str | Path) -> Report:
-    """Write the report of `run_id` to `path` (UTF-8), replacing the file."""
-    report = build_report(engine, run_id)
+def write_report(
+    engine: Engine, run_id: UUID, path: str | Path, *, full: bool = False, limit: int = FULL_LIMIT
+) -> Report:
+    """Write the report of `run_id` to `path` (UTF-8), replacing the file (see `build_report`)."""
+    report = build_report(engine, run_id, full=full, limit=limit)
     Path(path).write_text(report.html, encoding="utf-8")
     return report
 

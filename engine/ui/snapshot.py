@@ -30,6 +30,7 @@ from projections import (
     StageResults,
     StateStack,
 )
+from projections.base import EventSource
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -77,6 +78,14 @@ class RunView(Projection[tuple[Any, ...]]):
     def decode(self, data: JSON) -> tuple[Any, ...]:
         """The states `encode` wrote."""
         return tuple(part.decode(each) for part, each in zip(_PARTS, data, strict=True))
+
+    def snapshot(self, state: tuple[Any, ...]) -> JSON:
+        """Each part's time-travel snapshot (a deep stack as its events' versions, not frames)."""
+        return [part.snapshot(each) for part, each in zip(_PARTS, state, strict=True)]
+
+    def restore(self, data: JSON, events: EventSource) -> tuple[Any, ...]:
+        """The states `snapshot` wrote, each part's older items made when first walked."""
+        return tuple(part.restore(each, events) for part, each in zip(_PARTS, data, strict=True))
 
 
 def at_version(engine: Engine, run_id: UUID, version: int, last_version: int) -> dict[str, JSON]:

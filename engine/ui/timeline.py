@@ -36,6 +36,7 @@ from events import (
     StageStarted,
     StateRolledBack,
 )
+from events.values import evolve
 
 STUCK_STATUSES = frozenset({"aborted_stuck", "done_partial"})
 """Finish statuses that are a progress verdict, marked as such."""
@@ -127,7 +128,7 @@ class _Builder:
         """A new attempt of `stage`: its last failed attempt was retried."""
         index = self.failed_last.pop(stage, None)
         if index is not None and self.bars[index].kind == "failed":
-            self.bars[index] = attrs.evolve(self.bars[index], kind="retried")
+            self.bars[index] = evolve(self.bars[index], kind="retried")
 
     def mark(self, kind: str, at: float, event: Event, label: str) -> None:
         self.markers.append(Marker(kind, at, event.version, label))
@@ -156,7 +157,9 @@ def timeline(
     order = {stage: index for index, stage in enumerate(known)}
     rows = sorted(build.stages, key=lambda stage: order.get(stage, len(order)))
     moved = {build.stages.index(stage): row for row, stage in enumerate(rows)}
-    bars = tuple(attrs.evolve(bar, row=moved[bar.row]) for bar in build.bars)
+    bars = tuple(
+        bar if moved[bar.row] == bar.row else evolve(bar, row=moved[bar.row]) for bar in build.bars
+    )
     return Timeline(tuple(rows), bars, tuple(build.markers), tuple(build.times))
 
 
@@ -205,7 +208,7 @@ def _rollback(build: _Builder, event: StateRolledBack, at: float) -> None:
         index = build.pushed.pop()
         if index == _NO_BAR:
             continue
-        build.bars[index] = attrs.evolve(build.bars[index], kind="rolled_back")
+        build.bars[index] = evolve(build.bars[index], kind="rolled_back")
     reason = f": {event.reason}" if event.reason else ""
     build.mark("rollback", at, event, f"rolled back {event.steps}{reason}")
 

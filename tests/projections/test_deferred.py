@@ -9,7 +9,14 @@ import attrs
 import pytest
 
 from projections import ProjectionStateError
-from projections.deferred import FIRST_READ, ITEMS_PER_READ, from_events, version_ranges
+from projections.deferred import (
+    FIRST_READ,
+    ITEMS_PER_READ,
+    from_events,
+    pack_ranges,
+    unpack_ranges,
+    version_ranges,
+)
 from projections.immutable import PList
 
 
@@ -84,3 +91,19 @@ class TestFromEvents:
         items = from_events("stack", [(1, 10)], Source(10, frozenset({4})), remade)
         with pytest.raises(ProjectionStateError, match="stack"):
             items.to_tuple()
+
+
+class TestPackedRanges:
+    @pytest.mark.parametrize(
+        "ranges",
+        [[], [(1, 1)], [(3, 7)], [(2, 2), (6, 6), (9, 12), (100, 100)], [(5, 5), (6, 9)]],
+    )
+    def test_unpack_gives_back_what_was_packed(self, ranges: list[tuple[int, int]]) -> None:
+        """Packing and unpacking any ranges, oldest first, gives the same ranges."""
+        assert unpack_ranges(pack_ranges(ranges)) == ranges
+
+    def test_single_versions_take_a_few_bytes(self) -> None:
+        """Versions four apart (a stack's frames) take two bytes each, not a JSON pair."""
+        ranges = [(v, v) for v in range(4, 40_004, 4)]
+        assert pack_ranges(ranges) == ",".join(["4"] * 10_000)
+        assert pack_ranges([(10, 12), (20, 20)]) == "10+2,8"

@@ -116,6 +116,24 @@ class TestStageResults:
         assert roundtrip(RESULTS, state) == state
         assert roundtrip(RESULTS, results()) == results()
 
+    def test_restored_latest_reads_one_event(self) -> None:
+        """After a snapshot, the latest result of a stage that then kept failing reads one event."""
+        events: list[Event] = [done(2, "d", "kept"), *(fail(v, "d") for v in range(3, 2000))]
+        state = results(*events)
+        read: list[tuple[int, int]] = []
+
+        def source(gt: int, lte: int) -> Any:
+            read.append((gt, lte))
+            return iter([e for e in events if gt < e.version <= lte])
+
+        data = json.loads(json.dumps(RESULTS.snapshot(state)))
+        restored = RESULTS.restore(data, source)
+        assert read == []
+        assert restored.latest("d") == "kept"
+        assert read == [(1, 2)]
+        assert restored.latest("missing") is None
+        assert restored == state
+
     def test_scope_is_run(self) -> None:
         """Persistent use keeps one state per run."""
         assert StageResults.scope == "run"

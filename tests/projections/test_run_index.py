@@ -2,13 +2,17 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import attrs
 import pytest
 from freezegun import freeze_time
 
 from engine import Engine, Pipeline
 from engine.errors import InvalidArgument
+from events import StateRolledBack
 from projections import RUNNING, RunIndex, RunSummary
+from projections.immutable import PList
 from tests._helpers import REVIEW
 
 OTHER = Pipeline(
@@ -135,6 +139,24 @@ class TestRunSummary:
         assert isinstance(summary, RunSummary)
         index = RunIndex()
         assert index.decode(index.encode(summary)) == summary
+
+    def test_stored_stack_is_packed_and_unpacked_when_walked(self) -> None:
+        """The stored stack of states is one string, unpacked only when a rollback walks it."""
+        index = RunIndex()
+        run_id = uuid.uuid4()
+        summary = RunSummary(run_id, "p", RUNNING, "b", T0, T0, version=8)
+        summary = attrs.evolve(summary, states=PList.of(["a", "a", "b", "a\\,*1", "a", "a"]))
+        data = index.encode(summary)
+        assert (data["state_names"], data["state_codes"]) == (["a", "b", "a\\,*1"], "0*2,1,2,0*2")
+        decoded = index.decode(data)
+        assert decoded is not None
+        first: Any = next(decoded.states.newest_cells())
+        assert first == (None, decoded.states.cells)  # not walked: one deferred tail
+        assert decoded == summary
+        back = StateRolledBack(run_id=run_id, version=9, timestamp=T0, steps=3)
+        rolled = index.apply(decoded, back)
+        assert rolled is not None
+        assert (rolled.state, len(rolled.states)) == ("a\\,*1", 3)
 
     def test_duration_runs_to_the_finish(self, engine: Engine) -> None:
         """duration is finished - started for a finished run."""

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from engine import Engine
+from engine.errors import InvalidArgument
 from engine.ui import build_report, pages, snapshot
 from engine.ui import report as report_module
-from tests.cli._helpers import as_json, ok
+from tests.cli._helpers import as_json, fails, ok
 from tests.ui._helpers import (
     HOSTILE_ERROR,
     HOSTILE_RESULT,
@@ -164,6 +165,38 @@ class TestOfflineReport:
         assert listed == set(range(2001, 3004))
         assert report.html.count('<rect class="bar') <= 1003
         assert len(report.html.encode()) < 5_000_000  # the target of docs/ui.md
+
+
+class TestFullReport:
+    def test_full_holds_every_event_and_state(self, stocked: Stocked, engine: Engine) -> None:
+        """A full report of a run past the window lists, draws and embeds every version."""
+        run_id = record_long(stocked.url, 600)  # 1,203 events
+        report = build_report(engine, run_id, full=True)
+        assert (report.first_listed, report.embedded, report.events) == (1, 1203, 1203)
+        listed = {int(v) for v in re.findall(r'<li id="ev-(\d+)"', report.html)}
+        assert listed == set(range(1, 1204))
+        assert "This report holds events" not in report.html
+
+    def test_full_refuses_a_run_past_its_limit(self, stocked: Stocked, tmp_path: Path) -> None:
+        """--full of a run longer than --full-limit is one error naming both; nothing is written."""
+        path = tmp_path / "full.html"
+        args = ["report", str(stocked.filled.retried), "--html", str(path), "--full"]
+        said = fails(*args, "--full-limit", "5", "--store", stocked.url)
+        assert "has 17 events, more than the 5 a full report holds" in said
+        assert "--full-limit 17" in said
+        assert not path.exists()
+        assert list(tmp_path.iterdir()) == []
+        answer = as_json(*args, "--full-limit", "17", "--store", stocked.url)
+        assert answer["events"] == answer["embedded_versions"] == 17
+
+    def test_build_report_refuses_full_past_its_limit(
+        self, stocked: Stocked, engine: Engine
+    ) -> None:
+        """`build_report(full=True)` refuses a run past `limit` (by default 10,000) events."""
+        run_id = stocked.filled.retried
+        with pytest.raises(InvalidArgument, match="more than the 10 a full report holds"):
+            build_report(engine, run_id, full=True, limit=10)
+        assert report_module.FULL_LIMIT == 10_000
 
 
 class TestReportCommand:

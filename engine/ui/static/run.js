@@ -73,8 +73,12 @@
     hidden.hidden = stack.hidden === 0;
     hidden.textContent = stack.hidden + " older frames not listed";
     fill("stack", stack.frames.map(frameRow));
-    const panel = document.getElementById("stack-panel");
-    panel.scrollTop = panel.scrollHeight;  // the top of the stack in view
+    // The top of the stack in view, once laid out for the next frame (reading the
+    // panel's height now would lay the whole page out a second time).
+    requestAnimationFrame(function () {
+      const panel = document.getElementById("stack-panel");
+      panel.scrollTop = panel.scrollHeight;
+    });
   }
 
   function drawResults(results) {
@@ -174,18 +178,32 @@
     return version >= data.window.first && version <= data.window.last;
   }
 
+  // Windows drawn lately, newest last, each with its drawing (a move back reuses it).
+  const windows = [];
+
   async function windowAt(version) {
     if (inWindow(version) || data.embedded) return;
-    const response = await fetch(data.api + "/timeline?at=" + version,
-      {headers: {Accept: "application/json"}});
-    if (!response.ok) throw new Error("the viewer answered " + response.status);
-    const answer = await response.json();
-    const parsed = new DOMParser().parseFromString(answer.svg, "image/svg+xml").documentElement;
-    document.getElementById("gantt").replaceWith(document.importNode(parsed, true));
-    data.window = answer;
-    document.getElementById("window-span").textContent = answer.first + "–" + answer.last;
-    const box = parsed.getAttribute("viewBox");
-    overlay.setAttribute("viewBox", box);
+    let shown = windows.find(function (known) {
+      return version >= known.answer.first && version <= known.answer.last;
+    });
+    if (!shown) {
+      const response = await fetch(data.api + "/timeline?at=" + version,
+        {headers: {Accept: "application/json"}});
+      if (!response.ok) throw new Error("the viewer answered " + response.status);
+      const answer = await response.json();
+      const parsed = new DOMParser().parseFromString(answer.svg, "image/svg+xml");
+      shown = {answer: answer, drawing: document.importNode(parsed.documentElement, true)};
+      delete answer.svg;
+    } else {
+      windows.splice(windows.indexOf(shown), 1);
+    }
+    windows.push(shown);
+    if (windows.length > 20) windows.shift();
+    document.getElementById("gantt").replaceWith(shown.drawing);
+    data.window = shown.answer;
+    document.getElementById("window-span").textContent =
+      shown.answer.first + "–" + shown.answer.last;
+    overlay.setAttribute("viewBox", shown.drawing.getAttribute("viewBox"));
     indexTimeline();
   }
 
