@@ -52,6 +52,10 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         self.readers = ReaderConnections(datastore.uri, timeout)
         self.writer = writer
 
+    def run_key(self, run_id: UUID) -> str:
+        """What the events table holds for `run_id`: its 32 hex characters."""
+        return run_id.hex
+
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
