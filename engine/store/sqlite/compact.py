@@ -76,11 +76,32 @@ class CompactRecorder(SQLiteRecorder):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        """Insert a batch in one ``INSERT``, as `SQLiteRecorder` does, ids and topics compact."""
+        """Insert a batch, ids and topics compact: one ``INSERT`` of all its rows, its own
+        transaction, as `SQLiteRecorder` does; a longer batch one ``INSERT`` per
+        `ONE_STATEMENT` rows inside one ``BEGIN IMMEDIATE`` … ``COMMIT``. Their ids."""
+        assert self.writer is not None, "a compact store is written through its writer"
         self._know_topics(stored_events)
         count = len(stored_events)
-        if self.writer is None or not 0 < count <= ONE_STATEMENT:
-            return super(SQLiteRecorder, self).insert_events(stored_events, **kwargs)
+        if count == 0:
+            return []
+        if count <= ONE_STATEMENT:
+            last = self.writer.insert(
+                _insert(self.events_table_name, count), self._rows(stored_events)
+            )
+            assert last is not None  # an INSERT sets it
+            return list(range(last - count + 1, last + 1))
+        ids: list[int] = []
+        with self.writer.transaction() as cursor:
+            for start in range(0, count, ONE_STATEMENT):
+                chunk = stored_events[start : start + ONE_STATEMENT]
+                cursor.execute(_insert(self.events_table_name, len(chunk)), self._rows(chunk))
+                last = cursor.lastrowid
+                assert last is not None  # an INSERT sets it
+                ids += range(last - len(chunk) + 1, last + 1)
+        return ids
+
+    def _rows(self, stored_events: Sequence[StoredEvent]) -> list[Any]:
+        """The INSERT's parameters: each event's run key, version, topic id and state."""
         params: list[Any] = []
         run_id: Any = None
         ids = self.topic_ids
@@ -89,22 +110,7 @@ class CompactRecorder(SQLiteRecorder):
                 run_id = stored.originator_id
                 key = _as_uuid(run_id).bytes
             params += (key, stored.originator_version, ids[stored.topic], stored.state)
-        last = self.writer.insert(_insert(self.events_table_name, count), params)
-        assert last is not None  # an INSERT sets it
-        return list(range(last - count + 1, last + 1))
-
-    def _insert_events(
-        self, c: Any, stored_events: Sequence[StoredEvent], **_: Any
-    ) -> Sequence[int] | None:
-        """eventsourcing's INSERT per event (a batch too long for one statement), compact."""
-        ids, returning = self.topic_ids, []
-        for s in stored_events:
-            c.execute(
-                self.insert_events_statement,
-                (_as_uuid(s.originator_id).bytes, s.originator_version, ids[s.topic], s.state),
-            )
-            returning.append(c.lastrowid)
-        return returning
+        return params
 
     def select_events(
         self,

@@ -25,9 +25,9 @@ from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.failures import classify
 from engine.store.sql import NAMES
+from engine.store.sqlite.compact import CompactRecorder
 from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
 from engine.store.sqlite.readers import ReaderConnections
-from engine.store.sqlite.compact import CompactRecorder
 from engine.store.sqlite.recorder import SQLiteRecorder
 from engine.store.sqlite.views import SQLiteViews
 from engine.store.urls import StoreURL
@@ -63,9 +63,7 @@ def open_sqlite(
                     cursor, settings
                 )
         kind = CompactRecorder if found.layout == meta.COMPACT else SQLiteRecorder
-        recorder = kind(
-            datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT, writer=datastore.writer
-        )
+        recorder = kind(datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT, writer=datastore.writer)
         if not read_only:
             recorder.create_table()
         chain = _settle_chain(datastore, url, found, read_only=read_only)
@@ -169,9 +167,8 @@ def erase_runs(
     with datastore.transaction(commit=True) as cursor:
         meta.bump_generation(cursor, meta.META_TABLE)
         for run_id in run_ids:
-            cursor.execute(
-                f"DELETE FROM {meta.EVENTS_TABLE} WHERE originator_id=?", (recorder.run_key(run_id),)
-            )
+            key = recorder.run_key(run_id)
+            cursor.execute(f"DELETE FROM {meta.EVENTS_TABLE} WHERE originator_id=?", (key,))
             removed += cursor.rowcount
             if has_views:
                 cursor.execute(f"DELETE FROM {NAMES['snapshots']} WHERE run_id=?", (str(run_id),))

@@ -52,7 +52,7 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         self.readers = ReaderConnections(datastore.uri, timeout)
         self.writer = writer
 
-    def run_key(self, run_id: UUID) -> str:
+    def run_key(self, run_id: UUID) -> str | bytes:
         """What the events table holds for `run_id`: its 32 hex characters."""
         return run_id.hex
 

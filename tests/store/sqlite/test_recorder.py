@@ -7,7 +7,7 @@ import sqlite3
 import threading
 import types
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,7 @@ class TestSelectEvents:
         the text layout, its own table), and the same slice of the run on either layout."""
         engine, run_id = stored
         recorder = recorder_of(engine)
+        theirs: Callable[..., Sequence[StoredEvent]]
         if "layout=text" in engine.url:
             theirs = types.MethodType(SQLiteApplicationRecorder.select_events, recorder)
         else:
@@ -214,7 +215,7 @@ def stored_events(run_id: uuid.UUID, versions: range) -> list[StoredEvent]:
 
 
 def sliced(
-    events: list[StoredEvent],
+    events: Sequence[StoredEvent],
     asked: object,
     *,
     gt: int | None = None,
@@ -223,10 +224,8 @@ def sliced(
     limit: int | None = None,
 ) -> list[StoredEvent]:
     """What select_events means: a run's `events` with gt < version <= lte, ordered, limited."""
-    kept = [
-        e for e in events
-        if (gt is None or e.originator_version > gt) and (lte is None or e.originator_version <= lte)
-    ]  # fmt: skip
+    low, high = -1 if gt is None else gt, float("inf") if lte is None else lte
+    kept = [e for e in events if low < e.originator_version <= high]
     kept.sort(key=lambda e: e.originator_version, reverse=desc)
     return kept if limit is None else kept[:limit]
 
