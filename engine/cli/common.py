@@ -59,6 +59,11 @@ def open_engine(
 
     opened = Engine.for_reading(url, create=create) if read_only else Engine(url, create=create)
     with opened as engine:
+        reason = engine.store.upgrade_available
+        if reason:
+            from engine.cli.upgrade import notice
+
+            print(notice(reason), file=sys.stderr)
         yield engine
 
 

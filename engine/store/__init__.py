@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         StoreReadOnly,
     )
     from engine.store.event_store import PAGE, Store, writable
+    from engine.store.sqlite.upgrade import Upgraded, upgrade_copy, upgrade_in_place
     from engine.store.urls import StoreURL, default_url, mask, parse
 
 __all__ = [
@@ -40,9 +41,12 @@ __all__ = [
     "StoreFull",
     "StoreReadOnly",
     "StoreURL",
+    "Upgraded",
     "default_url",
     "mask",
     "parse",
+    "upgrade_copy",
+    "upgrade_in_place",
     "writable",
 ]
 
@@ -61,6 +65,9 @@ _HOMES = {
     ),
     **dict.fromkeys(["PAGE", "Store", "writable"], "engine.store.event_store"),
     **dict.fromkeys(["StoreURL", "default_url", "mask", "parse"], "engine.store.urls"),
+    **dict.fromkeys(
+        ["Upgraded", "upgrade_copy", "upgrade_in_place"], "engine.store.sqlite.upgrade"
+    ),
 }
 
 

@@ -103,6 +103,11 @@ class Store:
         """Whether `views` (the stored ones, or None) were opened read-only: never to be written."""
 
     @property
+    def upgrade_available(self) -> str:
+        """What a one-time ``stagetrail upgrade`` would improve in this store ("": nothing)."""
+        return self._backend.upgrade
+
+    @property
     def max_event_bytes(self) -> int:
         """The largest event (serialised JSON, in bytes) `append` writes."""
         return self._mapper.max_event_bytes

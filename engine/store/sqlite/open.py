@@ -35,6 +35,8 @@ from engine.store.urls import StoreURL
 _HEADER = b"SQLite format 3\x00"
 LAYOUT_VARIABLE = "STAGETRAIL_SQLITE_LAYOUT"
 """The environment variable naming the events layout of new SQLite stores (default compact)."""
+UPGRADE = "keeps run ids as text and topics in full (written before compact storage)"
+"""What `stagetrail upgrade` improves in a store of the text layout."""
 
 
 def open_sqlite(
@@ -78,17 +80,18 @@ def open_sqlite(
     codec = found.codec(mapper)
     generation = functools.partial(read_generation, recorder.readers)
     after = functools.partial(stored_after, recorder)
+    upgrade = UPGRADE if found.layout == meta.TEXT else ""
     if read_only:
         views = _views(datastore, url.masked, codec)
         return Backend(
             recorder, mapper, close, views, read_only=True, codec=codec, generation=generation,
-            chain=chain, stored_after=after,
+            chain=chain, stored_after=after, upgrade=upgrade,
         )  # fmt: skip
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked), codec)
     erase = functools.partial(erase_runs, datastore, recorder, views is not None)
     return Backend(
         recorder, mapper, close, views, problem, erase, codec=codec, generation=generation,
-        chain=chain, stored_after=after,
+        chain=chain, stored_after=after, upgrade=upgrade,
     )  # fmt: skip
 
 

@@ -1,0 +1,47 @@
+"""`stagetrail upgrade`: rewrite an older SQLite store compact, into a copy or in place."""
+
+from __future__ import annotations
+
+import sys
+
+from engine.cli.common import Output, open_engine
+from engine.cli.verify import verify_all
+from engine.store import StoreError, Upgraded, parse, upgrade_copy, upgrade_in_place
+
+
+def upgrade_store(url: str, target: str | None, *, in_place: bool, as_json: bool) -> bool:
+    """Upgrade the store `url` into `target` or in place, then verify every run of the
+    result; print what was done; return whether verification found no problem.
+
+    Raises:
+        StoreError: not a SQLite store, compact already, `target` exists, or locked.
+    """
+    parsed = parse(url)
+    if parsed.scheme != "sqlite":
+        raise StoreError(parsed.masked, "only a SQLite store has an upgrade (to compact events)")
+    done = upgrade_in_place(parsed.path) if in_place else upgrade_copy(parsed.path, str(target))
+    upgraded = f"sqlite:///{done.path}"
+    if as_json:
+        with open_engine(upgraded, read_only=True) as engine:
+            ok = verify_all(engine, as_json=True)
+        return ok
+    _print(done)
+    with open_engine(upgraded, read_only=True) as engine:
+        return verify_all(engine, as_json=False)
+
+
+def _print(done: Upgraded) -> None:
+    saved = 1 - done.bytes_after / done.bytes_before if done.bytes_before else 0.0
+    Output().line(
+        f"upgraded to compact events: {done.path} ({done.events:,} events, "
+        f"{done.bytes_before:,} -> {done.bytes_after:,} bytes, {saved:.0%} smaller); verifying"
+    )
+    sys.stdout.flush()
+
+
+def notice(reason: str) -> str:
+    """The one line telling the user a one-time upgrade of the store is available."""
+    return (
+        f"note: this store {reason}; `stagetrail upgrade --to NEW.db` (or --in-place) "
+        "rewrites it compact"
+    )
