@@ -53,7 +53,7 @@ def layout_of(path: str) -> str:
             rows = dict(connection.execute(f"SELECT key, value FROM {meta.META_TABLE}").fetchall())
     except sqlite3.Error as error:
         raise StoreError(path, f"not a stagetrail store: {error}") from None
-    return rows.get(meta.LAYOUT, meta.TEXT)
+    return str(rows.get(meta.LAYOUT, meta.TEXT))
 
 
 def upgrade_copy(source: str, target: str) -> Upgraded:

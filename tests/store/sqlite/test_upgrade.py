@@ -77,7 +77,8 @@ class TestOpeningAnOlderStore:
         result = invoke("runs", "--store", f"sqlite:///{old}")
         assert result.exit_code == 0, result.stderr
         notes = [line for line in result.stderr.splitlines() if "stagetrail upgrade" in line]
-        assert len(notes) == 1 and notes[0].startswith("note: ")
+        assert len(notes) == 1
+        assert notes[0].startswith("note: ")
         assert column_types(old) == [("text", "text")]
 
 
@@ -106,7 +107,8 @@ class TestUpgradeToACopy:
             engine.load(OPEN).stage_completed("work", {"step": 2}, duration=1.0)
         with Engine(f"sqlite:///{target}") as engine:
             last = engine.events(OPEN)[-1]
-            assert isinstance(last, StageCompleted) and last.result == {"step": 2}
+            assert isinstance(last, StageCompleted)
+            assert last.result == {"step": 2}
             assert all(engine.verify(run).ok for run in (LONG, OPEN))
 
     def test_an_existing_target_is_refused(self, old: Path, tmp_path: Path) -> None:
@@ -154,7 +156,8 @@ class TestTheCommand:
         before = digest(old)
         result = invoke("upgrade", "--store", f"sqlite:///{old}")
         assert result.exit_code == 2
-        assert "--to PATH" in result.stderr and "--in-place" in result.stderr
+        assert "--to PATH" in result.stderr
+        assert "--in-place" in result.stderr
         assert digest(old) == before
 
     def test_to_writes_the_copy_and_verifies_it(self, old: Path, tmp_path: Path) -> None:
@@ -163,7 +166,8 @@ class TestTheCommand:
         result = invoke("upgrade", "--store", f"sqlite:///{old}", "--to", str(target), "--json")
         assert result.exit_code == 0, (result.stdout, result.stderr)
         report = json.loads(result.stdout)
-        assert report["ok"] and report["runs"] == 3
+        assert report["ok"]
+        assert report["runs"] == 3
         assert column_types(target) == [("blob", "integer")]
 
     def test_a_store_other_than_sqlite_is_refused(self) -> None:
