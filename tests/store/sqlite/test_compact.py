@@ -6,6 +6,7 @@ import contextlib
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def record(url: str) -> uuid.UUID:
         return run.id
 
 
-def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+def rows(path: Path, sql: str) -> list[Any]:
     """The rows a plain SQL query reads from the file."""
     with contextlib.closing(sqlite3.connect(path)) as db:
         return db.execute(sql).fetchall()
@@ -79,7 +80,7 @@ class TestTheLayout:
     def test_the_environment_or_the_url_can_ask_for_the_text_layout(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """STAGETRAIL_SQLITE_LAYOUT=text (or ?layout=text) creates a store an older release reads."""
+        """STAGETRAIL_SQLITE_LAYOUT=text (or ?layout=text) makes a store older releases read."""
         monkeypatch.setenv("STAGETRAIL_SQLITE_LAYOUT", "text")
         path = tmp_path / "text.db"
         record(f"sqlite:///{path}")
@@ -92,7 +93,7 @@ class TestTheLayout:
     def test_an_unknown_layout_is_one_clear_error(self, tmp_path: Path) -> None:
         """layout=wide is refused naming the choices, and no file is created."""
         path = tmp_path / "x.db"
-        with pytest.raises(StoreError, match="layout='wide'.*compact or text"):
+        with pytest.raises(StoreError, match=r"layout=.wide..*compact or text"):
             Engine(f"sqlite:///{path}?layout=wide")
         assert not path.exists()
 
