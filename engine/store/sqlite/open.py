@@ -80,7 +80,8 @@ def open_sqlite(
     codec = found.codec(mapper)
     generation = functools.partial(read_generation, recorder.readers)
     after = functools.partial(stored_after, recorder)
-    upgrade = UPGRADE if found.layout == meta.TEXT else ""
+    # Offered for an older store, unless the text layout is what the URL or environment asks.
+    upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
     if read_only:
         views = _views(datastore, url.masked, codec)
         return Backend(

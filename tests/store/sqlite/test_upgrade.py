@@ -66,6 +66,16 @@ class TestOpeningAnOlderStore:
         assert layout_of(str(old)) == "text"
         assert column_types(old) == [("text", "text")]
 
+    def test_no_upgrade_is_offered_where_the_text_layout_is_asked_for(
+        self, old: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With ?layout=text or STAGETRAIL_SQLITE_LAYOUT=text the older layout is wanted."""
+        with Engine(f"sqlite:///{old}?layout=text") as engine:
+            assert engine.store.upgrade_available == ""
+        monkeypatch.setenv("STAGETRAIL_SQLITE_LAYOUT", "text")
+        with Engine(f"sqlite:///{old}") as engine:
+            assert engine.store.upgrade_available == ""
+
     def test_a_new_store_has_no_upgrade(self, tmp_path: Path) -> None:
         """A store created now is compact: no upgrade is offered."""
         with Engine(f"sqlite:///{tmp_path / 'new.db'}") as engine:
