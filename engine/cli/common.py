@@ -61,10 +61,16 @@ def open_engine(
     with opened as engine:
         reason = engine.store.upgrade_available
         if reason:
-            from engine.cli.upgrade import notice
-
-            print(notice(reason), file=sys.stderr)
+            print(upgrade_notice(reason), file=sys.stderr)
         yield engine
+
+
+def upgrade_notice(reason: str) -> str:
+    """The one line telling the user a one-time upgrade of the store is available."""
+    return (
+        f"note: this store {reason}; `stagetrail upgrade --to NEW.db` (or --in-place) "
+        "rewrites it compact"
+    )
 
 
 def resolve_run(engine: Engine, text: str) -> UUID:

@@ -37,11 +37,3 @@ def _print(done: Upgraded) -> None:
         f"{done.bytes_before:,} -> {done.bytes_after:,} bytes, {saved:.0%} smaller); verifying"
     )
     sys.stdout.flush()
-
-
-def notice(reason: str) -> str:
-    """The one line telling the user a one-time upgrade of the store is available."""
-    return (
-        f"note: this store {reason}; `stagetrail upgrade --to NEW.db` (or --in-place) "
-        "rewrites it compact"
-    )

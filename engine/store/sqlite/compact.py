@@ -21,7 +21,12 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent
 
-from engine.store.sqlite.recorder import ONE_STATEMENT, SQLiteRecorder, _insert, _select
+from engine.store.sqlite.recorder import (
+    ONE_STATEMENT,
+    SQLiteRecorder,
+    insert_statement,
+    select_statement,
+)
 
 TOPICS_TABLE = "stagetrail_topics"
 """Each topic of a compact store's events once, with the small integer its rows hold."""
@@ -86,7 +91,7 @@ class CompactRecorder(SQLiteRecorder):
             return []
         if count <= ONE_STATEMENT:
             last = self.writer.insert(
-                _insert(self.events_table_name, count), self._rows(stored_events)
+                insert_statement(self.events_table_name, count), self._rows(stored_events)
             )
             assert last is not None  # an INSERT sets it
             return list(range(last - count + 1, last + 1))
@@ -94,7 +99,8 @@ class CompactRecorder(SQLiteRecorder):
         with self.writer.transaction() as cursor:
             for start in range(0, count, ONE_STATEMENT):
                 chunk = stored_events[start : start + ONE_STATEMENT]
-                cursor.execute(_insert(self.events_table_name, len(chunk)), self._rows(chunk))
+                statement = insert_statement(self.events_table_name, len(chunk))
+                cursor.execute(statement, self._rows(chunk))
                 last = cursor.lastrowid
                 assert last is not None  # an INSERT sets it
                 ids += range(last - len(chunk) + 1, last + 1)
@@ -123,7 +129,7 @@ class CompactRecorder(SQLiteRecorder):
     ) -> Sequence[StoredEvent]:
         """The run's stored events with `gt < version <= lte`, in version order, at most `limit`."""
         run_id = _as_uuid(originator_id)
-        statement = _select(self.events_table_name, gt is not None, lte is not None, desc,
+        statement = select_statement(self.events_table_name, gt is not None, lte is not None, desc,
                             limit is not None)  # fmt: skip
         params = [run_id.bytes, *(p for p in (gt, lte, limit) if p is not None)]
         connection = self.readers.borrow()
