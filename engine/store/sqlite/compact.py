@@ -129,8 +129,9 @@ class CompactRecorder(SQLiteRecorder):
     ) -> Sequence[StoredEvent]:
         """The run's stored events with `gt < version <= lte`, in version order, at most `limit`."""
         run_id = _as_uuid(originator_id)
-        statement = select_statement(self.events_table_name, gt is not None, lte is not None, desc,
-                            limit is not None)  # fmt: skip
+        statement = select_statement(
+            self.events_table_name, gt is not None, lte is not None, desc, limit is not None
+        )
         params = [run_id.bytes, *(p for p in (gt, lte, limit) if p is not None)]
         connection = self.readers.borrow()
         try:

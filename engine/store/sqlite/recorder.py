@@ -91,8 +91,9 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
     ) -> Sequence[StoredEvent]:
         """The run's stored events with `gt < version <= lte`, in version order, at most `limit`."""
         run_id = originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
-        statement = select_statement(self.events_table_name, gt is not None, lte is not None, desc,
-                            limit is not None)  # fmt: skip
+        statement = select_statement(
+            self.events_table_name, gt is not None, lte is not None, desc, limit is not None
+        )
         params = [run_id.hex, *(p for p in (gt, lte, limit) if p is not None)]
         connection = self.readers.borrow()
         try:
