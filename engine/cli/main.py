@@ -252,7 +252,7 @@ def compact(store: str | None, as_json: bool) -> None:
 @store_option
 @json_option
 def upgrade(target: str | None, in_place: bool, store: str | None, as_json: bool) -> None:
-    """Rewrite an older SQLite store with compact events, then verify it; exit 1 on problems.
+    """Rewrite an older SQLite store compact, then verify it.
 
     Stores written before compact storage keep run ids as text and topics in full;
     they work as they are, and nothing rewrites them unless asked. Give --to PATH
