@@ -17,6 +17,12 @@ from projections import StateStack
 from tests._helpers import REVIEW
 
 
+@pytest.fixture(autouse=True)
+def default_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New stores get the default layout, whatever the environment running the tests says."""
+    monkeypatch.delenv("STAGETRAIL_SQLITE_LAYOUT", raising=False)
+
+
 def record(url: str) -> uuid.UUID:
     """A short review run recorded into the store at `url`."""
     with Engine(url) as engine:

@@ -28,6 +28,12 @@ LONG = UUID("00000000-0000-4000-8000-0000000000a1")
 OPEN = UUID("00000000-0000-4000-8000-0000000000a3")
 
 
+@pytest.fixture(autouse=True)
+def default_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New stores get the default layout, whatever the environment running the tests says."""
+    monkeypatch.delenv("STAGETRAIL_SQLITE_LAYOUT", raising=False)
+
+
 @pytest.fixture
 def old(tmp_path: Path) -> Path:
     """A copy of the checked-in text-layout store."""
