@@ -127,6 +127,22 @@ class TestUpgradeToACopy:
             assert last.result == {"step": 2}
             assert all(engine.verify(run).ok for run in (LONG, OPEN))
 
+    def test_exports_of_the_store_and_of_its_copy_are_the_same_bytes(
+        self, old: Path, tmp_path: Path
+    ) -> None:
+        """`stagetrail export --all` gives identical bytes before and after the upgrade, and
+        importing that export into a new (compact) store exports the same bytes again."""
+        target, again = tmp_path / "new.db", tmp_path / "again.db"
+        upgrade_copy(str(old), str(target))
+        before = invoke("export", "--all", "--store", f"sqlite:///{old}").stdout
+        after = invoke("export", "--all", "--store", f"sqlite:///{target}").stdout
+        assert len(before.splitlines()) >= 613  # every event of the three runs
+        assert after == before
+        dump = tmp_path / "runs.jsonl"
+        dump.write_text(before)
+        assert invoke("import", str(dump), "--store", f"sqlite:///{again}").exit_code == 0
+        assert invoke("export", "--all", "--store", f"sqlite:///{again}").stdout == before
+
     def test_an_existing_target_is_refused(self, old: Path, tmp_path: Path) -> None:
         """upgrade never overwrites a file: the target must be new, and is left as it was."""
         target = tmp_path / "taken.db"
