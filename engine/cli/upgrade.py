@@ -31,9 +31,11 @@ def upgrade_store(url: str, target: str | None, *, in_place: bool, as_json: bool
 
 
 def _print(done: Upgraded) -> None:
-    saved = 1 - done.bytes_after / done.bytes_before if done.bytes_before else 0.0
+    change = done.bytes_after / done.bytes_before - 1 if done.bytes_before else 0.0
+    # A small store can grow by the topics table's pages: say so rather than "-29% smaller".
+    size = f"{abs(change):.0%} {'smaller' if change <= 0 else 'larger'}"
     Output().line(
         f"upgraded to compact events: {done.path} ({done.events:,} events, "
-        f"{done.bytes_before:,} -> {done.bytes_after:,} bytes, {saved:.0%} smaller); verifying"
+        f"{done.bytes_before:,} -> {done.bytes_after:,} bytes, {size}); verifying"
     )
     sys.stdout.flush()
