@@ -143,6 +143,17 @@ class TestUpgradeToACopy:
         assert invoke("import", str(dump), "--store", f"sqlite:///{again}").exit_code == 0
         assert invoke("export", "--all", "--store", f"sqlite:///{again}").stdout == before
 
+    def test_the_first_release_s_store_upgrades_too(self, tmp_path: Path) -> None:
+        """tests/data/v1_store.db (schema 1, no views, no chain rows) upgrades and verifies."""
+        source, target = tmp_path / "v1.db", tmp_path / "v1c.db"
+        shutil.copyfile(DATA / "v1_store.db", source)
+        upgrade_copy(str(source), str(target))
+        assert notifications(target) == notifications(source)
+        with Engine(f"sqlite:///{target}") as engine:
+            reports = [engine.verify(summary.run_id) for summary in engine.runs()]
+        assert len(reports) == 3
+        assert all(report.ok for report in reports)
+
     def test_an_existing_target_is_refused(self, old: Path, tmp_path: Path) -> None:
         """upgrade never overwrites a file: the target must be new, and is left as it was."""
         target = tmp_path / "taken.db"
