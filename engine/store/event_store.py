@@ -36,6 +36,10 @@ from events.storable import unstorable_field
 
 PAGE = 1000
 """Events read per query when streaming a run."""
+_UPGRADED = (
+    "another process upgraded the store to compact events (stagetrail upgrade --in-place) "
+    "after this one opened it: open the store again; nothing of this append was written"
+)
 
 
 class Store:
@@ -287,6 +291,7 @@ class Store:
 
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
+            StoreError: the store was upgraded in place since it was opened (or see below).
             OutcomeUnknown: the store stayed unreachable while the append was
                 committing; `run.refresh()` later tells whether it was stored.
             StoreReadOnly: the store may not be written (read-only file, role, replica).
@@ -295,7 +300,9 @@ class Store:
         """
         try:
             notification_ids = self.recorder.insert_events(stored)
-        except IntegrityError:
+        except IntegrityError as error:
+            if "CHECK constraint failed" in str(error):  # a compact table, written as text
+                raise StoreError(self.url, _UPGRADED) from error
             first = stored[0]
             raise ConcurrencyConflict(
                 _as_uuid(first.originator_id), first.originator_version

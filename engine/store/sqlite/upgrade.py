@@ -179,6 +179,8 @@ def _vacuum(path: str) -> None:
     """Pack the file's pages (the text table's freed pages would keep its size)."""
     with _writing(path) as connection:
         connection.execute("VACUUM")
+        # VACUUM writes the packed file through the WAL: fold it back in (readers permitting).
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def _size(path: str) -> int:

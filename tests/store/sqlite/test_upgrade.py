@@ -180,6 +180,21 @@ class TestUpgradeInPlace:
         assert column_types(old) == [("blob", "integer")]
         assert done.bytes_after <= size
 
+    def test_a_writer_opened_before_is_refused_and_a_new_one_appends(self, old: Path) -> None:
+        """An engine that opened the text layout cannot write into the compact table: one
+        StoreError saying to reopen, nothing written; an engine opened after appends."""
+        url = f"sqlite:///{old}"
+        with Engine(url) as stale:
+            run = stale.load(OPEN)
+            upgrade_in_place(str(old))
+            with pytest.raises(StoreError, match="open the store again"):
+                run.stage_completed("work", {"step": 2}, duration=1.0)
+        count = len(notifications(old))
+        with Engine(url) as fresh:
+            fresh.load(OPEN).stage_completed("work", {"step": 2}, duration=1.0)
+        assert len(notifications(old)) == count + 1
+        assert column_types(old) == [("blob", "integer")]
+
     def test_a_run_id_that_is_no_uuid_stops_it_with_nothing_changed(self, old: Path) -> None:
         """A row the rewrite cannot convert rolls the whole upgrade back."""
         with contextlib.closing(sqlite3.connect(old)) as db, db:
