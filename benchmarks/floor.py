@@ -26,10 +26,12 @@ Run: ``python -m benchmarks.floor`` (``--quick`` for a smoke run), ~30 s.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -72,6 +74,8 @@ class Supervised:
         recorder: Any = system.engine.store.recorder  # the SQLite recorder: a writer, a table
         self.schema: list[str] = list(recorder.create_table_statements)
         self.table: str = recorder.events_table_name
+        topic_ids = getattr(recorder, "topic_ids", None)  # a compact store's (issue 26)
+        self.row = functools.partial(_row, recorder.run_key, topic_ids)
         try:
             if not fsync:
                 writer = recorder.writer
@@ -98,7 +102,7 @@ def replayed_ms(shipped: Supervised) -> float:
     """
     table, warm = shipped.table, shipped.warm_commits
     statements = [
-        (_insert(table, len(batch)), [v for e in batch for v in _row(e)])
+        (_insert(table, len(batch)), [v for e in batch for v in shipped.row(e)])
         for batch in shipped.batches
     ]
     connection = sqlite3.connect(scratch("replay.db"), isolation_level=None)
@@ -116,10 +120,14 @@ def replayed_ms(shipped: Supervised) -> float:
         connection.close()
 
 
-def _row(event: StoredEvent) -> tuple[object, ...]:
+def _row(
+    key: Callable[[UUID], object], topic_ids: dict[str, int] | None, event: StoredEvent
+) -> tuple[object, ...]:
+    """The row the recorder writes for `event`: its run key, version, topic (or topic id)."""
     run_id = event.originator_id
-    return (run_id.hex if isinstance(run_id, UUID) else run_id, event.originator_version,
-            event.topic, event.state)  # fmt: skip
+    topic = event.topic if topic_ids is None else topic_ids[event.topic]
+    return (key(run_id if isinstance(run_id, UUID) else UUID(run_id)), event.originator_version,
+            topic, event.state)  # fmt: skip
 
 
 def _insert(table: str, rows: int) -> str:

@@ -61,7 +61,18 @@ def open_engine(
 
     opened: Engine = open_any(url, create=create, read_only=read_only)
     with opened as engine:
+        reason = engine.store.upgrade_available
+        if reason:
+            print(upgrade_notice(reason), file=sys.stderr)
         yield engine
+
+
+def upgrade_notice(reason: str) -> str:
+    """The one line telling the user a one-time upgrade of the store is available."""
+    return (
+        f"note: this store {reason}; `stagetrail upgrade --to NEW.db` (or --in-place) "
+        "rewrites it compact"
+    )
 
 
 def resolve_run(engine: Engine, text: str) -> UUID:

@@ -283,6 +283,28 @@ def compact(store: str | None, as_json: bool) -> None:
 
 
 @main.command()
+@click.option("--to", "target", default=None, metavar="PATH", help="Write a compact copy here.")
+@click.option("--in-place", is_flag=True, help="Rewrite the store itself, under its write lock.")
+@store_option
+@json_option
+def upgrade(target: str | None, in_place: bool, store: str | None, as_json: bool) -> None:
+    """Rewrite an older SQLite store compact, then verify it.
+
+    Stores written before compact storage keep run ids as text and topics in full;
+    they work as they are, and nothing rewrites them unless asked. Give --to PATH
+    (a new file; the store is only read) or --in-place (one write transaction;
+    stop other writers first: one that opened the store before is refused).
+    """
+    from engine.cli.upgrade import upgrade_store
+    from engine.store import default_url
+
+    if (target is None) == (not in_place):
+        raise click.UsageError("give --to PATH (a compact copy) or --in-place (not both)")
+    if not upgrade_store(store or default_url(), target, in_place=in_place, as_json=as_json):
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("run", required=False)
 @click.option("--all", "everything", is_flag=True, help="Verify every run of the store.")
 @click.option(

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         StoreReadOnly,
     )
     from engine.store.event_store import PAGE, Store, writable
+    from engine.store.sqlite.upgrade import Upgraded, upgrade_copy, upgrade_in_place
     from engine.store.urls import StoreURL, default_url, mask, parse
 
 __all__ = [
@@ -41,9 +42,12 @@ __all__ = [
     "StoreFull",
     "StoreReadOnly",
     "StoreURL",
+    "Upgraded",
     "default_url",
     "mask",
     "parse",
+    "upgrade_copy",
+    "upgrade_in_place",
     "writable",
 ]
 
@@ -62,6 +66,9 @@ _HOMES = {
     ),
     **dict.fromkeys(["PAGE", "Store", "writable"], "engine.store.event_store"),
     **dict.fromkeys(["StoreURL", "default_url", "mask", "parse"], "engine.store.urls"),
+    **dict.fromkeys(
+        ["Upgraded", "upgrade_copy", "upgrade_in_place"], "engine.store.sqlite.upgrade"
+    ),
 }
 
 

@@ -41,6 +41,8 @@ class Backend:
     """The store's hash chain as its meta table records it (None: not recorded)."""
     stored_after: Callable[[UUID, int], int | None] | None = attrs.field(default=None, kw_only=True)
     """The first version of a run stored after a notification position (None: none is)."""
+    upgrade: str = attrs.field(default="", kw_only=True)
+    """What a one-time `stagetrail upgrade` would improve in this store ("": nothing)."""
 
 
 def prepare_views(make: Callable[[], Any], codec: Codec) -> tuple[Any, str]:

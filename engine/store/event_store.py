@@ -36,6 +36,10 @@ from events.storable import unstorable_field
 
 PAGE = 1000
 """Events read per query when streaming a run."""
+_UPGRADED = (
+    "another process upgraded the store to compact events (stagetrail upgrade --in-place) "
+    "after this one opened it: open the store again; nothing of this append was written"
+)
 
 
 class Store:
@@ -101,6 +105,11 @@ class Store:
         self.views_problem = self._backend.views_problem
         self.views_read_only = self._backend.read_only
         """Whether `views` (the stored ones, or None) were opened read-only: never to be written."""
+
+    @property
+    def upgrade_available(self) -> str:
+        """What a one-time ``stagetrail upgrade`` would improve in this store ("": nothing)."""
+        return self._backend.upgrade
 
     @property
     def max_event_bytes(self) -> int:
@@ -282,6 +291,7 @@ class Store:
 
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
+            StoreError: the store was upgraded in place since it was opened (or see below).
             OutcomeUnknown: the store stayed unreachable while the append was
                 committing; `run.refresh()` later tells whether it was stored.
             StoreReadOnly: the store may not be written (read-only file, role, replica).
@@ -290,7 +300,9 @@ class Store:
         """
         try:
             notification_ids = self.recorder.insert_events(stored)
-        except IntegrityError:
+        except IntegrityError as error:
+            if "CHECK constraint failed" in str(error):  # a compact table, written as text
+                raise StoreError(self.url, _UPGRADED) from error
             first = stored[0]
             raise ConcurrencyConflict(
                 _as_uuid(first.originator_id), first.originator_version

@@ -18,6 +18,14 @@ from engine.store.errors import ChainKeyMismatch, StoreError
 from engine.store.mapper import EventMapper, FastJSONTranscoder
 
 SCHEMA_VERSION = 1
+COMPACT_SCHEMA = 2
+"""The schema of a SQLite store with compact events (`COMPACT`): a release before it
+refuses such a store ("written by a newer stagetrail") rather than misread it."""
+LAYOUT = "events_layout"
+"""The meta row naming how a SQLite store keeps its events: `COMPACT`, or (no row) `TEXT`."""
+TEXT, COMPACT = "text", "compact"
+"""Run ids as hex text and topics in full in every row (every store before issue 26); or
+run ids as 16-byte BLOBs and topics as small integers of a topics table."""
 META_TABLE = "stagetrail_meta"
 EVENTS_TABLE = "stagetrail_events"
 _CHECK_PLAINTEXT = b"stagetrail cipher check"
@@ -33,6 +41,8 @@ class AtRest:
     cipher_key: str | None = None
     chain_secret: bytes | None = None
     """The secret of keyed chain links (see `chain.chain_key`), None for plain links."""
+    layout: str = TEXT
+    """How a SQLite store keeps its events' ids and topics: `TEXT` or `COMPACT`."""
 
     def mapper(self) -> EventMapper:
         """An eventsourcing mapper with this compression and encryption."""
@@ -90,6 +100,8 @@ def wanted(
 def new_meta(settings: AtRest) -> dict[str, str]:
     """The meta rows a store created with `settings` starts with."""
     meta = {"schema_version": str(SCHEMA_VERSION), "compressor": settings.compressor}
+    if settings.layout == COMPACT:
+        meta |= {"schema_version": str(COMPACT_SCHEMA), LAYOUT: COMPACT}
     cipher = settings.cipher()
     meta["cipher"] = "aes" if cipher else "none"
     if cipher is not None:
@@ -121,7 +133,10 @@ def settle(
         compressor=meta.get("compressor", "none"),
         cipher_key=settings.cipher_key,
         chain_secret=settings.chain_secret,
+        layout=meta.get(LAYOUT, TEXT),
     )
+    if stored.layout not in (TEXT, COMPACT):
+        raise StoreError(url, f"written by a newer stagetrail (events layout {stored.layout!r})")
     _check_cipher(meta, stored, url)
     return stored
 

@@ -138,7 +138,7 @@ LIBPQ_OPTIONS = (
 
 _KNOWN = {
     "memory": ("compress", "max_event_bytes"),
-    "sqlite": ("compress", "max_event_bytes"),
+    "sqlite": ("compress", "layout", "max_event_bytes"),
     "postgresql": ("compress", "connect_timeout", "max_event_bytes", "schema", *LIBPQ_OPTIONS),
 }
 

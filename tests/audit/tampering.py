@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
-from engine.store.meta import EVENTS_TABLE, META_TABLE
+from engine.store.meta import COMPACT, EVENTS_TABLE, LAYOUT, META_TABLE
+from engine.store.sqlite.compact import TOPICS_TABLE
 from tests._helpers import POSTGRES_URL
 
 
@@ -36,8 +37,37 @@ class Rows:
     def _sql(self, text: str) -> str:
         return text.replace("?", "%s") if self.postgres else text
 
+    def _compact(self) -> bool:
+        """Whether a SQLite store keeps run ids as BLOBs and topics as ids (issue 26)."""
+        if self.postgres:
+            return False
+        with self._cursor() as conn:
+            row = conn.execute(
+                f"SELECT value FROM {META_TABLE} WHERE key = ?", (LAYOUT,)
+            ).fetchone()
+        return row is not None and row[0] == COMPACT
+
     def _id(self, run_id: UUID) -> object:
-        return run_id if self.postgres else run_id.hex
+        if self.postgres:
+            return run_id
+        return run_id.bytes if self._compact() else run_id.hex
+
+    def _topic_in(self, conn: Any, topic: str) -> object:
+        """What the events table holds for `topic` (a compact store: its id, added if new)."""
+        if not self._compact():
+            return topic
+        conn.execute(f"INSERT OR IGNORE INTO {TOPICS_TABLE} (topic) VALUES (?)", (topic,))
+        return conn.execute(f"SELECT id FROM {TOPICS_TABLE} WHERE topic = ?", (topic,)).fetchone()[
+            0
+        ]
+
+    def _topic_out(self, conn: Any, stored: object) -> str:
+        """The topic text of what the events table holds."""
+        if not self._compact():
+            return str(stored)
+        return str(
+            conn.execute(f"SELECT topic FROM {TOPICS_TABLE} WHERE id = ?", (stored,)).fetchone()[0]
+        )
 
     def get(self, run_id: UUID, version: int) -> tuple[str, bytes]:
         """The topic and stored state of one event."""
@@ -49,7 +79,7 @@ class Rows:
                 ),
                 (self._id(run_id), version),
             ).fetchone()
-        return str(row[0]), bytes(row[1])
+            return self._topic_out(conn, row[0]), bytes(row[1])
 
     def put(self, run_id: UUID, version: int, topic: str, state: bytes) -> None:
         """Overwrite one event's topic and stored state."""
@@ -59,7 +89,7 @@ class Rows:
                     f"UPDATE {EVENTS_TABLE} SET topic = ?, state = ? "
                     "WHERE originator_id = ? AND originator_version = ?"
                 ),
-                (topic, state, self._id(run_id), version),
+                (self._topic_in(conn, topic), state, self._id(run_id), version),
             )
 
     def edit(self, run_id: UUID, version: int, old: bytes, new: bytes) -> None:
@@ -92,7 +122,7 @@ class Rows:
                     f"INSERT INTO {EVENTS_TABLE} (originator_id, originator_version, topic, state) "
                     "VALUES (?, ?, ?, ?)"
                 ),
-                (self._id(run_id), version, topic, state),
+                (self._id(run_id), version, self._topic_in(conn, topic), state),
             )
 
     def strip(self, run_id: UUID, versions: range) -> None:

@@ -235,8 +235,11 @@ def steps_of(stored):  # the progress callbacks this append's INSERT makes (a dr
     scratch.execute(schema)
     count = [0]
     scratch.set_progress_handler(lambda: count.__setitem__(0, count[0] + 1), 1)
+    key = engine.store.recorder.run_key
+    topic_ids = getattr(engine.store.recorder, "topic_ids", None)  # a compact store's
+    topic = (lambda t: t) if topic_ids is None else (lambda t: topic_ids.get(t, 1))
     params = [value for e in stored for value in
-              (e.originator_id.hex, e.originator_version, e.topic, e.state)]
+              (key(e.originator_id), e.originator_version, topic(e.topic), e.state)]
     scratch.execute("INSERT INTO stagetrail_events VALUES "
                     + ",".join(["(?,?,?,?)"] * len(stored)), params)
     return count[0]

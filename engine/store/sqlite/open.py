@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
+import attrs
 from eventsourcing.persistence import PersistenceError
 from eventsourcing.sqlite import SQLiteDatastore
 
@@ -24,6 +25,7 @@ from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.failures import classify
 from engine.store.sql import NAMES
+from engine.store.sqlite.compact import CompactRecorder
 from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.recorder import SQLiteRecorder
@@ -31,6 +33,10 @@ from engine.store.sqlite.views import SQLiteViews
 from engine.store.urls import StoreURL
 
 _HEADER = b"SQLite format 3\x00"
+LAYOUT_VARIABLE = "STAGETRAIL_SQLITE_LAYOUT"
+"""The environment variable naming the events layout of new SQLite stores (default compact)."""
+UPGRADE = "keeps run ids as text and topics in full (written before compact storage)"
+"""What `stagetrail upgrade` improves in a store of the text layout."""
 
 
 def open_sqlite(
@@ -47,6 +53,7 @@ def open_sqlite(
             store, or not readable (`StoreReadOnly` when it cannot be created).
     """
     _check_sqlite_path(url, create)
+    settings = attrs.evolve(settings, layout=_layout(url))
     found = _inspect(url, create, settings)
     if not read_only:
         _use_wal(url)
@@ -57,9 +64,8 @@ def open_sqlite(
                 found = _sqlite_meta(cursor, url, create, settings) or _create_meta(
                     cursor, settings
                 )
-        recorder = SQLiteRecorder(
-            datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT, writer=datastore.writer
-        )
+        kind = CompactRecorder if found.layout == meta.COMPACT else SQLiteRecorder
+        recorder = kind(datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT, writer=datastore.writer)
         if not read_only:
             recorder.create_table()
         chain = _settle_chain(datastore, url, found, read_only=read_only)
@@ -73,19 +79,35 @@ def open_sqlite(
     mapper = found.mapper()
     codec = found.codec(mapper)
     generation = functools.partial(read_generation, recorder.readers)
-    after = functools.partial(stored_after, recorder.readers)
+    after = functools.partial(stored_after, recorder)
+    # Offered for an older store, unless the text layout is what the URL or environment asks.
+    upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
     if read_only:
         views = _views(datastore, url.masked, codec)
         return Backend(
             recorder, mapper, close, views, read_only=True, codec=codec, generation=generation,
-            chain=chain, stored_after=after,
+            chain=chain, stored_after=after, upgrade=upgrade,
         )  # fmt: skip
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked), codec)
-    erase = functools.partial(erase_runs, datastore, views is not None)
+    erase = functools.partial(erase_runs, datastore, recorder, views is not None)
     return Backend(
         recorder, mapper, close, views, problem, erase, codec=codec, generation=generation,
-        chain=chain, stored_after=after,
+        chain=chain, stored_after=after, upgrade=upgrade,
     )  # fmt: skip
+
+
+def _layout(url: StoreURL) -> str:
+    """The events layout a new store gets: compact, unless the URL says ``layout=text``
+    (or, without the option, ``STAGETRAIL_SQLITE_LAYOUT=text``): the layout of every store
+    before issue 26, for a release older than it to read.
+
+    Raises:
+        StoreError: another layout is named.
+    """
+    layout = url.options.get("layout") or os.environ.get(LAYOUT_VARIABLE) or meta.COMPACT
+    if layout not in (meta.COMPACT, meta.TEXT):
+        raise StoreError(url.masked, f"layout={layout!r} is not a layout; use compact or text")
+    return layout
 
 
 def _settle_chain(
@@ -113,14 +135,15 @@ def _settle_chain(
         return meta.read_chain(rows)
 
 
-def stored_after(readers: ReaderConnections, run_id: UUID, position: int) -> int | None:
+def stored_after(recorder: SQLiteRecorder, run_id: UUID, position: int) -> int | None:
     """The run's first version stored after notification `position` (None: none is)."""
+    readers = recorder.readers
     connection = readers.borrow()
     try:
         row = connection.execute(
             f"SELECT MIN(originator_version) FROM {meta.EVENTS_TABLE} "
             "WHERE originator_id=? AND rowid>?",
-            (run_id.hex, position),
+            (recorder.run_key(run_id), position),
         ).fetchone()
     finally:
         readers.give_back(connection)
@@ -139,14 +162,17 @@ def _close(recorder: SQLiteRecorder, datastore: SQLiteDatastore) -> None:
     datastore.close()
 
 
-def erase_runs(datastore: Datastore, has_views: bool, run_ids: Sequence[UUID]) -> int:
+def erase_runs(
+    datastore: Datastore, recorder: SQLiteRecorder, has_views: bool, run_ids: Sequence[UUID]
+) -> int:
     """Delete the runs' events and snapshots, counting one more erasure generation, in one
     transaction; return the events deleted."""
     removed = 0
     with datastore.transaction(commit=True) as cursor:
         meta.bump_generation(cursor, meta.META_TABLE)
         for run_id in run_ids:
-            cursor.execute(f"DELETE FROM {meta.EVENTS_TABLE} WHERE originator_id=?", (run_id.hex,))
+            key = recorder.run_key(run_id)
+            cursor.execute(f"DELETE FROM {meta.EVENTS_TABLE} WHERE originator_id=?", (key,))
             removed += cursor.rowcount
             if has_views:
                 cursor.execute(f"DELETE FROM {NAMES['snapshots']} WHERE run_id=?", (str(run_id),))
@@ -262,7 +288,9 @@ def _sqlite_meta(
     tables = {row[0] for row in cursor.fetchall()}
     if meta.META_TABLE in tables:
         cursor.execute(f"SELECT key, value FROM {meta.META_TABLE}")
-        return meta.settle(dict(cursor.fetchall()), settings, url.masked)
+        return meta.settle(
+            dict(cursor.fetchall()), settings, url.masked, newest=meta.COMPACT_SCHEMA
+        )
     foreign = sorted(t for t in tables if not t.startswith("sqlite_"))
     if foreign:
         raise StoreError(
@@ -274,7 +302,8 @@ def _sqlite_meta(
 
 
 def _create_meta(cursor: Any, settings: meta.AtRest) -> meta.AtRest:
-    """Create the meta table of a new store (inside the caller's write transaction)."""
+    """Create the meta table of a new store (inside the caller's write transaction), its
+    events compact unless the settings ask for the older layout."""
     cursor.execute(
         f"CREATE TABLE IF NOT EXISTS {meta.META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
     )

@@ -52,6 +52,10 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         self.readers = ReaderConnections(datastore.uri, timeout)
         self.writer = writer
 
+    def run_key(self, run_id: UUID) -> str | bytes:
+        """What the events table holds for `run_id`: its 32 hex characters."""
+        return run_id.hex
+
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
@@ -72,7 +76,7 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
                 run_id = stored.originator_id
                 key = run_id.hex if isinstance(run_id, UUID) else run_id
             params += (key, stored.originator_version, stored.topic, stored.state)
-        last = self.writer.insert(_insert(self.events_table_name, count), params)
+        last = self.writer.insert(insert_statement(self.events_table_name, count), params)
         assert last is not None  # an INSERT sets it
         return list(range(last - count + 1, last + 1))
 
@@ -87,8 +91,9 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
     ) -> Sequence[StoredEvent]:
         """The run's stored events with `gt < version <= lte`, in version order, at most `limit`."""
         run_id = originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
-        statement = _select(self.events_table_name, gt is not None, lte is not None, desc,
-                            limit is not None)  # fmt: skip
+        statement = select_statement(
+            self.events_table_name, gt is not None, lte is not None, desc, limit is not None
+        )
         params = [run_id.hex, *(p for p in (gt, lte, limit) if p is not None)]
         connection = self.readers.borrow()
         try:
@@ -103,13 +108,13 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
 
 
 @functools.cache
-def _insert(table: str, count: int) -> str:
+def insert_statement(table: str, count: int) -> str:
     """The ``INSERT`` of `count` events in one statement."""
     return f"INSERT INTO {table} VALUES " + ",".join(["(?,?,?,?)"] * count)
 
 
 @functools.cache
-def _select(table: str, gt: bool, lte: bool, desc: bool, limit: bool) -> str:
+def select_statement(table: str, gt: bool, lte: bool, desc: bool, limit: bool) -> str:
     """The SELECT for one shape of query (its parameters: run id, gt, lte, limit)."""
     return (
         f"SELECT originator_version, topic, state FROM {table} WHERE originator_id=?"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 import types
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,12 @@ QUERIES: list[dict[str, Any]] = [
 ]
 
 
+@pytest.fixture(params=["compact", "text"])
+def sqlite_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new store of each events layout: compact (the default) and text (before issue 26)."""
+    return f"sqlite:///{tmp_path / 'runs.db'}?layout={request.param}"
+
+
 @pytest.fixture
 def stored(sqlite_url: str) -> Iterator[tuple[Engine, uuid.UUID]]:
     """A SQLite engine and a run of 6 events."""
@@ -65,12 +72,20 @@ class TestSelectEvents:
     def test_same_events_as_eventsourcings_read(
         self, stored: tuple[Engine, uuid.UUID], query: dict[str, Any]
     ) -> None:
-        """Every shape of query returns what eventsourcing's own select_events returns."""
+        """Every shape of query returns what eventsourcing's own select_events returns (on
+        the text layout, its own table), and the same slice of the run on either layout."""
         engine, run_id = stored
         recorder = recorder_of(engine)
-        theirs = types.MethodType(SQLiteApplicationRecorder.select_events, recorder)
+        theirs: Callable[..., Sequence[StoredEvent]]
+        if "layout=text" in engine.url:
+            theirs = types.MethodType(SQLiteApplicationRecorder.select_events, recorder)
+        else:
+            theirs = functools.partial(sliced, recorder.select_events(run_id))
         for asked in (run_id, run_id.hex):
             assert recorder.select_events(asked, **query) == theirs(asked, **query)
+            assert recorder.select_events(asked, **query) == sliced(
+                recorder.select_events(run_id), asked, **query
+            )
 
     def test_an_unknown_run_has_no_events(self, stored: tuple[Engine, uuid.UUID]) -> None:
         """A run id the store never saw reads as no events, not an error."""
@@ -199,13 +214,29 @@ def stored_events(run_id: uuid.UUID, versions: range) -> list[StoredEvent]:
     return [StoredEvent(run_id, v, "t", f'{{"v":{v}}}'.encode()) for v in versions]
 
 
+def sliced(
+    events: Sequence[StoredEvent],
+    asked: object,
+    *,
+    gt: int | None = None,
+    lte: int | None = None,
+    desc: bool = False,
+    limit: int | None = None,
+) -> list[StoredEvent]:
+    """What select_events means: a run's `events` with gt < version <= lte, ordered, limited."""
+    low, high = -1 if gt is None else gt, float("inf") if lte is None else lte
+    kept = [e for e in events if low < e.originator_version <= high]
+    kept.sort(key=lambda e: e.originator_version, reverse=desc)
+    return kept if limit is None else kept[:limit]
+
+
 def rowids(engine: Engine, run_id: uuid.UUID) -> list[int]:
     """The notification ids (rowids) the file holds for the run, by version."""
-    path = engine.url.removeprefix("sqlite:///")
+    path = engine.url.removeprefix("sqlite:///").split("?")[0]
     with sqlite3.connect(path) as conn:
         rows = conn.execute(
             "SELECT rowid FROM stagetrail_events WHERE originator_id=? ORDER BY originator_version",
-            (run_id.hex,),
+            (recorder_of(engine).run_key(run_id),),
         )
         return [rowid for (rowid,) in rows]
 

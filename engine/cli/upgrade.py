@@ -1,0 +1,41 @@
+"""`stagetrail upgrade`: rewrite an older SQLite store compact, into a copy or in place."""
+
+from __future__ import annotations
+
+import sys
+
+from engine.cli.common import Output, open_engine
+from engine.cli.verify import verify_all
+from engine.store import StoreError, Upgraded, parse, upgrade_copy, upgrade_in_place
+
+
+def upgrade_store(url: str, target: str | None, *, in_place: bool, as_json: bool) -> bool:
+    """Upgrade the store `url` into `target` or in place, then verify every run of the
+    result; print what was done; return whether verification found no problem.
+
+    Raises:
+        StoreError: not a SQLite store, compact already, `target` exists, or locked.
+    """
+    parsed = parse(url)
+    if parsed.scheme != "sqlite":
+        raise StoreError(parsed.masked, "only a SQLite store has an upgrade (to compact events)")
+    done = upgrade_in_place(parsed.path) if in_place else upgrade_copy(parsed.path, str(target))
+    upgraded = f"sqlite:///{done.path}"
+    if as_json:
+        with open_engine(upgraded, read_only=True) as engine:
+            ok = verify_all(engine, as_json=True)
+        return ok
+    _print(done)
+    with open_engine(upgraded, read_only=True) as engine:
+        return verify_all(engine, as_json=False)
+
+
+def _print(done: Upgraded) -> None:
+    change = done.bytes_after / done.bytes_before - 1 if done.bytes_before else 0.0
+    # A small store can grow by the topics table's pages: say so rather than "-29% smaller".
+    size = f"{abs(change):.0%} {'smaller' if change <= 0 else 'larger'}"
+    Output().line(
+        f"upgraded to compact events: {done.path} ({done.events:,} events, "
+        f"{done.bytes_before:,} -> {done.bytes_after:,} bytes, {size}); verifying"
+    )
+    sys.stdout.flush()
