@@ -42,10 +42,12 @@ class Observer(Protocol):
 class Follower(Protocol):
     """What follows a run's committed events (the writer's snapshots of a long run)."""
 
-    def committed(self, events: Sequence[Event], state: RunState) -> None:
+    def committed(self, events: Sequence[Event], state: RunState) -> RunState | None:
         """`events` were written, the run's newest; `state` is the machine state after them.
 
-        It must not raise: the events are stored whatever it does.
+        Returns an equal state for the unit to hold instead (one whose older part is
+        made from a snapshot only when walked), or None. It must not raise: the events
+        are stored whatever it does.
         """
 
 
@@ -279,7 +281,11 @@ class UnitOfWork:
         del self.events[:count]
         self.stored, self.stored_link = reached, link
         for follower in self.followers:
-            follower.committed(written, reached)
+            lighter = follower.committed(written, reached)
+            if lighter is not None and self.stored is reached:
+                self.stored = lighter
+                if self.state is reached:  # nothing recorded since the commit began
+                    self.state = lighter
 
     def _lost(self) -> None:
         """A commit failed: nothing pending was written, nor can be (later events follow it)."""

@@ -56,20 +56,26 @@ class SnapshotKeeper:
         self._held: dict[str, tuple[int, int, Any]] = {}
         """Per projection: the generation and version of its state held, and the state."""
 
-    def committed(self, events: Sequence[Event], state: RunState) -> None:
-        """Fold what was written into the states held; store snapshots at a crossing."""
+    def committed(self, events: Sequence[Event], state: RunState) -> RunState | None:
+        """Fold what was written into the states held; store snapshots at a crossing.
+
+        Returns, at a crossing, the machine state as its snapshot restores it, for the
+        writer to hold: its stack's older part is then made only when walked, so the
+        next snapshot writes only what changed since (never a walk of the whole stack).
+        """
         if not events:
-            return
+            return None
         first, last = events[0].version, state.version
         for projection in self._projections:
             self._advance(projection, events, first)
         if last // self.interval == (first - 1) // self.interval:
-            return
+            return None
         try:
-            self._keep(state)
+            return self._keep(state)
         except Exception as error:  # the events are stored: only the speed-up is lost
             _log.warning("snapshots of run %s not kept: %s", state.run_id, error)
             self._held.clear()
+            return None
 
     def _advance(self, projection: Projection[Any], events: Sequence[Event], first: int) -> None:
         held = self._held.get(projection.name)
@@ -81,12 +87,13 @@ class SnapshotKeeper:
         state = projection.fold(events, held[2])
         self._held[projection.name] = (held[0], events[-1].version, state)
 
-    def _keep(self, machine: RunState) -> None:
+    def _keep(self, machine: RunState) -> RunState | None:
         travel, run_id, version = self._travel, machine.run_id, machine.version
         generation = self._reader.generation()
-        travel.keep(run_id, MachineFold(), version, (self._pipeline, machine), generation)
         for projection in self._projections:
             self._keep_one(run_id, projection, version, generation)
+        kept = travel.keep(run_id, MachineFold(), version, (self._pipeline, machine), generation)
+        return None if kept is None else kept[1]
 
     def _keep_one(
         self, run_id: UUID, projection: Projection[Any], version: int, generation: int
