@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from engine.store.views import Views
+from projections import collector
 from projections.base import EventSource, Projection
 from projections.collector import collector_paused
 from projections.errors import ProjectionStateError
@@ -164,6 +165,7 @@ class TimeTravel:
         storer = _Storer(self, key, projection, stored_size)
         apply, relevant = projection.apply, projection.relevant
         deferring = type(projection).restore is not Projection.restore
+        left = every = collector.COLLECT_EVERY
         with collector_paused() as tick:
             for event in self._reader.stream(run_id, gt=start, lte=version):
                 if relevant(event):
@@ -176,7 +178,10 @@ class TimeTravel:
                         # the state's newest part, not the whole run.
                         state = projection.restore(data, self._events(key))
                     fresh.append((event.version, state))
-                tick()
+                left -= 1
+                if not left:
+                    tick()
+                    left = every
         if not fresh or fresh[-1][0] != version:
             fresh.append((version, state))  # the same question again: no fold at all
         self._remember(key, fresh)
