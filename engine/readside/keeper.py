@@ -23,8 +23,11 @@ from engine.readside.snapshots import SNAPSHOT_INTERVAL, EventReader, TimeTravel
 from events import Event
 from projections import Projection, StateStack
 
-KEEP_INTERVAL = 4 * SNAPSHOT_INTERVAL
-"""Events between two snapshots a writer stores (a reader then folds at most this many)."""
+KEEP_INTERVAL = 10 * SNAPSHOT_INTERVAL
+"""Events between two snapshots a writer stores (a reader then folds at most this many).
+
+Each costs the writer one more small transaction: at 5,000 events, one per 50
+commits of 100 events, while a fresh reader folds at most ~20 ms of events."""
 
 KEPT: tuple[type[Projection[Any]], ...] = (StateStack,)
 """The projections a writer keeps snapshots of, beside the machine (`Engine.load`)."""
@@ -39,7 +42,7 @@ class SnapshotKeeper:
         travel: the engine's time travel (its store, codec and memory of snapshots).
         reader: the store, for its erasure generation.
         pipeline: the run's pipeline (the machine snapshot's table).
-        interval: events between two snapshots.
+        interval: events between two snapshots (default `KEEP_INTERVAL`).
     """
 
     def __init__(
@@ -48,10 +51,10 @@ class SnapshotKeeper:
         reader: EventReader,
         pipeline: Pipeline,
         *,
-        interval: int = KEEP_INTERVAL,
+        interval: int | None = None,
     ) -> None:
         self._travel, self._reader, self._pipeline = travel, reader, pipeline
-        self.interval = interval
+        self.interval = KEEP_INTERVAL if interval is None else interval
         self._projections = [kind() for kind in KEPT]
         self._held: dict[str, tuple[int, int, Any]] = {}
         """Per projection: the generation and version of its state held, and the state."""

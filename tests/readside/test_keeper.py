@@ -9,12 +9,14 @@ import pytest
 
 from engine import Engine, Pipeline
 from engine.machine import MachineFold, replay
-from engine.readside import KEEP_INTERVAL, TimeTravel
+from engine.readside import TimeTravel, keeper
 from engine.run import Run
 from events import RunStarted
 from projections import StateStack
 from tests.readside.test_snapshots import CountingReader
 
+KEEP_INTERVAL = 2_000
+"""A shorter interval than the shipped one, to keep these runs short."""
 KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
 LOOP = Pipeline(
     "loop",
@@ -46,6 +48,12 @@ def snapshot_rows(url: str, run_id: uuid.UUID | None = None) -> list[tuple[str, 
     with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
         rows = db.execute("SELECT run_id, projection, version, state FROM stagetrail_snapshots")
         return [(p, v, s) for r, p, v, s in rows if run_id is None or r == str(run_id)]
+
+
+@pytest.fixture(autouse=True)
+def short_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers keep a snapshot every `KEEP_INTERVAL` events in these tests."""
+    monkeypatch.setattr(keeper, "KEEP_INTERVAL", KEEP_INTERVAL)
 
 
 class TestSnapshotKeeper:
