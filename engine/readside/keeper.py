@@ -7,7 +7,10 @@ it stores a snapshot of the machine (the writer's own state: no fold at all)
 and of each kept projection (`KEPT`), folded from its previous snapshot over the
 events just written — in memory, never a read or a decode of the run. Short runs
 cost one comparison per commit. Snapshots go through `TimeTravel.keep`: sealed by
-the store's codec, keyed by the erasure generation they were read in.
+the store's codec, keyed by the erasure generation they were read in. A unit
+committing through an event loop (`commit_async`) hears of its commit on the
+loop's thread, so there the crossing's small write runs on it too: one per
+`KEEP_INTERVAL` events.
 """
 
 from __future__ import annotations
