@@ -277,7 +277,7 @@ class UnitOfWork:
     def _kept(self, count: int, reached: RunState, link: bytes | None) -> None:
         """A commit of the first `count` pending events succeeded."""
         del self.pending[:count]  # what was recorded meanwhile stays pending
-        written = self.events[:count]
+        written = self.events[:count] if self.followers else ()
         del self.events[:count]
         self.stored, self.stored_link = reached, link
         for follower in self.followers:

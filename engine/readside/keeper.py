@@ -58,7 +58,7 @@ class SnapshotKeeper:
     ) -> None:
         self._travel, self._reader, self._pipeline = travel, reader, pipeline
         self.interval = KEEP_INTERVAL if interval is None else interval
-        self._projections = [kind() for kind in KEPT]
+        self._projections: list[Projection[Any]] = []  # made at the first crossing
         self._held: dict[str, tuple[int, int, Any]] = {}
         """Per projection: the generation and version of its state held, and the state."""
 
@@ -72,8 +72,9 @@ class SnapshotKeeper:
         if not events:
             return None
         first, last = events[0].version, state.version
-        for projection in self._projections:
-            self._advance(projection, events, first)
+        if self._held:  # nothing is held before the first crossing: short runs skip this
+            for projection in self._projections:
+                self._advance(projection, events, first)
         if last // self.interval == (first - 1) // self.interval:
             return None
         try:
@@ -96,6 +97,8 @@ class SnapshotKeeper:
     def _keep(self, machine: RunState) -> RunState | None:
         travel, run_id, version = self._travel, machine.run_id, machine.version
         generation = self._reader.generation()
+        if not self._projections:
+            self._projections = [kind() for kind in KEPT]
         for projection in self._projections:
             self._keep_one(run_id, projection, version, generation)
         kept = travel.keep(run_id, MachineFold(), version, (self._pipeline, machine), generation)
