@@ -7,9 +7,9 @@ payload JSON), written in the same transactions. Each step runs in a process of
 its own, so its peak RSS is its own:
 
 * record: the run recorded (seconds, peak RSS);
-* first read, a fresh process right after recording: `StateStack` at N/2, at
-  N-5 in the same process, the same again, a full fold of `RetryCounts`
-  (events/s), `engine.load`, peak RSS;
+* first read, a fresh process right after recording (only the snapshots the
+  writer kept are there): `StateStack` at N/2, at N-5 in the same process, the
+  same again, a full fold of `RetryCounts` (events/s), `engine.load`, peak RSS;
 * second read, another fresh process (the snapshots the first reader stored are
   there): `StateStack` at N/3 and at N-7, `engine.load`, peak RSS;
 * raw: the same events into raw sqlite3 (seconds), reading and decoding the

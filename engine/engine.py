@@ -28,8 +28,8 @@ from engine.errors import (
 )
 from engine.machine import MachineFold, RunState, replay
 from engine.pipeline import Pipeline
-from engine.readside import Projections, ReadOnlyViews, TimeTravel
-from engine.run import Run
+from engine.readside import Projections, ReadOnlyViews, SnapshotKeeper, TimeTravel
+from engine.run import Run, unit_of
 from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
 from engine.verify import VerifyReport, verify_chain, verify_stored
@@ -218,7 +218,7 @@ class Engine:
             RunNotFound: no such run.
         """
         pipeline, state = self._fold(self._run_id(run_id))
-        return Run(self.store, pipeline, state)
+        return self._handle(Run(self.store, pipeline, state))
 
     def events(self, run_id: UUID | str, upto: int | datetime | None = None) -> list[Event]:
         """The run's events, oldest first; `upto` a version, or a time (events at or before it).
@@ -594,7 +594,16 @@ class Engine:
         except ConcurrencyConflict:
             raise RunAlreadyExists(started.run_id) from None
         begun = (started, *copies) if len(copies) < _KEPT_COPIES else ()
-        return Run(self.store, pipeline, state, begun=begun, link=links[started.run_id])
+        return self._handle(
+            Run(self.store, pipeline, state, begun=begun, link=links[started.run_id])
+        )
+
+    def _handle(self, run: Run) -> Run:
+        """`run`, its writes followed by a keeper of its snapshots (see docs/time-travel.md)."""
+        if self._time_travel.stores:
+            keeper = SnapshotKeeper(self._time_travel, self.store, run.pipeline)
+            unit_of(run).followers.append(keeper)
+        return run
 
     def _run_id(self, run_id: UUID | str) -> UUID:
         if isinstance(run_id, UUID):

@@ -73,12 +73,17 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
         raise EventFormatError(topic, _field_mismatch(cls, state)) from None
 
 
-def decode_many(rows: Iterable[tuple[str, dict[str, Any], int]], run_id: UUID) -> list[Event]:
+def decode_many(
+    rows: Iterable[tuple[str, Any, int]], run_id: UUID, *, extra: str | None = None
+) -> list[Event]:
     """`decode` of many events of one run: (topic, state, version) each, in order.
 
     The common case (the class's current version, no field decoders, as many
     keys as fields) is built inline with the lookups made once per topic;
     anything else goes through `decode`, which checks and upcasts it.
+
+    Args:
+        extra: a key a state may hold beside its fields (the store's own), dropped first.
 
     Raises:
         EventFormatError: as `decode` does.
@@ -91,7 +96,19 @@ def decode_many(rows: Iterable[tuple[str, dict[str, Any], int]], run_id: UUID) -
         plan = plans.get(topic)
         if plan is None:
             plan = plans[topic] = _plan(topic)
-        if plan is False or type(state) is not dict or not _plain(state, plan):
+        if type(state) is not dict:
+            append(decode(topic, state, run_id, version))
+            continue
+        if extra is not None:
+            state.pop(extra, None)
+        # Inline, the test `decode` makes first: current version, as many keys as fields
+        # (a class at version 1 stores no version key; a later one stores its number).
+        if (
+            plan is False
+            or len(state) != plan[0]
+            or (plan[3] and not _current(state, plan[3]))
+            or (not plan[3] and "class_version" in state)
+        ):
             append(decode(topic, state, run_id, version))
             continue
         try:
@@ -113,26 +130,21 @@ def decode_many(rows: Iterable[tuple[str, dict[str, Any], int]], run_id: UUID) -
 
 
 def _plan(topic: str) -> Any:
-    """(field count, builder, class) for `decode_many`'s inline path, or False for `decode`'s."""
+    """(stored keys, builder, class, current version if > 1 else 0) for `decode_many`'s
+    inline path, or False for `decode`'s."""
     cls = EVENT_TYPES.get(topic)
     if cls is None or cls.decoders:
         return False
-    return len(_stored_fields(cls)), builder(cls), cls
+    later = cls.class_version if cls.class_version > 1 else 0
+    return len(_stored_fields(cls)) + (later > 0), builder(cls), cls, later
 
 
-def _plain(state: dict[str, Any], plan: Any) -> bool:
-    """Whether `state` is in its class's current version with as many keys as fields.
-
-    The class version key is dropped then (as `_upcast` does): nothing to upcast.
-    """
-    current = plan[2].class_version
-    stored = state.get("class_version", 1)
-    if stored != current or type(stored) is not int:
+def _current(state: dict[str, Any], version: int) -> bool:
+    """Whether `state` stores class version `version` (then its version key is dropped)."""
+    stored = state.get("class_version")
+    if stored != version or type(stored) is not int:
         return False
-    if len(state) != plan[0] + (current > 1):
-        return False
-    if current > 1:
-        del state["class_version"]
+    del state["class_version"]
     return True
 
 

@@ -30,8 +30,9 @@ def collector_paused() -> Iterator[Callable[[], None]]:
     a user's worker), since the threshold is the whole process's: elsewhere the
     collector is left exactly as it was. Reference counting still frees
     everything at once, the collector still runs on its own every
-    `FOLD_THRESHOLD` allocations, and `tick` runs a young collection every
-    `COLLECT_EVERY` events, so a handler that creates cycles piles up no garbage.
+    `FOLD_THRESHOLD` allocations, and the fold calls `tick` every `COLLECT_EVERY`
+    events (a countdown of its own: no call per event), which runs a young
+    collection, so a handler that creates cycles piles up no garbage.
     """
     if (
         not gc.isenabled()  # paused by the caller: leave it to them
@@ -40,13 +41,9 @@ def collector_paused() -> Iterator[Callable[[], None]]:
     ):
         yield no_tick
         return
-    count = 0
 
     def tick() -> None:
-        nonlocal count
-        count += 1
-        if count % COLLECT_EVERY == 0:
-            gc.collect(0)
+        gc.collect(0)
 
     thresholds = gc.get_threshold()
     gc.set_threshold(FOLD_THRESHOLD, *thresholds[1:])
@@ -58,4 +55,4 @@ def collector_paused() -> Iterator[Callable[[], None]]:
 
 
 def no_tick() -> None:
-    """The `tick` of a fold that leaves the collector as it is."""
+    """The `tick` of a fold that leaves the collector as it is (called every `COLLECT_EVERY`)."""

@@ -8,6 +8,6 @@ runs in an event loop share their transactions, written in a worker thread.
 from __future__ import annotations
 
 from engine.commit.group import Commit, GroupCommitter, shared
-from engine.commit.unit import Mark, Observer, UnitOfWork
+from engine.commit.unit import Follower, Mark, Observer, UnitOfWork
 
-__all__ = ["Commit", "GroupCommitter", "Mark", "Observer", "UnitOfWork", "shared"]
+__all__ = ["Commit", "Follower", "GroupCommitter", "Mark", "Observer", "UnitOfWork", "shared"]

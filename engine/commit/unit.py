@@ -39,6 +39,18 @@ class Observer(Protocol):
         """The events after `version` were taken back: a batch raised, or a commit failed."""
 
 
+class Follower(Protocol):
+    """What follows a run's committed events (the writer's snapshots of a long run)."""
+
+    def committed(self, events: Sequence[Event], state: RunState) -> RunState | None:
+        """`events` were written, the run's newest; `state` is the machine state after them.
+
+        Returns an equal state for the unit to hold instead (one whose older part is
+        made from a snapshot only when walked), or None. It must not raise: the events
+        are stored whatever it does.
+        """
+
+
 class Mark:
     """Where a grouping began: the run's state and chain link then, and how much was pending."""
 
@@ -60,6 +72,7 @@ class UnitOfWork:
         batches: open `run.batch()` blocks among them (a supervisor refuses to run inside one).
         clock: what stamps each event (a supervisor's clock while it drives the run).
         observers: told of every event recorded and every one taken back.
+        followers: told of the events of every commit, once written.
         link: the chain link of the newest event recorded (None: not known yet, read
             from the store before the next event is sealed).
         stored_link: the same for the newest event the store holds, as far as known.
@@ -72,6 +85,7 @@ class UnitOfWork:
         "begun",
         "clock",
         "events",
+        "followers",
         "groups",
         "link",
         "observers",
@@ -93,6 +107,7 @@ class UnitOfWork:
         self.batches = 0
         self.clock: Callable[[], datetime] = utc_now
         self.observers: list[Observer] = []
+        self.followers: list[Follower] = []
         self._stampings = 0
         self._committing: asyncio.Future[None] | None = None
         self.link: bytes | None = None
@@ -274,9 +289,16 @@ class UnitOfWork:
     def _kept(self, count: int, reached: RunState, link: bytes | None) -> None:
         """A commit of the first `count` pending events succeeded."""
         del self.pending[:count]  # what was recorded meanwhile stays pending
+        written = self.events[:count] if self.followers else ()
         del self.events[:count]
         self.stored, self.stored_link = reached, link
         self.unwritten = None
+        for follower in self.followers:
+            lighter = follower.committed(written, reached)
+            if lighter is not None and self.stored is reached:
+                self.stored = lighter
+                if self.state is reached:  # nothing recorded since the commit began
+                    self.state = lighter
 
     def _lost(self) -> None:
         """A commit failed: nothing pending was written, nor can be (later events follow it)."""

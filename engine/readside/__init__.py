@@ -2,21 +2,26 @@
 
 `persistent` runs registered projections over every run's events with
 eventsourcing's tracking records (exactly once, resumable, rebuildable);
-`snapshots` keeps time-travel snapshots of one run's projection states;
+`snapshots` keeps time-travel snapshots of one run's projection states, and
+`keeper` has a run's writer store them as the run grows;
 `overlay` serves a store opened read-only, folding newer events in memory.
 The tables these write are each backend's own (`engine.store`).
 """
 
 from __future__ import annotations
 
+from engine.readside.keeper import KEEP_INTERVAL, KEPT, SnapshotKeeper
 from engine.readside.overlay import ReadOnlyViews
 from engine.readside.persistent import Projections, ProjectionStatus
 from engine.readside.snapshots import SNAPSHOT_INTERVAL, TimeTravel
 
 __all__ = [
+    "KEEP_INTERVAL",
+    "KEPT",
     "Projections",
     "ProjectionStatus",
     "ReadOnlyViews",
     "SNAPSHOT_INTERVAL",
+    "SnapshotKeeper",
     "TimeTravel",
 ]

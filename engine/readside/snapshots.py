@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from engine.store.views import Views
+from projections import collector
 from projections.base import EventSource, Projection
 from projections.collector import collector_paused
 from projections.errors import ProjectionStateError
@@ -110,6 +111,46 @@ class TimeTravel:
             if self._reader.generation() == generation:
                 return state
 
+    @property
+    def stores(self) -> bool:
+        """Whether snapshots are stored (a store with views), not only kept in memory."""
+        return self._views is not None
+
+    def reach(
+        self, run_id: UUID, projection: Projection[Any], version: int, generation: int, most: int
+    ) -> Any:
+        """The state after event `version`, if the nearest snapshot lies at most `most` back.
+
+        For a writer keeping snapshots as its run grows: the fold walks only the
+        events since that snapshot (storing snapshots on the way); None when there is
+        none that near (an older store's long run: its first reader folds it).
+        """
+        self._follow(generation)
+        key = (generation, run_id, projection.name, projection.identity())
+        start = self._start(key, projection, version)[0] if version >= self.interval else 0
+        if version - start > most:
+            return None
+        return self._fold(key, projection, version)
+
+    def keep(
+        self, run_id: UUID, projection: Projection[Any], version: int, state: Any, generation: int
+    ) -> Any:
+        """Store `state`, the projection's after event `version`, as a snapshot read in
+        `generation`; the state to go on folding from (restored: its older part deferred).
+
+        A writer's: its fold of the events it wrote, never a read of the run.
+        """
+        key = (generation, run_id, projection.name, projection.identity())
+        storer = _Storer(self, key, projection, 0)
+        storer.spacing = 1  # due now, whatever the version
+        data = storer.offer(version, state)
+        if data is not None and type(projection).restore is not Projection.restore:
+            state = projection.restore(data, self._events(key))
+        self._follow(generation)
+        self._remember(key, [(version, state)])
+        storer.flush()
+        return state
+
     def _follow(self, generation: int) -> None:
         """Forget the snapshots in memory when runs were erased since they were taken."""
         with self._lock:
@@ -124,6 +165,7 @@ class TimeTravel:
         storer = _Storer(self, key, projection, stored_size)
         apply, relevant = projection.apply, projection.relevant
         deferring = type(projection).restore is not Projection.restore
+        left = every = collector.COLLECT_EVERY
         with collector_paused() as tick:
             for event in self._reader.stream(run_id, gt=start, lte=version):
                 if relevant(event):
@@ -136,7 +178,10 @@ class TimeTravel:
                         # the state's newest part, not the whole run.
                         state = projection.restore(data, self._events(key))
                     fresh.append((event.version, state))
-                tick()
+                left -= 1
+                if not left:
+                    tick()
+                    left = every
         if not fresh or fresh[-1][0] != version:
             fresh.append((version, state))  # the same question again: no fold at all
         self._remember(key, fresh)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
@@ -235,17 +236,14 @@ class EventMapper(Mapper[UUID]):
         if states is None:
             return [self.to_domain_event(stored) for stored in stored_events]
         run_id = stored_events[0].originator_id
-        if any(stored.originator_id != run_id for stored in stored_events):
+        # A recorder's page shares one id object: compared by identity in C, by value if not.
+        if len(set(map(id, map(_originator, stored_events)))) > 1 and any(
+            stored.originator_id != run_id for stored in stored_events
+        ):
             return [self.to_domain_event(stored) for stored in stored_events]
-        for state in states:
-            if type(state) is dict:
-                state.pop(FIELD, None)  # the link is the store's, not the event's
-        rows = [
-            (stored.topic, state, stored.originator_version)
-            for stored, state in zip(stored_events, states, strict=True)
-        ]
-        try:
-            return decode_many(rows, _as_uuid(run_id))
+        rows = zip(map(_topic, stored_events), states, map(_version, stored_events), strict=True)
+        try:  # the link is the store's, not the event's: dropped as each is decoded
+            return decode_many(rows, _as_uuid(run_id), extra=FIELD)
         except EventFormatError:  # which one: decoded again alone, it names its version
             return [self.to_domain_event(stored) for stored in stored_events]
 
@@ -255,6 +253,11 @@ class EventMapper(Mapper[UUID]):
             stored_event.topic,
             f"run {stored_event.originator_id} version {stored_event.originator_version}: {reason}",
         )
+
+
+_originator = attrgetter("originator_id")
+_topic = attrgetter("topic")
+_version = attrgetter("originator_version")
 
 
 def _as_uuid(value: UUID | str) -> UUID:

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import uuid
+from typing import Any
+
+import pytest
+
+from engine import Engine, Pipeline
+from engine.machine import MachineFold, replay
+from engine.readside import TimeTravel, keeper
+from engine.run import Run
+from events import RunStarted
+from projections import StateStack
+from tests.readside.test_snapshots import CountingReader
+
+KEEP_INTERVAL = 2_000
+"""A shorter interval than the shipped one, to keep these runs short."""
+KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
+LOOP = Pipeline(
+    "loop",
+    initial="work",
+    transitions=[
+        ("work", "completed", "work"),
+        ("work", "failed", "work"),
+        ("work", "end", "done"),
+    ],
+    final=["done"],
+)
+
+
+def record(run: Run, outcomes: int, per_commit: int = 300) -> None:
+    """`outcomes` outcomes of the loop (1 in 7 failed, a rollback in 50), in batches."""
+    for start in range(0, outcomes, per_commit):
+        with run.batch():
+            for index in range(start, min(start + per_commit, outcomes)):
+                if index % 50 == 49:
+                    run.rollback(2, reason="again")
+                elif index % 7 == 0:
+                    run.stage_failed("work", error=f"e{index}")
+                else:
+                    run.stage_completed("work", result={"i": index})
+
+
+def snapshot_rows(url: str, run_id: uuid.UUID | None = None) -> list[tuple[str, int, bytes]]:
+    """(projection, version, sealed state) of the stored snapshots, of one run if given."""
+    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
+        rows = db.execute("SELECT run_id, projection, version, state FROM stagetrail_snapshots")
+        return [(p, v, s) for r, p, v, s in rows if run_id is None or r == str(run_id)]
+
+
+@pytest.fixture(autouse=True)
+def short_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers keep a snapshot every `KEEP_INTERVAL` events in these tests."""
+    monkeypatch.setattr(keeper, "KEEP_INTERVAL", KEEP_INTERVAL)
+
+
+class TestSnapshotKeeper:
+    def test_a_fresh_engine_folds_at_most_an_interval_after_a_writer(self, sqlite_url: str) -> None:
+        """No reader before: a fresh engine's state at any version folds ≤ one keep interval."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, 3 * KEEP_INTERVAL + 250)
+        with Engine(sqlite_url) as fresh:
+            events = fresh.events(run.id)
+            for at in (KEEP_INTERVAL + 10, 2 * KEEP_INTERVAL + 777, len(events)):
+                reader = CountingReader(fresh.store)
+                state = TimeTravel(reader, fresh.store.views).project(run.id, StateStack(), at)
+                assert reader.count <= KEEP_INTERVAL
+                assert state == StateStack().fold(events[:at])
+
+    def test_a_fresh_engine_loads_from_the_writers_machine_snapshot(self, sqlite_url: str) -> None:
+        """engine.load after a writer folds only the events after its newest snapshot."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, 2 * KEEP_INTERVAL + 450)
+            run.stage_started("work")
+        with Engine(sqlite_url) as fresh:
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            reader = CountingReader(fresh.store)
+            folded = TimeTravel(reader, fresh.store.views).project(
+                run.id, MachineFold(), len(rest) + 1
+            )
+            assert reader.count <= 300  # the commits after the last crossing
+            assert folded is not None
+            assert folded[1] == replay(first, rest)[1] == fresh.load(run.id).machine
+            loaded = fresh.load(run.id)
+            loaded.stage_completed("work", outcome="end")
+            assert fresh.verify(run.id).ok
+
+    def test_the_writer_reads_the_run_only_at_its_first_crossing(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """After the first snapshot, a writer folds what it writes: it reads no event back."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL + 100)
+            reads: list[Any] = []
+            select = engine.store.recorder.select_events
+
+            def observed(*args: Any, **kwargs: Any) -> Any:
+                reads.append(kwargs)
+                return select(*args, **kwargs)
+
+            monkeypatch.setattr(engine.store.recorder, "select_events", observed)
+            record(run, 3 * KEEP_INTERVAL)
+            assert reads == []
+        versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url) if p == StateStack.name)
+        assert len([v for v in versions if v > KEEP_INTERVAL + 100]) == 3
+
+    def test_short_runs_store_no_snapshot(self, sqlite_url: str) -> None:
+        """A run that never reaches the keep interval costs no snapshot."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL - 10)
+        assert snapshot_rows(sqlite_url) == []
+
+    def test_writers_snapshots_are_sealed_by_the_stores_cipher(self, sqlite_url: str) -> None:
+        """The snapshots a writer stores go through the store's cipher: no plain text."""
+        with Engine(sqlite_url, cipher_key=KEY) as engine:
+            run = engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL + 10)
+        rows = snapshot_rows(sqlite_url)
+        assert {p for p, _, _ in rows} == {StateStack.name, MachineFold.name}
+        for _, _, sealed in rows:
+            assert b"work" not in sealed
+            assert b"loop" not in sealed
+        with Engine(sqlite_url, cipher_key=KEY) as fresh:
+            events = fresh.events(run.id)
+            assert fresh.project(run.id, StateStack) == StateStack().fold(events)
+
+    def test_an_erased_runs_writer_snapshots_are_gone_and_never_served(
+        self, sqlite_url: str
+    ) -> None:
+        """Compaction removes a deleted run's snapshots; newer ones are of a new generation."""
+        with Engine(sqlite_url) as engine:
+            doomed, kept = engine.start_run(LOOP), engine.start_run(LOOP)
+            record(doomed, KEEP_INTERVAL + 10)
+            doomed.finish("deleted")
+            before = engine.store.generation()
+            engine.compact()
+            assert snapshot_rows(sqlite_url, doomed.id) == []
+            record(kept, KEEP_INTERVAL + 10)
+        with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as db:
+            generations = {g for (g,) in db.execute("SELECT generation FROM stagetrail_snapshots")}
+        assert generations == {before + 1}
+
+    def test_two_writers_of_one_run_keep_correct_snapshots(self, sqlite_url: str) -> None:
+        """Handles writing one run in turns fold only their own commits' events in order."""
+        with Engine(sqlite_url) as engine:
+            first = engine.start_run(LOOP)
+            record(first, KEEP_INTERVAL + 50)
+            second = engine.load(first.id)
+            record(second, KEEP_INTERVAL)
+            first.refresh()
+            record(first, KEEP_INTERVAL)
+        with Engine(sqlite_url) as fresh:
+            events = fresh.events(first.id)
+            for at in (KEEP_INTERVAL * 2 + 60, len(events)):
+                assert fresh.project(first.id, StateStack, at=at) == StateStack().fold(events[:at])
