@@ -203,7 +203,6 @@ class RunIndex(Projection["RunSummary | None"]):
         data = state.to_json()
         data["updated"] = iso(state.updated)
         data["moves"] = as_rows(state.moves)
-        data["states"] = []
         data["state_names"], data["state_codes"] = pack_states(state.states.runs())
         data["state_count"] = len(state.states)
         return data

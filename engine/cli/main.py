@@ -172,6 +172,13 @@ def show(run: str, start: int, limit: str, store: str | None, as_json: bool) -> 
     metavar="N|all",
     help="Show the newest N frames of a state stack, or all of them.",
 )
+@click.option(
+    "--items",
+    default="100",
+    show_default=True,
+    metavar="N|all",
+    help="Show N entries of each list or mapping of another projection's state, or all.",
+)
 @store_option
 @json_option
 def state(
@@ -180,23 +187,24 @@ def state(
     projection: str,
     tree: bool,
     frames: str,
+    items: str,
     store: str | None,
     as_json: bool,
 ) -> None:
     """A projection of a run, now or at a past point.
 
     The state stack by default (its newest 20 frames; --frames N or all); --projection
-    names any built-in or registered one. --tree folds the run's child runs in too
-    (task tables across child runs).
+    names any built-in or registered one (100 entries of each list or mapping; --items).
+    --tree folds the run's child runs in too (task tables across child runs).
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.state import frame_limit, show_state
+    from engine.cli.state import frame_limit, item_limit, show_state
 
-    shown = frame_limit(frames)
+    shown, entries = frame_limit(frames), item_limit(items)
     with open_engine(store, read_only=True) as engine:
         show_state(
             engine, resolve_run(engine, run), at, projection, tree=tree, frames=shown,
-            as_json=as_json,
+            items=entries, as_json=as_json,
         )  # fmt: skip
 
 

@@ -41,6 +41,8 @@ FRAMES = 20
 """Frames of a state stack shown unless --frames says otherwise."""
 TREE_RUNS = 100
 """Runs of a tree that --tree --json lists, parents first (the rest are counted)."""
+ITEMS = 100
+"""Entries of each list or mapping of another projection's state shown unless --items says."""
 
 
 def frame_limit(text: str) -> int | None:
@@ -52,17 +54,47 @@ def frame_limit(text: str) -> int | None:
     return count_or_all("--frames", text)
 
 
+def item_limit(text: str) -> int | None:
+    """How many entries of each list or mapping ``--items`` asks for (None: all of them).
+
+    Raises:
+        BadOption: neither a whole number >= 1 nor ``all``.
+    """
+    return count_or_all("--items", text)
+
+
+def cut_json(value: Any, limit: int | None) -> tuple[Any, int]:
+    """`value` with every list and mapping cut to its first `limit` entries, and how many
+    entries were left out in all (a task table or a results table grows with the run)."""
+    if limit is None:
+        return value, 0
+    if isinstance(value, dict):
+        kept = list(islice(value.items(), limit))
+        left = len(value) - len(kept)
+        pairs = [(key, *cut_json(item, limit)) for key, item in kept]
+        return {key: item for key, item, _ in pairs}, left + sum(n for _, _, n in pairs)
+    if isinstance(value, list):
+        cuts = [cut_json(item, limit) for item in value[:limit]]
+        left = max(len(value) - limit, 0)
+        return [item for item, _ in cuts], left + sum(n for _, n in cuts)
+    return value, 0
+
+
 @attrs.frozen
 class Shown:
     """A state as shown: a stack cut to its newest frames, and how many were left out."""
 
     state: Any
     left_out: int = 0
+    items: int | None = ITEMS
 
     @classmethod
-    def of(cls, state: Any, limit: int | None) -> Shown:
-        """`state`, a `Stack` cut to its newest `limit` frames (None: all of them)."""
-        if not isinstance(state, Stack) or limit is None or state.depth <= limit:
+    def of(cls, state: Any, limit: int | None, items: int | None = ITEMS) -> Shown:
+        """`state`, a `Stack` cut to its newest `limit` frames (None: all of them); any
+        other state is cut when encoded, to `items` entries per list or mapping."""
+        if not isinstance(state, Stack):
+            return cls(state, items=items)
+        if limit is None or state.depth <= limit:
             return cls(state)
         newest = list(islice(state.frame_list.newest_first(), limit))
         newest.reverse()
@@ -71,10 +103,19 @@ class Shown:
 
     def fields(self, projection: Projection[Any]) -> dict[str, Any]:
         """The JSON fields: the encoded state, and for a stack its depth and frames left out."""
-        fields: dict[str, Any] = {"state": projection.encode(self.state)}
         if isinstance(self.state, Stack):
-            fields |= {"depth": self.state.depth + self.left_out, "frames_left_out": self.left_out}
-        return fields
+            return {
+                "state": projection.encode(self.state),
+                "depth": self.state.depth + self.left_out,
+                "frames_left_out": self.left_out,
+            }
+        encoded, left_out = self.encoded(projection)
+        return {"state": encoded, "items_left_out": left_out}
+
+    def encoded(self, projection: Projection[Any]) -> tuple[Any, int]:
+        """The state as JSON, cut to `items` entries per list or mapping, and the entries left
+        out."""
+        return cut_json(projection.encode(self.state), self.items)
 
 
 def show_state(
@@ -85,13 +126,15 @@ def show_state(
     *,
     tree: bool = False,
     frames: int | None = FRAMES,
+    items: int | None = ITEMS,
     as_json: bool,
 ) -> None:
     """Print `name`'s state of the run after event `--at` (default: now).
 
     With `tree`, of the run and all its child runs folded together in time order;
     `--at` may then only be a time, since versions are per run. A stack shows its
-    newest `frames` frames (None: all) and says how many older ones it left out.
+    newest `frames` frames (None: all) and says how many older ones it left out; any
+    other state its first `items` entries of each list or mapping (None: all).
 
     Raises:
         BadOption: a bad `--at`, or a version `--at N` with `tree`.
@@ -101,11 +144,11 @@ def show_state(
     if last is None:
         raise RunNotFound(run_id, engine.url)
     if tree:
-        _show_tree_state(engine, run_id, at_text, projection, frames, as_json=as_json)
+        _show_tree_state(engine, run_id, at_text, projection, frames, items, as_json=as_json)
         return
     at = last.version if at_text is None else parse_at(at_text)
     version = version_at(engine.store, run_id, at, last.version, "at")
-    shown = Shown.of(engine.project(run_id, projection, at=version), frames)
+    shown = Shown.of(engine.project(run_id, projection, at=version), frames, items)
     if as_json:
         print_json(
             {
@@ -131,6 +174,7 @@ def _show_tree_state(
     at_text: str | None,
     projection: Projection[Any],
     frames: int | None,
+    items: int | None,
     *,
     as_json: bool,
 ) -> None:
@@ -141,7 +185,7 @@ def _show_tree_state(
             at_text,
             "with --tree, give a time (2026-11-20T09:00:00Z, 90m): versions are per run",
         )
-    shown = Shown.of(engine.project(run_id, projection, at=at, tree=True), frames)
+    shown = Shown.of(engine.project(run_id, projection, at=at, tree=True), frames, items)
     runs = [_tree_member(engine, member, at) for member in engine.tree(run_id)]
     if as_json:
         print_json(
@@ -185,7 +229,14 @@ def _show(out: Output, projection: Projection[Any], shown: Shown) -> None:
     if isinstance(shown.state, Stack):
         _stack_table(out, shown.state, shown.left_out)
     else:
-        _json_block(out, projection.encode(shown.state))
+        encoded, left_out = shown.encoded(projection)
+        _json_block(out, encoded)
+        if left_out:
+            out.line(
+                f"… {left_out:,} entries not shown: --items N shows N of each list or mapping,"
+                " --items all every one",
+                "dim",
+            )
 
 
 def _stack_table(out: Output, stack: Stack, left_out: int) -> None:

@@ -120,6 +120,36 @@ class TestStateFrames:
         assert "--frames" in fails("state", run, "--frames", value, "--store", sqlite_url)
 
 
+class TestStateItems:
+    def test_another_projection_shows_100_entries_of_each_list(self, deep: tuple[str, str]) -> None:
+        """stage_results of 1,200 attempts lists 100 of them and counts the 1,100 others."""
+        url, run = deep
+        data = as_json("state", run, "--projection", "stage_results", "--store", url)
+        assert [entry["attempt"] for entry in data["state"]["work"]] == list(range(1, 101))
+        assert data["items_left_out"] == DEPTH - 100
+
+    def test_items_n_all_and_the_plain_line(self, deep: tuple[str, str]) -> None:
+        """--items 10 keeps ten entries and says so in plain output; --items all leaves none out."""
+        url, run = deep
+        out = ok("state", run, "--projection", "stage_results", "--items", "10", "--store", url)
+        assert out.splitlines()[-1] == (
+            f"… {DEPTH - 10:,} entries not shown: --items N shows N of each list or mapping,"
+            " --items all every one"
+        )
+        data = as_json(
+            "state", run, "--projection", "stage_results", "--items", "all", "--store", url
+        )
+        assert len(data["state"]["work"]) == DEPTH
+        assert data["items_left_out"] == 0
+
+    def test_run_index_shows_no_empty_stack(self, deep: tuple[str, str]) -> None:
+        """The run index's packed stack is shown as packed (its count), never as an empty list."""
+        url, run = deep
+        state = as_json("state", run, "--projection", "run_index", "--store", url)["state"]
+        assert "states" not in state
+        assert state["state_count"] == DEPTH  # one state pushed per completed attempt
+
+
 def version_column(out: str) -> list[int]:
     """The versions of the event rows in `show`'s or `replay`'s plain output."""
     return [int(v) for line in out.splitlines() if (v := line.lstrip("* ").split(" ")[0]).isdigit()]
@@ -181,6 +211,12 @@ class TestLimitValues:
         """--limit takes a whole number >= 1 or `all`; anything else is one error naming it."""
         run = str(deep_run(sqlite_url, depth=2))
         assert "--limit" in fails(command, run, "--limit", value, "--store", sqlite_url)
+
+    @pytest.mark.parametrize("option", ["--frames", "--items"])
+    def test_a_bad_state_count_is_one_error(self, sqlite_url: str, option: str) -> None:
+        """--frames and --items take a whole number >= 1 or `all`; 0 is one error naming it."""
+        run = str(deep_run(sqlite_url, depth=2))
+        assert option in fails("state", run, option, "0", "--store", sqlite_url)
 
     @pytest.mark.parametrize("command", ["show", "replay"])
     def test_a_limit_past_any_run_shows_it_whole(self, sqlite_url: str, command: str) -> None:
