@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         StoreError,
     )
     from engine.pipeline import Pipeline
+    from engine.retention import RetentionRule
     from engine.run import Run
     from engine.supervise import (
         CircuitBreaker,
@@ -55,6 +56,7 @@ __all__ = [
     "Outcome",
     "Pipeline",
     "ProgressPolicy",
+    "RetentionRule",
     "RetryPolicy",
     "Rollback",
     "Run",
@@ -71,6 +73,7 @@ __all__ = [
 _HOMES = {
     "Engine": "engine.engine",
     "Pipeline": "engine.pipeline",
+    "RetentionRule": "engine.retention",
     "Run": "engine.run",
     **dict.fromkeys(
         ["CircuitOpen", "ConcurrencyConflict", "InvalidTransition", "RunNotFound"],

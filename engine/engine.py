@@ -23,12 +23,14 @@ from engine.errors import (
     InvalidArgument,
     InvalidFork,
     RunAlreadyExists,
+    RunAlreadyFinished,
     RunNotFound,
     StoreError,
 )
 from engine.machine import MachineFold, RunState, replay
 from engine.pipeline import Pipeline
 from engine.readside import Projections, ReadOnlyViews, TimeTravel
+from engine.retention import Doomed, RetentionRule, choose
 from engine.run import Run
 from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
@@ -408,29 +410,89 @@ class Engine:
             key_problem=self.store.chain_key_problem(),
         )
 
-    def compact(self) -> Compacted:
-        """Physically remove every run finished as ``deleted``; rebuild the persistent projections.
+    def compact(self, *, batch: int = 200) -> Compacted:
+        """Physically remove every deleted run while other processes go on writing and folding.
 
-        Deletion itself is an event (`RunFinished` with status ``deleted``): readers treat
-        such a run as gone at once, but its events stay until this removes them, with
-        their snapshots, in one transaction. The persistent projections are reset first
-        and folded again afterwards, so no materialized state remembers an erased run and
-        none holds a position among ids the store may give out again; a crash in between
-        leaves them reset, and the next catch-up folds them from the first event. Run it
-        while no other process writes to the store, as one would VACUUM.
+        Deletion itself is an event (`RunDeleted`, or `RunFinished` with status
+        ``deleted``): readers treat such a run as gone at once, and each persistent
+        projection takes the run's part out of its state as it folds the deletion
+        (`Projection.forget`). This catches the registered projections up, so they
+        have, then removes the runs' events and snapshots `batch` runs per short
+        transaction (each counts one more erasure generation, so no cache serves an
+        erased run again), and deletes their run-index rows and run-scoped partitions.
+        A projection that cannot forget (see `Projections.unforgetting`) is reset and,
+        if registered here, folded again; with the built-in ones, none is.
 
         Raises:
-            StoreError: the database failed; nothing was removed.
+            InvalidArgument: `batch` is not a positive int.
+            StoreError: the database failed; the batches before it were removed.
         """
+        if type(batch) is not int or batch < 1:
+            raise InvalidArgument("batch", f"must be an int >= 1, got {batch!r}")
         doomed = tuple(s.run_id for s in self.runs(status="deleted", limit=_ALL_CHILDREN))
         if not doomed:
             return Compacted((), 0, ())
-        names = tuple(self.projections.names)
-        self.projections.reset_stored()  # this engine's and other programs' projections
-        erased = self.store.erase(doomed)
-        for name in names:
+        self.projections.catch_up()  # every registered projection folds the deletions first
+        stale = self.projections.unforgetting()
+        self.projections.reset_named(stale)
+        erased = 0
+        for first in range(0, len(doomed), batch):
+            chunk = doomed[first : first + batch]
+            erased += self.store.erase(chunk)
+            self.projections.drop_runs(chunk)
+        rebuilt = tuple(name for name in stale if name in self.projections.names)
+        for name in rebuilt:
             self.projections.rebuild(name)
-        return Compacted(doomed, erased, names)
+        return Compacted(doomed, erased, rebuilt)
+
+    def retain(
+        self,
+        rules: Iterable[RetentionRule] | RetentionRule,
+        *,
+        apply: bool = False,
+        now: datetime | None = None,
+    ) -> Retention:
+        """The finished runs `rules` choose; with `apply`, delete them (and `compact`).
+
+        Dry run by default: nothing is written. With ``apply=True`` each chosen run
+        gets a `RunDeleted` recording the rule (as data) that chose it, then
+        `compact` erases them while other processes go on. A child run is chosen only
+        with its parent, so the tree of a kept run stays whole; forks of an erased run
+        are runs of their own and stay.
+
+        Args:
+            rules: alternatives; a run goes when one chooses it (the first is recorded).
+            now: the time ages are measured from (default: now).
+        """
+        chosen_rules = [rules] if isinstance(rules, RetentionRule) else list(rules)
+        for rule in chosen_rules:
+            if not isinstance(rule, RetentionRule):
+                raise InvalidArgument("rules", f"expected RetentionRule, got {rule!r}")
+        moment = now or utc_now()
+        candidates: dict[UUID, RunSummary] = {}
+        for rule in chosen_rules:
+            for status in sorted(rule.status) or [None]:
+                for summary in self.runs(
+                    status=status, pipeline=rule.pipeline, label=dict(rule.labels) or None,
+                    limit=_ALL_CHILDREN,
+                ):
+                    candidates[summary.run_id] = summary
+        plan = tuple(choose(chosen_rules, candidates.values(), moment, self._stored))
+        if not apply:
+            return Retention(plan, applied=False, compacted=None)
+        for doomed in plan:
+            self._delete(doomed)
+        return Retention(plan, applied=True, compacted=self.compact())
+
+    def _stored(self, run_id: UUID) -> bool:
+        return self.store.last(run_id) is not None
+
+    def _delete(self, doomed: Doomed) -> None:
+        """Record a retention rule's `RunDeleted`; a run deleted meanwhile is left as it is."""
+        try:
+            self.load(doomed.run_id).delete(f"retention: {doomed.rule}", rule=doomed.rule.to_json())
+        except (RunAlreadyFinished, RunNotFound):
+            pass  # deleted (or erased) by another process since the plan was made
 
     def supervisor(self, **settings: Any) -> Supervisor:
         """A `Supervisor` recording into this engine's store.
@@ -571,6 +633,15 @@ class Engine:
             return UUID(str(run_id))
         except ValueError:
             raise RunNotFound(run_id, self.url) from None
+
+
+@attrs.frozen
+class Retention:
+    """What `Engine.retain` chose (and, if `applied`, deleted and compacted)."""
+
+    runs: tuple[Doomed, ...]
+    applied: bool
+    compacted: Compacted | None
 
 
 @attrs.frozen

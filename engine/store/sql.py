@@ -363,6 +363,25 @@ class SQLViews(TrackingRecorder):
             ],
         )
 
+    def drop_runs(self, run_ids: Sequence[str], names: Sequence[str]) -> None:
+        """Delete erased runs' rows of the run index and their partitions of `names`.
+
+        Nothing folds these runs again (their events are gone), so no page saved
+        meanwhile by a follower writes the rows back.
+        """
+        if not run_ids:
+            return
+        marks = ",".join("?" * len(run_ids))
+        digests = [self.codec.digest(run_id) for run_id in run_ids]
+        with self._transaction(commit=True) as cursor:
+            cursor.execute(self._sql(f"DELETE FROM {{labels}} WHERE run_id IN ({marks})"), run_ids)
+            cursor.execute(self._sql(f"DELETE FROM {{runs}} WHERE run_id IN ({marks})"), run_ids)
+            for name in names:
+                cursor.execute(
+                    self._sql(f"DELETE FROM {{states}} WHERE name=? AND key IN ({marks})"),
+                    (name, *digests),
+                )
+
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped `name` (shown by `status`)."""
         with self._transaction(commit=True) as cursor:

@@ -122,6 +122,9 @@ class Views(Protocol):
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped a projection."""
 
+    def drop_runs(self, run_ids: Sequence[str], names: Sequence[str]) -> None:
+        """Delete erased runs' rows of the run index and their partitions of `names`."""
+
     def errors(self) -> dict[str, str | None]:
         """The last error of every registered projection."""
 
