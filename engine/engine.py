@@ -450,6 +450,7 @@ class Engine:
         rules: Iterable[RetentionRule] | RetentionRule,
         *,
         apply: bool = False,
+        compact: bool = True,
         now: datetime | None = None,
     ) -> Retention:
         """The finished runs `rules` choose; with `apply`, delete them (and `compact`).
@@ -462,6 +463,7 @@ class Engine:
 
         Args:
             rules: alternatives; a run goes when one chooses it (the first is recorded).
+            compact: with `apply`, also erase the deleted runs (else a later `compact` does).
             now: the time ages are measured from (default: now).
         """
         chosen_rules = [rules] if isinstance(rules, RetentionRule) else list(rules)
@@ -482,7 +484,7 @@ class Engine:
             return Retention(plan, applied=False, compacted=None)
         for doomed in plan:
             self._delete(doomed)
-        return Retention(plan, applied=True, compacted=self.compact())
+        return Retention(plan, applied=True, compacted=self.compact() if compact else None)
 
     def _stored(self, run_id: UUID) -> bool:
         return self.store.last(run_id) is not None
