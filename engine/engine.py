@@ -6,6 +6,7 @@ travel, supervisors); nothing below it imports it back.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -473,9 +474,12 @@ class Engine:
         moment = now or utc_now()
         candidates: dict[UUID, RunSummary] = {}
         for rule in chosen_rules:
-            for status in sorted(rule.status) or [None]:
+            statuses: list[str | None] = [*sorted(rule.status)] or [None]
+            for status in statuses:
                 for summary in self.runs(
-                    status=status, pipeline=rule.pipeline, label=dict(rule.labels) or None,
+                    status=status,
+                    pipeline=rule.pipeline,
+                    label=dict(rule.labels) or None,
                     limit=_ALL_CHILDREN,
                 ):
                     candidates[summary.run_id] = summary
@@ -491,10 +495,9 @@ class Engine:
 
     def _delete(self, doomed: Doomed) -> None:
         """Record a retention rule's `RunDeleted`; a run deleted meanwhile is left as it is."""
-        try:
+        # A run deleted (or erased) by another process since the plan was made is left alone.
+        with contextlib.suppress(RunAlreadyFinished, RunNotFound):
             self.load(doomed.run_id).delete(f"retention: {doomed.rule}", rule=doomed.rule.to_json())
-        except (RunAlreadyFinished, RunNotFound):
-            pass  # deleted (or erased) by another process since the plan was made
 
     def supervisor(self, **settings: Any) -> Supervisor:
         """A `Supervisor` recording into this engine's store.

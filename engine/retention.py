@@ -16,7 +16,7 @@ from uuid import UUID
 import attrs
 
 from engine.errors import InvalidArgument
-from events import RUN_STATUSES, JSON
+from events import JSON, RUN_STATUSES
 from projections.run_index import RunSummary
 
 RETAINABLE = frozenset(RUN_STATUSES - {"deleted"})
@@ -26,13 +26,21 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"^(\d+)([smhdw])$")
 
 
+def _statuses(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
+
+
+def _labels(value: Mapping[str, str]) -> dict[str, str]:
+    return dict(value)
+
+
 @attrs.frozen
 class RetentionRule:
     """Finished runs to delete: by `status`, `pipeline`, `labels`, finished `older_than` ago."""
 
-    status: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    status: frozenset[str] = attrs.field(default=frozenset(), converter=_statuses)
     pipeline: str | None = None
-    labels: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    labels: Mapping[str, str] = attrs.field(factory=dict, converter=_labels)
     older_than: timedelta | None = None
 
     def __attrs_post_init__(self) -> None:

@@ -94,9 +94,11 @@ class TestRetain:
             ]
             plan = engine.retain(rules)
         assert [str(d.run_id) for d in plan.runs] == [old_ok]
-        assert not plan.applied and plan.compacted is None
+        assert not plan.applied
+        assert plan.compacted is None
         assert engine.runs(status="deleted") == []
-        assert len(engine.events(old_failed)) == 5 and engine.load(running.id).status == "running"
+        assert len(engine.events(old_failed)) == 5
+        assert engine.load(running.id).status == "running"
 
     def test_apply_records_the_rule_then_erases(self, engine: Engine) -> None:
         """Each chosen run gets a RunDeleted with its rule, then its events leave the store."""
@@ -107,7 +109,8 @@ class TestRetain:
         plan = engine.retain(rule, apply=True, compact=False)
         assert [str(d.run_id) for d in plan.runs] == [doomed]
         deletion = engine.events(doomed)[-1]
-        assert isinstance(deletion, RunDeleted) and deletion.rule == rule.to_json()
+        assert isinstance(deletion, RunDeleted)
+        assert deletion.rule == rule.to_json()
         assert [s.status for s in engine.runs(status="deleted")] == ["deleted"]
         assert engine.projections.get("failure_count") == {"developer": 1}  # forgot at once
         with pytest.raises(RunAlreadyFinished):
@@ -118,14 +121,16 @@ class TestRetain:
             engine.events(doomed)
         assert [str(s.run_id) for s in engine.runs()] == [kept]
         assert engine.projections.get("failure_count") == {"developer": 1}
-        assert "failure_count" not in done.rebuilt and "run_index" not in done.rebuilt
+        assert "failure_count" not in done.rebuilt
+        assert "run_index" not in done.rebuilt
 
     def test_retain_apply_deletes_and_compacts(self, engine: Engine) -> None:
         """`apply=True` deletes every chosen run and compacts in the same call."""
         kept = finished_run(engine, "failed")
         doomed = [finished_run(engine, "cancelled") for _ in range(3)]
         done = engine.retain(RetentionRule(status={"cancelled"}), apply=True)
-        assert done.applied and done.compacted is not None
+        assert done.applied
+        assert done.compacted is not None
         assert sorted(str(r) for r in done.compacted.runs) == sorted(doomed)
         assert [str(s.run_id) for s in engine.runs(limit=10)] == [kept]
 
@@ -187,7 +192,7 @@ class TestOnlineCompaction:
                 follower.projections.register(FailureCount)
                 try:
                     follower.projections.follow(stop, timeout=0.05)
-                except Exception as error:  # noqa: BLE001 - reported below
+                except Exception as error:
                     errors.append(error)
 
         threads = [threading.Thread(target=write) for _ in range(2)]
@@ -202,7 +207,9 @@ class TestOnlineCompaction:
             stop.set()
             for thread in threads:
                 thread.join()
-        assert errors == [] and done.compacted is not None and len(done.runs) == 10
+        assert errors == []
+        assert done.compacted is not None
+        assert len(done.runs) == 10
         with Engine(shared_url) as check:
             check.projections.register(FailureCount)
             check.projections.catch_up()

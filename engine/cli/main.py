@@ -254,7 +254,9 @@ def compact(store: str | None, as_json: bool) -> None:
     required=True,
     help="status=A|B,pipeline=P,label=K:V,age=30d (all must hold); repeat for alternatives.",
 )
-@click.option("--apply", is_flag=True, help="Delete the chosen runs and compact (default: dry run).")
+@click.option(
+    "--apply", is_flag=True, help="Delete the chosen runs and compact (default: dry run)."
+)
 @store_option
 @json_option
 def retain(rules: tuple[str, ...], apply: bool, store: str | None, as_json: bool) -> None:

@@ -14,9 +14,7 @@ SHOWN = 20
 """How many chosen runs the text output lists (the count is always whole)."""
 
 
-def retain_runs(
-    engine: Engine, rules: list[RetentionRule], *, apply: bool, as_json: bool
-) -> None:
+def retain_runs(engine: Engine, rules: list[RetentionRule], *, apply: bool, as_json: bool) -> None:
     """Print the runs the rules choose; with `apply`, delete and compact them."""
     done = engine.retain(rules, apply=apply)
     if as_json:
