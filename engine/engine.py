@@ -36,7 +36,7 @@ from engine.run import Run
 from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
 from engine.verify import VerifyReport, verify_stored
-from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
+from events import INTERRUPTED, JSON, Event, RunDeleted, RunFinished, RunStarted, utc_now
 from events.storable import unstorable_text
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 S = TypeVar("S")
 """The state of the projection `Engine.project` is given."""
 _ALL_CHILDREN = 1_000_000
+_DELETIONS = 200
+"""Retention's deletions written per transaction."""
 _KEPT_COPIES = 64
 """A run begun with fewer events than this keeps them on its handle: a supervisor that
 drives it next folds them without reading the run back (a long fork's copies are read)."""
@@ -486,18 +488,46 @@ class Engine:
         plan = tuple(choose(chosen_rules, candidates.values(), moment, self._stored))
         if not apply:
             return Retention(plan, applied=False, compacted=None)
-        for doomed in plan:
-            self._delete(doomed)
+        for first in range(0, len(plan), _DELETIONS):
+            self._delete_batch(plan[first : first + _DELETIONS])
         return Retention(plan, applied=True, compacted=self.compact() if compact else None)
 
     def _stored(self, run_id: UUID) -> bool:
         return self.store.last(run_id) is not None
 
+    def _delete_batch(self, batch: Sequence[Doomed]) -> None:
+        """Record the batch's `RunDeleted`s in one transaction (one by one after a conflict).
+
+        A chosen run is finished, so its deletion follows its `RunFinished` directly;
+        one whose newest event is anything else changed since the plan and is left out.
+        """
+        now, deletions = utc_now(), []
+        for doomed in batch:
+            last = self.store.last(doomed.run_id)
+            if isinstance(last, RunFinished) and last.status != "deleted":
+                deletions.append(
+                    RunDeleted(
+                        run_id=doomed.run_id,
+                        version=last.version + 1,
+                        timestamp=now,
+                        rule=doomed.rule.to_json(),
+                        reason=f"retention: {doomed.rule}",
+                    )
+                )
+        if not deletions:
+            return
+        try:
+            self.store.write(self.store.seal(deletions)[0])
+        except ConcurrencyConflict:  # another process deleted one meanwhile
+            for doomed in batch:
+                self._delete(doomed)
+
     def _delete(self, doomed: Doomed) -> None:
         """Record a retention rule's `RunDeleted`; a run deleted meanwhile is left as it is."""
         # A run deleted (or erased) by another process since the plan was made is left alone.
         with contextlib.suppress(RunAlreadyFinished, RunNotFound):
-            self.load(doomed.run_id).delete(f"retention: {doomed.rule}", rule=doomed.rule.to_json())
+            run = self.load(doomed.run_id)
+            run.record(RunDeleted, rule=doomed.rule.to_json(), reason=f"retention: {doomed.rule}")
 
     def supervisor(self, **settings: Any) -> Supervisor:
         """A `Supervisor` recording into this engine's store.

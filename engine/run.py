@@ -26,7 +26,6 @@ from events import (
     Event,
     NoteAdded,
     ProgressObserved,
-    RunDeleted,
     RunFinished,
     RunStarted,
     StageCompleted,
@@ -252,10 +251,6 @@ class Run:
     def finish(self, status: str = "succeeded", reason: JSON = "") -> RunFinished:
         """End the run; nothing may be recorded after this."""
         return self.record(RunFinished, status=status, reason=reason)
-
-    def delete(self, reason: str = "", *, rule: JSON = None) -> RunDeleted:
-        """Delete the run, finished or not: readers treat it as gone; `Engine.compact` erases it."""
-        return self.record(RunDeleted, rule=rule, reason=reason)
 
     def batch(self) -> Batch:
         """Group the events recorded inside the block into one transaction: all or nothing.

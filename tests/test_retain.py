@@ -114,7 +114,7 @@ class TestRetain:
         assert [s.status for s in engine.runs(status="deleted")] == ["deleted"]
         assert engine.projections.get("failure_count") == {"developer": 1}  # forgot at once
         with pytest.raises(RunAlreadyFinished):
-            engine.load(doomed).delete()
+            engine.load(doomed).record(RunDeleted)
         done = engine.compact()
         assert [str(r) for r in done.runs] == [doomed]
         with pytest.raises(RunNotFound):
@@ -216,5 +216,8 @@ class TestOnlineCompaction:
             after = stored_states(check)
             failures = sum(s.failures for s in check.runs(limit=100_000))
             assert after["failure_count"] == {"": {"developer": failures}}
-            assert after == rebuilt_states(check)
+            rebuilt = rebuilt_states(check)
+            for name in after:
+                for key in set(after[name]) | set(rebuilt[name]):
+                    assert after[name].get(key) == rebuilt[name].get(key), (name, key)
             assert all(check.verify(s.run_id).ok for s in check.runs(limit=5))

@@ -152,24 +152,19 @@ class Projections:
     ) -> dict[str, int]:
         folded = dict.fromkeys(names, 0)
         failures: dict[str, Failure] = {}
-        checked = False
         while True:
             active = [name for name in names if name not in failures]
             positions = self.views.positions(active) if active else {}
             lowest = min(positions.values(), default=head)
             if lowest >= head:
                 break
-            if not checked:  # once: a compaction meanwhile moves the positions (below)
-                self._follow_generation()
-                checked = True
             group = [name for name in active if positions[name] == lowest]
             stop = min([p for p in positions.values() if p > lowest] + [head])
             try:
                 with collector_paused():
                     count, end = self._page(group, lowest, stop, failures)
-            except PositionMoved:
+            except PositionMoved:  # another follower, or a compaction, came first
                 self._forget(group)
-                checked = False
                 continue
             except ProjectionReplaced as replaced:  # stop that one; the others go on
                 self._forget(group)
@@ -194,6 +189,7 @@ class Projections:
         stop: int,
         failures: dict[str, Failure],
     ) -> tuple[int, int]:
+        generation = self._follow_generation()  # before the read: see `PageSave.generation`
         notifications = self._recorder.select_notifications(
             start=start, limit=PAGE, stop=stop, inclusive_of_start=False
         )
@@ -205,6 +201,8 @@ class Projections:
         for name in group:
             save, error = self._fold(name, events, ids, start, end)
             if save is not None:
+                save = attrs.evolve(save, generation=generation)
+            if save is not None:
                 saves.append(save)
             if error is not None:
                 failures[name] = error
@@ -214,13 +212,14 @@ class Projections:
                 self.views.record_error(name, str(failure))
         return len(events), end
 
-    def _follow_generation(self) -> None:
+    def _follow_generation(self) -> int:
         """Drop every cached state and pipeline name if runs were erased since they were read."""
         generation = self._generation()
         if generation != self._cached_generation:
             self._cache.clear()
             self._pipelines.clear()
             self._cached_generation = generation
+        return generation
 
     def _forget(self, names: Iterable[str]) -> None:
         for name in names:

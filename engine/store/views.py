@@ -24,6 +24,8 @@ class PageSave:
     end: int
     states: dict[str, Any]
     fingerprint: str
+    generation: int | None = None
+    """The erasure generation the page was read in: a commit in another one is refused."""
 
 
 @attrs.frozen
