@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         StoreError,
     )
     from engine.pipeline import Pipeline
+    from engine.retention import RetentionRule
     from engine.run import Run
     from engine.supervise import (
         CircuitBreaker,
@@ -56,6 +57,7 @@ __all__ = [
     "Outcome",
     "Pipeline",
     "ProgressPolicy",
+    "RetentionRule",
     "RetryPolicy",
     "Rollback",
     "Run",
@@ -72,6 +74,7 @@ __all__ = [
 _HOMES = {
     "Engine": "engine.engine",
     "Pipeline": "engine.pipeline",
+    "RetentionRule": "engine.retention",
     "Run": "engine.run",
     **dict.fromkeys(
         ["CircuitOpen", "ConcurrencyConflict", "InvalidTransition", "RunNotFound"],

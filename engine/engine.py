@@ -6,6 +6,7 @@ travel, supervisors); nothing below it imports it back.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -23,17 +24,19 @@ from engine.errors import (
     InvalidArgument,
     InvalidFork,
     RunAlreadyExists,
+    RunAlreadyFinished,
     RunNotFound,
     StoreError,
 )
 from engine.machine import MachineFold, RunState, replay
 from engine.pipeline import Pipeline
 from engine.readside import Projections, ReadOnlyViews, SnapshotKeeper, TimeTravel
+from engine.retention import Doomed, RetentionRule, choose
 from engine.run import Run, unit_of
 from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
 from engine.verify import VerifyReport, verify_chain, verify_stored
-from events import INTERRUPTED, JSON, Event, RunFinished, RunStarted, utc_now
+from events import INTERRUPTED, JSON, Event, RunDeleted, RunFinished, RunStarted, utc_now
 from events.storable import unstorable_text
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
 S = TypeVar("S")
 """The state of the projection `Engine.project` is given."""
 _ALL_CHILDREN = 1_000_000
+_DELETIONS = 200
+"""Retention's deletions written per transaction."""
 _KEPT_COPIES = 64
 """A run begun with fewer events than this keeps them on its handle: a supervisor that
 drives it next folds them without reading the run back (a long fork's copies are read)."""
@@ -429,29 +434,121 @@ class Engine:
             rid, pages, mapper, registered, must_link_from=linked_from, key_problem=key_problem
         )
 
-    def compact(self) -> Compacted:
-        """Physically remove every run finished as ``deleted``; rebuild the persistent projections.
+    def compact(self, *, batch: int = 200) -> Compacted:
+        """Physically remove every deleted run while other processes go on writing and folding.
 
-        Deletion itself is an event (`RunFinished` with status ``deleted``): readers treat
-        such a run as gone at once, but its events stay until this removes them, with
-        their snapshots, in one transaction. The persistent projections are reset first
-        and folded again afterwards, so no materialized state remembers an erased run and
-        none holds a position among ids the store may give out again; a crash in between
-        leaves them reset, and the next catch-up folds them from the first event. Run it
-        while no other process writes to the store, as one would VACUUM.
+        Deletion itself is an event (`RunDeleted`, or `RunFinished` with status
+        ``deleted``): readers treat such a run as gone at once, and each persistent
+        projection takes the run's part out of its state as it folds the deletion
+        (`Projection.forget`). This catches the registered projections up, so they
+        have, then removes the runs' events and snapshots `batch` runs per short
+        transaction (each counts one more erasure generation, so no cache serves an
+        erased run again), and deletes their run-index rows and run-scoped partitions.
+        A projection that cannot forget (see `Projections.unforgetting`) is reset and,
+        if registered here, folded again; with the built-in ones, none is.
 
         Raises:
-            StoreError: the database failed; nothing was removed.
+            InvalidArgument: `batch` is not a positive int.
+            StoreError: the database failed; the batches before it were removed.
         """
+        if type(batch) is not int or batch < 1:
+            raise InvalidArgument("batch", f"must be an int >= 1, got {batch!r}")
         doomed = tuple(s.run_id for s in self.runs(status="deleted", limit=_ALL_CHILDREN))
         if not doomed:
             return Compacted((), 0, ())
-        names = tuple(self.projections.names)
-        self.projections.reset_stored()  # this engine's and other programs' projections
-        erased = self.store.erase(doomed)
-        for name in names:
+        self.projections.catch_up()  # every registered projection folds the deletions first
+        stale = self.projections.unforgetting()
+        self.projections.reset_named(stale)
+        erased = 0
+        for first in range(0, len(doomed), batch):
+            chunk = doomed[first : first + batch]
+            erased += self.store.erase(chunk)
+            self.projections.drop_runs(chunk)
+        rebuilt = tuple(name for name in stale if name in self.projections.names)
+        for name in rebuilt:
             self.projections.rebuild(name)
-        return Compacted(doomed, erased, names)
+        return Compacted(doomed, erased, rebuilt)
+
+    def retain(
+        self,
+        rules: Iterable[RetentionRule] | RetentionRule,
+        *,
+        apply: bool = False,
+        compact: bool = True,
+        now: datetime | None = None,
+    ) -> Retention:
+        """The finished runs `rules` choose; with `apply`, delete them (and `compact`).
+
+        Dry run by default: nothing is written. With ``apply=True`` each chosen run
+        gets a `RunDeleted` recording the rule (as data) that chose it, then
+        `compact` erases them while other processes go on. A child run is chosen only
+        with its parent, so the tree of a kept run stays whole; forks of an erased run
+        are runs of their own and stay.
+
+        Args:
+            rules: alternatives; a run goes when one chooses it (the first is recorded).
+            compact: with `apply`, also erase the deleted runs (else a later `compact` does).
+            now: the time ages are measured from (default: now).
+        """
+        chosen_rules = [rules] if isinstance(rules, RetentionRule) else list(rules)
+        for rule in chosen_rules:
+            if not isinstance(rule, RetentionRule):
+                raise InvalidArgument("rules", f"expected RetentionRule, got {rule!r}")
+        moment = now or utc_now()
+        candidates: dict[UUID, RunSummary] = {}
+        for rule in chosen_rules:
+            statuses: list[str | None] = [*sorted(rule.status)] or [None]
+            for status in statuses:
+                for summary in self.runs(
+                    status=status,
+                    pipeline=rule.pipeline,
+                    label=dict(rule.labels) or None,
+                    limit=_ALL_CHILDREN,
+                ):
+                    candidates[summary.run_id] = summary
+        plan = tuple(choose(chosen_rules, candidates.values(), moment, self._stored))
+        if not apply:
+            return Retention(plan, applied=False, compacted=None)
+        for first in range(0, len(plan), _DELETIONS):
+            self._delete_batch(plan[first : first + _DELETIONS])
+        return Retention(plan, applied=True, compacted=self.compact() if compact else None)
+
+    def _stored(self, run_id: UUID) -> bool:
+        return self.store.last(run_id) is not None
+
+    def _delete_batch(self, batch: Sequence[Doomed]) -> None:
+        """Record the batch's `RunDeleted`s in one transaction (one by one after a conflict).
+
+        A chosen run is finished, so its deletion follows its `RunFinished` directly;
+        one whose newest event is anything else changed since the plan and is left out.
+        """
+        now, deletions = utc_now(), []
+        for doomed in batch:
+            last = self.store.last(doomed.run_id)
+            if isinstance(last, RunFinished) and last.status != "deleted":
+                deletions.append(
+                    RunDeleted(
+                        run_id=doomed.run_id,
+                        version=last.version + 1,
+                        timestamp=now,
+                        rule=doomed.rule.to_json(),
+                        reason=f"retention: {doomed.rule}",
+                    )
+                )
+        if not deletions:
+            return
+        try:
+            self.store.write(self.store.seal(deletions)[0])
+        except ConcurrencyConflict:  # another process deleted one meanwhile
+            for doomed in batch:
+                self._delete(doomed)
+
+    def _delete(self, doomed: Doomed) -> None:
+        """Record a retention rule's `RunDeleted`; a run deleted meanwhile is left as it is."""
+        # A run deleted (or erased) by another process since the plan was made is left alone.
+        with contextlib.suppress(RunAlreadyFinished, RunNotFound):
+            run = self.load(doomed.run_id)
+            run.record(RunDeleted, rule=doomed.rule.to_json(), reason=f"retention: {doomed.rule}")
 
     def supervisor(self, **settings: Any) -> Supervisor:
         """A `Supervisor` recording into this engine's store.
@@ -612,6 +709,15 @@ class Engine:
             return UUID(str(run_id))
         except ValueError:
             raise RunNotFound(run_id, self.url) from None
+
+
+@attrs.frozen
+class Retention:
+    """What `Engine.retain` chose (and, if `applied`, deleted and compacted)."""
+
+    runs: tuple[Doomed, ...]
+    applied: bool
+    compacted: Compacted | None
 
 
 @attrs.frozen

@@ -32,6 +32,7 @@ from events import (
     DECIDED,
     JSON,
     Event,
+    RunDeleted,
     RunFinished,
     RunStarted,
     StageCompleted,
@@ -99,8 +100,8 @@ def apply(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
         InvalidTransition: the outcome is not a row of the table in this state.
         RuleViolation: (or a subclass) any other rule of the engine is broken.
     """
-    if state.status is not None:
-        raise RunAlreadyFinished(state.run_id, state.status)
+    if state.status is not None and (type(event) is not RunDeleted or state.status == "deleted"):
+        raise RunAlreadyFinished(state.run_id, state.status)  # only a deletion follows a finish
     if event.version != state.version + 1:
         raise RuleViolation(
             state.run_id,
@@ -281,6 +282,10 @@ def _finished(pipeline: Pipeline, state: RunState, event: RunFinished) -> RunSta
     return _stamp(state, event, status=event.status, open_attempt=None, opened_at=None)
 
 
+def _deleted(pipeline: Pipeline, state: RunState, event: RunDeleted) -> RunState:
+    return _stamp(state, event, status="deleted", open_attempt=None, opened_at=None)
+
+
 _FOLDS: dict[type[Event], Callable[[Pipeline, RunState, Any], RunState]] = {
     RunStarted: _second_start,
     StageStarted: _stage_started,
@@ -292,6 +297,7 @@ _FOLDS: dict[type[Event], Callable[[Pipeline, RunState, Any], RunState]] = {
     TaskCompleted: _task,
     TaskFailed: _task,
     RunFinished: _finished,
+    RunDeleted: _deleted,
 }
 
 

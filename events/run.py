@@ -88,6 +88,19 @@ class RunFinished(Event):
 
 
 @attrs.frozen(kw_only=True)
+class RunDeleted(Event):
+    """The run was deleted (by a retention `rule`, or by hand); it is erased at compaction.
+
+    Unlike ``RunFinished(status="deleted")`` it may follow `RunFinished`, so a finished
+    run can be deleted; nothing may follow it.
+    """
+
+    rule: JSON = fields.json_value(default=None)
+    """The retention rule that chose the run (as data), None when deleted by hand."""
+    reason: str = fields.text(default="")
+
+
+@attrs.frozen(kw_only=True)
 class StateRolledBack(Event):
     """The newest `steps` outcomes on the state stack were undone."""
 

@@ -193,6 +193,25 @@ class Projection(Generic[S]):
         """
         return self.decode(data)
 
+    def forget(self, state: S, gone: S) -> S:
+        """`state` without what a deleted run contributed: `gone`, its events folded alone.
+
+        Persistent use calls it when it folds a run's deletion (`RunDeleted`, or
+        `RunFinished` with status ``deleted``), for each partition the run's events
+        reached, so a state spanning runs forgets the run before `Engine.compact`
+        erases it, without folding everything again. Define it (subtract counts, drop
+        entries) where the run's part can be taken out exactly; a projection scoped
+        ``"run"`` does not need it (its partition is dropped), and one that neither
+        is scoped by run nor defines it is folded again from the first event by
+        `Engine.compact`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define forget()")
+
+    @property
+    def forgets(self) -> bool:
+        """Whether the class defines `forget` (see there)."""
+        return type(self).forget is not Projection.forget
+
     def settled(self, state: S) -> bool:
         """Whether no later event can change `state` (persistent use stops caching it)."""
         return False

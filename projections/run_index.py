@@ -14,6 +14,7 @@ from events import (
     CheckpointSaved,
     Event,
     NoteAdded,
+    RunDeleted,
     RunFinished,
     RunStarted,
     StageCompleted,
@@ -177,6 +178,14 @@ class RunIndex(Projection["RunSummary | None"]):
             summary, event, status=event.status, finished=event.timestamp, reason=event.reason
         )
 
+    @on(RunDeleted)
+    def deleted(self, summary: RunSummary | None, event: RunDeleted) -> RunSummary | None:
+        """A deleted run stays listed as ``deleted`` (finished then) until it is erased."""
+        if summary is None:
+            return None
+        finished = summary.finished or event.timestamp
+        return _touch(summary, event, status="deleted", finished=finished, reason=event.rule)
+
     def apply(self, state: RunSummary | None, event: Event) -> RunSummary | None:
         """Every event moves the run's version and last update; handlers do the rest."""
         handler = self.handlers.get(type(event))
@@ -188,7 +197,7 @@ class RunIndex(Projection["RunSummary | None"]):
             raise ProjectionError(self.name, event, error) from error
 
     def settled(self, state: RunSummary | None) -> bool:
-        """A finished run's summary never changes: nothing follows `RunFinished`."""
+        """A finished run's summary changes only if it is deleted (`RunDeleted`), rarely."""
         return state is not None and state.finished is not None
 
     def encode(self, state: RunSummary | None) -> JSON:

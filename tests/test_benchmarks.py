@@ -213,3 +213,14 @@ class TestViewerBenchmark:
             assert report["embedded_versions"] > 0
             assert all(isinstance(row["met"], bool) for row in (page, moves, report, others))
         assert cases[8] == "machine"
+
+
+class TestRetainBenchmark:
+    def test_retain_benchmark_reports_drop_time_and_equality(self) -> None:
+        """benchmarks.retain --quick measures writers during compaction and checks a rebuild."""
+        done = quick_run("retain")
+        row = json.loads(done.stdout)["results"][0]
+        assert row["erased"] == row["runs"] // 10
+        assert row["alone_runs_per_s"] > 0
+        assert row["compaction_s"] > 0
+        assert row["projections_equal_rebuild"] is True

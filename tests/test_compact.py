@@ -27,7 +27,9 @@ class TestCompact:
         done = engine.compact()
         assert [str(r) for r in done.runs] == [doomed]
         assert done.events == 5
-        assert set(done.rebuilt) == {"run_index", "failure_patterns"}
+        assert done.rebuilt == (
+            "failure_patterns",
+        )  # run_index forgot it as it folded the deletion
         with pytest.raises(RunNotFound):
             engine.events(doomed)
         assert len(engine.events(kept)) == 5

@@ -277,17 +277,45 @@ def fork(run: str, at: int, store: str | None, as_json: bool) -> None:
 @store_option
 @json_option
 def compact(store: str | None, as_json: bool) -> None:
-    """Physically remove the events of runs finished as deleted.
+    """Physically remove the events of deleted runs.
 
-    Deleting a run (a LangGraph thread's delete_thread) is an event; this erases
-    those runs' events and snapshots and rebuilds the persistent projections.
-    Run it while nothing else writes to the store.
+    Deleting a run (a LangGraph thread's delete_thread, `retain`) is an event; this
+    erases those runs' events and snapshots in short batches while other processes
+    go on writing; the persistent projections forgot them when they folded the deletion.
     """
     from engine.cli.common import open_engine
     from engine.cli.compact import compact_store
 
     with open_engine(store) as engine:
         compact_store(engine, as_json=as_json)
+
+
+@main.command()
+@click.option(
+    "--rule",
+    "rules",
+    multiple=True,
+    required=True,
+    help="status=A|B,pipeline=P,label=K:V,age=30d (all must hold); repeat for alternatives.",
+)
+@click.option(
+    "--apply", is_flag=True, help="Delete the chosen runs and compact (default: dry run)."
+)
+@store_option
+@json_option
+def retain(rules: tuple[str, ...], apply: bool, store: str | None, as_json: bool) -> None:
+    """Delete finished runs chosen by retention rules; a dry run unless --apply.
+
+    Each deletion is a RunDeleted event recording its rule; --apply then compacts
+    while other processes go on writing and folding.
+    """
+    from engine.cli.common import open_engine
+    from engine.cli.retain import retain_runs
+    from engine.retention import parse_rule
+
+    parsed = [parse_rule(text) for text in rules]
+    with open_engine(store) as engine:
+        retain_runs(engine, parsed, apply=apply, as_json=as_json)
 
 
 @main.command()

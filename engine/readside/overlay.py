@@ -147,6 +147,13 @@ class ReadOnlyViews:
                 self._positions[save.name] = save.end
                 self._errors[save.name] = None
 
+    def drop_runs(self, run_ids: Sequence[str], names: Sequence[str]) -> None:
+        """Forget erased runs' partitions folded in memory (what is stored is left alone)."""
+        with self._lock:
+            for name in {*names, "run_index"}:
+                for run_id in run_ids:
+                    self._states.get(name, {}).pop(run_id, None)
+
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped a projection (in memory)."""
         with self._lock:

@@ -19,7 +19,7 @@ import attrs
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 
 from engine.store.views import PageSave, RunQuery, Views
-from events import Event, RunStarted
+from events import Event, RunDeleted, RunFinished, RunStarted
 from projections.base import Projection, as_projection
 from projections.collector import collector_paused
 from projections.errors import (
@@ -152,24 +152,19 @@ class Projections:
     ) -> dict[str, int]:
         folded = dict.fromkeys(names, 0)
         failures: dict[str, Failure] = {}
-        checked = False
         while True:
             active = [name for name in names if name not in failures]
             positions = self.views.positions(active) if active else {}
             lowest = min(positions.values(), default=head)
             if lowest >= head:
                 break
-            if not checked:  # once: a compaction meanwhile moves the positions (below)
-                self._follow_generation()
-                checked = True
             group = [name for name in active if positions[name] == lowest]
             stop = min([p for p in positions.values() if p > lowest] + [head])
             try:
                 with collector_paused():
                     count, end = self._page(group, lowest, stop, failures)
-            except PositionMoved:
+            except PositionMoved:  # another follower, or a compaction, came first
                 self._forget(group)
-                checked = False
                 continue
             except ProjectionReplaced as replaced:  # stop that one; the others go on
                 self._forget(group)
@@ -194,6 +189,7 @@ class Projections:
         stop: int,
         failures: dict[str, Failure],
     ) -> tuple[int, int]:
+        generation = self._follow_generation()  # before the read: see `PageSave.generation`
         notifications = self._recorder.select_notifications(
             start=start, limit=PAGE, stop=stop, inclusive_of_start=False
         )
@@ -205,6 +201,8 @@ class Projections:
         for name in group:
             save, error = self._fold(name, events, ids, start, end)
             if save is not None:
+                save = attrs.evolve(save, generation=generation)
+            if save is not None:
                 saves.append(save)
             if error is not None:
                 failures[name] = error
@@ -214,13 +212,14 @@ class Projections:
                 self.views.record_error(name, str(failure))
         return len(events), end
 
-    def _follow_generation(self) -> None:
+    def _follow_generation(self) -> int:
         """Drop every cached state and pipeline name if runs were erased since they were read."""
         generation = self._generation()
         if generation != self._cached_generation:
             self._cache.clear()
             self._pipelines.clear()
             self._cached_generation = generation
+        return generation
 
     def _forget(self, names: Iterable[str]) -> None:
         for name in names:
@@ -252,12 +251,15 @@ class Projections:
         states = self._states(name, projection, keys, start)
         touched: set[str] = set()
         reached, error = end, None
+        forgetting = projection.scope != "run" and projection.forgets
         folded: list[tuple[Any, Event]] | None = [] if projection.delivers else None
         for index, event in enumerate(events):
             key = keys[index]
-            if key is None:
-                continue
             try:
+                if forgetting and deletes(event):
+                    touched |= self._forget_run(name, projection, states, event)
+                if key is None:
+                    continue
                 before = states[key]
                 states[key] = projection.apply(before, event)
             except ProjectionError as failure:
@@ -280,6 +282,33 @@ class Projections:
         if reached == start:
             return None, error
         return PageSave(name, start, reached, encoded, projection.identity()), error
+
+    def _forget_run(
+        self, name: str, projection: Projection[Any], states: dict[str, Any], deletion: Event
+    ) -> set[str]:
+        """Take a deleted run's part out of the partitions its events reached; their keys."""
+        stored = self._recorder.select_events(deletion.run_id, lte=deletion.version - 1)
+        events: list[Event] = [self._mapper.to_domain_event(s) for s in stored]  # type: ignore[misc]
+        by_key: dict[str, list[Event]] = {}
+        for key, event in zip(self._keys(projection, events), events, strict=True):
+            if key is not None:
+                by_key.setdefault(key, []).append(event)
+        missing = [key for key in by_key if key not in states]
+        loaded = {k: projection.decode(v) for k, v in self.views.load(name, missing).items()}
+        try:
+            after = {
+                key: projection.forget(
+                    states[key] if key in states else loaded.get(key, projection.initial()),
+                    projection.fold(part),
+                )
+                for key, part in by_key.items()
+            }
+        except ProjectionError:
+            raise
+        except Exception as failure:
+            raise ProjectionError(name, deletion, failure) from failure
+        states.update(after)  # all or none: a failure above leaves `states` as it was
+        return set(after)
 
     def _keys(self, projection: Projection[Any], events: list[Event]) -> list[str | None]:
         """Each event's partition key, None for events the projection does not see."""
@@ -368,6 +397,43 @@ class Projections:
             self._cache.clear()
             self._pipelines.clear()
 
+    def unforgetting(self) -> list[str]:
+        """The stored projections that cannot forget a deleted run as they fold its deletion.
+
+        A registered one scoped by pipeline, by all or by a key of its own without
+        `Projection.forget`, and any stored projection this engine does not register
+        (its code is elsewhere): `Engine.compact` resets these and folds again the ones
+        registered here.
+        """
+        with self._lock:
+            stored = set(self.views.errors()) | set(self._registered)
+            return sorted(
+                name
+                for name in stored
+                if name not in self._registered
+                or (self._registered[name].scope != "run" and not self._registered[name].forgets)
+            )
+
+    def reset_named(self, names: Iterable[str]) -> None:
+        """Reset each projection in `names`, registered in this engine or only stored."""
+        with self._lock:
+            for name in names:
+                known = self._registered.get(name)
+                fingerprint = known.identity() if known else self.views.fingerprint(name)
+                if fingerprint is not None:
+                    self.views.reset(name, fingerprint)
+                self._cache.pop(name, None)
+
+    def drop_runs(self, run_ids: Sequence[UUID]) -> None:
+        """Delete erased runs' run-index rows and partitions of the projections scoped by run."""
+        names = [n for n, p in self._registered.items() if p.scope == "run" and n != RunIndex.name]
+        with self._lock:
+            self.views.drop_runs([str(run_id) for run_id in run_ids], names)
+            for name in [*names, RunIndex.name]:
+                _, cached = self._cache.get(name, (-1, {}))
+                for run_id in run_ids:
+                    cached.pop(str(run_id), None)
+
     def rebuild(self, name: str, *, on_progress: Progress | None = None) -> int:
         """Fold projection `name` again from the first event; return the events folded."""
         with self._lock:
@@ -431,3 +497,8 @@ class Projections:
 
     def __repr__(self) -> str:
         return f"Projections({self.names})"
+
+
+def deletes(event: Event) -> bool:
+    """Whether `event` deletes its run (`RunDeleted`, or `RunFinished` as ``deleted``)."""
+    return type(event) is RunDeleted or (type(event) is RunFinished and event.status == "deleted")

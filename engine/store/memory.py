@@ -90,6 +90,14 @@ class MemoryViews(TrackingRecorder):
                 self._errors[save.name] = None
                 self._advance(Tracking(save.name, save.end))
 
+    def drop_runs(self, run_ids: Sequence[str], names: Sequence[str]) -> None:
+        """Delete erased runs' rows of the run index and their partitions of `names`."""
+        with self._database_lock:
+            for name in {*names, "run_index"}:
+                states = self._states.get(name, {})
+                for run_id in run_ids:
+                    states.pop(run_id, None)
+
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped a projection."""
         with self._database_lock:

@@ -23,7 +23,7 @@ from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
 from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.failures import classify, is_database_error
-from engine.store.meta import META_TABLE
+from engine.store.meta import META_TABLE, read_generation
 from engine.store.views import PageSave, RunQuery, label_text, run_columns
 from events.errors import StagetrailError
 from projections.errors import PositionMoved, ProjectionReplaced
@@ -321,11 +321,33 @@ class SQLViews(TrackingRecorder):
                 if cursor.fetchone() is None:
                     raise ProjectionReplaced(save.name)
             current = self._positions(cursor, [save.name for save in saves])
+            generation = self._generation(cursor, saves)
+            newest = self._newest(cursor)
             for save in saves:
+                if save.generation not in (None, generation) or save.end > newest:
+                    # read before a compaction: its ids may be given out again (SQLite)
+                    raise PositionMoved(save.name, save.start, current[save.name])
                 if current[save.name] != save.start:
                     raise PositionMoved(save.name, save.start, current[save.name])
                 self._save_states(cursor, save)
                 self._write_tracking(cursor, Tracking(save.name, save.end))
+
+    newest_event: str | None = None
+    """A query of the newest notification id, where a database may give out an erased one
+    again (SQLite's rowid): no position may pass it."""
+
+    def _newest(self, cursor: Any) -> float:
+        if self.newest_event is None:
+            return float("inf")
+        row = cursor.execute(self.newest_event).fetchone()
+        value = next(iter(row.values())) if isinstance(row, dict) else row[0]
+        return int(value or 0)
+
+    def _generation(self, cursor: Any, saves: Sequence[PageSave]) -> int | None:
+        """The store's erasure generation, read only when a save carries one."""
+        if all(save.generation is None for save in saves):
+            return None
+        return read_generation(cursor, self._sql("{meta}"))
 
     def _save_states(self, cursor: Any, save: PageSave) -> None:
         if save.name == "run_index":
@@ -362,6 +384,25 @@ class SQLViews(TrackingRecorder):
                 for key, value in data["labels"].items()
             ],
         )
+
+    def drop_runs(self, run_ids: Sequence[str], names: Sequence[str]) -> None:
+        """Delete erased runs' rows of the run index and their partitions of `names`.
+
+        Nothing folds these runs again (their events are gone), so no page saved
+        meanwhile by a follower writes the rows back.
+        """
+        if not run_ids:
+            return
+        marks = ",".join("?" * len(run_ids))
+        digests = [self.codec.digest(run_id) for run_id in run_ids]
+        with self._transaction(commit=True) as cursor:
+            cursor.execute(self._sql(f"DELETE FROM {{labels}} WHERE run_id IN ({marks})"), run_ids)
+            cursor.execute(self._sql(f"DELETE FROM {{runs}} WHERE run_id IN ({marks})"), run_ids)
+            for name in names:
+                cursor.execute(
+                    self._sql(f"DELETE FROM {{states}} WHERE name=? AND key IN ({marks})"),
+                    (name, *digests),
+                )
 
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped `name` (shown by `status`)."""

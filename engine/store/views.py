@@ -24,6 +24,8 @@ class PageSave:
     end: int
     states: dict[str, Any]
     fingerprint: str
+    generation: int | None = None
+    """The erasure generation the page was read in: a commit in another one is refused."""
 
 
 @attrs.frozen
@@ -121,6 +123,9 @@ class Views(Protocol):
 
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped a projection."""
+
+    def drop_runs(self, run_ids: Sequence[str], names: Sequence[str]) -> None:
+        """Delete erased runs' rows of the run index and their partitions of `names`."""
 
     def errors(self) -> dict[str, str | None]:
         """The last error of every registered projection."""

@@ -182,3 +182,36 @@ class TestPrefixLookup:
                 plan = " ".join(row["QUERY PLAN"] for row in cursor.fetchall())
         assert "stagetrail_runs_id_bytes" in plan
         assert "Sort" not in plan
+
+
+class TestRetain:
+    def test_dry_run_lists_and_writes_nothing(self, filled: Filled) -> None:
+        """retain without --apply prints the chosen runs with their rule and deletes none."""
+        with Engine(filled.url, create=False) as engine:
+            status = engine.load(filled.abandoned).status
+        data = as_json("retain", "--rule", f"status={status}", "--store", filled.url)
+        assert data["applied"] is False
+        assert [run["run_id"] for run in data["runs"]] == [str(filled.abandoned)]
+        assert data["runs"][0]["rule"]["status"] == [status]
+        text = ok("retain", "--rule", f"status={status}", "--store", filled.url)
+        assert text.startswith("would delete 1 run(s) (dry run; --apply)")
+        assert f"rule status={status}" in text
+        with Engine(filled.url, create=False) as engine:
+            assert engine.load(filled.abandoned).status == status
+
+    def test_apply_deletes_and_compacts(self, filled: Filled) -> None:
+        """retain --apply erases the chosen runs; the others stay."""
+        with Engine(filled.url, create=False) as engine:
+            status = engine.load(filled.abandoned).status
+        data = as_json("retain", "--rule", f"status={status}", "--apply", "--store", filled.url)
+        assert data["applied"] is True
+        assert data["events_removed"] > 0
+        with Engine(filled.url, create=False) as engine:
+            assert filled.abandoned not in {s.run_id for s in engine.runs(limit=100)}
+            assert engine.verify(filled.clean).ok
+
+    def test_a_bad_rule_is_one_error_line(self, filled: Filled) -> None:
+        """An unknown key in a rule is refused by name, nothing written."""
+        assert "unknown key 'colour'" in fails(
+            "retain", "--rule", "colour=red", "--store", filled.url
+        )

@@ -82,6 +82,7 @@ EXAMPLES: dict[type[Event], dict[str, Any]] = {
     events.BudgetSpent: {"amount": 0.12, "unit": "usd"},
     events.NoteAdded: {"key": "strategy", "value": ["refactor", {"depth": 2}]},
     events.RunFinished: {"status": "done_partial", "reason": {"loop": "same test failure"}},
+    events.RunDeleted: {"rule": {"status": ["succeeded"]}, "reason": "retention"},
     events.CheckpointSaved: {
         "namespace": "child:1",
         "checkpoint_id": "1f0-a",

@@ -176,6 +176,12 @@ def erase_runs(
             removed += cursor.rowcount
             if has_views:
                 cursor.execute(f"DELETE FROM {NAMES['snapshots']} WHERE run_id=?", (str(run_id),))
+        if has_views:  # SQLite gives the highest rowid + 1 next: no position may pass it
+            newest = cursor.execute(f"SELECT MAX(rowid) FROM {meta.EVENTS_TABLE}").fetchone()[0]
+            cursor.execute(
+                "UPDATE tracking SET notification_id=? WHERE notification_id>?",
+                (newest or 0, newest or 0),
+            )
     return removed
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from engine.store.meta import EVENTS_TABLE
 from engine.store.sql import NAMES, SQLViews
 from engine.store.sqlite.datastore import Datastore
 
@@ -17,6 +18,8 @@ class SQLiteViews(SQLViews):
         "CREATE TABLE IF NOT EXISTS {tracking} (application_name TEXT, notification_id INTEGER, "
         "PRIMARY KEY (application_name)) WITHOUT ROWID"
     )
+
+    newest_event = f"SELECT MAX(rowid) AS newest FROM {EVENTS_TABLE}"
 
     def __init__(self, datastore: Datastore, url: str = "-") -> None:
         super().__init__(datastore, url)
