@@ -445,7 +445,8 @@ class Engine:
         transaction (each counts one more erasure generation, so no cache serves an
         erased run again), and deletes their run-index rows and run-scoped partitions.
         A projection that cannot forget (see `Projections.unforgetting`) is reset and,
-        if registered here, folded again; with the built-in ones, none is.
+        if registered here, folded again; of the built-in ones, `failure_patterns` (its
+        streaks and recent failures follow every run's events in order).
 
         Raises:
             InvalidArgument: `batch` is not a positive int.
