@@ -117,18 +117,9 @@ class CompactRecorder(SQLiteRecorder):
             params += (key, stored.originator_version, ids[stored.topic], stored.state)
         return params
 
-    def select_rows(
-        self,
-        run_id: UUID,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> list[tuple[int, str, bytes]]:
-        """`SQLiteRecorder.select_rows`, each row's topic id turned back into its topic."""
+    def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
+        """Rows as the compact table holds them, each topic id turned back into its topic."""
         names = self.topic_names
-        rows = self._read_page(run_id, gt, lte, desc, limit)
         return [(version, names[topic], state) for version, topic, state in rows]
 
     def select_notifications(

@@ -105,21 +105,20 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
     ) -> list[tuple[int, str, bytes]]:
         """`select_events`' rows as plain (version, topic, state) tuples: the lean read of a
         streaming pass (the chain check), which needs no `StoredEvent` per row."""
-        return self._read_page(run_id, gt, lte, desc, limit)
-
-    def _read_page(
-        self, run_id: UUID, gt: int | None, lte: int | None, desc: bool, limit: int | None
-    ) -> list[Any]:
-        """The rows of the run's page as the table holds them: version, topic, state."""
         statement = select_statement(
             self.events_table_name, gt is not None, lte is not None, desc, limit is not None
         )
         params = [self.run_key(run_id), *(p for p in (gt, lte, limit) if p is not None)]
         connection = self.readers.borrow()
         try:
-            return connection.execute(statement, params).fetchall()
+            rows = connection.execute(statement, params).fetchall()
         finally:
             self.readers.give_back(connection)
+        return self.topics_named(rows)
+
+    def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
+        """Rows as the events table holds them, each topic as its text (as this table has it)."""
+        return rows
 
     def close(self) -> None:
         """Close the reading connections (the datastore closes its own pool)."""
