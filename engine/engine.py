@@ -423,7 +423,7 @@ class Engine:
         rid = self._run_id(run_id)
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
-        pages, mapper = self.store.stored_pages(rid), self.store.mapper
+        pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         if chain_only:
             return verify_chain(

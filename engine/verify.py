@@ -18,7 +18,7 @@ from eventsourcing.persistence import StoredEvent
 from engine.errors import PipelineError
 from engine.machine import replay
 from engine.pipeline import Pipeline
-from engine.store.chain import KEYED, PLAIN, Chain, split
+from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, split
 from engine.store.mapper import EventMapper
 from events import Event, EventFormatError, RunStarted, StagetrailError
 from projections import Projection, ProjectionError
@@ -76,41 +76,42 @@ def verify_events(
 
 def verify_stored(
     run_id: UUID,
-    pages: Iterable[Sequence[StoredEvent]],
+    pages: Iterable[Sequence[StoredRow]],
     mapper: EventMapper,
     projections: Sequence[Projection[Any]],
     *,
     must_link_from: int | None = None,
     key_problem: str | None = None,
 ) -> VerifyReport:
-    """`verify_events` over a run's stored events, a page at a time, each page's hash chain
-    checked before its events are decoded (`ChainCheck.checked`).
+    """`verify_events` over a run's stored events (`StoredRow`s), a page at a time, each
+    page's hash chain checked before its events are decoded (`ChainCheck.checked`).
 
     Args:
         must_link_from: the first version the store's recorded chain says carries a link
             (an event from there on without one was stripped of it); None: none must.
         key_problem: what is wrong with the chain key given (a wrong key), reported first.
     """
-    links = ChainCheck(mapper.chain, must_link_from=must_link_from)
+    links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from)
     report = verify_events(run_id, links.checked(pages, mapper), projections)
     return _with_chain(report, links, key_problem)
 
 
 def verify_chain(
     run_id: UUID,
-    pages: Iterable[Sequence[StoredEvent]],
+    pages: Iterable[Sequence[StoredRow]],
     mapper: EventMapper,
     *,
     must_link_from: int | None = None,
     key_problem: str | None = None,
 ) -> VerifyReport:
-    """Check a run's hash chain alone, a page of stored events at a time, decoding none.
+    """Check a run's hash chain alone, a page of stored events (`StoredRow`s) at a time,
+    decoding none.
 
     The report's `events` counts the stored events read; its problems are the chain's
     (and ``format`` for an event that cannot be decrypted): the table's rules and the
     projections are `verify_stored`'s.
     """
-    links = ChainCheck(mapper.chain, must_link_from=must_link_from)
+    links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from)
     count = links.pages(pages, mapper)
     return _with_chain(VerifyReport(run_id, count, ()), links, key_problem)
 
@@ -138,8 +139,9 @@ class ChainCheck:
     recorded chain began (`must_link_from`) without a link is broken.
     """
 
-    def __init__(self, chain: Chain, *, must_link_from: int | None = None) -> None:
+    def __init__(self, chain: Chain, run_id: UUID, *, must_link_from: int | None = None) -> None:
         self.chain = chain
+        self.run_id = run_id
         self.must_link_from = must_link_from
         """The first version that must carry a link, whatever comes before (None: none)."""
         self.problems: list[Problem] = []
@@ -149,7 +151,6 @@ class ChainCheck:
         self.unchecked = False
         self.keyed = False
         self._head: tuple[str, bytes] | None = None
-        self._run: tuple[object, UUID] = (None, UUID(int=0))
 
     @property
     def head(self) -> str | None:
@@ -167,7 +168,7 @@ class ChainCheck:
             return "unchecked"
         return "intact" if self.chained_from == 1 else "partial"
 
-    def pages(self, pages: Iterable[Sequence[StoredEvent]], mapper: EventMapper) -> int:
+    def pages(self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper) -> int:
         """Check the links of a run's stored events, page by page; how many were checked.
 
         The check of the chain alone, a streaming pass that never decodes an event:
@@ -177,53 +178,48 @@ class ChainCheck:
         """
         count = 0
         for page in pages:
-            self.page(*self.readable(page, mapper))
+            self.page(self.readable(page, mapper))
             count += len(page)
         return count
 
-    def checked(
-        self, pages: Iterable[Sequence[StoredEvent]], mapper: EventMapper
-    ) -> Iterator[Event]:
+    def checked(self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper) -> Iterator[Event]:
         """Each page's links checked (`page`), then its events decoded, one after another.
 
         What `verify` folds: the chain is checked a page ahead of the table's rules, over
         the JSON each event is decoded from, so every event is read and decrypted once.
         """
         for page in pages:
-            records, datas = self.readable(page, mapper)
-            self.page(records, datas)
-            for record, data in zip(records, datas, strict=True):
+            rows = self.readable(page, mapper)
+            self.page(rows)
+            for version, topic, data in rows:
                 try:
-                    yield mapper.from_json(record, data)
+                    yield mapper.from_json(StoredEvent(self.run_id, version, topic, data), data)
                 except EventFormatError as error:
-                    self._unreadable(record, error)
+                    self._unreadable(version, error)
 
-    def readable(
-        self, page: Sequence[StoredEvent], mapper: EventMapper
-    ) -> tuple[Sequence[StoredEvent], list[bytes]]:
-        """The page's events that can be decrypted and decompressed, with their JSON."""
+    def readable(self, page: Sequence[StoredRow], mapper: EventMapper) -> Sequence[StoredRow]:
+        """The page's events that can be decrypted and decompressed, each with its JSON."""
         if mapper.cipher is None and mapper.compressor is None:
-            return page, [record.state for record in page]
-        records, datas = [], []
-        for record in page:
+            return page
+        rows = []
+        for version, topic, state in page:
             try:
-                datas.append(mapper.json_of(record))
+                data = mapper.json_of(StoredEvent(self.run_id, version, topic, state))
             except EventFormatError as error:
-                self._unreadable(record, error)
+                self._unreadable(version, error)
                 continue
-            records.append(record)
-        return records, datas
+            rows.append((version, topic, data))
+        return rows
 
-    def page(self, records: Sequence[StoredEvent], datas: Sequence[bytes]) -> None:
-        """Check the links of one page of a run's events in version order, `datas` holding
-        each one's stored JSON: links that follow on go through `Chain.run_along`, the rest
+    def page(self, rows: Sequence[StoredRow]) -> None:
+        """Check the links of one page of the run's events in version order, each row holding
+        its stored JSON: links that follow on go through `Chain.run_along`, the rest
         (the first, a break, an event without a link) through `check`."""
         index = 0
-        while index < len(records):
+        while index < len(rows):
             if self.chained_from is not None:
-                run_id = _uuid(records[index].originator_id)
                 done, link = self.chain.run_along(
-                    self.previous, self.expected, run_id, records, datas, index
+                    self.previous, self.expected, self.run_id, rows, index
                 )
                 if done:
                     index += done
@@ -231,25 +227,20 @@ class ChainCheck:
                     self.previous = link
                     self._head = (self.chain.mode, link)
                     continue
-            self.check(records[index], datas[index])
+            self.check(*rows[index])
             index += 1
 
-    def check(self, record: StoredEvent, data: bytes) -> None:
+    def check(self, version: int, topic: str, data: bytes) -> None:
         """Check the link of one stored event whose JSON (decrypted, decompressed) is `data`."""
-        version = record.originator_version
         if version == self.expected and self.chained_from is not None:
-            run, run_id = self._run
-            if run is not record.originator_id:
-                run_id = _uuid(record.originator_id)
-                self._run = (record.originator_id, run_id)
-            link = self.chain.follows(self.previous, run_id, version, record.topic, data)
+            link = self.chain.follows(self.previous, self.run_id, version, topic, data)
             if link:  # the common case: the link is there and right
                 self.expected, self.previous = version + 1, link
                 self._head = (self.chain.mode, link)
                 return
-        self._check(record, data, version)
+        self._check(version, topic, data)
 
-    def _check(self, record: StoredEvent, data: bytes, version: int) -> None:
+    def _check(self, version: int, topic: str, data: bytes) -> None:
         gap = version != self.expected
         if gap:  # its link cannot match either: one problem, at the first missing version
             self._broken(self.expected, _missing(self.expected, version))
@@ -267,10 +258,10 @@ class ChainCheck:
         if self.chained_from is None:
             self.chained_from = version
         if not gap:
-            self._link(record, version, body, mode, link)
+            self._link(version, topic, body, mode, link)
         self.previous = link
 
-    def _link(self, record: StoredEvent, version: int, body: bytes, mode: str, link: bytes) -> None:
+    def _link(self, version: int, topic: str, body: bytes, mode: str, link: bytes) -> None:
         if mode not in (PLAIN, KEYED):
             self._broken(version, f"the link's mode {mode!r} is unknown")
             return
@@ -279,22 +270,17 @@ class ChainCheck:
                          "or forged)")  # fmt: skip
             return
         self.keyed = self.keyed or mode == KEYED
-        run_uuid = _uuid(record.originator_id)
-        computed = self.chain.recompute(mode, self.previous, run_uuid, version, record.topic, body)
+        computed = self.chain.recompute(mode, self.previous, self.run_id, version, topic, body)
         if computed is None:
             self.unchecked = True
         elif computed != link:
             self._broken(version, _WHY)
 
-    def _unreadable(self, record: StoredEvent, error: EventFormatError) -> None:
-        self.problems.append(Problem(record.originator_version, "format", error.reason))
+    def _unreadable(self, version: int, error: EventFormatError) -> None:
+        self.problems.append(Problem(version, "format", error.reason))
 
     def _broken(self, version: int, message: str) -> None:
         self.problems.append(Problem(version, "chain", message))
-
-
-def _uuid(value: object) -> UUID:
-    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def _missing(expected: int, found: int) -> str:

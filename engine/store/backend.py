@@ -41,6 +41,11 @@ class Backend:
     """The store's hash chain as its meta table records it (None: not recorded)."""
     stored_after: Callable[[UUID, int], int | None] | None = attrs.field(default=None, kw_only=True)
     """The first version of a run stored after a notification position (None: none is)."""
+    stored_rows: Callable[..., list[tuple[int, str, bytes]]] | None = attrs.field(
+        default=None, kw_only=True
+    )
+    """A run's page as plain (version, topic, state) rows, `select_events`' arguments (None:
+    the recorder reads `StoredEvent`s only)."""
     upgrade: str = attrs.field(default="", kw_only=True)
     """What a one-time `stagetrail upgrade` would improve in this store ("": nothing)."""
 

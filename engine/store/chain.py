@@ -18,10 +18,10 @@ import base64
 import binascii
 import hashlib
 import hmac
+import itertools
 from collections.abc import Sequence
+from typing import TypeAlias
 from uuid import UUID
-
-from eventsourcing.persistence import StoredEvent
 
 FIELD = "_c"
 """The member of an event's stored JSON object that holds its link."""
@@ -36,6 +36,8 @@ standard (RFC 4868)."""
 _LINK_TEXT = 22
 """Characters of a link in unpadded URL-safe base64."""
 _SUFFIX = len(_OPEN) + 1 + _LINK_TEXT + len(_CLOSE)
+StoredRow: TypeAlias = tuple[int, str, bytes]
+"""One stored event of a run as a plain row: its version, topic and stored bytes (or JSON)."""
 _CONTEXT = b"stagetrail chain: keyed links of a run's events"
 _CHECK_LABEL = b"stagetrail chain key check"
 """What the store's meta table keeps an HMAC of, to tell the chain key from another."""
@@ -117,25 +119,22 @@ class Chain:
         previous: bytes,
         version: int,
         run_id: UUID,
-        records: Sequence[StoredEvent],
-        datas: Sequence[bytes],
+        rows: Sequence[StoredRow],
         start: int = 0,
     ) -> tuple[int, bytes]:
-        """How many of `records` from index `start` (one run's, in version order, from
-        `version` on) carry their right link in this chain's mode, one after another, and
-        the last of those links; `datas` holds each record's stored JSON, index for index.
+        """How many of `rows` from index `start` (one run's, in version order, from
+        `version` on, each holding its stored JSON) carry their right link in this
+        chain's mode, one after another, and the last of those links.
 
         `follows` over a page in one loop: checking a long run's chain spends its time
         here, so the loop does only what a link needs (the message, one hash, and the
         expected last 31 bytes compared in place with `endswith`).
         """
-        count = _consecutive(records, start, version)
+        count = _consecutive(rows, start, version)
         mark, key, topics, run_bytes = self._mark, self._key, _TOPICS, run_id.bytes
         done = 0
-        for index in range(start, start + count):
-            data = datas[index]
+        for _, topic, data in itertools.islice(rows, start, start + count):
             cut = len(data) - _SUFFIX
-            topic = records[index].topic
             message = b"%b%b%b%b\x00%b}" % (
                 previous, run_bytes, version.to_bytes(8, "big"), topics.get(topic) or _topic(topic),
                 data[:cut],
@@ -173,22 +172,19 @@ _TAIL = b'%b%.22b"}'
 """An event's last 31 bytes: its mark, then its link's base64 without the padding."""
 
 
-def _consecutive(records: Sequence[StoredEvent], start: int, version: int) -> int:
-    """How many of `records` from `start` on have the versions `version`, `version` + 1, ...
+def _consecutive(rows: Sequence[StoredRow], start: int, version: int) -> int:
+    """How many of `rows` from `start` on have the versions `version`, `version` + 1, ...
 
     A store returns a run's events in version order, each version once, so the first
     and last decide for a whole page; anything else is counted one by one.
     """
-    count = len(records) - start
+    count = len(rows) - start
     if count <= 0:
         return 0
-    if (
-        records[start].originator_version == version
-        and records[-1].originator_version == version + count - 1
-    ):
+    if rows[start][0] == version and rows[-1][0] == version + count - 1:
         return count
     done = 0
-    while done < count and records[start + done].originator_version == version + done:
+    while done < count and rows[start + done][0] == version + done:
         done += 1
     return done
 

@@ -13,8 +13,8 @@ from tests.test_benchmarks import quick_run
 class TestChainBenchmark:
     def test_every_figure_is_reported(self) -> None:
         """benchmarks.chain --quick prints the append ratios (batched, durable, compare's
-        workload), the serialisation cost, the chain check's rate with its target and floors,
-        and the whole verify's."""
+        workload), the serialisation cost, the chain check's rate with its target, floors and
+        the rate fed StoredEvent pages, and the whole verify's."""
         rows = json.loads(quick_run("chain").stdout)["results"]
         assert [row["case"].split(",")[0] for row in rows] == [
             "batched append", "durable single append", "compare's workload",
@@ -29,6 +29,9 @@ class TestChainBenchmark:
         assert rows[5]["target"] == 500_000
         assert rows[5]["cpu_events_s"] > 0
         assert rows[5]["read_alone_cpu_events_s"] > 0
+        assert rows[5]["read_stored_events_alone_cpu_events_s"] > 0
+        assert rows[5]["through_stored_events_cpu_events_s"] > 0
+        assert rows[5]["cpu_events_s_min"] <= rows[5]["cpu_events_s"] <= rows[5]["cpu_events_s_max"]
         assert rows[6]["events_s"] > 0
         assert rows[6]["peak_rss_mb"] > 0
         assert rows[5]["peak_rss_mb"] > 0

@@ -162,8 +162,8 @@ class TestTampering:
         engine, run_id, rows = setup
         rows.swap(run_id, 3, 4)
         rows.delete(run_id, 7)
-        links = ChainCheck(engine.store.mapper.chain)
-        assert links.pages(engine.store.stored_pages(run_id), engine.store.mapper) == 7
+        links = ChainCheck(engine.store.mapper.chain, run_id)
+        assert links.pages(engine.store.stored_rows(run_id), engine.store.mapper) == 7
         assert [p.version for p in links.problems] == [3, 4, 5, 7]
         assert [v for v, _ in chain_problems(engine, run_id)] == [3, 4, 5, 7]
         engine.close()

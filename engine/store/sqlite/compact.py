@@ -25,7 +25,6 @@ from engine.store.sqlite.recorder import (
     ONE_STATEMENT,
     SQLiteRecorder,
     insert_statement,
-    select_statement,
 )
 
 TOPICS_TABLE = "stagetrail_topics"
@@ -118,28 +117,10 @@ class CompactRecorder(SQLiteRecorder):
             params += (key, stored.originator_version, ids[stored.topic], stored.state)
         return params
 
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        """The run's stored events with `gt < version <= lte`, in version order, at most `limit`."""
-        run_id = _as_uuid(originator_id)
-        statement = select_statement(
-            self.events_table_name, gt is not None, lte is not None, desc, limit is not None
-        )
-        params = [run_id.bytes, *(p for p in (gt, lte, limit) if p is not None)]
-        connection = self.readers.borrow()
-        try:
-            rows = connection.execute(statement, params).fetchall()
-        finally:
-            self.readers.give_back(connection)
+    def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
+        """Rows as the compact table holds them, each topic id turned back into its topic."""
         names = self.topic_names
-        return [StoredEvent(run_id, version, names[topic], state) for version, topic, state in rows]
+        return [(version, names[topic], state) for version, topic, state in rows]
 
     def select_notifications(
         self,

@@ -86,13 +86,13 @@ def open_sqlite(
         views = _views(datastore, url.masked, codec)
         return Backend(
             recorder, mapper, close, views, read_only=True, codec=codec, generation=generation,
-            chain=chain, stored_after=after, upgrade=upgrade,
+            chain=chain, stored_after=after, upgrade=upgrade, stored_rows=recorder.select_rows,
         )  # fmt: skip
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked), codec)
     erase = functools.partial(erase_runs, datastore, recorder, views is not None)
     return Backend(
         recorder, mapper, close, views, problem, erase, codec=codec, generation=generation,
-        chain=chain, stored_after=after, upgrade=upgrade,
+        chain=chain, stored_after=after, upgrade=upgrade, stored_rows=recorder.select_rows,
     )  # fmt: skip
 
 

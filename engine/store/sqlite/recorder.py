@@ -91,16 +91,34 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
     ) -> Sequence[StoredEvent]:
         """The run's stored events with `gt < version <= lte`, in version order, at most `limit`."""
         run_id = originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
+        rows = self.select_rows(run_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return [StoredEvent(run_id, version, topic, state) for version, topic, state in rows]
+
+    def select_rows(
+        self,
+        run_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> list[tuple[int, str, bytes]]:
+        """`select_events`' rows as plain (version, topic, state) tuples: the lean read of a
+        streaming pass (the chain check), which needs no `StoredEvent` per row."""
         statement = select_statement(
             self.events_table_name, gt is not None, lte is not None, desc, limit is not None
         )
-        params = [run_id.hex, *(p for p in (gt, lte, limit) if p is not None)]
+        params = [self.run_key(run_id), *(p for p in (gt, lte, limit) if p is not None)]
         connection = self.readers.borrow()
         try:
             rows = connection.execute(statement, params).fetchall()
         finally:
             self.readers.give_back(connection)
-        return [StoredEvent(run_id, version, topic, state) for version, topic, state in rows]
+        return self.topics_named(rows)
+
+    def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
+        """Rows as the events table holds them, each topic as its text (as this table has it)."""
+        return rows
 
     def close(self) -> None:
         """Close the reading connections (the datastore closes its own pool)."""

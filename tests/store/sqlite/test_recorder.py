@@ -160,6 +160,40 @@ class TestSelectEvents:
             engine.store.read(run.id)
 
 
+class TestSelectRows:
+    @pytest.mark.parametrize("query", QUERIES, ids=str)
+    def test_the_same_bytes_as_select_events(
+        self, stored: tuple[Engine, uuid.UUID], query: dict[str, Any]
+    ) -> None:
+        """The lean read returns each event's version, topic text and stored bytes exactly
+        as select_events does, on either layout, as plain tuples."""
+        engine, run_id = stored
+        recorder = recorder_of(engine)
+        rows = recorder.select_rows(run_id, **query)
+        events = recorder.select_events(run_id, **query)
+        assert rows == [(e.originator_version, e.topic, e.state) for e in events]
+        assert all(type(row) is tuple and type(row[2]) is bytes for row in rows)
+
+    def test_the_store_pages_rows_as_it_pages_events(
+        self, stored: tuple[Engine, uuid.UUID], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run longer than a page reads, a page at a time, as the same rows as its
+        StoredEvents, and through the lean read alone (no StoredEvent made)."""
+        engine, run_id = stored
+        monkeypatch.setattr("engine.store.event_store.PAGE", 4)
+        events = [e for page in engine.store.stored_pages(run_id) for e in page]
+
+        def refused(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the lean read went through select_events")
+
+        monkeypatch.setattr(recorder_of(engine), "select_events", refused)
+        pages = list(engine.store.stored_rows(run_id))
+        assert [len(page) for page in pages] == [4, 2]
+        assert [r for page in pages for r in page] == [
+            (e.originator_version, e.topic, e.state) for e in events
+        ]
+
+
 class TestReaderConnections:
     def test_a_connection_given_back_is_lent_again(self, tmp_path: Path) -> None:
         """The next read reuses the idle connection instead of opening one."""
