@@ -291,12 +291,7 @@ class Engine:
         rid = self._run_id(run_id)
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
-        found, index = [rid], 0
-        while index < len(found):
-            children = self.runs(parent=found[index], limit=_ALL_CHILDREN)
-            found += sorted((child.run_id for child in children), key=str)
-            index += 1
-        return found
+        return lineage(rid, lambda parent: self.runs(parent=parent, limit=_ALL_CHILDREN))
 
     def _tree_events(self, run_id: UUID, at: int | datetime | None) -> Iterator[Event]:
         if at is not None and not isinstance(at, datetime):
@@ -744,6 +739,15 @@ def child_id(parent_id: UUID, key: str, labels: Mapping[str, str] | None) -> UUI
     if labels is not None and labels.get("key", key) != key:
         raise InvalidArgument("labels", f"'key' is the child's key {key!r}, not {labels['key']!r}")
     return uuid.uuid5(parent_id, key)
+
+
+def lineage(root: UUID, children: Callable[[UUID], Iterable[RunSummary]]) -> list[UUID]:
+    """`root` and its descendants, parents first, each run's `children` in id order."""
+    found, index = [root], 0
+    while index < len(found):
+        found += sorted((child.run_id for child in children(found[index])), key=str)
+        index += 1
+    return found
 
 
 def merged_tree(

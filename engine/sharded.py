@@ -22,7 +22,7 @@ import attrs
 from eventsourcing.persistence import StoredEvent
 
 from engine import arguments
-from engine.engine import Compacted, Engine, child_id, merged_tree
+from engine.engine import Compacted, Engine, child_id, lineage, merged_tree
 from engine.errors import InvalidArgument, RunNotFound, StoreError
 from engine.pipeline import Pipeline
 from engine.run import Run
@@ -192,12 +192,7 @@ class ShardedEngine:
         rid = self._run_id(run_id)
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
-        found, index = [rid], 0
-        while index < len(found):
-            children = self.runs(parent=found[index], limit=_ALL_CHILDREN)
-            found += sorted((child.run_id for child in children), key=str)
-            index += 1
-        return found
+        return lineage(rid, lambda parent: self.runs(parent=parent, limit=_ALL_CHILDREN))
 
     def runs(
         self,
@@ -349,6 +344,25 @@ class ShardedStore:
         """The ``shards:`` URL."""
         return self._engine.url
 
+    @property
+    def upgrade_available(self) -> str:
+        """What ``stagetrail upgrade`` of a shard's own URL would improve ("": nothing)."""
+        layout = self._engine.layout
+        found = [
+            f"shard {name!r} ({urls.mask(url)}), which {shard.store.upgrade_available}"
+            for name, url, shard in zip(layout.names, layout.urls, self._engine.shards, strict=True)
+            if shard.store.upgrade_available
+        ]
+        return "has " + "; and ".join(found) if found else ""
+
+    def generation(self) -> int:
+        """The erasure generations of every shard, summed: it grows whenever any shard erases.
+
+        Each shard's generation only ever grows, so a cache keyed by this number
+        (`Store.generation`) serves nothing read before an erasure in any shard.
+        """
+        return sum(self._engine.each(lambda shard: shard.store.generation()))
+
     def read(self, run_id: UUID, **query: Any) -> list[Event]:
         """`Store.read` in the run's shard."""
         return self._engine.shard_of(run_id).store.read(run_id, **query)
@@ -403,16 +417,56 @@ class ShardedIndex:
         """The page `query` asks for, as one store holding every shard's runs would give it.
 
         A deep page first asks each shard for a window around its share of the offset
-        (ids spread evenly over the shards); only when the merged windows cannot prove
-        which rows hold the asked ranks (an uneven spread: routes, filters) does it
-        read each shard's first offset + limit rows.
+        (ids spread evenly over the shards). When the merged windows cannot prove
+        which rows hold the asked ranks (an uneven spread: routes, filters), a page
+        no deeper than its length reads each shard's first offset + limit rows; a
+        deeper one finds each shard's share of the offset by asking the shards for one
+        row at a time (`_shares`: about shards² x log(offset) rows), then reads a page
+        from each shard past its share. Every page reads a bounded number of rows.
         """
-        window = self._window(query) if len(self._engine.shards) > 1 else None
+        shards = self._engine.shards
+        if len(shards) == 1:
+            return shards[0].projections.runs(query)
+        window = self._window(query)
         if window is not None:
             return window
-        wide = attrs.evolve(query, limit=query.offset + query.limit, offset=0)
-        pages = self._engine.each(lambda shard: shard.projections.runs(wide))
-        return _merged(pages)[query.offset : query.offset + query.limit]
+        if query.offset <= query.limit:
+            wide = attrs.evolve(
+                query, limit=min(query.offset + query.limit, arguments.MAX_INT), offset=0
+            )
+            pages = self._engine.each(lambda shard: shard.projections.runs(wide))
+            return _merged(pages)[query.offset : query.offset + query.limit]
+        shares = self._shares(query)
+        if shares is None:
+            return []
+        pages = self._pages([attrs.evolve(query, offset=share) for share in shares])
+        return _merged(pages)[: query.limit]
+
+    def _shares(self, query: RunQuery) -> list[int] | None:
+        """How many of the newest `query.offset` matching runs each shard holds (None: fewer).
+
+        Each round asks every shard for its row `step` past its share so far
+        (step = what is left / shards) and counts the `step` rows of the shard
+        whose row is newest into its share: at most shards x (step - 1) + 1 rows
+        of all shards are as new as that row, so all of them are among those left.
+        A shard with no such row has fewer than `step` left, none of them counted.
+        """
+        shares = [0] * len(self._engine.shards)
+        left = query.offset
+        while left > 0:
+            step = max(1, left // len(shares))
+            peeks = self._pages([attrs.evolve(query, limit=1, offset=n + step - 1) for n in shares])
+            found = [(page[0].started, page[0].run_id, n) for n, page in enumerate(peeks) if page]
+            if not found:  # every shard has fewer than `step` rows left: fewer than `left`
+                return None
+            shares[max(found)[2]] += step
+            left -= step
+        return shares
+
+    def _pages(self, queries: Sequence[RunQuery]) -> list[list[RunSummary]]:
+        """Each shard's page of its run index for its own query (in shard order)."""
+        asked = dict(zip(map(id, self._engine.shards), queries, strict=True))
+        return self._engine.each(lambda shard: shard.projections.runs(asked[id(shard)]))
 
     def _window(self, query: RunQuery) -> list[RunSummary] | None:
         """The page from windows of each shard around offset / shards, or None if unproven."""
@@ -423,7 +477,7 @@ class ShardedIndex:
         skip = query.offset // count - margin
         if skip <= 0:
             return None
-        take = 2 * margin + query.limit
+        take = min(2 * margin + query.limit, arguments.MAX_INT - skip)
         near = attrs.evolve(query, limit=take, offset=skip)
         pages = self._engine.each(lambda shard: shard.projections.runs(near))
         if not all(pages):  # a shard with at most `skip` rows: how many it has is unknown

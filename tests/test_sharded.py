@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from uuid import UUID
 import attrs
 import pytest
 
-from engine import Engine
+from engine import Engine, arguments
 from engine.cli.demo import supervised_review
 from engine.cli.demo.code_review import REVIEW, record_abandoned, record_review
 from engine.errors import ConcurrencyConflict, RunAlreadyExists, StoreError
@@ -161,6 +162,16 @@ class TestReadView:
         assert [s.run_id for s in sharded.runs(status="failed")] == [failed]
         assert [s.run_id for s in sharded.runs(label="team=x")] == [other]
 
+    def test_the_generation_grows_when_any_shard_erases(self, sharded: ShardedEngine) -> None:
+        """The store's erasure generation (keying caches) changes when either shard erases."""
+        before = sharded.store.generation()
+        for shard in (0, 1):
+            run = sharded.start_run(REVIEW, run_id=id_in(shard))
+            sharded.shards[shard].store.erase([run.id])
+            after = sharded.store.generation()
+            assert after > before
+            before = after
+
     def test_a_run_is_read_from_its_shard(self, sharded: ShardedEngine) -> None:
         """load, events, project and verify find a run wherever it lives."""
         run = record_review(sharded, "C-9")  # type: ignore[arg-type]
@@ -188,8 +199,41 @@ class TestDeepPages:
                 page = [s.run_id for s in sharded.runs(limit=5, offset=offset)]
                 assert page == whole[offset : offset + 5], offset
         first_rows = sum(2 * (offset + 5) for offset in range(0, 150, 7))
-        # Evenly spread, the shards are read near the page; all in one shard, from the top.
-        assert (sum(asked) < first_rows) == (routes == "")
+        # Evenly spread, the shards are read near the page; all in one shard, a row at a
+        # time until each shard's share of the offset is known: neither from the top.
+        assert sum(asked) < first_rows
+
+    def test_a_deep_page_of_runs_all_in_one_shard_reads_few_rows(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With every run in shard b, a deep page reads O(sqrt(offset)) rows, not 2 x offset."""
+        stores = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+        routes = 'by = "pipeline"\n[routes]\ncode-review = "b"\n'
+        with ShardedEngine(layout_file(tmp_path, stores, routes)) as sharded:
+            for _ in range(200):
+                sharded.start_run(REVIEW)
+            whole = [s.run_id for s in sharded.runs(limit=300)]
+            asked = _spy_limits(sharded, monkeypatch)
+            for offset in (190, 198, 200):
+                asked.clear()
+                page = [s.run_id for s in sharded.runs(limit=5, offset=offset)]
+                assert page == whole[offset : offset + 5]
+                # Per shard: the window tried first (8 sqrt(offset / 2) + 13 rows), about
+                # 2 log2(offset) one-row asks, then a page of 5; the old read took offset + 5.
+                window = 8 * math.isqrt(offset // 2) + 13
+                assert sum(asked) <= 2 * (window + 2 * 8 + 5) < 2 * (offset + 5), offset
+
+    def test_the_largest_offset_and_limit_give_a_page_not_an_overflow(
+        self, sharded: ShardedEngine
+    ) -> None:
+        """offset and limit up to 2**63 - 1 (what `runs` takes) answer pages, never overflow."""
+        ids = [sharded.start_run(REVIEW, run_id=id_in(n % 2)).id for n in range(3)]
+        assert sharded.runs(offset=arguments.MAX_INT) == []
+        assert sharded.runs(limit=arguments.MAX_INT, offset=arguments.MAX_INT) == []
+        assert [s.run_id for s in sharded.runs(limit=arguments.MAX_INT, offset=1)] == [
+            ids[1],
+            ids[0],
+        ]
 
     def test_a_page_past_the_end_is_empty(self, sharded: ShardedEngine) -> None:
         """An offset beyond every run gives an empty page."""
@@ -325,6 +369,27 @@ class TestCommands:
             for index, shard in enumerate(new.shards):
                 held = {s.run_id for s in shard.runs()}
                 assert held == {i for i in ids if shard_index(i, 3) == index}
+
+    def test_an_older_shard_is_named_in_the_upgrade_notice(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A shard of the text layout makes commands note its upgrade, naming that shard."""
+        stores = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+        url = layout_file(tmp_path, stores)
+        monkeypatch.delenv("STAGETRAIL_SQLITE_LAYOUT", raising=False)
+        with ShardedEngine(url) as sharded:
+            assert sharded.store.upgrade_available == ""
+        (tmp_path / "b.db").unlink()
+        monkeypatch.setenv("STAGETRAIL_SQLITE_LAYOUT", "text")
+        Engine(stores[1]).close()
+        monkeypatch.delenv("STAGETRAIL_SQLITE_LAYOUT")
+        result = invoke("runs", "--store", url)
+        assert result.exit_code == 0, (result.stderr, result.exception)
+        notes = [line for line in result.stderr.splitlines() if "stagetrail upgrade" in line]
+        assert len(notes) == 1
+        assert "shard 'b'" in notes[0]
+        assert "b.db" in notes[0]
+        assert "shard 'a'" not in notes[0]
 
     def test_one_append_never_spans_two_shards(self, sharded: ShardedEngine) -> None:
         """The store's append refuses events of runs in different shards, writing none."""

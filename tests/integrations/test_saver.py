@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +17,13 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from benchmarks._common import CountedWrites
 from engine import Engine
-from engine.errors import InvalidArgument, InvalidPayload
+from engine.errors import InvalidArgument, InvalidPayload, StoreError
 from engine.integrations.langgraph import THREAD_LABEL, StagetrailSaver, thread_run_ids
 from engine.integrations.langgraph.saver import legacy_run_id
+from engine.sharded import ShardedEngine
 from events import StagetrailError
 from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
+from tests.test_sharded import layout_file
 
 DONE = {"log": ["plan", "build", "ship"]}
 
@@ -279,3 +282,14 @@ class TestTransactions:
             assert kinds == [["RunStarted", "CheckpointSaved"], ["CheckpointSaved"]]
             (run,) = engine.runs()
             assert engine.verify(run.run_id).ok
+
+
+class TestShards:
+    def test_a_sharded_engine_is_refused_naming_the_shards(self, tmp_path: Path) -> None:
+        """Over a shards: layout the saver raises one StoreError saying it works per shard."""
+        stores = [f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"]
+        sharded = ShardedEngine(layout_file(tmp_path, stores))
+        with sharded, pytest.raises(StoreError, match="saver works per shard") as refused:
+            StagetrailSaver(sharded)  # type: ignore[arg-type]
+        assert "a.db" in str(refused.value)
+        assert refused.value.url == sharded.url

@@ -7,9 +7,11 @@ from typing import Any
 
 import attrs
 import pytest
+from starlette.testclient import TestClient
 
 from engine.cli.demo.code_review import REVIEW, record_review
 from engine.sharded import ShardedEngine
+from engine.ui import create_app
 from tests.test_sharded import id_in, key_in, layout_file
 from tests.ui.conftest import Served
 
@@ -52,6 +54,18 @@ class TestShardedViewer:
         assert answer["summary"]["parent_run_id"] == spread.parent
         state = spread.served.get(f"/api/runs/{spread.review}/state?at=3")
         assert state["stack"]["current"] == "code_review"
+
+    def test_a_run_page_and_its_timeline_are_drawn_from_its_shard(self, spread: Spread) -> None:
+        """/runs/{id} and /api/runs/{id}/timeline answer for runs of either shard."""
+        with TestClient(create_app(spread.url), base_url="http://127.0.0.1") as client:
+            for run_id in (spread.child, spread.review):
+                page = client.get(f"/runs/{run_id}")
+                assert page.status_code == 200, page.text
+                assert run_id[:8] in page.text
+                timeline = client.get(f"/api/runs/{run_id}/timeline?at=2")
+                assert timeline.status_code == 200, timeline.text
+                assert timeline.json()["run_id"] == run_id
+                assert "<svg" in timeline.json()["svg"]
 
     @pytest.mark.browser
     def test_the_pages_show_runs_of_both_shards(self, spread: Spread, page: Any) -> None:

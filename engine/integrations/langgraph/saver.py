@@ -62,7 +62,8 @@ from engine.integrations.langgraph.thread import (
 from engine.machine import RunState
 from engine.pipeline import Pipeline
 from engine.run import Run, unit_of
-from engine.store import PAGE, StoreError
+from engine.sharded import ShardedEngine
+from engine.store import PAGE, StoreError, urls
 from events import (
     DECIDED,
     CheckpointSaved,
@@ -169,6 +170,17 @@ def legacy_run_id(thread_id: str, generation: int) -> UUID:
     return uuid.uuid5(_NAMESPACE, f"{thread_id}\x00{generation}")
 
 
+def _refuse_shards(engine: object) -> None:
+    """Refuse a ``shards:`` layout: a thread's runs and erasures are read in one store."""
+    if isinstance(engine, ShardedEngine):
+        shards = ", ".join(urls.mask(url) for url in engine.layout.urls)
+        raise StoreError(
+            engine.url,
+            "the LangGraph saver works per shard: give it Engine(url) of one shard "
+            f"({shards}), not the shards: layout",
+        )
+
+
 class StagetrailSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer that records every checkpoint, write and node outcome as events.
 
@@ -178,6 +190,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             become the stages of each thread's run. Without it, checkpoints are kept but
             node outcomes are not recorded as stages.
         serde: LangGraph's serializer (default: LangGraph's `JsonPlusSerializer`).
+
+    Raises:
+        StoreError: `engine` is a `ShardedEngine`: the saver keeps one store, so it
+            is given the `Engine` of one shard (its own URL) instead.
     """
 
     def __init__(
@@ -187,6 +203,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
     ) -> None:
+        _refuse_shards(engine)
         super().__init__(serde=serde)
         self.engine = engine
         nodes = getattr(graph, "nodes", graph) or ()
