@@ -16,11 +16,12 @@ loudly instead of writing text ids beside binary ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent
 
+from engine.store import meta
 from engine.store.sqlite.recorder import (
     ONE_STATEMENT,
     SQLiteRecorder,
@@ -64,6 +65,8 @@ class TopicNames(dict[int, str]):
 
 class CompactRecorder(SQLiteRecorder):
     """`SQLiteRecorder` over the compact table: run ids as 16-byte BLOBs, topics as ids."""
+
+    layout: ClassVar[str] = meta.COMPACT
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

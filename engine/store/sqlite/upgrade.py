@@ -103,7 +103,7 @@ def _rewrite(path: str) -> int:
     with _writing(path) as connection:
         connection.execute("BEGIN IMMEDIATE")
         try:
-            if _layout(connection) != meta.TEXT:  # upgraded by another process meanwhile
+            if meta.read_layout(connection, meta.META_TABLE) != meta.TEXT:  # upgraded by another process meanwhile
                 raise StoreError(path, "the store's events are compact already")
             events = _move(connection, path)
             connection.executemany(
@@ -148,13 +148,6 @@ def _move(connection: sqlite3.Connection, path: str) -> int:
     connection.execute(f"DROP TABLE {old}")
     connection.execute(f"ALTER TABLE {_NEW} RENAME TO {old}")
     return int(count)
-
-
-def _layout(connection: sqlite3.Connection) -> str:
-    row = connection.execute(
-        f"SELECT value FROM {meta.META_TABLE} WHERE key = ?", (meta.LAYOUT,)
-    ).fetchone()
-    return meta.TEXT if row is None else str(row[0])
 
 
 @contextlib.contextmanager
