@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from contextlib import AbstractContextManager
 
+from engine import Engine
 from engine.cli.common import Output, open_engine
 from engine.cli.verify import verify_all
 from engine.store import StoreError, Upgraded, parse, upgrade_copy, upgrade_in_place
@@ -14,7 +16,8 @@ def upgrade_store(url: str, target: str | None, *, in_place: bool, as_json: bool
     result; print what was done; return whether verification found no problem.
 
     An in-place upgrade whose last step, packing the file, failed is still an upgrade:
-    one line on stderr says so, and the store is verified as after any other.
+    one line on stderr says so, and the store is verified as after any other, opened
+    read-only (another process held its write lock: verifying must not wait for it).
 
     Raises:
         StoreError: not a SQLite store, compact already, `target` exists, or locked.
@@ -24,15 +27,15 @@ def upgrade_store(url: str, target: str | None, *, in_place: bool, as_json: bool
         raise StoreError(parsed.masked, "only a SQLite store has an upgrade (to compact events)")
     done = upgrade_in_place(parsed.path) if in_place else upgrade_copy(parsed.path, str(target))
     upgraded = f"sqlite:///{done.path}"
+    if not as_json:
+        _print(done)
     if done.not_packed:
         print(not_packed_notice(done), file=sys.stderr)
-    if as_json:
-        with open_engine(upgraded, read_only=True) as engine:
-            ok = verify_all(engine, as_json=True)
-        return ok
-    _print(done)
-    with open_engine(upgraded, read_only=True) as engine:
-        return verify_all(engine, as_json=False)
+        opened: AbstractContextManager[Engine] = Engine(upgraded, read_only=True)
+    else:
+        opened = open_engine(upgraded, read_only=True)
+    with opened as engine:
+        return verify_all(engine, as_json=as_json)
 
 
 def _print(done: Upgraded) -> None:

@@ -223,7 +223,8 @@ def _pack(connection: sqlite3.Connection) -> None:
 _RENUMBERED_COPY = "the copy was deleted; the store is unchanged"
 _RENUMBERED_IN_PLACE = (
     "the store is compact and holds every event, but under other notification ids: "
-    "rebuild every persistent projection (stagetrail projections rebuild NAME) and start every other follower from the beginning"
+    "rebuild every persistent projection (stagetrail projections rebuild NAME) "
+    "and start every other follower from the beginning"
 )
 
 

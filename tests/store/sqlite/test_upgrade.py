@@ -13,7 +13,6 @@ import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import pytest
@@ -236,7 +235,7 @@ class TestAProcessThatOpenedTheStoreBefore:
         events = notifications(old)
         with Engine(f"sqlite:///{old}") as stale:
             upgrade_in_place(str(old))
-            with pytest.raises(StoreError, match="upgraded the store .* open the store again"):
+            with pytest.raises(StoreError, match=r"upgraded the store .* open the store again"):
                 use(stale)
         assert notifications(old) == events
 
@@ -272,6 +271,28 @@ def lock_while_packing(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     monkeypatch.setattr(upgrade, "_pack", pack_while_locked)
 
 
+@contextlib.contextmanager
+def locked_after_the_rewrite(monkeypatch: pytest.MonkeyPatch, path: Path) -> Iterator[None]:
+    """Another connection takes the write lock as soon as the rewrite commits and keeps it
+    until the block ends, so the VACUUM after it gives up in a tenth of a second."""
+    held: list[sqlite3.Connection] = []
+    rewrite = upgrade._rewrite
+
+    def rewrite_then_lock(target: str) -> int:
+        moved = rewrite(target)
+        held.append(sqlite3.connect(path, isolation_level=None))
+        held[-1].execute("BEGIN IMMEDIATE")
+        return moved
+
+    monkeypatch.setattr(upgrade, "_rewrite", rewrite_then_lock)
+    monkeypatch.setattr(upgrade, "LOCK_TIMEOUT", 0.1)
+    try:
+        yield
+    finally:
+        for connection in held:
+            connection.close()
+
+
 def renumber_after_vacuum(monkeypatch: pytest.MonkeyPatch) -> None:
     """The VACUUM step followed by what a renumbering VACUUM would do: the events' rowids
     changed (here all moved by a million)."""
@@ -301,9 +322,10 @@ class TestPackingTheFile:
         self, old: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """`upgrade --in-place` exits 0 with one note naming the failed packing and the
-        usable store, then the verification report of every run."""
-        lock_while_packing(monkeypatch, old)
-        result = invoke("upgrade", "--store", f"sqlite:///{old}", "--in-place")
+        usable store, then the verification report of every run, read while the other
+        process still holds the write lock."""
+        with locked_after_the_rewrite(monkeypatch, old):
+            result = invoke("upgrade", "--store", f"sqlite:///{old}", "--in-place")
         assert result.exit_code == 0, (result.stdout, result.stderr)
         assert "nothing changed" not in result.stderr
         assert "upgraded; packing the file failed: database is locked" in result.stderr
@@ -326,7 +348,7 @@ class TestPackingTheFile:
     ) -> None:
         """Changed notification ids are one StoreError saying what to rebuild."""
         renumber_after_vacuum(monkeypatch)
-        with pytest.raises(StoreError, match="notification ids .* projections rebuild"):
+        with pytest.raises(StoreError, match=r"notification ids .* projections rebuild"):
             upgrade_in_place(str(old))
 
     def test_a_renumbering_vacuum_of_the_copy_deletes_it(
@@ -335,7 +357,7 @@ class TestPackingTheFile:
         """The copy whose notification ids changed is deleted; the store is untouched."""
         before, target = digest(old), tmp_path / "new.db"
         renumber_after_vacuum(monkeypatch)
-        with pytest.raises(StoreError, match="notification ids .* copy was deleted"):
+        with pytest.raises(StoreError, match=r"notification ids .* copy was deleted"):
             upgrade_copy(str(old), str(target))
         assert not target.exists()
         assert digest(old) == before
