@@ -72,7 +72,8 @@ def upgrade_copy(source: str, target: str) -> Upgraded:
     only read.
 
     Raises:
-        StoreError: `target` exists, `source` is not a text-layout store, or a row differs.
+        StoreError: `target` exists, `source` is not a text-layout store, a row differs,
+            or a ``VACUUM`` changed notification ids (the copy deleted).
     """
     _check_text(source)
     if os.path.exists(target):
@@ -81,7 +82,8 @@ def upgrade_copy(source: str, target: str) -> Upgraded:
         ends = _ends(connection)
         connection.execute("VACUUM INTO ?", (target,))  # a consistent copy, pages packed
     try:
-        _check_kept(target, ends, _RENUMBERED_COPY)
+        with _stopping(target, "the copy was deleted"):
+            _check_kept(target, ends, _RENUMBERED_COPY)
         events = _rewrite(target)
         with _stopping(target, "the copy was deleted"):
             _vacuum(target, _RENUMBERED_COPY)
@@ -98,8 +100,8 @@ def upgrade_in_place(path: str) -> Upgraded:
     until it commits. A process that opened the store before cannot use it after:
     its reads and appends raise a `StoreError` saying to open the store again (an
     append is refused by the compact table's CHECKs, nothing written). The rewrite
-    committed, a failure to pack the pages (another process reading or writing the
-    file at that moment) leaves a compact, usable store: it is returned, its
+    committed, a failure to pack the pages (another process holding the write lock
+    for the whole lock timeout) leaves a compact, usable store: it is returned, its
     `not_packed` saying why (run ``VACUUM`` on it later to give the space back).
 
     Raises:
