@@ -32,16 +32,14 @@ from engine.store.memory import open_memory
 from engine.store.module import open_module
 from engine.store.sqlite import open_sqlite
 from engine.store.sqlite import writable as sqlite_writable
+from engine.store.sqlite.recorder import UPGRADED
 from events import Event, EventFormatError, InvalidPayload
 from events.storable import unstorable_field
 
 PAGE = 1000
 """Events read per query when streaming a run."""
 _Row = TypeVar("_Row")
-_UPGRADED = (
-    "another process upgraded the store to compact events (stagetrail upgrade --in-place) "
-    "after this one opened it: open the store again; nothing of this append was written"
-)
+_UPGRADED = f"{UPGRADED}; nothing of this append was written"
 
 
 class Store:

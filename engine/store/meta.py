@@ -227,6 +227,12 @@ def read_generation(cursor: Any, table: str) -> int:
     return int(row[0] if isinstance(row, tuple) else row["value"])  # plain or named rows
 
 
+def read_layout(cursor: Any, table: str) -> str:
+    """How the SQLite store keeps its events, from its meta `table`: `COMPACT` or `TEXT`."""
+    row = cursor.execute(f"SELECT value FROM {table} WHERE key='{LAYOUT}'").fetchone()
+    return TEXT if row is None else str(row[0])
+
+
 def bump_generation(cursor: Any, table: str) -> None:
     """Count one more erasure, inside the transaction that erases (SQLite and PostgreSQL)."""
     cursor.execute(

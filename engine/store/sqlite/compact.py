@@ -16,16 +16,19 @@ loudly instead of writing text ids beside binary ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent
 
+from engine.store import meta
+from engine.store.errors import StoreError
 from engine.store.sqlite.recorder import (
     ONE_STATEMENT,
     SQLiteRecorder,
     insert_statement,
 )
+from engine.store.sqlite.writer import WriterConnection
 
 TOPICS_TABLE = "stagetrail_topics"
 """Each topic of a compact store's events once, with the small integer its rows hold."""
@@ -64,6 +67,8 @@ class TopicNames(dict[int, str]):
 class CompactRecorder(SQLiteRecorder):
     """`SQLiteRecorder` over the compact table: run ids as 16-byte BLOBs, topics as ids."""
 
+    layout: ClassVar[str] = meta.COMPACT
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.topic_names = TopicNames(self._read_topics)
@@ -82,20 +87,24 @@ class CompactRecorder(SQLiteRecorder):
     ) -> Sequence[int] | None:
         """Insert a batch, ids and topics compact: one ``INSERT`` of all its rows, its own
         transaction, as `SQLiteRecorder` does; a longer batch one ``INSERT`` per
-        `ONE_STATEMENT` rows inside one ``BEGIN IMMEDIATE`` … ``COMMIT``. Their ids."""
-        assert self.writer is not None, "a compact store is written through its writer"
+        `ONE_STATEMENT` rows inside one ``BEGIN IMMEDIATE`` … ``COMMIT``. Their ids.
+
+        Raises:
+            StoreError: the recorder was made without a writing connection.
+        """
+        writer = self._writer()
         self._know_topics(stored_events)
         count = len(stored_events)
         if count == 0:
             return []
         if count <= ONE_STATEMENT:
-            last = self.writer.insert(
+            last = writer.insert(
                 insert_statement(self.events_table_name, count), self._rows(stored_events)
             )
             assert last is not None  # an INSERT sets it
             return list(range(last - count + 1, last + 1))
         ids: list[int] = []
-        with self.writer.transaction() as cursor:
+        with writer.transaction() as cursor:
             for start in range(0, count, ONE_STATEMENT):
                 chunk = stored_events[start : start + ONE_STATEMENT]
                 statement = insert_statement(self.events_table_name, len(chunk))
@@ -176,14 +185,27 @@ class CompactRecorder(SQLiteRecorder):
     def _add_topic(self, topic: str) -> None:
         # Its own statement before the events': a topic row without events is harmless,
         # and another process adding the same topic meanwhile is ignored by UNIQUE.
-        assert self.writer is not None, "a compact store is written through its writer"
-        with self.writer.statement() as cursor:
+        with self._writer().statement() as cursor:
             cursor.execute(f"INSERT OR IGNORE INTO {TOPICS_TABLE} (topic) VALUES (?)", (topic,))
             row = cursor.execute(
                 f"SELECT id FROM {TOPICS_TABLE} WHERE topic=?", (topic,)
             ).fetchone()
         self.topic_ids[topic] = row[0]
         self.topic_names[row[0]] = topic
+
+    def _writer(self) -> WriterConnection:
+        """The store's writing connection: a compact store has no other way to be written.
+
+        Raises:
+            StoreError: the recorder was made without one.
+        """
+        if self.writer is None:
+            raise StoreError(
+                self.url,
+                "a compact events table is written through the store's writing connection, "
+                "and this recorder was made without one (writer=None): nothing written",
+            )
+        return self.writer
 
     def _read_topics(self) -> list[tuple[int, str]]:
         connection = self.readers.borrow()

@@ -28,7 +28,7 @@ from engine.store.sql import NAMES
 from engine.store.sqlite.compact import CompactRecorder
 from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
 from engine.store.sqlite.readers import ReaderConnections
-from engine.store.sqlite.recorder import SQLiteRecorder
+from engine.store.sqlite.recorder import UPGRADED, SQLiteRecorder
 from engine.store.sqlite.views import SQLiteViews
 from engine.store.urls import StoreURL
 
@@ -65,7 +65,10 @@ def open_sqlite(
                     cursor, settings
                 )
         kind = CompactRecorder if found.layout == meta.COMPACT else SQLiteRecorder
-        recorder = kind(datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT, writer=datastore.writer)
+        recorder = kind(
+            datastore, meta.EVENTS_TABLE, timeout=LOCK_TIMEOUT, writer=datastore.writer,
+            url=url.masked,
+        )  # fmt: skip
         if not read_only:
             recorder.create_table()
         chain = _settle_chain(datastore, url, found, read_only=read_only)
@@ -147,7 +150,10 @@ def stored_after(recorder: SQLiteRecorder, run_id: UUID, position: int) -> int |
         ).fetchone()
     finally:
         readers.give_back(connection)
-    return None if row[0] is None else int(row[0])
+    if row[0] is None:
+        recorder.check_layout()  # or the run's key matched nothing of an upgraded table
+        return None
+    return int(row[0])
 
 
 def writable(url: StoreURL) -> bool:
@@ -169,6 +175,8 @@ def erase_runs(
     transaction; return the events deleted."""
     removed = 0
     with datastore.transaction(commit=True) as cursor:
+        if meta.read_layout(cursor, meta.META_TABLE) != recorder.layout:
+            raise StoreError(recorder.url, UPGRADED)  # its keys would delete nothing
         meta.bump_generation(cursor, meta.META_TABLE)
         for run_id in run_ids:
             key = recorder.run_key(run_id)

@@ -10,18 +10,27 @@ eventsourcing's `StoredEvent`s, so the store's mapper still decrypts,
 decompresses and upcasts them; every other read is eventsourcing's. An append
 is one multi-row ``INSERT`` on the store's writing connection (`engine.store.sqlite.writer`),
 its own transaction, rather than ``BEGIN`` … an ``INSERT`` per event … ``COMMIT``.
+
+A text-layout recorder can outlive its layout: ``stagetrail upgrade --in-place``
+in another process rewrites the table compact, where its hex run ids and topic
+names match nothing. So a read of it that finds nothing (or a row it cannot
+read) looks at the meta table's layout, one small SELECT, and raises a
+`StoreError` saying to open the store again rather than answer "no such run";
+a read that finds rows pays nothing.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import Notification, StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
+from engine.store import meta
+from engine.store.errors import StoreError
 from engine.store.sqlite.datastore import Datastore
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.writer import WriterConnection
@@ -29,6 +38,11 @@ from engine.store.sqlite.writer import WriterConnection
 ONE_STATEMENT = 200
 """The most events appended by one multi-row ``INSERT`` (4 parameters each: well within
 the 999 parameters the oldest SQLite builds allow in a statement)."""
+UPGRADED = (
+    "another process upgraded the store to compact events (stagetrail upgrade --in-place) "
+    "after this one opened it: open the store again"
+)
+"""Why a process that opened a text-layout store can no longer read or write it."""
 
 
 class SQLiteRecorder(SQLiteApplicationRecorder):
@@ -38,7 +52,12 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         datastore: the store's datastore (its connections write and read).
         events_table_name: the events table.
         timeout: seconds a read waits for a lock.
+        writer: the store's writing connection (None: eventsourcing's appends).
+        url: the store's URL (masked) its errors name.
     """
+
+    layout: ClassVar[str] = meta.TEXT
+    """The events layout this recorder reads and writes."""
 
     def __init__(
         self,
@@ -47,10 +66,12 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         *,
         timeout: float,
         writer: WriterConnection | None = None,
+        url: str = "",
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
         self.readers = ReaderConnections(datastore.uri, timeout)
         self.writer = writer
+        self.url = url or datastore.uri
 
     def run_key(self, run_id: UUID) -> str | bytes:
         """What the events table holds for `run_id`: its 32 hex characters."""
@@ -114,11 +135,48 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
             rows = connection.execute(statement, params).fetchall()
         finally:
             self.readers.give_back(connection)
+        if not rows:
+            self.check_layout()
         return self.topics_named(rows)
 
     def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
         """Rows as the events table holds them, each topic as its text (as this table has it)."""
         return rows
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """eventsourcing's page of notifications, refused once the table was upgraded."""
+        try:
+            page = super().select_notifications(
+                start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+            )
+        except (TypeError, ValueError):  # a 16-byte run id is no hex UUID
+            self.check_layout()
+            raise
+        if not page:  # compact topic ids match no topic name
+            self.check_layout()
+        return page
+
+    def check_layout(self) -> None:
+        """Nothing, while the events table is still in the layout this recorder reads.
+
+        Raises:
+            StoreError: another process upgraded it to compact since this one opened it.
+        """
+        connection = self.readers.borrow()
+        try:
+            layout = meta.read_layout(connection, meta.META_TABLE)
+        finally:
+            self.readers.give_back(connection)
+        if layout != self.layout:
+            raise StoreError(self.url, UPGRADED)
 
     def close(self) -> None:
         """Close the reading connections (the datastore closes its own pool)."""

@@ -8,6 +8,15 @@ inside one ``BEGIN IMMEDIATE`` … ``COMMIT``: every row keeps its notification 
 exports are the same; the rewrite checks row by row, before it commits, that
 each new row says what the old one said. Either into a copy (``VACUUM INTO``,
 the store only read) or, asked explicitly, in place under the write lock.
+
+Neither events table declares an ``INTEGER PRIMARY KEY`` (eventsourcing's SQLite
+recorder keys events by run and version, and the notification id is the rowid),
+and SQLite documents that ``VACUUM`` may change the rowids of such a table. It
+keeps them (it copies rows in rowid order, rowids and all), but notification ids
+must never change (followers track them), so each ``VACUUM`` here is checked: the
+first and the last event before it must hold the same notification ids after.
+A renumbering moves one of them (it can only close gaps, in order), and the
+check costs two lookups by rowid, whatever the size of the store.
 """
 
 from __future__ import annotations
@@ -32,12 +41,14 @@ _NEW = "stagetrail_events_compact"
 
 @attrs.frozen
 class Upgraded:
-    """What an upgrade did: the file written, its events, and its size before and after."""
+    """What an upgrade did: the file written, its events, its size before and after, and
+    why its pages could not be packed ("": they were)."""
 
     path: str
     events: int
     bytes_before: int
     bytes_after: int
+    not_packed: str = ""
 
 
 def layout_of(path: str) -> str:
@@ -61,16 +72,21 @@ def upgrade_copy(source: str, target: str) -> Upgraded:
     only read.
 
     Raises:
-        StoreError: `target` exists, `source` is not a text-layout store, or a row differs.
+        StoreError: `target` exists, `source` is not a text-layout store, a row differs,
+            or a ``VACUUM`` changed notification ids (the copy deleted).
     """
     _check_text(source)
     if os.path.exists(target):
         raise StoreError(target, f"{target} exists: upgrade writes a new file, give another path")
     with contextlib.closing(sqlite3.connect(read_only_uri(source), uri=True)) as connection:
+        ends = _ends(connection)
         connection.execute("VACUUM INTO ?", (target,))  # a consistent copy, pages packed
     try:
+        with _stopping(target, "the copy was deleted"):
+            _check_kept(target, ends, _RENUMBERED_COPY)
         events = _rewrite(target)
-        _vacuum(target)
+        with _stopping(target, "the copy was deleted"):
+            _vacuum(target, _RENUMBERED_COPY)
     except BaseException:
         Path(target).unlink(missing_ok=True)  # ours, half made: never left behind
         raise
@@ -80,16 +96,26 @@ def upgrade_copy(source: str, target: str) -> Upgraded:
 def upgrade_in_place(path: str) -> Upgraded:
     """Rewrite the store at `path` compact, in one write transaction, then pack its pages.
 
-    Other processes may keep reading while it runs; a process that opened the store
-    before and appends after is refused by the compact table's CHECKs (reopen it).
+    Other processes may keep reading while the rewrite runs, and see the text layout
+    until it commits. A process that opened the store before cannot use it after:
+    its reads and appends raise a `StoreError` saying to open the store again (an
+    append is refused by the compact table's CHECKs, nothing written). The rewrite
+    committed, a failure to pack the pages (another process holding the write lock
+    for the whole lock timeout) leaves a compact, usable store: it is returned, its
+    `not_packed` saying why (run ``VACUUM`` on it later to give the space back).
 
     Raises:
-        StoreError: not a text-layout store, locked for too long, or a row differs.
+        StoreError: not a text-layout store, locked for too long, or a row differs
+            (nothing changed); or the packing changed notification ids (upgraded,
+            renumbered: projections and followers must start again).
     """
     _check_text(path)
     before = _size(path)
     events = _rewrite(path)
-    _vacuum(path)
+    try:
+        _vacuum(path, _RENUMBERED_IN_PLACE)
+    except sqlite3.Error as error:
+        return Upgraded(path, events, before, _size(path), not_packed=str(error))
     return Upgraded(path, events, before, _size(path))
 
 
@@ -100,10 +126,10 @@ def _check_text(path: str) -> None:
 
 def _rewrite(path: str) -> int:
     """Rewrite the events table of `path` compact in one transaction; the events moved."""
-    with _writing(path) as connection:
+    with _stopping(path, "nothing changed"), _writing(path) as connection:
         connection.execute("BEGIN IMMEDIATE")
         try:
-            if _layout(connection) != meta.TEXT:  # upgraded by another process meanwhile
+            if meta.read_layout(connection, meta.META_TABLE) != meta.TEXT:  # by another process
                 raise StoreError(path, "the store's events are compact already")
             events = _move(connection, path)
             connection.executemany(
@@ -150,11 +176,13 @@ def _move(connection: sqlite3.Connection, path: str) -> int:
     return int(count)
 
 
-def _layout(connection: sqlite3.Connection) -> str:
-    row = connection.execute(
-        f"SELECT value FROM {meta.META_TABLE} WHERE key = ?", (meta.LAYOUT,)
-    ).fetchone()
-    return meta.TEXT if row is None else str(row[0])
+@contextlib.contextmanager
+def _stopping(path: str, outcome: str) -> Iterator[None]:
+    """A SQLite error inside as a `StoreError` saying the upgrade stopped, and its `outcome`."""
+    try:
+        yield
+    except sqlite3.Error as error:
+        raise StoreError(path, f"upgrade stopped, {outcome}: {error}") from error
 
 
 @contextlib.contextmanager
@@ -164,8 +192,6 @@ def _writing(path: str) -> Iterator[sqlite3.Connection]:
     try:
         connection.create_function("uuid_bytes", 1, _uuid_bytes, deterministic=True)
         yield connection
-    except sqlite3.Error as error:
-        raise StoreError(path, f"upgrade stopped, nothing changed: {error}") from error
     finally:
         connection.close()
 
@@ -175,12 +201,64 @@ def _uuid_bytes(text: str) -> bytes:
     return UUID(text).bytes
 
 
-def _vacuum(path: str) -> None:
-    """Pack the file's pages (the text table's freed pages would keep its size)."""
+def _vacuum(path: str, renumbered: str) -> None:
+    """Pack the file's pages (the text table's freed pages would keep its size), checking
+    that its events keep their notification ids.
+
+    Raises:
+        sqlite3.Error: the file could not be packed (busy): nothing of it changed.
+        StoreError: it was packed, and notification ids changed (`renumbered` says what then).
+    """
     with _writing(path) as connection:
-        connection.execute("VACUUM")
+        ends = _ends(connection)
+        _pack(connection)
+        _check_kept(path, ends, renumbered)
         # VACUUM writes the packed file through the WAL: fold it back in (readers permitting).
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def _pack(connection: sqlite3.Connection) -> None:
+    """``VACUUM``: the file rewritten without its free pages."""
+    connection.execute("VACUUM")
+
+
+_RENUMBERED_COPY = "the copy was deleted; the store is unchanged"
+_RENUMBERED_IN_PLACE = (
+    "the store is compact and holds every event, but under other notification ids: "
+    "rebuild every persistent projection (stagetrail projections rebuild NAME) "
+    "and start every other follower from the beginning"
+)
+
+
+def _ends(connection: sqlite3.Connection) -> list[tuple[object, ...]]:
+    """The first and the last event's notification id, run id and version (none: empty)."""
+    table = meta.EVENTS_TABLE
+    return connection.execute(
+        f"SELECT rowid, originator_id, originator_version FROM {table} WHERE rowid IN "
+        f"((SELECT MIN(rowid) FROM {table}), (SELECT MAX(rowid) FROM {table})) ORDER BY rowid"
+    ).fetchall()
+
+
+def _check_kept(path: str, ends: list[tuple[object, ...]], renumbered: str) -> None:
+    """Nothing, if the events `ends` named still hold their notification ids in `path`.
+
+    Raises:
+        StoreError: one of them moved (VACUUM renumbered the table); `renumbered` says
+            what that leaves.
+    """
+    ids = [row[0] for row in ends]
+    with contextlib.closing(sqlite3.connect(read_only_uri(path), uri=True)) as connection:
+        found = connection.execute(
+            f"SELECT rowid, originator_id, originator_version FROM {meta.EVENTS_TABLE} "
+            f"WHERE rowid IN ({','.join('?' * len(ids))}) ORDER BY rowid",
+            ids,
+        ).fetchall()
+    if found != ends:
+        raise StoreError(
+            path,
+            f"VACUUM changed the events' notification ids (the events at {ids} moved): "
+            + renumbered,
+        )
 
 
 def _size(path: str) -> int:

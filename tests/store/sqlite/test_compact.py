@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 
 from engine import Engine, StoreError
 from engine.store import meta
 from engine.store.sqlite.compact import CompactRecorder
+from engine.store.sqlite.datastore import Datastore
 from projections import StateStack
 from tests._helpers import REVIEW
 
@@ -138,3 +140,23 @@ class TestReadingIt:
             with Engine(url) as writer:
                 writer.load(run_id).note("k", "v")
             assert reader.events(run_id)[-1].topic == "stagetrail:NoteAdded"
+
+
+class TestWritingIt:
+    def test_a_recorder_without_a_writing_connection_is_one_clear_error(
+        self, tmp_path: Path
+    ) -> None:
+        """Made without `writer`, an append raises a StoreError naming it (an assert would
+        vanish under python -O), and nothing is written."""
+        path = tmp_path / "new.db"
+        run_id = record(f"sqlite:///{path}")
+        count = rows(path, "SELECT count(*) FROM stagetrail_events")
+        datastore = Datastore(str(path), read_only=False)
+        try:
+            recorder = CompactRecorder(datastore, meta.EVENTS_TABLE, timeout=1)
+            stored = StoredEvent(run_id, 99, "stagetrail:NoteAdded", b"{}")
+            with pytest.raises(StoreError, match=r"writing connection.*writer=None"):
+                recorder.insert_events([stored])
+        finally:
+            datastore.close()
+        assert rows(path, "SELECT count(*) FROM stagetrail_events") == count

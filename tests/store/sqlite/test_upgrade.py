@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -18,6 +19,7 @@ import pytest
 
 from engine import Engine, StoreError
 from engine.store import upgrade_copy, upgrade_in_place
+from engine.store.sqlite import upgrade
 from engine.store.sqlite.upgrade import layout_of
 from events import StageCompleted
 from projections import RetryCounts, StateStack
@@ -206,6 +208,159 @@ class TestUpgradeInPlace:
             upgrade_in_place(str(old))
         assert layout_of(str(old)) == "text"
         assert column_types(old) == [("text", "text")]
+
+
+STALE_READS: dict[str, Callable[[Engine], object]] = {
+    "the newest event": lambda engine: engine.store.last(OPEN),
+    "a run's events": lambda engine: engine.store.read(OPEN),
+    "the stored events verify reads": lambda engine: engine.store.stored_events(OPEN),
+    "loading a run": lambda engine: engine.load(OPEN),
+    "verifying a run": lambda engine: engine.verify(OPEN),
+    "where a run's chain starts": lambda engine: engine.store.must_link_from(OPEN),
+    "a page of notifications": lambda engine: engine.store.recorder.select_notifications(1, 10),
+    "notifications of a topic": lambda engine: engine.store.recorder.select_notifications(
+        1, 10, topics=["stagetrail:StageCompleted"]
+    ),
+    "erasing a run": lambda engine: engine.store.erase([OPEN]),
+}
+
+
+class TestAProcessThatOpenedTheStoreBefore:
+    @pytest.mark.parametrize("use", STALE_READS.values(), ids=list(STALE_READS))
+    def test_its_reads_are_refused_saying_to_open_the_store_again(
+        self, old: Path, use: Callable[[Engine], object]
+    ) -> None:
+        """An engine that opened the text layout gets the StoreError its appends get, never
+        "no such run", an empty answer or a TypeError; the store keeps every event."""
+        events = notifications(old)
+        with Engine(f"sqlite:///{old}") as stale:
+            upgrade_in_place(str(old))
+            with pytest.raises(StoreError, match=r"upgraded the store .* open the store again"):
+                use(stale)
+        assert notifications(old) == events
+
+    def test_runs_are_refused_once_the_index_must_catch_up(self, old: Path) -> None:
+        """Listing runs after another process appended reads notifications: refused too."""
+        with Engine(f"sqlite:///{old}") as stale:
+            assert len(stale.runs()) == 3
+            upgrade_in_place(str(old))
+            with Engine(f"sqlite:///{old}") as fresh:
+                fresh.load(OPEN).stage_completed("work", {"step": 2}, duration=1.0)
+            with pytest.raises(StoreError, match="open the store again"):
+                stale.runs()
+
+    def test_a_text_store_still_answers_no_such_run(self, old: Path) -> None:
+        """Before any upgrade, a run not stored is None and an empty page is empty."""
+        with Engine(f"sqlite:///{old}") as engine:
+            assert engine.store.last(UUID(int=7)) is None
+            assert engine.store.recorder.select_notifications(10_000, 10) == []
+            assert engine.store.recorder.select_notifications(1, 10, topics=["nope"]) == []
+
+
+def lock_while_packing(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """Another connection holds the write lock while the file is packed (after the rewrite
+    committed), so the VACUUM gives up after a tenth of a second."""
+    pack = upgrade._pack
+
+    def pack_while_locked(connection: sqlite3.Connection) -> None:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            connection.execute("PRAGMA busy_timeout = 100")
+            pack(connection)
+
+    monkeypatch.setattr(upgrade, "_pack", pack_while_locked)
+
+
+@contextlib.contextmanager
+def locked_after_the_rewrite(monkeypatch: pytest.MonkeyPatch, path: Path) -> Iterator[None]:
+    """Another connection takes the write lock as soon as the rewrite commits and keeps it
+    until the block ends, so the VACUUM after it gives up in a tenth of a second."""
+    held: list[sqlite3.Connection] = []
+    rewrite = upgrade._rewrite
+
+    def rewrite_then_lock(target: str) -> int:
+        moved = rewrite(target)
+        held.append(sqlite3.connect(path, isolation_level=None))
+        held[-1].execute("BEGIN IMMEDIATE")
+        return moved
+
+    monkeypatch.setattr(upgrade, "_rewrite", rewrite_then_lock)
+    monkeypatch.setattr(upgrade, "LOCK_TIMEOUT", 0.1)
+    try:
+        yield
+    finally:
+        for connection in held:
+            connection.close()
+
+
+def renumber_after_vacuum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The VACUUM step followed by what a renumbering VACUUM would do: the events' rowids
+    changed (here all moved by a million)."""
+
+    def renumbering(connection: sqlite3.Connection) -> None:
+        connection.execute("VACUUM")
+        connection.execute("UPDATE stagetrail_events SET rowid = rowid + 1000000")
+
+    monkeypatch.setattr(upgrade, "_pack", renumbering)
+
+
+class TestPackingTheFile:
+    def test_a_store_locked_while_it_is_packed_is_upgraded_and_says_so(
+        self, old: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The rewrite committed, a failed VACUUM is no "nothing changed": the result says
+        why the file was not packed, and the store is compact with every event."""
+        events = notifications(old)
+        lock_while_packing(monkeypatch, old)
+        done = upgrade_in_place(str(old))
+        assert "locked" in done.not_packed
+        assert done.events == len(events)
+        assert layout_of(str(old)) == "compact"
+        assert notifications(old) == events
+
+    def test_the_command_says_upgraded_not_packed_and_still_verifies(
+        self, old: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`upgrade --in-place` exits 0 with one note naming the failed packing and the
+        usable store, then the verification report of every run, read while the other
+        process still holds the write lock."""
+        with locked_after_the_rewrite(monkeypatch, old):
+            result = invoke("upgrade", "--store", f"sqlite:///{old}", "--in-place")
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert "nothing changed" not in result.stderr
+        assert "upgraded; packing the file failed: database is locked" in result.stderr
+        assert "usable" in result.stderr
+        assert "3 runs" in result.stdout
+        assert "no problems" in result.stdout
+
+    def test_events_after_a_gap_keep_their_notification_ids(self, old: Path) -> None:
+        """A store with a hole in its notification ids (an erased run) keeps every id."""
+        with Engine(f"sqlite:///{old}") as engine:
+            assert engine.store.erase([UUID("00000000-0000-4000-8000-0000000000a2")]) > 0
+        events = notifications(old)
+        ids = [event[0] for event in events]
+        assert ids != list(range(1, len(ids) + 1))  # there is a gap to close
+        upgrade_in_place(str(old))
+        assert notifications(old) == events
+
+    def test_a_renumbering_vacuum_in_place_fails_loudly(
+        self, old: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Changed notification ids are one StoreError saying what to rebuild."""
+        renumber_after_vacuum(monkeypatch)
+        with pytest.raises(StoreError, match=r"notification ids .* projections rebuild"):
+            upgrade_in_place(str(old))
+
+    def test_a_renumbering_vacuum_of_the_copy_deletes_it(
+        self, old: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The copy whose notification ids changed is deleted; the store is untouched."""
+        before, target = digest(old), tmp_path / "new.db"
+        renumber_after_vacuum(monkeypatch)
+        with pytest.raises(StoreError, match=r"notification ids .* copy was deleted"):
+            upgrade_copy(str(old), str(target))
+        assert not target.exists()
+        assert digest(old) == before
 
 
 class TestTheCommand:
