@@ -139,8 +139,9 @@ class Engine:
             run_id: a chosen id (default: a new random UUID).
             deferred: the `RunStarted` waits in the run's handle and is written in one
                 transaction with the run's first commit (its first event, or first
-                ``batch()``), one transaction fewer. Nothing is stored until then; a
-                taken id then fails that commit with `ConcurrencyConflict`.
+                ``batch()``), one transaction fewer. Nothing is stored until then (a
+                first ``batch()`` that raises stores nothing: the start waits for the
+                next); a taken id then fails that commit with `ConcurrencyConflict`.
         """
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"start_run needs a Pipeline, got {type(pipeline).__name__}")
