@@ -218,8 +218,10 @@ class Engine:
         Raises:
             RunNotFound: no such run.
         """
-        pipeline, state = self._fold(self._run_id(run_id))
-        return self._handle(Run(self.store, pipeline, state))
+        run_id = self._run_id(run_id)
+        generation = self._keeping()
+        pipeline, state = self._fold(run_id)
+        return self._handle(Run(self.store, pipeline, state), generation)
 
     def events(self, run_id: UUID | str, upto: int | datetime | None = None) -> list[Event]:
         """The run's events, oldest first; `upto` a version, or a time (events at or before it).
@@ -590,19 +592,28 @@ class Engine:
             return Run(
                 self.store, pipeline, state, begun=(started, *copies), link=link, unwritten=stored
             )
+        generation = self._keeping()
         try:
             self.store.write(stored)
         except ConcurrencyConflict:
             raise RunAlreadyExists(started.run_id) from None
         begun = (started, *copies) if len(copies) < _KEPT_COPIES else ()
         return self._handle(
-            Run(self.store, pipeline, state, begun=begun, link=links[started.run_id])
+            Run(self.store, pipeline, state, begun=begun, link=links[started.run_id]), generation
         )
 
-    def _handle(self, run: Run) -> Run:
-        """`run`, its writes followed by a keeper of its snapshots (see docs/time-travel.md)."""
-        if self._time_travel.stores:
-            keeper = SnapshotKeeper(self._time_travel, self.store, run.pipeline)
+    def _keeping(self) -> int | None:
+        """The erasure generation, read before a handle's state is, when a keeper will follow
+        the handle (None: none will)."""
+        return self.store.generation() if self._time_travel.stores else None
+
+    def _handle(self, run: Run, generation: int | None) -> Run:
+        """`run`, its writes followed by a keeper of its snapshots (see docs/time-travel.md),
+        its state read in `generation`."""
+        if generation is not None:
+            keeper = SnapshotKeeper(
+                self._time_travel, self.store, run.pipeline, generation=generation
+            )
             unit_of(run).followers.append(keeper)
         return run
 
