@@ -603,9 +603,14 @@ class Engine:
         )
 
     def _keeping(self) -> int | None:
-        """The erasure generation, read before a handle's state is, when a keeper will follow
-        the handle (None: none will)."""
-        return self.store.generation() if self._time_travel.stores else None
+        """An erasure generation the store had before a handle's state is read, when a keeper
+        will follow the handle (None: none will).
+
+        Time travel's newest, not a read: an older one than the store's costs the keeper
+        one check of its state at its first crossing, never a snapshot of erased data.
+        """
+        travel = self._time_travel
+        return travel.generation if travel.stores else None
 
     def _handle(self, run: Run, generation: int | None) -> Run:
         """`run`, its writes followed by a keeper of its snapshots (see docs/time-travel.md),

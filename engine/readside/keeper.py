@@ -12,8 +12,9 @@ twice the interval back, else not kept then); at the first crossing after runs w
 erased from the store, the machine is folded so too and must equal the writer's
 state, else this keeper keeps nothing more. Short runs cost one comparison per
 commit. Snapshots go through `TimeTravel.keep`: sealed by the store's codec,
-keyed by the erasure generation the writer's state was read in (never one read
-later: the run may have been erased meanwhile). A unit committing through an
+keyed by an erasure generation the writer's state is known to hold in (the one
+it was read in, or a later one it was checked against: never one merely read
+later, as the run may have been erased meanwhile). A unit committing through an
 event loop (`commit_async`) hears of its commit on the loop's thread, so there
 the crossing's small write runs on it too: one per `KEEP_INTERVAL` events.
 """
@@ -50,8 +51,8 @@ class SnapshotKeeper:
         travel: the engine's time travel (its store, codec and memory of snapshots).
         reader: the store, for its erasure generation.
         pipeline: the run's pipeline (the machine snapshot's table).
-        generation: the erasure generation the writer's state was read in (read
-            before it was: an erasure while it was read counts as one after).
+        generation: an erasure generation the store had before the writer's state
+            was read (an older one only costs a check at the first crossing).
         interval: events between two snapshots (default `KEEP_INTERVAL`).
     """
 
