@@ -144,8 +144,9 @@ class Engine:
             run_id: a chosen id (default: a new random UUID).
             deferred: the `RunStarted` waits in the run's handle and is written in one
                 transaction with the run's first commit (its first event, or first
-                ``batch()``), one transaction fewer. Nothing is stored until then; a
-                taken id then fails that commit with `ConcurrencyConflict`.
+                ``batch()``), one transaction fewer. Nothing is stored until then (a
+                first ``batch()`` that raises stores nothing: the start waits for the
+                next); a taken id then fails that commit with `ConcurrencyConflict`.
         """
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"start_run needs a Pipeline, got {type(pipeline).__name__}")
@@ -222,8 +223,10 @@ class Engine:
         Raises:
             RunNotFound: no such run.
         """
-        pipeline, state = self._fold(self._run_id(run_id))
-        return self._handle(Run(self.store, pipeline, state))
+        run_id = self._run_id(run_id)
+        generation = self._keeping()
+        pipeline, state = self._fold(run_id)
+        return self._handle(Run(self.store, pipeline, state), generation)
 
     def events(self, run_id: UUID | str, upto: int | datetime | None = None) -> list[Event]:
         """The run's events, oldest first; `upto` a version, or a time (events at or before it).
@@ -682,19 +685,33 @@ class Engine:
             return Run(
                 self.store, pipeline, state, begun=(started, *copies), link=link, unwritten=stored
             )
+        generation = self._keeping()
         try:
             self.store.write(stored)
         except ConcurrencyConflict:
             raise RunAlreadyExists(started.run_id) from None
         begun = (started, *copies) if len(copies) < _KEPT_COPIES else ()
         return self._handle(
-            Run(self.store, pipeline, state, begun=begun, link=links[started.run_id])
+            Run(self.store, pipeline, state, begun=begun, link=links[started.run_id]), generation
         )
 
-    def _handle(self, run: Run) -> Run:
-        """`run`, its writes followed by a keeper of its snapshots (see docs/time-travel.md)."""
-        if self._time_travel.stores:
-            keeper = SnapshotKeeper(self._time_travel, self.store, run.pipeline)
+    def _keeping(self) -> int | None:
+        """An erasure generation the store had before a handle's state is read, when a keeper
+        will follow the handle (None: none will).
+
+        Time travel's newest, not a read: an older one than the store's costs the keeper
+        one check of its state at its first crossing, never a snapshot of erased data.
+        """
+        travel = self._time_travel
+        return travel.generation if travel.stores else None
+
+    def _handle(self, run: Run, generation: int | None) -> Run:
+        """`run`, its writes followed by a keeper of its snapshots (see docs/time-travel.md),
+        its state read in `generation`."""
+        if generation is not None:
+            keeper = SnapshotKeeper(
+                self._time_travel, self.store, run.pipeline, generation=generation
+            )
             unit_of(run).followers.append(keeper)
         return run
 

@@ -350,7 +350,7 @@ class Batch:
         assert mark is not None
         if kind is not None:
             work.take_back(mark)
-        work.end(batch=True)
+        work.end(batch=True, failed=kind is not None)
 
     async def __aenter__(self) -> Run:
         return self.__enter__()
@@ -362,7 +362,7 @@ class Batch:
             work.take_back(mark)
         outermost = work.groups == 1
         try:
-            await work.end_async(batch=True)
+            await work.end_async(batch=True, failed=kind is not None)
         except BaseException:
             if outermost and len(work.pending) > mark.pending:
                 work.take_back(mark)  # withdrawn before its write: the batch is not written

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,8 +11,16 @@ from freezegun import freeze_time
 
 from benchmarks._common import CountedWrites
 from engine import ConcurrencyConflict, Engine, Pipeline, RunNotFound, StoreError
-from engine.errors import InvalidArgument, InvalidFork, InvalidPayload, RunAlreadyExists
+from engine.errors import (
+    InvalidArgument,
+    InvalidFork,
+    InvalidPayload,
+    InvalidTransition,
+    RunAlreadyExists,
+)
+from engine.run import Run
 from engine.store import PAGE
+from engine.supervise.perform import history
 from events import RunStarted
 from tests._helpers import REVIEW
 
@@ -73,14 +82,84 @@ class TestDeferredStart:
         assert engine.verify(run.id).ok
 
     def test_a_refused_event_of_the_first_batch_is_never_written(self, engine: Engine) -> None:
-        """An unstorable event in the first batch is dropped with its block; the start, which
-        came before the block, is written at its end, and the run goes on from it."""
+        """An unstorable event in the first batch is dropped with its block, and the start
+        with it: nothing is stored; the run goes on, its next event written with the start."""
         run = engine.start_run(REVIEW, deferred=True)
         with pytest.raises(InvalidPayload), run.batch():
             run.stage_completed("project_analysis", {"bad": "\x00"})
-        assert [e.version for e in engine.events(run.id)] == [1]
+        assert engine.store.last(run.id) is None
         run.stage_completed("project_analysis")
         assert [e.version for e in engine.events(run.id)] == [1, 2]
+        assert engine.verify(run.id).ok
+
+    @pytest.mark.parametrize("raised", [InvalidTransition, RuntimeError])
+    def test_a_failed_first_batch_writes_nothing(
+        self, engine: Engine, raised: type[Exception]
+    ) -> None:
+        """A first batch that raises (a refused transition, the caller's own error) writes
+        nothing, not the start alone; the next batch writes the start with its events."""
+        run = engine.start_run(REVIEW, deferred=True)
+        with CountedWrites(engine.store) as counted:
+            with pytest.raises(raised), run.batch():
+                run.stage_completed("project_analysis")
+                if raised is RuntimeError:
+                    raise RuntimeError("the caller's own error")
+                run.stage_completed("no_such_stage")
+            assert engine.store.last(run.id) is None
+            assert (run.version, run.state) == (1, "project_analysis")
+            with run.batch():
+                run.stage_completed("project_analysis")
+        assert [len(batch) for batch in counted.batches] == [2]
+        kinds = [type(event).__name__ for event in engine.events(run.id)]
+        assert kinds == ["RunStarted", "StageCompleted"]
+        assert engine.verify(run.id).ok
+
+    def test_a_failed_first_async_batch_writes_nothing(self, engine: Engine) -> None:
+        """``async with run.batch()`` raising first writes nothing either."""
+
+        async def scenario(run: Run) -> None:
+            with pytest.raises(RuntimeError):
+                async with run.batch():
+                    run.stage_completed("project_analysis")
+                    raise RuntimeError("the caller's own error")
+            assert engine.store.last(run.id) is None
+            async with run.batch():
+                run.stage_completed("project_analysis")
+
+        run = engine.start_run(REVIEW, deferred=True)
+        asyncio.run(scenario(run))
+        assert [e.version for e in engine.events(run.id)] == [1, 2]
+
+    def test_a_failed_first_batch_raises_its_own_error_not_a_conflict(self, engine: Engine) -> None:
+        """Under a taken id, a first batch that raises gives the caller its own error: no
+        lone start is written to conflict with the other run."""
+        run_id = uuid.uuid4()
+        late = engine.start_run(REVIEW, run_id=run_id, deferred=True)
+        engine.start_run(REVIEW, run_id=run_id, params={"n": 1})
+        with pytest.raises(InvalidPayload), late.batch():
+            late.stage_completed("project_analysis", {"bad": "\x00"})
+        assert len(engine.events(run_id)) == 1
+
+    def test_a_deferred_run_holds_its_start_once(self, engine: Engine) -> None:
+        """The handle's history of a deferred run holds its start once, before and after the
+        first commit."""
+        run = engine.start_run(REVIEW, deferred=True)
+        assert [e.version for e in history(run)] == [1]
+        run.stage_completed("project_analysis")
+        assert [e.version for e in history(run)] == [1, 2]
+
+    def test_a_supervisor_drives_a_deferred_run(self, engine: Engine) -> None:
+        """A supervisor given a deferred run drives it to its end; the start is written once,
+        with the first events."""
+        once = Pipeline(
+            "once", initial="work", transitions=[("work", "completed", "done")], final=["done"]
+        )
+        run = engine.start_run(once, deferred=True)
+        engine.supervisor().drive(run, {"work": lambda context: {"ok": True}})
+        assert run.status == "succeeded"
+        events = engine.events(run.id)
+        assert [e.version for e in events] == list(range(1, len(events) + 1))
+        assert sum(isinstance(e, RunStarted) for e in events) == 1
         assert engine.verify(run.id).ok
 
     def test_a_taken_id_fails_the_first_commit_and_writes_nothing(self, engine: Engine) -> None:

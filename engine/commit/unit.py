@@ -121,7 +121,8 @@ class UnitOfWork:
         """Keep the run's first events pending: its first commit writes them with what follows.
 
         Until a commit writes them they stay pending, also when a commit fails, so no
-        later event is ever written without them.
+        later event is ever written without them; a grouping that raised leaves them
+        pending, unwritten (bad input writes nothing, not a run without its events).
         """
         self.unwritten = (list(stored), list(events))
         self.pending[:0], self.events[:0] = stored, events
@@ -130,8 +131,11 @@ class UnitOfWork:
         """The run's stored events when this handle holds them all, else None (read them).
 
         True of a handle that began the run and has committed nothing since: what a
-        supervisor asked to drive a run it was just given needs no read.
+        supervisor asked to drive a run it was just given needs no read. A deferred
+        start is not stored yet: none (its events are pending, in `events`).
         """
+        if self.unwritten is not None:
+            return []
         begun = self.begun
         if begun and begun[-1].version == self.stored.version:
             return list(begun)
@@ -227,21 +231,24 @@ class UnitOfWork:
         for observer in self.observers:
             observer.rewound(mark.state.version)
 
-    def end(self, batch: bool = False) -> None:
+    def end(self, batch: bool = False, failed: bool = False) -> None:
         """Close a grouping; the outermost commits what is pending.
+
+        A grouping that `failed` (raised) never writes a deferred start alone: it
+        waits for the run's next commit that has events of its own.
 
         Raises:
             ConcurrencyConflict, StoreError: as `commit`.
         """
         self.groups -= 1
         self.batches -= batch
-        if not self.groups:
+        if not self.groups and not (failed and self._start_alone()):
             self.commit()
 
-    async def end_async(self, batch: bool = False) -> None:
+    async def end_async(self, batch: bool = False, failed: bool = False) -> None:
         """`end` committing through `commit_async`; the grouping stays open while it waits."""
         try:
-            if self.groups == 1:
+            if self.groups == 1 and not (failed and self._start_alone()):
                 await self.commit_async()
         finally:
             self.groups -= 1
@@ -285,6 +292,11 @@ class UnitOfWork:
         for event in events:
             for observer in self.observers:
                 observer.recorded(event)
+
+    def _start_alone(self) -> bool:
+        """Whether all that is pending is the deferred start (see `defer`)."""
+        unwritten = self.unwritten
+        return unwritten is not None and len(self.pending) == len(unwritten[0])
 
     def _kept(self, count: int, reached: RunState, link: bytes | None) -> None:
         """A commit of the first `count` pending events succeeded."""
@@ -358,5 +370,5 @@ class Grouping:
     def __enter__(self) -> None:
         self._work.begin()
 
-    def __exit__(self, *exc: object) -> None:
-        self._work.end()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self._work.end(failed=kind is not None)

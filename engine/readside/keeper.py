@@ -5,12 +5,18 @@ some version, `Engine.load`) folds the whole run. A `SnapshotKeeper` follows one
 run handle's commits: each time a commit crosses a multiple of `KEEP_INTERVAL`,
 it stores a snapshot of the machine (the writer's own state: no fold at all)
 and of each kept projection (`KEPT`), folded from its previous snapshot over the
-events just written — in memory, never a read or a decode of the run. Short runs
-cost one comparison per commit. Snapshots go through `TimeTravel.keep`: sealed by
-the store's codec, keyed by the erasure generation they were read in. A unit
-committing through an event loop (`commit_async`) hears of its commit on the
-loop's thread, so there the crossing's small write runs on it too: one per
-`KEEP_INTERVAL` events.
+events just written, in memory. The run is read back and folded only where no
+state is held: at the first crossing, and at one after another writer's events
+came between, a projection is folded from its nearest stored snapshot (at most
+twice the interval back, else not kept then); at the first crossing after runs were
+erased from the store, the machine is folded so too and must equal the writer's
+state, else this keeper keeps nothing more. Short runs cost one comparison per
+commit. Snapshots go through `TimeTravel.keep`: sealed by the store's codec,
+keyed by an erasure generation the writer's state is known to hold in (the one
+it was read in, or a later one it was checked against: never one merely read
+later, as the run may have been erased meanwhile). A unit committing through an
+event loop (`commit_async`) hears of its commit on the loop's thread, so there
+the crossing's small write runs on it too: one per `KEEP_INTERVAL` events.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class SnapshotKeeper:
         travel: the engine's time travel (its store, codec and memory of snapshots).
         reader: the store, for its erasure generation.
         pipeline: the run's pipeline (the machine snapshot's table).
+        generation: an erasure generation the store had before the writer's state
+            was read (an older one only costs a check at the first crossing).
         interval: events between two snapshots (default `KEEP_INTERVAL`).
     """
 
@@ -54,10 +62,13 @@ class SnapshotKeeper:
         reader: EventReader,
         pipeline: Pipeline,
         *,
+        generation: int,
         interval: int | None = None,
     ) -> None:
         self._travel, self._reader, self._pipeline = travel, reader, pipeline
         self.interval = KEEP_INTERVAL if interval is None else interval
+        self._generation: int | None = generation
+        """Where the writer's state is known to agree with the store; None: keep no more."""
         self._projections: list[Projection[Any]] = []  # made at the first crossing
         self._held: dict[str, tuple[int, int, Any]] = {}
         """Per projection: the generation and version of its state held, and the state."""
@@ -97,12 +108,36 @@ class SnapshotKeeper:
     def _keep(self, machine: RunState) -> RunState | None:
         travel, run_id, version = self._travel, machine.run_id, machine.version
         generation = self._reader.generation()
+        if generation != self._generation and not self._agrees(machine, generation):
+            return None
         if not self._projections:
             self._projections = [kind() for kind in KEPT]
         for projection in self._projections:
             self._keep_one(run_id, projection, version, generation)
         kept = travel.keep(run_id, MachineFold(), version, (self._pipeline, machine), generation)
         return None if kept is None else kept[1]
+
+    def _agrees(self, machine: RunState, generation: int) -> bool:
+        """Whether the store, read in `generation`, holds the run the writer's state is of.
+
+        Runs were erased since the writer's state was read: the run itself may have
+        been, and its state must then never be kept under the new generation. The
+        run folded from the store (from a snapshot near enough, else nothing) must
+        equal the writer's state; if not, this keeper keeps nothing any more.
+        """
+        self._held.clear()  # states of the old generation
+        self._generation = None
+        folded = self._travel.reach(
+            machine.run_id, MachineFold(), machine.version, generation, 2 * self.interval
+        )
+        if folded is None or folded[1] != machine:
+            _log.info(
+                "run %s: runs were erased since its writer read it; no snapshot kept",
+                machine.run_id,
+            )
+            return False
+        self._generation = generation
+        return True
 
     def _keep_one(
         self, run_id: UUID, projection: Projection[Any], version: int, generation: int

@@ -112,6 +112,12 @@ class TimeTravel:
                 return state
 
     @property
+    def generation(self) -> int:
+        """The erasure generation of the snapshots in memory: one the store had, never a
+        newer one (0 before any was read), so no read is needed to know a lower bound."""
+        return self._generation
+
+    @property
     def stores(self) -> bool:
         """Whether snapshots are stored (a store with views), not only kept in memory."""
         return self._views is not None

@@ -283,6 +283,20 @@ class TestTransactions:
             (run,) = engine.runs()
             assert engine.verify(run.run_id).ok
 
+    def test_a_refused_first_checkpoint_writes_no_run(self, store_url: str) -> None:
+        """A new thread's first put refused (its blob over max_event_bytes) leaves no run
+        behind, not an empty one; the next put starts the run in its own transaction."""
+        with Engine(store_url, max_event_bytes=4096) as engine:
+            saver = StagetrailSaver(engine)
+            big: Any = {**empty_checkpoint(), "channel_values": {"big": "x" * 10_000}}
+            with pytest.raises(InvalidPayload, match="'blobs'"):
+                saver.put(config("t"), big, {"source": "input", "step": -1}, {"big": "1"})
+            assert engine.runs() == []
+            with CountedWrites(engine.store) as counted:
+                put_input(saver, "t")
+            kinds = [[stored.topic.split(":")[-1] for stored in batch] for batch in counted.batches]
+            assert kinds == [["RunStarted", "CheckpointSaved"]]
+
 
 class TestShards:
     def test_a_sharded_engine_is_refused_naming_the_shards(self, tmp_path: Path) -> None:

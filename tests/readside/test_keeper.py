@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine import Engine, Pipeline
+from engine import Engine, Pipeline, StoreError
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel, keeper
 from engine.run import Run
@@ -160,3 +160,44 @@ class TestSnapshotKeeper:
             events = fresh.events(first.id)
             for at in (KEEP_INTERVAL * 2 + 60, len(events)):
                 assert fresh.project(first.id, StateStack, at=at) == StateStack().fold(events[:at])
+
+    def test_a_stale_writer_of_an_erased_run_keeps_no_snapshot(self, sqlite_url: str) -> None:
+        """A handle whose run another process deleted and compacted away, writing on, keeps
+        no snapshot of its state (erased data) under the new generation: none is served."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL - 100)
+            with Engine(sqlite_url) as other:
+                other.load(run.id).finish("deleted")
+                other.compact()
+            record(run, 200)  # over the erased versions: the crossing is in the new generation
+        assert [p for p, _, _ in snapshot_rows(sqlite_url, run.id) if p == StateStack.name] == []
+        with Engine(sqlite_url) as fresh, pytest.raises(StoreError, match="RunStarted"):
+            fresh.load(run.id)  # its stored events begin after the erased ones
+
+    def test_a_writer_of_a_run_that_outlived_an_erasure_keeps_on(self, sqlite_url: str) -> None:
+        """Another run erased while a handle writes: its state agrees with the store (folded
+        once, from the start: the run is short), so its snapshots go on, of the new generation."""
+        with Engine(sqlite_url) as engine:
+            run, doomed = engine.start_run(LOOP), engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL - 100)
+            with Engine(sqlite_url) as other:
+                other.load(doomed.id).finish("deleted")
+                other.compact()
+                generation = other.store.generation()
+            record(run, KEEP_INTERVAL + 200)
+            events = engine.events(run.id)
+        with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as db:
+            rows = db.execute(
+                "SELECT projection, version FROM stagetrail_snapshots"
+                " WHERE run_id = ? AND generation = ?",
+                (str(run.id), generation),
+            )
+            kept = set(rows)
+        for name in (StateStack.name, MachineFold.name):  # one per crossing, at its commit
+            crossings = {
+                version // KEEP_INTERVAL for projection, version in kept if projection == name
+            }
+            assert crossings >= {1, 2}
+        with Engine(sqlite_url) as fresh:
+            assert fresh.project(run.id, StateStack) == StateStack().fold(events)
