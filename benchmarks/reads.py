@@ -7,6 +7,8 @@ recorder and interleaved round by round, with raw sqlite3 (`benchmarks.compare`'
 floor, same workload) timed in the same rounds. Cases: point-in-time state
 (`engine.project(at=4)`), a run's history (`engine.events`), and recording
 supervised runs, whose supervisor re-reads each run's new events after every stage.
+The store is in the text layout (``?layout=text``): eventsourcing's own select
+looks a run up by its hex id, which a compact store (16-byte ids) does not hold.
 
 Run: ``python -m benchmarks.reads`` (about 20 seconds; ``--quick`` for a smoke run).
 """
@@ -36,7 +38,7 @@ def main() -> None:
     args = arguments(__doc__ or "")
     runs, rounds, sample = (20, 2, 10) if args.quick else (300, 7, 50)
     raw = RawSqlite(scratch("raw.db"))
-    ours = Stagetrail(scratch("stagetrail.db"), "Supervisor.drive")
+    ours = Stagetrail(scratch("stagetrail.db"), "Supervisor.drive", layout="text")
     recorder = ours.engine.store.recorder
     assert isinstance(recorder, SQLiteRecorder)
     paths: dict[str, Callable[..., Any]] = {

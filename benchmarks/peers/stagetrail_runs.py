@@ -30,11 +30,14 @@ class Stagetrail:
 
     keeps_failures = True
 
-    def __init__(self, path: Path, variant: str, **supervisor: Any) -> None:
+    def __init__(
+        self, path: Path, variant: str, layout: str | None = None, **supervisor: Any
+    ) -> None:
         self.variant = variant
         grouped = "" if supervisor.get("group_commits", True) else ", group_commits=False"
         self.name = f"stagetrail ({variant}{grouped})"
-        self.engine = Engine(f"sqlite:///{path}")
+        query = "" if layout is None else f"?layout={layout}"  # a new store's events layout
+        self.engine = Engine(f"sqlite:///{path}{query}")
         self.supervisor = self.engine.supervisor(
             retry=RetryPolicy(max_retries=3, delay=0.0, jitter=0.0, timeout=None), **supervisor
         )

@@ -10,14 +10,14 @@ The tables these write are each backend's own (`engine.store`).
 
 from __future__ import annotations
 
-from engine.readside.keeper import KEEP_INTERVAL, KEPT, SnapshotKeeper
+from engine.readside.keeper import KEEP_INTERVAL, SnapshotKeeper, kept_projections
 from engine.readside.overlay import ReadOnlyViews
 from engine.readside.persistent import Projections, ProjectionStatus
 from engine.readside.snapshots import SNAPSHOT_INTERVAL, TimeTravel
 
 __all__ = [
     "KEEP_INTERVAL",
-    "KEPT",
+    "kept_projections",
     "Projections",
     "ProjectionStatus",
     "ReadOnlyViews",

@@ -4,7 +4,7 @@ Without them the first question about a long run in a new process (its state at
 some version, `Engine.load`) folds the whole run. A `SnapshotKeeper` follows one
 run handle's commits: each time a commit crosses a multiple of `KEEP_INTERVAL`,
 it stores a snapshot of the machine (the writer's own state: no fold at all)
-and of each kept projection (`KEPT`), folded from its previous snapshot over the
+and of each kept projection (`kept_projections`), folded from its previous snapshot over the
 events just written, in memory. The run is read back and folded only where no
 state is held: at the first crossing, and at one after another writer's events
 came between, a projection is folded from its nearest stored snapshot (at most
@@ -30,7 +30,7 @@ from engine.machine import MachineFold, RunState
 from engine.pipeline import Pipeline
 from engine.readside.snapshots import SNAPSHOT_INTERVAL, EventReader, TimeTravel
 from events import Event
-from projections import Projection, StateStack
+from projections import Projection
 
 KEEP_INTERVAL = 10 * SNAPSHOT_INTERVAL
 """Events between two snapshots a writer stores (a reader then folds at most this many).
@@ -38,8 +38,17 @@ KEEP_INTERVAL = 10 * SNAPSHOT_INTERVAL
 Each costs the writer one more small transaction: at 5,000 events, one per 50
 commits of 100 events, while a fresh reader folds at most ~20 ms of events."""
 
-KEPT: tuple[type[Projection[Any]], ...] = (StateStack,)
-"""The projections a writer keeps snapshots of, beside the machine (`Engine.load`)."""
+
+def kept_projections() -> list[Projection[Any]]:
+    """The projections a writer keeps snapshots of, beside the machine (`Engine.load`).
+
+    Imported when a run first crosses an interval, not with the engine: a command
+    that only lists runs never loads a stack's code.
+    """
+    from projections import StateStack
+
+    return [StateStack()]
+
 
 _log = logging.getLogger(__name__)
 
@@ -111,7 +120,7 @@ class SnapshotKeeper:
         if generation != self._generation and not self._agrees(machine, generation):
             return None
         if not self._projections:
-            self._projections = [kind() for kind in KEPT]
+            self._projections = kept_projections()
         for projection in self._projections:
             self._keep_one(run_id, projection, version, generation)
         kept = travel.keep(run_id, MachineFold(), version, (self._pipeline, machine), generation)
