@@ -173,6 +173,24 @@ class TestOnlineCompaction:
         assert after["failure_count"] == {"": {"developer": 4}}
         assert after == rebuilt_states(engine)
 
+    @pytest.mark.timeout(60)
+    def test_a_catch_up_aimed_past_what_a_compaction_erased_ends(self, sqlite_url: str) -> None:
+        """A follower that read the store's head before a compaction erased the newest events
+        ends at the new head instead of retrying for ever (SQLite gives erased ids out again,
+        so no position may pass the newest event)."""
+        with Engine(sqlite_url) as engine:
+            kept = finished_run(engine, "failed")
+            finished_run(engine, "cancelled")
+            engine.retain(RetentionRule(status={"cancelled"}), apply=True, compact=False)
+            stale_head = engine.projections.head()  # the doomed run's RunDeleted
+            engine.compact()
+            assert engine.projections.head() < stale_head
+            names = list(engine.projections.names)
+            # the catch-up a reader began before the compaction, with the head it read then
+            folded = engine.projections._catch_up(names, stale_head, None)
+            assert set(folded.values()) == {0}
+            assert [str(s.run_id) for s in engine.runs()] == [kept]
+
     def test_writers_and_a_follower_go_on_while_it_compacts(self, shared_url: str) -> None:
         """Writers append and a follower folds during compaction: no event is lost or doubled."""
         with Engine(shared_url) as setup:

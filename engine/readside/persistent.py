@@ -165,6 +165,7 @@ class Projections:
                     count, end = self._page(group, lowest, stop, failures)
             except PositionMoved:  # another follower, or a compaction, came first
                 self._forget(group)
+                head = min(head, self.head())  # a compaction may have erased the newest
                 continue
             except ProjectionReplaced as replaced:  # stop that one; the others go on
                 self._forget(group)
