@@ -202,9 +202,7 @@ class Projections:
         for name in group:
             save, error = self._fold(name, events, ids, start, end)
             if save is not None:
-                save = attrs.evolve(save, generation=generation)
-            if save is not None:
-                saves.append(save)
+                saves.append(attrs.evolve(save, generation=generation))
             if error is not None:
                 failures[name] = error
         self._commit(saves)
