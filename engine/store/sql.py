@@ -310,7 +310,9 @@ class SQLViews(TrackingRecorder):
             PositionMoved: another process advanced one of them meanwhile.
         """
         with self._transaction(commit=True) as cursor:
-            for save in saves:  # lock each projection's row before reading its position
+            # lock each projection's row before reading its position, in name order: two
+            # processes committing the same projections never wait for each other crosswise
+            for save in sorted(saves, key=lambda save: save.name):
                 cursor.execute(
                     self._sql(
                         "UPDATE {projections} SET updated=?, last_error=NULL "
@@ -396,6 +398,7 @@ class SQLViews(TrackingRecorder):
         marks = ",".join("?" * len(run_ids))
         digests = [self.codec.digest(run_id) for run_id in run_ids]
         with self._transaction(commit=True) as cursor:
+            self._lock_rows(cursor, ["run_index", *names])  # as a follower's commit does
             cursor.execute(self._sql(f"DELETE FROM {{labels}} WHERE run_id IN ({marks})"), run_ids)
             cursor.execute(self._sql(f"DELETE FROM {{runs}} WHERE run_id IN ({marks})"), run_ids)
             for name in names:
@@ -403,6 +406,13 @@ class SQLViews(TrackingRecorder):
                     self._sql(f"DELETE FROM {{states}} WHERE name=? AND key IN ({marks})"),
                     (name, *digests),
                 )
+
+    def _lock_rows(self, cursor: Any, names: Sequence[str]) -> None:
+        """Lock the projections' rows in name order, the order `commit` locks them in."""
+        for name in sorted(set(names)):
+            cursor.execute(
+                self._sql("UPDATE {projections} SET updated=updated WHERE name=?"), (name,)
+            )
 
     def record_error(self, name: str, error: str) -> None:
         """Keep the error that stopped `name` (shown by `status`)."""
