@@ -14,8 +14,25 @@ class TestWindowSpan:
         """The window of any version holds it, is at most WINDOW long and stays in the run."""
         for at in range(1, last + 1, max(1, last // 997)):
             first, end = window_span(at, last)
-            assert 1 <= first <= at <= end <= last
+            assert first >= 1
+            assert first <= at
+            assert at <= end
+            assert end <= last
             assert end - first + 1 == min(WINDOW, last)
+
+    @pytest.mark.parametrize(
+        ("at", "last", "span"),
+        [
+            (1, 200_000, (1, 600)),
+            (450, 200_000, (1, 600)),
+            (451, 200_000, (301, 900)),
+            (200_000, 200_000, (199_401, 200_000)),
+            (5, 20, (1, 20)),
+        ],
+    )
+    def test_known_windows(self, at: int, last: int, span: tuple[int, int]) -> None:
+        """Windows step by half a window once the slider is a quarter window past the start."""
+        assert window_span(at, last) == span
 
     def test_a_version_is_a_quarter_window_from_either_edge(self) -> None:
         """Inside a long run, the slider's version is at least WINDOW // 4 from each edge."""
