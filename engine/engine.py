@@ -329,15 +329,7 @@ class Engine:
             InvalidArgument: an unknown status, or a malformed label, limit, offset, since
                 or parent.
         """
-        query = RunQuery(
-            status=arguments.status(status),
-            pipeline=arguments.text("pipeline", pipeline),
-            labels=arguments.labels(label),
-            since=arguments.since(since),
-            parent=None if parent is None else str(arguments.run_id(parent, "parent")),
-            limit=arguments.limit(limit),
-            offset=arguments.offset(offset),
-        )
+        query = run_query(status, pipeline, label, since, parent, limit, offset)
         return self.projections.runs(query)
 
     def fork(
@@ -790,3 +782,29 @@ def _interrupted(run: Run) -> None:
     for task_id, status in run.tasks.items():
         if status == "active":
             run.task_failed(task_id, message.format(f"task {task_id!r}"), INTERRUPTED)
+
+
+def run_query(
+    status: str | None,
+    pipeline: str | None,
+    label: str | Mapping[str, str] | Iterable[str] | None,
+    since: datetime | None,
+    parent: UUID | str | None,
+    limit: int,
+    offset: int,
+) -> RunQuery:
+    """The run index query `Engine.runs` takes, each argument checked.
+
+    Raises:
+        InvalidArgument: an unknown status, or a malformed label, limit, offset, since
+            or parent.
+    """
+    return RunQuery(
+        status=arguments.status(status),
+        pipeline=arguments.text("pipeline", pipeline),
+        labels=arguments.labels(label),
+        since=arguments.since(since),
+        parent=None if parent is None else str(arguments.run_id(parent, "parent")),
+        limit=arguments.limit(limit),
+        offset=arguments.offset(offset),
+    )

@@ -22,7 +22,7 @@ import attrs
 from eventsourcing.persistence import StoredEvent
 
 from engine import arguments
-from engine.engine import Compacted, Engine, child_id, lineage, merged_tree
+from engine.engine import Compacted, Engine, child_id, lineage, merged_tree, run_query
 from engine.errors import InvalidArgument, RunNotFound, StoreError
 from engine.pipeline import Pipeline
 from engine.run import Run
@@ -206,15 +206,7 @@ class ShardedEngine:
         offset: int = 0,
     ) -> list[RunSummary]:
         """`Engine.runs` over every shard: newest first, paged as if one store held them all."""
-        query = RunQuery(
-            status=arguments.status(status),
-            pipeline=arguments.text("pipeline", pipeline),
-            labels=arguments.labels(label),
-            since=arguments.since(since),
-            parent=None if parent is None else str(arguments.run_id(parent, "parent")),
-            limit=arguments.limit(limit),
-            offset=arguments.offset(offset),
-        )
+        query = run_query(status, pipeline, label, since, parent, limit, offset)
         return self.projections.runs(query)
 
     def fork(
