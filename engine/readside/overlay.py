@@ -51,6 +51,7 @@ class ReadOnlyViews:
         self._positions: dict[str, int] = {}
         self._states: dict[str, dict[str, Any]] = {}
         self._errors: dict[str, str | None] = {}
+        self._resets = 0
         self._seen = self._read_generation()
 
     def register(self, name: str, fingerprint: str) -> bool:
@@ -114,10 +115,16 @@ class ReadOnlyViews:
     def reset(self, name: str, fingerprint: str) -> None:
         """Fold `name` from zero in memory (the stored state is left as it is)."""
         with self._lock:
+            self._resets += 1
             self._from_base[name] = False
             self._positions[name] = 0
             self._states[name] = {}
             self._errors[name] = None
+
+    def resets(self) -> int:
+        """How many times this process reset a projection in memory."""
+        with self._lock:
+            return self._resets
 
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position: the stored one, or as far as memory got."""
@@ -140,7 +147,8 @@ class ReadOnlyViews:
         """Keep folded pages in memory, checking positions as a store would."""
         with self._lock:
             for save in saves:
-                if self._positions.get(save.name, 0) != save.start:
+                moved = save.resets not in (None, self._resets)
+                if moved or self._positions.get(save.name, 0) != save.start:
                     raise PositionMoved(save.name, save.start, self._positions.get(save.name, 0))
             for save in saves:
                 self._states.setdefault(save.name, {}).update(save.states)

@@ -154,6 +154,7 @@ class Projections:
         failures: dict[str, Failure] = {}
         while True:
             active = [name for name in names if name not in failures]
+            resets = self.views.resets()  # before the positions: see `PageSave.resets`
             positions = self.views.positions(active) if active else {}
             lowest = min(positions.values(), default=head)
             if lowest >= head:
@@ -162,7 +163,7 @@ class Projections:
             stop = min([p for p in positions.values() if p > lowest] + [head])
             try:
                 with collector_paused():
-                    count, end = self._page(group, lowest, stop, failures)
+                    count, end = self._page(group, lowest, stop, failures, resets)
             except PositionMoved:  # another follower, or a compaction, came first
                 self._forget(group)
                 head = min(head, self.head())  # a compaction may have erased the newest
@@ -189,6 +190,7 @@ class Projections:
         start: int,
         stop: int,
         failures: dict[str, Failure],
+        resets: int,
     ) -> tuple[int, int]:
         generation = self._follow_generation()  # before the read: see `PageSave.generation`
         notifications = self._recorder.select_notifications(
@@ -202,7 +204,7 @@ class Projections:
         for name in group:
             save, error = self._fold(name, events, ids, start, end)
             if save is not None:
-                saves.append(attrs.evolve(save, generation=generation))
+                saves.append(attrs.evolve(save, generation=generation, resets=resets))
             if error is not None:
                 failures[name] = error
         self._commit(saves)

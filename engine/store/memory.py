@@ -39,6 +39,7 @@ class MemoryViews(TrackingRecorder):
         self._errors: dict[str, str | None] = {}
         self._states: dict[str, dict[str, Any]] = {}
         self._snapshots: dict[tuple[str, str, str, int], dict[int, bytes]] = {}
+        self._resets = 0
 
     def register(self, name: str, fingerprint: str) -> bool:
         """Record a projection; reset it when its code changed (True if it did)."""
@@ -60,10 +61,16 @@ class MemoryViews(TrackingRecorder):
             self._reset(name, fingerprint)
 
     def _reset(self, name: str, fingerprint: str) -> None:
+        self._resets += 1
         self._fingerprints[name] = fingerprint
         self._errors[name] = None
         self._states[name] = {}
         self._max_tracking_ids[name] = None
+
+    def resets(self) -> int:
+        """How many times a projection was reset."""
+        with self._database_lock:
+            return self._resets
 
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position in the notification log."""
@@ -83,7 +90,7 @@ class MemoryViews(TrackingRecorder):
                 if self._fingerprints.get(save.name) != save.fingerprint:
                     raise ProjectionReplaced(save.name)
                 found = self._max_tracking_ids.get(save.name) or 0
-                if found != save.start:
+                if found != save.start or save.resets not in (None, self._resets):
                     raise PositionMoved(save.name, save.start, found)
             for save in saves:
                 self._states.setdefault(save.name, {}).update(copy.deepcopy(save.states))

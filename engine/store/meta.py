@@ -31,6 +31,8 @@ EVENTS_TABLE = "stagetrail_events"
 _CHECK_PLAINTEXT = b"stagetrail cipher check"
 GENERATION = "generation"
 """The meta row counting erasures: every cache and snapshot of run data is keyed by it."""
+RESETS = "projection_resets"
+"""The meta row counting resets of persistent projections: a page read before one is refused."""
 
 
 @attrs.frozen
@@ -221,7 +223,13 @@ def check_chain(record: ChainRecord, settings: AtRest, url: str) -> None:
 
 def read_generation(cursor: Any, table: str) -> int:
     """The store's erasure generation from its meta `table` (0 before the first erasure)."""
-    row = cursor.execute(f"SELECT value FROM {table} WHERE key='{GENERATION}'").fetchone()
+    return read_counter(cursor, table, GENERATION)
+
+
+def read_counter(cursor: Any, table: str, key: str) -> int:
+    """The counter `key` of the meta `table` (0 before it was first counted)."""
+    result = cursor.execute(f"SELECT value FROM {table} WHERE key='{key}'")
+    row = (cursor if result is None else result).fetchone()  # eventsourcing's returns None
     if row is None:
         return 0
     return int(row[0] if isinstance(row, tuple) else row["value"])  # plain or named rows
@@ -235,11 +243,14 @@ def read_layout(cursor: Any, table: str) -> str:
 
 def bump_generation(cursor: Any, table: str) -> None:
     """Count one more erasure, inside the transaction that erases (SQLite and PostgreSQL)."""
+    bump_counter(cursor, table, GENERATION)
+
+
+def bump_counter(cursor: Any, table: str, key: str) -> None:
+    """Count the meta `table`'s counter `key` up by one, inside the caller's transaction."""
     cursor.execute(
-        f"INSERT INTO {table} (key, value) VALUES ('{GENERATION}', '0') "
-        "ON CONFLICT (key) DO NOTHING"
+        f"INSERT INTO {table} (key, value) VALUES ('{key}', '0') ON CONFLICT (key) DO NOTHING"
     )
     cursor.execute(
-        f"UPDATE {table} SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) "
-        f"WHERE key = '{GENERATION}'"
+        f"UPDATE {table} SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = '{key}'"
     )

@@ -23,7 +23,7 @@ from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
 from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.failures import classify, is_database_error
-from engine.store.meta import META_TABLE, read_generation
+from engine.store.meta import META_TABLE, RESETS, bump_counter, read_counter, read_generation
 from engine.store.views import PageSave, RunQuery, label_text, run_columns
 from events.errors import StagetrailError
 from projections.errors import PositionMoved, ProjectionReplaced
@@ -249,6 +249,7 @@ class SQLViews(TrackingRecorder):
             (name, fingerprint),
         )
         cursor.execute(self._sql("DELETE FROM {states} WHERE name=?"), (name,))
+        bump_counter(cursor, self._sql("{meta}"), RESETS)
         if name == "run_index":
             cursor.execute(self._sql("DELETE FROM {labels}"))
             cursor.execute(self._sql("DELETE FROM {runs}"))
@@ -259,6 +260,11 @@ class SQLViews(TrackingRecorder):
             ),
             (name,),
         )
+
+    def resets(self) -> int:
+        """How many times a projection of the store was reset (read before its position)."""
+        with self._transaction(commit=False) as cursor:
+            return read_counter(cursor, self._sql("{meta}"), RESETS)
 
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position: the last notification id it has folded."""
@@ -324,10 +330,15 @@ class SQLViews(TrackingRecorder):
                     raise ProjectionReplaced(save.name)
             current = self._positions(cursor, [save.name for save in saves])
             generation = self._generation(cursor, saves)
+            resets = self._resets(cursor, saves)
             newest = self._newest(cursor)
             for save in saves:
                 if save.generation not in (None, generation) or save.end > newest:
                     # read before a compaction: its ids may be given out again (SQLite)
+                    raise PositionMoved(save.name, save.start, current[save.name])
+                if save.resets not in (None, resets):
+                    # a reset since the start was read may have folded back to the same
+                    # position, and the page's states may have been loaded in between
                     raise PositionMoved(save.name, save.start, current[save.name])
                 if current[save.name] != save.start:
                     raise PositionMoved(save.name, save.start, current[save.name])
@@ -350,6 +361,12 @@ class SQLViews(TrackingRecorder):
         if all(save.generation is None for save in saves):
             return None
         return read_generation(cursor, self._sql("{meta}"))
+
+    def _resets(self, cursor: Any, saves: Sequence[PageSave]) -> int | None:
+        """The count of projection resets, read only when a save carries one."""
+        if all(save.resets is None for save in saves):
+            return None
+        return read_counter(cursor, self._sql("{meta}"), RESETS)
 
     def _save_states(self, cursor: Any, save: PageSave) -> None:
         if save.name == "run_index":

@@ -26,6 +26,9 @@ class PageSave:
     fingerprint: str
     generation: int | None = None
     """The erasure generation the page was read in: a commit in another one is refused."""
+    resets: int | None = None
+    """The store's count of projection resets when `start` was read: a commit after another
+    reset is refused (the reset may have folded back to `start` with other states)."""
 
 
 @attrs.frozen
@@ -111,6 +114,9 @@ class Views(Protocol):
 
     def fingerprint(self, name: str) -> str | None:
         """The code fingerprint `name`'s stored state was folded by (None: not registered)."""
+
+    def resets(self) -> int:
+        """How many times a projection was reset; read before the positions a page starts at."""
 
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position in the notification log."""

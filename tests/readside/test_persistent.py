@@ -225,6 +225,60 @@ class TestSharedStore:
         assert stop.is_set()
 
 
+class HookedFailures(FailuresByType):
+    """Counts failures by type; runs an instance's test hooks before its page's states are
+    loaded (partition keys are computed just before) and as it folds a failure."""
+
+    name = "hooked_failures"
+    # by id(instance): instance attributes would change the projection's identity
+    before_load: ClassVar[dict[int, list[Any]]] = {}
+    while_folding: ClassVar[dict[int, list[Any]]] = {}
+
+    def key(self, event: Any, pipeline: str | None) -> str:
+        for hook in HookedFailures.before_load.pop(id(self), []):
+            hook()
+        return ""
+
+    @on(StageFailed)
+    def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
+        for hook in HookedFailures.while_folding.pop(id(self), []):
+            hook()
+        return super().failed(state, event)
+
+
+class TestResetDuringAPage:
+    def test_a_reset_folded_back_to_the_page_start_refuses_the_page(self, shared_url: str) -> None:
+        """A page whose states were loaded after another process reset the projection is not
+        committed, even when that process has folded it back to the page's start meanwhile:
+        the page is folded again from what is stored, and no failure is lost."""
+        name = HookedFailures.name
+        with Engine(shared_url) as compactor:
+            compactor.projections.register(HookedFailures)
+            record_failures(compactor, "A", "A")
+            compactor.projections.catch_up()
+            start = _positions(compactor)[name]
+            record_failures(compactor, "B")
+        # a follower with nothing cached (as after an erasure), and a compactor
+        with Engine(shared_url) as follower, Engine(shared_url) as compactor:
+            hooked = follower.projections.register(HookedFailures)
+            compactor.projections.register(HookedFailures)
+            HookedFailures.before_load[id(hooked)] = [lambda: compactor.projections.reset(name)]
+            # the compactor's rebuild reaches the page's start while the follower folds
+            HookedFailures.while_folding[id(hooked)] = [
+                lambda: compactor.projections._catch_up([name], start, None)
+            ]
+            follower.projections.catch_up()
+            assert HookedFailures.while_folding == {}  # both hooks ran
+            assert HookedFailures.before_load == {}
+            assert follower.projections.get(name) == {"A": 2, "B": 1}
+            compactor.projections.rebuild(name)
+            assert compactor.projections.get(name) == {"A": 2, "B": 1}
+
+
+def _positions(engine: Engine) -> dict[str, int]:
+    return {s.name: s.position for s in engine.projections.status()}
+
+
 def _position(engine: Engine) -> int:
     return {s.name: s.position for s in engine.projections.status()}["failures_by_type"]
 

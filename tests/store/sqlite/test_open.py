@@ -13,6 +13,8 @@ import pytest
 
 from engine import Engine, StoreError
 from engine.errors import StoreFull, StoreReadOnly
+from events import NoteAdded
+from projections import Projection, on
 from tests._helpers import REVIEW
 from tests.store.postgres.test_open import open_together
 
@@ -145,6 +147,19 @@ class TestReadCommandsLeaveFilesAlone:
         assert _snapshot(path) == before
 
 
+class NotesKept(Projection[list[str]]):
+    """Keeps every note's value: a state as big as the notes."""
+
+    name = "notes_kept"
+
+    def initial(self) -> list[str]:
+        return []
+
+    @on(NoteAdded)
+    def noted(self, state: list[str], event: NoteAdded) -> list[str]:
+        return [*state, str(event.value)]
+
+
 @pytest.fixture
 def tiny_mount(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs mounted for the test (skipped where this user may not mount)."""
@@ -181,8 +196,11 @@ class TestRefusals:
             assert "\n" not in str(caught.value)
             assert isinstance(caught.value, StoreError)
             assert run.version == 1 + written
-            with pytest.raises(StoreFull, match="projection storage failed"):
-                engine.runs()  # the run index cannot be saved either: one line, its kind
+            # a small save may still fit in the space SQLite keeps; ~480 KB of notes cannot
+            engine.projections.register(NotesKept)
+            with pytest.raises(StoreFull, match="projection storage failed") as saving:
+                engine.projections.catch_up([NotesKept.name])
+            assert "\n" not in str(saving.value)
         result = CliRunner().invoke(main, ["runs", "--json", "--store", url])
         assert result.exit_code == 0, result.stderr  # reads need no room
         assert json.loads(result.stdout)[0]["run_id"] == str(run.id)
