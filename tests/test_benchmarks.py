@@ -149,6 +149,7 @@ class TestBenchmarks:
         assert cases[2].startswith("bytes a run adds, 1024 B")
         assert cases[3].startswith("same, store with ?compress=zlib")
         assert cases[4].startswith("added, store with ?compress=zlib")
+        assert cases[-2] == "process CPU per super-step (ms), retried by RetryPolicy"
         assert cases[-1].startswith("get_state_history")
         assert all(row["SqliteSaver"] > 0 and row["StagetrailSaver"] > 0 for row in rows)
         assert all(isinstance(row["met"], bool) for row in rows)

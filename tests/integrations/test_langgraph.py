@@ -383,7 +383,7 @@ class TestStoredForm:
         saved = [e for e in engine.events(run.run_id) if isinstance(e, CheckpointSaved)]
         assert len(saved) == 5
         for event in saved:
-            stored = event.checkpoint.get("full") or event.checkpoint["delta"]
+            stored = event.checkpoint.get("full") or event.checkpoint["patch"]
             assert "id" not in stored
             assert all(len(blob) == 2 for blob in event.blobs.values())
         newest = graph.get_state(config).config["configurable"]["checkpoint_id"]

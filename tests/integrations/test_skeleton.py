@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("langgraph", reason="needs the langgraph extra (the package imports it)")
 
-from engine.integrations.langgraph import skeleton
+from engine import Engine
+from engine.integrations.langgraph import StagetrailSaver, skeleton
+from events import CheckpointSaved
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+OLD_STORE = DATA / "langgraph_delta_store.db"
+"""Threads the saver wrote with skeletons as deltas (see `make_langgraph_delta_store.py`)."""
 
 PARENT: dict[str, Any] = {
     "v": 4,
@@ -18,6 +28,13 @@ PARENT: dict[str, Any] = {
     "channel_versions": {"log": 2, "branch:to:plan": 2},
     "versions_seen": {"plan": {"branch:to:plan": 1}},
     "updated_channels": ["log"],
+}
+GRANDCHILD: dict[str, Any] = {
+    "v": 4,
+    "ts": "2026-11-23T10:00:02+00:00",
+    "channel_versions": {"log": 4, "branch:to:plan": 2, "plan": 3, "ship": 4},
+    "versions_seen": {"plan": {"branch:to:plan": 2}, "ship": {"plan": 3, "log": 3}},
+    "updated_channels": ["log", "plan"],
 }
 CHILD: dict[str, Any] = {
     "v": 4,
@@ -34,8 +51,8 @@ class TestEncode:
         """Only the versions that changed are stored, and they rebuild the child exactly."""
         stored = skeleton.encode(CHILD, PARENT)
         assert stored is not None
-        assert "delta" in stored
-        assert stored["delta"]["channel_versions"] == {"log": 3, "plan": 3}
+        assert "patch" in stored
+        assert stored["patch"]["channel_versions"] == {"log": 3, "plan": 3}
         assert skeleton.decode(stored, PARENT) == CHILD
 
     def test_a_removed_channel_makes_it_full(self) -> None:
@@ -64,3 +81,94 @@ class TestEncode:
         assert stored is not None
         with pytest.raises(ValueError, match="parent"):
             skeleton.decode(stored, None)
+
+    def test_unchanged_keys_are_not_repeated(self) -> None:
+        """A key whose value is the parent's (the format ``v``, updated channels) is left out."""
+        stored = skeleton.encode(GRANDCHILD, CHILD)
+        assert stored is not None
+        assert stored["patch"].keys() == {"ts", "channel_versions", "versions_seen"}
+        assert skeleton.decode(stored, CHILD) == GRANDCHILD
+
+    def test_a_node_stores_only_the_versions_it_saw_anew(self) -> None:
+        """A node that ran stores the channels it saw a new version of, not all it has seen."""
+        after = {**GRANDCHILD, "versions_seen": {**GRANDCHILD["versions_seen"]}}
+        after["versions_seen"]["ship"] = {"plan": 3, "log": 4}
+        stored = skeleton.encode(after, GRANDCHILD)
+        assert stored is not None
+        assert stored["patch"]["versions_seen"] == {"ship": {"log": 4}}
+        assert skeleton.decode(stored, GRANDCHILD) == after
+
+    def test_a_channel_a_node_no_longer_saw_makes_it_full(self) -> None:
+        """A patch cannot say a node forgot a channel: such a skeleton is stored whole."""
+        after = {**GRANDCHILD, "versions_seen": {"plan": {}, "ship": {"plan": 3, "log": 3}}}
+        assert skeleton.encode(after, GRANDCHILD) == {"full": after}
+
+    def test_a_dropped_key_makes_it_full(self) -> None:
+        """A patch cannot say a top-level key went away either."""
+        after = {k: v for k, v in GRANDCHILD.items() if k != "updated_channels"}
+        assert skeleton.encode(after, CHILD) == {"full": after}
+
+    def test_the_parents_id_is_not_inherited(self) -> None:
+        """The id is each checkpoint's own (its event's): a patch on a parent with one has none."""
+        stored = skeleton.encode(GRANDCHILD, {**CHILD, "id": "1f0-2"})
+        assert stored is not None
+        assert "id" not in skeleton.decode(stored, {**CHILD, "id": "1f0-2"})
+
+    def test_a_delta_written_before_patches_still_decodes(self) -> None:
+        """The earlier form (every top-level key, seen versions whole per node) reads as it did."""
+        delta = {"delta": {**CHILD, "channel_versions": {"log": 3, "plan": 3}}}
+        assert skeleton.decode(delta, PARENT) == CHILD
+
+
+class TestStoredBeforePatches:
+    @pytest.fixture
+    def engine(self, tmp_path: Path) -> Any:
+        copy = tmp_path / "threads.db"
+        shutil.copyfile(OLD_STORE, copy)
+        with Engine(f"sqlite:///{copy}") as engine:
+            yield engine
+
+    def _graph(self, engine: Engine, failures: int) -> Any:
+        spec = importlib.util.spec_from_file_location(
+            "maker", DATA / "make_langgraph_delta_store.py"
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        maker = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = maker  # LangGraph reads the state's annotations from it
+        spec.loader.exec_module(maker)
+        return maker.graph(failures).compile(checkpointer=StagetrailSaver(engine))
+
+    def test_the_threads_read_back_whole(self, engine: Engine) -> None:
+        """Every checkpoint of a thread written as deltas comes back with its state and versions."""
+        graph = self._graph(engine, 0)
+        config: Any = {"configurable": {"thread_id": "flaky"}}
+        history = list(graph.get_state_history(config))
+        logs = [state.values.get("log") for state in reversed(history)]
+        assert logs == [[], [], ["plan"], ["plan", "build"], ["plan", "build", "ship"]]
+        newest = history[0]
+        seen = newest.config["configurable"]["checkpoint_id"]
+        found = graph.checkpointer.get_tuple(newest.config)
+        assert found.checkpoint["id"] == seen
+        assert set(found.checkpoint["versions_seen"]) >= {"plan", "build", "ship"}
+        assert not newest.next
+
+    def test_a_thread_written_as_deltas_goes_on_in_patches(self, engine: Engine) -> None:
+        """A new invoke on an old thread stores patches on the old deltas and reads back exactly."""
+        graph = self._graph(engine, 0)
+        config: Any = {"configurable": {"thread_id": "done"}}
+        graph.invoke({"log": ["again"]}, config, durability="sync")
+        assert graph.get_state(config).values["log"] == [
+            *["plan", "build", "ship", "again"],
+            *["plan", "build", "ship"],
+        ]
+        (run,) = [r for r in engine.runs() if r.labels.get("langgraph.thread") == "done"]
+        forms = [
+            next(iter(e.checkpoint))
+            for e in engine.events(run.run_id)
+            if isinstance(e, CheckpointSaved)
+        ]
+        assert forms[:5] == ["full", "delta", "delta", "delta", "delta"]
+        assert set(forms[5:]) == {"patch"}
+        fresh = self._graph(engine, 0)  # a new saver: the thread folded from the store alone
+        assert fresh.get_state(config).values == graph.get_state(config).values

@@ -495,8 +495,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             outcome = self._outcome(thread, task_path, writes, saved, retried) if ns == "" else []
             if outcome:
                 return outcome
-            asked = _interrupt_value(interrupts)
-            waiting = [_paused("waiting", asked)] if interrupts and ns == "" else []
+            asked = interrupts and ns == ""
+            waiting = [_paused("waiting", _interrupt_value(interrupts))] if asked else []
             return [_recorded(WritesSaved, namespace=ns, **saved), *waiting]
 
         with self._in_order(config, thread_id, checkpoint_id, writing=True):

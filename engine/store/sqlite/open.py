@@ -30,6 +30,7 @@ from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.recorder import UPGRADED, SQLiteRecorder
 from engine.store.sqlite.views import SQLiteViews
+from engine.store.sqlite.writer import WriterConnection
 from engine.store.urls import StoreURL
 
 _HEADER = b"SQLite format 3\x00"
@@ -81,7 +82,7 @@ def open_sqlite(
     close = functools.partial(_close, recorder, datastore)
     mapper = found.mapper()
     codec = found.codec(mapper)
-    generation = functools.partial(read_generation, recorder.readers)
+    generation = functools.partial(read_generation, recorder.readers, recorder.writer)
     after = functools.partial(stored_after, recorder)
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
@@ -193,8 +194,17 @@ def erase_runs(
     return removed
 
 
-def read_generation(readers: ReaderConnections) -> int:
-    """The store's erasure generation, as committed now (one SELECT on a kept connection)."""
+def read_generation(readers: ReaderConnections, writer: WriterConnection | None = None) -> int:
+    """The store's erasure generation, as committed now (one SELECT on a kept connection).
+
+    Read on the writing connection when it is idle (see `WriterConnection.read_if_idle`:
+    a saver reads it before each of its appends, right after the last one), else on a
+    reading connection.
+    """
+    read = functools.partial(meta.read_generation, table=meta.META_TABLE)
+    found = None if writer is None else writer.read_if_idle(read)
+    if found is not None:
+        return found
     connection = readers.borrow()
     try:
         return meta.read_generation(connection, meta.META_TABLE)

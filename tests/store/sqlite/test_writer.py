@@ -116,6 +116,35 @@ class TestWriterConnection:
             writer.insert("INSERT INTO t VALUES (?)", [2])
 
 
+class TestReadIfIdle:
+    def test_an_idle_writer_reads_what_another_connection_committed(
+        self, writer: WriterConnection
+    ) -> None:
+        """After its own write, the writing connection reads another connection's commit."""
+        with writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+        path = writer.uri.removeprefix("file:")
+        with sqlite3.connect(path) as other:
+            other.execute("INSERT INTO t VALUES (2)")
+        read = writer.read_if_idle(lambda cursor: cursor.execute("SELECT k FROM t").fetchall())
+        assert [k for (k,) in read or []] == [1, 2]
+
+    def test_a_busy_or_unopened_writer_reads_nothing(self, writer: WriterConnection) -> None:
+        """With a transaction holding it, or no connection opened yet, it never waits: None."""
+        select = "SELECT count(*) FROM t"
+        assert writer.read_if_idle(lambda cursor: cursor.execute(select).fetchone()) is None
+        with writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+            held = threading.Thread(
+                target=lambda: found.append(writer.read_if_idle(lambda c: 1)), daemon=True
+            )
+            found: list[object] = []
+            held.start()
+            held.join(5)
+            assert found == [None]
+        assert writer.read_if_idle(lambda cursor: cursor.execute(select).fetchone()[0]) == 1
+
+
 class TestStoreWrites:
     def test_every_append_goes_through_the_kept_connection(self, tmp_path: Path) -> None:
         """A run's appends reuse one connection: its statement cache holds the INSERT."""
@@ -138,6 +167,17 @@ class TestStoreWrites:
             with pytest.raises(ConcurrencyConflict):
                 other.stage_completed("project_analysis")
             assert len(engine.events(run.id)) == 2
+
+    def test_an_engine_that_wrote_sees_another_engines_erasure(self, tmp_path: Path) -> None:
+        """The erasure generation, read on the writing connection after a write, is current."""
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        with Engine(url) as writer, Engine(url) as other:
+            run = writer.start_run(REVIEW)
+            run.stage_completed("project_analysis")
+            assert writer.store.generation() == 0
+            other.load(run.id).finish("deleted")
+            other.compact()
+            assert writer.store.generation() == 1
 
     def test_a_closed_engine_refuses_appends_with_a_store_error(self, tmp_path: Path) -> None:
         """An append after the engine closed is one StoreError; nothing is written."""
