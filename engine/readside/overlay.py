@@ -49,6 +49,7 @@ class ReadOnlyViews:
         self._fingerprints: dict[str, str] = {}  # name -> the registered code's fingerprint
         self._from_base: dict[str, bool] = {}  # name -> stored state is current for its code
         self._positions: dict[str, int] = {}
+        self._marks: dict[str, tuple[int, int]] = {}  # name -> stored (resets, position) layered on
         self._states: dict[str, dict[str, Any]] = {}
         self._errors: dict[str, str | None] = {}
         self._resets = 0
@@ -68,7 +69,8 @@ class ReadOnlyViews:
         fingerprint."""
         stored = self._stored_fingerprint(name)
         self._from_base[name] = stored == self._fingerprints[name]
-        self._positions[name] = self._base_position(name) if self._from_base[name] else 0
+        self._marks[name] = self._base_mark(name) if self._from_base[name] else (0, 0)
+        self._positions[name] = self._marks[name][1]
         self._states[name] = {}
         self._errors[name] = None
         return stored
@@ -101,9 +103,11 @@ class ReadOnlyViews:
             self._base = None
             return None
 
-    def _base_position(self, name: str) -> int:
+    def _base_mark(self, name: str) -> tuple[int, int]:
+        """The store's count of projection resets, then `name`'s stored position."""
         assert self._base is not None
-        return int(self._read("positions", [name])[name])
+        resets = int(self._read("resets"))
+        return resets, int(self._read("positions", [name])[name])
 
     def fingerprint(self, name: str) -> str | None:
         """The fingerprint `name` was registered with here, else the stored one."""
@@ -141,7 +145,19 @@ class ReadOnlyViews:
         missing = [key for key in keys if key not in found]
         if use_base and missing and self._base is not None:
             found.update(self._read("load", name, missing))
+            self._check_layer(name)
         return found
+
+    def _check_layer(self, name: str) -> None:
+        """Layer `name` again if the stored state moved since memory was layered on it.
+
+        States just loaded from the store may then hold events memory folds too; the
+        page being folded is refused (`commit` sees the position moved) and folded again.
+        """
+        mark = self._base_mark(name)
+        with self._lock:
+            if self._from_base.get(name) and mark != self._marks.get(name):
+                self._layer(name)
 
     def commit(self, saves: Sequence[PageSave]) -> None:
         """Keep folded pages in memory, checking positions as a store would."""

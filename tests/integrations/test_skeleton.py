@@ -108,6 +108,19 @@ class TestEncode:
         after = {k: v for k, v in GRANDCHILD.items() if k != "updated_channels"}
         assert skeleton.encode(after, CHILD) == {"full": after}
 
+    @pytest.mark.parametrize(("before", "after"), [(1, 1.0), (1, True), (0, False), ([1], [1.0])])
+    def test_a_value_of_another_type_is_a_change(self, before: Any, after: Any) -> None:
+        """A value equal to the parent's but of another type (``1 == 1.0 == True``) is stored,
+        so it comes back with its own type, at the top level and among versions."""
+        parent = {**CHILD, "x": before, "channel_versions": {**CHILD["channel_versions"]}}
+        child = {**GRANDCHILD, "x": after, "channel_versions": {**GRANDCHILD["channel_versions"]}}
+        parent["channel_versions"]["log"], child["channel_versions"]["log"] = before, after
+        stored = skeleton.encode(child, parent)
+        assert stored is not None
+        decoded = skeleton.decode(stored, parent)
+        assert repr(decoded["x"]) == repr(after)
+        assert repr(decoded["channel_versions"]["log"]) == repr(after)
+
     def test_the_parents_id_is_not_inherited(self) -> None:
         """The id is each checkpoint's own (its event's): a patch on a parent with one has none."""
         stored = skeleton.encode(GRANDCHILD, {**CHILD, "id": "1f0-2"})

@@ -247,6 +247,13 @@ class HookedFailures(FailuresByType):
 
 
 class TestResetDuringAPage:
+    @pytest.fixture(autouse=True)
+    def no_hooks_left(self) -> Iterator[None]:
+        """Hooks a failed test left never run in a later one."""
+        yield
+        HookedFailures.before_load.clear()
+        HookedFailures.while_folding.clear()
+
     def test_a_reset_folded_back_to_the_page_start_refuses_the_page(self, shared_url: str) -> None:
         """A page whose states were loaded after another process reset the projection is not
         committed, even when that process has folded it back to the page's start meanwhile:
@@ -273,6 +280,31 @@ class TestResetDuringAPage:
             assert follower.projections.get(name) == {"A": 2, "B": 1}
             compactor.projections.rebuild(name)
             assert compactor.projections.get(name) == {"A": 2, "B": 1}
+
+
+class TestReadOnlyEngine:
+    @pytest.mark.parametrize("rebuilt", [False, True], ids=["caught_up", "rebuilt"])
+    def test_it_never_counts_what_the_store_folded_since(
+        self, shared_url: str, rebuilt: bool
+    ) -> None:
+        """A read-only engine folding in memory over the stored state never folds an event
+        the store's state, loaded later, already holds (caught up or rebuilt meanwhile)."""
+        name = FailuresByType.name
+        with Engine(shared_url) as writer:
+            writer.projections.register(FailuresByType)
+            record_failures(writer, "A")
+            writer.projections.catch_up()
+            with Engine(shared_url, read_only=True) as reader:
+                reader.projections.register(FailuresByType)
+                assert reader.projections.get(name) == {"A": 1}
+                record_failures(writer, "B")
+                if rebuilt:
+                    writer.projections.rebuild(name)
+                else:
+                    writer.projections.catch_up()
+                assert reader.projections.get(name) == {"A": 1, "B": 1}
+                record_failures(writer, "B")
+                assert reader.projections.get(name) == {"A": 1, "B": 2}
 
 
 def _positions(engine: Engine) -> dict[str, int]:

@@ -21,7 +21,8 @@ VERSIONS = ("channel_versions", "versions_seen")
 _NESTED = "versions_seen"
 """The versioned field whose entries are themselves versions (node → channel → version)."""
 _OWN = frozenset({"id"})
-"""Keys a checkpoint never shares with its parent: stored with the event, not in a patch."""
+"""Keys a checkpoint never shares with its parent: always in its patch (the saver stores the
+id with the event and takes it out before saving)."""
 
 
 def is_plain(value: Any) -> bool:
@@ -115,7 +116,7 @@ def _patch(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
     patch = {
         k: v
         for k, v in skeleton.items()
-        if k in _OWN or (k not in VERSIONS and (k not in parent or parent[k] != v))
+        if k in _OWN or (k not in VERSIONS and (k not in parent or not _same(parent[k], v)))
     }
     versions = _changed(skeleton["channel_versions"], parent.get("channel_versions", {}))
     if versions:
@@ -134,4 +135,16 @@ def _patch(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
 
 def _changed(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     """The entries of `now` that `before` lacks or holds another value for."""
-    return {k: v for k, v in now.items() if k not in before or before[k] != v}
+    return {k: v for k, v in now.items() if k not in before or not _same(before[k], v)}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two plain values are equal with the same types throughout (``1 == 1.0 == True``
+    for Python, not for what a checkpoint stored)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)

@@ -11,7 +11,7 @@ instead, behind a lock, with sqlite3's default statement cache; every
 transaction is still eventsourcing's `SQLiteTransaction` (its error classes),
 begun ``IMMEDIATE``, and an append of events is a single ``INSERT`` that is its
 own transaction (`Statement`). Reads stay on eventsourcing's pool and the
-recorder's reading connections.
+recorder's reading connections, but for small reads right after a write (`read_if_idle`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from eventsourcing.persistence import OperationalError
 from eventsourcing.sqlite import SQLiteConnection, SQLiteCursor, SQLiteTransaction
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class ImmediateTransaction(SQLiteTransaction):
@@ -136,7 +136,7 @@ class WriterConnection:
         """Give the connection back after its transaction ended."""
         self._lock.release()
 
-    def read_if_idle(self, read: Callable[[sqlite3.Cursor], T]) -> T | None:
+    def read_if_idle(self, read: Callable[[sqlite3.Cursor], _T]) -> _T | None:
         """`read` on the writing connection if it is open and no transaction holds it, else None.
 
         Each commit of another connection makes a reading connection drop its page
@@ -146,11 +146,17 @@ class WriterConnection:
         here. It never waits: with the connection busy or not open, the caller reads
         elsewhere.
         """
-        if self._connection is None or not self._lock.acquire(blocking=False):
+        if not self._lock.acquire(blocking=False):
             return None
         try:
-            connection = self._connection
-            return None if connection is None else read(connection.cursor().sqlite_cursor)
+            if self._connection is None:
+                return None
+            cursor = self._connection.cursor().sqlite_cursor
+            try:
+                # a transaction left open (a COMMIT that failed) would show uncommitted rows
+                return None if cursor.connection.in_transaction else read(cursor)
+            finally:
+                cursor.close()  # an unfinished SELECT would hold a read snapshot on the writer
         finally:
             self._lock.release()
 

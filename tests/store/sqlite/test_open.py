@@ -187,6 +187,7 @@ class TestRefusals:
 
         url = f"sqlite:///{tiny_mount / 'runs.db'}"
         with Engine(url) as engine:
+            engine.projections.register(NotesKept)  # before the disk is full
             run = engine.start_run(REVIEW)
             written = 0
             with pytest.raises(StoreFull, match="full") as caught:
@@ -197,7 +198,6 @@ class TestRefusals:
             assert isinstance(caught.value, StoreError)
             assert run.version == 1 + written
             # a small save may still fit in the space SQLite keeps; ~480 KB of notes cannot
-            engine.projections.register(NotesKept)
             with pytest.raises(StoreFull, match="projection storage failed") as saving:
                 engine.projections.catch_up([NotesKept.name])
             assert "\n" not in str(saving.value)

@@ -144,6 +144,14 @@ class TestReadIfIdle:
             assert found == [None]
         assert writer.read_if_idle(lambda cursor: cursor.execute(select).fetchone()[0]) == 1
 
+    def test_a_transaction_left_open_is_not_read(self, writer: WriterConnection) -> None:
+        """A transaction left open on the writing connection (as after a COMMIT that failed)
+        is never read through: its rows were not committed."""
+        with writer.transaction() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+        writer.read_if_idle(lambda cursor: cursor.execute("BEGIN"))
+        assert writer.read_if_idle(lambda cursor: cursor.execute("SELECT 1").fetchone()) is None
+
 
 class TestStoreWrites:
     def test_every_append_goes_through_the_kept_connection(self, tmp_path: Path) -> None:
