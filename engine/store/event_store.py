@@ -344,11 +344,13 @@ class Store:
 
     def _get(self, run_id: UUID, **query: Any) -> list[Event]:
         try:
-            stored = self.recorder.select_events(run_id, **query)
-            to_events = getattr(self._mapper, "to_domain_events", None)
-            if to_events is None:  # not stagetrail's mapper: eventsourcing's, one by one
+            mapper = self._mapper
+            if not isinstance(mapper, EventMapper):  # not stagetrail's: eventsourcing's, one by one
                 return list(self._events.get(run_id, **query))  # type: ignore[arg-type]
-            return to_events(stored)  # type: ignore[no-any-return]
+            rows = self._backend.stored_rows
+            if rows is not None:  # the lean read: plain rows, no `StoredEvent` per event
+                return mapper.from_rows(run_id, rows(run_id, **query))
+            return mapper.to_domain_events(self.recorder.select_events(run_id, **query))
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:
