@@ -63,6 +63,9 @@ def _prepare(cls: type, table: dict[type, Any]) -> Any:
     """Make the class's four functions (once), and give back the one of `table`."""
     names = [field.name for field in attrs.fields(cls)]
     setters = {f"set_{name}": _slot(cls, name).__set__ for name in names}
+    own = "_m_"
+    while any(name.startswith(own) for name in names):
+        own += "_"
     lines = [
         "def build(f):",
         "    v = new(cls)",
@@ -74,15 +77,15 @@ def _prepare(cls: type, table: dict[type, Any]) -> Any:
         "    return v",
         "def read(v):",
         "    return {" + ", ".join(f"{name!r}: v.{name}" for name in names) + "}",
-        # Its parameters are the field names: no global it uses may be called like one.
+        # Its parameters are the field names: its own names start with what none of them do.
         f"def make({', '.join(names)}):",
-        "    _v_ = _new_(_cls_)",
-        *(f"    _{name}_(_v_, {name})" for name in names),
-        "    return _v_",
+        f"    {own}v = {own}new({own}cls)",
+        *(f"    {own}set_{name}({own}v, {name})" for name in names),
+        f"    return {own}v",
     ]
-    setters.update({f"_{name}_": setters[f"set_{name}"] for name in names})
-    scope: dict[str, Any] = {"new": object.__new__, "cls": cls, "_new_": object.__new__,
-                             "_cls_": cls, **setters}  # fmt: skip
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls, **setters}
+    scope |= {f"{own}new": object.__new__, f"{own}cls": cls}
+    scope |= {f"{own}{setter}": descriptor for setter, descriptor in setters.items()}
     exec(compile("\n".join(lines), f"<values of {cls.__qualname__}>", "exec"), scope)
     _BUILDERS[cls], _EVOLVERS[cls], _READERS[cls] = scope["build"], scope["evolve"], scope["read"]
     _MAKERS[cls] = scope["make"]
