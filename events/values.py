@@ -42,7 +42,7 @@ def builder(cls: type[T]) -> Callable[[dict[str, Any]], T]:
 def maker(cls: type[T]) -> Callable[..., T]:
     """`build` for one class taking its attributes as arguments (by position in declared
     order, or by name): no dict per value, for the handlers a long fold calls per event."""
-    return _MAKERS.get(cls) or _prepare(cls, _MAKERS)  # type: ignore[no-any-return]
+    return _MAKERS.get(cls) or _prepare(cls, _MAKERS)
 
 
 def evolve(value: T, /, **changes: Any) -> T:

@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import (
-    EventStore,
     IntegrityError,
     Mapper,
     PersistenceError,
@@ -100,7 +99,6 @@ class Store:
         self._secret = secret
         self.chain_record = self._backend.chain
         """The store's hash chain as its meta table records it (None: not recorded)."""
-        self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
         self.views = self._backend.views
         self.views_problem = self._backend.views_problem
         self.views_read_only = self._backend.read_only
@@ -345,8 +343,6 @@ class Store:
     def _get(self, run_id: UUID, **query: Any) -> list[Event]:
         try:
             mapper = self._mapper
-            if not isinstance(mapper, EventMapper):  # not stagetrail's: eventsourcing's, one by one
-                return list(self._events.get(run_id, **query))  # type: ignore[arg-type]
             rows = self._backend.stored_rows
             if rows is not None:  # the lean read: plain rows, no `StoredEvent` per event
                 return mapper.from_rows(run_id, rows(run_id, **query))

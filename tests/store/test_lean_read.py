@@ -1,4 +1,4 @@
-"""A run's events stream from plain rows, decoded a page at a time, cipher and compression applied."""
+"""A run's events stream from plain rows, decoded a page at a time, sealed or not."""
 
 from __future__ import annotations
 
@@ -93,9 +93,12 @@ class TestSealedStoreFold:
                 (bytes(state[:-1]) + bytes([state[-1] ^ 1]),),
             )
         connection.close()
-        with Engine(f"sqlite:///{path}?compress=zlib", cipher_key=KEY) as engine:
-            with pytest.raises(StoreError, match=rf"run {run_id} version 9"):
-                list(engine.store.stream(run_id))
+        url = f"sqlite:///{path}?compress=zlib"
+        with (
+            Engine(url, cipher_key=KEY) as engine,
+            pytest.raises(StoreError, match=rf"run {run_id} version 9"),
+        ):
+            list(engine.store.stream(run_id))
 
 
 class TestLeanStream:
