@@ -353,7 +353,11 @@ class Store:
             raise classify(self.url, error, "read failed") from error
 
     def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
-        """The run's events after `gt`, page by page, so memory stays flat."""
+        """The run's events after `gt`, page by page, so memory stays flat.
+
+        On SQLite each page is read as plain rows and decoded in one pass by the
+        mapper (`EventMapper.from_rows`: cipher, compression, one JSON call a page).
+        """
         while True:
             page = self.read(run_id, gt=gt, lte=lte, limit=PAGE)
             yield from page
