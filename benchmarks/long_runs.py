@@ -14,10 +14,16 @@ its own, so its peak RSS is its own:
   there): `StateStack` at N/3 and at N-7, `engine.load`, peak RSS;
 * raw: the same events into raw sqlite3 (seconds), reading and decoding the
   first N/2 (ms) and all N (events/s) payloads;
-* file: bytes per event of the store (database and WAL) and of the raw table.
+* file: bytes per event of the store (database and WAL) and of the raw table;
+* full folds: each built-in projection folded over the whole run
+  (``Projection.fold(engine.store.stream(run))``), each in a fresh process, and
+  the stream read without a fold: events/s (wall clock and CPU), the process's
+  peak RSS and what the fold added to the RSS of the opened engine.
 
 Run: ``python -m benchmarks.long_runs`` (10k, 100k and 1M events: several minutes,
-~1 GB of scratch files); ``--sizes 10000,100000`` to choose; ``--quick`` for a smoke run.
+~1 GB of scratch files); ``--sizes 10000,100000`` to choose; ``--quick`` for a smoke run;
+``--folds-of FILE`` for the full folds only, over the run of a store this benchmark
+recorded (its ``run_id`` file beside it).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import RESULT, WORK, report, scratch
+from projections import BUILT_INS
 
 BATCH = 1000
 """Events per transaction, for stagetrail and raw sqlite3 alike."""
@@ -60,19 +67,30 @@ TARGETS = {
     "bytes_vs_raw": 1.5,
 }
 """The issue's targets for a 1,000,000-event run."""
+READ_ONLY = "(stream only)"
+"""The full-fold row of the stream read and decoded, folded into nothing."""
+FOLDED = tuple(cls.__name__ for cls in BUILT_INS)
+"""Every built-in projection (`projections.BUILT_INS`), by name."""
 
 
 def main() -> None:
     """Measure each size in fresh processes and print one row per size."""
     args = _arguments()
     if args.child:
-        print(json.dumps(CHILDREN[args.child](Path(args.path), args.events)))
+        print(json.dumps(CHILDREN[args.child](Path(args.path), args.events, args.projection)))
+        return
+    if args.folds_of:
+        rows = _folds(Path(args.folds_of), _events_of(Path(args.folds_of)))
+        report("Full folds of one long run on SQLite (each a fresh process)", rows, args.json)
         return
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(","))
-    rows = [_measure(size) for size in sizes]
+    paths = {size: scratch("long.db") for size in sizes}
+    rows = [_measure(size, path) for size, path in paths.items()]
     if len(rows) >= 2:
         rows.append(_scaling(rows))
-    report("One long run on SQLite (each step a fresh process)", rows, args.json)
+    for size, path in paths.items():  # after `_measure`'s readers, not to help them
+        rows += _folds(path, size)
+    report("One long run on SQLite (each step a fresh process); full folds", rows, args.json)
 
 
 def _arguments() -> argparse.Namespace:
@@ -82,12 +100,13 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     parser.add_argument("--child", choices=sorted(CHILDREN_NAMES), help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--folds-of", metavar="FILE", help="only the full folds, of this store")
     parser.add_argument("--events", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--projection", default=READ_ONLY, help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
-def _measure(size: int) -> dict[str, object]:
-    path = scratch("long.db")
+def _measure(size: int, path: Path) -> dict[str, object]:
     print(f"  {size:,} events: recording", file=sys.stderr, flush=True)
     recorded = _child("record", path, size)
     raw = _child("raw", path.with_name("raw.db"), size)
@@ -132,9 +151,38 @@ def _scaling(rows: list[dict[str, Any]]) -> dict[str, object]:
     }
 
 
-def _child(name: str, path: Path, events: int) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.long_runs", "--child", name,
-               "--path", str(path), "--events", str(events)]  # fmt: skip
+def _folds(path: Path, events: int) -> list[dict[str, object]]:
+    """The full fold of every built-in projection over the run, each in a fresh process."""
+    print(f"  {events:,} events: full folds", file=sys.stderr, flush=True)
+    rows: list[dict[str, object]] = []
+    for projection in (READ_ONLY, *FOLDED):
+        folded = _child("fold", path, events, projection)
+        rows.append({
+            "events": events,
+            "full_fold": projection,
+            "per_s": folded["per_s"],
+            "cpu_per_s": folded["cpu_per_s"],
+            "rss_mb": folded["rss_mb"],
+            "rss_added_mb": folded["rss_mb"] - folded["rss_opened_mb"],
+            "target_per_s": TARGETS["fold_per_s"],
+            "met": folded["per_s"] >= TARGETS["fold_per_s"],
+        })  # fmt: skip
+    return rows
+
+
+def _events_of(path: Path) -> int:
+    """How many events the run recorded in `path` holds."""
+    from engine import Engine
+
+    with Engine(f"sqlite:///{path}", create=False, read_only=True) as engine:
+        last = engine.store.last(uuid.UUID(path.with_name("run_id").read_text()))
+    assert last is not None, f"no run recorded in {path}"
+    return last.version
+
+
+def _child(name: str, path: Path, events: int, projection: str = READ_ONLY) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.long_runs", "--child", name, "--path", str(path),
+               "--events", str(events), "--projection", projection]  # fmt: skip
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -155,7 +203,7 @@ def _ms(work: Callable[[], object]) -> float:
     return (time.perf_counter() - began) * 1000
 
 
-def _record(path: Path, events: int) -> dict[str, Any]:
+def _record(path: Path, events: int, _projection: str = READ_ONLY) -> dict[str, Any]:
     """Record one run of `events` events in transactions of `BATCH`."""
     from engine import Engine
 
@@ -175,7 +223,7 @@ def _record(path: Path, events: int) -> dict[str, Any]:
     return {"seconds": seconds, "rss_mb": _rss_mb()}
 
 
-def _read(path: Path, events: int) -> dict[str, Any]:
+def _read(path: Path, events: int, _projection: str = READ_ONLY) -> dict[str, Any]:
     """The first reader of the run, in a fresh process."""
     from engine import Engine
     from projections import RetryCounts, StateStack
@@ -193,7 +241,7 @@ def _read(path: Path, events: int) -> dict[str, Any]:
             "load_ms": load, "rss_mb": _rss_mb()}  # fmt: skip
 
 
-def _reread(path: Path, events: int) -> dict[str, Any]:
+def _reread(path: Path, events: int, _projection: str = READ_ONLY) -> dict[str, Any]:
     """Another fresh process, once the first reader has been."""
     from engine import Engine
     from projections import StateStack
@@ -206,7 +254,28 @@ def _reread(path: Path, events: int) -> dict[str, Any]:
     return {"third_ms": third, "end_ms": end, "load_ms": load, "rss_mb": _rss_mb()}
 
 
-def _raw(path: Path, events: int) -> dict[str, Any]:
+def _fold(path: Path, events: int, projection: str) -> dict[str, Any]:
+    """A full fold of `projection` (or the stream alone) over the run, in a fresh process."""
+    import projections
+    from engine import Engine
+
+    run_id = uuid.UUID(path.with_name("run_id").read_text())
+    with Engine(f"sqlite:///{path}", create=False) as engine:
+        opened = _rss_mb()
+        stream = engine.store.stream(run_id)
+        wall, cpu = time.perf_counter(), time.process_time()
+        if projection == READ_ONLY:
+            folded = sum(1 for _ in stream)
+        else:
+            getattr(projections, projection)().fold(stream)
+            folded = events
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert folded == events, f"{folded} events read, {events} recorded"
+    return {"per_s": events / wall, "cpu_per_s": events / cpu, "rss_mb": _rss_mb(),
+            "rss_opened_mb": opened}  # fmt: skip
+
+
+def _raw(path: Path, events: int, _projection: str = READ_ONLY) -> dict[str, Any]:
     """The same events' fields into one raw sqlite3 table, then read back and decoded."""
     from datetime import UTC, datetime
 
@@ -247,8 +316,9 @@ def _raw_row(run_id: str, version: int, at: Any) -> tuple[object, ...]:
     return (run_id, version, "StageCompleted", at.isoformat(), json.dumps(data))
 
 
-CHILDREN: dict[str, Callable[[Path, int], dict[str, Any]]] = {
+CHILDREN: dict[str, Callable[[Path, int, str], dict[str, Any]]] = {
     "record": _record,
+    "fold": _fold,
     "read": _read,
     "reread": _reread,
     "raw": _raw,

@@ -4,7 +4,7 @@ The one way stagetrail builds a frozen attrs value it trusts (decoding stored
 events, folding a run's machine state, folding projections): without the
 class's ``__init__``, whose converters copy and check every payload value again.
 Each slot is set through its own descriptor, the way attrs' documentation says a
-frozen instance may be written (``object.__setattr__``), by three small
+frozen instance may be written (``object.__setattr__``), by four small
 functions made once per class: the three steps a long fold repeats per event
 cost about twice a plain dict fill, and a slotted value takes a third of the memory.
 """
@@ -21,6 +21,7 @@ T = TypeVar("T")
 _BUILDERS: dict[type, Callable[[dict[str, Any]], Any]] = {}
 _EVOLVERS: dict[type, Callable[[Any, dict[str, Any]], Any]] = {}
 _READERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
+_MAKERS: dict[type, Callable[..., Any]] = {}
 
 
 def build(cls: type[T], fields: dict[str, Any]) -> T:
@@ -38,6 +39,12 @@ def builder(cls: type[T]) -> Callable[[dict[str, Any]], T]:
     return _BUILDERS.get(cls) or _prepare(cls, _BUILDERS)
 
 
+def maker(cls: type[T]) -> Callable[..., T]:
+    """`build` for one class taking its attributes as arguments (by position in declared
+    order, or by name): no dict per value, for the handlers a long fold calls per event."""
+    return _MAKERS.get(cls) or _prepare(cls, _MAKERS)
+
+
 def evolve(value: T, /, **changes: Any) -> T:
     """A copy of `value` with `changes`, without __init__ (`attrs.evolve` runs it each call)."""
     cls = type(value)
@@ -53,9 +60,12 @@ def fields_of(value: Any) -> dict[str, Any]:
 
 
 def _prepare(cls: type, table: dict[type, Any]) -> Any:
-    """Make the class's three functions (once), and give back the one of `table`."""
+    """Make the class's four functions (once), and give back the one of `table`."""
     names = [field.name for field in attrs.fields(cls)]
     setters = {f"set_{name}": _slot(cls, name).__set__ for name in names}
+    own = "_m_"
+    while any(name.startswith(own) for name in names):
+        own += "_"
     lines = [
         "def build(f):",
         "    v = new(cls)",
@@ -67,10 +77,18 @@ def _prepare(cls: type, table: dict[type, Any]) -> Any:
         "    return v",
         "def read(v):",
         "    return {" + ", ".join(f"{name!r}: v.{name}" for name in names) + "}",
+        # Its parameters are the field names: its own names start with what none of them do.
+        f"def make({', '.join(names)}):",
+        f"    {own}v = {own}new({own}cls)",
+        *(f"    {own}set_{name}({own}v, {name})" for name in names),
+        f"    return {own}v",
     ]
     scope: dict[str, Any] = {"new": object.__new__, "cls": cls, **setters}
+    scope |= {f"{own}new": object.__new__, f"{own}cls": cls}
+    scope |= {f"{own}{setter}": descriptor for setter, descriptor in setters.items()}
     exec(compile("\n".join(lines), f"<values of {cls.__qualname__}>", "exec"), scope)
     _BUILDERS[cls], _EVOLVERS[cls], _READERS[cls] = scope["build"], scope["evolve"], scope["read"]
+    _MAKERS[cls] = scope["make"]
     return table[cls]
 
 

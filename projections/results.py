@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from events import JSON, StageCompleted, StageFailed, StageStarted
-from events.values import build, evolve
+from events.values import build, evolve, maker
 from projections.base import EventSource, Projection, on
 from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
 from projections.immutable import PList
@@ -74,10 +74,13 @@ class StageResults(Projection[Results]):
         """Append a completed attempt to the stage's list (a routed verdict is none)."""
         if not event.attempt:
             return state
+        stage = event.stage
         attempt = _attempt(event, event.result, None, None)
-        appended = _append(state, event.stage, attempt)
-        completed = {**state.completed, event.stage: _EMPTY.push(attempt)}
-        return build(Results, {"by_stage": appended.by_stage, "completed": completed})
+        by_stage = state.by_stage
+        return _RESULTS(
+            {**by_stage, stage: by_stage.get(stage, _EMPTY).push(attempt)},
+            {**state.completed, stage: _EMPTY.push(attempt)},
+        )
 
     @on(StageFailed)
     def failed(self, state: Results, event: StageFailed) -> Results:
@@ -136,26 +139,15 @@ def _made(event: Any) -> Attempt:
 def _attempt(
     event: StageCompleted | StageFailed, result: JSON, error: str | None, error_type: str | None
 ) -> Attempt:
-    return build(
-        Attempt,
-        {
-            "attempt": event.attempt,
-            "outcome": event.outcome,
-            "failed": isinstance(event, StageFailed),
-            "result": result,
-            "error": error,
-            "error_type": error_type,
-            "duration": event.duration,
-            "version": event.version,
-        },
-    )
+    return _ATTEMPT(
+        event.attempt, event.outcome, isinstance(event, StageFailed), result, error, error_type,
+        event.duration, event.version,
+    )  # fmt: skip
 
 
 def _append(state: Results, stage: str, attempt: Attempt) -> Results:
     attempts = state.by_stage.get(stage, _EMPTY).push(attempt)
-    return build(
-        Results, {"by_stage": {**state.by_stage, stage: attempts}, "completed": state.completed}
-    )
+    return _RESULTS({**state.by_stage, stage: attempts}, state.completed)
 
 
 def _newest_version(newest: PList[Attempt] | None) -> int | None:
@@ -165,6 +157,9 @@ def _newest_version(newest: PList[Attempt] | None) -> int | None:
 
 
 _EMPTY: PList[Any] = PList()
+# Positional (`maker`), in the fields' declared order: a fold builds both per outcome.
+_ATTEMPT = maker(Attempt)
+_RESULTS = maker(Results)
 
 
 @attrs.frozen
@@ -188,20 +183,15 @@ class Retries:
     def begin(self, stage: str) -> Retries:
         """The counts after a new attempt of `stage` began."""
         retried = stage in self.last_failed
-        # `build`, not __init__ or attrs.evolve: this runs for every event of a fold.
-        return build(
-            Retries,
-            {
-                "attempt_counts": {**self.attempt_counts, stage: self.attempts(stage) + 1},
-                "retry_counts": (
-                    {**self.retry_counts, stage: self.retries(stage) + 1}
-                    if retried
-                    else self.retry_counts
-                ),
-                "last_failed": self.last_failed - {stage} if retried else self.last_failed,
-                "open_stage": stage,
-                "total_attempts": self.total_attempts + 1,
-            },
+        # `maker`, not __init__ or attrs.evolve: this runs for every event of a fold.
+        return _RETRIES(
+            {**self.attempt_counts, stage: self.attempt_counts.get(stage, 0) + 1},
+            {**self.retry_counts, stage: self.retry_counts.get(stage, 0) + 1}
+            if retried
+            else self.retry_counts,
+            self.last_failed - {stage} if retried else self.last_failed,
+            stage,
+            self.total_attempts + 1,
         )
 
     def end(self, stage: str, failed: bool) -> Retries:
@@ -213,19 +203,14 @@ class Retries:
         # Recorded without a start: an attempt of its own (a retry if the last one
         # failed); another stage's attempt stays open. One value built, not two.
         retried = stage in self.last_failed
-        return build(
-            Retries,
-            {
-                "attempt_counts": {**self.attempt_counts, stage: self.attempts(stage) + 1},
-                "retry_counts": (
-                    {**self.retry_counts, stage: self.retries(stage) + 1}
-                    if retried
-                    else self.retry_counts
-                ),
-                "last_failed": _marked(self.last_failed, stage, failed),
-                "open_stage": self.open_stage,
-                "total_attempts": self.total_attempts + 1,
-            },
+        return _RETRIES(
+            {**self.attempt_counts, stage: self.attempt_counts.get(stage, 0) + 1},
+            {**self.retry_counts, stage: self.retry_counts.get(stage, 0) + 1}
+            if retried
+            else self.retry_counts,
+            _marked(self.last_failed, stage, failed),
+            self.open_stage,
+            self.total_attempts + 1,
         )
 
 
@@ -235,6 +220,10 @@ def _marked(last_failed: frozenset[str], stage: str, failed: bool) -> frozenset[
     if failed == (stage in last_failed):
         return last_failed
     return last_failed | {stage} if failed else last_failed - {stage}
+
+
+_RETRIES = maker(Retries)
+"""Positional (`maker`), in the fields' declared order: a fold builds one per outcome."""
 
 
 class RetryCounts(Projection[Retries]):

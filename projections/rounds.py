@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from events import JSON, StageCompleted, StageFailed, StateRolledBack
-from events.values import build, evolve
+from events.values import build, evolve, maker
 from projections.base import Projection, on
 from projections.immutable import PList, PMap
 
@@ -178,29 +178,20 @@ def _record(
     error_type: str | None,
 ) -> Rounds:
     number = len(state.table) + 1
-    round_ = build(
-        Round,
-        {
-            "number": number,
-            "stage": event.stage,
-            "attempt": event.attempt,
-            "outcome": event.outcome,
-            "result": result,
-            "error": error,
-            "error_type": error_type,
-            "version": event.version,
-            "timestamp": event.timestamp,
-            "rolled_back": None,
-        },
-    )
+    stage = event.stage
+    round_ = _ROUND(
+        number, stage, event.attempt, event.outcome, result, error, error_type,
+        event.version, event.timestamp, None,
+    )  # fmt: skip
     by_stage = state.live_by_stage
-    return build(
-        Rounds,
-        {
-            "table": state.table.set(number, round_),
-            "live_numbers": state.live_numbers.push(number),
-            "live_by_stage": by_stage.set(
-                event.stage, by_stage.get(event.stage, PList()).push(number)
-            ),
-        },
+    return _ROUNDS(
+        state.table.set(number, round_),
+        state.live_numbers.push(number),
+        by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(number)),
     )
+
+
+# Positional: a fold builds two per outcome (`maker`), in the fields' declared order.
+_ROUND = maker(Round)
+_ROUNDS = maker(Rounds)
+_NONE_LIVE: PList[int] = PList()

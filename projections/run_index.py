@@ -23,7 +23,7 @@ from events import (
     task_writes,
 )
 from events.table import Lookup, as_rows, from_rows, lookup
-from events.values import evolve
+from events.values import evolve, maker
 from projections.base import EventSource, Projection, on
 from projections.errors import ProjectionError
 from projections.immutable import Cons, Deferred, PList
@@ -84,6 +84,10 @@ class RunSummary:
         }
 
 
+_SUMMARY = maker(RunSummary)
+"""`RunSummary`'s fields by position, in their declared order (`maker`)."""
+
+
 class RunIndex(Projection["RunSummary | None"]):
     """One `RunSummary` per run: pipeline, status, state, times, attempts, failures, labels."""
 
@@ -124,18 +128,28 @@ class RunIndex(Projection["RunSummary | None"]):
         """
         if summary is None:
             return None
-        dest = summary.moves.get((summary.state, event.outcome), summary.state)
+        state = summary.state
         failed = isinstance(event, StageFailed)
         resumable = failed and task_writes(event.details) is not None  # type: ignore[union-attr]
-        return _touch(
-            summary,
-            event,
-            state=dest,
-            states=summary.states.push(summary.state),
+        # Every field by position (`maker`): the handler a rebuild calls most, per outcome.
+        return _SUMMARY(
+            summary.run_id,
+            summary.pipeline,
+            "failed_resumable" if resumable else summary.status,
+            summary.moves.get((state, event.outcome), state),
+            summary.started,
+            event.timestamp,
+            event.version,
+            summary.finished,
             # A routed verdict (attempt 0) and a framework's own stage are no attempts.
-            attempts=summary.attempts + (event.attempt > 0 and not event.stage.startswith("__")),
-            failures=summary.failures + failed,
-            status="failed_resumable" if resumable else summary.status,
+            summary.attempts + (event.attempt > 0 and not event.stage.startswith("__")),
+            summary.failures + failed,
+            summary.labels,
+            summary.parent_run_id,
+            summary.forked_from,
+            summary.reason,
+            summary.moves,
+            summary.states.push(state),
         )
 
     @on(CheckpointSaved)

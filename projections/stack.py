@@ -15,7 +15,7 @@ import attrs
 
 from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import Lookup, initial_state, lookup
-from events.values import build
+from events.values import build, maker
 from projections.base import EventSource, Projection, on
 from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
 from projections.immutable import PList
@@ -192,29 +192,28 @@ def decode_frame(row: Sequence[Any]) -> Frame:
 
 
 def _stack(state: Stack, frames: PList[Frame]) -> Stack:
-    return build(Stack, {"initial": state.initial, "table": state.table, "frame_list": frames})
+    return _STACK(state.initial, state.table, frames)
 
 
 def _frame(table: Lookup, event: Any) -> Frame:
     """The frame a stage outcome pushes."""
-    failed = isinstance(event, StageFailed)
-    return build(
-        Frame,
-        {
-            "state": table.get((event.stage, event.outcome), event.stage),
-            "stage": event.stage,
-            "outcome": event.outcome,
-            "attempt": event.attempt,
-            "failed": failed,
-            "result": None if failed else event.result,
-            "error": event.error if failed else None,
-            "error_type": event.error_type if failed else None,
-            "duration": event.duration,
-            "version": event.version,
-            "timestamp": event.timestamp,
-        },
-    )
+    stage, outcome = event.stage, event.outcome
+    state = table.get((stage, outcome), stage)
+    if isinstance(event, StageFailed):
+        return _FRAME(
+            state, stage, outcome, event.attempt, True, None, event.error, event.error_type,
+            event.duration, event.version, event.timestamp,
+        )  # fmt: skip
+    return _FRAME(
+        state, stage, outcome, event.attempt, False, event.result, None, None,
+        event.duration, event.version, event.timestamp,
+    )  # fmt: skip
 
 
 def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
     return _stack(state, state.frame_list.push(_frame(state.table, event)))
+
+
+# Positional (`maker`), in the fields' declared order: a fold builds both per outcome.
+_FRAME = maker(Frame)
+_STACK = maker(Stack)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from projections import BUILT_INS
 from tests._helpers import require_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,6 +181,12 @@ class TestCompare:
             assert row["bytes_per_event"] > 0
             assert row["raw_bytes_per_event"] > 0
         assert rows[2]["state_third_fresh_ratio"] > 0
+        folds = rows[3:]
+        named = ["(stream only)", *(cls.__name__ for cls in BUILT_INS)]
+        assert [(row["events"], row["full_fold"]) for row in folds] == [
+            (size, name) for size in (1_500, 3_000) for name in named
+        ]
+        assert all(min(row["per_s"], row["cpu_per_s"], row["rss_mb"]) > 0 for row in folds)
 
     def test_reads_benchmark_reports_both_read_paths(self) -> None:
         """benchmarks.reads --quick times both read paths against raw sqlite3 per case."""

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -215,13 +216,11 @@ class TestLoad:
             for index in range(2 * PAGE + 1):
                 run.note("n", index)
         limits: list[int | None] = []
-        select = engine.store.recorder.select_events
-
-        def observed(*args: Any, **kwargs: Any) -> Any:
-            limits.append(kwargs.get("limit"))
-            return select(*args, **kwargs)
-
-        monkeypatch.setattr(engine.store.recorder, "select_events", observed)
+        recorder = engine.store.recorder
+        # SQLite streams plain rows (`select_rows`); the other recorders `StoredEvent`s.
+        for name in ("select_events", "select_rows"):
+            if hasattr(recorder, name):
+                monkeypatch.setattr(recorder, name, observing(getattr(recorder, name), limits))
         loaded = engine.load(run.id)
         assert loaded.version == 2 * PAGE + 2
         assert limits == [1, PAGE, PAGE, PAGE]  # the newest event (snapshots serve long runs)
@@ -478,3 +477,13 @@ class TestRunsPages:
         assert engine.runs(offset=5) == []
         with pytest.raises(InvalidArgument, match=r"offset.: must be an int >= 0"):
             engine.runs(offset=-1)
+
+
+def observing(select: Callable[..., Any], limits: list[int | None]) -> Callable[..., Any]:
+    """`select`, noting the limit of each call in `limits`."""
+
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        limits.append(kwargs.get("limit"))
+        return select(*args, **kwargs)
+
+    return observed

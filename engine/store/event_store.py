@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import (
-    EventStore,
     IntegrityError,
     Mapper,
     PersistenceError,
@@ -100,7 +99,6 @@ class Store:
         self._secret = secret
         self.chain_record = self._backend.chain
         """The store's hash chain as its meta table records it (None: not recorded)."""
-        self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
         self.views = self._backend.views
         self.views_problem = self._backend.views_problem
         self.views_read_only = self._backend.read_only
@@ -344,18 +342,22 @@ class Store:
 
     def _get(self, run_id: UUID, **query: Any) -> list[Event]:
         try:
-            stored = self.recorder.select_events(run_id, **query)
-            to_events = getattr(self._mapper, "to_domain_events", None)
-            if to_events is None:  # not stagetrail's mapper: eventsourcing's, one by one
-                return list(self._events.get(run_id, **query))  # type: ignore[arg-type]
-            return to_events(stored)  # type: ignore[no-any-return]
+            mapper = self._mapper
+            rows = self._backend.stored_rows
+            if rows is not None:  # the lean read: plain rows, no `StoredEvent` per event
+                return mapper.from_rows(run_id, rows(run_id, **query))
+            return mapper.to_domain_events(self.recorder.select_events(run_id, **query))
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:
             raise classify(self.url, error, "read failed") from error
 
     def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
-        """The run's events after `gt`, page by page, so memory stays flat."""
+        """The run's events after `gt`, page by page, so memory stays flat.
+
+        On SQLite each page is read as plain rows and decoded in one pass by the
+        mapper (`EventMapper.from_rows`: cipher, compression, one JSON call a page).
+        """
         while True:
             page = self.read(run_id, gt=gt, lte=lte, limit=PAGE)
             yield from page

@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -98,13 +99,10 @@ class TestSnapshotKeeper:
             run = engine.start_run(LOOP)
             record(run, KEEP_INTERVAL + 100)
             reads: list[Any] = []
-            select = engine.store.recorder.select_events
-
-            def observed(*args: Any, **kwargs: Any) -> Any:
-                reads.append(kwargs)
-                return select(*args, **kwargs)
-
-            monkeypatch.setattr(engine.store.recorder, "select_events", observed)
+            recorder = engine.store.recorder
+            # A run's events are read as `StoredEvent`s or, streamed on SQLite, as plain rows.
+            for name in ("select_events", "select_rows"):
+                monkeypatch.setattr(recorder, name, observing(getattr(recorder, name), reads))
             record(run, 3 * KEEP_INTERVAL)
             assert reads == []
         versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url) if p == StateStack.name)
@@ -201,3 +199,13 @@ class TestSnapshotKeeper:
             assert crossings >= {1, 2}
         with Engine(sqlite_url) as fresh:
             assert fresh.project(run.id, StateStack) == StateStack().fold(events)
+
+
+def observing(select: Callable[..., Any], reads: list[Any]) -> Callable[..., Any]:
+    """`select`, noting the keyword arguments of each call in `reads`."""
+
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs)
+        return select(*args, **kwargs)
+
+    return observed

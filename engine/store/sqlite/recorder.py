@@ -5,9 +5,11 @@ eventsourcing reads a run through its connection pool: a reader-writer lock,
 the few events of a point-in-time question that costs twice the query itself.
 Here a run's events are one ``SELECT`` in autocommit mode on a connection kept
 for reading (a single statement is its own consistent snapshot in WAL mode),
-and every row shares the run id already asked for. The rows stay
-eventsourcing's `StoredEvent`s, so the store's mapper still decrypts,
-decompresses and upcasts them; every other read is eventsourcing's. An append
+and every row shares the run id already asked for. `select_events` gives
+eventsourcing's `StoredEvent`s; `select_rows` the same rows as plain tuples,
+which the store's stream and the chain check read (no object per row), its
+mapper still decrypting, decompressing and upcasting them; every other read is
+eventsourcing's. An append
 is one multi-row ``INSERT`` on the store's writing connection (`engine.store.sqlite.writer`),
 its own transaction, rather than ``BEGIN`` … an ``INSERT`` per event … ``COMMIT``.
 
