@@ -67,12 +67,26 @@
     return row;
   }
 
+  // Only the rows that changed are moved: a step pushes or pops one frame, and
+  // putting back all of them would lay the whole table out again at every move.
+  function keep(body, rows) {
+    const wanted = new Set(rows);
+    Array.from(body.children).forEach(function (row) {
+      if (!wanted.has(row)) row.remove();
+    });
+    let next = body.firstElementChild;
+    rows.forEach(function (row) {
+      if (row === next) next = row.nextElementSibling;
+      else body.insertBefore(row, next);
+    });
+  }
+
   function drawStack(stack) {
     document.getElementById("stack-depth").textContent = "depth " + stack.depth;
     const hidden = document.getElementById("stack-hidden");
     hidden.hidden = stack.hidden === 0;
     hidden.textContent = stack.hidden + " older frames not listed";
-    fill("stack", stack.frames.map(frameRow));
+    keep(document.querySelector("#stack tbody"), stack.frames.map(frameRow));
     // The top of the stack in view, once laid out for the next frame (reading the
     // panel's height now would lay the whole page out a second time).
     requestAnimationFrame(function () {
