@@ -99,7 +99,7 @@ class TimeTravel:
             ProjectionError: a handler failed (names the event and version).
         """
         identity = projection.identity()
-        if version < self.interval:  # no snapshot lies this low: nothing kept is used
+        if version < self.grid(projection):  # no snapshot lies this low: nothing kept is used
             return projection.fold(list(self._reader.stream(run_id, lte=version)))
         while True:
             # Read before and after: an erasure in between (by any process) may have
@@ -110,6 +110,11 @@ class TimeTravel:
             state = self._fold(key, projection, version)
             if self._reader.generation() == generation:
                 return state
+
+    def grid(self, projection: Projection[Any]) -> int:
+        """Events between two states of `projection` kept in memory (`Projection.kept_every`)."""
+        every = projection.kept_every
+        return every if 0 < every < self.interval and self.interval % every == 0 else self.interval
 
     @property
     def generation(self) -> int:
@@ -171,13 +176,18 @@ class TimeTravel:
         storer = _Storer(self, key, projection, stored_size)
         apply, relevant = projection.apply, projection.relevant
         deferring = type(projection).restore is not Projection.restore
+        grid, interval = self.grid(projection), self.interval
         left = every = collector.COLLECT_EVERY
         with collector_paused() as tick:
             for event in self._reader.stream(run_id, gt=start, lte=version):
                 if relevant(event):
                     state = apply(state, event)
-                if event.version % self.interval == 0:
-                    data = storer.offer(event.version, state)
+                if event.version % grid == 0:
+                    data = (
+                        storer.offer(event.version, state)
+                        if event.version % interval == 0
+                        else None
+                    )
                     if deferring and data is not None:
                         # Go on from the snapshot as a reader would restore it: the next
                         # snapshot then walks only what changed since, and memory holds

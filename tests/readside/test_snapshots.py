@@ -216,6 +216,27 @@ class TestSnapshots:
         assert first.depth == 1_101
 
 
+    def test_a_projection_kept_every_fewer_events_folds_only_from_its_closer_state(
+        self, engine: Engine
+    ) -> None:
+        """A projection with `kept_every` 50 is kept in memory every 50 events, not every 500."""
+
+        class CloseStack(StateStack):
+            kept_every = 50
+
+        run_id = self.long_run(engine, 1_100)
+        reader = CountingReader(engine.store)
+        travel = TimeTravel(reader, None)
+        travel.project(run_id, CloseStack(), 1_102)
+        assert reader.count == 1_102
+        assert travel.project(run_id, CloseStack(), 1_090) == StateStack().fold(
+            engine.events(run_id, upto=1_090)
+        )
+        assert reader.count == 1_102 + 40  # from the state kept at 1,050, not at 1,000
+        assert travel.project(run_id, CloseStack(), 60).depth == 59
+        assert reader.count == 1_102 + 40 + 10  # from 50: below 500 too
+
+
 class TestLoadFromSnapshots:
     def long_run(self, engine: Engine) -> uuid.UUID:
         """1,300 events: loops, rollbacks, tasks and an open attempt."""
