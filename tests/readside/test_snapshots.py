@@ -215,7 +215,6 @@ class TestSnapshots:
         assert reader.count == 1_102 + 50
         assert first.depth == 1_101
 
-
     def test_a_projection_kept_every_fewer_events_folds_only_from_its_closer_state(
         self, engine: Engine
     ) -> None:
