@@ -104,7 +104,7 @@ class Engine:
             views = ReadOnlyViews(self.store.url, views, self.store.codec, self.store.generation)
         self.projections = self._projections(views)
         """The persistent projections: register, catch_up, get, status, rebuild."""
-        self._time_travel = TimeTravel(self.store, views)
+        self._time_travel = TimeTravel(self.store, views, seals=not self.store.views_read_only)
 
     def _projections(self, views: Views | None) -> Projections:
         store = self.store

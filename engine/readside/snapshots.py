@@ -74,6 +74,8 @@ class TimeTravel:
         views: where snapshots are stored (None: memory only).
         interval: events between snapshots.
         runs_in_memory: how many (run, projection) snapshot sets stay in memory.
+        seals: whether folds seal snapshots to store (False when `views` store none, as a
+            read-only store's: sealing them would be work thrown away).
     """
 
     def __init__(
@@ -83,9 +85,11 @@ class TimeTravel:
         *,
         interval: int = SNAPSHOT_INTERVAL,
         runs_in_memory: int = 32,
+        seals: bool = True,
     ) -> None:
         self._reader = reader
         self._views = views
+        self._seals = seals
         self.interval = interval
         self._limit = runs_in_memory
         self._memory: OrderedDict[_Key, _Snapshots] = OrderedDict()
@@ -275,7 +279,7 @@ class _Storer:
     ) -> None:
         self.travel, self.key, self.projection = travel, key, projection
         self.spacing = _spacing(travel.interval, stored_size)
-        self.views = travel._views
+        self.views = travel._views if travel._seals else None
         self.sealed: list[tuple[int, bytes]] = []
 
     def offer(self, version: int, state: Any) -> Any:

@@ -235,6 +235,24 @@ class TestSnapshots:
         assert travel.project(run_id, CloseStack(), 60).depth == 59
         assert reader.count == 1_102 + 40 + 10  # from 50: below 500 too
 
+    def test_a_read_only_engine_seals_no_snapshot_and_keeps_its_fold_whole(
+        self, sqlite_url: str
+    ) -> None:
+        """A read-only engine stores no snapshot, so its fold is never cut into a deferred tail."""
+
+        class Unstored(StateStack):  # no writer keeps snapshots of it: the reader folds it all
+            name = "unstored_stack"
+
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 1_100)
+        reader = Engine(sqlite_url, read_only=True)
+        try:
+            stack = reader.project(run_id, Unstored, at=1_102)
+        finally:
+            reader.close()
+        assert [tail for _, tail in stack.frame_list.newest_cells() if tail is not None] == []
+        assert stack.depth == 1_101
+
 
 class TestLoadFromSnapshots:
     def long_run(self, engine: Engine) -> uuid.UUID:
