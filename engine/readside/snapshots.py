@@ -179,8 +179,11 @@ class TimeTravel:
         fresh: list[tuple[int, Any]] = []
         storer = _Storer(self, key, projection, stored_size)
         apply, relevant = projection.apply, projection.relevant
-        deferring = type(projection).restore is not Projection.restore
         grid, interval = self.grid(projection), self.interval
+        # A projection kept densely in memory goes on from its own state: its kept states
+        # then share every item made, where each restored one would hold its own copy
+        # of the versions of all its items (gigabytes over a fold of a million events).
+        deferring = type(projection).restore is not Projection.restore and grid == interval
         left = every = collector.COLLECT_EVERY
         with collector_paused() as tick:
             for event in self._reader.stream(run_id, gt=start, lte=version):

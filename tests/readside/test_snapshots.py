@@ -235,6 +235,25 @@ class TestSnapshots:
         assert travel.project(run_id, CloseStack(), 60).depth == 59
         assert reader.count == 1_102 + 40 + 10  # from 50: below 500 too
 
+    def test_a_projection_kept_densely_stores_snapshots_but_goes_on_from_its_own_state(
+        self, sqlite_url: str
+    ) -> None:
+        """Its fold stores snapshots, yet its states share their items: none is cut off."""
+
+        class CloseStack(StateStack):
+            name = "close_stack"
+            kept_every = 100
+
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 1_100)
+            stack = engine.project(run_id, CloseStack, at=1_102)
+            stored = engine.store.views.snapshot(
+                str(run_id), CloseStack.name, CloseStack().identity(), 0, 1_102
+            )
+        assert stored is not None
+        assert stored[0] == 1_000
+        assert [tail for _, tail in stack.frame_list.newest_cells() if tail is not None] == []
+
     def test_a_read_only_engine_seals_no_snapshot_and_keeps_its_fold_whole(
         self, sqlite_url: str
     ) -> None:
