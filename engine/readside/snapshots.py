@@ -117,7 +117,7 @@ class TimeTravel:
 
     def grid(self, projection: Projection[Any]) -> int:
         """Events between two states of `projection` kept in memory (`Projection.kept_every`)."""
-        every = projection.kept_every
+        every = getattr(projection, "kept_every", 0)
         return every if 0 < every < self.interval and self.interval % every == 0 else self.interval
 
     @property

@@ -247,7 +247,9 @@ class TestSnapshots:
         with Engine(sqlite_url) as engine:
             run_id = self.long_run(engine, 1_100)
             stack = engine.project(run_id, CloseStack, at=1_102)
-            stored = engine.store.views.snapshot(
+            views = engine.store.views
+            assert views is not None
+            stored = views.snapshot(
                 str(run_id), CloseStack.name, CloseStack().identity(), 0, 1_102
             )
         assert stored is not None
