@@ -249,9 +249,7 @@ class TestSnapshots:
             stack = engine.project(run_id, CloseStack, at=1_102)
             views = engine.store.views
             assert views is not None
-            stored = views.snapshot(
-                str(run_id), CloseStack.name, CloseStack().identity(), 0, 1_102
-            )
+            stored = views.snapshot(str(run_id), CloseStack.name, CloseStack().identity(), 0, 1_102)
         assert stored is not None
         assert stored[0] == 1_000
         assert [tail for _, tail in stack.frame_list.newest_cells() if tail is not None] == []
