@@ -104,7 +104,7 @@ class Engine:
             views = ReadOnlyViews(self.store.url, views, self.store.codec, self.store.generation)
         self.projections = self._projections(views)
         """The persistent projections: register, catch_up, get, status, rebuild."""
-        self._time_travel = TimeTravel(self.store, views)
+        self._time_travel = TimeTravel(self.store, views, seals=not self.store.views_read_only)
 
     def _projections(self, views: Views | None) -> Projections:
         store = self.store
@@ -267,7 +267,7 @@ class Engine:
         instance = as_projection(projection)
         if tree:
             return instance.fold(self._tree_events(rid, at))
-        if type(at) is int and 0 < at < self._time_travel.interval:
+        if type(at) is int and 0 < at < self._time_travel.grid(instance):
             # No snapshot lies below the first interval: one read and a fold, without
             # the newest event (a read of its own) or the snapshot bookkeeping.
             events = self.store.read(rid, lte=at)

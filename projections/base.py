@@ -61,6 +61,12 @@ class Projection(Generic[S]):
         scope: how persistent state is partitioned: "all", "run" or "pipeline".
         every_event: True when `apply` must see events without a handler too (the
             default for a class that overrides `apply`).
+        kept_every: (optional, not defined here so that it is no part of any other
+            projection's fingerprint) events between two of its states a reader keeps in
+            memory while folding a run (absent or 0: the engine's snapshot interval; a
+            divisor of it, else ignored): a projection read at many versions (the
+            viewer's) keeps them closer, and goes on past each stored snapshot from its
+            own state (`engine.readside.TimeTravel`).
     """
 
     name: ClassVar[str] = ""

@@ -74,6 +74,8 @@ class TimeTravel:
         views: where snapshots are stored (None: memory only).
         interval: events between snapshots.
         runs_in_memory: how many (run, projection) snapshot sets stay in memory.
+        seals: whether folds seal snapshots to store (False when `views` store none, as a
+            read-only store's: sealing them would be work thrown away).
     """
 
     def __init__(
@@ -83,9 +85,11 @@ class TimeTravel:
         *,
         interval: int = SNAPSHOT_INTERVAL,
         runs_in_memory: int = 32,
+        seals: bool = True,
     ) -> None:
         self._reader = reader
         self._views = views
+        self._seals = seals
         self.interval = interval
         self._limit = runs_in_memory
         self._memory: OrderedDict[_Key, _Snapshots] = OrderedDict()
@@ -99,7 +103,7 @@ class TimeTravel:
             ProjectionError: a handler failed (names the event and version).
         """
         identity = projection.identity()
-        if version < self.interval:  # no snapshot lies this low: nothing kept is used
+        if version < self.grid(projection):  # no snapshot lies this low: nothing kept is used
             return projection.fold(list(self._reader.stream(run_id, lte=version)))
         while True:
             # Read before and after: an erasure in between (by any process) may have
@@ -110,6 +114,11 @@ class TimeTravel:
             state = self._fold(key, projection, version)
             if self._reader.generation() == generation:
                 return state
+
+    def grid(self, projection: Projection[Any]) -> int:
+        """Events between two states of `projection` kept in memory (`Projection.kept_every`)."""
+        every = getattr(projection, "kept_every", 0)
+        return every if 0 < every < self.interval and self.interval % every == 0 else self.interval
 
     @property
     def generation(self) -> int:
@@ -170,14 +179,22 @@ class TimeTravel:
         fresh: list[tuple[int, Any]] = []
         storer = _Storer(self, key, projection, stored_size)
         apply, relevant = projection.apply, projection.relevant
-        deferring = type(projection).restore is not Projection.restore
+        grid, interval = self.grid(projection), self.interval
+        # A projection kept densely in memory goes on from its own state: its kept states
+        # then share every item made, where each restored one would hold its own copy
+        # of the versions of all its items (gigabytes over a fold of a million events).
+        deferring = type(projection).restore is not Projection.restore and grid == interval
         left = every = collector.COLLECT_EVERY
         with collector_paused() as tick:
             for event in self._reader.stream(run_id, gt=start, lte=version):
                 if relevant(event):
                     state = apply(state, event)
-                if event.version % self.interval == 0:
-                    data = storer.offer(event.version, state)
+                if event.version % grid == 0:
+                    data = (
+                        storer.offer(event.version, state)
+                        if event.version % interval == 0
+                        else None
+                    )
                     if deferring and data is not None:
                         # Go on from the snapshot as a reader would restore it: the next
                         # snapshot then walks only what changed since, and memory holds
@@ -265,7 +282,7 @@ class _Storer:
     ) -> None:
         self.travel, self.key, self.projection = travel, key, projection
         self.spacing = _spacing(travel.interval, stored_size)
-        self.views = travel._views
+        self.views = travel._views if travel._seals else None
         self.sealed: list[tuple[int, bytes]] = []
 
     def offer(self, version: int, state: Any) -> Any:

@@ -47,6 +47,10 @@ PANELS: Mapping[str, type[Projection[Any]]] = {
 SHOWN_FRAMES = 100
 """The newest frames of the stack a view holds; deeper ones are counted, not listed."""
 
+KEPT_EVERY = 100
+"""Events between two views the viewer keeps in memory: a slider move to a version never
+asked before folds at most this many events (the engine's snapshots lie further apart)."""
+
 _PARTS: tuple[Projection[Any], ...] = tuple(cls() for cls in PANELS.values())
 
 
@@ -59,6 +63,7 @@ class RunView(Projection[tuple[Any, ...]]):
 
     name: ClassVar[str] = "ui_run_view"
     scope: ClassVar[str] = "run"
+    kept_every: ClassVar[int] = KEPT_EVERY
     PART_FINGERPRINTS: ClassVar[tuple[str, ...]] = tuple(
         cls.fingerprint() for cls in PANELS.values()
     )

@@ -215,6 +215,63 @@ class TestSnapshots:
         assert reader.count == 1_102 + 50
         assert first.depth == 1_101
 
+    def test_a_projection_kept_every_fewer_events_folds_only_from_its_closer_state(
+        self, engine: Engine
+    ) -> None:
+        """A projection with `kept_every` 50 is kept in memory every 50 events, not every 500."""
+
+        class CloseStack(StateStack):
+            kept_every = 50
+
+        run_id = self.long_run(engine, 1_100)
+        reader = CountingReader(engine.store)
+        travel = TimeTravel(reader, None)
+        travel.project(run_id, CloseStack(), 1_102)
+        assert reader.count == 1_102
+        assert travel.project(run_id, CloseStack(), 1_090) == StateStack().fold(
+            engine.events(run_id, upto=1_090)
+        )
+        assert reader.count == 1_102 + 40  # from the state kept at 1,050, not at 1,000
+        assert travel.project(run_id, CloseStack(), 60).depth == 59
+        assert reader.count == 1_102 + 40 + 10  # from 50: below 500 too
+
+    def test_a_projection_kept_densely_stores_snapshots_but_goes_on_from_its_own_state(
+        self, sqlite_url: str
+    ) -> None:
+        """Its fold stores snapshots, yet its states share their items: none is cut off."""
+
+        class CloseStack(StateStack):
+            name = "close_stack"
+            kept_every = 100
+
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 1_100)
+            stack = engine.project(run_id, CloseStack, at=1_102)
+            views = engine.store.views
+            assert views is not None
+            stored = views.snapshot(str(run_id), CloseStack.name, CloseStack().identity(), 0, 1_102)
+        assert stored is not None
+        assert stored[0] == 1_000
+        assert [tail for _, tail in stack.frame_list.newest_cells() if tail is not None] == []
+
+    def test_a_read_only_engine_seals_no_snapshot_and_keeps_its_fold_whole(
+        self, sqlite_url: str
+    ) -> None:
+        """A read-only engine stores no snapshot, so its fold is never cut into a deferred tail."""
+
+        class Unstored(StateStack):  # no writer keeps snapshots of it: the reader folds it all
+            name = "unstored_stack"
+
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 1_100)
+        reader = Engine(sqlite_url, read_only=True)
+        try:
+            stack = reader.project(run_id, Unstored, at=1_102)
+        finally:
+            reader.close()
+        assert [tail for _, tail in stack.frame_list.newest_cells() if tail is not None] == []
+        assert stack.depth == 1_101
+
 
 class TestLoadFromSnapshots:
     def long_run(self, engine: Engine) -> uuid.UUID:

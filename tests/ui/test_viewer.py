@@ -50,6 +50,18 @@ def engine(stocked: Stocked) -> Iterator[Engine]:
         yield opened
 
 
+COUNT_ROW_CHANGES = """() => {
+  window.rowChanges = {added: 0, removed: 0};
+  new MutationObserver(function (records) {
+    records.forEach(function (record) {
+      window.rowChanges.added += record.addedNodes.length;
+      window.rowChanges.removed += record.removedNodes.length;
+    });
+  }).observe(document.querySelector("#stack tbody"), {childList: true});
+}"""
+"""Playwright: count the rows put into and taken out of the stack table from now on."""
+
+
 def _attempts(engine: Engine, run_id: Any) -> int:
     return sum(isinstance(e, StageCompleted | StageFailed) for e in engine.events(run_id))
 
@@ -166,6 +178,33 @@ class TestRunPage:
         assert len(expected) == 126  # deeper than the 100 frames a view lists
         assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == expected[-100:]
         assert page.inner_text("#stack-hidden") == "26 older frames not listed"
+
+    def test_a_step_moves_only_the_stack_rows_that_changed(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """A step that pushes one frame onto a full list adds one row and drops one, no more."""
+        run_id = record_long(stocked.url, 150)  # 303 events: 152 frames
+        page.goto(f"{viewer.base}/runs/{run_id}?at=250")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        page.evaluate(COUNT_ROW_CHANGES)
+        move_slider(page, 251)  # a StageFailed: one frame more
+        assert page.evaluate("() => window.rowChanges") == {"added": 1, "removed": 1}
+
+    def test_only_the_newest_stack_rows_are_drawn_until_scrolled_to(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """The older of the 100 rows listed are hidden at a move and shown once scrolled to."""
+        run_id = record_long(stocked.url, 150)
+        page.goto(f"{viewer.base}/runs/{run_id}?at=251")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        shown = "rows => rows.map(row => row.cells[1].textContent)"
+        expected = [row[1] for row in stack_rows(engine, run_id, 251)[-100:]]
+        assert page.eval_on_selector_all("#stack tbody tr:not([hidden])", shown) == expected[-24:]
+        page.eval_on_selector("#stack-panel", "panel => { panel.scrollTop = 0; }")
+        page.wait_for_selector("#stack tbody tr[hidden]", state="detached")
+        assert page.eval_on_selector_all("#stack tbody tr:not([hidden])", shown) == expected
+        move_slider(page, 250)
+        assert page.locator("#stack tbody tr:not([hidden])").count() == 24
 
     def test_the_address_follows_the_slider_and_opens_there(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any

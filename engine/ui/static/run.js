@@ -67,18 +67,51 @@
     return row;
   }
 
+  // Only the rows that changed are moved: a step pushes or pops one frame, and
+  // putting back all of them would lay the whole table out again at every move.
+  function keep(body, rows) {
+    const wanted = new Set(rows);
+    Array.from(body.children).forEach(function (row) {
+      if (!wanted.has(row)) row.remove();
+    });
+    let next = body.firstElementChild;
+    rows.forEach(function (row) {
+      if (row === next) next = row.nextElementSibling;
+      else body.insertBefore(row, next);
+    });
+  }
+
   function drawStack(stack) {
     document.getElementById("stack-depth").textContent = "depth " + stack.depth;
     const hidden = document.getElementById("stack-hidden");
     hidden.hidden = stack.hidden === 0;
     hidden.textContent = stack.hidden + " older frames not listed";
-    fill("stack", stack.frames.map(frameRow));
+    const rows = stack.frames.map(frameRow);
+    keep(document.querySelector("#stack tbody"), rows);
+    // Only the newest rows are laid out and painted at a move (a jump replaces them all,
+    // a hundred rows cost tens of milliseconds); the older ones show once scrolled to.
+    rows.forEach(function (row, index) {
+      const far = index < rows.length - ROWS_IN_VIEW;
+      if (row.hidden !== far) row.hidden = far;
+    });
     // The top of the stack in view, once laid out for the next frame (reading the
     // panel's height now would lay the whole page out a second time).
     requestAnimationFrame(function () {
-      const panel = document.getElementById("stack-panel");
-      panel.scrollTop = panel.scrollHeight;
+      stackPanel.scrollTop = stackPanel.scrollHeight;
     });
+  }
+
+  // Rows drawn at a move: the panel shows about a dozen.
+  const ROWS_IN_VIEW = 24;
+  const stackPanel = document.getElementById("stack-panel");
+
+  function showOlderRows() {
+    if (stackPanel.scrollTop > 40) return;
+    const far = document.querySelectorAll("#stack tbody tr[hidden]");
+    if (far.length === 0) return;
+    const before = stackPanel.scrollHeight;
+    far.forEach(function (row) { row.hidden = false; });
+    stackPanel.scrollTop += stackPanel.scrollHeight - before;  // the same rows stay in view
   }
 
   function drawResults(results) {
@@ -347,6 +380,7 @@
   }
 
   slider.addEventListener("input", function () { show(Number(slider.value)); });
+  stackPanel.addEventListener("scroll", showOlderRows, {passive: true});
   document.getElementById("prev").addEventListener("click", function () { step(-1); });
   document.getElementById("next").addEventListener("click", function () { step(1); });
   bindEvents();
