@@ -1,26 +1,43 @@
 """Online retention: compact 10 % of a store while 4 writer processes append.
 
-A SQLite file holds N finished runs of the review pipeline (5 events each), one
-in ten cancelled. Four writer processes append runs; their throughput is
-measured for a few seconds alone, then while `engine.retain(status=cancelled,
-apply=True)` deletes and compacts the cancelled tenth. Reported: the writers'
-runs/s alone and during the compaction (and the drop), the compaction's time,
-and whether every persistent projection then equals a rebuild.
+A store (a SQLite file, and a PostgreSQL schema when the server answers) holds N
+finished runs of the review pipeline (5 events each), one in ten cancelled.
+Four writer processes append runs; their throughput is measured for a few
+seconds alone, then while `engine.retain(status=cancelled, apply=True)` deletes
+and compacts the cancelled tenth. Reported: the fill's time, the writers' runs/s
+alone and during the compaction (and the drop), the compaction's time, and
+whether every persistent projection then equals a rebuild.
 
-Run: ``python -m benchmarks.retain`` (``--quick`` for a smoke run).
+The fill appends copies of two recorded runs (one succeeded, one cancelled), each
+copy a new run id and the current time, `FILL_RUNS` runs per transaction through
+`Store.append` (each event serialised and linked as any append), then catches the
+projections up: a transaction or two per run would spend the fill's hour in fsyncs.
+
+Run: ``python -m benchmarks.retain`` (``--quick`` for a smoke run; ``--runs N``;
+``--only sqlite`` or ``--only postgresql``).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import multiprocessing
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
-from benchmarks._common import arguments, report, scratch
+import attrs
+
+from benchmarks._common import report, scratch
+from benchmarks.scale import postgres_reachable, postgres_store
 from engine import Engine, RetentionRule
 from engine.cli.demo.code_review import REVIEW
+from events import Event, utc_now
 
 WRITERS = 4
+FILL_RUNS = 200
+"""Runs appended per transaction by the fill (1,000 events)."""
 
 
 def record(engine: Engine, status: str) -> None:
@@ -33,12 +50,28 @@ def record(engine: Engine, status: str) -> None:
         run.finish(status)
 
 
-def fill(url: str, runs: int) -> None:
-    """`runs` runs, every tenth cancelled, with the run index caught up."""
+def recorded_runs() -> dict[str, list[Event]]:
+    """The events of one recorded run of each status the store holds."""
+    with Engine("memory://") as engine:
+        for status in ("cancelled", "succeeded"):
+            record(engine, status)
+        return {s.status: engine.events(s.run_id) for s in engine.runs(limit=2)}
+
+
+def fill(url: str, runs: int) -> float:
+    """`runs` runs, every tenth cancelled, with the projections caught up; the seconds."""
+    began, models = time.perf_counter(), recorded_runs()
     with Engine(url) as engine:
+        pending: list[Event] = []
         for index in range(runs):
-            record(engine, "cancelled" if index % 10 == 0 else "succeeded")
+            model = models["cancelled" if index % 10 == 0 else "succeeded"]
+            run_id, now = uuid.uuid4(), utc_now()
+            pending += (attrs.evolve(e, run_id=run_id, timestamp=now) for e in model)
+            if (index + 1) % FILL_RUNS == 0 or index + 1 == runs:
+                engine.store.append(pending)
+                pending = []
         engine.projections.catch_up()
+    return time.perf_counter() - began
 
 
 def writer(url: str, stop: Any, count: Any) -> None:
@@ -59,10 +92,9 @@ def rate(count: Any, seconds: float) -> float:
     return appended / (time.perf_counter() - began)
 
 
-def measure(runs: int, window: float) -> dict[str, object]:
+def measure(url: str, runs: int, window: float) -> dict[str, object]:
     """Writers' rate alone and during compaction, compaction time, projections vs a rebuild."""
-    url = f"sqlite:///{scratch('retain.db')}"
-    fill(url, runs)
+    filled = fill(url, runs)
     context = multiprocessing.get_context("spawn")
     stop, count = context.Event(), context.Value("i", 0)
     procs = [context.Process(target=writer, args=(url, stop, count)) for _ in range(WRITERS)]
@@ -90,7 +122,9 @@ def measure(runs: int, window: float) -> dict[str, object]:
         rebuilt = {name: check.projections.states(name) for name in check.projections.names}
     assert done.compacted is not None
     return {
+        "store": url.split(":", 1)[0],
         "runs": runs,
+        "fill_s": round(filled, 1),
         "erased": len(done.runs),
         "writers": WRITERS,
         "alone_runs_per_s": round(alone, 1),
@@ -102,15 +136,36 @@ def measure(runs: int, window: float) -> dict[str, object]:
     }
 
 
+@contextlib.contextmanager
+def sqlite_store() -> Iterator[str]:
+    """A new SQLite store file."""
+    yield f"sqlite:///{scratch('retain.db')}"
+
+
+def parse() -> argparse.Namespace:
+    """--quick, --json, --runs and --only."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument("--runs", type=int, default=100_000, help="runs in the store")
+    parser.add_argument("--only", choices=["sqlite", "postgresql"], help="one store only")
+    return parser.parse_args()
+
+
 def main() -> None:
-    parser_args = arguments(__doc__ or "")
-    runs = 300 if parser_args.quick else 20_000
-    window = 0.5 if parser_args.quick else 3.0
-    report(
-        "online retention (SQLite file, 4 writer processes)",
-        [measure(runs, window)],
-        parser_args.json,
-    )
+    """Measure and print online retention on each store."""
+    args = parse()
+    runs = 300 if args.quick else args.runs
+    window = 0.5 if args.quick else 3.0
+    stores = {"sqlite": sqlite_store, "postgresql": postgres_store}
+    if args.only is None and not postgres_reachable():
+        del stores["postgresql"]
+    rows = []
+    for name, store in stores.items():
+        if args.only in (None, name):
+            with store() as url:
+                rows.append(measure(url, runs, window))
+    report("online retention (4 writer processes)", rows, args.json)
 
 
 if __name__ == "__main__":
