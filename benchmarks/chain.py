@@ -52,6 +52,12 @@ class NoLinks(Chain):
         """The body as it is."""
         return body
 
+    def sealed(
+        self, previous: bytes, run_id: UUID, version: int, topic: str, body: bytes
+    ) -> tuple[bytes, bytes]:
+        """The body as it is, no link."""
+        return body, b""
+
 
 def appended(count: int, linked: bool) -> int:
     """Append `count` outcomes in batches of 100 to a new SQLite store; how many."""
