@@ -386,10 +386,12 @@ class PostgresRecorder(PostgresApplicationRecorder):
         rows: the lean read of a streaming pass (the chain check). Tuples in binary
         format, where `select_events` builds a dict and a `StoredEvent` per row and
         reads each state as hex text."""
-        with self.datastore.get_connection() as conn:
-            with conn.cursor(row_factory=tuple_row, binary=True) as curs:
-                curs.execute(self._select_rows, (run_id, gt, limit), prepare=True)
-                return curs.fetchall()
+        with (
+            self.datastore.get_connection() as conn,
+            conn.cursor(row_factory=tuple_row, binary=True) as curs,
+        ):
+            curs.execute(self._select_rows, (run_id, gt, limit), prepare=True)
+            return curs.fetchall()
 
     def max_notification_id(self) -> int | None:
         """The newest notification id safe to read, covering every commit made before the call.
