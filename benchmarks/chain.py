@@ -39,6 +39,7 @@ from benchmarks.scale import postgres_reachable, postgres_store
 from engine import Engine
 from engine.store.chain import Chain
 from engine.store.meta import AtRest
+from engine.store.sqlite.recorder import SQLiteRecorder
 from engine.verify import verify_chain
 from events import StageCompleted
 
@@ -190,7 +191,9 @@ def verify_rates(
 
 def _map_reads(engine: Engine) -> None:
     """Set ``PRAGMA mmap_size`` (1 GiB) on the reading connection `verify` will borrow."""
-    readers = engine.store.recorder.readers
+    recorder = engine.store.recorder
+    assert isinstance(recorder, SQLiteRecorder)
+    readers = recorder.readers
     connection = readers.borrow()
     connection.execute(f"PRAGMA mmap_size={1 << 30}")
     readers.give_back(connection)
