@@ -113,7 +113,7 @@ def measure(url: str, runs: int, window: float) -> dict[str, object]:
             done = compactor.retain(RetentionRule(status={"cancelled"}), apply=True)
             took, cpu = time.perf_counter() - began, time.process_time() - cpu
             during = (count.value - first) / took
-        after = rate(count, window)
+        alone_after = rate(count, window)
     finally:
         stop.set()
         for proc in procs:
@@ -132,9 +132,9 @@ def measure(url: str, runs: int, window: float) -> dict[str, object]:
         "erased": len(done.runs),
         "writers": WRITERS,
         "alone_before_runs_per_s": round(before, 1),
-        "alone_after_runs_per_s": round(after, 1),
+        "alone_after_runs_per_s": round(alone_after, 1),
         "during_runs_per_s": round(during, 1),
-        "drop": round(1 - 2 * during / (before + after), 3) if before + after else None,
+        "drop": round(1 - 2 * during / (before + alone_after), 3) if before + alone_after else None,
         "compaction_s": round(took, 2),
         "compaction_cpu_s": round(cpu, 2),
         "rebuilt": list(done.compacted.rebuilt),
