@@ -30,13 +30,16 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sized
 from concurrent.futures import ProcessPoolExecutor
+from typing import NamedTuple
 from uuid import UUID, uuid4
 
 from benchmarks._common import RESULT, WORK, report, scratch
 from benchmarks.peers.stagetrail_runs import Stagetrail
+from benchmarks.scale import postgres_reachable, postgres_store
 from engine import Engine
 from engine.store.chain import Chain
 from engine.store.meta import AtRest
+from engine.store.sqlite.recorder import SQLiteRecorder
 from engine.verify import verify_chain
 from events import StageCompleted
 
@@ -51,6 +54,12 @@ class NoLinks(Chain):
     def seal(self, body: bytes, link: bytes) -> bytes:
         """The body as it is."""
         return body
+
+    def sealed(
+        self, previous: bytes, run_id: UUID, version: int, topic: str, body: bytes
+    ) -> tuple[bytes, bytes]:
+        """The body as it is, no link."""
+        return body, b""
 
 
 def appended(count: int, linked: bool) -> int:
@@ -84,10 +93,10 @@ def serialise_rates(rounds: int, count: int) -> tuple[float, float]:
     return max(plain), max(chained)
 
 
-def long_run(count: int) -> tuple[str, UUID]:
-    """A SQLite store holding one run of `count` + 1 events."""
+def long_run(count: int, key: str | None = None) -> tuple[str, UUID]:
+    """A SQLite store holding one run of `count` + 1 events (keyed links with `key`)."""
     url = f"sqlite:///{scratch('long.db')}"
-    with Engine(url) as engine:
+    with Engine(url, chain_key=key) as engine:
         run = engine.start_run(WORK)
         for _ in range(count // 1000):
             with run.batch():
@@ -149,15 +158,45 @@ def _clocked(work: Callable[[], int]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def verify_rates(url: str, run_id: UUID, chain_only: bool) -> tuple[float, float, int]:
-    """Events/s (wall clock, CPU time) of `engine.verify` of the run, and its event count."""
-    with Engine(url) as engine:
+class Rates(NamedTuple):
+    """One `engine.verify` of a run: events/s of wall clock and of CPU time, and why they differ."""
+
+    wall: float
+    cpu: float
+    events: int
+    preempted: int
+    """Involuntary context switches: the scheduler gave the core to another process."""
+    waited: int
+    """Voluntary context switches: the process waited (for I/O, a lock)."""
+
+
+def verify_rates(
+    url: str, run_id: UUID, chain_only: bool, key: str | None = None, mmap: bool = False
+) -> Rates:
+    """`engine.verify` of the run (with the chain `key`; with `mmap`, SQLite's reads through
+    a memory map of the file, 1 GiB at most) clocked."""
+    with Engine(url, chain_key=key) as engine:
+        if mmap:
+            _map_reads(engine)
+        before = resource.getrusage(resource.RUSAGE_SELF)
         wall, cpu = time.perf_counter(), time.process_time()
         checked = engine.verify(run_id, chain_only=chain_only)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        after = resource.getrusage(resource.RUSAGE_SELF)
         assert checked.ok, checked.problems[:3]
         assert checked.chain == "intact"
-    return checked.events / wall, checked.events / cpu, checked.events
+    preempted, waited = after.ru_nivcsw - before.ru_nivcsw, after.ru_nvcsw - before.ru_nvcsw
+    return Rates(checked.events / wall, checked.events / cpu, checked.events, preempted, waited)
+
+
+def _map_reads(engine: Engine) -> None:
+    """Set ``PRAGMA mmap_size`` (1 GiB) on the reading connection `verify` will borrow."""
+    recorder = engine.store.recorder
+    assert isinstance(recorder, SQLiteRecorder)
+    readers = recorder.readers
+    connection = readers.borrow()
+    connection.execute(f"PRAGMA mmap_size={1 << 30}")
+    readers.give_back(connection)
 
 
 def through_stored_events(url: str, run_id: UUID) -> float:
@@ -242,27 +281,34 @@ def append_rows(quick: bool) -> list[dict[str, object]]:
 
 
 def verify_rows(events: int, rounds: int, store: str | None = None) -> list[dict[str, object]]:
-    """The chain alone and the whole verify of one run of `events` + 1 events (or of the
-    newest run of `store`)."""
-    if store is None:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as writer:
-            url, run_id = writer.submit(long_run, events).result()  # its memory not ours
-    else:
-        url, run_id = store, newest_run(store)
-    checks, before = [], []
-    for _ in range(rounds):  # alternating, so both see the same machine load
-        checks.append(verify_rates(url, run_id, True))
-        before.append(through_stored_events(url, run_id))
+    """The chain alone (plain and keyed, SQLite and PostgreSQL) and the whole verify of one
+    run of `events` + 1 events (or of the newest run of `store`)."""
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as writer:  # its memory not ours
+        if store is None:
+            url, run_id = writer.submit(long_run, events).result()
+        else:
+            url, run_id = store, newest_run(store)
+        keyed_url, keyed_run = writer.submit(long_run, events, CHAIN_KEY).result()
+    checks: dict[str, list[Rates]] = {"plain": [], "mmap": [], "keyed": []}
+    before: list[float] = []
+    # A memory-mapped read counts the pages it touched in the process's RSS: another one's.
+    with ProcessPoolExecutor(1, mp_context=spawn) as mapped:
+        for _ in range(rounds):  # alternating, so all see the same machine load
+            checks["plain"].append(verify_rates(url, run_id, True))
+            checks["mmap"].append(
+                mapped.submit(verify_rates, url, run_id, True, None, True).result()
+            )
+            checks["keyed"].append(verify_rates(keyed_url, keyed_run, True, CHAIN_KEY))
+            before.append(through_stored_events(url, run_id))
     read, read_events, hashed = floor_rates(url, run_id)
     chain_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     whole = verify_rates(url, run_id, False)
-    return [
+    count = checks["plain"][0].events
+    rows = [
         {
-            "case": f"check the chain of a {checks[0][2]:,}-event run",
-            "events_s": statistics.median(c[0] for c in checks),
-            "cpu_events_s": statistics.median(c[1] for c in checks),
-            "cpu_events_s_min": min(c[1] for c in checks),
-            "cpu_events_s_max": max(c[1] for c in checks),
+            "case": f"check the chain of a {count:,}-event run, SQLite",
+            **_summary(checks["plain"]),
             "target": 500_000,
             "through_stored_events_cpu_events_s": statistics.median(before),
             "read_alone_cpu_events_s": read,
@@ -271,12 +317,54 @@ def verify_rows(events: int, rounds: int, store: str | None = None) -> list[dict
             "peak_rss_mb": chain_rss,
         },
         {
+            "case": "the same, reads memory-mapped (PRAGMA mmap_size, another process)",
+            **_summary(checks["mmap"]),
+        },
+        {"case": "the same, keyed links (HMAC-SHA256)", **_summary(checks["keyed"])},
+        {
             "case": "the whole verify of that run",
-            "events_s": whole[0],
-            "cpu_events_s": whole[1],
+            "events_s": whole.wall,
+            "cpu_events_s": whole.cpu,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         },
     ]
+    if postgres_reachable():
+        rows.append(postgres_row(url, run_id, rounds))
+    return rows
+
+
+CHAIN_KEY = "the writers' secret"
+"""The chain key of the keyed run."""
+
+
+def _summary(checks: list[Rates]) -> dict[str, object]:
+    """Median wall clock and CPU time rates (CPU spread), and the context switches per check."""
+    return {
+        "events_s": statistics.median(c.wall for c in checks),
+        "cpu_events_s": statistics.median(c.cpu for c in checks),
+        "cpu_events_s_min": min(c.cpu for c in checks),
+        "cpu_events_s_max": max(c.cpu for c in checks),
+        "preempted": statistics.median(c.preempted for c in checks),
+        "waited": statistics.median(c.waited for c in checks),
+    }
+
+
+def postgres_row(url: str, run_id: UUID, rounds: int) -> dict[str, object]:
+    """The chain check of the same run copied, byte for byte, into a new PostgreSQL schema:
+    read as plain rows (`select_rows`) and as `StoredEvent` pages, alternating."""
+    with postgres_store() as target:
+        with Engine(url) as source, Engine(target) as copy:
+            for page in source.store.stored_pages(run_id):
+                copy.store.recorder.insert_events(page)
+        checks, before = [], []
+        for _ in range(rounds):
+            checks.append(verify_rates(target, run_id, True))
+            before.append(through_stored_events(target, run_id))
+    return {
+        "case": f"check the chain of that run, PostgreSQL ({checks[0].events:,} events)",
+        **_summary(checks),
+        "through_stored_events_cpu_events_s": statistics.median(before),
+    }
 
 
 def newest_run(url: str) -> UUID:

@@ -152,9 +152,10 @@ class EventMapper(Mapper[UUID]):
             InvalidPayload: the event is over `max_event_bytes` or holds a NUL.
         """
         topic, data = self._json(domain_event)
-        chain = self.chain
-        link = chain.link(previous, domain_event.run_id, domain_event.version, topic, data)
-        return self._sealed(domain_event, topic, chain.seal(data, link)), link
+        data, link = self.chain.sealed(
+            previous, domain_event.run_id, domain_event.version, topic, data
+        )
+        return self._sealed(domain_event, topic, data), link
 
     def _json(self, domain_event: Any) -> tuple[str, bytes]:
         topic, state = encode_timed(domain_event)  # the transcoder writes the timestamp

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import shutil
 from pathlib import Path
 from uuid import UUID
@@ -101,6 +103,50 @@ class TestRecordedRuns:
         fork.stage_completed("developer")
         report = engine.verify(fork.id)
         assert (report.chain, report.events) == ("intact", 5)
+
+
+class TestLinkFormat:
+    """Links are pinned to their documented bytes: stores written by earlier releases verify."""
+
+    RUN = UUID(bytes=b"%b" + b"%" * 14)  # %-format's own character in the run's bytes
+    BODY = b'{"stage":"x","result":"100%"}'
+
+    def message(self, previous: bytes, version: int) -> bytes:
+        return previous + self.RUN.bytes + version.to_bytes(8, "big") + b"t:X\x00" + self.BODY
+
+    def test_a_plain_link_is_sha256_of_its_message(self) -> None:
+        """A plain link is the first 16 bytes of SHA-256 over the previous link, the run's
+        16 bytes, the version's 8, the topic, a NUL and the stored JSON."""
+        previous = b"p" * 16
+        expected = hashlib.sha256(self.message(previous, 7)).digest()[:16]
+        assert Chain().link(previous, self.RUN, 7, "t:X", self.BODY) == expected
+
+    def test_a_keyed_link_is_hmac_sha256_of_its_message(self) -> None:
+        """A keyed link is HMAC-SHA256 of the same message under a key derived from the
+        writers' secret, truncated to 16 bytes, for every event of a run in turn."""
+        secret = KEY.encode()
+        derived = hmac.digest(secret, b"stagetrail chain: keyed links of a run's events", "sha256")
+        chain, previous = Chain(secret), b""
+        for version in (1, 2, 3):
+            expected = hmac.digest(derived, self.message(previous, version), "sha256")[:16]
+            assert chain.link(previous, self.RUN, version, "t:X", self.BODY) == expected
+            previous = expected
+
+    @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
+    def test_sealed_rows_check_along_a_page(self, secret: bytes | None) -> None:
+        """`sealed` writes the link `seal` writes, and `run_along` accepts the rows it wrote
+        and stops at the first one edited."""
+        chain, previous, rows = Chain(secret), b"", []
+        for version in range(1, 6):
+            data, link = chain.sealed(previous, self.RUN, version, "t:X", self.BODY)
+            assert data == chain.seal(
+                self.BODY, chain.link(previous, self.RUN, version, "t:X", self.BODY)
+            )
+            rows.append((version, "t:X", data))
+            previous = link
+        assert Chain(secret).run_along(b"", 1, self.RUN, rows) == (5, previous)
+        rows[3] = (4, "t:X", rows[3][2].replace(b"100%", b"101%"))
+        assert Chain(secret).run_along(b"", 1, self.RUN, rows)[0] == 3
 
 
 class TestTampering:

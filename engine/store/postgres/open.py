@@ -123,7 +123,7 @@ def open_postgres(
             closer = _closer(datastore, views)
             return Backend(
                 recorder, mapper, closer, views, read_only=True, codec=codec, generation=generation,
-                chain=chain, stored_after=after,
+                chain=chain, stored_after=after, stored_rows=recorder.select_rows,
             )  # fmt: skip
         views, problem = prepare_views(
             lambda: PostgresViews(datastore, recorder.channel_name, url.masked), codec
@@ -132,7 +132,7 @@ def open_postgres(
     closer = _closer(datastore, views)
     return Backend(
         recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation,
-        chain=chain, stored_after=after,
+        chain=chain, stored_after=after, stored_rows=recorder.select_rows,
     )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import (
     IntegrityError,
@@ -39,6 +40,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.utils import retry
+from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composable, Identifier, Literal
 
 from engine.store import meta
@@ -169,6 +171,11 @@ class PostgresRecorder(PostgresApplicationRecorder):
             "WHERE originator_id = %s AND originator_version >= %s "
             "AND originator_version <= %s"
         ).format(Identifier(datastore.schema), Identifier(events_table_name))
+        self._select_rows = SQL(
+            "SELECT originator_version, topic, state FROM {0} "
+            "WHERE originator_id = %s AND originator_version > %s "
+            "ORDER BY originator_version LIMIT %s"
+        ).format(self._table)
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -372,6 +379,19 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 )
                 for row in curs.fetchall()
             ]
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def select_rows(self, run_id: UUID, *, gt: int, limit: int) -> list[tuple[int, str, bytes]]:
+        """A page of the run's events after version `gt` as plain (version, topic, state)
+        rows: the lean read of a streaming pass (the chain check). Tuples in binary
+        format, where `select_events` builds a dict and a `StoredEvent` per row and
+        reads each state as hex text."""
+        with (
+            self.datastore.get_connection() as conn,
+            conn.cursor(row_factory=tuple_row, binary=True) as curs,
+        ):
+            curs.execute(self._select_rows, (run_id, gt, limit), prepare=True)
+            return curs.fetchall()
 
     def max_notification_id(self) -> int | None:
         """The newest notification id safe to read, covering every commit made before the call.
