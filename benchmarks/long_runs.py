@@ -174,9 +174,16 @@ def _events_of(path: Path) -> int:
     """How many events the run recorded in `path` holds."""
     from engine import Engine
 
+    marker = path.with_name("run_id")
+    try:
+        run_id = uuid.UUID(marker.read_text().strip())
+    except (OSError, ValueError) as error:
+        problem = f"{marker}: the id of the run recorded in {path} is needed ({error})"
+        raise SystemExit(problem) from None
     with Engine(f"sqlite:///{path}", create=False, read_only=True) as engine:
-        last = engine.store.last(uuid.UUID(path.with_name("run_id").read_text()))
-    assert last is not None, f"no run recorded in {path}"
+        last = engine.store.last(run_id)
+    if last is None:
+        raise SystemExit(f"{path}: no run {run_id} recorded in it")
     return last.version
 
 

@@ -41,7 +41,13 @@ def builder(cls: type[T]) -> Callable[[dict[str, Any]], T]:
 
 def maker(cls: type[T]) -> Callable[..., T]:
     """`build` for one class taking its attributes as arguments (by position in declared
-    order, or by name): no dict per value, for the handlers a long fold calls per event."""
+    order, or by attribute name): no dict per value, for the handlers a long fold calls per
+    event.
+
+    Like `build`, it sets the attributes as given: attrs converters, validators, defaults
+    and ``__attrs_post_init__`` do not run, so use it only for classes without them, with
+    values already checked (the events a fold reads were checked when recorded).
+    """
     return _MAKERS.get(cls) or _prepare(cls, _MAKERS)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from events import EVENT_TYPES, StageCompleted
 from events.values import build, evolve, fields_of, maker
-from projections import RunSummary
+from projections import Attempt, Frame, Results, Retries, Round, Rounds, RunSummary, Stack
 
 RUN = uuid4()
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -90,6 +90,17 @@ class Clashing:
 
 
 class TestMaker:
+    @pytest.mark.parametrize(
+        "cls", [Attempt, Results, Retries, Round, Rounds, RunSummary, Frame, Stack]
+    )
+    def test_the_classes_made_so_check_nothing_it_would_skip(self, cls: type) -> None:
+        """The built-in values a fold makes by `maker` have no converter, validator or post-init
+        (which it would skip): adding one makes this fail, not pass silently."""
+        assert not hasattr(cls, "__attrs_post_init__")
+        for field in attrs.fields(cls):
+            assert field.converter is None, (cls, field.name)
+            assert field.validator is None, (cls, field.name)
+
     def test_a_value_made_by_position_or_name_is_the_constructed_one(self) -> None:
         """`maker` takes the fields in declared order, or by name, and builds the same value."""
         made = completed()
