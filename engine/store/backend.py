@@ -8,7 +8,7 @@ table, so a half-created store is still recognised as stagetrail's on the next o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import attrs
@@ -18,6 +18,21 @@ from engine.store.codec import Codec
 from engine.store.mapper import EventMapper
 from engine.store.meta import ChainRecord
 from engine.store.views import Views
+
+
+class RowReader(Protocol):
+    """Reads a run's page as plain (version, topic, state) rows, with `select_events`' query."""
+
+    def __call__(
+        self,
+        run_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> list[tuple[int, str, bytes]]:
+        """The rows with `gt < version <= lte`, oldest first (newest with `desc`), `limit` many."""
 
 
 @attrs.frozen
@@ -41,9 +56,7 @@ class Backend:
     """The store's hash chain as its meta table records it (None: not recorded)."""
     stored_after: Callable[[UUID, int], int | None] | None = attrs.field(default=None, kw_only=True)
     """The first version of a run stored after a notification position (None: none is)."""
-    stored_rows: Callable[..., list[tuple[int, str, bytes]]] | None = attrs.field(
-        default=None, kw_only=True
-    )
+    stored_rows: RowReader | None = attrs.field(default=None, kw_only=True)
     """A run's page as plain (version, topic, state) rows, `select_events`' arguments (None:
     the recorder reads `StoredEvent`s only)."""
     upgrade: str = attrs.field(default="", kw_only=True)

@@ -21,7 +21,13 @@ from engine.store.postgres.datastore import (
     make_datastore,
     schema_of,
 )
-from engine.store.postgres.recorder import CONCURRENT_SCHEMA, has_tx_column, make_recorder, upgrade
+from engine.store.postgres.recorder import (
+    CONCURRENT_SCHEMA,
+    PostgresRecorder,
+    has_tx_column,
+    make_recorder,
+    upgrade,
+)
 from engine.store.postgres.views import PostgresViews
 from engine.store.sql import NAMES
 from engine.store.urls import StoreURL
@@ -117,13 +123,14 @@ def open_postgres(
         codec = settings.codec(mapper)
         generation = functools.partial(read_generation, datastore)
         after = functools.partial(stored_after, datastore)
+        rows = functools.partial(_select_rows, recorder)
         if read_only:
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
             closer = _closer(datastore, views)
             return Backend(
                 recorder, mapper, closer, views, read_only=True, codec=codec, generation=generation,
-                chain=chain, stored_after=after, stored_rows=recorder.select_rows,
+                chain=chain, stored_after=after, stored_rows=rows,
             )  # fmt: skip
         views, problem = prepare_views(
             lambda: PostgresViews(datastore, recorder.channel_name, url.masked), codec
@@ -132,8 +139,17 @@ def open_postgres(
     closer = _closer(datastore, views)
     return Backend(
         recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation,
-        chain=chain, stored_after=after, stored_rows=recorder.select_rows,
+        chain=chain, stored_after=after, stored_rows=rows,
     )  # fmt: skip
+
+
+def _select_rows(
+    recorder: PostgresRecorder, run_id: UUID, **query: Any
+) -> list[tuple[int, str, bytes]]:
+    """The recorder's `select_rows`, looked up at each read: the recorder's own method,
+    as `select_events` is (a subclass's, or one observed), reads every page."""
+    rows: list[tuple[int, str, bytes]] = recorder.select_rows(run_id, **query)
+    return rows
 
 
 def _settle_chain(

@@ -41,7 +41,7 @@ from eventsourcing.persistence import (
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
-from psycopg.sql import SQL, Composable, Identifier, Literal
+from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
 from engine.store import meta
 from engine.store.errors import AppendOutcomeUnknown, StoreError
@@ -171,11 +171,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
             "WHERE originator_id = %s AND originator_version >= %s "
             "AND originator_version <= %s"
         ).format(Identifier(datastore.schema), Identifier(events_table_name))
-        self._select_rows = SQL(
-            "SELECT originator_version, topic, state FROM {0} "
-            "WHERE originator_id = %s AND originator_version > %s "
-            "ORDER BY originator_version LIMIT %s"
-        ).format(self._table)
+        self._select_rows: dict[tuple[bool, bool, bool, bool], Composed] = {}
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -381,17 +377,41 @@ class PostgresRecorder(PostgresApplicationRecorder):
             ]
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
-    def select_rows(self, run_id: UUID, *, gt: int, limit: int) -> list[tuple[int, str, bytes]]:
-        """A page of the run's events after version `gt` as plain (version, topic, state)
-        rows: the lean read of a streaming pass (the chain check). Tuples in binary
-        format, where `select_events` builds a dict and a `StoredEvent` per row and
-        reads each state as hex text."""
+    def select_rows(
+        self,
+        run_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> list[tuple[int, str, bytes]]:
+        """`select_events`' rows as plain (version, topic, state) tuples, the SQLite
+        recorder's `select_rows` query: the lean read, in binary format, where
+        `select_events` builds a dict and a `StoredEvent` per row and reads each state as
+        hex text."""
+        shape = (gt is not None, lte is not None, desc, limit is not None)
+        statement = self._select_rows.get(shape) or self._rows_statement(shape)
+        params = [run_id, *(p for p in (gt, lte, limit) if p is not None)]
         with (
             self.datastore.get_connection() as conn,
             conn.cursor(row_factory=tuple_row, binary=True) as curs,
         ):
-            curs.execute(self._select_rows, (run_id, gt, limit), prepare=True)
+            curs.execute(statement, params, prepare=True)
             return curs.fetchall()
+
+    def _rows_statement(self, shape: tuple[bool, bool, bool, bool]) -> Composed:
+        """The SELECT of `select_rows` for one shape of query (kept: each is prepared once)."""
+        gt, lte, desc, limit = shape
+        text = (
+            "SELECT originator_version, topic, state FROM {0} WHERE originator_id = %s"
+            + (" AND originator_version > %s" if gt else "")
+            + (" AND originator_version <= %s" if lte else "")
+            + f" ORDER BY originator_version {'DESC' if desc else 'ASC'}"
+            + (" LIMIT %s" if limit else "")
+        )
+        statement = self._select_rows[shape] = SQL(text).format(self._table)
+        return statement
 
     def max_notification_id(self) -> int | None:
         """The newest notification id safe to read, covering every commit made before the call.
