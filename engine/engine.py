@@ -28,20 +28,22 @@ from engine.errors import (
     RunNotFound,
     StoreError,
 )
-from engine.machine import MachineFold, RunState, replay
 from engine.pipeline import Pipeline
-from engine.readside import Projections, ReadOnlyViews, SnapshotKeeper, TimeTravel
-from engine.retention import Doomed, RetentionRule, choose
-from engine.run import Run, unit_of
+from engine.readside import Projections, ReadOnlyViews, TimeTravel
 from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
-from engine.verify import VerifyReport, verify_chain, verify_stored
 from events import INTERRUPTED, JSON, Event, RunDeleted, RunFinished, RunStarted, utc_now
 from events.storable import unstorable_text
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
 if TYPE_CHECKING:
+    # Imported where used: a reader (`stagetrail runs`) starts without the write side,
+    # retention and verification.
+    from engine.machine import RunState
+    from engine.retention import Doomed, RetentionRule
+    from engine.run import Run
     from engine.supervise import Supervisor
+    from engine.verify import VerifyReport
 
 S = TypeVar("S")
 """The state of the projection `Engine.project` is given."""
@@ -148,6 +150,8 @@ class Engine:
                 first ``batch()`` that raises stores nothing: the start waits for the
                 next); a taken id then fails that commit with `ConcurrencyConflict`.
         """
+        from engine.run import Run
+
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"start_run needs a Pipeline, got {type(pipeline).__name__}")
         started = RunStarted(
@@ -185,6 +189,8 @@ class Engine:
             InvalidArgument: `key` is empty or not a str, or `labels` has another ``key``.
             RunAlreadyExists: the derived id holds a run of another parent, key or pipeline.
         """
+        from engine.run import Run
+
         parent_id = parent.id if isinstance(parent, Run) else self._run_id(parent)
         run_id = child_id(parent_id, key, labels)
         if self.store.last(parent_id) is None:
@@ -223,6 +229,8 @@ class Engine:
         Raises:
             RunNotFound: no such run.
         """
+        from engine.run import Run
+
         run_id = self._run_id(run_id)
         generation = self._keeping()
         pipeline, state = self._fold(run_id)
@@ -410,6 +418,8 @@ class Engine:
         Raises:
             RunNotFound: no such run.
         """
+        from engine.verify import verify_chain, verify_stored
+
         rid = self._run_id(run_id)
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
@@ -481,6 +491,8 @@ class Engine:
             compact: with `apply`, also erase the deleted runs (else a later `compact` does).
             now: the time ages are measured from (default: now).
         """
+        from engine.retention import RetentionRule, choose
+
         chosen_rules = [rules] if isinstance(rules, RetentionRule) else list(rules)
         for rule in chosen_rules:
             if not isinstance(rule, RetentionRule):
@@ -638,6 +650,8 @@ class Engine:
         return list(self.store.stream(run_id, lte=version))
 
     def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState]:
+        from engine.machine import MachineFold, replay
+
         last = self.store.last(run_id)
         if last is not None and last.version >= self._time_travel.interval:
             # A long run: from the newest snapshot of the machine, plus the events after it.
@@ -670,6 +684,9 @@ class Engine:
         Raises:
             RunAlreadyExists: the store holds a run with this id already.
         """
+        from engine.machine import replay
+        from engine.run import Run
+
         pipeline, state = replay(started, copies, pipeline=pipeline)
         stored, links = self.store.seal([started, *copies])
         if deferred:
@@ -700,6 +717,9 @@ class Engine:
     def _handle(self, run: Run, generation: int | None) -> Run:
         """`run`, its writes followed by a keeper of its snapshots (see docs/time-travel.md),
         its state read in `generation`."""
+        from engine.readside import SnapshotKeeper
+        from engine.run import unit_of
+
         if generation is not None:
             keeper = SnapshotKeeper(
                 self._time_travel, self.store, run.pipeline, generation=generation

@@ -30,8 +30,6 @@ from engine.store.errors import (
 )
 from engine.store.failures import classify, is_database_error
 from engine.store.mapper import EventMapper
-from engine.store.memory import open_memory
-from engine.store.module import open_module
 from engine.store.sqlite import open_sqlite
 from engine.store.sqlite import writable as sqlite_writable
 from engine.store.sqlite.recorder import UPGRADED
@@ -466,11 +464,15 @@ def open_backend(
         StoreError: unreachable, not a stagetrail store, newer schema, wrong key.
     """
     settings = meta.wanted(url.options, cipher_key, url.masked, chain_secret)
-    if url.scheme == "memory":
-        return open_memory(settings)
     if url.scheme == "sqlite":
         return open_sqlite(url, create, settings, read_only=read_only)
+    if url.scheme == "memory":  # each backend imported when its store is opened
+        from engine.store.memory import open_memory
+
+        return open_memory(settings)
     if url.scheme == "eventsourcing":
+        from engine.store.module import open_module
+
         return open_module(url, settings, module_settings or {}, read_only=read_only)
     try:  # psycopg is the optional `postgres` extra: imported only for PostgreSQL stores
         from engine.store.postgres import open_postgres
