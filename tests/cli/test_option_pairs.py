@@ -69,7 +69,8 @@ class TestOptionsThatNeedAnother:
             "--store", filled.url,
         )  # fmt: skip
         assert result.exit_code == 2, (result.stdout, result.stderr)
-        assert option in result.stderr and other in result.stderr
+        assert option in result.stderr
+        assert other in result.stderr
         assert f"--projection {projection}" in result.stderr
         assert result.stdout == ""
         assert invoke("state", str(filled.busy), "--projection", projection, other, "5",
