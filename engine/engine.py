@@ -114,7 +114,7 @@ class Engine:
             projections = Projections(store.recorder, store.mapper, views, store.generation)
             try:
                 projections.register(RunIndex)
-                projections.register(FailurePatterns)
+                projections.register(FailurePatterns, lazily=True)  # checked when first used
                 return projections
             except Exception as error:  # e.g. a read-only file: reading runs must still work
                 store.views_problem = f"{type(error).__name__}: {error}"
