@@ -412,13 +412,14 @@ class TestLazyRegistration:
             assert engine.projections.get(FailurePatterns.name, REVIEW.name).by_stage == {
                 "developer": 2
             }
-            engine.store.views.reset(FailurePatterns.name, "other code")
-            engine.store.views.register(FailurePatterns.name, "other code")
+            stored = engine.store.views
+            assert stored is not None
+            stored.reset(FailurePatterns.name, "other code")
+            stored.register(FailurePatterns.name, "other code")
         with Engine(sqlite_url) as engine:
-            projections = engine.projections
+            projections, stored = engine.projections, engine.store.views
+            assert stored is not None
             assert projections.status()[0].name == FailurePatterns.name
-            assert engine.store.views.fingerprint(FailurePatterns.name) == (
-                FailurePatterns().identity()
-            )
+            assert stored.fingerprint(FailurePatterns.name) == (FailurePatterns().identity())
             state = projections.get(FailurePatterns.name, REVIEW.name)
             assert state.by_stage == {"developer": 2}
