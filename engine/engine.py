@@ -71,6 +71,9 @@ class Engine:
             module, beside those in the URL (see docs/reliability.md).
         chain_key: the secret of keyed links in each run's hash chain (docs/audit.md);
             default ``$STAGETRAIL_CHAIN_KEY``, else derived from the cipher key.
+        lazy_projections: register the built-in ``failure_patterns`` when it is first
+            used, not now (what `for_reading` does: a reader of the run index never
+            computes its code's fingerprint); a writer keeps it from its first open.
 
     Raises:
         StoreError: the store cannot be opened.
@@ -87,6 +90,7 @@ class Engine:
         read_only: bool = False,
         settings: Mapping[str, str] | None = None,
         chain_key: str | None = None,
+        lazy_projections: bool = False,
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
         links = chain_key if chain_key is not None else os.environ.get("STAGETRAIL_CHAIN_KEY")
@@ -104,17 +108,17 @@ class Engine:
         views = self.store.views
         if self.store.views_read_only:  # newer events fold in memory: nothing is written
             views = ReadOnlyViews(self.store.url, views, self.store.codec, self.store.generation)
-        self.projections = self._projections(views)
+        self.projections = self._projections(views, lazily=lazy_projections)
         """The persistent projections: register, catch_up, get, status, rebuild."""
         self._time_travel = TimeTravel(self.store, views)
 
-    def _projections(self, views: Views | None) -> Projections:
+    def _projections(self, views: Views | None, *, lazily: bool) -> Projections:
         store = self.store
         if views is not None:
             projections = Projections(store.recorder, store.mapper, views, store.generation)
             try:
                 projections.register(RunIndex)
-                projections.register(FailurePatterns, lazily=True)  # checked when first used
+                projections.register(FailurePatterns, lazily=lazily)
                 return projections
             except Exception as error:  # e.g. a read-only file: reading runs must still work
                 store.views_problem = f"{type(error).__name__}: {error}"
@@ -613,9 +617,9 @@ class Engine:
         """
         if writable(url or urls.default_url()):
             try:
-                engine = cls(url, create=create)
+                engine = cls(url, create=create, lazy_projections=True)
             except ChainKeyMismatch:  # it records no event: `verify` names the key's problem
-                return cls(url, create=create, read_only=True)
+                return cls(url, create=create, read_only=True, lazy_projections=True)
             try:
                 engine.projections.catch_up([RunIndex.name])
                 return engine
@@ -624,7 +628,7 @@ class Engine:
             except BaseException:
                 engine.close()
                 raise
-        return cls(url, create=create, read_only=True)
+        return cls(url, create=create, read_only=True, lazy_projections=True)
 
     def close(self) -> None:
         """Release the store's connections."""

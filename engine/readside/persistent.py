@@ -110,6 +110,11 @@ class Projections:
                 self._check([instance.name])
         return instance
 
+    def settle(self) -> None:
+        """Compare every lazily registered projection's fingerprint with the stored one now
+        (`register`): the store records it as kept, as an eager registration does."""
+        self._check(self.names)
+
     def _check(self, names: Iterable[str]) -> None:
         """Compare the fingerprints of those of `names` registered lazily with the stored ones
         (a stored state of other code is discarded)."""

@@ -389,8 +389,8 @@ class TestInterruptedPages:
 
 class TestLazyRegistration:
     def test_reading_the_run_index_fingerprints_no_other_projection(self, shared_url: str) -> None:
-        """An engine that only lists runs computes the run index's fingerprint alone; the first
-        use of failure_patterns computes its own."""
+        """A reader that only lists runs computes the run index's fingerprint alone; a writer's
+        open computes failure_patterns' too."""
         with Engine(shared_url) as engine:
             record_failures(engine, "Timeout")
         _fingerprint.cache_clear()  # the code fingerprints computed in this process
@@ -416,7 +416,7 @@ class TestLazyRegistration:
             assert stored is not None
             stored.reset(FailurePatterns.name, "other code")
             stored.register(FailurePatterns.name, "other code")
-        with Engine(sqlite_url) as engine:
+        with Engine.for_reading(sqlite_url) as engine:
             projections, stored = engine.projections, engine.store.views
             assert stored is not None
             assert projections.status()[0].name == FailurePatterns.name

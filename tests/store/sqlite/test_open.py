@@ -196,10 +196,9 @@ class TestRefusals:
             assert "\n" not in str(caught.value)
             assert isinstance(caught.value, StoreError)
             assert run.version == 1 + written
-            # a small save (registering it) may still fit in the space SQLite keeps, or not;
-            # ~480 KB of notes cannot
+            # a small save may still fit in the space SQLite keeps; ~480 KB of notes cannot
+            engine.projections.register(NotesKept)
             with pytest.raises(StoreFull, match="projection storage failed") as saving:
-                engine.projections.register(NotesKept)
                 engine.projections.catch_up([NotesKept.name])
             assert "\n" not in str(saving.value)
         result = CliRunner().invoke(main, ["runs", "--json", "--store", url])
