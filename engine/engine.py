@@ -28,20 +28,22 @@ from engine.errors import (
     RunNotFound,
     StoreError,
 )
-from engine.machine import MachineFold, RunState, replay
 from engine.pipeline import Pipeline
-from engine.readside import Projections, ReadOnlyViews, SnapshotKeeper, TimeTravel
-from engine.retention import Doomed, RetentionRule, choose
-from engine.run import Run, unit_of
+from engine.readside import Projections, ReadOnlyViews, TimeTravel
 from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
-from engine.verify import VerifyReport, verify_chain, verify_stored
 from events import INTERRUPTED, JSON, Event, RunDeleted, RunFinished, RunStarted, utc_now
 from events.storable import unstorable_text
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
 
 if TYPE_CHECKING:
+    # Imported where used: a reader (`stagetrail runs`) starts without the write side,
+    # retention and verification.
+    from engine.machine import RunState
+    from engine.retention import Doomed, RetentionRule
+    from engine.run import Run
     from engine.supervise import Supervisor
+    from engine.verify import VerifyReport
 
 S = TypeVar("S")
 """The state of the projection `Engine.project` is given."""
@@ -69,6 +71,9 @@ class Engine:
             module, beside those in the URL (see docs/reliability.md).
         chain_key: the secret of keyed links in each run's hash chain (docs/audit.md);
             default ``$STAGETRAIL_CHAIN_KEY``, else derived from the cipher key.
+        lazy_projections: register the built-in ``failure_patterns`` when it is first
+            used, not now (what `for_reading` does: a reader of the run index never
+            computes its code's fingerprint); a writer keeps it from its first open.
 
     Raises:
         StoreError: the store cannot be opened.
@@ -85,6 +90,7 @@ class Engine:
         read_only: bool = False,
         settings: Mapping[str, str] | None = None,
         chain_key: str | None = None,
+        lazy_projections: bool = False,
     ) -> None:
         key = cipher_key if cipher_key is not None else os.environ.get("STAGETRAIL_CIPHER_KEY")
         links = chain_key if chain_key is not None else os.environ.get("STAGETRAIL_CHAIN_KEY")
@@ -102,17 +108,17 @@ class Engine:
         views = self.store.views
         if self.store.views_read_only:  # newer events fold in memory: nothing is written
             views = ReadOnlyViews(self.store.url, views, self.store.codec, self.store.generation)
-        self.projections = self._projections(views)
+        self.projections = self._projections(views, lazily=lazy_projections)
         """The persistent projections: register, catch_up, get, status, rebuild."""
         self._time_travel = TimeTravel(self.store, views, seals=not self.store.views_read_only)
 
-    def _projections(self, views: Views | None) -> Projections:
+    def _projections(self, views: Views | None, *, lazily: bool) -> Projections:
         store = self.store
         if views is not None:
             projections = Projections(store.recorder, store.mapper, views, store.generation)
             try:
                 projections.register(RunIndex)
-                projections.register(FailurePatterns)
+                projections.register(FailurePatterns, lazily=lazily)
                 return projections
             except Exception as error:  # e.g. a read-only file: reading runs must still work
                 store.views_problem = f"{type(error).__name__}: {error}"
@@ -148,6 +154,8 @@ class Engine:
                 first ``batch()`` that raises stores nothing: the start waits for the
                 next); a taken id then fails that commit with `ConcurrencyConflict`.
         """
+        from engine.run import Run
+
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"start_run needs a Pipeline, got {type(pipeline).__name__}")
         started = RunStarted(
@@ -185,6 +193,8 @@ class Engine:
             InvalidArgument: `key` is empty or not a str, or `labels` has another ``key``.
             RunAlreadyExists: the derived id holds a run of another parent, key or pipeline.
         """
+        from engine.run import Run
+
         parent_id = parent.id if isinstance(parent, Run) else self._run_id(parent)
         run_id = child_id(parent_id, key, labels)
         if self.store.last(parent_id) is None:
@@ -223,6 +233,8 @@ class Engine:
         Raises:
             RunNotFound: no such run.
         """
+        from engine.run import Run
+
         run_id = self._run_id(run_id)
         generation = self._keeping()
         pipeline, state = self._fold(run_id)
@@ -410,6 +422,8 @@ class Engine:
         Raises:
             RunNotFound: no such run.
         """
+        from engine.verify import verify_chain, verify_stored
+
         rid = self._run_id(run_id)
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
@@ -481,6 +495,8 @@ class Engine:
             compact: with `apply`, also erase the deleted runs (else a later `compact` does).
             now: the time ages are measured from (default: now).
         """
+        from engine.retention import RetentionRule, choose
+
         chosen_rules = [rules] if isinstance(rules, RetentionRule) else list(rules)
         for rule in chosen_rules:
             if not isinstance(rule, RetentionRule):
@@ -601,9 +617,9 @@ class Engine:
         """
         if writable(url or urls.default_url()):
             try:
-                engine = cls(url, create=create)
+                engine = cls(url, create=create, lazy_projections=True)
             except ChainKeyMismatch:  # it records no event: `verify` names the key's problem
-                return cls(url, create=create, read_only=True)
+                return cls(url, create=create, read_only=True, lazy_projections=True)
             try:
                 engine.projections.catch_up([RunIndex.name])
                 return engine
@@ -612,7 +628,7 @@ class Engine:
             except BaseException:
                 engine.close()
                 raise
-        return cls(url, create=create, read_only=True)
+        return cls(url, create=create, read_only=True, lazy_projections=True)
 
     def close(self) -> None:
         """Release the store's connections."""
@@ -638,6 +654,8 @@ class Engine:
         return list(self.store.stream(run_id, lte=version))
 
     def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState]:
+        from engine.machine import MachineFold, replay
+
         last = self.store.last(run_id)
         if last is not None and last.version >= self._time_travel.interval:
             # A long run: from the newest snapshot of the machine, plus the events after it.
@@ -670,6 +688,9 @@ class Engine:
         Raises:
             RunAlreadyExists: the store holds a run with this id already.
         """
+        from engine.machine import replay
+        from engine.run import Run
+
         pipeline, state = replay(started, copies, pipeline=pipeline)
         stored, links = self.store.seal([started, *copies])
         if deferred:
@@ -700,6 +721,9 @@ class Engine:
     def _handle(self, run: Run, generation: int | None) -> Run:
         """`run`, its writes followed by a keeper of its snapshots (see docs/time-travel.md),
         its state read in `generation`."""
+        from engine.readside import SnapshotKeeper
+        from engine.run import unit_of
+
         if generation is not None:
             keeper = SnapshotKeeper(
                 self._time_travel, self.store, run.pipeline, generation=generation

@@ -13,7 +13,6 @@ import heapq
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
@@ -25,16 +24,16 @@ from engine import arguments
 from engine.engine import Compacted, Engine, child_id, lineage, merged_tree, run_query
 from engine.errors import InvalidArgument, RunNotFound, StoreError
 from engine.pipeline import Pipeline
-from engine.run import Run
 from engine.store import urls
 from engine.store.shards import Layout, is_sharded, load
 from engine.store.views import RunQuery
-from engine.verify import VerifyReport
 from events import JSON, Event, RunFinished, RunStarted
 from projections import Projection, RunIndex, RunSummary, as_projection
 
 if TYPE_CHECKING:
+    from engine.run import Run
     from engine.supervise import Supervisor
+    from engine.verify import VerifyReport
 
 T = TypeVar("T")
 _ALL_CHILDREN = 1_000_000
@@ -105,6 +104,8 @@ class ShardedEngine:
         """Open every shard of `layout` with `opener`, and the threads that ask them at once."""
         self.layout = layout
         self.shards = _open_all(layout, opener)
+        from concurrent.futures import ThreadPoolExecutor  # here: a plain store needs no pool
+
         self._pool = ThreadPoolExecutor(len(self.shards), thread_name_prefix="stagetrail-shard")
         self._asking = threading.Lock()
         self.store = ShardedStore(self)
@@ -153,6 +154,8 @@ class ShardedEngine:
         labels: Mapping[str, str] | None = None,
     ) -> Run:
         """`Engine.child_run`: the parent read in its shard, the child kept in its own."""
+        from engine.run import Run
+
         parent_id = parent.id if isinstance(parent, Run) else self._run_id(parent)
         run_id = child_id(parent_id, key, labels)
         if self.shard_of(parent_id).store.last(parent_id) is None:

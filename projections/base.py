@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+import linecache
 import re
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
@@ -335,6 +336,9 @@ def _code_text(function: Any) -> str:
     only record of the logic left, so such a class changes fingerprint with Python.
     """
     code = function.__code__
+    parsed = _definition(function)
+    if parsed is not None:
+        return f"ast:{_tree_text([parsed])}"
     try:
         source = inspect.getsource(function)  # of the function it wraps, if any
         code = inspect.unwrap(function).__code__
@@ -355,17 +359,77 @@ def _code_text(function: Any) -> str:
     return f"ast:{_tree_text(statements)}"
 
 
+_MODULE_TREES: dict[str, tuple[list[str], dict[tuple[int, str], ast.AST]]] = {}
+"""Each source file's definitions, parsed once, docstrings removed: by (first line, name)."""
+
+
+def _definition(function: Any) -> ast.AST | None:
+    """The syntax tree of `function` (of the function it wraps, if any) without docstrings,
+    from its module's source parsed once; None where that is not found (no source file,
+    a lambda, a file changed since the import): `_code_text` reads it as it always did.
+
+    The same tree `inspect.getsource` and a parse of the function alone give, without
+    tokenizing each method's lines again: fingerprints stay as they were.
+    """
+    try:
+        code = inspect.unwrap(function).__code__
+        file = inspect.getsourcefile(function)
+        if file is None or code.co_name == "<lambda>":
+            return None
+        module = inspect.getmodule(function, file)
+        lines = linecache.getlines(file, None if module is None else module.__dict__)
+        return _definitions(file, lines).get((code.co_firstlineno, code.co_name))
+    except Exception:  # no source, or source that no longer parses: the general path
+        return None
+
+
+def _definitions(file: str, lines: list[str]) -> dict[tuple[int, str], ast.AST]:
+    """Every function of `file` (as `lines`) by its first line (its first decorator's) and
+    name, docstrings removed."""
+    kept = _MODULE_TREES.get(file)
+    if kept is not None and kept[0] is lines:
+        return kept[1]
+    found: dict[tuple[int, str], ast.AST] = {}
+    for node in _statements(ast.parse("".join(lines)).body):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            _strip_docstring(node)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            found[(first, node.name)] = node
+    _MODULE_TREES[file] = (lines, found)
+    return found
+
+
+_BLOCKS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _statements(body: list[Any]) -> Iterable[Any]:
+    """Every statement of `body` and of the blocks nested in it (not their expressions:
+    definitions and docstrings are statements)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _statements([child for child in inner if isinstance(child, _BLOCKS)])
+
+
 def _strip_docstrings(tree: Any) -> None:
     """Remove the docstring of each class and function in `tree`."""
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.body
-            and isinstance(node.body[0], ast.Expr)
-            and isinstance(node.body[0].value, ast.Constant)
-            and isinstance(node.body[0].value.value, str)
-        ):
-            node.body = node.body[1:]
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            _strip_docstring(node)
+
+
+def _strip_docstring(node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    """Remove the docstring of the class or function `node`, if it has one."""
+    if (
+        node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+        and isinstance(node.body[0].value.value, str)
+    ):
+        node.body = node.body[1:]
 
 
 def _tree_text(node: object) -> str:

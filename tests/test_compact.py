@@ -6,6 +6,8 @@ import pytest
 
 from engine import Engine, RunNotFound
 from engine.cli.demo.code_review import REVIEW
+from engine.errors import RunErased
+from engine.run import Run
 
 
 def failed_run(engine: Engine, card: str, status: str) -> str:
@@ -60,3 +62,62 @@ class TestCompact:
         done = engine.compact()
         assert (done.runs, done.events, done.rebuilt) == ((), 0, ())
         assert len(engine.events(kept)) == 5
+
+
+def erased_behind(engine: Engine, other: Engine) -> Run:
+    """A handle of a running run, read by `engine`, that `other` deletes and erases."""
+    stale = engine.start_run(REVIEW, params={"card": "C-9"})
+    stale.stage_completed("project_analysis")
+    deleter = other.load(stale.id)
+    deleter.finish("deleted")
+    assert [str(r) for r in other.compact().runs] == [str(stale.id)]
+    return stale
+
+
+class TestStaleHandleOfAnErasedRun:
+    def test_an_append_is_refused_and_writes_nothing(self, engine: Engine) -> None:
+        """A stale handle of a run erased by compact cannot append into the freed versions."""
+        stale = erased_behind(engine, engine)
+        with pytest.raises(RunErased) as refused:
+            stale.stage_completed("code_review")
+        assert isinstance(refused.value, LookupError)
+        assert (refused.value.run_id, refused.value.version) == (stale.id, 3)
+        assert str(stale.id) in str(refused.value)
+        with pytest.raises(RunNotFound):
+            engine.events(stale.id)
+        assert engine.store.last(stale.id) is None
+
+    def test_a_batch_is_refused_whole(self, engine: Engine) -> None:
+        """A batch of a stale handle writes none of its events."""
+        stale = erased_behind(engine, engine)
+        with pytest.raises(RunErased), stale.batch():
+            stale.stage_completed("code_review")
+            stale.stage_completed("developer")
+        assert engine.store.last(stale.id) is None
+
+    def test_an_engine_of_another_process_is_refused(self, shared_url: str) -> None:
+        """A handle read by one engine, its run erased by another on the same store: refused."""
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            stale = erased_behind(engine, other)
+            with pytest.raises(RunErased):
+                stale.stage_completed("code_review")
+            assert engine.store.last(stale.id) is None
+            assert other.store.last(stale.id) is None
+
+    def test_a_long_batch_is_refused_whole(self, engine: Engine) -> None:
+        """A batch longer than one INSERT statement is checked too and writes nothing."""
+        stale = erased_behind(engine, engine)
+        with pytest.raises(RunErased), stale.batch():
+            for index in range(250):
+                stale.note(f"n{index}", index)
+        assert engine.store.last(stale.id) is None
+
+    def test_live_runs_still_append(self, engine: Engine) -> None:
+        """Handles of runs that were not erased go on appending after a compaction."""
+        kept = engine.start_run(REVIEW, params={"card": "C-1"})
+        erased_behind(engine, engine)
+        kept.stage_completed("project_analysis")
+        with kept.batch():
+            for index in range(250):
+                kept.note(f"n{index}", index)
+        assert [event.version for event in engine.events(kept.id)][-1] == 252

@@ -260,6 +260,18 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
     return _json_text(json.dumps(value, indent=indent, ensure_ascii=False))
 
 
+LISTED_JSON = 1000
+"""Ids a ``--json`` answer lists of any one kind (`listed`): the rest are counted."""
+
+
+def listed(name: str, ids: Sequence[object], limit: int | None = None) -> dict[str, Any]:
+    """The JSON fields of a bounded list of ids: `name` (the first `limit`, by default
+    `LISTED_JSON`, as text), ``<name>_count`` (all of them) and ``<name>_left_out``."""
+    most = LISTED_JSON if limit is None else limit
+    shown = [str(value) for value in ids[:most]]
+    return {name: shown, f"{name}_count": len(ids), f"{name}_left_out": len(ids) - len(shown)}
+
+
 def print_json(value: Any) -> None:
     """Print one JSON document."""
     sys.stdout.write(json_text(value) + "\n")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.cli.common import Output, print_json, short
+from engine.cli.common import Output, listed, print_json, short
 
 if TYPE_CHECKING:
     from engine.engine import Engine
 
 LISTED = 20
-"""Removed runs the text names (--json lists every one)."""
+"""Removed runs the text names (--json lists the first `common.LISTED_JSON`)."""
 
 
 def compact_store(engine: Engine, *, as_json: bool) -> None:
@@ -18,11 +18,7 @@ def compact_store(engine: Engine, *, as_json: bool) -> None:
     done = engine.compact()
     if as_json:
         print_json(
-            {
-                "runs": [str(run_id) for run_id in done.runs],
-                "events": done.events,
-                "rebuilt": list(done.rebuilt),
-            }
+            {**listed("runs", done.runs), "events": done.events, "rebuilt": list(done.rebuilt)}
         )
         return
     out = Output()

@@ -26,7 +26,7 @@ from uuid import UUID
 
 import attrs
 
-from engine.cli.common import Output, ProgressBar, json_line, print_json, short
+from engine.cli.common import Output, ProgressBar, json_line, listed, print_json, short
 from engine.cli.import_check import (
     BadImportLine,
     Chunk,
@@ -150,10 +150,10 @@ class ImportReport:
     events: int
 
     def to_json(self) -> dict[str, Any]:
-        """The report as JSON."""
+        """The report as JSON: counts of every run, the ids of the first of each kind."""
         return {
-            "imported": [str(run_id) for run_id in self.imported],
-            "identical": [str(run_id) for run_id in self.identical],
+            **listed("imported", self.imported),
+            **listed("identical", self.identical),
             "events": self.events,
         }
 

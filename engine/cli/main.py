@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -49,6 +49,23 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("stagetrail: interrupted", err=True)
             sys.exit(130)
+
+
+def given(name: str) -> bool:
+    """Whether the running command's parameter `name` was given, not left to its default."""
+    from click.core import ParameterSource
+
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, ParameterSource.DEFAULT)
+
+
+def refuse_alone(option: str, needed: str) -> NoReturn:
+    """Refuse `option` given without `needed`, the option it only makes sense with.
+
+    Raises:
+        click.UsageError: always, naming both options (exit code 2, nothing done).
+    """
+    raise click.UsageError(f"{option} only applies with {needed}: give {needed}, or drop {option}")
 
 
 def _reported(error: Exception) -> bool:
@@ -201,10 +218,13 @@ def state(
     from engine.cli.state import frame_limit, item_limit, show_state
 
     shown, entries = frame_limit(frames), item_limit(items)
+    asked = {
+        f"--{name}": text for name, text in (("frames", frames), ("items", items)) if given(name)
+    }
     with open_engine(store, read_only=True) as engine:
         show_state(
             engine, resolve_run(engine, run), at, projection, tree=tree, frames=shown,
-            items=entries, as_json=as_json,
+            items=entries, given=asked, as_json=as_json,
         )  # fmt: skip
 
 
@@ -406,9 +426,11 @@ def otel(
     from engine.cli.otel import follow as follow_store
 
     check_extra()
+    if as_json and given("endpoint"):
+        raise click.UsageError("--endpoint sends spans, --json prints them: give one, not both")
     if follow:
-        if runs or everything or as_json:
-            raise click.UsageError("--follow takes no RUN, --all or --json")
+        if runs or everything or as_json or since is not None:
+            raise click.UsageError("--follow takes no RUN, --all, --since or --json")
         with open_engine(store) as engine:
             try:
                 follow_store(engine, endpoint=endpoint, service=service, stop=threading.Event())
@@ -434,8 +456,8 @@ def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
     from engine.cli.common import open_engine, resolve_run
     from engine.cli.export_import import export_runs
 
-    if not runs and not everything:
-        raise click.UsageError("name the runs to export, or give --all")
+    if bool(runs) == everything:
+        raise click.UsageError("name the runs to export, or give --all (not both)")
     with open_engine(store, read_only=True) as engine:
         chosen = None if everything else [resolve_run(engine, run) for run in runs]
         export_runs(engine, chosen)
@@ -574,4 +596,6 @@ def report(
     """
     from engine.cli.ui import report as write
 
+    if given("full_limit") and not full:
+        refuse_alone("--full-limit", "--full")
     write(store, run, path, as_json=as_json, force=force, full=full, full_limit=full_limit)

@@ -41,6 +41,7 @@ def list_projections(engine: Engine, *, as_json: bool) -> None:
 
 def _stored_names(engine: Engine) -> list[str]:
     """The projections this store keeps a state of (registered by any process)."""
+    engine.projections.settle()  # those registered lazily: recorded as a writer's open does
     return sorted(engine.projections.views.errors())
 
 

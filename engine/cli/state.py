@@ -8,6 +8,7 @@ the same size however deep the stack of a long run grows.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,23 @@ def cut_json(value: Any, limit: int | None) -> tuple[Any, int]:
     return value, 0
 
 
+def check_applies(projection: Projection[Any], given: Mapping[str, str] | None) -> None:
+    """Refuse ``--frames`` for a projection whose state is no stack, ``--items`` for a stack.
+
+    Raises:
+        BadOption: naming the option and ``--projection``.
+    """
+    stacked = isinstance(projection.initial(), Stack)
+    wrong, right = ("--items", "--frames") if stacked else ("--frames", "--items")
+    if given and wrong in given:
+        kind = "is a state stack" if stacked else "is not a state stack"
+        raise BadOption(
+            wrong,
+            given[wrong],
+            f"does not apply to --projection {projection.name}, which {kind}: use {right}",
+        )
+
+
 @attrs.frozen
 class Shown:
     """A state as shown: a stack cut to its newest frames, and how many were left out."""
@@ -127,6 +145,7 @@ def show_state(
     tree: bool = False,
     frames: int | None = FRAMES,
     items: int | None = ITEMS,
+    given: Mapping[str, str] | None = None,
     as_json: bool,
 ) -> None:
     """Print `name`'s state of the run after event `--at` (default: now).
@@ -136,10 +155,15 @@ def show_state(
     newest `frames` frames (None: all) and says how many older ones it left out; any
     other state its first `items` entries of each list or mapping (None: all).
 
+    `given` maps the options given on the command line (``--frames``, ``--items``) to
+    their values: each must apply to the projection's state.
+
     Raises:
-        BadOption: a bad `--at`, or a version `--at N` with `tree`.
+        BadOption: a bad `--at`, a version `--at N` with `tree`, or ``--frames`` of a
+            projection that is not a stack (``--items`` of one that is).
     """
     projection = find_projection(engine, name)
+    check_applies(projection, given)
     last = engine.store.last(run_id)
     if last is None:
         raise RunNotFound(run_id, engine.url)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventsourcing.persistence import StoredEvent
 
-from engine.store.errors import ConcurrencyConflict, StoreError
+from engine.store.errors import ConcurrencyConflict, RunErased, StoreError
 from engine.store.event_store import Store
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class GroupCommitter:
             return self._write_each(group)
         try:
             self.store.write([event for commit in group for event in commit.events])
-        except ConcurrencyConflict:  # nothing was written: find whose batch it was
+        except (ConcurrencyConflict, RunErased):  # nothing was written: find whose batch
             return self._write_each(group)
         except Exception as error:
             return [error] * len(group)

@@ -10,7 +10,9 @@ The tables these write are each backend's own (`engine.store`).
 
 from __future__ import annotations
 
-from engine.readside.keeper import KEEP_INTERVAL, SnapshotKeeper, kept_projections
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from engine.readside.overlay import ReadOnlyViews
 from engine.readside.persistent import Projections, ProjectionStatus
 from engine.readside.snapshots import SNAPSHOT_INTERVAL, TimeTravel
@@ -25,3 +27,18 @@ __all__ = [
     "SnapshotKeeper",
     "TimeTravel",
 ]
+
+if TYPE_CHECKING:
+    from engine.readside.keeper import KEEP_INTERVAL, SnapshotKeeper, kept_projections
+
+_KEEPER = frozenset({"KEEP_INTERVAL", "SnapshotKeeper", "kept_projections"})
+"""The writer's names, imported on first use: a reader starts without the run machine."""
+
+
+def __getattr__(name: str) -> Any:
+    """A name of `keeper`, imported on first use (then kept here)."""
+    if name not in _KEEPER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("engine.readside.keeper"), name)
+    globals()[name] = value
+    return value

@@ -79,15 +79,22 @@ class Projections:
         self.views = views
         self._generation = generation
         self._registered: dict[str, Projection[Any]] = {}
+        self._unchecked: set[str] = set()
+        """Registered lazily: their fingerprint not compared with the stored one yet."""
         self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
         self._pipelines: dict[int, str] = {}  # by UUID.int: see _keys
         self._cached_generation: int | None = None
         self._lock = threading.RLock()
 
-    def register(self, projection: Projection[Any] | type[Projection[Any]]) -> Projection[Any]:
+    def register(
+        self, projection: Projection[Any] | type[Projection[Any]], *, lazily: bool = False
+    ) -> Projection[Any]:
         """Fold `projection` over every run from now on (its stored state is kept if current).
 
         A projection whose code changed since its state was stored starts again from zero.
+        With `lazily`, its code's fingerprint is computed and compared with the stored
+        one when it is first used (caught up, read, reset, listed in `status`), not now:
+        a reader that never uses it (``stagetrail runs``) does not pay for it.
 
         Raises:
             ProjectionNameTaken: another class is registered under the same name.
@@ -97,10 +104,25 @@ class Projections:
             known = self._registered.get(instance.name)
             if known is not None and type(known) is not type(instance):
                 raise ProjectionNameTaken(instance.name, repr(known))
-            if self.views.register(instance.name, instance.identity()):
-                self._cache.pop(instance.name, None)
             self._registered[instance.name] = instance
+            self._unchecked.add(instance.name)
+            if not lazily:
+                self._check([instance.name])
         return instance
+
+    def settle(self) -> None:
+        """Compare every lazily registered projection's fingerprint with the stored one now
+        (`register`): the store records it as kept, as an eager registration does."""
+        self._check(self.names)
+
+    def _check(self, names: Iterable[str]) -> None:
+        """Compare the fingerprints of those of `names` registered lazily with the stored ones
+        (a stored state of other code is discarded)."""
+        with self._lock:
+            for name in [name for name in names if name in self._unchecked]:
+                if self.views.register(name, self._registered[name].identity()):
+                    self._cache.pop(name, None)
+                self._unchecked.discard(name)
 
     @property
     def names(self) -> list[str]:
@@ -136,6 +158,7 @@ class Projections:
         """
         wanted = self._with_run_index(names)
         with self._lock:
+            self._check(wanted)
             return self._catch_up(wanted, self.head(), on_progress)
 
     def _with_run_index(self, names: Sequence[str] | None) -> list[str]:
@@ -376,6 +399,7 @@ class Projections:
         """Discard `name`'s materialized state and position: the next catch-up starts over."""
         projection = self.projection(name)
         with self._lock:
+            self._unchecked.discard(name)  # the reset records this code's fingerprint
             self.views.reset(name, projection.identity())
             self._cache.pop(name, None)
             if name == RunIndex.name:
@@ -389,6 +413,7 @@ class Projections:
         event when it next catches up, so no stored state remembers an erased run.
         """
         with self._lock:
+            self._check(self.names)
             stored = self.views.errors()  # every projection registered in the store
             for name in sorted(set(stored) | set(self._registered)):
                 known = self._registered.get(name)
@@ -407,6 +432,7 @@ class Projections:
         registered here.
         """
         with self._lock:
+            self._check(self.names)
             stored = set(self.views.errors()) | set(self._registered)
             return sorted(
                 name
@@ -418,6 +444,7 @@ class Projections:
     def reset_named(self, names: Iterable[str]) -> None:
         """Reset each projection in `names`, registered in this engine or only stored."""
         with self._lock:
+            self._check(names := list(names))
             for name in names:
                 known = self._registered.get(name)
                 fingerprint = known.identity() if known else self.views.fingerprint(name)
@@ -429,6 +456,7 @@ class Projections:
         """Delete erased runs' run-index rows and partitions of the projections scoped by run."""
         names = [n for n, p in self._registered.items() if p.scope == "run" and n != RunIndex.name]
         with self._lock:
+            self._check(names)
             self.views.drop_runs([str(run_id) for run_id in run_ids], names)
             for name in [*names, RunIndex.name]:
                 _, cached = self._cache.get(name, (-1, {}))
@@ -446,6 +474,7 @@ class Projections:
         projection = self.projection(name)
         if catch_up:
             self.catch_up([name])
+        self._check([name])
         data = self.views.load(name, [str(key)])
         return projection.decode(data[str(key)]) if str(key) in data else projection.initial()
 
@@ -454,6 +483,7 @@ class Projections:
         projection = self.projection(name)
         if catch_up:
             self.catch_up([name])
+        self._check([name])
         return {key: projection.decode(data) for key, data in self.views.states(name).items()}
 
     def runs(self, query: RunQuery) -> list[RunSummary]:
@@ -471,6 +501,7 @@ class Projections:
 
     def status(self) -> list[ProjectionStatus]:
         """Position, head, lag and last error of every registered projection."""
+        self._check(self.names)
         head = self.head()
         positions = self.views.positions(self.names)
         errors = self.views.errors()

@@ -30,6 +30,32 @@ class ConcurrencyConflict(StagetrailError, RuntimeError):
         )
 
 
+class RunErased(StagetrailError, LookupError):
+    """The run was deleted and erased (`Engine.compact`) after this handle read it.
+
+    Its versions are free again, so an append of a stale handle would put events
+    into the run id starting mid-way; the store refuses it instead.
+
+    Attributes:
+        run_id: the erased run.
+        version: the version the append would have written after `version - 1`,
+            which the store no longer holds.
+    """
+
+    def __init__(self, run_id: UUID, version: int) -> None:
+        self.run_id = run_id
+        self.version = version
+        super().__init__(
+            f"run {run_id} was deleted and erased from the store (compact) after this handle "
+            f"read it: it holds no event {version - 1} to append event {version} after; "
+            "nothing was written. Start a new run (or fork one that still exists)."
+        )
+
+
+class HeadMissing(PersistenceError):
+    """A recorder's append found a run's event before the batch missing; nothing written."""
+
+
 class StoreError(StagetrailError, OSError):
     """The store cannot be opened, read or written; the URL is shown masked.
 

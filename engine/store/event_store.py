@@ -22,13 +22,13 @@ from engine.store.codec import Codec
 from engine.store.errors import (
     AppendOutcomeUnknown,
     ConcurrencyConflict,
+    HeadMissing,
     OutcomeUnknown,
+    RunErased,
     StoreError,
 )
 from engine.store.failures import classify, is_database_error
 from engine.store.mapper import EventMapper
-from engine.store.memory import open_memory
-from engine.store.module import open_module
 from engine.store.sqlite import open_sqlite
 from engine.store.sqlite import writable as sqlite_writable
 from engine.store.sqlite.recorder import UPGRADED
@@ -304,6 +304,8 @@ class Store:
 
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
+            RunErased: a run's event before the batch is gone: the run was erased
+                (`Engine.compact`) after the writer read it.
             StoreError: the store was upgraded in place since it was opened (or see below).
             OutcomeUnknown: the store stayed unreachable while the append was
                 committing; `run.refresh()` later tells whether it was stored.
@@ -311,8 +313,11 @@ class Store:
             StoreFull: the disk or database is full.
             StoreError: the database failed otherwise; nothing was written.
         """
+        heads = run_heads(stored)
         try:
-            notification_ids = self.recorder.insert_events(stored)
+            notification_ids = self.recorder.insert_events(stored, heads=heads)
+        except HeadMissing:
+            raise self._erased(heads) from None
         except IntegrityError as error:
             if "CHECK constraint failed" in str(error):  # a compact table, written as text
                 raise StoreError(self.url, _UPGRADED) from error
@@ -328,6 +333,14 @@ class Store:
         except (PersistenceError, sqlite3.Error) as error:
             raise classify(self.url, error, "append failed, nothing written") from error
         return list(notification_ids or ())
+
+    def _erased(self, heads: Sequence[tuple[UUID, int]]) -> RunErased:
+        """The error naming the first run of `heads` whose event the store no longer holds."""
+        for run_id, version in heads:
+            if not self.stored_events(run_id, gt=version - 1, lte=version, limit=1):
+                return RunErased(run_id, version + 1)
+        run_id, version = heads[0]  # written back meanwhile: still, this append wrote nothing
+        return RunErased(run_id, version + 1)
 
     def read(
         self,
@@ -402,6 +415,18 @@ class Store:
         self.close()
 
 
+def run_heads(stored: Sequence[StoredEvent]) -> list[tuple[UUID, int]]:
+    """Each run's event the batch continues, (run, version): the version before its first
+    in the batch, for a run not started by it. The store must hold each when it appends, or
+    the run was erased since its writer read it (its versions are free again)."""
+    firsts: dict[UUID, int] = {}
+    for event in stored:
+        run_id = _as_uuid(event.originator_id)
+        if run_id not in firsts:
+            firsts[run_id] = event.originator_version
+    return [(run_id, first - 1) for run_id, first in firsts.items() if first > 1]
+
+
 def _chain_key(cipher_key: str | None, given: str | None) -> bytes | None:
     try:
         return chain_key(cipher_key, given)
@@ -441,11 +466,15 @@ def open_backend(
         StoreError: unreachable, not a stagetrail store, newer schema, wrong key.
     """
     settings = meta.wanted(url.options, cipher_key, url.masked, chain_secret)
-    if url.scheme == "memory":
-        return open_memory(settings)
     if url.scheme == "sqlite":
         return open_sqlite(url, create, settings, read_only=read_only)
+    if url.scheme == "memory":  # each backend imported when its store is opened
+        from engine.store.memory import open_memory
+
+        return open_memory(settings)
     if url.scheme == "eventsourcing":
+        from engine.store.module import open_module
+
         return open_module(url, settings, module_settings or {}, read_only=read_only)
     try:  # psycopg is the optional `postgres` extra: imported only for PostgreSQL stores
         from engine.store.postgres import open_postgres

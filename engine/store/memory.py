@@ -21,6 +21,7 @@ from eventsourcing.persistence import (
 from engine.store import meta
 from engine.store.backend import Backend
 from engine.store.codec import Codec
+from engine.store.errors import HeadMissing
 from engine.store.views import PageSave, RunQuery
 from projections.errors import PositionMoved, ProjectionReplaced
 
@@ -217,8 +218,13 @@ class MemoryRecorder(ApplicationRecorder):
 
         Raises:
             IntegrityError: a version is taken, or given twice.
+            HeadMissing: a run's event of `heads` (see `Store.write`) is not stored.
         """
+        heads: Sequence[tuple[UUID, int]] = kwargs.get("heads", ())
         with self._database_lock:
+            for head, before in heads:
+                if before not in self._stored_events_index.get(str(head), {}):
+                    raise HeadMissing(f"run {head} holds no event {before}")
             keys = {(str(s.originator_id), s.originator_version) for s in stored_events}
             if len(keys) < len(stored_events):
                 raise IntegrityError(f"Stored events are not unique: {stored_events}")

@@ -23,7 +23,6 @@ lives where its hash puts it, as do runs whose value has no route.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -101,6 +100,8 @@ def load(url: str) -> Layout:
     if not path:
         raise StoreError(url, "name the layout file: shards:///path/to/shards.toml")
     try:
+        import tomllib  # here: a plain store's URL never needs it
+
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as error:
         raise StoreError(url, f"cannot read the shard layout: {error.strerror}") from None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
 
 from engine import Engine, Pipeline
+from engine.cli import common
 from events import Event, RunStarted, StageCompleted, StageStarted
 from tests.cli._helpers import as_json, fails, invoke, ok
 
@@ -305,7 +307,7 @@ class TestVerifyProblems:
 
 class TestCompactList:
     def test_text_names_20_removed_runs_and_counts_the_rest(self, sqlite_url: str) -> None:
-        """25 deleted runs: the text names 20 and counts 5 more; --json would list all 25."""
+        """25 deleted runs: the text names 20 and counts 5 more."""
         with Engine(sqlite_url) as engine:
             for _ in range(25):
                 engine.start_run(LOOP).finish("deleted")
@@ -314,6 +316,43 @@ class TestCompactList:
         assert removed.startswith("removed 25 deleted run(s) (")
         assert removed.endswith(" and 5 more")
         assert removed.count(", ") == 19
+
+    def test_json_lists_a_bounded_number_of_runs_and_counts_all(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """compact --json lists at most LISTED_JSON removed runs, counts them all and says how
+        many it left out (the bound set to 3 here: 1,000 by default)."""
+        assert common.LISTED_JSON == 1000
+        monkeypatch.setattr(common, "LISTED_JSON", 3)
+        with Engine(sqlite_url) as engine:
+            deleted = [engine.start_run(LOOP) for _ in range(5)]
+            for run in deleted:
+                run.finish("deleted")
+        data = as_json("compact", "--store", sqlite_url)
+        assert (data["runs_count"], data["runs_left_out"], len(data["runs"])) == (5, 2, 3)
+        assert set(data["runs"]) <= {str(run.id) for run in deleted}
+        assert data["events"] == 10
+
+
+class TestImportList:
+    def test_json_lists_a_bounded_number_of_runs_and_counts_all(
+        self, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """import --json lists at most LISTED_JSON imported and identical runs, counts each
+        kind whole and says how many it left out."""
+        monkeypatch.setattr(common, "LISTED_JSON", 3)
+        with Engine(sqlite_url) as engine:
+            started = [engine.start_run(LOOP).id for _ in range(5)]
+        path = tmp_path / "runs.jsonl"
+        path.write_text(ok("export", "--all", "--store", sqlite_url))
+        copy = f"sqlite:///{tmp_path / 'copy.db'}"
+        first = as_json("import", str(path), "--store", copy)
+        assert (first["imported_count"], first["imported_left_out"]) == (5, 2)
+        assert first["imported"] == [str(run_id) for run_id in started[:3]]
+        assert (first["identical"], first["identical_count"], first["events"]) == ([], 0, 5)
+        again = as_json("import", str(path), "--store", copy)
+        assert (again["identical_count"], again["identical_left_out"]) == (5, 2)
+        assert (len(again["identical"]), again["imported_count"], again["events"]) == (3, 0, 0)
 
 
 class TestTreeRuns:

@@ -73,6 +73,21 @@ class TestWhatACommandLoads:
         folds = {name for name in loaded("runs", "--store", url) if name.startswith("projections.")}
         assert not folds & {"projections.stack", "projections.results", "projections.rounds"}
 
+    def test_runs_loads_no_write_side_verification_or_retention(self, tmp_path: Path) -> None:
+        """`runs` reads the index: not the run handle and its machine, the snapshot keeper,
+        verification, retention, other backends, the shard layout's TOML or a thread pool."""
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        with Engine(url) as engine:
+            engine.start_run(REVIEW)
+        found = loaded("runs", "--limit", "50", "--json", "--store", url)
+        assert "engine.store.sqlite" in found  # it did open the store
+        unwanted = {
+            "engine.run", "engine.machine", "engine.commit", "engine.readside.keeper",
+            "engine.verify", "engine.retention", "engine.store.memory", "engine.store.module",
+            "tomllib", "concurrent.futures",
+        }  # fmt: skip
+        assert found & unwanted == set()
+
     @pytest.mark.parametrize("command", ["show", "state", "replay"])
     def test_reading_a_run_loads_no_metadata_viewer_or_drivers_it_does_not_use(
         self, tmp_path: Path, command: str

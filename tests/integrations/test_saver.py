@@ -19,7 +19,8 @@ from benchmarks._common import CountedWrites
 from engine import Engine
 from engine.errors import InvalidArgument, InvalidPayload, StoreError
 from engine.integrations.langgraph import THREAD_LABEL, StagetrailSaver, thread_run_ids
-from engine.integrations.langgraph.saver import legacy_run_id
+from engine.integrations.langgraph import saver as saver_module
+from engine.integrations.langgraph.saver import GENERATION_LABEL, legacy_run_id
 from engine.sharded import ShardedEngine
 from events import StagetrailError
 from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
@@ -267,6 +268,40 @@ class TestCompaction:
             served = StagetrailSaver(engine, ["a"]).get_tuple(config("t"))
             assert served is not None
             assert served.metadata["step"] == 3
+
+    def test_many_erased_generations_and_a_labelled_fork_are_looked_up_directly(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A thread deleted and used again 30 times, compacted, with a fork of its live run
+        carrying its labels: every saver serves the live run, found by its generation label
+        in the run index, not by walking generations (the walk is limited to 5 here)."""
+        monkeypatch.setattr(saver_module, "_GAP_SCAN", 5)
+        walked: list[int] = []
+        run_ids = saver_module._run_ids
+
+        def counted(thread_id: str, generation: int) -> tuple[uuid.UUID, ...]:
+            walked.append(generation)
+            return run_ids(thread_id, generation)
+
+        monkeypatch.setattr(saver_module, "_run_ids", counted)
+        with Engine(shared_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            for step in range(30):
+                put_input(saver, "t", step=step)
+                saver.delete_thread("t")
+            live = put_input(saver, "t", step=30)
+            assert len(engine.compact().runs) == 30
+            (run,) = engine.runs()
+            assert run.labels[GENERATION_LABEL] == "30"
+            engine.fork(run.run_id, at=run.version).finish("succeeded")
+            for reader in (saver, StagetrailSaver(engine, ["a"])):
+                served = reader.get_tuple(config("t"))
+                assert served is not None
+                assert served.config == live
+                assert served.metadata["step"] == 30
+            put_input(StagetrailSaver(engine, ["a"]), "t", step=31)
+            assert len(engine.events(run.run_id)) == run.version + 1
+            assert walked == []
 
 
 class TestTransactions:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine import Engine, Pipeline, StoreError
+from engine import Engine, Pipeline, RunNotFound
+from engine.errors import RunErased
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel, keeper
 from engine.run import Run
@@ -160,18 +161,19 @@ class TestSnapshotKeeper:
                 assert fresh.project(first.id, StateStack, at=at) == StateStack().fold(events[:at])
 
     def test_a_stale_writer_of_an_erased_run_keeps_no_snapshot(self, sqlite_url: str) -> None:
-        """A handle whose run another process deleted and compacted away, writing on, keeps
-        no snapshot of its state (erased data) under the new generation: none is served."""
+        """A handle whose run another process deleted and compacted away cannot write on over
+        the erased versions (RunErased), and keeps no snapshot of its state (erased data)."""
         with Engine(sqlite_url) as engine:
             run = engine.start_run(LOOP)
             record(run, KEEP_INTERVAL - 100)
             with Engine(sqlite_url) as other:
                 other.load(run.id).finish("deleted")
                 other.compact()
-            record(run, 200)  # over the erased versions: the crossing is in the new generation
+            with pytest.raises(RunErased):
+                record(run, 200)  # would cross a snapshot interval in the new generation
         assert [p for p, _, _ in snapshot_rows(sqlite_url, run.id) if p == StateStack.name] == []
-        with Engine(sqlite_url) as fresh, pytest.raises(StoreError, match="RunStarted"):
-            fresh.load(run.id)  # its stored events begin after the erased ones
+        with Engine(sqlite_url) as fresh, pytest.raises(RunNotFound):
+            fresh.load(run.id)  # nothing of it is stored again
 
     def test_a_writer_of_a_run_that_outlived_an_erasure_keeps_on(self, sqlite_url: str) -> None:
         """Another run erased while a handle writes: its state agrees with the store (folded

@@ -16,6 +16,7 @@ from engine.errors import (
 )
 from events import StageFailed
 from projections import FailurePatterns, StateStack, on
+from projections.base import _fingerprint
 from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType
 
 
@@ -416,3 +417,41 @@ class TestInterruptedPages:
             finally:
                 stop.set()
                 follower.join(timeout=90)
+
+
+class TestLazyRegistration:
+    def test_reading_the_run_index_fingerprints_no_other_projection(self, shared_url: str) -> None:
+        """A reader that only lists runs computes the run index's fingerprint alone; a writer's
+        open computes failure_patterns' too."""
+        with Engine(shared_url) as engine:
+            record_failures(engine, "Timeout")
+        _fingerprint.cache_clear()  # the code fingerprints computed in this process
+        with Engine.for_reading(shared_url) as reader:
+            assert len(reader.runs()) == 1
+        assert _fingerprint.cache_info().currsize == 1
+        with Engine(shared_url) as engine:
+            state = engine.projections.get(FailurePatterns.name, REVIEW.name)
+            assert state.by_stage == {"developer": 1}
+        assert _fingerprint.cache_info().currsize == 2
+
+    def test_a_lazily_registered_projection_of_other_code_starts_over(
+        self, sqlite_url: str
+    ) -> None:
+        """A stored state folded by other code is discarded at the lazy projection's first use,
+        never served."""
+        with Engine(sqlite_url) as engine:
+            record_failures(engine, "Timeout", "Timeout")
+            assert engine.projections.get(FailurePatterns.name, REVIEW.name).by_stage == {
+                "developer": 2
+            }
+            stored = engine.store.views
+            assert stored is not None
+            stored.reset(FailurePatterns.name, "other code")
+            stored.register(FailurePatterns.name, "other code")
+        with Engine.for_reading(sqlite_url) as engine:
+            projections, stored = engine.projections, engine.store.views
+            assert stored is not None
+            assert projections.status()[0].name == FailurePatterns.name
+            assert stored.fingerprint(FailurePatterns.name) == (FailurePatterns().identity())
+            state = projections.get(FailurePatterns.name, REVIEW.name)
+            assert state.by_stage == {"developer": 2}

@@ -81,6 +81,9 @@ from projections import PAUSED_STATUSES, RUNNING, STATUS_NOTE, RunSummary
 
 THREAD_LABEL = "langgraph.thread"
 """The label holding a run's LangGraph thread id."""
+GENERATION_LABEL = "langgraph.generation"
+"""The label holding a thread's run's generation: how many of the thread's runs were
+deleted before it (0: the thread's first run)."""
 _NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-1b2a3c4d5e6f")
 _GENERATIONS = uuid.UUID("b8a7f1d2-3c4e-5f60-8a9b-0c1d2e3f4a5b")
 """The namespace of a thread's later runs' ids: none equals a first run's id."""
@@ -109,7 +112,8 @@ _JSON_FROM = 96
 """Below this many bytes, base64 costs less than the check whether a value is plain JSON."""
 _ALL_THREADS = 1_000_000
 _GAP_SCAN = 100_000
-"""How many generations past an erased one a thread's later runs are looked for."""
+"""How many generations past an erased one the runs of older releases (without a
+`GENERATION_LABEL`) are looked for."""
 _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
@@ -159,6 +163,36 @@ def _run_ids(thread_id: str, generation: int) -> tuple[UUID, ...]:
     """The ids a thread's run of `generation` may have: its own, and the first releases'."""
     own = generation_run_id(thread_id, generation)
     return (own,) if generation == 0 else (own, legacy_run_id(thread_id, generation))
+
+
+def _labels(thread_id: str, generation: int) -> dict[str, str]:
+    """The labels of a thread's run of `generation`: the thread, and the generation."""
+    return {THREAD_LABEL: thread_id, GENERATION_LABEL: str(generation)}
+
+
+def _generation_of(summary: RunSummary, thread_id: str) -> int | None:
+    """The generation of the thread's run `summary` as its label says, if its id is that
+    generation's (a fork keeps its origin's labels under an id of its own: None)."""
+    text = summary.labels.get(GENERATION_LABEL, "")
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
+        return None
+    generation = int(text)
+    return generation if generation_run_id(thread_id, generation) == summary.run_id else None
+
+
+def _scan_past_gap(thread_id: str, gap: int, unplaced: set[UUID]) -> int | None:
+    """The newest generation after `gap` whose run is one of `unplaced` (runs of older
+    releases, which carry no generation label), looking `_GAP_SCAN` generations on."""
+    for generation in range(gap + 1):  # the chain's own, and any the index still lists
+        unplaced.difference_update(_run_ids(thread_id, generation))
+    newest = None
+    for generation in range(gap + 1, gap + 1 + _GAP_SCAN):
+        if not unplaced:
+            break
+        if not unplaced.isdisjoint(ids := _run_ids(thread_id, generation)):
+            unplaced.difference_update(ids)
+            newest = generation
+    return newest
 
 
 def legacy_run_id(thread_id: str, generation: int) -> UUID:
@@ -216,7 +250,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The table a thread's next run takes, learned from the graph that invoked it."""
         self._threads: OrderedDict[str, Thread] = OrderedDict()
         """The threads folded so far, least recently used first (at most `_CACHED_THREADS`)."""
-        self._free: dict[str, UUID] = {}
+        self._free: dict[str, tuple[UUID, int]] = {}
         """The run id a thread's next run takes, as last seen in the store."""
         self._read_at: dict[str, datetime] = {}
         """When each thread was last read: an invocation begins by reading its thread."""
@@ -694,11 +728,12 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         params: dict[str, Any] = {"thread_id": thread_id}
         if self._shape:  # the given graph's picture, for the diagrams (not the rules)
             params[GRAPH_PARAM] = {"edges": self._shape}
+        run_id, generation = self._next_run(thread_id)
         run = self.engine.start_run(
             self._graphs.get(thread_id) or self.pipeline,
             params=params,
-            labels={THREAD_LABEL: thread_id},
-            run_id=self._next_run_id(thread_id),
+            labels=_labels(thread_id, generation),
+            run_id=run_id,
             deferred=True,
         )
         return Thread(thread_id, run.pipeline, run.machine), run
@@ -717,11 +752,12 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             forgotten, _ = self._threads.popitem(last=False)
             self._read_at.pop(forgotten, None)
 
-    def _next_run_id(self, thread_id: str) -> UUID:
+    def _next_run(self, thread_id: str) -> tuple[UUID, int]:
+        """The id the thread's next run takes, and its generation."""
         free = self._free.pop(thread_id, None)
         if free is not None:
             return free  # as of the last look; taken meanwhile, the append is refused
-        return self._probe(thread_id)[1]
+        return self._probe(thread_id)[1:]
 
     def _live(self, thread_id: str) -> Thread | None:
         """The thread's run caught up with the store; None if it has none or it was deleted."""
@@ -748,8 +784,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The id of the thread's newest run, deleted or not; None if it never had one."""
         return self._probe(thread_id)[0]
 
-    def _probe(self, thread_id: str) -> tuple[UUID | None, UUID]:
-        """The thread's newest run id (None if none), and the id its next run takes.
+    def _probe(self, thread_id: str) -> tuple[UUID | None, UUID, int]:
+        """The thread's newest run id (None if none), the id its next run takes and that
+        run's generation.
 
         A thread's runs follow one another, one per generation (a deletion starts the
         next); the first generation without a run of the thread ends the chain, unless
@@ -764,7 +801,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 continue
             later = None if looked else self._past_gap(thread_id, generation)
             if later is None:
-                return found, free
+                return found, free, generation
             generation, looked = later, True
 
     def _past_gap(self, thread_id: str, gap: int) -> int | None:
@@ -773,7 +810,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         `Engine.compact` erases every deleted run, so the erased generations of a thread
         are the first ones, and its later runs (in the run index, by their thread label)
         follow them. In a store nothing was ever erased from, the chain has no gap: no
-        lookup. Generations are looked at up to `_GAP_SCAN` beyond `gap`.
+        lookup. Each run carries its generation (`GENERATION_LABEL`), checked against its
+        id, so a fork that copied the labels is no generation; only runs of older releases,
+        without it, are looked for generation by generation (`_scan_past_gap`).
         """
         erasures = self._generation
         if erasures is None:
@@ -781,17 +820,17 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if not erasures:
             return None
         runs = self.engine.runs(label={THREAD_LABEL: thread_id}, limit=_ALL_THREADS)
-        unplaced = {summary.run_id for summary in runs}
-        for generation in range(gap + 1):  # the chain's own, and any the index still lists
-            unplaced.difference_update(_run_ids(thread_id, generation))
-        newest = None
-        for generation in range(gap + 1, gap + 1 + _GAP_SCAN):
-            if not unplaced:
-                break
-            if not unplaced.isdisjoint(ids := _run_ids(thread_id, generation)):
-                unplaced.difference_update(ids)
-                newest = generation
-        return newest
+        newest: int | None = None
+        unlabelled: set[UUID] = set()
+        for summary in runs:
+            generation = _generation_of(summary, thread_id)
+            if generation is not None and generation > gap:
+                newest = generation if newest is None else max(newest, generation)
+            elif GENERATION_LABEL not in summary.labels:
+                unlabelled.add(summary.run_id)
+        if newest is not None or not unlabelled:
+            return newest  # runs of older releases are older than any labelled one
+        return _scan_past_gap(thread_id, gap, unlabelled)
 
     def _generation_run(self, thread_id: str, generation: int) -> tuple[UUID | None, UUID]:
         """The thread's run of `generation` if it has one, and the id a new one would take.
@@ -818,10 +857,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _find(self, thread_id: str) -> Thread | None:
         """The thread's live run read from the store; None (its next run id noted) if none."""
-        run_id, free = self._probe(thread_id)
+        run_id, free, generation = self._probe(thread_id)
         thread = None if run_id is None else self._read_thread(thread_id, run_id)
         if thread is None:
-            self._free[thread_id] = free
+            self._free[thread_id] = (free, generation)
         return thread
 
     def _read_thread(self, thread_id: str, run_id: UUID) -> Thread | None:
@@ -912,12 +951,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 return
             if self._live(target_thread_id) is not None:
                 raise ValueError(f"cannot copy into thread {target_thread_id!r}: it exists")
+            run_id, generation = self._next_run(target_thread_id)
             self.engine.fork(
                 source.run_id,
                 at=source.version,
-                new_run_id=self._next_run_id(target_thread_id),
+                new_run_id=run_id,
                 params={"thread_id": target_thread_id},
-                labels={THREAD_LABEL: target_thread_id},
+                labels=_labels(target_thread_id, generation),
             )
 
     # -- async -----------------------------------------------------------------------------

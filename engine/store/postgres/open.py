@@ -256,8 +256,15 @@ def erase_runs(datastore: Any, views: PostgresViews | None, run_ids: Sequence[UU
     snapshots = SQL("DELETE FROM {} WHERE run_id=%s").format(
         Identifier(datastore.schema, NAMES["snapshots"])
     )
+    # Appends hold ROW EXCLUSIVE until they commit: this lock waits for those in flight
+    # and holds back new ones, so the DELETE sees every committed event of the runs and
+    # an append after it finds its run's events gone (`Store.write`'s heads).
+    lock = SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(
+        Identifier(datastore.schema, meta.EVENTS_TABLE)
+    )
     removed = 0
     with datastore.transaction(commit=True) as cursor:
+        cursor.execute(lock)
         meta.bump_generation(cursor, _meta_table(datastore))
         for run_id in run_ids:
             cursor.execute(events, (run_id,))

@@ -44,7 +44,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
 from engine.store import meta
-from engine.store.errors import AppendOutcomeUnknown, StoreError
+from engine.store.errors import AppendOutcomeUnknown, HeadMissing, StoreError
 from engine.store.postgres.datastore import CONNECTION_LOST, Datastore, describe
 from engine.store.urls import StoreURL
 
@@ -156,9 +156,14 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 notify,
             ]
             self._commit_statements = []
+        # Each (run, version) of the heads arrays must be stored, or nothing is inserted:
+        # the run was erased since its writer read it (see `Store.write`).
         self._insert_statement = SQL(
             "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[]) "
+            "WHERE NOT EXISTS (SELECT 1 FROM unnest(%s::uuid[], %s::bigint[]) AS head(run, v) "
+            "WHERE NOT EXISTS (SELECT 1 FROM {0}.{1} "
+            "WHERE originator_id = head.run AND originator_version = head.v)) "
             "RETURNING notification_id"
         ).format(*table)
         self._heads_statement = SQL(
@@ -182,16 +187,27 @@ class PostgresRecorder(PostgresApplicationRecorder):
             IntegrityError: another writer holds one of the versions.
             AppendOutcomeUnknown: the database stayed unreachable, so whether the
                 append was committed could not be learned.
+            HeadMissing: a run's event of ``heads`` (see `Store.write`) is not stored;
+                nothing written.
             OperationalError: the database refused the append (nothing written).
         """
         if not stored_events:
             return []
+        heads: Sequence[tuple[Any, int]] = kwargs.get("heads", ())
         try:
-            return self._insert_once(stored_events)
+            ids = self._insert_once(stored_events, heads)
         except CONNECTION_LOST as error:
-            return self._recover(stored_events, error)
+            ids = self._recover(stored_events, heads, error)
+        if not ids:
+            raise HeadMissing(f"an event before the batch is gone: {heads}")
+        return ids
 
-    def _recover(self, stored_events: Sequence[StoredEvent], error: Exception) -> Sequence[int]:
+    def _recover(
+        self,
+        stored_events: Sequence[StoredEvent],
+        heads: Sequence[tuple[Any, int]],
+        error: Exception,
+    ) -> Sequence[int]:
         """After a lost connection: the append's ids if it was stored, else send it again.
 
         Raises:
@@ -208,7 +224,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
             _log.debug("append retried after: %s", error)
             pause = _pause(deadline, error, pause)
             try:
-                return self._insert_once(stored_events)
+                return self._insert_once(stored_events, heads)
             except IntegrityError:
                 # A commit of ours that was still in flight when we looked may hold them.
                 found = self._stored_ids(stored_events, deadline)
@@ -218,13 +234,18 @@ class PostgresRecorder(PostgresApplicationRecorder):
             except CONNECTION_LOST as lost:
                 error, maybe_sent = lost, maybe_sent or _maybe_sent(lost)
 
-    def _insert_once(self, stored_events: Sequence[StoredEvent]) -> Sequence[int]:
-        """One attempt at the append, in one transaction; the events' notification ids."""
+    def _insert_once(
+        self, stored_events: Sequence[StoredEvent], heads: Sequence[tuple[Any, int]]
+    ) -> Sequence[int]:
+        """One attempt at the append, in one transaction; the events' notification ids
+        (none: an event of `heads` is not stored, and nothing was inserted)."""
         columns = (
             [event.originator_id for event in stored_events],
             [event.originator_version for event in stored_events],
             [event.topic for event in stored_events],
             [event.state for event in stored_events],
+            [run_id for run_id, _ in heads],
+            [version for _, version in heads],
         )
         pipelined = sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES
         with self.datastore.get_connection() as conn:

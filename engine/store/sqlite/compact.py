@@ -24,9 +24,7 @@ from eventsourcing.persistence import Notification, StoredEvent
 from engine.store import meta
 from engine.store.errors import StoreError
 from engine.store.sqlite.recorder import (
-    ONE_STATEMENT,
     SQLiteRecorder,
-    insert_statement,
 )
 from engine.store.sqlite.writer import WriterConnection
 
@@ -85,36 +83,17 @@ class CompactRecorder(SQLiteRecorder):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        """Insert a batch, ids and topics compact: one ``INSERT`` of all its rows, its own
-        transaction, as `SQLiteRecorder` does; a longer batch one ``INSERT`` per
-        `ONE_STATEMENT` rows inside one ``BEGIN IMMEDIATE`` … ``COMMIT``. Their ids.
+        """Insert a batch, ids and topics compact, as `SQLiteRecorder` does; their ids.
 
         Raises:
             StoreError: the recorder was made without a writing connection.
+            HeadMissing: a run's event of ``heads`` (see `Store.write`) is not stored.
         """
         writer = self._writer()
         self._know_topics(stored_events)
-        count = len(stored_events)
-        if count == 0:
-            return []
-        if count <= ONE_STATEMENT:
-            last = writer.insert(
-                insert_statement(self.events_table_name, count), self._rows(stored_events)
-            )
-            assert last is not None  # an INSERT sets it
-            return list(range(last - count + 1, last + 1))
-        ids: list[int] = []
-        with writer.transaction() as cursor:
-            for start in range(0, count, ONE_STATEMENT):
-                chunk = stored_events[start : start + ONE_STATEMENT]
-                statement = insert_statement(self.events_table_name, len(chunk))
-                cursor.execute(statement, self._rows(chunk))
-                last = cursor.lastrowid
-                assert last is not None  # an INSERT sets it
-                ids += range(last - len(chunk) + 1, last + 1)
-        return ids
+        return self.insert_rows(writer, stored_events, kwargs.get("heads", ()))
 
-    def _rows(self, stored_events: Sequence[StoredEvent]) -> list[Any]:
+    def rows(self, stored_events: Sequence[StoredEvent]) -> list[Any]:
         """The INSERT's parameters: each event's run key, version, topic id and state."""
         params: list[Any] = []
         run_id: Any = None

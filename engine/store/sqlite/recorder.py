@@ -32,7 +32,7 @@ from eventsourcing.persistence import Notification, StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from engine.store import meta
-from engine.store.errors import StoreError
+from engine.store.errors import HeadMissing, StoreError
 from engine.store.sqlite.datastore import Datastore
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.writer import WriterConnection
@@ -85,23 +85,65 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         """Insert a batch in one ``INSERT`` of all its rows, its own transaction; their ids.
 
         Rows inserted by one statement under the write lock take consecutive rowids
-        (each the table's largest plus one), so the last one gives them all. A batch
-        too long for one statement (or a recorder without a writing connection) is
-        eventsourcing's: an ``INSERT`` per event inside ``BEGIN IMMEDIATE`` … ``COMMIT``.
+        (each the table's largest plus one), so the last one gives them all. A longer
+        batch is one ``INSERT`` per `ONE_STATEMENT` rows inside one ``BEGIN IMMEDIATE``
+        … ``COMMIT``; a recorder without a writing connection appends as eventsourcing's.
+
+        Raises:
+            HeadMissing: a run's event of ``heads`` (see `Store.write`) is not stored.
+        """
+        if self.writer is None:
+            return super().insert_events(stored_events, **kwargs)
+        return self.insert_rows(self.writer, stored_events, kwargs.get("heads", ()))
+
+    def insert_rows(
+        self,
+        writer: WriterConnection,
+        stored_events: Sequence[StoredEvent],
+        heads: Sequence[tuple[UUID, int]],
+    ) -> list[int]:
+        """Append `stored_events` on `writer` if the store holds every event of `heads`.
+
+        Checked under the write lock the append holds: in the ``INSERT`` itself, or
+        first in the transaction of a longer batch.
+
+        Raises:
+            HeadMissing: an event of `heads` is not stored; nothing was written.
         """
         count = len(stored_events)
-        if self.writer is None or not 0 < count <= ONE_STATEMENT:
-            return super().insert_events(stored_events, **kwargs)
+        if count == 0:
+            return []
+        checks = [value for run_id, version in heads for value in (self.run_key(run_id), version)]
+        if count <= ONE_STATEMENT:
+            statement = insert_statement(self.events_table_name, count, len(heads))
+            last = writer.insert(statement, [*self.rows(stored_events), *checks])
+            if last is None:
+                raise HeadMissing(f"an event before the batch is gone: {heads}")
+            return list(range(last - count + 1, last + 1))
+        ids: list[int] = []
+        with writer.transaction() as cursor:
+            if heads and cursor.execute(held_statement(self.events_table_name, len(heads)),
+                                        checks).fetchone()[0] < len(heads):  # fmt: skip
+                raise HeadMissing(f"an event before the batch is gone: {heads}")
+            for start in range(0, count, ONE_STATEMENT):
+                chunk = stored_events[start : start + ONE_STATEMENT]
+                statement = insert_statement(self.events_table_name, len(chunk))
+                cursor.execute(statement, self.rows(chunk))
+                last = cursor.lastrowid
+                assert last is not None  # an INSERT sets it
+                ids += range(last - len(chunk) + 1, last + 1)
+        return ids
+
+    def rows(self, stored_events: Sequence[StoredEvent]) -> list[Any]:
+        """The INSERT's parameters: each event's run key, version, topic and state."""
         params: list[Any] = []
         run_id: Any = None
         for stored in stored_events:
-            if stored.originator_id is not run_id:  # a batch is mostly one run's: one hex
+            if stored.originator_id is not run_id:  # a batch is mostly one run's: one key
                 run_id = stored.originator_id
                 key = run_id.hex if isinstance(run_id, UUID) else run_id
             params += (key, stored.originator_version, stored.topic, stored.state)
-        last = self.writer.insert(insert_statement(self.events_table_name, count), params)
-        assert last is not None  # an INSERT sets it
-        return list(range(last - count + 1, last + 1))
+        return params
 
     def select_events(
         self,
@@ -186,9 +228,23 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
 
 
 @functools.cache
-def insert_statement(table: str, count: int) -> str:
-    """The ``INSERT`` of `count` events in one statement."""
-    return f"INSERT INTO {table} VALUES " + ",".join(["(?,?,?,?)"] * count)
+def insert_statement(table: str, count: int, heads: int = 0) -> str:
+    """The ``INSERT`` of `count` events in one statement; with `heads`, only if the table
+    holds each of that many (run key, version) events, given after the rows' parameters."""
+    values = ",".join(["(?,?,?,?)"] * count)
+    if not heads:
+        return f"INSERT INTO {table} VALUES {values}"
+    held = f"EXISTS (SELECT 1 FROM {table} WHERE originator_id=? AND originator_version=?)"
+    return f"INSERT INTO {table} SELECT * FROM (VALUES {values}) WHERE " + " AND ".join(
+        [held] * heads
+    )
+
+
+@functools.cache
+def held_statement(table: str, heads: int) -> str:
+    """How many of `heads` (run key, version) events the table holds."""
+    held = "(originator_id=? AND originator_version=?)"
+    return f"SELECT COUNT(*) FROM {table} WHERE " + " OR ".join([held] * heads)
 
 
 @functools.cache

@@ -83,7 +83,8 @@ class WriterConnection:
         return WriteTransaction(self, Statement)
 
     def insert(self, sql: str, params: Sequence[Any]) -> int | None:
-        """Execute one ``INSERT``, its own transaction (see `Statement`); the last row id.
+        """Execute one ``INSERT``, its own transaction (see `Statement`); the last row id
+        (None: it inserted no row).
 
         The append hot path: one kept cursor, no transaction objects. An error is
         mapped to eventsourcing's classes by `Statement`, as in `statement()`.
@@ -95,7 +96,7 @@ class WriterConnection:
         try:
             cursor = self._cursor or self._open_cursor(connection)
             cursor.execute(sql, params)
-            return cursor.lastrowid
+            return cursor.lastrowid if cursor.rowcount else None
         except sqlite3.Error as error:
             Statement(connection, commit=True).__exit__(type(error), error, error.__traceback__)
             raise  # pragma: no cover - the line above always raises
