@@ -64,8 +64,9 @@ class Projection(Generic[S]):
             default for a class that overrides `apply`).
         kept_every: (optional, not defined here so that it is no part of any other
             projection's fingerprint) events between two of its states a reader keeps in
-            memory while folding a run (absent or 0: the engine's snapshot interval; a
-            divisor of it, else ignored): a projection read at many versions (the
+            memory while folding a run (absent or 0: the engine's snapshot interval; else
+            an int dividing it, or reading it is an `InvalidArgument`): a projection read
+            at many versions (the
             viewer's) keeps them closer, and goes on past each stored snapshot from its
             own state (`engine.readside.TimeTravel`).
     """

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 from uuid import UUID
 
+from engine.errors import InvalidArgument
 from engine.store.views import Views
 from projections import collector
 from projections.base import EventSource, Projection
@@ -118,7 +119,14 @@ class TimeTravel:
     def grid(self, projection: Projection[Any]) -> int:
         """Events between two states of `projection` kept in memory (`Projection.kept_every`)."""
         every = getattr(projection, "kept_every", 0)
-        return every if 0 < every < self.interval and self.interval % every == 0 else self.interval
+        if every == 0:
+            return self.interval
+        if type(every) is not int or every < 0 or self.interval % every:
+            raise InvalidArgument(
+                f"{type(projection).__name__}.kept_every",
+                f"must be 0 or an int dividing {self.interval}, got {every!r}",
+            )
+        return every
 
     @property
     def generation(self) -> int:

@@ -235,6 +235,19 @@ class TestSnapshots:
         assert travel.project(run_id, CloseStack(), 60).depth == 59
         assert reader.count == 1_102 + 40 + 10  # from 50: below 500 too
 
+    @pytest.mark.parametrize("every", [True, "50", -50, 300, 2.5])
+    def test_a_kept_every_that_is_no_divisor_is_refused(self, engine: Engine, every: Any) -> None:
+        """`kept_every` must be 0 or an int dividing the snapshot interval: anything else is
+        one error naming the class and the attribute, never a silent fallback."""
+
+        class OddStack(StateStack):
+            kept_every = every
+
+        run_id = self.long_run(engine, 600)
+        with pytest.raises(InvalidArgument, match=r"OddStack\.kept_every") as caught:
+            TimeTravel(engine.store, None).project(run_id, OddStack(), 550)
+        assert repr(every) in str(caught.value)
+
     def test_a_projection_kept_densely_stores_snapshots_but_goes_on_from_its_own_state(
         self, sqlite_url: str
     ) -> None:

@@ -206,6 +206,31 @@ class TestRunPage:
         move_slider(page, 250)
         assert page.locator("#stack tbody tr:not([hidden])").count() == 24
 
+    def test_a_scroll_to_the_top_pending_at_a_move_shows_no_older_rows(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """A scroll event that arrives after a move drew the stack, before the drawing's own
+        scroll to its newest rows, leaves the older rows hidden."""
+        run_id = record_long(stocked.url, 150)
+        page.goto(f"{viewer.base}/runs/{run_id}?at=251")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        # hold the page's animation frames, so the drawing's scroll to the bottom waits
+        page.evaluate(
+            "() => { window.heldFrames = []; window.requestAnimationFrame ="
+            " callback => window.heldFrames.push(callback); }"
+        )
+        move_slider(page, 250)
+        page.evaluate(
+            """() => new Promise(resolve => {
+                const panel = document.getElementById('stack-panel');
+                panel.addEventListener('scroll', () => resolve(), {once: true});
+                panel.scrollTop = 0;
+            })"""
+        )
+        assert page.locator("#stack tbody tr:not([hidden])").count() == 24
+        page.evaluate("() => window.heldFrames.forEach(callback => callback(0))")
+        assert page.locator("#stack tbody tr:not([hidden])").count() == 24
+
     def test_the_address_follows_the_slider_and_opens_there(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
     ) -> None:

@@ -96,17 +96,21 @@
     });
     // The top of the stack in view, once laid out for the next frame (reading the
     // panel's height now would lay the whole page out a second time).
+    // A scroll event still pending from before this drawing must not show every row.
+    newestScrollPending = true;
     requestAnimationFrame(function () {
       stackPanel.scrollTop = stackPanel.scrollHeight;
+      newestScrollPending = false;
     });
   }
 
   // Rows drawn at a move: the panel shows about a dozen.
   const ROWS_IN_VIEW = 24;
   const stackPanel = document.getElementById("stack-panel");
+  let newestScrollPending = false;  // a drawing's scroll to its newest rows is still to come
 
   function showOlderRows() {
-    if (stackPanel.scrollTop > 40) return;
+    if (newestScrollPending || stackPanel.scrollTop > 40) return;
     const far = document.querySelectorAll("#stack tbody tr[hidden]");
     if (far.length === 0) return;
     const before = stackPanel.scrollHeight;
