@@ -15,7 +15,7 @@ import attrs
 
 from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import Lookup, initial_state, lookup
-from events.values import build
+from events.values import build, builder
 from projections.base import EventSource, Projection, on
 from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
 from projections.immutable import PList
@@ -191,15 +191,18 @@ def decode_frame(row: Sequence[Any]) -> Frame:
     return build(Frame, fields)
 
 
+_new_stack = builder(Stack)
+_new_frame = builder(Frame)
+
+
 def _stack(state: Stack, frames: PList[Frame]) -> Stack:
-    return build(Stack, {"initial": state.initial, "table": state.table, "frame_list": frames})
+    return _new_stack({"initial": state.initial, "table": state.table, "frame_list": frames})
 
 
 def _frame(table: Lookup, event: Any) -> Frame:
     """The frame a stage outcome pushes."""
     failed = isinstance(event, StageFailed)
-    return build(
-        Frame,
+    return _new_frame(
         {
             "state": table.get((event.stage, event.outcome), event.stage),
             "stage": event.stage,
@@ -212,7 +215,7 @@ def _frame(table: Lookup, event: Any) -> Frame:
             "duration": event.duration,
             "version": event.version,
             "timestamp": event.timestamp,
-        },
+        }
     )
 
 

@@ -344,6 +344,9 @@ class Store:
 
     def _get(self, run_id: UUID, **query: Any) -> list[Event]:
         try:
+            rows = self._backend.stored_rows
+            if rows is not None:  # the lean read: plain rows, no StoredEvent per event
+                return self._mapper.events_of_rows(run_id, rows(run_id, **query))
             stored = self.recorder.select_events(run_id, **query)
             to_events = getattr(self._mapper, "to_domain_events", None)
             if to_events is None:  # not stagetrail's mapper: eventsourcing's, one by one

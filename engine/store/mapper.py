@@ -7,16 +7,16 @@ between event attributes and the stored state dict is stagetrail's own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 from uuid import UUID
 
 import orjson
 from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper, StoredEvent
 
-from engine.store.chain import FIELD, Chain
+from engine.store.chain import FIELD, Chain, StoredRow
 from events import Event, EventFormatError, decode, encode_timed
 from events.codec import decode_many
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
@@ -224,16 +224,7 @@ class EventMapper(Mapper[UUID]):
         Raises:
             EventFormatError: naming the run and version that cannot be read.
         """
-        transcoder = self.transcoder
-        if (
-            self.cipher
-            or self.compressor
-            or len(stored_events) < 2
-            or not isinstance(transcoder, FastJSONTranscoder)
-        ):
-            return [self.to_domain_event(stored) for stored in stored_events]
-        states = transcoder.decode_many([stored.state for stored in stored_events])
-        if states is None:
+        if not self._one_call(stored_events):
             return [self.to_domain_event(stored) for stored in stored_events]
         run_id = stored_events[0].originator_id
         # A recorder's page shares one id object: compared by identity in C, by value if not.
@@ -241,11 +232,49 @@ class EventMapper(Mapper[UUID]):
             stored.originator_id != run_id for stored in stored_events
         ):
             return [self.to_domain_event(stored) for stored in stored_events]
-        rows = zip(map(_topic, stored_events), states, map(_version, stored_events), strict=True)
+        page = self._page(
+            _as_uuid(run_id),
+            list(map(_topic, stored_events)),
+            [stored.state for stored in stored_events],
+            map(_version, stored_events),
+        )
+        return [self.to_domain_event(stored) for stored in stored_events] if page is None else page
+
+    def events_of_rows(self, run_id: UUID, rows: Sequence[StoredRow]) -> list[Event]:
+        """`to_domain_events` of one run's page read as plain (version, topic, state) rows
+        (`SQLiteRecorder.select_rows`, the lean read): no `StoredEvent` made per row.
+
+        Raises:
+            EventFormatError: naming the run and version that cannot be read.
+        """
+        page = None
+        if self._one_call(rows):
+            topics, versions = map(_second, rows), map(_first, rows)
+            page = self._page(run_id, topics, [row[2] for row in rows], versions)
+        if page is None:
+            return [self.to_domain_event(StoredEvent(run_id, *row)) for row in rows]
+        return page
+
+    def _one_call(self, page: Sequence[Any]) -> bool:
+        """Whether `page` may decode in one call: plain JSON bytes, more than one event."""
+        return (
+            not (self.cipher or self.compressor)
+            and len(page) > 1
+            and isinstance(self.transcoder, FastJSONTranscoder)
+        )
+
+    def _page(
+        self, run_id: UUID, topics: Iterable[str], documents: list[bytes], versions: Iterable[int]
+    ) -> list[Event] | None:
+        """One run's page decoded in one call, or None: an event must be decoded alone."""
+        states = self.transcoder.decode_many(documents)  # type: ignore[attr-defined]
+        if states is None:
+            return None
+        rows = zip(topics, states, versions, strict=True)
         try:  # the link is the store's, not the event's: dropped as each is decoded
-            return decode_many(rows, _as_uuid(run_id), extra=FIELD)
+            return decode_many(rows, run_id, extra=FIELD)
         except EventFormatError:  # which one: decoded again alone, it names its version
-            return [self.to_domain_event(stored) for stored in stored_events]
+            return None
 
     @staticmethod
     def _unreadable(stored_event: StoredEvent, reason: str) -> EventFormatError:
@@ -256,6 +285,7 @@ class EventMapper(Mapper[UUID]):
 
 
 _originator = attrgetter("originator_id")
+_first, _second = itemgetter(0), itemgetter(1)
 _topic = attrgetter("topic")
 _version = attrgetter("originator_version")
 
