@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import (
-    EventStore,
     IntegrityError,
     Mapper,
     PersistenceError,
@@ -100,7 +99,6 @@ class Store:
         self._secret = secret
         self.chain_record = self._backend.chain
         """The store's hash chain as its meta table records it (None: not recorded)."""
-        self._events: EventStore[UUID] = EventStore(self._backend.mapper, self.recorder)
         self.views = self._backend.views
         self.views_problem = self._backend.views_problem
         self.views_read_only = self._backend.read_only
@@ -338,19 +336,33 @@ class Store:
         gt: int | None = None,
         lte: int | None = None,
         limit: int | None = None,
+        topics: Collection[str] | None = None,
     ) -> list[Event]:
-        """The run's events with `gt < version <= lte`, oldest first, at most `limit`."""
-        return self._get(run_id, gt=gt, lte=lte, limit=limit)
+        """The run's events with `gt < version <= lte`, oldest first, at most `limit`.
 
-    def _get(self, run_id: UUID, **query: Any) -> list[Event]:
+        Args:
+            topics: only the events of these topics (None: all): the others are read
+                (`limit` counts them) but never decoded, so a fold that needs few
+                kinds of event pays for those only (`Projection.topics`).
+        """
+        return self._get(run_id, topics, gt=gt, lte=lte, limit=limit)
+
+    def _get(
+        self, run_id: UUID, topics: Collection[str] | None = None, **query: Any
+    ) -> list[Event]:
         try:
             rows = self._backend.stored_rows
             if rows is not None:  # the lean read: plain rows, no StoredEvent per event
-                return self._mapper.events_of_rows(run_id, rows(run_id, **query))
+                found = rows(run_id, **query)
+                if topics is not None:
+                    found = [row for row in found if row[1] in topics]
+                return self._mapper.events_of_rows(run_id, found)
             stored = self.recorder.select_events(run_id, **query)
+            if topics is not None:
+                stored = [event for event in stored if event.topic in topics]
             to_events = getattr(self._mapper, "to_domain_events", None)
             if to_events is None:  # not stagetrail's mapper: eventsourcing's, one by one
-                return list(self._events.get(run_id, **query))  # type: ignore[arg-type]
+                return [self._mapper.to_domain_event(event) for event in stored]
             return to_events(stored)  # type: ignore[no-any-return]
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error

@@ -98,13 +98,13 @@ class TestSnapshotKeeper:
             run = engine.start_run(LOOP)
             record(run, KEEP_INTERVAL + 100)
             reads: list[Any] = []
-            select = engine.store.recorder.select_events
+            select = engine.store.recorder.select_rows  # type: ignore[attr-defined]
 
             def observed(*args: Any, **kwargs: Any) -> Any:
                 reads.append(kwargs)
                 return select(*args, **kwargs)
 
-            monkeypatch.setattr(engine.store.recorder, "select_events", observed)
+            monkeypatch.setattr(engine.store.recorder, "select_rows", observed)  # Store.read's
             record(run, 3 * KEEP_INTERVAL)
             assert reads == []
         versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url) if p == StateStack.name)

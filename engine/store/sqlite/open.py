@@ -85,18 +85,27 @@ def open_sqlite(
     after = functools.partial(stored_after, recorder)
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
+    rows = functools.partial(select_rows, recorder)
     if read_only:
         views = _views(datastore, url.masked, codec)
         return Backend(
             recorder, mapper, close, views, read_only=True, codec=codec, generation=generation,
-            chain=chain, stored_after=after, upgrade=upgrade, stored_rows=recorder.select_rows,
+            chain=chain, stored_after=after, upgrade=upgrade, stored_rows=rows,
         )  # fmt: skip
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked), codec)
     erase = functools.partial(erase_runs, datastore, recorder, views is not None)
     return Backend(
         recorder, mapper, close, views, problem, erase, codec=codec, generation=generation,
-        chain=chain, stored_after=after, upgrade=upgrade, stored_rows=recorder.select_rows,
+        chain=chain, stored_after=after, upgrade=upgrade, stored_rows=rows,
     )  # fmt: skip
+
+
+def select_rows(
+    recorder: SQLiteRecorder, run_id: UUID, **query: Any
+) -> list[tuple[int, str, bytes]]:
+    """The recorder's lean read (`SQLiteRecorder.select_rows`), looked up at each call, as
+    its other reads are: whoever observes or wraps the recorder's method sees every read."""
+    return recorder.select_rows(run_id, **query)
 
 
 def _layout(url: StoreURL) -> str:
