@@ -118,6 +118,8 @@ def decode_many(
             # Every field decoded before any is written: `decode` may need the state whole.
             decoded = [(name, field(state[name])) for name, field in plan[4]] if plan[4] else ()
         except (KeyError, TypeError, ValueError):
+            if plan[3]:  # `_current` took the version key: `decode` must not upcast
+                state["class_version"] = plan[3]
             append(decode(topic, state, run_id, version))  # names what is wrong
             continue
         state["timestamp"] = stamp
