@@ -229,10 +229,9 @@ class TestFingerprintCoverage:
 class TestHandledTopics:
     def test_the_topics_of_the_handled_event_types(self) -> None:
         """A projection with handlers only needs its handled events' topics."""
-        assert handled_topics(StateStack()) == {
-            cls.topic for cls in (RunStarted, StageCompleted, StageFailed, StateRolledBack)
-        }
-        assert handled_topics(FailuresByType()) == {StageFailed.topic}
+        handled = (RunStarted, StageCompleted, StageFailed, StateRolledBack)
+        assert handled_topics(StateStack()) == frozenset(cls.topic for cls in handled)
+        assert handled_topics(FailuresByType()) == frozenset([StageFailed.topic])
 
     def test_none_for_a_projection_that_sees_every_event(self) -> None:
         """A projection with its own `apply`, or `every_event`, may need any event: None."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ class TestEventsOfRows:
         with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
             stored = recorded(engine)
             mapper = engine.store.mapper
-            run_id = stored[0].originator_id
+            run_id = uuid.UUID(str(stored[0].originator_id))
             rows = [(s.originator_version, s.topic, s.state) for s in stored]
             assert mapper.events_of_rows(run_id, rows) == mapper.to_domain_events(stored)
             assert mapper.events_of_rows(run_id, rows[1:2]) == [mapper.to_domain_event(stored[1])]
@@ -125,7 +126,7 @@ class TestEventsOfRows:
             rows = [(s.originator_version, s.topic, s.state) for s in stored]
             rows[2] = (rows[2][0], rows[2][1], b"{not json")
             with pytest.raises(EventFormatError, match=r"version 3"):
-                engine.store.mapper.events_of_rows(stored[0].originator_id, rows)
+                engine.store.mapper.events_of_rows(uuid.UUID(str(stored[0].originator_id)), rows)
 
     def test_a_run_started_with_lineage_decodes_as_alone(self) -> None:
         """A RunStarted's parent and fork point (field decoders) decode in a page as alone."""
