@@ -98,13 +98,18 @@ class TestSnapshotKeeper:
             run = engine.start_run(LOOP)
             record(run, KEEP_INTERVAL + 100)
             reads: list[Any] = []
-            select = engine.store.recorder.select_rows  # type: ignore[attr-defined]
+            recorder = engine.store.recorder
 
-            def observed(*args: Any, **kwargs: Any) -> Any:
-                reads.append(kwargs)
-                return select(*args, **kwargs)
+            def observed(select: Any) -> Any:
+                def read(*args: Any, **kwargs: Any) -> Any:
+                    reads.append(kwargs)
+                    return select(*args, **kwargs)
 
-            monkeypatch.setattr(engine.store.recorder, "select_rows", observed)  # Store.read's
+                return read
+
+            # Both ways a SQLite recorder reads events: rows (Store.read) and StoredEvents.
+            for name in ("select_rows", "select_events"):
+                monkeypatch.setattr(recorder, name, observed(getattr(recorder, name)))
             record(run, 3 * KEEP_INTERVAL)
             assert reads == []
         versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url) if p == StateStack.name)
