@@ -343,7 +343,7 @@ class Store:
         Args:
             topics: only the events of these topics (None: all): the others are read
                 (`limit` counts them) but never decoded, so a fold that needs few
-                kinds of event pays for those only (`Projection.topics`).
+                kinds of event pays for those only (`projections.handled_topics`).
         """
         return self._get(run_id, topics, gt=gt, lte=lte, limit=limit)
 

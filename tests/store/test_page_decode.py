@@ -107,7 +107,7 @@ class TestDecodeMany:
             decode_many([(topic, newer, version)], run.id)
 
 
-class TestEventsOfRows:
+class TestFromRows:
     def test_rows_read_as_their_stored_events(self, tmp_path: Path) -> None:
         """A recorder's plain rows decode to the events its StoredEvents decode to, one row too."""
         with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
