@@ -1,12 +1,14 @@
 """A run's events read from a SQLite file: the lean read against eventsourcing's, one process.
 
 `engine/store/sqlite/recorder.py` reads a run's events with one SELECT on a kept
-connection; eventsourcing's `select_events` (the read before it) runs through its
-pool, inside BEGIN ... ROLLBACK. Both read the same store, swapped on the same
-recorder and interleaved round by round, with raw sqlite3 (`benchmarks.compare`'s
-floor, same workload) timed in the same rounds. Cases: point-in-time state
-(`engine.project(at=4)`), a run's history (`engine.events`), and recording
-supervised runs, whose supervisor re-reads each run's new events after every stage.
+connection, as plain rows (`select_rows`); eventsourcing's `select_events` (the
+read before it) runs through its pool, inside BEGIN ... ROLLBACK, and makes a
+`StoredEvent` per row (handed to the store as rows here). Both read the same
+store, swapped on the same recorder and interleaved round by round, with raw
+sqlite3 (`benchmarks.compare`'s floor, same workload) timed in the same rounds.
+Cases: point-in-time state (`engine.project(at=4)`), a run's history
+(`engine.events`), and recording supervised runs, whose supervisor re-reads each
+run's new events after every stage.
 The store is in the text layout (``?layout=text``): eventsourcing's own select
 looks a run up by its hex id, which a compact store (16-byte ids) does not hold.
 
@@ -42,8 +44,8 @@ def main() -> None:
     recorder = ours.engine.store.recorder
     assert isinstance(recorder, SQLiteRecorder)
     paths: dict[str, Callable[..., Any]] = {
-        "lean": recorder.select_events,
-        "eventsourcing": types.MethodType(SQLiteApplicationRecorder.select_events, recorder),
+        "lean": recorder.select_rows,
+        "eventsourcing": _eventsourcing_rows(recorder),
     }
     raw_ids, our_ids = raw.record(runs), ours.record(runs)
     times: dict[str, list[float]] = {}
@@ -54,7 +56,7 @@ def main() -> None:
         _add(times, "raw history", _median_us(raw.history, theirs))
         _add(times, "raw record", timed(lambda: len(raw.record(runs // 3)))[1])
         for name, select in paths.items():
-            recorder.select_events = select  # type: ignore[method-assign]
+            recorder.select_rows = select  # type: ignore[method-assign]
             _add(times, f"{name} state", _median_us(lambda r: ours.state_at(r, 4), mine))
             _add(times, f"{name} history", _median_us(ours.history, mine))
             _add(times, f"{name} record", timed(lambda: len(ours.record(runs // 3)))[1])
@@ -62,6 +64,16 @@ def main() -> None:
     ours.close()
     report(f"Reading a run's events on SQLite ({runs} runs, {rounds} rounds)",
            _rows(times), args.json)  # fmt: skip
+
+
+def _eventsourcing_rows(recorder: SQLiteRecorder) -> Callable[..., Any]:
+    """eventsourcing's `select_events` on `recorder`, its `StoredEvent`s as the store's rows."""
+    select = types.MethodType(SQLiteApplicationRecorder.select_events, recorder)
+
+    def rows(run_id: Any, **query: Any) -> list[tuple[int, str, bytes]]:
+        return [(e.originator_version, e.topic, e.state) for e in select(run_id, **query)]
+
+    return rows
 
 
 def _add(times: dict[str, list[float]], key: str, value: float) -> None:

@@ -34,7 +34,14 @@ from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls
 from engine.store.views import NoViews, RunQuery, Views
 from events import INTERRUPTED, JSON, Event, RunDeleted, RunFinished, RunStarted, utc_now
 from events.storable import unstorable_text
-from projections import FailurePatterns, Projection, RunIndex, RunSummary, as_projection
+from projections import (
+    FailurePatterns,
+    Projection,
+    RunIndex,
+    RunSummary,
+    as_projection,
+    handled_topics,
+)
 
 if TYPE_CHECKING:
     # Imported where used: a reader (`stagetrail runs`) starts without the write side,
@@ -281,9 +288,10 @@ class Engine:
             return instance.fold(self._tree_events(rid, at))
         if type(at) is int and 0 < at < self._time_travel.grid(instance):
             # No snapshot lies below the first interval: one read and a fold, without
-            # the newest event (a read of its own) or the snapshot bookkeeping.
-            events = self.store.read(rid, lte=at)
-            if not events:
+            # the newest event (a read of its own) or the snapshot bookkeeping; only
+            # the events the projection handles are decoded.
+            events = self.store.read(rid, lte=at, topics=handled_topics(instance))
+            if not events and self.store.last(rid) is None:
                 raise RunNotFound(rid, self.url)
             return instance.fold(events)
         last = self.store.last(rid)

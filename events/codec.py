@@ -78,8 +78,8 @@ def decode_many(
 ) -> list[Event]:
     """`decode` of many events of one run: (topic, state, version) each, in order.
 
-    The common case (the class's current version, no field decoders, as many
-    keys as fields) is built inline with the lookups made once per topic;
+    The common case (the class's current version, as many keys as fields) is
+    built inline, its field decoders too, with the lookups made once per topic;
     anything else goes through `decode`, which checks and upcasts it.
 
     Args:
@@ -90,12 +90,12 @@ def decode_many(
     """
     events: list[Event] = []
     append = events.append
-    plans: dict[str, Any] = {}
+    plans = _PLANS
     parse = datetime.fromisoformat
     for topic, state, version in rows:
         plan = plans.get(topic)
-        if plan is None:
-            plan = plans[topic] = _plan(topic)
+        if plan is None or plan[2] is not EVENT_TYPES.get(topic):
+            plan = _plan(topic)
         if type(state) is not dict:
             append(decode(topic, state, run_id, version))
             continue
@@ -108,17 +108,23 @@ def decode_many(
             or len(state) != plan[0]
             or (plan[3] and not _current(state, plan[3]))
             or (not plan[3] and "class_version" in state)
+            or "run_id" in state  # stored keys the event sets itself
+            or "version" in state
         ):
             append(decode(topic, state, run_id, version))
             continue
         try:
-            state["timestamp"] = parse(state["timestamp"])
+            stamp = parse(state["timestamp"])
+            # Every field decoded before any is written: `decode` may need the state whole.
+            decoded = [(name, field(state[name])) for name, field in plan[4]] if plan[4] else ()
         except (KeyError, TypeError, ValueError):
+            if plan[3]:  # `_current` took the version key: `decode` must not upcast
+                state["class_version"] = plan[3]
             append(decode(topic, state, run_id, version))  # names what is wrong
             continue
-        if "run_id" in state or "version" in state:
-            append(decode(topic, state, run_id, version))
-            continue
+        state["timestamp"] = stamp
+        for name, value in decoded:
+            state[name] = value
         state["run_id"] = run_id
         state["version"] = version
         try:
@@ -129,14 +135,22 @@ def decode_many(
     return events
 
 
+_PLANS: dict[str, Any] = {}
+"""`_plan` of each topic decoded so far, made once (checked against `EVENT_TYPES` each use:
+a topic may be given a class after its first read)."""
+
+
 def _plan(topic: str) -> Any:
-    """(stored keys, builder, class, current version if > 1 else 0) for `decode_many`'s
-    inline path, or False for `decode`'s."""
+    """(stored keys, builder, class, current version if > 1 else 0, field decoders) for
+    `decode_many`'s inline path, or False for `decode`'s (an unknown topic: not kept)."""
     cls = EVENT_TYPES.get(topic)
-    if cls is None or cls.decoders:
+    if cls is None:
         return False
     later = cls.class_version if cls.class_version > 1 else 0
-    return len(_stored_fields(cls)) + (later > 0), builder(cls), cls, later
+    decoders = tuple(cls.decoders.items())
+    plan = len(_stored_fields(cls)) + (later > 0), builder(cls), cls, later, decoders
+    _PLANS[topic] = plan
+    return plan
 
 
 def _current(state: dict[str, Any], version: int) -> bool:

@@ -168,7 +168,7 @@ def lookup(table: JSON) -> dict[tuple[str, str], str]:
     Every fold of a run starts here, so the expansion is kept per table (a copy is
     returned).
     """
-    if not isinstance(table, Mapping):
+    if type(table) is not dict and not isinstance(table, Mapping):  # dict: no ABC check
         return {}
     key = _table_key(table)
     known = _LOOKUPS.get(key) if key is not None else None
@@ -192,7 +192,7 @@ def _table_key(table: Mapping[str, Any]) -> Any:
             table.get("initial"),
             tuple(table.get("final") or ()),
             tuple(table.get("states") or ()),
-            tuple(tuple(row) for row in table.get("transitions") or ()),
+            tuple(map(tuple, table.get("transitions") or ())),
         )
         hash(key)
         return key
@@ -209,7 +209,8 @@ def _expanded(table: Mapping[str, Any]) -> dict[tuple[str, str], str]:
 
 def initial_state(table: JSON) -> str | None:
     """The initial state a stored table names, or None when it names none."""
-    initial = table.get("initial") if isinstance(table, Mapping) else None
+    mapping = type(table) is dict or isinstance(table, Mapping)  # dict: no ABC check
+    initial = table.get("initial") if mapping else None
     return initial if isinstance(initial, str) else None
 
 

@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from projections.base import SCOPES, Projection, as_projection, on
+    from projections.base import SCOPES, Projection, as_projection, handled_topics, on
     from projections.errors import (
         ProjectionError,
         ProjectionNameTaken,
@@ -85,11 +85,14 @@ __all__ = [
     "UnknownProjection",
     "Verdict",
     "as_projection",
+    "handled_topics",
     "on",
 ]
 
 _HOMES = {
-    **dict.fromkeys(["SCOPES", "Projection", "as_projection", "on"], "projections.base"),
+    **dict.fromkeys(
+        ["SCOPES", "Projection", "as_projection", "handled_topics", "on"], "projections.base"
+    ),
     **dict.fromkeys(
         [
             "ProjectionError",

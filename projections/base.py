@@ -270,6 +270,30 @@ def as_projection(projection: Projection[S] | type[Projection[S]]) -> Projection
     raise TypeError(f"expected a Projection class or instance, got {projection!r}")
 
 
+def handled_topics(projection: Projection[Any]) -> frozenset[str] | None:
+    """The topics of the events that may change `projection`'s state, or None when any may
+    (it folds every event): a fold needs no other event read and decoded.
+
+    A function, not a method: a method of `Projection` would change every projection's
+    fingerprint, and with it every stored snapshot and persistent state.
+    """
+    cls = type(projection)
+    if (
+        projection.every_event
+        or cls.apply is not Projection.apply
+        or "handlers" in vars(projection)
+    ):
+        return None
+    topics = _TOPICS.get(cls)
+    if topics is None:
+        topics = _TOPICS[cls] = frozenset([event_type.topic for event_type in cls.handlers])
+    return topics
+
+
+_TOPICS: dict[type, frozenset[str]] = {}
+"""`handled_topics` of each projection class asked about."""
+
+
 def _collect_handlers(cls: type) -> dict[type[Event], Callable[[Any, Any, Any], Any]]:
     handlers: dict[type[Event], Callable[[Any, Any, Any], Any]] = {}
     for klass in reversed(cls.__mro__):

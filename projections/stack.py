@@ -101,7 +101,7 @@ class StateStack(Projection[Stack]):
 
     def initial(self) -> Stack:
         """An empty stack with no table."""
-        return Stack()
+        return _STACK(None, {}, PList())
 
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:

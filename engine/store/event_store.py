@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -349,17 +349,32 @@ class Store:
         gt: int | None = None,
         lte: int | None = None,
         limit: int | None = None,
+        topics: Collection[str] | None = None,
     ) -> list[Event]:
-        """The run's events with `gt < version <= lte`, oldest first, at most `limit`."""
-        return self._get(run_id, gt=gt, lte=lte, limit=limit)
+        """The run's events with `gt < version <= lte`, oldest first, at most `limit`.
 
-    def _get(self, run_id: UUID, **query: Any) -> list[Event]:
+        Args:
+            topics: only the events of these topics (None: all): the others are read
+                (`limit` counts them) but never decoded, so a fold that needs few
+                kinds of event pays for those only (`projections.handled_topics`).
+        """
+        return self._get(run_id, topics, gt=gt, lte=lte, limit=limit)
+
+    def _get(
+        self, run_id: UUID, topics: Collection[str] | None = None, **query: Any
+    ) -> list[Event]:
         try:
             mapper = self._mapper
             rows = self._backend.stored_rows
             if rows is not None:  # the lean read: plain rows, no `StoredEvent` per event
-                return mapper.from_rows(run_id, rows(run_id, **query))
-            return mapper.to_domain_events(self.recorder.select_events(run_id, **query))
+                found = rows(run_id, **query)
+                if topics is not None:
+                    found = [row for row in found if row[1] in topics]
+                return mapper.from_rows(run_id, found)
+            stored = self.recorder.select_events(run_id, **query)
+            if topics is not None:
+                stored = [event for event in stored if event.topic in topics]
+            return mapper.to_domain_events(stored)
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:

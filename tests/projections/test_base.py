@@ -7,8 +7,16 @@ from typing import Any, ClassVar
 
 import pytest
 
-from events import NoteAdded, RunStarted, StageCompleted, StageFailed
-from projections import Projection, ProjectionError, ProjectionStateError, as_projection, on
+from events import NoteAdded, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from projections import (
+    Projection,
+    ProjectionError,
+    ProjectionStateError,
+    StateStack,
+    as_projection,
+    handled_topics,
+    on,
+)
 from tests._helpers import REVIEW, FailuresByType
 
 RID = uuid.uuid4()
@@ -216,3 +224,27 @@ class TestFingerprintCoverage:
         assert Counter.every_event is True
         assert Counter().relevant(note)
         assert Counter().fold([note, note]) == 2
+
+
+class TestHandledTopics:
+    def test_the_topics_of_the_handled_event_types(self) -> None:
+        """A projection with handlers only needs its handled events' topics."""
+        handled = (RunStarted, StageCompleted, StageFailed, StateRolledBack)
+        assert handled_topics(StateStack()) == frozenset(cls.topic for cls in handled)
+        assert handled_topics(FailuresByType()) == frozenset([StageFailed.topic])
+
+    def test_none_for_a_projection_that_sees_every_event(self) -> None:
+        """A projection with its own `apply`, or `every_event`, may need any event: None."""
+
+        class Counted(Projection[int]):
+            def initial(self) -> int:
+                return 0
+
+            def apply(self, state: int, event: Any) -> int:
+                return state + 1
+
+        class Everything(FailuresByType):
+            every_event = True
+
+        assert handled_topics(Counted()) is None
+        assert handled_topics(Everything()) is None

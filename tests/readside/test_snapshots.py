@@ -116,6 +116,34 @@ class TestProject:
         with pytest.raises(RunNotFound):
             engine.project(uuid.uuid4(), StateStack)
 
+    def test_a_past_state_reads_only_the_events_its_projection_handles(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Below the first snapshot, the events read for at=N are those the projection handles."""
+        run_id = review_with_loops(engine)
+        read = engine.store.read
+        given: list[type] = []
+
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            events = read(*args, **kwargs)
+            given.extend(type(event) for event in events)
+            return events
+
+        events = engine.events(run_id)
+        monkeypatch.setattr(engine.store, "read", observed)
+        assert engine.project(run_id, StateStack, at=8) == StateStack().fold(events[:8])
+        assert set(given) == set(StateStack.handlers)  # tasks' events left unread
+        assert len(given) == 6
+
+    def test_a_past_state_before_any_handled_event_is_the_initial_state(
+        self, engine: Engine
+    ) -> None:
+        """A run with no handled event by at=N gives the initial state; no run, RunNotFound."""
+        run_id = review_with_loops(engine)
+        assert engine.project(run_id, FailuresByType, at=3) == FailuresByType().initial()
+        with pytest.raises(RunNotFound):
+            engine.project(uuid.uuid4(), FailuresByType, at=3)
+
     def test_user_projections_work_the_same(self, engine: Engine) -> None:
         """A user projection gets on-demand and time-travel use with no extra code."""
         run_id = review_with_loops(engine)

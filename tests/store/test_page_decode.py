@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,62 @@ class TestDecodeMany:
         newer = {**state, "class_version": state["class_version"] + 1}
         with pytest.raises(EventFormatError, match="newer than this stagetrail"):
             decode_many([(topic, newer, version)], run.id)
+
+
+class TestFromRows:
+    def test_rows_read_as_their_stored_events(self, tmp_path: Path) -> None:
+        """A recorder's plain rows decode to the events its StoredEvents decode to, one row too."""
+        with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
+            stored = recorded(engine)
+            mapper = engine.store.mapper
+            run_id = uuid.UUID(str(stored[0].originator_id))
+            rows = [(s.originator_version, s.topic, s.state) for s in stored]
+            assert mapper.from_rows(run_id, rows) == mapper.to_domain_events(stored)
+            assert mapper.from_rows(run_id, rows[1:2]) == [mapper.to_domain_event(stored[1])]
+            assert mapper.from_rows(run_id, []) == []
+
+    def test_a_bad_row_is_named(self, tmp_path: Path) -> None:
+        """A row holding bytes that are not JSON raises naming its run and version."""
+        with Engine(f"sqlite:///{tmp_path / 's.db'}") as engine:
+            stored = recorded(engine)
+            rows = [(s.originator_version, s.topic, s.state) for s in stored]
+            rows[2] = (rows[2][0], rows[2][1], b"{not json")
+            with pytest.raises(EventFormatError, match=r"version 3"):
+                engine.store.mapper.from_rows(uuid.UUID(str(stored[0].originator_id)), rows)
+
+    def test_a_run_started_with_lineage_decodes_as_alone(self) -> None:
+        """A RunStarted's parent and fork point (field decoders) decode in a page as alone."""
+        with Engine("memory://") as engine:
+            parent = engine.start_run(REVIEW)
+            parent.stage_completed("project_analysis", {})
+            child = engine.fork(parent.id, at=2)
+            events = engine.events(child.id)
+        assert isinstance(events[0], RunStarted)
+        assert events[0].forked_from == (parent.id, 2)
+        rows = [(*encode(event), event.version) for event in events]
+        assert decode_many([(t, dict(s), v) for t, s, v in rows], child.id) == events
+        assert decode_many([(t, dict(s), v) for t, s, v in rows[:1]], child.id) == [
+            decode(rows[0][0], dict(rows[0][1]), child.id, 1)
+        ]
+        broken = {**rows[0][1], "forked_from": ["not a uuid", 2]}
+        with pytest.raises(EventFormatError, match="bad field value"):
+            decode_many([(rows[0][0], broken, 1)], child.id)
+
+
+class TestReadTopics:
+    def test_only_the_topics_asked_are_read(self, engine: Engine) -> None:
+        """`Store.read(topics=)` gives the events of those topics only, in version order."""
+        run = engine.start_run(REVIEW)
+        run.stage_started("project_analysis")
+        run.stage_completed("project_analysis", {"n": 1})
+        run.stage_completed("code_review", {"n": 2})
+        run.stage_started("developer")
+        run.stage_failed("developer", "no", error_type="X")
+        wanted = {StageCompleted.topic, RunStarted.topic}
+        events = engine.store.read(run.id, lte=5, topics=wanted)
+        assert [(type(e), e.version) for e in events] == [
+            (RunStarted, 1),
+            (StageCompleted, 3),
+            (StageCompleted, 4),
+        ]
+        assert engine.store.read(run.id, topics=set()) == []

@@ -4,6 +4,7 @@ import json
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eventsourcing.persistence import StoredEvent
@@ -329,7 +330,7 @@ class TestReads:
         ids=str,
     )
     def test_read_selects_versions(
-        self, engine: Engine, query: dict[str, int], versions: list[int]
+        self, engine: Engine, query: dict[str, Any], versions: list[int]
     ) -> None:
         """Store.read returns the versions `gt < v <= lte`, oldest first, at most `limit`."""
         run = engine.start_run(REVIEW)

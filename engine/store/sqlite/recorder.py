@@ -173,7 +173,10 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         statement = select_statement(
             self.events_table_name, gt is not None, lte is not None, desc, limit is not None
         )
-        params = [self.run_key(run_id), *(p for p in (gt, lte, limit) if p is not None)]
+        params: list[Any] = [self.run_key(run_id)]
+        for bound in (gt, lte, limit):  # a loop, not a generator: point-in-time reads are short
+            if bound is not None:
+                params.append(bound)
         connection = self.readers.borrow()
         try:
             rows = connection.execute(statement, params).fetchall()
