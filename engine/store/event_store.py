@@ -363,6 +363,9 @@ class Store:
     def _get(
         self, run_id: UUID, topics: Collection[str] | None = None, **query: Any
     ) -> list[Event]:
+        given: object = run_id
+        if not isinstance(given, UUID):  # an id given as text, as the recorders accept it
+            run_id = UUID(str(given))
         try:
             mapper = self._mapper
             rows = self._backend.stored_rows

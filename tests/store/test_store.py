@@ -342,6 +342,19 @@ class TestReads:
         assert [e.version for e in events] == versions
         assert all(e.run_id == run.id for e in events)
 
+    def test_a_run_id_given_as_text_reads_the_run(self, engine: Engine) -> None:
+        """read, last and stream take a run id as text too, and give events with UUID ids."""
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis")
+        text: Any = str(run.id)
+        assert [e.version for e in engine.store.read(text)] == [1, 2]
+        assert [e.version for e in engine.store.stream(text)] == [1, 2]
+        last = engine.store.last(text)
+        assert last is not None
+        assert last.version == 2
+        assert last.run_id == run.id
+        assert all(type(e.run_id) is type(run.id) for e in engine.store.read(text))
+
     def test_last_and_an_unknown_run(self, engine: Engine) -> None:
         """last gives the newest event; an unknown run reads as nothing on every backend."""
         run = engine.start_run(REVIEW)

@@ -9,9 +9,9 @@ and every row shares the run id already asked for. `select_events` gives
 eventsourcing's `StoredEvent`s; `select_rows` the same rows as plain tuples,
 which the store's stream and the chain check read (no object per row), its
 mapper still decrypting, decompressing and upcasting them; every other read is
-eventsourcing's. An append
-is one multi-row ``INSERT`` on the store's writing connection (`engine.store.sqlite.writer`),
-its own transaction, rather than ``BEGIN`` … an ``INSERT`` per event … ``COMMIT``.
+eventsourcing's. An append is one multi-row ``INSERT`` on the store's writing
+connection (`engine.store.sqlite.writer`), its own transaction, rather than
+``BEGIN`` … an ``INSERT`` per event … ``COMMIT``.
 
 A text-layout recorder can outlive its layout: ``stagetrail upgrade --in-place``
 in another process rewrites the table compact, where its hex run ids and topic
