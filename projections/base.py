@@ -397,11 +397,13 @@ def _definition(function: Any) -> ast.AST | None:
     tokenizing each method's lines again: fingerprints stay as they were.
     """
     try:
-        code = inspect.unwrap(function).__code__
-        file = inspect.getsourcefile(function)
+        unwrapped = inspect.unwrap(function)  # as `inspect.getsource` reads it
+        code = unwrapped.__code__
+        file = inspect.getsourcefile(unwrapped)
         if file is None or code.co_name == "<lambda>":
             return None
-        module = inspect.getmodule(function, file)
+        module = inspect.getmodule(unwrapped, file)
+        linecache.checkcache(file)  # a file changed since it was read: as `getsource` does
         lines = linecache.getlines(file, None if module is None else module.__dict__)
         return _definitions(file, lines).get((code.co_firstlineno, code.co_name))
     except Exception:  # no source, or source that no longer parses: the general path

@@ -15,6 +15,7 @@ from eventsourcing.persistence import StoredEvent
 
 from engine import ConcurrencyConflict, Engine, Run, StoreError
 from engine.commit import GroupCommitter
+from engine.errors import RunErased
 from engine.run import unit_of
 from engine.store import Store
 from events import NoteAdded
@@ -77,6 +78,27 @@ class TestGroupCommitter:
         assert runs[1].version == 1  # back to what the store holds of its own writes
         assert [len(engine.events(run.id)) for run in runs] == [2, 2, 2]
         assert committer.batches == 2
+
+    def test_an_erased_run_fails_its_own_batch_only(self, engine: Engine) -> None:
+        """A stale handle's batch of a run compaction erased is RunErased; the rest of its
+        group is stored, as with a conflict."""
+        stale, live = engine.start_run(REVIEW), engine.start_run(REVIEW)
+        stale.stage_completed("project_analysis")
+        engine.load(stale.id).finish("deleted")
+        assert engine.compact().runs == (stale.id,)
+        committer = GroupCommitter(engine.store)
+        for n, run in enumerate((stale, live)):
+            grouped_note(run, n)
+
+        async def commit_all() -> list[BaseException | None]:
+            commits = (commit(run, committer) for run in (stale, live))
+            return await asyncio.gather(*commits, return_exceptions=True)
+
+        erased, stored = asyncio.run(commit_all())
+        assert isinstance(erased, RunErased)
+        assert stored is None
+        assert [e.version for e in engine.events(live.id)] == [1, 2]
+        assert engine.store.last(stale.id) is None
 
     def test_a_later_batch_of_a_failed_run_is_not_written(self, engine: Engine) -> None:
         """Two batches of one run in a group: when the first fails, the second leaves no gap."""

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
 import uuid
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -187,6 +189,31 @@ class TestProjection:
 
 
 class TestFingerprintCoverage:
+    def test_a_handler_wrapped_from_another_file_is_read_from_its_own(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A handler wrapped by a decorator of another file, which has a function of the same
+        name on the same line, is fingerprinted from its own source: its edits count."""
+        (tmp_path / "wrappers.py").write_text(
+            "import functools\n\n\n\n\n\n\n\n\n"
+            "def counted(state, event):\n    return 'not the handler'\n\n\n"
+            "def wrapping(f):\n    @functools.wraps(f)\n"
+            "    def inner(*a, **k):\n        return f(*a, **k)\n    return inner\n"
+        )
+        source = (
+            "from events import NoteAdded\nfrom projections import Projection, on\n"
+            "from wrappers import wrapping\n\n\nclass Counts(Projection[int]):\n"
+            "    def initial(self):\n        return 0\n\n"
+            "    @on(NoteAdded)\n    @wrapping\n    def counted(self, state, event):\n"
+            "        return state + {step}\n"
+        )
+        monkeypatch.syspath_prepend(str(tmp_path))
+        prints = []
+        for step, module in ((1, "counts_one"), (2, "counts_two")):
+            (tmp_path / f"{module}.py").write_text(source.format(step=step))
+            prints.append(importlib.import_module(module).Counts.fingerprint())
+        assert prints[0] != prints[1]
+
     def test_scope_and_constants_change_the_fingerprint(self) -> None:
         """Two classes differing only in scope or a class constant get different fingerprints."""
 

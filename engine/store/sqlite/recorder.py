@@ -230,7 +230,7 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         self.readers.close()
 
 
-@functools.cache
+@functools.lru_cache(maxsize=512)  # group commits give many shapes: keep the recent ones
 def insert_statement(table: str, count: int, heads: int = 0) -> str:
     """The ``INSERT`` of `count` events in one statement; with `heads`, only if the table
     holds each of that many (run key, version) events, given after the rows' parameters."""
@@ -243,7 +243,7 @@ def insert_statement(table: str, count: int, heads: int = 0) -> str:
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=512)
 def held_statement(table: str, heads: int) -> str:
     """How many of `heads` (run key, version) events the table holds."""
     held = "(originator_id=? AND originator_version=?)"
