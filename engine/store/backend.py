@@ -35,6 +35,17 @@ class RowReader(Protocol):
         """The rows with `gt < version <= lte`, oldest first (newest with `desc`), `limit` many."""
 
 
+def row_reader(recorder: Any) -> RowReader:
+    """`recorder.select_rows`, looked up at each read: the recorder's own method, as
+    `select_events` is (a subclass's, or one observed), reads every page."""
+
+    def read(run_id: UUID, **query: Any) -> list[tuple[int, str, bytes]]:
+        rows: list[tuple[int, str, bytes]] = recorder.select_rows(run_id, **query)
+        return rows
+
+    return read
+
+
 @attrs.frozen
 class Backend:
     """An open recorder, the mapper for its bytes, and how to close them."""

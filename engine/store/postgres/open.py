@@ -13,7 +13,7 @@ from uuid import UUID
 from psycopg.sql import SQL, Identifier, Literal
 
 from engine.store import meta
-from engine.store.backend import Backend, prepare_views
+from engine.store.backend import Backend, prepare_views, row_reader
 from engine.store.errors import StoreError
 from engine.store.postgres.datastore import (
     connect,
@@ -23,7 +23,6 @@ from engine.store.postgres.datastore import (
 )
 from engine.store.postgres.recorder import (
     CONCURRENT_SCHEMA,
-    PostgresRecorder,
     has_tx_column,
     make_recorder,
     upgrade,
@@ -123,7 +122,7 @@ def open_postgres(
         codec = settings.codec(mapper)
         generation = functools.partial(read_generation, datastore)
         after = functools.partial(stored_after, datastore)
-        rows = functools.partial(_select_rows, recorder)
+        rows = row_reader(recorder)
         if read_only:
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
@@ -141,15 +140,6 @@ def open_postgres(
         recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation,
         chain=chain, stored_after=after, stored_rows=rows,
     )  # fmt: skip
-
-
-def _select_rows(
-    recorder: PostgresRecorder, run_id: UUID, **query: Any
-) -> list[tuple[int, str, bytes]]:
-    """The recorder's `select_rows`, looked up at each read: the recorder's own method,
-    as `select_events` is (a subclass's, or one observed), reads every page."""
-    rows: list[tuple[int, str, bytes]] = recorder.select_rows(run_id, **query)
-    return rows
 
 
 def _settle_chain(

@@ -20,8 +20,7 @@ from eventsourcing.persistence import PersistenceError
 from eventsourcing.sqlite import SQLiteDatastore
 
 from engine.store import meta
-from engine.store.backend import Backend, prepare_views
-from engine.store.chain import StoredRow
+from engine.store.backend import Backend, prepare_views, row_reader
 from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.failures import classify
@@ -85,7 +84,7 @@ def open_sqlite(
     codec = found.codec(mapper)
     generation = functools.partial(read_generation, recorder.readers, recorder.writer)
     after = functools.partial(stored_after, recorder)
-    rows = functools.partial(_select_rows, recorder)
+    rows = row_reader(recorder)
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
     if read_only:
@@ -338,9 +337,3 @@ def _create_meta(cursor: Any, settings: meta.AtRest) -> meta.AtRest:
         list(meta.new_meta(settings).items()),
     )
     return settings
-
-
-def _select_rows(recorder: SQLiteRecorder, run_id: UUID, **query: Any) -> list[StoredRow]:
-    """The recorder's `select_rows`, looked up at each read: the recorder's own method,
-    as `select_events` is (a subclass's, or one observed), reads every page."""
-    return recorder.select_rows(run_id, **query)
