@@ -136,6 +136,12 @@ class ReadOnlyViews:
         with self._lock:
             return {name: self._positions.get(name, 0) for name in names}
 
+    def resets_and_positions(self, names: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """This process's count of resets and each projection's position, under one lock."""
+        self._follow_generation()
+        with self._lock:
+            return self._resets, {name: self._positions.get(name, 0) for name in names}
+
     def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
         """States by key: folded in memory first, else as stored."""
         self._follow_generation()

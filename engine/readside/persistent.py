@@ -177,8 +177,8 @@ class Projections:
         failures: dict[str, Failure] = {}
         while True:
             active = [name for name in names if name not in failures]
-            resets = self.views.resets()  # before the positions: see `PageSave.resets`
-            positions = self.views.positions(active) if active else {}
+            # the resets before the positions: see `PageSave.resets`
+            resets, positions = self.views.resets_and_positions(active)
             lowest = min(positions.values(), default=head)
             if lowest >= head:
                 break

@@ -78,6 +78,12 @@ class MemoryViews(TrackingRecorder):
         with self._database_lock:
             return {name: self._max_tracking_ids.get(name) or 0 for name in names}
 
+    def resets_and_positions(self, names: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """The count of resets and each projection's position, under one lock."""
+        with self._database_lock:
+            positions = {name: self._max_tracking_ids.get(name) or 0 for name in names}
+            return self._resets, positions
+
     def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
         """Stored states by key (copies, as a database would return)."""
         with self._database_lock:

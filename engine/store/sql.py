@@ -266,6 +266,12 @@ class SQLViews(TrackingRecorder):
         with self._transaction(commit=False) as cursor:
             return read_counter(cursor, self._sql("{meta}"), RESETS)
 
+    def resets_and_positions(self, names: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """The count of resets, then each projection's position, in one read transaction."""
+        with self._transaction(commit=False) as cursor:
+            resets = read_counter(cursor, self._sql("{meta}"), RESETS)
+            return resets, self._positions(cursor, names)
+
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position: the last notification id it has folded."""
         with self._transaction(commit=False) as cursor:
@@ -273,13 +279,17 @@ class SQLViews(TrackingRecorder):
 
     def _positions(self, cursor: Any, names: Sequence[str]) -> dict[str, int]:
         found = dict.fromkeys(names, 0)
-        for name in names:
-            cursor.execute(
-                self._sql("SELECT notification_id FROM {tracking} WHERE application_name=?"),
-                (name,),
+        chosen = list(found)
+        for start in range(0, len(chosen), 500):
+            chunk = chosen[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            query = (
+                "SELECT application_name AS name, notification_id FROM {tracking} "
+                f"WHERE application_name IN ({marks})"
             )
-            row = cursor.fetchone()
-            found[name] = int(row["notification_id"] or 0) if row else 0
+            cursor.execute(self._sql(query), chunk)
+            for row in cursor.fetchall():
+                found[row["name"]] = int(row["notification_id"] or 0)
         return found
 
     def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:

@@ -121,6 +121,9 @@ class Views(Protocol):
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position in the notification log."""
 
+    def resets_and_positions(self, names: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """`resets()` then `positions(names)`, read together where the storage can."""
+
     def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
         """Stored states by key."""
 

@@ -308,6 +308,36 @@ class TestReadOnlyEngine:
                 assert reader.projections.get(name) == {"A": 1, "B": 2}
 
 
+class TestResetsAndPositions:
+    def test_one_read_answers_what_two_reads_answer(self, engine: Engine) -> None:
+        """`resets_and_positions` gives the reset count and each position (0 if unknown)."""
+        engine.projections.register(FailuresByType)
+        record_failures(engine, "A")
+        engine.projections.rebuild(FailuresByType.name)
+        engine.projections.catch_up()
+        views = engine.projections.views
+        names = ["failures_by_type", "run_index", "never_registered"]
+        resets, positions = views.resets_and_positions(names)
+        assert (resets, positions) == (views.resets(), views.positions(names))
+        assert positions["never_registered"] == 0
+        assert positions["failures_by_type"] == positions["run_index"] > 0
+        assert resets >= 1
+
+    def test_a_read_only_engine_answers_its_own_count(self, shared_url: str) -> None:
+        """A read-only engine's views answer the resets and positions of its memory."""
+        with Engine(shared_url) as writer:
+            writer.projections.register(FailuresByType)
+            record_failures(writer, "A")
+            writer.projections.catch_up()
+            with Engine(shared_url, read_only=True) as reader:
+                reader.projections.register(FailuresByType)
+                assert reader.projections.get(FailuresByType.name) == {"A": 1}
+                views = reader.projections.views
+                names = [FailuresByType.name]
+                assert views.resets_and_positions(names) == (views.resets(), views.positions(names))
+                assert views.positions(names)[FailuresByType.name] > 0
+
+
 def _positions(engine: Engine) -> dict[str, int]:
     return {s.name: s.position for s in engine.projections.status()}
 
