@@ -50,21 +50,13 @@ def encode(skeleton: dict[str, Any], parent: dict[str, Any] | None) -> dict[str,
 
     Args:
         skeleton: the checkpoint without its channel values.
-        parent: the parent checkpoint's skeleton, as `decode` rebuilt it (plain JSON), if known.
+        parent: the parent checkpoint's skeleton, as `decode` rebuilt it, if known.
     """
+    if not is_plain(skeleton):
+        return None
     if parent is not None and _only_grows(skeleton, parent):
-        patch = _patch(skeleton, parent)
-        # What the patch leaves out is the plain parent's, types and all (`_same`): only the
-        # patch and the keys of the versioned fields are left to check, not the whole skeleton.
-        return {"patch": patch} if is_plain(patch) and _str_keys(skeleton) else None
-    return {"full": skeleton} if is_plain(skeleton) else None
-
-
-def _str_keys(skeleton: dict[str, Any]) -> bool:
-    """Whether every key of the skeleton and of its versioned fields is exactly a str."""
-    seen = skeleton[_NESTED]
-    maps = [skeleton, skeleton["channel_versions"], seen, *seen.values()]
-    return all(type(key) is str for keys in maps for key in keys)
+        return {"patch": _patch(skeleton, parent)}
+    return {"full": skeleton}
 
 
 def decode(stored: dict[str, Any], parent: dict[str, Any] | None) -> dict[str, Any]:
@@ -151,12 +143,8 @@ def _same(a: Any, b: Any) -> bool:
     for Python, not for what a checkpoint stored)."""
     if type(a) is not type(b):
         return False
-    if type(a) is dict:  # a key of another type (a str subclass) on either side is a change
-        return (
-            a.keys() == b.keys()
-            and all(type(k) is str for k in a)
-            and all(type(k) is str and _same(a[k], b[k]) for k in b)
-        )
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if type(a) is list:
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
