@@ -46,6 +46,10 @@ CHILD: dict[str, Any] = {
 }
 
 
+class _Key(str):
+    """A str subclass: equal to the plain str, but not what JSON gives back."""
+
+
 class TestEncode:
     def test_a_child_is_stored_as_what_changed(self) -> None:
         """Only the versions that changed are stored, and they rebuild the child exactly."""
@@ -120,6 +124,37 @@ class TestEncode:
         decoded = skeleton.decode(stored, parent)
         assert repr(decoded["x"]) == repr(after)
         assert repr(decoded["channel_versions"]["log"]) == repr(after)
+
+    @pytest.mark.parametrize(
+        "where", ["top", "channel_versions", "versions_seen", "seen by a node", "nested"]
+    )
+    def test_a_key_that_only_looks_like_the_parents_is_left_to_serde(self, where: str) -> None:
+        """A str-subclass key equal to a key of the parent would come back a plain str: a
+        child holding one anywhere, even where nothing changed, is not stored as JSON."""
+        odd = _Key("log")
+        parent = {**CHILD, "meta": {"log": 1}}
+        child = {**GRANDCHILD, "meta": {"log": 1}}
+        child["versions_seen"] = {**child["versions_seen"], "ship": {"plan": 3, "log": 3}}
+        if where == "top":
+            parent["log"], child = 1, {**child, odd: 1}
+        elif where == "channel_versions":
+            parent["channel_versions"] = {**parent["channel_versions"], "log": 4}
+            child["channel_versions"] = {
+                **{k: v for k, v in child["channel_versions"].items() if k != "log"},
+                odd: 4,
+            }
+        elif where == "versions_seen":
+            child["versions_seen"] = {"plan": {"branch:to:plan": 2}, _Key("ship"): {"plan": 3}}
+        elif where == "seen by a node":
+            parent["versions_seen"] = {"plan": {"branch:to:plan": 2, "log": 3}}
+            child["versions_seen"] = {"plan": {"branch:to:plan": 2, odd: 3}}
+        else:
+            child["meta"] = {odd: 1}
+        assert skeleton.encode(child, parent) is None
+
+    def test_an_unstorable_change_on_a_parent_is_left_to_serde(self) -> None:
+        """A changed value JSON cannot hold exactly (a tuple) leaves the child to serde."""
+        assert skeleton.encode({**GRANDCHILD, "updated_channels": ("log",)}, CHILD) is None
 
     def test_the_parents_id_is_not_inherited(self) -> None:
         """The id is each checkpoint's own (its event's): a patch on a parent with one has none."""

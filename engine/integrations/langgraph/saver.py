@@ -489,7 +489,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         idle = ns == "" and _durability(config) is not None and not _pending(checkpoint)
 
         parent_id = payload["parent_id"]
-        ran = self._ran(thread_id, ns, parent_id, checkpoint)
+        # Only a background save waits for the nodes that ran (see `_in_order`).
+        background = _durability(config) == "async"
+        ran = self._ran(thread_id, ns, parent_id, checkpoint) if background else frozenset()
         with self._in_order(config, thread_id, parent_id, writing=False, ran=ran):
             self._append(thread_id, steps, create=True)
             self._saved_now(thread_id, ns, checkpoint["id"])
