@@ -235,7 +235,7 @@ class TestStateStack:
 
     def test_frames_share_their_names_and_errors(self) -> None:
         """Frames of equal names and errors (each event its own copy) hold one str each."""
-        events = [started()]
+        events: list[Event] = [started()]
         for version in range(2, 6):
             stage, error = "".join(["project_", "analysis"]), "".join(["bo", "om"])
             events.append(fail(version, stage, error, attempt=version - 1))
