@@ -16,7 +16,7 @@ import attrs
 
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
-from events.values import build, builder, fields_of
+from events.values import build, fields_of, maker
 
 
 def encode(event: Event) -> tuple[str, dict[str, Any]]:
@@ -78,9 +78,9 @@ def decode_many(
 ) -> list[Event]:
     """`decode` of many events of one run: (topic, state, version) each, in order.
 
-    The common case (the class's current version, as many keys as fields) is
-    built inline, its field decoders too, with the lookups made once per topic;
-    anything else goes through `decode`, which checks and upcasts it.
+    The common case (the class's current version, exactly its fields) is built by
+    the class's `_reader`, made once per class; anything else goes through `decode`,
+    which checks and upcasts it (or names what is wrong).
 
     Args:
         extra: a key a state may hold beside its fields (the store's own), dropped first.
@@ -90,76 +90,83 @@ def decode_many(
     """
     events: list[Event] = []
     append = events.append
-    plans = _PLANS
-    parse = datetime.fromisoformat
+    # This call's readers by topic: looked up in `EVENT_TYPES` once a call, since a
+    # topic may be given a class (or another class) after an earlier read.
+    readers: dict[str, Any] = {}
     for topic, state, version in rows:
-        plan = plans.get(topic)
-        if plan is None or plan[2] is not EVENT_TYPES.get(topic):
-            plan = _plan(topic)
-        if type(state) is not dict:
-            append(decode(topic, state, run_id, version))
-            continue
-        if extra is not None:
-            state.pop(extra, None)
-        # Inline, the test `decode` makes first: current version, as many keys as fields
-        # (a class at version 1 stores no version key; a later one stores its number).
-        if (
-            plan is False
-            or len(state) != plan[0]
-            or (plan[3] and not _current(state, plan[3]))
-            or (not plan[3] and "class_version" in state)
-            or "run_id" in state  # stored keys the event sets itself
-            or "version" in state
-        ):
-            append(decode(topic, state, run_id, version))
-            continue
-        try:
-            stamp = parse(state["timestamp"])
-            # Every field decoded before any is written: `decode` may need the state whole.
-            decoded = [(name, field(state[name])) for name, field in plan[4]] if plan[4] else ()
-        except (KeyError, TypeError, ValueError):
-            if plan[3]:  # `_current` took the version key: `decode` must not upcast
-                state["class_version"] = plan[3]
-            append(decode(topic, state, run_id, version))  # names what is wrong
-            continue
-        state["timestamp"] = stamp
-        for name, value in decoded:
-            state[name] = value
-        state["run_id"] = run_id
-        state["version"] = version
-        try:
-            append(plan[1](state))
-        except KeyError:
-            del state["run_id"], state["version"]
-            raise EventFormatError(topic, _field_mismatch(plan[2], state)) from None
+        read = readers.get(topic)
+        if read is None:
+            read = readers[topic] = _reader_of(topic)
+        if type(state) is dict:
+            if extra is not None:
+                state.pop(extra, None)
+            if read:
+                event = read(state, run_id, version)
+                if event is not None:
+                    append(event)
+                    continue
+        append(decode(topic, state, run_id, version))
     return events
 
 
-_PLANS: dict[str, Any] = {}
-"""`_plan` of each topic decoded so far, made once (checked against `EVENT_TYPES` each use:
-a topic may be given a class after its first read)."""
-
-
-def _plan(topic: str) -> Any:
-    """(stored keys, builder, class, current version if > 1 else 0, field decoders) for
-    `decode_many`'s inline path, or False for `decode`'s (an unknown topic: not kept)."""
+def _reader_of(topic: str) -> Any:
+    """The `_reader` of the class stored under `topic`, or False (an unknown topic)."""
     cls = EVENT_TYPES.get(topic)
     if cls is None:
         return False
+    read = _READERS.get(cls)
+    if read is None:
+        read = _READERS[cls] = _reader(cls)
+    return read
+
+
+_READERS: dict[type[Event], Any] = {}
+"""`_reader` of each event class decoded so far, made once."""
+
+
+def _reader(cls: type[Event]) -> Any:
+    """A function `(state, run_id, version) -> event or None` for `decode_many`.
+
+    It builds the event (by `maker`, its field decoders applied) when `state` holds
+    exactly the class's stored fields at its current class version, and gives None
+    otherwise, `state` untouched, for `decode` to upcast it or name what is wrong:
+    as many keys as stored fields (plus the version key of a class past version 1),
+    each of them read, so no other key can be there either.
+    """
     later = cls.class_version if cls.class_version > 1 else 0
-    decoders = tuple(cls.decoders.items())
-    plan = len(_stored_fields(cls)) + (later > 0), builder(cls), cls, later, decoders
-    _PLANS[topic] = plan
-    return plan
-
-
-def _current(state: dict[str, Any], version: int) -> bool:
-    """Whether `state` stores class version `version` (then its version key is dropped)."""
-    stored = state.get("class_version")
-    if stored != version or type(stored) is not int:
-        return False
-    del state["class_version"]
-    return True
+    keys = len(_stored_fields(cls)) + (later > 0)
+    scope: dict[str, Any] = {"make": maker(cls), "parse": datetime.fromisoformat}
+    arguments = []
+    for index, field in enumerate(attrs.fields(cls)):
+        name = field.name
+        if name in ("run_id", "version"):
+            arguments.append(name)
+        elif name == "timestamp":
+            arguments.append("parse(state['timestamp'])")
+        elif name in cls.decoders:
+            scope[f"decoder{index}"] = cls.decoders[name]
+            arguments.append(f"decoder{index}(state[{name!r}])")
+        else:
+            arguments.append(f"state[{name!r}]")
+    lines = [
+        "def read(state, run_id, version):",
+        f"    if len(state) != {keys}:",
+        "        return None",
+    ]
+    if later:  # `_upcast`'s test: the stored version is this int (not 2.0, not True)
+        lines += [
+            "    stored = state.get('class_version')",
+            f"    if stored.__class__ is not int or stored != {later}:",
+            "        return None",
+        ]
+    lines += [
+        "    try:",
+        f"        return make({', '.join(arguments)})",
+        "    except (KeyError, TypeError, ValueError):",
+        "        return None",
+    ]
+    exec(compile("\n".join(lines), f"<reader of {cls.__qualname__}>", "exec"), scope)
+    return scope["read"]
 
 
 _STORED_FIELDS: dict[type[Event], frozenset[str]] = {}

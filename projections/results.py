@@ -7,6 +7,7 @@ the same at any length); `RetryCounts` keeps only counters.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from sys import intern
 from typing import Any
 
 import attrs
@@ -139,9 +140,12 @@ def _made(event: Any) -> Attempt:
 def _attempt(
     event: StageCompleted | StageFailed, result: JSON, error: str | None, error_type: str | None
 ) -> Attempt:
+    """The attempt an outcome appends, its outcome and error interned (a long run repeats
+    a few of them, and each event read brings its own copy)."""
     return _ATTEMPT(
-        event.attempt, event.outcome, isinstance(event, StageFailed), result, error, error_type,
-        event.duration, event.version,
+        event.attempt, intern(event.outcome), isinstance(event, StageFailed), result,
+        None if error is None else intern(error),
+        None if error_type is None else intern(error_type), event.duration, event.version,
     )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
+from sys import intern
 from typing import Any
 
 import attrs
@@ -178,10 +179,13 @@ def _record(
     error_type: str | None,
 ) -> Rounds:
     number = len(state.table) + 1
-    stage = event.stage
+    # Names and error text interned: a long run's rounds repeat a few of them, and each
+    # event read brings its own copy of each.
+    stage = intern(event.stage)
     round_ = _ROUND(
-        number, stage, event.attempt, event.outcome, result, error, error_type,
-        event.version, event.timestamp, None,
+        number, stage, event.attempt, intern(event.outcome), result,
+        None if error is None else intern(error),
+        None if error_type is None else intern(error_type), event.version, event.timestamp, None,
     )  # fmt: skip
     by_stage = state.live_by_stage
     return _ROUNDS(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from sys import intern
 from typing import Any
 
 import attrs
@@ -196,13 +197,17 @@ def _stack(state: Stack, frames: PList[Frame]) -> Stack:
 
 
 def _frame(table: Lookup, event: Any) -> Frame:
-    """The frame a stage outcome pushes."""
-    stage, outcome = event.stage, event.outcome
+    """The frame a stage outcome pushes.
+
+    Its names and error text interned: a long run's frames repeat a few of them, and
+    each event read brings its own copy of each (a deep stack kept one per frame).
+    """
+    stage, outcome = intern(event.stage), intern(event.outcome)
     state = table.get((stage, outcome), stage)
     if isinstance(event, StageFailed):
         return _FRAME(
-            state, stage, outcome, event.attempt, True, None, event.error, event.error_type,
-            event.duration, event.version, event.timestamp,
+            state, stage, outcome, event.attempt, True, None, intern(event.error),
+            intern(event.error_type), event.duration, event.version, event.timestamp,
         )  # fmt: skip
     return _FRAME(
         state, stage, outcome, event.attempt, False, event.result, None, None,
@@ -211,7 +216,7 @@ def _frame(table: Lookup, event: Any) -> Frame:
 
 
 def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
-    return _stack(state, state.frame_list.push(_frame(state.table, event)))
+    return _STACK(state.initial, state.table, state.frame_list.push(_frame(state.table, event)))
 
 
 # Positional (`maker`), in the fields' declared order: a fold builds both per outcome.

@@ -248,7 +248,7 @@ class EventMapper(Mapper[UUID]):
         The lean read of a fold: no `StoredEvent` per row. Each state is decrypted
         and decompressed by the mapper's cipher and compressor, as `json_of` does;
         the page's JSON is then read in one call (`FastJSONTranscoder.decode_many`)
-        and its events built with the lookups made once per topic (`decode_many`).
+        and its events built by readers made once per class (`decode_many`).
         Anything that path cannot read goes through `to_domain_event` one by one,
         which names the event that is wrong.
 

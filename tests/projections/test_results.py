@@ -138,6 +138,13 @@ class TestStageResults:
         """Persistent use keeps one state per run."""
         assert StageResults.scope == "run"
 
+    def test_attempts_share_their_outcomes_and_errors(self) -> None:
+        """Attempts of equal outcomes and errors (each event its own copy) hold one str each."""
+        events = [fail(v, "build", "".join(["bo", "om"]), attempt=v) for v in range(1, 5)]
+        attempts = results(*events).attempts("build")
+        assert [a.error for a in attempts] == ["boom"] * 4
+        assert len({id(part) for a in attempts for part in (a.outcome, a.error, a.error_type)}) == 3
+
 
 class TestRetryCounts:
     def test_started_attempt_counts_once(self) -> None:

@@ -216,6 +216,16 @@ class TestRoundsTable:
         engine.projections.register(RoundsTable)
         assert engine.projections.get("rounds_table", str(run.id)) == rounds
 
+    def test_rounds_share_their_names_and_errors(self) -> None:
+        """Rounds of equal names and errors (each event its own copy) hold one str each."""
+        events = [
+            fail(v, "".join(["tool_", "round"]), "".join(["HTTP ", "503"])) for v in range(2, 6)
+        ]
+        rounds = fold(*events).rounds
+        assert [(r.stage, r.error) for r in rounds] == [("tool_round", "HTTP 503")] * 4
+        parts = {id(part) for r in rounds for part in (r.stage, r.outcome, r.error, r.error_type)}
+        assert len(parts) == 4
+
 
 STEPS = st.lists(
     st.tuples(st.sampled_from(["done", "fail", "back"]), st.integers(min_value=1, max_value=3)),

@@ -233,6 +233,21 @@ class TestStateStack:
         """Persistent use keeps one stack per run."""
         assert StateStack.scope == "run"
 
+    def test_frames_share_their_names_and_errors(self) -> None:
+        """Frames of equal names and errors (each event its own copy) hold one str each."""
+        events: list[Event] = [started()]
+        for version in range(2, 6):
+            stage, error = "".join(["project_", "analysis"]), "".join(["bo", "om"])
+            events.append(fail(version, stage, error, attempt=version - 1))
+        frames = PROJECTION.fold(events).frames
+        assert frames[0] == attrs.evolve(
+            frames[-1], attempt=1, version=2, timestamp=frames[0].timestamp
+        )
+        assert (
+            len({id(part) for f in frames for part in (f.stage, f.outcome, f.error, f.error_type)})
+            == 4
+        )
+
 
 class TestStateStackCodec:
     def test_roundtrip_initial(self) -> None:

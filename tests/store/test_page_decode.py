@@ -6,12 +6,14 @@ import dataclasses
 import uuid
 from pathlib import Path
 
+import attrs
 import pytest
 from eventsourcing.persistence import StoredEvent
 
 from engine import Engine
 from engine.store.mapper import EventMapper, FastJSONTranscoder
-from events import EventFormatError, RunStarted, StageCompleted
+from events import Event, EventFormatError, RunStarted, StageCompleted
+from events.base import EVENT_TYPES
 from events.codec import decode, decode_many, encode
 from tests._helpers import REVIEW
 
@@ -105,6 +107,64 @@ class TestDecodeMany:
         newer = {**state, "class_version": state["class_version"] + 1}
         with pytest.raises(EventFormatError, match="newer than this stagetrail"):
             decode_many([(topic, newer, version)], run.id)
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"extra": 1},  # a key beside the fields
+            {"run_id": "x"},  # a key the event sets itself
+            {"class_version": 2.0},  # the current version, not as an int
+            {"class_version": True},
+            {"timestamp": 5},
+            {"duration": None, "stage": None},
+        ],
+    )
+    def test_odd_states_fail_or_decode_as_alone(self, change: dict[str, object]) -> None:
+        """A state the readers do not build (a key more, one gone, an odd version or value)
+        decodes, or fails with the same message, as `decode` of it alone."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", {"n": 1})
+            run.stage_completed("code_review", {})
+            run.stage_failed("developer", "no", error_type="X")
+            events = engine.events(run.id)
+        for topic, state, version in [(*encode(event), event.version) for event in events[1:]]:
+            odd = {**state, **change}
+            for dropped in [None, *state]:
+                trial = {k: v for k, v in odd.items() if k != dropped}
+                try:
+                    alone: object = decode(topic, dict(trial), run.id, version)
+                except EventFormatError as error:
+                    alone = str(error)
+                try:
+                    paged: object = decode_many([(topic, dict(trial), version)], run.id)[0]
+                except EventFormatError as error:
+                    paged = str(error)
+                assert paged == alone, (topic, trial)
+
+    def test_a_topic_given_another_class_is_read_by_it(self) -> None:
+        """A page decoded after its topic's class changed builds the new class's events."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            run.note("k", [1])
+            events = engine.events(run.id)
+        rows = [(*encode(event), event.version) for event in events]
+        assert decode_many([(t, dict(s), v) for t, s, v in rows], run.id) == events
+        topic = rows[-1][0]
+        original = EVENT_TYPES.pop(topic)
+        try:
+
+            @attrs.frozen(kw_only=True)
+            class Note(Event):
+                topic = "stagetrail:NoteAdded"
+                key: str = ""
+                value: object = None
+
+            decoded = decode_many([(t, dict(s), v) for t, s, v in rows], run.id)[-1]
+            assert type(decoded) is Note
+            assert (decoded.key, decoded.value) == ("k", [1])
+        finally:
+            EVENT_TYPES[topic] = original
 
 
 class TestFromRows:
