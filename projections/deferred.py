@@ -93,10 +93,20 @@ class PackedRanges(Sequence[tuple[int, int]]):
     restore of hundreds of thousands of ranges costs a sum, not a tuple per range.
     """
 
-    __slots__ = ("_count", "_last", "_ranges", "_text")
+    __slots__ = ("_count", "_end", "_last", "_newest", "_ranges", "_text")
 
-    def __init__(self, text: str, last: int | None = None, count: int | None = None) -> None:
-        self._text = text
+    def __init__(
+        self,
+        text: str,
+        last: int | None = None,
+        count: int | None = None,
+        *,
+        end: int | None = None,
+        newest: str = "",
+    ) -> None:
+        # The ranges are text[:end] + newest: the ranges below a page share the text
+        # read (no copy of it per page), `newest` being a range split by the page.
+        self._text, self._end, self._newest = text, len(text) if end is None else end, newest
         self._ranges: Ranges | None = None
         if last is None or count is None:
             last, count = _totals(text)
@@ -109,10 +119,15 @@ class PackedRanges(Sequence[tuple[int, int]]):
 
     def newest(self, most: int) -> tuple[Ranges, PackedRanges | None]:
         """The ranges of the newest `most` versions (oldest first), and the ranges below them."""
-        text, end, high, page, taken = self._text, len(self._text), self._last, [], 0
-        while end > 0 and taken < most:
-            start = text.rfind(",", 0, end) + 1
-            step, _, extra = text[start:end].partition("+")
+        text, end, high, page, taken = self._text, self._end, self._last, [], 0
+        token: str | None = self._newest or None
+        while (token is not None or end > 0) and taken < most:
+            if token is None:  # the next range back in the text
+                start = text.rfind(",", 0, end) + 1
+                token = text[start:end]
+            else:  # the split range after the text's: it begins where the text ends
+                start = end + 1
+            step, _, extra = token.partition("+")
             low = high - int(extra or 0)
             take = min(high - low + 1, most - taken)
             page.append((high - take + 1, high))
@@ -120,16 +135,23 @@ class PackedRanges(Sequence[tuple[int, int]]):
             if take <= high - low:  # the range's older part stays below
                 rest = high - take - low
                 kept = step if rest == 0 else f"{step}+{rest}"
-                return page[::-1], PackedRanges(
-                    text[:start] + kept, high - take, self._count - taken
+                below = PackedRanges(
+                    text, high - take, self._count - taken, end=start - 1, newest=kept
                 )
-            high, end = low - int(step), max(start - 1, 0)
-        below = PackedRanges(text[: max(end, 0)], high, self._count - taken) if end > 0 else None
-        return page[::-1], below
+                return page[::-1], below
+            high, end, token = low - int(step), max(start - 1, 0), None
+        if end <= 0 and token is None:
+            return page[::-1], None
+        return page[::-1], PackedRanges(
+            text, high, self._count - taken, end=end, newest=token or ""
+        )
 
     def _unpacked(self) -> Ranges:
         if self._ranges is None:
-            self._ranges = _unpack(self._text)
+            text = self._text[: max(self._end, 0)]
+            if self._newest:
+                text = f"{text},{self._newest}" if text else self._newest
+            self._ranges = _unpack(text)
         return self._ranges
 
     def __len__(self) -> int:
