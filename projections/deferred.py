@@ -9,8 +9,11 @@ walk first reaches them, newest first: `FIRST_READ`, then `ITEMS_PER_READ` at a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, TypeVar
+import itertools
+import operator
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeVar, overload
 
 from events import Event
 from projections.base import EventSource
@@ -56,7 +59,7 @@ def version_ranges(items: PList[T]) -> Ranges:
     return ranges
 
 
-def pack_ranges(ranges: Ranges) -> str:
+def pack_ranges(ranges: Sequence[tuple[int, int]]) -> str:
     """`ranges` as one short string for a snapshot: a range each, oldest first, comma-separated.
 
     A range is ``d`` or ``d+n``: `d` its first version less the last version of the
@@ -72,8 +75,131 @@ def pack_ranges(ranges: Ranges) -> str:
     return ",".join(parts)
 
 
-def unpack_ranges(text: str) -> Ranges:
-    """The ranges `pack_ranges` packed."""
+def unpack_ranges(text: str) -> PackedRanges:
+    """The ranges `pack_ranges` packed, unpacked only as far as they are walked.
+
+    A restored deep stack needs its newest items only (a slider's move lists the
+    newest 100 frames), so `from_events` reads these ranges from their newest end,
+    a page at a time; anything else sees the whole list, unpacked once.
+    """
+    return PackedRanges(text)
+
+
+class PackedRanges(Sequence[tuple[int, int]]):
+    """Ranges as `pack_ranges` wrote them, oldest first, unpacked when first read.
+
+    Their count of versions and newest version are summed in C-speed passes; `newest`
+    splits off the newest versions by reading the text backwards from its end, so a
+    restore of hundreds of thousands of ranges costs a sum, not a tuple per range.
+    """
+
+    __slots__ = ("_count", "_end", "_last", "_newest", "_ranges", "_text")
+
+    def __init__(
+        self,
+        text: str,
+        last: int | None = None,
+        count: int | None = None,
+        *,
+        end: int | None = None,
+        newest: str = "",
+    ) -> None:
+        # The ranges are text[:end] + newest: the ranges below a page share the text
+        # read (no copy of it per page), `newest` being a range split by the page.
+        self._text, self._end, self._newest = text, len(text) if end is None else end, newest
+        self._ranges: Ranges | None = None
+        if last is None or count is None:
+            last, count = _totals(text)
+        self._last, self._count = last, count
+
+    @property
+    def versions(self) -> int:
+        """How many versions the ranges hold."""
+        return self._count
+
+    def newest(self, most: int) -> tuple[Ranges, PackedRanges | None]:
+        """The ranges of the newest `most` versions (oldest first), and the ranges below them."""
+        text, end, high, page, taken = self._text, self._end, self._last, [], 0
+        token: str | None = self._newest or None
+        while (token is not None or end > 0) and taken < most:
+            if token is None:  # the next range back in the text
+                start = text.rfind(",", 0, end) + 1
+                token = text[start:end]
+            else:  # the split range after the text's: it begins where the text ends
+                start = end + 1
+            step, _, extra = token.partition("+")
+            low = high - int(extra or 0)
+            take = min(high - low + 1, most - taken)
+            page.append((high - take + 1, high))
+            taken += take
+            if take <= high - low:  # the range's older part stays below
+                rest = high - take - low
+                kept = step if rest == 0 else f"{step}+{rest}"
+                below = PackedRanges(
+                    text, high - take, self._count - taken, end=start - 1, newest=kept
+                )
+                return page[::-1], below
+            high, end, token = low - int(step), max(start - 1, 0), None
+        if end <= 0 and token is None:
+            return page[::-1], None
+        return page[::-1], PackedRanges(
+            text, high, self._count - taken, end=end, newest=token or ""
+        )
+
+    def _unpacked(self) -> Ranges:
+        if self._ranges is None:
+            text = self._text[: max(self._end, 0)]
+            if self._newest:
+                text = f"{text},{self._newest}" if text else self._newest
+            self._ranges = _unpack(text)
+        return self._ranges
+
+    def __len__(self) -> int:
+        return len(self._unpacked())
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[int, int]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[int, int] | Sequence[tuple[int, int]]:
+        return self._unpacked()[index]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._unpacked())
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedRanges):
+            other = other._unpacked()
+        return isinstance(other, list) and self._unpacked() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedRanges({self._text[-40:]!r}, last={self._last}, count={self._count})"
+
+
+def _totals(text: str) -> tuple[int, int]:
+    """The newest version of packed ranges and how many versions they hold."""
+    if not text:
+        return 0, 0
+    ranges = text.count(",") + 1
+    if "+" not in text:
+        return sum(map(int, text.split(","))), ranges
+    extras = sum(map(int, _EXTRA.findall(text)))
+    return sum(map(int, _NUMBERS.split(text))), ranges + extras
+
+
+_EXTRA = re.compile(r"\+([0-9]+)")
+_NUMBERS = re.compile(r"[,+]")
+
+
+def _unpack(text: str) -> Ranges:
+    """Every range of packed `text`, oldest first."""
     ranges: Ranges = []
     previous = 0
     for part in text.split(",") if text else ():
@@ -84,8 +210,16 @@ def unpack_ranges(text: str) -> Ranges:
     return ranges
 
 
+def range_items(ranges: Sequence[tuple[int, int]]) -> int:
+    """How many versions `ranges` hold."""
+    if isinstance(ranges, PackedRanges):
+        return ranges.versions
+    below: int = sum(itertools.starmap(operator.sub, ranges))  # each low less its high
+    return len(ranges) - below
+
+
 def from_events(
-    name: str, ranges: Ranges, events: EventSource, make: Callable[[Event], T]
+    name: str, ranges: Sequence[tuple[int, int]], events: EventSource, make: Callable[[Event], T]
 ) -> PList[T]:
     """The list of the items `make` makes from the events of `ranges`, made when first walked.
 
@@ -94,29 +228,21 @@ def from_events(
     """
     if not ranges:
         return PList()
-    size = sum(high - low + 1 for low, high in ranges)
-    return PList.deferred(_deferred(name, list(ranges), size, events, make, FIRST_READ))
+    size = range_items(ranges)
+    packed = ranges if isinstance(ranges, PackedRanges) else PackedRanges(pack_ranges(ranges))
+    return PList.deferred(_deferred(name, packed, size, events, make, FIRST_READ))
 
 
 def _deferred(
     name: str,
-    ranges: Ranges,
+    ranges: PackedRanges,
     size: int,
     events: EventSource,
     make: Callable[[Event], T],
     per_read: int = ITEMS_PER_READ,
 ) -> Deferred[T]:
-    page: Ranges = []
-    rest = list(ranges)
-    count = 0
-    while rest and count < per_read:
-        low, high = rest.pop()
-        take = min(high - low + 1, per_read - count)
-        page.append((high - take + 1, high))
-        if take <= high - low:
-            rest.append((low, high - take))
-        count += take
-    page.reverse()
+    page, rest = ranges.newest(per_read)
+    count = size - (0 if rest is None else rest.versions)
 
     def load() -> Cons[T]:
         wanted = {v for low, high in page for v in range(low, high + 1)}

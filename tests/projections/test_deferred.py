@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from projections import ProjectionStateError
+from projections import ProjectionStateError, deferred
 from projections.deferred import (
     FIRST_READ,
     ITEMS_PER_READ,
+    PackedRanges,
     from_events,
     pack_ranges,
     unpack_ranges,
@@ -107,3 +111,56 @@ class TestPackedRanges:
         ranges = [(v, v) for v in range(4, 40_004, 4)]
         assert pack_ranges(ranges) == ",".join(["4"] * 10_000)
         assert pack_ranges([(10, 12), (20, 20)]) == "10+2,8"
+
+
+_RANGES = st.lists(st.tuples(st.integers(1, 5), st.sampled_from([0, 0, 1, 3])), max_size=30).map(
+    lambda steps: [(low, low + extra) for low, extra in _absolute(steps)]
+)
+
+
+def _absolute(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Ranges from (gap, extra) steps: each starts `gap` after the one before ends."""
+    made, previous = [], 0
+    for gap, extra in steps:
+        made.append((previous + gap, extra))
+        previous += gap + extra
+    return made
+
+
+class TestNewestRanges:
+    @given(_RANGES, st.integers(1, 7))
+    def test_pages_from_the_newest_end_hold_every_version_once(
+        self, ranges: list[tuple[int, int]], most: int
+    ) -> None:
+        """Splitting packed ranges `most` versions at a time, newest first, gives every
+        version once, and what is left below each page is exactly the older versions."""
+        versions = [v for low, high in ranges for v in range(low, high + 1)]
+        packed = PackedRanges(pack_ranges(ranges))
+        assert packed.versions == len(versions)
+        left: PackedRanges | None = packed
+        walked: list[int] = []
+        while left:
+            page, left = left.newest(most)
+            walked[:0] = [v for low, high in page for v in range(low, high + 1)]
+            older = [] if left is None else [v for low, high in left for v in range(low, high + 1)]
+            assert older == versions[: len(versions) - len(walked)]
+            assert (0 if left is None else left.versions) == len(older)
+        assert walked == versions
+
+    def test_a_restored_list_unpacks_only_the_ranges_it_walks(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A deep list restored from packed ranges shows its newest items without turning
+        every range into a tuple (a restore at a slider's move stays cheap at any depth)."""
+        ranges = [(v, v) for v in range(4, 4 * 100_001, 4)]
+        source = Source(4 * 100_000)
+
+        def whole(text: str) -> list[tuple[int, int]]:
+            raise AssertionError("every range was unpacked")
+
+        monkeypatch.setattr(deferred, "_unpack", whole)
+        items = from_events("stack", unpack_ranges(pack_ranges(ranges)), source, remade)
+        assert len(items) == 100_000
+        newest = itertools.islice(items.newest_first(), 3)
+        assert [item.version for item in newest] == [400_000, 399_996, 399_992]
+        assert items.nth_newest(FIRST_READ).version == 4 * (100_000 - FIRST_READ)
