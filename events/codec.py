@@ -125,7 +125,7 @@ _READERS: dict[type[Event], Any] = {}
 
 
 def _reader(cls: type[Event]) -> Any:
-    """A function `(state, run_id, version) -> event or None` for `decode_many`.
+    """A function `(state, run_id, version) -> event or None` for `decode_many`, or False.
 
     It builds the event (by `maker`, its field decoders applied) when `state` holds
     exactly the class's stored fields at its current class version, and gives None
@@ -133,6 +133,8 @@ def _reader(cls: type[Event]) -> Any:
     as many keys as stored fields (plus the version key of a class past version 1),
     each of them read, so no other key can be there either.
     """
+    if not cls.decoders.keys() <= _stored_fields(cls) - {"timestamp"}:
+        return False  # a decoder of no payload field: `decode` says so, or runs it
     later = cls.class_version if cls.class_version > 1 else 0
     keys = len(_stored_fields(cls)) + (later > 0)
     scope: dict[str, Any] = {"make": maker(cls), "parse": datetime.fromisoformat}

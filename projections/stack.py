@@ -206,13 +206,18 @@ def _frame(table: Lookup, event: Any) -> Frame:
     state = table.get((stage, outcome), stage)
     if isinstance(event, StageFailed):
         return _FRAME(
-            state, stage, outcome, event.attempt, True, None, intern(event.error),
-            intern(event.error_type), event.duration, event.version, event.timestamp,
+            state, stage, outcome, event.attempt, True, None, _shared(event.error),
+            _shared(event.error_type), event.duration, event.version, event.timestamp,
         )  # fmt: skip
     return _FRAME(
         state, stage, outcome, event.attempt, False, event.result, None, None,
         event.duration, event.version, event.timestamp,
     )  # fmt: skip
+
+
+def _shared(text: str | None) -> str | None:
+    """`text` interned; a stored None (decoding trusts the store) kept as it was."""
+    return None if text is None else intern(text)
 
 
 def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:

@@ -311,3 +311,18 @@ class TestStateStackCodec:
         """Decoding data that is not an encoded stack raises instead of guessing."""
         with pytest.raises(KeyError):
             PROJECTION.decode({"initial": "a"})
+
+
+class TestStoredOddValues:
+    def test_a_stored_failure_without_error_text_folds(self) -> None:
+        """A stored StageFailed whose error and error_type are null (decode trusts the store)
+        folds as it did before interning, keeping None, not a bare intern TypeError."""
+        from events.codec import decode, encode
+
+        event = fail(2, "project_analysis")
+        topic, state = encode(event)
+        state["error"] = state["error_type"] = None
+        stored = decode(topic, state, RID, 2)
+        top = fold(started(), stored).top
+        assert top is not None
+        assert (top.error, top.error_type) == (None, None)

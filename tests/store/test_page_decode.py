@@ -224,3 +224,37 @@ class TestReadTopics:
             (StageCompleted, 4),
         ]
         assert engine.store.read(run.id, topics=set()) == []
+
+
+class TestPageDecodeReview:
+    def test_a_decoder_of_no_field_reads_the_same_in_a_page(self) -> None:
+        """A class whose decoders name no field of it fails in a page as it fails alone."""
+
+        @attrs.frozen(kw_only=True)
+        class Stale(Event):
+            topic = "review:Stale"
+            decoders = {"renamed": int}
+            value: str = ""
+
+        try:
+            run_id = uuid.uuid4()
+            state = {"value": "a", "timestamp": "2024-01-01T00:00:00+00:00"}
+            with pytest.raises(EventFormatError) as alone:
+                decode("review:Stale", dict(state), run_id, 1)
+            with pytest.raises(EventFormatError) as paged:
+                decode_many([("review:Stale", dict(state), 1)], run_id)
+            assert str(paged.value) == str(alone.value)
+        finally:
+            EVENT_TYPES.pop("review:Stale", None)
+
+    @pytest.mark.xfail(strict=True, raises=IndexError, reason="pre-existing: _decode_fork")
+    def test_a_short_fork_point_is_named_not_an_index_error(self) -> None:
+        """A stored RunStarted whose forked_from is a list too short fails naming the
+        field as EventFormatError (pre-existing: a bare IndexError, in a page and alone)."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            event = engine.events(run.id)[0]
+        topic, state = encode(event)
+        state["forked_from"] = []
+        with pytest.raises(EventFormatError):
+            decode_many([(topic, dict(state), 1)], run.id)
