@@ -53,14 +53,16 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
     # would leave an unknown key in its place, which `build` below finds missing.
     if len(state) != len(_stored_fields(cls)) or "timestamp" not in state:
         raise EventFormatError(topic, _field_mismatch(cls, state))
+    field = "timestamp"
     try:
         state["timestamp"] = datetime.fromisoformat(state["timestamp"])
-        for name, decoder in cls.decoders.items():
-            state[name] = decoder(state[name])
-    except (KeyError, TypeError, ValueError) as error:
+        for field, decoder in cls.decoders.items():
+            state[field] = decoder(state[field])
+    except (LookupError, TypeError, ValueError, AttributeError) as error:
+        # a decoder given a value of the wrong shape ([] as a fork point, 5 as a run id)
         if state.keys() != _stored_fields(cls):
             raise EventFormatError(topic, _field_mismatch(cls, state)) from None
-        raise EventFormatError(topic, f"bad field value: {error!r}") from error
+        raise EventFormatError(topic, f"bad field value of {field!r}: {error!r}") from error
     if "run_id" in state or "version" in state:  # stored keys the event sets itself
         raise EventFormatError(topic, _field_mismatch(cls, state))
     state["run_id"] = run_id
@@ -164,7 +166,7 @@ def _reader(cls: type[Event]) -> Any:
     lines += [
         "    try:",
         f"        return make({', '.join(arguments)})",
-        "    except (KeyError, TypeError, ValueError):",
+        "    except (LookupError, TypeError, ValueError, AttributeError):",
         "        return None",
     ]
     exec(compile("\n".join(lines), f"<reader of {cls.__qualname__}>", "exec"), scope)

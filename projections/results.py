@@ -7,7 +7,6 @@ the same at any length); `RetryCounts` keeps only counters.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from sys import intern
 from typing import Any
 
 import attrs
@@ -17,6 +16,7 @@ from events.values import build, evolve, maker
 from projections.base import EventSource, Projection, on
 from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
 from projections.immutable import PList
+from projections.interning import interned
 
 
 @attrs.frozen
@@ -143,9 +143,9 @@ def _attempt(
     """The attempt an outcome appends, its outcome and error interned (a long run repeats
     a few of them, and each event read brings its own copy)."""
     return _ATTEMPT(
-        event.attempt, intern(event.outcome), isinstance(event, StageFailed), result,
-        None if error is None else intern(error),
-        None if error_type is None else intern(error_type), event.duration, event.version,
+        event.attempt, interned(event.outcome), isinstance(event, StageFailed), result,
+        interned(error),
+        interned(error_type), event.duration, event.version,
     )  # fmt: skip
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
-from sys import intern
 from typing import Any
 
 import attrs
@@ -23,6 +22,7 @@ from events import JSON, StageCompleted, StageFailed, StateRolledBack
 from events.values import build, evolve, maker
 from projections.base import Projection, on
 from projections.immutable import PList, PMap
+from projections.interning import interned
 
 
 @attrs.frozen
@@ -181,11 +181,11 @@ def _record(
     number = len(state.table) + 1
     # Names and error text interned: a long run's rounds repeat a few of them, and each
     # event read brings its own copy of each.
-    stage = intern(event.stage)
+    stage = interned(event.stage)
     round_ = _ROUND(
-        number, stage, event.attempt, intern(event.outcome), result,
-        None if error is None else intern(error),
-        None if error_type is None else intern(error_type), event.version, event.timestamp, None,
+        number, stage, event.attempt, interned(event.outcome), result,
+        interned(error),
+        interned(error_type), event.version, event.timestamp, None,
     )  # fmt: skip
     by_stage = state.live_by_stage
     return _ROUNDS(

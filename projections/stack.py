@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from sys import intern
 from typing import Any
 
 import attrs
@@ -20,6 +19,7 @@ from events.values import build, maker
 from projections.base import EventSource, Projection, on
 from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
 from projections.immutable import PList
+from projections.interning import interned
 
 
 @attrs.frozen
@@ -202,22 +202,17 @@ def _frame(table: Lookup, event: Any) -> Frame:
     Its names and error text interned: a long run's frames repeat a few of them, and
     each event read brings its own copy of each (a deep stack kept one per frame).
     """
-    stage, outcome = intern(event.stage), intern(event.outcome)
+    stage, outcome = interned(event.stage), interned(event.outcome)
     state = table.get((stage, outcome), stage)
     if isinstance(event, StageFailed):
         return _FRAME(
-            state, stage, outcome, event.attempt, True, None, _shared(event.error),
-            _shared(event.error_type), event.duration, event.version, event.timestamp,
+            state, stage, outcome, event.attempt, True, None, interned(event.error),
+            interned(event.error_type), event.duration, event.version, event.timestamp,
         )  # fmt: skip
     return _FRAME(
         state, stage, outcome, event.attempt, False, event.result, None, None,
         event.duration, event.version, event.timestamp,
     )  # fmt: skip
-
-
-def _shared(text: str | None) -> str | None:
-    """`text` interned; a stored None (decoding trusts the store) kept as it was."""
-    return None if text is None else intern(text)
 
 
 def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:

@@ -247,14 +247,21 @@ class TestPageDecodeReview:
         finally:
             EVENT_TYPES.pop("review:Stale", None)
 
-    @pytest.mark.xfail(strict=True, raises=IndexError, reason="pre-existing: _decode_fork")
-    def test_a_short_fork_point_is_named_not_an_index_error(self) -> None:
-        """A stored RunStarted whose forked_from is a list too short fails naming the
-        field as EventFormatError (pre-existing: a bare IndexError, in a page and alone)."""
+    @pytest.mark.parametrize(
+        ("field", "value"), [("forked_from", []), ("parent_run_id", 5)], ids=["fork", "parent"]
+    )
+    def test_a_value_of_the_wrong_shape_is_named_not_a_bare_error(
+        self, field: str, value: object
+    ) -> None:
+        """A stored RunStarted whose fork point is a too short list, or whose parent id is a
+        number, fails as EventFormatError naming the field, in a page and alone (it was a
+        bare IndexError or AttributeError)."""
         with Engine("memory://") as engine:
             run = engine.start_run(REVIEW)
             event = engine.events(run.id)[0]
         topic, state = encode(event)
-        state["forked_from"] = []
-        with pytest.raises(EventFormatError):
-            decode_many([(topic, dict(state), 1)], run.id)
+        state[field] = value
+        with pytest.raises(EventFormatError, match=f"bad field value of '{field}'"):
+            decode_many([(topic, dict(state), 1), (topic, dict(state), 2)], run.id)
+        with pytest.raises(EventFormatError, match=f"bad field value of '{field}'"):
+            decode(topic, dict(state), run.id, 1)
