@@ -50,6 +50,11 @@ def edit(rows: Rows, run_id: UUID, version: int) -> None:
     rows.put(run_id, version, topic, state.replace(b'"s', b'"S', 1))
 
 
+def edit_both(rows: Rows, run_id: UUID, first: int, second: int) -> None:
+    edit(rows, run_id, first)
+    edit(rows, run_id, second)
+
+
 TAMPERING: dict[str, tuple[Callable[[Rows, UUID], None], list[int]]] = {
     "an edit in the third page": (lambda rows, run: edit(rows, run, 2 * PAGE + 7), [2 * PAGE + 7]),
     "a deleted first event of a page": (lambda rows, run: rows.delete(run, PAGE + 1), [PAGE + 1]),
@@ -62,7 +67,7 @@ TAMPERING: dict[str, tuple[Callable[[Rows, UUID], None], list[int]]] = {
         [EVENTS + 1],
     ),
     "edits in the second and the last page": (
-        lambda rows, run: (edit(rows, run, PAGE + 500), edit(rows, run, EVENTS - 1)),
+        lambda rows, run: edit_both(rows, run, PAGE + 500, EVENTS - 1),
         [PAGE + 500, EVENTS - 1],
     ),
 }
