@@ -33,14 +33,15 @@ def long_run(request: pytest.FixtureRequest, shared_url: str) -> Iterator[tuple[
         yield engine, run.id
 
 
-def checked(engine: Engine, run_id: UUID, workers: int) -> VerifyReport:
-    """The chain of `run_id` checked alone with `workers` worker processes."""
+def checked(engine: Engine, run_id: UUID, workers: int, *, old: bool = False) -> VerifyReport:
+    """The chain of `run_id` checked alone with `workers` worker processes (as a store
+    written before chaining was recorded, with `old`)."""
     store = engine.store
     return verify_chain(
         run_id,
         store.stored_rows(run_id),
         store.mapper,
-        must_link_from=store.must_link_from(run_id),
+        must_link_from=None if old else store.must_link_from(run_id),
         workers=workers,
     )
 
@@ -94,6 +95,27 @@ class TestChainWorkers:
         assert [p.version for p in alone.problems] == expected
         assert helped == alone
         assert helped.chain == "broken"
+
+    def test_a_run_stripped_of_its_first_links_gets_the_same_report(self, sqlite_url: str) -> None:
+        """Events without links before linked ones are followed as without workers: read as a
+        store that recorded no chain, the first linked event does not follow nothing; as
+        this store (which links every event), every stripped event is broken."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(4 * PAGE):
+                    run.note("step", f"s{index}")
+            rows = Rows(sqlite_url)
+            rows.strip(run.id, range(1, PAGE + 200))
+            edit(rows, run.id, 3 * PAGE + 3)
+            alone = checked(engine, run.id, 0, old=True)
+            helped = checked(engine, run.id, 1, old=True)
+            assert [p.version for p in helped.problems] == [PAGE + 200, 3 * PAGE + 3]
+            assert (helped.chain, helped.chained_from) == ("broken", PAGE + 200)
+            assert helped == alone
+            alone, helped = checked(engine, run.id, 0), checked(engine, run.id, 1)
+            assert len(helped.problems) == PAGE + 199 + 2
+            assert helped == alone
 
     def test_a_worker_checks_a_page_as_run_along_does(self, long_run: tuple[Engine, UUID]) -> None:
         """A worker follows a page from the link stored before it, and stops where an event
