@@ -130,7 +130,9 @@ def chain_workers(events: int, workers: int | None = None) -> int:
 def spare_cores() -> int:
     """One less than the cores this process may run on, at most `MOST_WORKERS`: the workers
     the command line's ``verify --chain-only`` starts for a long run."""
-    return max(0, min(len(os.sched_getaffinity(0)) - 1, MOST_WORKERS))
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere, every core
+    cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    return max(0, min(cores - 1, MOST_WORKERS))
 
 
 def verify_chain(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable, Iterator
 from uuid import UUID
@@ -13,7 +14,15 @@ from engine.errors import InvalidArgument
 from engine.store.chain import Chain, split
 from engine.store.chain_workers import ChainWorkers
 from engine.store.event_store import PAGE
-from engine.verify import PARALLEL_FROM, VARIABLE, VerifyReport, chain_workers, verify_chain
+from engine.verify import (
+    MOST_WORKERS,
+    PARALLEL_FROM,
+    VARIABLE,
+    VerifyReport,
+    chain_workers,
+    spare_cores,
+    verify_chain,
+)
 from tests._helpers import REVIEW
 from tests.audit.tampering import Rows
 
@@ -165,6 +174,10 @@ class TestHowMany:
         assert chain_workers(PARALLEL_FROM) == 0
         monkeypatch.setenv(VARIABLE, "2")
         assert chain_workers(PARALLEL_FROM) == 2
+
+    def test_the_command_line_uses_the_spare_cores(self) -> None:
+        """One less than the cores this process may use, at least none, at most three."""
+        assert spare_cores() == max(0, min(len(os.sched_getaffinity(0)) - 1, MOST_WORKERS))
 
     @pytest.mark.parametrize("bad", [-1, 1.5, True])
     def test_a_bad_number_is_refused(self, bad: object) -> None:
