@@ -15,8 +15,11 @@ Run: ``python -m benchmarks.chain`` (``--quick`` for a smoke run). The rows:
   reading the pages alone (as rows, and as `StoredEvent`s), and SHA-256 of the
   stored bytes alone; then the whole `engine.verify` (chain, table, projections)
   of it, and the process's peak RSS (the checks read a page at a time: it must
-  not grow with the run). ``--store URL`` checks the newest run of a store
-  already written instead (e.g. a 1,000,001-event file kept from a run before).
+  not grow with the run). Each check is also clocked with worker processes (as many
+  as the command line's ``verify --chain-only`` starts: the spare cores, for a run
+  of 200,000 events or more; their CPU time counted in). ``--store URL`` checks the
+  newest run of a store already written instead (e.g. a 1,000,001-event file kept
+  from a run before).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from engine import Engine
 from engine.store.chain import Chain
 from engine.store.meta import AtRest
 from engine.store.sqlite.recorder import SQLiteRecorder
-from engine.verify import verify_chain
+from engine.verify import chain_workers, spare_cores, verify_chain
 from events import StageCompleted
 
 
@@ -171,22 +174,36 @@ class Rates(NamedTuple):
 
 
 def verify_rates(
-    url: str, run_id: UUID, chain_only: bool, key: str | None = None, mmap: bool = False
+    url: str,
+    run_id: UUID,
+    chain_only: bool,
+    key: str | None = None,
+    mmap: bool = False,
+    workers: int = 0,
 ) -> Rates:
     """`engine.verify` of the run (with the chain `key`; with `mmap`, SQLite's reads through
-    a memory map of the file, 1 GiB at most) clocked."""
+    a memory map of the file, 1 GiB at most; with `workers` worker processes, whose CPU time
+    counts) clocked."""
     with Engine(url, chain_key=key) as engine:
         if mmap:
             _map_reads(engine)
         before = resource.getrusage(resource.RUSAGE_SELF)
+        children = _cpu(resource.RUSAGE_CHILDREN)
         wall, cpu = time.perf_counter(), time.process_time()
-        checked = engine.verify(run_id, chain_only=chain_only)
+        checked = engine.verify(run_id, chain_only=chain_only, workers=workers)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        cpu += _cpu(resource.RUSAGE_CHILDREN) - children  # the workers, ended by now
         after = resource.getrusage(resource.RUSAGE_SELF)
         assert checked.ok, checked.problems[:3]
         assert checked.chain == "intact"
     preempted, waited = after.ru_nivcsw - before.ru_nivcsw, after.ru_nvcsw - before.ru_nvcsw
     return Rates(checked.events / wall, checked.events / cpu, checked.events, preempted, waited)
+
+
+def _cpu(who: int) -> float:
+    """Seconds of CPU time (user and system) of this process or of its ended children."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _map_reads(engine: Engine) -> None:
@@ -290,16 +307,23 @@ def verify_rows(events: int, rounds: int, store: str | None = None) -> list[dict
         else:
             url, run_id = store, newest_run(store)
         keyed_url, keyed_run = writer.submit(long_run, events, CHAIN_KEY).result()
-    checks: dict[str, list[Rates]] = {"plain": [], "mmap": [], "keyed": []}
+    checks: dict[str, list[Rates]] = {
+        "plain": [], "mmap": [], "keyed": [], "plain workers": [], "keyed workers": [],
+    }  # fmt: skip
     before: list[float] = []
+    workers = chain_workers(events + 1, spare_cores())
     # A memory-mapped read counts the pages it touched in the process's RSS: another one's.
     with ProcessPoolExecutor(1, mp_context=spawn) as mapped:
         for _ in range(rounds):  # alternating, so all see the same machine load
             checks["plain"].append(verify_rates(url, run_id, True))
+            checks["plain workers"].append(verify_rates(url, run_id, True, workers=workers))
             checks["mmap"].append(
                 mapped.submit(verify_rates, url, run_id, True, None, True).result()
             )
             checks["keyed"].append(verify_rates(keyed_url, keyed_run, True, CHAIN_KEY))
+            checks["keyed workers"].append(
+                verify_rates(keyed_url, keyed_run, True, CHAIN_KEY, workers=workers)
+            )
             before.append(through_stored_events(url, run_id))
     read, read_events, hashed = floor_rates(url, run_id)
     chain_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -315,12 +339,17 @@ def verify_rows(events: int, rounds: int, store: str | None = None) -> list[dict
             "read_stored_events_alone_cpu_events_s": read_events,
             "sha256_alone_cpu_events_s": hashed,
             "peak_rss_mb": chain_rss,
+            **_with_workers(checks["plain workers"], workers),
         },
         {
             "case": "the same, reads memory-mapped (PRAGMA mmap_size, another process)",
             **_summary(checks["mmap"]),
         },
-        {"case": "the same, keyed links (HMAC-SHA256)", **_summary(checks["keyed"])},
+        {
+            "case": "the same, keyed links (HMAC-SHA256)",
+            **_summary(checks["keyed"]),
+            **_with_workers(checks["keyed workers"], workers),
+        },
         {
             "case": "the whole verify of that run",
             "events_s": whole.wall,
@@ -349,6 +378,15 @@ def _summary(checks: list[Rates]) -> dict[str, object]:
     }
 
 
+def _with_workers(checks: list[Rates], workers: int) -> dict[str, object]:
+    """The median rates of the check with `workers` worker processes (CPU time: all of them)."""
+    return {
+        "workers": workers,
+        "with_workers_events_s": statistics.median(c.wall for c in checks),
+        "with_workers_cpu_events_s": statistics.median(c.cpu for c in checks),
+    }
+
+
 def postgres_row(url: str, run_id: UUID, rounds: int) -> dict[str, object]:
     """The chain check of the same run copied, byte for byte, into a new PostgreSQL schema:
     read as plain rows (`select_rows`) and as `StoredEvent` pages, alternating."""
@@ -356,15 +394,26 @@ def postgres_row(url: str, run_id: UUID, rounds: int) -> dict[str, object]:
         with Engine(url) as source, Engine(target) as copy:
             for page in source.store.stored_pages(run_id):
                 copy.store.recorder.insert_events(page)
-        checks, before = [], []
+        checks, helped, before = [], [], []
+        workers = chain_workers(newest_version(target, run_id), spare_cores())
         for _ in range(rounds):
             checks.append(verify_rates(target, run_id, True))
+            helped.append(verify_rates(target, run_id, True, workers=workers))
             before.append(through_stored_events(target, run_id))
     return {
         "case": f"check the chain of that run, PostgreSQL ({checks[0].events:,} events)",
         **_summary(checks),
         "through_stored_events_cpu_events_s": statistics.median(before),
+        **_with_workers(helped, workers),
     }
+
+
+def newest_version(url: str, run_id: UUID) -> int:
+    """The version of the run's newest event in the store at `url`."""
+    with Engine(url) as engine:
+        newest = engine.store.last(run_id)
+        assert newest is not None
+        return newest.version
 
 
 def newest_run(url: str) -> UUID:

@@ -416,12 +416,19 @@ class Engine:
         copies = [attrs.evolve(event, run_id=new_id, timestamp=now) for event in events[1:]]
         return started, copies
 
-    def verify(self, run_id: UUID | str, *, chain_only: bool = False) -> VerifyReport:
+    def verify(
+        self, run_id: UUID | str, *, chain_only: bool = False, workers: int | None = None
+    ) -> VerifyReport:
         """Check the run's hash chain and re-fold it through the table stored in its
         `RunStarted` and every projection, reading its stored events a page at a time.
 
         Args:
             chain_only: check the hash chain alone, decoding no event (see docs/audit.md).
+            workers: with `chain_only`, how many worker processes check the pages of a run
+                of 200,000 events or more beside this one; default
+                ``$STAGETRAIL_VERIFY_WORKERS``, else none. They are started with
+                multiprocessing's ``spawn``: a script run as a file or ``-m`` must guard its
+                entry with ``if __name__ == "__main__":``.
 
         Returns:
             A report whose `problems` name each broken link, illegal event or failing
@@ -429,18 +436,22 @@ class Engine:
 
         Raises:
             RunNotFound: no such run.
+            InvalidArgument: `workers` (or ``$STAGETRAIL_VERIFY_WORKERS``) is not a whole
+                number >= 0.
         """
-        from engine.verify import verify_chain, verify_stored
+        from engine.verify import chain_workers, verify_chain, verify_stored
 
         rid = self._run_id(run_id)
-        if self.store.last(rid) is None:
+        newest = self.store.last(rid)
+        if newest is None:
             raise RunNotFound(rid, self.url)
         pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         if chain_only:
             return verify_chain(
-                rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem
-            )
+                rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
+                workers=chain_workers(newest.version, workers),
+            )  # fmt: skip
         registered = [self.projections.projection(n) for n in self.projections.names]
         return verify_stored(
             rid, pages, mapper, registered, must_link_from=linked_from, key_problem=key_problem

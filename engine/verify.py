@@ -8,17 +8,21 @@ deleted, inserted or moved breaks a link, and the report names the version.
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import BrokenExecutor, Future
 from typing import Any
 from uuid import UUID
 
 import attrs
 from eventsourcing.persistence import StoredEvent
 
-from engine.errors import PipelineError
+from engine.errors import InvalidArgument, PipelineError
 from engine.machine import replay
 from engine.pipeline import Pipeline
 from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, split
+from engine.store.chain_workers import ChainWorkers
 from engine.store.mapper import EventMapper
 from events import Event, EventFormatError, RunStarted, StagetrailError
 from projections import Projection, ProjectionError
@@ -96,6 +100,41 @@ def verify_stored(
     return _with_chain(report, links, key_problem)
 
 
+VARIABLE = "STAGETRAIL_VERIFY_WORKERS"
+"""The environment variable giving how many worker processes check a long run's chain
+when `Engine.verify` is not told (unset: none)."""
+PARALLEL_FROM = 200_000
+"""The fewest events of a run whose chain workers check: starting one costs about what
+checking 50,000 events does."""
+MOST_WORKERS = 3
+"""The most workers `spare_cores` gives: one process reading pages keeps about three busy."""
+
+
+def chain_workers(events: int, workers: int | None = None) -> int:
+    """How many worker processes check the chain of a run of `events` events: `workers`,
+    else ``$STAGETRAIL_VERIFY_WORKERS``, else none; none for a run under `PARALLEL_FROM`.
+
+    Raises:
+        InvalidArgument: `workers` (or the environment variable) is not a whole number >= 0.
+    """
+    if workers is None:
+        setting = os.environ.get(VARIABLE, "").strip() or "0"
+        if not setting.isdigit():
+            raise InvalidArgument(VARIABLE, f"must be a whole number >= 0, got {setting!r}")
+        workers = int(setting)
+    elif type(workers) is not int or workers < 0:
+        raise InvalidArgument("workers", f"must be a whole number >= 0, got {workers!r}")
+    return workers if events >= PARALLEL_FROM else 0
+
+
+def spare_cores() -> int:
+    """One less than the cores this process may run on, at most `MOST_WORKERS`: the workers
+    the command line's ``verify --chain-only`` starts for a long run."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere, every core
+    cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    return max(0, min(cores - 1, MOST_WORKERS))
+
+
 def verify_chain(
     run_id: UUID,
     pages: Iterable[Sequence[StoredRow]],
@@ -103,16 +142,18 @@ def verify_chain(
     *,
     must_link_from: int | None = None,
     key_problem: str | None = None,
+    workers: int = 0,
 ) -> VerifyReport:
     """Check a run's hash chain alone, a page of stored events (`StoredRow`s) at a time,
     decoding none.
 
     The report's `events` counts the stored events read; its problems are the chain's
     (and ``format`` for an event that cannot be decrypted): the table's rules and the
-    projections are `verify_stored`'s.
+    projections are `verify_stored`'s. With `workers`, that many worker processes check
+    pages beside this one (`ChainCheck.pages`): the same report, sooner.
     """
     links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from)
-    count = links.pages(pages, mapper)
+    count = links.pages(pages, mapper, workers=workers)
     return _with_chain(VerifyReport(run_id, count, ()), links, key_problem)
 
 
@@ -168,19 +209,69 @@ class ChainCheck:
             return "unchecked"
         return "intact" if self.chained_from == 1 else "partial"
 
-    def pages(self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper) -> int:
+    def pages(
+        self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper, *, workers: int = 0
+    ) -> int:
         """Check the links of a run's stored events, page by page; how many were checked.
 
         The check of the chain alone, a streaming pass that never decodes an event:
         each page's stored JSON (its stored bytes themselves when the store neither
         encrypts nor compresses) goes through `page`. An event that cannot be
-        decrypted or decompressed is a ``format`` problem.
+        decrypted or decompressed is a ``format`` problem. With `workers`, pages that
+        follow on go to that many worker processes (`_Ahead`), which cannot start
+        processes falls back to checking here.
         """
+        if workers > 0:
+            try:
+                pool = ChainWorkers(self.chain, self.run_id, workers)
+            except OSError:
+                pool = None
+            if pool is not None:
+                try:
+                    return _Ahead(self, pool).pages(pages, mapper)
+                finally:
+                    pool.close()
         count = 0
         for page in pages:
             self.page(self.readable(page, mapper))
             count += len(page)
         return count
+
+    def following(self, rows: Sequence[StoredRow]) -> bool:
+        """Whether `rows` would be checked by `Chain.run_along` from their first: the run is
+        chained in this chain's mode up to them, they begin at the version expected and
+        no problem was found yet (after one, pages are checked here, one after another)."""
+        head = self._head
+        return (
+            bool(rows)
+            and not self.problems
+            and self.chained_from is not None
+            and head is not None
+            and head[0] == self.chain.mode
+            and rows[0][0] == self.expected
+        )
+
+    def state(self) -> tuple[Any, ...]:
+        """What checking a page changes, to go back to (`restore`)."""
+        return (self.previous, self.expected, self.chained_from, self.unchecked, self.keyed,
+                self._head, len(self.problems))  # fmt: skip
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        """Go back to a `state`: its problems, and where the chain was."""
+        (self.previous, self.expected, self.chained_from, self.unchecked, self.keyed,
+         self._head, problems) = state  # fmt: skip
+        del self.problems[problems:]
+
+    def assume(self, rows: Sequence[StoredRow]) -> bool:
+        """Move past `rows` as `page` would if each follows on (a worker checks that): their
+        last stored link is the chain's; False if the last holds no link."""
+        parts = split(rows[-1][2])
+        if parts is None:
+            return False
+        self.expected += len(rows)
+        self.previous = parts[2]
+        self._head = (self.chain.mode, parts[2])
+        return True
 
     def checked(self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper) -> Iterator[Event]:
         """Each page's links checked (`page`), then its events decoded, one after another.
@@ -281,6 +372,89 @@ class ChainCheck:
 
     def _broken(self, version: int, message: str) -> None:
         self.problems.append(Problem(version, "chain", message))
+
+
+class _Ahead:
+    """`ChainCheck.pages` with worker processes: each page that follows on goes to a worker,
+    and the check moves past it as if it were right (`ChainCheck.assume`), so the next page
+    can be read at once; while every worker has `_DEPTH` pages, this process checks the next
+    itself. Pages are settled in order: a page a worker finds not to follow on all the way
+    (a break, a link in another mode, anything) sends the check back to where it stood
+    before that page (`ChainCheck.restore`), and that page and every later one held are
+    checked here, one after another, as without workers, as is the rest of the run. So the
+    report is the one the check without workers gives, event for event.
+    """
+
+    def __init__(self, check: ChainCheck, pool: ChainWorkers) -> None:
+        self.check = check
+        self.pool = pool
+        self.held: deque[tuple[Future[int] | None, Sequence[StoredRow], tuple[Any, ...]]]
+        self.held = deque()
+        self.ahead = True
+        """Whether pages still go to the workers (not after a page was sent back)."""
+
+    def pages(self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper) -> int:
+        """Check every page (see the class); how many events were read."""
+        count = 0
+        for page in pages:
+            count += len(page)
+            self.one(self.check.readable(page, mapper))
+            self.settle(wait=False)
+        self.settle(wait=True)
+        return count
+
+    def one(self, rows: Sequence[StoredRow]) -> None:
+        """Hand `rows` to a worker, check them here, or (when not following on) settle the
+        pages held, then check them here."""
+        check = self.check
+        if not (self.ahead and check.following(rows)):
+            self.settle(wait=True)
+            check.page(rows)
+            return
+        state = check.state()
+        if sum(future is not None for future, _, _ in self.held) >= self.pool.workers * _DEPTH:
+            check.page(rows)
+            self.held.append((None, rows, state))
+            return
+        future = None
+        if check.assume(rows):
+            try:
+                future = self.pool.submit(state[0], state[1], rows)
+            except (BrokenExecutor, OSError):  # no worker could start: checked here
+                check.restore(state)
+                self.ahead = False
+        if future is None:
+            check.page(rows)
+        self.held.append((future, rows, state))
+
+    def settle(self, *, wait: bool) -> None:
+        """Take the results of the pages held, oldest first (all of them with `wait`, else
+        those done); a page not right all the way is checked again here, with all after it."""
+        held = self.held
+        while held:
+            future, rows, state = held[0]
+            if future is not None and not (wait or future.done()):
+                return
+            held.popleft()
+            if future is None or _followed(future) == len(rows):
+                continue
+            self.ahead = False
+            self.check.restore(state)
+            self.check.page(rows)
+            while held:
+                self.check.page(held.popleft()[1])
+
+
+_DEPTH = 2
+"""Pages held per worker: one it checks, one waiting, so it never waits for this process."""
+
+
+def _followed(future: Future[int]) -> int:
+    """How many events of a page a worker found to follow on (0: the worker was lost)."""
+    try:
+        return future.result()
+    except (BrokenExecutor, OSError):  # checked here instead
+        return 0
 
 
 def _missing(expected: int, found: int) -> str:

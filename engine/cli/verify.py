@@ -3,6 +3,7 @@ projections; `--all` for every run of the store."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -23,7 +24,7 @@ LISTED_JSON = 1000
 def verify_run(engine: Engine, run_id: UUID, *, as_json: bool, chain_only: bool = False) -> bool:
     """Verify the run (its chain alone with `chain_only`); print the report; return whether
     it is sound."""
-    report = engine.verify(run_id, chain_only=chain_only)
+    report = engine.verify(run_id, chain_only=chain_only, workers=_workers())
     if as_json:
         problems = _problems(report, LISTED_JSON)
         print_json(
@@ -57,7 +58,7 @@ def verify_all(engine: Engine, *, as_json: bool, chain_only: bool = False) -> bo
     progress = ProgressBar("verify", len(summaries))
     try:
         for summary in summaries:
-            report = engine.verify(summary.run_id, chain_only=chain_only)
+            report = engine.verify(summary.run_id, chain_only=chain_only, workers=_workers())
             chains[report.chain] += 1
             events += report.events
             if not report.ok:
@@ -131,3 +132,11 @@ def _problems(report: VerifyReport, limit: int) -> list[dict[str, Any]]:
         {"version": p.version, "check": p.check, "message": p.message}
         for p in report.problems[:limit]
     ]
+
+
+def _workers() -> int:
+    """The chain check's worker processes for a long run: ``$STAGETRAIL_VERIFY_WORKERS``, else
+    the spare cores (this command's entry is guarded, as ``spawn`` needs)."""
+    from engine.verify import PARALLEL_FROM, VARIABLE, chain_workers, spare_cores
+
+    return chain_workers(PARALLEL_FROM) if os.environ.get(VARIABLE, "").strip() else spare_cores()

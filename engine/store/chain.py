@@ -20,8 +20,8 @@ import hashlib
 import hmac
 import itertools
 import struct
-from collections.abc import Sequence
-from typing import TypeAlias
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeAlias
 from uuid import UUID
 
 FIELD = "_c"
@@ -52,19 +52,31 @@ class Chain:
         key: the secret the writers hold (keyed links), or None (plain SHA-256).
     """
 
-    __slots__ = ("_hmac", "_key", "_mark", "_mark_length", "_run", "_suffix", "mode")
+    __slots__ = (
+        "_inner", "_key", "_mark", "_mark_length", "_outer", "_run", "_suffix", "mode",
+    )  # fmt: skip
 
     def __init__(self, key: bytes | None = None) -> None:
-        self._key = None if key is None else hmac.digest(key, _CONTEXT, "sha256")
-        self._hmac = None if self._key is None else hmac.new(self._key, digestmod="sha256")
-        """The HMAC with the key taken in, copied for each link: `hmac.digest` takes the key in
-        again for every message, 3-4 times the cost of the message's own hash."""
-        self.mode = PLAIN if key is None else KEYED
+        self._keyed(None if key is None else hmac.digest(key, _CONTEXT, "sha256"))
+
+    def _keyed(self, derived: bytes | None) -> None:
+        """Set up the chain for the derived key `derived` (None: plain SHA-256)."""
+        self._key = derived
+        self._inner, self._outer = _pads(derived)
+        """SHA-256 fed the key's inner and outer pad, copied for each link: `hmac.digest` takes
+        the key in again for every message, 3-4 times the cost of the message's own hash, and
+        `hmac.HMAC.copy` is Python code, a third of a keyed check of a long run."""
+        self.mode = PLAIN if derived is None else KEYED
         self._suffix = b'%.*b,"' + FIELD.encode() + b'":"' + self.mode.encode() + b'%.22b"}'
         self._mark = _OPEN + self.mode.encode()
         self._mark_length = len(self._mark)
         self._run: tuple[UUID | None, bytes] = (None, b"")
         """The last run's id and its message format: a run's events are linked one after another."""
+
+    def __reduce__(self) -> tuple[Callable[[bytes | None], Chain], tuple[bytes | None]]:
+        """Pickled as its derived key (what a worker process checking pages needs), never
+        the writers' secret it was derived from."""
+        return _derived_chain, (self._key,)
 
     @property
     def keyed(self) -> bool:
@@ -104,11 +116,14 @@ class Chain:
 
     def _digest(self, message: bytes) -> bytes:
         """The link of `message`: the first `LINK_BYTES` of its SHA-256, or of its HMAC."""
-        if self._hmac is None:
+        if self._inner is None:
             return _sha256(message).digest()[:LINK_BYTES]
-        mac = self._hmac.copy()
-        mac.update(message)
-        return mac.digest()[:LINK_BYTES]
+        hashed = self._inner.copy()
+        hashed.update(message)
+        tagged = self._outer.copy()
+        tagged.update(hashed.digest())
+        link: bytes = tagged.digest()[:LINK_BYTES]
+        return link
 
     def _format(self, run_id: UUID) -> bytes:
         """The %-format of the messages of `run_id`'s links (its 16 bytes written in)."""
@@ -150,31 +165,63 @@ class Chain:
 
         `follows` over a page in one loop: checking a long run's chain spends its time
         here, so the loop does only what a link needs (the message, one hash, and the
-        expected last 31 bytes compared in place with `endswith`).
+        expected last 32 bytes compared in place with `endswith`).
         """
         count = _consecutive(rows, start, version)
-        mark, mac, topics = self._mark, self._hmac, _TOPICS
-        message = _message_format(run_id) + b"}"
-        done = 0
-        for _, topic, data in itertools.islice(rows, start, start + count):
+        along = self._along_plain if self._inner is None else self._along_keyed
+        return along(previous, version, run_id, itertools.islice(rows, start, start + count))
+
+    def _along_plain(
+        self, previous: bytes, version: int, run_id: UUID, rows: Iterable[StoredRow]
+    ) -> tuple[int, bytes]:
+        """`run_along` of plain links: SHA-256 of each message."""
+        first, mark, topics = version, self._mark, _TOPICS
+        message, pack, sha256, b2a, urlsafe = (
+            _message_format(run_id) + b"}",
+            _VERSION,
+            _sha256,
+            _b2a,
+            _URLSAFE,
+        )
+        for _, topic, data in rows:
             cut = len(data) - _SUFFIX
-            signed = message % (
-                previous,
-                _VERSION(version),
-                topics.get(topic) or _topic(topic),
-                data[:cut],
-            )
-            if mac is None:
-                link = _sha256(signed).digest()[:LINK_BYTES]
-            else:
-                copied = mac.copy()
-                copied.update(signed)
-                link = copied.digest()[:LINK_BYTES]
-            text = _b2a(link, newline=False).translate(_URLSAFE)
-            if cut <= 0 or not data.endswith(_TAIL % (mark, text)):
+            link = sha256(
+                message % (previous, pack(version), topics.get(topic) or _topic(topic), data[:cut])
+            ).digest()[:LINK_BYTES]
+            if cut <= 0 or not data.endswith(
+                _TAIL % (mark, b2a(link, newline=False).translate(urlsafe))
+            ):
                 break
-            previous, version, done = link, version + 1, done + 1
-        return done, previous
+            previous, version = link, version + 1
+        return version - first, previous
+
+    def _along_keyed(
+        self, previous: bytes, version: int, run_id: UUID, rows: Iterable[StoredRow]
+    ) -> tuple[int, bytes]:
+        """`run_along` of keyed links: HMAC-SHA256 as `_digest` computes it (RFC 2104)."""
+        first, mark, topics, inner, outer = (
+            version,
+            self._mark,
+            _TOPICS,
+            self._inner.copy,
+            self._outer.copy,
+        )
+        message, pack, b2a, urlsafe = _message_format(run_id) + b"}", _VERSION, _b2a, _URLSAFE
+        for _, topic, data in rows:
+            cut = len(data) - _SUFFIX
+            hashed = inner()
+            hashed.update(
+                message % (previous, pack(version), topics.get(topic) or _topic(topic), data[:cut])
+            )
+            tagged = outer()
+            tagged.update(hashed.digest())
+            link = tagged.digest()[:LINK_BYTES]
+            if cut <= 0 or not data.endswith(
+                _TAIL % (mark, b2a(link, newline=False).translate(urlsafe))
+            ):
+                break
+            previous, version = link, version + 1
+        return version - first, previous
 
     def recompute(self, mode: str, *args: object) -> bytes | None:
         """`link` for a link written in `mode`, or None when this chain cannot (a keyed link
@@ -196,9 +243,35 @@ _URLSAFE = bytes.maketrans(b"+/", b"-_")
 _sha256 = hashlib.sha256
 _b2a = binascii.b2a_base64
 _TAIL = b'%b%.22b"}'
-"""An event's last 31 bytes: its mark, then its link's base64 without the padding."""
+"""An event's last 32 bytes: its mark, then its link's base64 without the padding, then `"}`."""
 _VERSION = struct.Struct(">Q").pack
 """A version as the 8 big-endian bytes a link's message holds."""
+
+
+def _pads(derived: bytes | None) -> tuple[Any, Any]:
+    """SHA-256 fed the inner and outer pad of HMAC key `derived` (RFC 2104), (None, None) for
+    none: a keyed link is SHA-256 of the outer pad and SHA-256 of the inner pad and message."""
+    if derived is None:
+        return None, None
+    block = derived.ljust(_BLOCK, b"\0")  # a derived key is 32 bytes: shorter than a block
+    return (
+        _sha256(block.translate(_INNER_PAD)),
+        _sha256(block.translate(_OUTER_PAD)),
+    )
+
+
+_BLOCK = 64
+"""SHA-256's block: the length of an HMAC key's pads."""
+_INNER_PAD = bytes(byte ^ 0x36 for byte in range(256))
+_OUTER_PAD = bytes(byte ^ 0x5C for byte in range(256))
+"""Translation tables XOR-ing each byte of a key with RFC 2104's ipad and opad."""
+
+
+def _derived_chain(derived: bytes | None) -> Chain:
+    """A `Chain` of the derived key `derived` (see `Chain.__reduce__`)."""
+    chain = Chain.__new__(Chain)
+    chain._keyed(derived)
+    return chain
 
 
 def _message_format(run_id: UUID) -> bytes:

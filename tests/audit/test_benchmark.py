@@ -15,7 +15,7 @@ class TestChainBenchmark:
         """benchmarks.chain --quick prints the append ratios (batched, durable, compare's
         workload), the serialisation cost, the chain check's rate with its target, floors and
         the rate fed StoredEvent pages, memory-mapped and keyed, the whole verify's, and
-        PostgreSQL's where it answers."""
+        PostgreSQL's where it answers; the chain checks also with worker processes."""
         rows = json.loads(quick_run("chain").stdout)["results"]
         postgres = ["check the chain of that run"] if len(rows) == 10 else []
         assert [row["case"].split(",")[0] for row in rows] == [
@@ -38,6 +38,9 @@ class TestChainBenchmark:
         assert rows[5]["read_stored_events_alone_cpu_events_s"] > 0
         assert rows[5]["through_stored_events_cpu_events_s"] > 0
         assert rows[5]["cpu_events_s_min"] <= rows[5]["cpu_events_s"] <= rows[5]["cpu_events_s_max"]
+        for row in [rows[5], rows[7], *rows[9:]]:  # the --quick run is too short for workers
+            assert (row["workers"], row["with_workers_events_s"] > 0) == (0, True)
+            assert row["with_workers_cpu_events_s"] > 0
         assert rows[8]["events_s"] > 0
         assert rows[8]["peak_rss_mb"] > 0
         assert rows[5]["peak_rss_mb"] > 0
