@@ -321,9 +321,10 @@ class Projections:
         loaded = {k: projection.decode(v) for k, v in self.views.load(name, missing).items()}
         try:
             after = {
-                key: projection.forget(
+                key: projection.forget_run(
                     states[key] if key in states else loaded.get(key, projection.initial()),
-                    projection.fold(part),
+                    deletion.run_id,
+                    part,
                 )
                 for key, part in by_key.items()
             }
@@ -440,6 +441,21 @@ class Projections:
                 if name not in self._registered
                 or (self._registered[name].scope != "run" and not self._registered[name].forgets)
             )
+
+    def inexact(self) -> list[str]:
+        """The registered projections with a stored state that forgetting left inexact
+        (`Projection.exact`): `Engine.compact` folds these again."""
+        with self._lock:
+            self._check(self.names)
+            return [
+                name
+                for name, projection in sorted(self._registered.items())
+                if type(projection).exact is not Projection.exact
+                and not all(
+                    projection.exact(projection.decode(data))
+                    for data in self.views.states(name).values()
+                )
+            ]
 
     def reset_named(self, names: Iterable[str]) -> None:
         """Reset each projection in `names`, registered in this engine or only stored."""
