@@ -12,6 +12,7 @@ from engine import Engine
 from engine.errors import RunErased
 from engine.store import meta
 from engine.store.postgres import open as postgres_open
+from engine.store.postgres.recorder import PostgresRecorder
 from tests._helpers import POSTGRES_URL, REVIEW
 
 BOUND = 7
@@ -94,3 +95,25 @@ class TestEraseBound:
             with pytest.raises(RunErased):
                 stale.note("late", 1)
             assert engine.store.last(stale.id) is None
+
+
+class TestSelectRuns:
+    def test_every_event_of_several_runs_in_one_read(self, postgres_url: str) -> None:
+        """The recorder reads several runs' events at once, by run and version (for forgetting)."""
+        with Engine(postgres_url) as engine:
+            first, second = engine.start_run(REVIEW), engine.start_run(REVIEW)
+            first.note("a", 1)
+            second.note("b", 2)
+            second.note("c", 3)
+            recorder = engine.store.recorder
+            assert isinstance(recorder, PostgresRecorder)
+            stored = recorder.select_runs([first.id, second.id])
+            got = sorted((s.originator_id, s.originator_version) for s in stored)
+            assert got == sorted(
+                [(first.id, 1), (first.id, 2), *((second.id, v) for v in (1, 2, 3))]
+            )
+            assert [s.originator_version for s in stored if s.originator_id == second.id] == [
+                1,
+                2,
+                3,
+            ]
