@@ -18,6 +18,11 @@ projections up: a transaction or two per run would spend the fill's hour in fsyn
 
 Run: ``python -m benchmarks.retain`` (``--quick`` for a smoke run; ``--runs N``;
 ``--only sqlite`` or ``--only postgresql``).
+
+``--latency`` measures instead how long appends wait for a compaction on
+PostgreSQL: `LONG_RUNS` deleted runs of `LONG_EVENTS` events each are erased
+while one writer process appends one event per transaction; reported are the
+writer's slowest append alone and during the compaction.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from engine.cli.demo.code_review import REVIEW
 from events import Event, utc_now
 
 WRITERS = 4
+LONG_RUNS = 20
+LONG_EVENTS = 2000
 FILL_RUNS = 200
 """Runs appended per transaction by the fill (1,000 events)."""
 
@@ -142,6 +149,64 @@ def measure(url: str, runs: int, window: float) -> dict[str, object]:
     }
 
 
+def long_runs(url: str, runs: int, length: int) -> None:
+    """`runs` runs of `length` events each, deleted, the projections caught up."""
+    with Engine(url) as engine:
+        for _ in range(runs):
+            run = engine.start_run(REVIEW, params={"card": "C"})
+            with run.batch():
+                for index in range(length - 2):
+                    run.note(f"n{index}", index)
+            run.finish("deleted")
+        engine.projections.catch_up()
+
+
+def appender(url: str, stop: Any, phase: Any, slowest: Any) -> None:
+    """Append one event per transaction until `stop`, keeping the slowest per `phase`."""
+    with Engine(url) as engine:
+        run = engine.start_run(REVIEW, params={"card": "W"})
+        index = 0
+        while not stop.is_set():
+            began = time.perf_counter()
+            run.note(f"w{index}", index)
+            took, index = time.perf_counter() - began, index + 1
+            with slowest.get_lock():
+                slowest[phase.value] = max(slowest[phase.value], took)
+
+
+def latency(url: str, runs: int, length: int, window: float) -> dict[str, object]:
+    """The slowest append alone, then during the compaction of `runs` long deleted runs."""
+    long_runs(url, runs, length)
+    context = multiprocessing.get_context("spawn")
+    stop, phase, slowest = context.Event(), context.Value("i", 0), context.Array("d", 3)
+    proc = context.Process(target=appender, args=(url, stop, phase, slowest))
+    proc.start()
+    try:
+        deadline = time.monotonic() + 60
+        while slowest[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the writer starts up (a spawned interpreter imports the engine)
+        time.sleep(1)
+        with slowest.get_lock():
+            slowest[0], phase.value = 0.0, 1  # phase 0 held the start-up; 1: alone
+        time.sleep(window)
+        with Engine(url) as compactor:
+            phase.value = 2
+            began = time.perf_counter()
+            done = compactor.compact()
+            took = time.perf_counter() - began
+    finally:
+        stop.set()
+        proc.join()
+    return {
+        "store": url.split(":", 1)[0],
+        "runs_erased": len(done.runs),
+        "events_erased": done.events,
+        "compaction_s": round(took, 2),
+        "slowest_append_alone_ms": round(slowest[1] * 1000, 1),
+        "slowest_append_during_ms": round(slowest[2] * 1000, 1),
+    }
+
+
 @contextlib.contextmanager
 def sqlite_store() -> Iterator[str]:
     """A new SQLite store file."""
@@ -155,6 +220,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument("--runs", type=int, default=100_000, help="runs in the store")
     parser.add_argument("--only", choices=["sqlite", "postgresql"], help="one store only")
+    parser.add_argument(
+        "--latency", action="store_true", help="appends' wait for a PostgreSQL compaction"
+    )
     return parser.parse_args()
 
 
@@ -163,6 +231,11 @@ def main() -> None:
     args = parse()
     runs = 300 if args.quick else args.runs
     window = 0.5 if args.quick else 10.0
+    if args.latency:
+        with postgres_store() as url:
+            rows = [latency(url, 2 if args.quick else LONG_RUNS, LONG_EVENTS, window)]
+        report("appends during a PostgreSQL compaction (1 writer)", rows, args.json)
+        return
     stores = {"sqlite": sqlite_store, "postgresql": postgres_store}
     if args.only is None and not postgres_reachable():
         del stores["postgresql"]

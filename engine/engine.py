@@ -466,10 +466,13 @@ class Engine:
         (`Projection.forget`). This catches the registered projections up, so they
         have, then removes the runs' events and snapshots `batch` runs per short
         transaction (each counts one more erasure generation, so no cache serves an
-        erased run again), and deletes their run-index rows and run-scoped partitions.
-        A projection that cannot forget (see `Projections.unforgetting`) is reset and,
-        if registered here, folded again; of the built-in ones, `failure_patterns` (its
-        streaks and recent failures follow every run's events in order).
+        erased run again; on PostgreSQL, where appends wait for it, a transaction
+        also deletes at most 500 events, a longer batch or run taking several), and
+        deletes their run-index rows and run-scoped partitions.
+        A projection that cannot forget (see `Projections.unforgetting`), or whose
+        forgetting left a state inexact (`Projection.exact`: the built-in
+        `failure_patterns` when an erased run reached further back than the window it
+        keeps), is reset and, if registered here, folded again.
 
         Raises:
             InvalidArgument: `batch` is not a positive int.
@@ -481,7 +484,7 @@ class Engine:
         if not doomed:
             return Compacted((), 0, ())
         self.projections.catch_up()  # every registered projection folds the deletions first
-        stale = self.projections.unforgetting()
+        stale = sorted({*self.projections.unforgetting(), *self.projections.inexact()})
         self.projections.reset_named(stale)
         erased = 0
         for first in range(0, len(doomed), batch):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from types import CodeType
 from typing import Any, ClassVar, Generic, TypeVar
+from uuid import UUID
 
 from events import JSON, Event, InvalidPayload, strict_json
 from projections import collector
@@ -215,10 +216,27 @@ class Projection(Generic[S]):
         """
         raise NotImplementedError(f"{type(self).__name__} does not define forget()")
 
+    def forget_run(self, state: S, run_id: UUID, events: Sequence[Event]) -> S:
+        """`state` without the deleted run `run_id`, whose `events` reached its partition.
+
+        By default `forget` with the events folded alone; define this instead where
+        taking the run out needs to know which run it was (its entries in the state).
+        """
+        return self.forget(state, self.fold(events))
+
     @property
     def forgets(self) -> bool:
-        """Whether the class defines `forget` (see there)."""
-        return type(self).forget is not Projection.forget
+        """Whether the class defines `forget` or `forget_run` (see there)."""
+        cls = type(self)
+        return cls.forget is not Projection.forget or cls.forget_run is not Projection.forget_run
+
+    def exact(self, state: S) -> bool:
+        """Whether `state` is what folding only the kept events gives (default: yes).
+
+        A projection whose `forget` keeps a bounded window answers no once a deleted
+        run reached further back than the window; `Engine.compact` then folds it again.
+        """
+        return True
 
     def settled(self, state: S) -> bool:
         """Whether no later event can change `state` (persistent use stops caching it)."""

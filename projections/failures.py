@@ -3,16 +3,23 @@
 Persistent use keeps one state per pipeline, so the patterns span runs. Error
 signatures live in hash-trie maps: a failure costs the same however many
 distinct errors came before it.
+
+A deleted run's part is taken out as the deletion is folded (`Projection.forget`):
+counts subtract, and the streaks and recent failures, which follow the order of
+every run's events, are worked out again from a bounded window of the newest
+events kept with the runs that made them (`Failures.tracks`, `Failures.tail`).
+When the window cannot tell (the run reaches further back than it), the state
+says it is no longer `exact` and `Engine.compact` folds it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from uuid import UUID
 
 import attrs
 
-from events import JSON, StageCompleted, StageFailed
-from events.values import evolve
+from events import JSON, Event, StageCompleted, StageFailed
 from projections.base import Projection, on
 from projections.immutable import PMap
 
@@ -22,10 +29,62 @@ Signature = tuple[str, str, str]
 RECENT = 5
 """How many of the newest failures `Failures.recent` keeps."""
 
+TAIL = 4 * RECENT
+"""How many of the newest failures, with their runs, a state keeps to forget a run."""
+
+DEPTH = 8
+"""How many of a stage's newest completions, with the failures after each, a state keeps."""
+
+SPREAD = 32
+"""Beyond this many failing runs between two completions, only their number is kept."""
+
+
+@attrs.frozen
+class Segment:
+    """A stage's failures from one completion (or the first failure) to the next completion."""
+
+    completed_by: str | None
+    """The run whose completion opens the segment; None: it opens at the first failure."""
+    fails: Mapping[str, int] | None
+    """Failures in the segment by run (hex id); None once more than `SPREAD` runs failed."""
+    total: int
+
+    def failed(self, run: str) -> Segment:
+        """The segment with one more failure of `run`."""
+        if self.fails is None or (run not in self.fails and len(self.fails) >= SPREAD):
+            return Segment(self.completed_by, None, self.total + 1)
+        fails = {**self.fails, run: self.fails.get(run, 0) + 1}
+        return Segment(self.completed_by, fails, self.total + 1)
+
+    def without(self, run: str, unlisted: int) -> Segment:
+        """The segment without `run`'s failures (`unlisted` of them where not by run)."""
+        if self.fails is None:
+            return Segment(self.completed_by, None, self.total - unlisted)
+        fails = {r: n for r, n in self.fails.items() if r != run}
+        return Segment(self.completed_by, fails, self.total - self.fails.get(run, 0))
+
+    def joined(self, later: Segment) -> Segment:
+        """This segment and `later` as one, the completion between them gone."""
+        fails = None
+        if self.fails is not None and later.fails is not None:
+            fails = dict(self.fails)
+            for run, count in later.fails.items():
+                fails[run] = fails.get(run, 0) + count
+            fails = fails if len(fails) <= SPREAD else None
+        return Segment(self.completed_by, fails, self.total + later.total)
+
+
+Track = tuple[Segment, ...]
+"""A stage's newest segments, oldest first; the last one's total is the stage's streak."""
+
 
 @attrs.frozen
 class Failures:
-    """How often, where and how stages failed."""
+    """How often, where and how stages failed.
+
+    `tracks`, `cut` and `tail` are bookkeeping for forgetting a run; they do not take
+    part in equality (after a run is forgotten they reach less far back than a fold).
+    """
 
     by_stage: Mapping[str, int] = attrs.field(factory=dict)
     by_error_type: Mapping[str, int] = attrs.field(factory=dict)
@@ -35,6 +94,13 @@ class Failures:
     total: int = 0
     recent: tuple[Signature, ...] = ()
     """The newest failures (at most `RECENT`), newest last."""
+    exact: bool = True
+    """False once forgetting a run needed more history than the state keeps."""
+    tracks: Mapping[str, Track] = attrs.field(factory=dict, eq=False)
+    cut: frozenset[str] = attrs.field(default=frozenset(), eq=False)
+    """The stages whose track lost its oldest segments."""
+    tail: tuple[tuple[str, Signature], ...] = attrs.field(default=(), eq=False)
+    """The newest failures (at most `TAIL`) with their runs, newest last."""
 
     def consecutive(self, stage: str) -> int:
         """The failures of `stage` since its last completion."""
@@ -56,10 +122,11 @@ class Failures:
         """How often this exact failure was seen."""
         return self.signatures.get((stage, error_type, error), 0)
 
-    def failed(self, signature: Signature) -> Failures:
-        """The patterns after one more failure with `signature`."""
+    def failed(self, signature: Signature, run: str = "") -> Failures:
+        """The patterns after one more failure with `signature` (of the run `run`)."""
         stage, error_type, _ = signature
         seen = self.signatures.get(signature, 0) + 1
+        track = self.tracks.get(stage) or (Segment(None, {}, 0),)
         return Failures(
             by_stage=_bump(self.by_stage, stage),
             by_error_type=_bump(self.by_error_type, error_type),
@@ -68,6 +135,65 @@ class Failures:
             repeats=self.repeats.set(signature, seen) if seen > 1 else self.repeats,
             total=self.total + 1,
             recent=(*self.recent[1 - RECENT :], signature),
+            exact=self.exact,
+            tracks={**self.tracks, stage: (*track[:-1], track[-1].failed(run))},
+            cut=self.cut,
+            tail=(*self.tail[1 - TAIL :], (run, signature)),
+        )
+
+    def completed(self, stage: str, run: str = "") -> Failures:
+        """The patterns after `run` completed an attempt of `stage` (ending its streak)."""
+        track = self.tracks.get(stage)
+        if track is None:  # the stage never failed: nothing follows its completions
+            return self
+        track = (*track, Segment(run, {}, 0))
+        cut = self.cut
+        if len(track) > DEPTH:
+            track, cut = track[1:], cut | {stage}
+        return Failures(  # not attrs.evolve, which costs twice as much on every completion
+            self.by_stage,
+            self.by_error_type,
+            {**self.streaks, stage: 0},
+            self.signatures,
+            self.repeats,
+            self.total,
+            self.recent,
+            self.exact,
+            {**self.tracks, stage: track},
+            cut,
+            self.tail,
+        )
+
+    def without(self, run: str, gone: Failures) -> Failures:
+        """The patterns without `run`'s part; `gone` is its events folded alone."""
+        by_stage = _subtract(self.by_stage, gone.by_stage)
+        tracks, exact = {}, self.exact
+        for stage, track in self.tracks.items():
+            if stage not in by_stage:
+                continue
+            kept = _track_without(track, run, gone.by_stage.get(stage, 0), stage in self.cut)
+            exact = exact and kept is not None
+            tracks[stage] = kept or track
+        total = self.total - gone.total
+        tail = tuple(entry for entry in self.tail if entry[0] != run)
+        exact = exact and (len(tail) >= RECENT or len(tail) == total)
+        signatures, repeats = self.signatures, self.repeats
+        for signature, seen in gone.signatures.items():
+            left = signatures.get(signature, 0) - seen
+            signatures = signatures.set(signature, left) if left else signatures.delete(signature)
+            repeats = repeats.set(signature, left) if left > 1 else _drop(repeats, signature)
+        return Failures(
+            by_stage=by_stage,
+            by_error_type=_subtract(self.by_error_type, gone.by_error_type),
+            streaks={stage: tracks[stage][-1].total for stage in by_stage},
+            signatures=signatures,
+            repeats=repeats,
+            total=total,
+            recent=tuple(signature for _, signature in tail[-RECENT:]),
+            exact=exact,
+            tracks=tracks,
+            cut=self.cut & set(by_stage),
+            tail=tail,
         )
 
 
@@ -75,10 +201,46 @@ def _bump(counts: Mapping[str, int], key: str) -> dict[str, int]:
     return {**counts, key: counts.get(key, 0) + 1}
 
 
+def _subtract(counts: Mapping[str, int], gone: Mapping[str, int]) -> dict[str, int]:
+    left = {key: count - gone.get(key, 0) for key, count in counts.items()}
+    return {key: count for key, count in left.items() if count > 0}
+
+
+def _drop(counts: PMap[Signature, int], key: Signature) -> PMap[Signature, int]:
+    return counts.delete(key) if key in counts else counts
+
+
+def _track_without(track: Track, run: str, failures: int, cut: bool) -> Track | None:
+    """`track` without `run`'s failures (`failures` in all) and completions; None: unknown.
+
+    A failure not listed by run lies in the one segment that keeps only a number
+    (when the track reaches the stage's first failure), or before the track (when
+    it was cut: behind a completion, so it made no streak); anything else is unknown.
+    """
+    unlisted = failures - sum((s.fails or {}).get(run, 0) for s in track)
+    numbers = [index for index, segment in enumerate(track) if segment.fails is None]
+    hidden = -1
+    if unlisted:
+        if not cut and len(numbers) == 1:
+            hidden = numbers[0]
+        elif not (cut and not numbers):
+            return None
+    kept: list[Segment] = []
+    for index, segment in enumerate(track):
+        segment = segment.without(run, unlisted if index == hidden else 0)
+        if segment.completed_by != run:
+            kept.append(segment)
+        elif kept:  # its completion never happened: the failures after it continue the one before
+            kept[-1] = kept[-1].joined(segment)
+        # else: the oldest kept completion of a cut track; its failures join the unknown before
+    return tuple(kept) or None
+
+
 class FailurePatterns(Projection[Failures]):
     """Failures by stage and error type, streaks per stage, repeated signatures."""
 
     scope = "pipeline"
+    version = 2  # runs and windows kept for forgetting a deleted run
 
     def initial(self) -> Failures:
         """No failures yet."""
@@ -87,14 +249,22 @@ class FailurePatterns(Projection[Failures]):
     @on(StageFailed)
     def failed(self, state: Failures, event: StageFailed) -> Failures:
         """Count the failure everywhere it belongs."""
-        return state.failed((event.stage, event.error_type, event.error))
+        return state.failed((event.stage, event.error_type, event.error), event.run_id.hex)
 
     @on(StageCompleted)
     def completed(self, state: Failures, event: StageCompleted) -> Failures:
         """End the stage's streak of failures (a routed verdict does not: the stage did not run)."""
-        if not event.attempt or not state.streaks.get(event.stage):
+        if not event.attempt or event.stage not in state.tracks:  # never failed: no streak
             return state
-        return evolve(state, streaks={**state.streaks, event.stage: 0})
+        return state.completed(event.stage, event.run_id.hex)
+
+    def forget_run(self, state: Failures, run_id: UUID, events: Sequence[Event]) -> Failures:
+        """`state` without the deleted run's failures and completions (see `Failures.without`)."""
+        return state.without(run_id.hex, self.fold(events))
+
+    def exact(self, state: Failures) -> bool:
+        """Whether forgetting runs left the state as a fold of the kept events makes it."""
+        return state.exact
 
     def encode(self, state: Failures) -> JSON:
         """The counters as JSON; signatures as `[stage, error_type, error, count]` rows."""
@@ -105,6 +275,10 @@ class FailurePatterns(Projection[Failures]):
             "signatures": [[*signature, seen] for signature, seen in state.signatures.items()],
             "total": state.total,
             "recent": [list(signature) for signature in state.recent],
+            "exact": state.exact,
+            "tracks": {stage: _encode_track(track) for stage, track in state.tracks.items()},
+            "cut": sorted(state.cut),
+            "tail": [[run, *signature] for run, signature in state.tail],
         }
 
     def decode(self, data: JSON) -> Failures:
@@ -117,5 +291,17 @@ class FailurePatterns(Projection[Failures]):
             signatures=PMap(counts),
             repeats=PMap({key: seen for key, seen in counts.items() if seen > 1}),
             total=data["total"],
-            recent=tuple((stage, kind, error) for stage, kind, error in data.get("recent", ())),
+            recent=tuple((stage, kind, error) for stage, kind, error in data["recent"]),
+            exact=data["exact"],
+            tracks={stage: _decode_track(rows) for stage, rows in data["tracks"].items()},
+            cut=frozenset(data["cut"]),
+            tail=tuple((run, (stage, kind, error)) for run, stage, kind, error in data["tail"]),
         )
+
+
+def _encode_track(track: Track) -> JSON:
+    return [[s.completed_by, None if s.fails is None else dict(s.fails), s.total] for s in track]
+
+
+def _decode_track(rows: Iterable[list[JSON]]) -> Track:
+    return tuple(Segment(by, fails, total) for by, fails, total in rows)

@@ -15,9 +15,9 @@ from tests._helpers import require_postgres
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def quick_run(name: str) -> subprocess.CompletedProcess[str]:
+def quick_run(name: str, *options: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m benchmarks.<name> --quick --json`` from the repository root."""
-    command = [sys.executable, "-m", f"benchmarks.{name}", "--quick", "--json"]
+    command = [sys.executable, "-m", f"benchmarks.{name}", "--quick", "--json", *options]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
 
 
@@ -238,3 +238,13 @@ class TestRetainBenchmark:
             assert row["compaction_s"] > 0
             assert row["compaction_cpu_s"] > 0
             assert row["projections_equal_rebuild"] is True
+
+    def test_retain_latency_reports_the_slowest_appends(self) -> None:
+        """benchmarks.retain --latency --quick erases long runs on PostgreSQL while one
+        writer appends, and reports its slowest append alone and during the compaction."""
+        require_postgres()
+        rows = json.loads(quick_run("retain", "--latency").stdout)["results"]
+        assert [row["store"] for row in rows] == ["postgresql"]
+        assert rows[0]["events_erased"] == 2 * 2000
+        assert rows[0]["slowest_append_alone_ms"] > 0
+        assert rows[0]["slowest_append_during_ms"] > 0

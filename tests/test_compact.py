@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from engine import Engine, RunNotFound
+from engine import Engine, Pipeline, RunNotFound
 from engine.cli.demo.code_review import REVIEW
 from engine.errors import RunErased
 from engine.run import Run
@@ -29,20 +31,18 @@ class TestCompact:
         done = engine.compact()
         assert [str(r) for r in done.runs] == [doomed]
         assert done.events == 5
-        assert done.rebuilt == (
-            "failure_patterns",
-        )  # run_index forgot it as it folded the deletion
+        assert done.rebuilt == ()  # every projection forgot it as it folded the deletion
         with pytest.raises(RunNotFound):
             engine.events(doomed)
         assert len(engine.events(kept)) == 5
         assert [str(s.run_id) for s in engine.runs()] == [kept]
 
     def test_cross_run_projections_forget_the_erased_runs(self, engine: Engine) -> None:
-        """FailurePatterns across runs no longer counts a compacted run's failures."""
+        """FailurePatterns across runs stops counting a deleted run's failures at its deletion."""
         failed_run(engine, "C-1", "failed")
         failed_run(engine, "C-2", "deleted")
-        before = engine.projections.get("failure_patterns", REVIEW.name)
-        assert before.by_stage == {"developer": 2}
+        forgotten = engine.projections.get("failure_patterns", REVIEW.name)
+        assert forgotten.by_stage == {"developer": 1}  # as it folded the deletion
         engine.compact()
         after = engine.projections.get("failure_patterns", REVIEW.name)
         assert after.by_stage == {"developer": 1}
@@ -72,6 +72,77 @@ def erased_behind(engine: Engine, other: Engine) -> Run:
     deleter.finish("deleted")
     assert [str(r) for r in other.compact().runs] == [str(stale.id)]
     return stale
+
+
+LOOP = Pipeline(
+    "loop",
+    initial="a",
+    transitions=[
+        ("a", "failed", "a"),
+        ("a", "completed", "b"),
+        ("b", "failed", "b"),
+        ("b", "completed", "a"),
+        ("*", "aborted", "done"),
+    ],
+    final=["done"],
+)
+
+
+def random_history(engine: Engine, seed: int, steps: int) -> int:
+    """Interleaved runs that fail and complete stages, some deleted midway; the deletions."""
+    rng = random.Random(seed)
+    live: dict[Run, str] = {}
+    deleted = 0
+    for _ in range(steps):
+        if len(live) < 4 or rng.random() < 0.05:
+            live[engine.start_run(LOOP)] = "a"
+        run = rng.choice(list(live))
+        roll = rng.random()
+        if roll < 0.06:
+            deleted += roll < 0.04
+            run.finish("deleted" if roll < 0.04 else "succeeded")
+            del live[run]
+        elif roll < 0.55:
+            run.stage_failed(live[run], error=rng.choice(["x", "y"]))
+        else:
+            run.stage_completed(live[run])
+            live[run] = "b" if live[run] == "a" else "a"
+    return deleted
+
+
+class TestCompactionForgetsExactly:
+    @pytest.mark.parametrize("seed", [1, 2, 3])
+    def test_failure_patterns_equal_a_fold_of_the_kept_events(
+        self, shared_url: str, seed: int
+    ) -> None:
+        """After compaction the patterns equal a fold of what is left, without a refold."""
+        with Engine(shared_url) as engine:
+            engine.projections.catch_up()  # deletions are folded at their place in history
+            deletions = random_history(engine, seed, steps=150)
+            assert deletions
+            done = engine.compact()
+            assert len(done.runs) == deletions
+            assert done.rebuilt == ()
+            after = engine.projections.states("failure_patterns")
+            engine.projections.rebuild("failure_patterns")
+            assert engine.projections.states("failure_patterns") == after
+            assert after[LOOP.name].exact
+
+    def test_a_state_the_window_cannot_mend_is_folded_again(self, shared_url: str) -> None:
+        """A deleted run owning every completion still kept makes compact refold, correctly."""
+        with Engine(shared_url) as engine:
+            old = engine.start_run(LOOP)
+            old.stage_failed("a", error="x")
+            doomed = engine.start_run(LOOP)
+            for _ in range(10):
+                doomed.stage_completed("a")
+                doomed.stage_completed("b")
+            engine.projections.catch_up()
+            doomed.finish("deleted")
+            done = engine.compact()
+            assert done.rebuilt == ("failure_patterns",)
+            state = engine.projections.get("failure_patterns", LOOP.name)
+            assert (state.consecutive("a"), state.exact) == (1, True)
 
 
 class TestStaleHandleOfAnErasedRun:

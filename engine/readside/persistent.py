@@ -223,9 +223,10 @@ class Projections:
         events: list[Event] = [self._mapper.to_domain_event(n) for n in notifications]  # type: ignore[misc]
         ids = [notification.id for notification in notifications]
         self._learn_pipelines(events)
+        gone = self._deleted_runs(group, events)
         saves = []
         for name in group:
-            save, error = self._fold(name, events, ids, start, end)
+            save, error = self._fold(name, events, ids, start, end, gone)
             if save is not None:
                 saves.append(attrs.evolve(save, generation=generation, resets=resets))
             if error is not None:
@@ -235,6 +236,22 @@ class Projections:
             if name in group:  # kept after the commit, which clears last errors
                 self.views.record_error(name, str(failure))
         return len(events), end
+
+    def _deleted_runs(self, group: list[str], events: list[Event]) -> dict[UUID, list[Event]]:
+        """The stored events of the runs the page deletes, read in one round trip where the
+        store can (PostgreSQL), for the projections of `group` that forget them; else {}."""
+        read = getattr(self._recorder, "select_runs", None)
+        if read is None or not any(_forgetting(self._registered[name]) for name in group):
+            return {}
+        deleted = [event.run_id for event in events if deletes(event)]
+        if len(deleted) < 2:  # one run: `_forget_run` reads it as it always does
+            return {}
+        found: dict[UUID, list[Event]] = {run_id: [] for run_id in deleted}
+        for stored in read(deleted):
+            found[stored.originator_id].append(self._mapper.to_domain_event(stored))  # type: ignore[arg-type]
+        for run_events in found.values():  # their pipelines, not one read of the index each
+            self._learn_pipelines(run_events[:1])
+        return found
 
     def _follow_generation(self) -> int:
         """Drop every cached state and pipeline name if runs were erased since they were read."""
@@ -267,7 +284,13 @@ class Projections:
                 del cached[key]
 
     def _fold(
-        self, name: str, events: list[Event], ids: list[int], start: int, end: int
+        self,
+        name: str,
+        events: list[Event],
+        ids: list[int],
+        start: int,
+        end: int,
+        gone: dict[UUID, list[Event]],
     ) -> tuple[PageSave | None, ProjectionError | ProjectionStateError | None]:
         """Fold a page into `name`; on a handler error, keep what came before the event."""
         projection = self._registered[name]
@@ -275,13 +298,13 @@ class Projections:
         states = self._states(name, projection, keys, start)
         touched: set[str] = set()
         reached, error = end, None
-        forgetting = projection.scope != "run" and projection.forgets
+        forgetting = _forgetting(projection)
         folded: list[tuple[Any, Event]] | None = [] if projection.delivers else None
         for index, event in enumerate(events):
             key = keys[index]
             try:
                 if forgetting and deletes(event):
-                    touched |= self._forget_run(name, projection, states, event)
+                    touched |= self._forget_run(name, projection, states, event, gone)
                 if key is None:
                     continue
                 before = states[key]
@@ -308,11 +331,22 @@ class Projections:
         return PageSave(name, start, reached, encoded, projection.identity()), error
 
     def _forget_run(
-        self, name: str, projection: Projection[Any], states: dict[str, Any], deletion: Event
+        self,
+        name: str,
+        projection: Projection[Any],
+        states: dict[str, Any],
+        deletion: Event,
+        gone: dict[UUID, list[Event]],
     ) -> set[str]:
-        """Take a deleted run's part out of the partitions its events reached; their keys."""
-        stored = self._recorder.select_events(deletion.run_id, lte=deletion.version - 1)
-        events: list[Event] = [self._mapper.to_domain_event(s) for s in stored]  # type: ignore[misc]
+        """Take a deleted run's part out of the partitions its events reached; their keys.
+
+        `gone` holds the events of the page's deleted runs where they were read at once.
+        """
+        if deletion.run_id in gone:
+            events = [e for e in gone[deletion.run_id] if e.version < deletion.version]
+        else:
+            stored = self._recorder.select_events(deletion.run_id, lte=deletion.version - 1)
+            events = [self._mapper.to_domain_event(s) for s in stored]  # type: ignore[misc]
         by_key: dict[str, list[Event]] = {}
         for key, event in zip(self._keys(projection, events), events, strict=True):
             if key is not None:
@@ -321,9 +355,10 @@ class Projections:
         loaded = {k: projection.decode(v) for k, v in self.views.load(name, missing).items()}
         try:
             after = {
-                key: projection.forget(
+                key: projection.forget_run(
                     states[key] if key in states else loaded.get(key, projection.initial()),
-                    projection.fold(part),
+                    deletion.run_id,
+                    part,
                 )
                 for key, part in by_key.items()
             }
@@ -441,6 +476,21 @@ class Projections:
                 or (self._registered[name].scope != "run" and not self._registered[name].forgets)
             )
 
+    def inexact(self) -> list[str]:
+        """The registered projections with a stored state that forgetting left inexact
+        (`Projection.exact`): `Engine.compact` folds these again."""
+        with self._lock:
+            self._check(self.names)
+            return [
+                name
+                for name, projection in sorted(self._registered.items())
+                if type(projection).exact is not Projection.exact
+                and not all(
+                    projection.exact(projection.decode(data))
+                    for data in self.views.states(name).values()
+                )
+            ]
+
     def reset_named(self, names: Iterable[str]) -> None:
         """Reset each projection in `names`, registered in this engine or only stored."""
         with self._lock:
@@ -529,6 +579,11 @@ class Projections:
 
     def __repr__(self) -> str:
         return f"Projections({self.names})"
+
+
+def _forgetting(projection: Projection[Any]) -> bool:
+    """Whether persistent use takes a deleted run out of `projection` as it folds the deletion."""
+    return projection.scope != "run" and projection.forgets
 
 
 def deletes(event: Event) -> bool:

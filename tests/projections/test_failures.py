@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from typing import Any
 
+import pytest
+
 from events import Event, StageCompleted, StageFailed
-from projections.failures import FailurePatterns, Failures
+from projections.failures import DEPTH, FailurePatterns, Failures
 from projections.immutable import PMap
 
 RID = uuid.UUID(int=3)
@@ -133,3 +136,83 @@ class TestRecentFailures:
             None,
         )
         assert roundtrip(state).recent == state.recent
+
+
+def history(seed: int, runs: int, steps: int) -> list[Event]:
+    """Interleaved failures and completions of two stages by `runs` runs, from `seed`."""
+    rng = random.Random(seed)
+    ids = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(runs)]
+    events: list[Event] = []
+    for version in range(2, steps + 2):
+        run_id, stage = rng.choice(ids), rng.choice("ab")
+        if rng.random() < 0.55:
+            error = rng.choice(["x", "y", "z"])
+            events.append(fail(version, stage, error, rng.choice("EF"), run_id=run_id))
+        else:
+            events.append(StageCompleted(run_id=run_id, version=version, stage=stage, attempt=1))
+    return events
+
+
+def forgotten(events: list[Event], gone: set[uuid.UUID]) -> Failures:
+    """The patterns of `events` with the runs `gone` forgotten one after another."""
+    state = fold(*events)
+    for run_id in sorted(gone):
+        own = [event for event in events if event.run_id == run_id]
+        state = PROJECTION.forget_run(roundtrip(state), run_id, own)
+    return state
+
+
+class TestForgetRun:
+    @pytest.mark.parametrize("seed", range(300))
+    def test_an_exact_forget_equals_a_fold_of_the_kept_events(self, seed: int) -> None:
+        """Forgetting runs gives a fold of the other runs' events, or says it is not exact."""
+        rng = random.Random(seed)
+        events = history(seed, runs=rng.randint(2, 12), steps=rng.randint(1, 120))
+        ids = sorted({event.run_id for event in events})
+        gone = set(rng.sample(ids, rng.randint(1, len(ids))))
+        state = forgotten(events, gone)
+        kept = fold(*(event for event in events if event.run_id not in gone))
+        assert (state == kept) if state.exact else (state.total == kept.total)
+
+    def test_most_random_forgets_are_exact(self) -> None:
+        """The windows suffice for most histories of up to 60 events (else compact refolds)."""
+        exact = 0
+        for seed in range(200):
+            rng = random.Random(seed)
+            events = history(seed, runs=rng.randint(2, 12), steps=rng.randint(1, 60))
+            ids = sorted({event.run_id for event in events})
+            exact += forgotten(events, {rng.choice(ids)}).exact
+        assert exact >= 180
+
+    def test_old_runs_are_forgotten_exactly_however_long_the_history(self) -> None:
+        """Runs older than the windows leave the streaks and recent failures exact."""
+        rng = random.Random(7)
+        ids = [uuid.UUID(int=index) for index in range(1, 401)]
+        events: list[Event] = []
+        for index, run_id in enumerate(ids):
+            for stage in "ab":
+                if rng.random() < 0.5:
+                    events.append(fail(2, stage, rng.choice("xy"), run_id=run_id))
+                if stage == "a" or index % 50:  # "b" keeps failing now and then
+                    events.append(StageCompleted(run_id=run_id, version=3, stage=stage, attempt=1))
+        state = forgotten(events, set(ids[:100]))
+        assert state.exact
+        assert state == fold(*(event for event in events if event.run_id not in set(ids[:100])))
+
+    def test_a_streak_across_a_forgotten_completion(self) -> None:
+        """Forgetting the run whose completion ended a streak makes the streak continue."""
+        events = [fail(2, "d", run_id=OTHER), done(3, "d"), fail(4, "d", run_id=OTHER)]
+        state = PROJECTION.forget_run(fold(*events), RID, [done(3, "d")])
+        assert state.consecutive("d") == 2
+        assert state.exact
+
+    def test_a_run_beyond_the_windows_makes_the_state_inexact(self) -> None:
+        """A run owning every completion the state still keeps is not guessed away."""
+        later = [
+            StageCompleted(run_id=OTHER, version=v, stage="d", attempt=1)
+            for v in range(2, DEPTH + 3)
+        ]
+        state = PROJECTION.forget_run(fold(fail(2, "d"), *later), OTHER, later)
+        assert not state.exact
+        assert not PROJECTION.exact(state)
+        assert fold(fail(2, "d")).consecutive("d") == 1  # what a fold of the kept events says

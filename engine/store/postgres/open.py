@@ -237,31 +237,63 @@ def _meta_table(datastore: Any) -> str:
     return f'"{datastore.schema}"."{meta.META_TABLE}"'
 
 
-def erase_runs(datastore: Any, views: PostgresViews | None, run_ids: Sequence[UUID]) -> int:
-    """Delete the runs' events and snapshots, counting one more erasure generation, in one
-    transaction; return the events deleted."""
-    events = SQL("DELETE FROM {} WHERE originator_id=%s").format(
-        Identifier(datastore.schema, meta.EVENTS_TABLE)
-    )
+ERASE_EVENTS = 500
+"""At most this many events are deleted per erase transaction (a longer run takes several)."""
+
+
+def erase_runs(
+    datastore: Any,
+    views: PostgresViews | None,
+    run_ids: Sequence[UUID],
+    *,
+    limit: int | None = None,
+) -> int:
+    """Delete the runs' events and snapshots in transactions of at most `limit` events
+    (default `ERASE_EVENTS`),
+    each counting one more erasure generation; return the events deleted.
+
+    Each transaction locks the events table against appends until it commits, so
+    bounding it by events, not runs, bounds how long an append waits. A run is
+    deleted oldest event first: until its last transaction its deletion is stored,
+    so a projection folded again from the start still forgets what is left of it.
+    """
+    removed, pending, bound = 0, list(run_ids), limit or ERASE_EVENTS
+    while pending:
+        erased, pending = _erase_some(datastore, views, pending, bound)
+        removed += erased
+    return removed
+
+
+def _erase_some(
+    datastore: Any, views: PostgresViews | None, run_ids: list[UUID], limit: int
+) -> tuple[int, list[UUID]]:
+    """One transaction: up to `limit` of the runs' oldest events; the events and runs left."""
+    table = Identifier(datastore.schema, meta.EVENTS_TABLE)
+    oldest = SQL(
+        "DELETE FROM {0} WHERE originator_id=%s AND originator_version <= (SELECT "
+        "max(originator_version) FROM (SELECT originator_version FROM {0} WHERE "
+        "originator_id=%s ORDER BY originator_version LIMIT %s) AS first)"
+    ).format(table)
     snapshots = SQL("DELETE FROM {} WHERE run_id=%s").format(
         Identifier(datastore.schema, NAMES["snapshots"])
     )
     # Appends hold ROW EXCLUSIVE until they commit: this lock waits for those in flight
     # and holds back new ones, so the DELETE sees every committed event of the runs and
     # an append after it finds its run's events gone (`Store.write`'s heads).
-    lock = SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(
-        Identifier(datastore.schema, meta.EVENTS_TABLE)
-    )
-    removed = 0
+    lock = SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(table)
+    removed, budget = 0, limit
     with datastore.transaction(commit=True) as cursor:
         cursor.execute(lock)
         meta.bump_generation(cursor, _meta_table(datastore))
-        for run_id in run_ids:
-            cursor.execute(events, (run_id,))
-            removed += cursor.rowcount
-            if views is not None:
-                cursor.execute(snapshots, (str(run_id),))
-    return removed
+        while run_ids and budget:
+            cursor.execute(oldest, (run_ids[0], run_ids[0], budget))
+            removed, budget = removed + cursor.rowcount, budget - cursor.rowcount
+            if budget == 0:  # the run may have events left: the next transaction looks
+                break
+            if views is not None:  # every event of the run is gone with this transaction
+                cursor.execute(snapshots, (str(run_ids[0]),))
+            run_ids = run_ids[1:]
+    return removed, run_ids
 
 
 def _closer(datastore: Any, views: Any) -> Any:

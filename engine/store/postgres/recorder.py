@@ -421,6 +421,21 @@ class PostgresRecorder(PostgresApplicationRecorder):
             curs.execute(statement, params, prepare=True)
             return curs.fetchall()
 
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def select_runs(self, run_ids: Sequence[UUID]) -> list[StoredEvent]:
+        """Every stored event of the runs `run_ids`, by run and version, in one round trip
+        (the runs a page of notifications deletes: `Projections` forgets them)."""
+        statement = SQL(
+            "SELECT originator_id, originator_version, topic, state FROM {0} "
+            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
+        ).format(self._table)
+        with (
+            self.datastore.get_connection() as conn,
+            conn.cursor(row_factory=tuple_row, binary=True) as curs,
+        ):
+            curs.execute(statement, [list(run_ids)])
+            return [StoredEvent(run, version, topic, state) for run, version, topic, state in curs]
+
     def _rows_statement(self, shape: tuple[bool, bool, bool, bool]) -> Composed:
         """The SELECT of `select_rows` for one shape of query (kept: each is prepared once)."""
         gt, lte, desc, limit = shape

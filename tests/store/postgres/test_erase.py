@@ -1,0 +1,119 @@
+"""Erasing on PostgreSQL: transactions bounded by events, so appends wait for little."""
+
+from __future__ import annotations
+
+import math
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from engine import Engine
+from engine.errors import RunErased
+from engine.store import meta
+from engine.store.postgres import open as postgres_open
+from engine.store.postgres.recorder import PostgresRecorder
+from tests._helpers import POSTGRES_URL, REVIEW
+
+BOUND = 7
+"""Events per erase transaction in these tests."""
+
+
+@pytest.fixture
+def bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Erase transactions of at most `BOUND` events."""
+    monkeypatch.setattr(postgres_open, "ERASE_EVENTS", BOUND)
+
+
+@pytest.fixture
+def logged(postgres_url: str) -> str:
+    """The store's schema, with a trigger logging each deleted event's transaction id."""
+    schema = postgres_url.rsplit("schema=", 1)[1]
+    with Engine(postgres_url):  # creates the tables
+        pass
+    statements = [
+        "CREATE TABLE {s}.erased (tx bigint NOT NULL)",
+        "CREATE FUNCTION {s}.log_erased() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN INSERT INTO {s}.erased VALUES (txid_current()); RETURN OLD; END $$",
+        "CREATE TRIGGER log_erased AFTER DELETE ON {s}.{t} "
+        "FOR EACH ROW EXECUTE FUNCTION {s}.log_erased()",
+    ]
+    names = {"s": sql.Identifier(schema), "t": sql.Identifier(meta.EVENTS_TABLE)}
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(sql.SQL(statement).format(**names))
+    return schema
+
+
+def per_transaction(schema: str) -> list[int]:
+    """The events each erase transaction deleted, in the order the transactions ran."""
+    query = sql.SQL("SELECT count(*) FROM {}.erased GROUP BY tx ORDER BY tx").format(
+        sql.Identifier(schema)
+    )
+    with psycopg.connect(POSTGRES_URL) as conn:
+        return [count for (count,) in conn.execute(query).fetchall()]
+
+
+def deleted_runs(engine: Engine, lengths: list[int]) -> int:
+    """Runs of `lengths` events each, finished as deleted (one more event); their events."""
+    for length in lengths:
+        run = engine.start_run(REVIEW)
+        with run.batch():
+            for index in range(length - 1):
+                run.note(f"n{index}", index)
+        run.finish("deleted")
+    return sum(lengths) + len(lengths)
+
+
+@pytest.mark.usefixtures("bounded")
+class TestEraseBound:
+    def test_no_transaction_deletes_more_than_the_bound(
+        self, postgres_url: str, logged: str
+    ) -> None:
+        """Short and long runs are erased in transactions of at most the bound, packed full."""
+        with Engine(postgres_url) as engine:
+            total = deleted_runs(engine, [2, 3, 30, 1, 16])
+            generation = engine.store.generation()
+            done = engine.compact()
+            assert done.events == total
+            counts = per_transaction(logged)
+            assert sum(counts) == total
+            assert max(counts) <= BOUND
+            assert len(counts) == math.ceil(total / BOUND)
+            assert engine.store.generation() - generation >= len(counts)  # one per transaction
+            assert engine.runs(status="deleted") == []
+
+    def test_a_stale_handle_of_a_long_erased_run_is_refused(self, postgres_url: str) -> None:
+        """A run erased over several transactions still refuses its stale handles' appends."""
+        with Engine(postgres_url) as engine, Engine(postgres_url) as other:
+            stale = engine.start_run(REVIEW)
+            with stale.batch():
+                for index in range(40):
+                    stale.note(f"n{index}", index)
+            other.load(stale.id).finish("deleted")
+            assert other.compact().events == 42
+            with pytest.raises(RunErased):
+                stale.note("late", 1)
+            assert engine.store.last(stale.id) is None
+
+
+class TestSelectRuns:
+    def test_every_event_of_several_runs_in_one_read(self, postgres_url: str) -> None:
+        """The recorder reads several runs' events at once, by run and version (for forgetting)."""
+        with Engine(postgres_url) as engine:
+            first, second = engine.start_run(REVIEW), engine.start_run(REVIEW)
+            first.note("a", 1)
+            second.note("b", 2)
+            second.note("c", 3)
+            recorder = engine.store.recorder
+            assert isinstance(recorder, PostgresRecorder)
+            stored = recorder.select_runs([first.id, second.id])
+            got = sorted((s.originator_id, s.originator_version) for s in stored)
+            assert got == sorted(
+                [(first.id, 1), (first.id, 2), *((second.id, v) for v in (1, 2, 3))]
+            )
+            assert [s.originator_version for s in stored if s.originator_id == second.id] == [
+                1,
+                2,
+                3,
+            ]
