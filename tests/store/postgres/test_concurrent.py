@@ -391,9 +391,12 @@ class TestAppendFunction:
             assert has_function(schema_of(postgres_url))
             calls: list[int] = []
             call = recorder._execute_append
-            recorder._execute_append = lambda conn, columns: (
-                calls.append(len(columns[0])) or call(conn, columns)
-            )
+
+            def counted(conn: Any, columns: Any) -> Any:
+                calls.append(len(columns[0]))
+                return call(conn, columns)
+
+            recorder._execute_append = counted
             run = engine.start_run(REVIEW)
             run.note("one", 1)
             with run.batch():
