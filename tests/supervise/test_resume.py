@@ -266,17 +266,18 @@ if mode == "commit":  # SIGKILL inside the point-th grouped write, before it com
                     raw.set_progress_handler(step, 1)
             return append(self, stored, **kwargs)
         recorder.insert_events = killing
-    else:  # PostgreSQL: rows inserted in the transaction, no COMMIT
-        insert = recorder._execute_insert
-        def killing(self, cursor, columns, *args, **kwargs):
+    else:  # PostgreSQL: rows inserted by the append function in a transaction, no COMMIT
+        call = recorder._execute_append
+        def killing(self, conn, columns):
             global groups
-            result = insert(self, cursor, columns, *args, **kwargs)
             if len(columns[0]) > 1:
                 groups += 1
                 if groups == point:
+                    conn.execute("BEGIN")  # the call commits as it returns otherwise
+                    call(self, conn, columns)
                     die()
-            return result
-        recorder._execute_insert = killing
+            return call(self, conn, columns)
+        recorder._execute_append = killing
 
 engine.supervisor(retry=RetryPolicy(delay=0)).drive(
     run, {"plan": stage(0), "build": stage(2), "test": stage(1)}

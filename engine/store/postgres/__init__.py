@@ -2,6 +2,7 @@
 
 `datastore` connects (a probe connection for clear errors, eventsourcing's pool),
 `recorder` appends without ever doubling an event after a lost connection,
+`notifier` wakes the followers after appends (at most one NOTIFY per interval),
 `views` keeps the read side's tables and waits on LISTEN/NOTIFY, `open` checks
 or creates a store under an advisory lock.
 """

@@ -24,6 +24,7 @@ from engine.store.postgres.datastore import (
 from engine.store.postgres.recorder import (
     CONCURRENT_SCHEMA,
     has_tx_column,
+    install_append,
     make_recorder,
     upgrade,
 )
@@ -117,7 +118,7 @@ def open_postgres(
         datastore = make_datastore(url)
         recorder = make_recorder(url, datastore, has_events or read_only, concurrent=concurrent)
         if not read_only:
-            _upgrade(conn, url, datastore)
+            recorder.function = _upgrade(conn, url, datastore)
         mapper = settings.mapper()
         codec = settings.codec(mapper)
         generation = functools.partial(read_generation, datastore)
@@ -126,7 +127,7 @@ def open_postgres(
         if read_only:
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
-            closer = _closer(datastore, views)
+            closer = _closer(datastore, views, recorder)
             return Backend(
                 recorder, mapper, closer, views, read_only=True, codec=codec, generation=generation,
                 chain=chain, stored_after=after, stored_rows=rows,
@@ -135,7 +136,7 @@ def open_postgres(
             lambda: PostgresViews(datastore, recorder.channel_name, url.masked), codec
         )
     erase = functools.partial(erase_runs, datastore, views)
-    closer = _closer(datastore, views)
+    closer = _closer(datastore, views, recorder)
     return Backend(
         recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation,
         chain=chain, stored_after=after, stored_rows=rows,
@@ -185,12 +186,14 @@ def stored_after(datastore: Any, run_id: UUID, position: int) -> int | None:
     return None if value is None else int(value)
 
 
-def _upgrade(conn: Any, url: StoreURL, datastore: Any) -> None:
-    """Give a new store, or one an older release wrote, concurrent appends (under the lock)."""
+def _upgrade(conn: Any, url: StoreURL, datastore: Any) -> bool:
+    """Give a new store, or one an older release wrote, concurrent appends and its append
+    function (under the lock); whether appends call the function."""
     import psycopg
 
     try:
         upgrade(conn, schema_of(url), meta.META_TABLE)
+        return install_append(conn, schema_of(url))
     except psycopg.Error as error:
         datastore.close()
         problem = f"cannot upgrade the store to concurrent appends: {describe(error, url)}"
@@ -296,8 +299,9 @@ def _erase_some(
     return removed, run_ids
 
 
-def _closer(datastore: Any, views: Any) -> Any:
+def _closer(datastore: Any, views: Any, recorder: Any) -> Any:
     def close() -> None:
+        recorder.notifier.close()  # the NOTIFY still due, while the pool is open
         if views is not None:
             views.close_listener()
         datastore.close()

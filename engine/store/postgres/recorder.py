@@ -15,6 +15,11 @@ How many writers commit at once, and why followers still see one gap-free order:
   therefore a prefix of the notification order: any lower id belongs to a
   transaction that has ended, so it is visible or will never be.
 
+An append is one statement where the store has its append function (`install_append`,
+created with the store or when an older one is first opened for writing): a call,
+in its own transaction, that takes the section, inserts and leaves it. Where the role
+may not create it, the append sends the statements one by one, in a pipeline.
+
 `select_notifications` and `max_notification_id` apply that rule, so every
 follower (persistent projections, the run index, ``follow``, shared circuits)
 reads through it. A store written by an older release (an ``EXCLUSIVE`` lock on the
@@ -46,6 +51,7 @@ from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 from engine.store import meta
 from engine.store.errors import AppendOutcomeUnknown, HeadMissing, StoreError
 from engine.store.postgres.datastore import CONNECTION_LOST, Datastore, describe
+from engine.store.postgres.notifier import Notifier
 from engine.store.urls import StoreURL
 
 _log = logging.getLogger(__name__)
@@ -72,6 +78,19 @@ A release that knows only version 1 (every append under the table's EXCLUSIVE
 lock, followers reading every committed row) refuses to open such a store, so
 old and new readers never share one.
 """
+
+APPEND_FUNCTION = "stagetrail_append_1"
+"""The store's append function: the section, the INSERT and the heads check in one call.
+
+Numbered: a release that changes what it does creates it under another name, so
+processes of both releases append side by side while a fleet is upgraded.
+"""
+
+SHAPES = 16
+"""Most events (and runs) of an append called with one parameter per value; larger appends
+pass whole arrays. At most SHAPES² + 1 statements per connection."""
+
+_COLUMN_TYPES = ("uuid", "bigint", "text", "bytea", "uuid", "bigint")
 
 SETTLE_SECONDS = 2.0
 """How long `max_notification_id` waits for older transactions to end before it answers."""
@@ -116,11 +135,18 @@ class PostgresRecorder(PostgresApplicationRecorder):
     """Appends whose connection was lost, by what the check found (for the fault suite)."""
 
     def __init__(
-        self, datastore: PostgresDatastore, *, events_table_name: str, concurrent: bool = True
+        self,
+        datastore: PostgresDatastore,
+        *,
+        events_table_name: str,
+        concurrent: bool = True,
+        function: bool = False,
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
         self.concurrent = concurrent
         """Appends without the table lock, reads below the oldest append in flight."""
+        self.function = function and concurrent
+        """Each append one call of the store's append function (else statement by statement)."""
         # eventsourcing names the NOTIFY channel after the table alone, so every
         # store of the database (one per schema) would wake every other's followers.
         self.channel_name = f"stagetrail_{datastore.schema}"
@@ -131,6 +157,16 @@ class PostgresRecorder(PostgresApplicationRecorder):
         timeout = SQL("SET LOCAL lock_timeout = '{0}s'").format(datastore.lock_timeout)
         notify = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
         section = Literal(append_lock(datastore.schema))
+        self._function_name = f'"{datastore.schema}".{APPEND_FUNCTION}'
+        self._calls: dict[tuple[int, int], bytes] = {}
+        self._notify = (
+            SQL("SELECT set_config('synchronous_commit', 'off', true), pg_notify({0}, '')")
+            .format(Literal(self.channel_name))
+            .as_bytes(None)
+        )
+        self.notifier = Notifier(self._send_notify)
+        """Wakes the followers after the appends of the function (at most one NOTIFY per
+        interval); the statements' appends notify each."""
         self._unlock = SQL("SELECT pg_advisory_unlock({0})").format(section)
         if concurrent:
             # The transaction id and the notification ids taken in one short section
@@ -247,6 +283,10 @@ class PostgresRecorder(PostgresApplicationRecorder):
             [run_id for run_id, _ in heads],
             [version for _, version in heads],
         )
+        if self.function:
+            ids = self._call_function(columns)
+            if ids is not None:
+                return ids
         pipelined = sum(len(event.state) for event in stored_events) <= PIPELINE_BYTES
         with self.datastore.get_connection() as conn:
             if not self.concurrent:
@@ -261,6 +301,61 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 raise
             self._commit(conn, stored_events)
             return ids
+
+    def _call_function(self, columns: tuple[list[Any], ...]) -> list[int] | None:
+        """The append as one call of the store's function, in a transaction of its own; its
+        notification ids (None: the function is gone, nothing was written).
+
+        Raises:
+            Exception: the call failed (the section is left first).
+        """
+        from psycopg.errors import UndefinedFunction
+
+        with self.datastore.get_connection() as conn:
+            try:
+                ids = self._execute_append(conn, columns)
+            except UndefinedFunction:  # dropped since the store was opened
+                _log.warning("the store's append function is gone: appending statement-wise")
+                self.function = False
+                return None
+            except BaseException:
+                _leave_section(conn, self._unlock)
+                raise
+            self.notifier.appended(conn)
+        return ids
+
+    def _execute_append(self, conn: Any, columns: tuple[list[Any], ...]) -> list[int]:
+        """One call of the append function (committed once it returns in autocommit)."""
+        shape = (len(columns[0]), len(columns[4]))
+        if max(shape) <= SHAPES:  # each value a parameter: psycopg dumps lists slowly
+            params: Any = [value for column in columns for value in column]
+        else:
+            shape, params = (-1, -1), columns
+        statement = self._calls.get(shape) or self._call_statement(shape)
+        row = conn.execute(statement, params, prepare=True).fetchone()
+        return list(row["ids"] or ())
+
+    def _call_statement(self, shape: tuple[int, int]) -> bytes:
+        """The call for `shape` (events, heads): arrays of parameters; (-1, -1): whole arrays."""
+        events, heads = shape
+        if events < 0:
+            arrays = [f"%s::{kind}[]" for kind in _COLUMN_TYPES]
+        else:
+            arrays = [
+                f"ARRAY[{', '.join(['%s'] * count)}]::{kind}[]"
+                for count, kind in zip([events] * 4 + [heads] * 2, _COLUMN_TYPES, strict=True)
+            ]
+        statement = f"SELECT {self._function_name}({', '.join(arrays)}) AS ids".encode()
+        self._calls[shape] = statement
+        return statement
+
+    def _send_notify(self, conn: Any) -> None:
+        """One NOTIFY, in a transaction of its own that waits for no flush."""
+        if conn is not None:
+            conn.execute(self._notify, prepare=True)
+            return
+        with self.datastore.get_connection() as own:
+            own.execute(self._notify, prepare=True)
 
     def _append(
         self, conn: Any, columns: tuple[list[Any], ...], stored_events: Sequence[StoredEvent]
@@ -606,6 +701,69 @@ def upgrade(conn: Any, schema: str, meta_table: str) -> bool:
     return True
 
 
+APPEND_BODY = """
+CREATE FUNCTION {function}(ids uuid[], versions bigint[], topics text[], states bytea[],
+    head_ids uuid[], head_versions bigint[]) RETURNS bigint[] LANGUAGE plpgsql
+SET lock_timeout = 0 AS $append$
+DECLARE inserted bigint[];
+BEGIN
+    PERFORM pg_advisory_lock({section});
+    WITH rows AS (
+        INSERT INTO {table} (originator_id, originator_version, topic, state)
+        SELECT * FROM unnest(ids, versions, topics, states)
+        WHERE NOT EXISTS (SELECT 1 FROM unnest(head_ids, head_versions) AS head(run, v)
+            WHERE NOT EXISTS (SELECT 1 FROM {table}
+                WHERE originator_id = head.run AND originator_version = head.v))
+        RETURNING notification_id)
+    SELECT array_agg(notification_id ORDER BY notification_id) INTO inserted FROM rows;
+    PERFORM pg_advisory_unlock({section});
+    RETURN inserted;
+END
+$append$
+"""
+"""The append function: the statements' append (section, transaction id and notification
+ids in it, heads checked in the INSERT), one round trip and one statement for the client.
+
+An error inside leaves the section held: the caller leaves it (`_leave_section`), as the
+statements' append does. The lock timeout is the statements' one (0: wait).
+"""
+
+
+def install_append(conn: Any, schema: str) -> bool:
+    """Create the store's append function unless it exists; whether the store has it.
+
+    Run under the store's creation lock. A role that may not create it appends
+    statement by statement (the same section and rows, more round trips).
+
+    Raises:
+        psycopg.Error: the database failed otherwise.
+    """
+    from psycopg.errors import InsufficientPrivilege
+
+    function = SQL("{0}.{1}").format(Identifier(schema), Identifier(APPEND_FUNCTION))
+    if has_append_function(conn, schema):
+        return True
+    body = SQL(APPEND_BODY).format(
+        function=function,
+        table=SQL("{0}.{1}").format(Identifier(schema), Identifier(meta.EVENTS_TABLE)),
+        section=Literal(append_lock(schema)),
+    )
+    try:
+        conn.execute(body)
+    except InsufficientPrivilege:
+        return False
+    return True
+
+
+def has_append_function(conn: Any, schema: str) -> bool:
+    """Whether the store has its append function (`install_append`)."""
+    signature = "(uuid[], bigint[], text[], bytea[], uuid[], bigint[])"
+    row = conn.execute(
+        "SELECT to_regprocedure(%s) IS NOT NULL", (f'"{schema}".{APPEND_FUNCTION}{signature}',)
+    ).fetchone()
+    return bool(row[0])
+
+
 def has_tx_column(conn: Any, schema: str) -> bool:
     """Whether the store's events carry their transaction id (its appends are concurrent)."""
     row = conn.execute(
@@ -617,7 +775,12 @@ def has_tx_column(conn: Any, schema: str) -> bool:
 
 
 def make_recorder(
-    url: StoreURL, datastore: Datastore, has_events: bool, *, concurrent: bool = True
+    url: StoreURL,
+    datastore: Datastore,
+    has_events: bool,
+    *,
+    concurrent: bool = True,
+    function: bool = False,
 ) -> PostgresRecorder:
     """The store's recorder, its events table created unless it `has_events` already."""
     import psycopg
@@ -625,7 +788,10 @@ def make_recorder(
 
     try:
         recorder = PostgresRecorder(
-            datastore, events_table_name=meta.EVENTS_TABLE, concurrent=concurrent
+            datastore,
+            events_table_name=meta.EVENTS_TABLE,
+            concurrent=concurrent,
+            function=function,
         )
         if not has_events:  # a read-only role can open a store it could not create
             recorder.create_table()

@@ -66,7 +66,14 @@ class PostgresViews(SQLViews):
             if self._listener is None:
                 self._listener = self._listen()
                 return not stop.is_set()
-            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+            # closed before draining: while open, the generator holds the connection's lock
+            with contextlib.closing(self._listener.notifies(timeout=timeout)) as received:
+                woken = next(received, None) is not None
+            if woken:
+                # those received already too: the caller's read covers their appends, and
+                # each left queued would wake it again for nothing
+                for _ in self._listener.notifies(timeout=0):
+                    pass
                 return not stop.is_set()
         except psycopg.Error as error:  # a dropped connection: listen afresh next time
             _log.warning("LISTEN connection lost, reconnecting: %s", error)

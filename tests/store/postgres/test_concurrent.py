@@ -14,7 +14,14 @@ import pytest
 
 from engine import ConcurrencyConflict, Engine, StoreError
 from engine.store import meta
-from engine.store.postgres.recorder import CONCURRENT_SCHEMA, TX_COLUMN, append_lock
+from engine.store.postgres.recorder import (
+    APPEND_FUNCTION,
+    CONCURRENT_SCHEMA,
+    SHAPES,
+    TX_COLUMN,
+    append_lock,
+    has_append_function,
+)
 from events import Event
 from projections import Projection, RunIndex
 from tests._helpers import POSTGRES_URL, REVIEW
@@ -50,22 +57,35 @@ def connect() -> Any:
 
 
 class HeldCommit:
-    """Holds one engine's next append after its INSERT, before its COMMIT, until released."""
+    """Holds one engine's next append after its INSERT, before its COMMIT, until released.
 
-    def __init__(self, engine: Engine) -> None:
+    An append of the store's function commits as the call returns: the held one is
+    called inside a transaction the hold opens, as a slow COMMIT would leave it. With
+    `function` False the engine appends statement by statement.
+    """
+
+    def __init__(self, engine: Engine, *, function: bool = True) -> None:
         recorder: Any = engine.store.recorder
         self.recorder = recorder
-        self.original = self.recorder._execute_insert
+        recorder.function = function
+        self.hooked = "_execute_append" if function else "_execute_insert"
+        self.original = getattr(recorder, self.hooked)
         self.inserted = threading.Event()
         self.release = threading.Event()
-        self.recorder._execute_insert = self._held
+        setattr(recorder, self.hooked, self._held_call if function else self._held)
         self.recorder.settle_seconds = 0.1  # its own head waits for its held commit
 
     def _held(self, *args: Any, **kwargs: Any) -> Any:
         ids = self.original(*args, **kwargs)  # the rows are inserted, the section left
-        self.recorder._execute_insert = self.original
+        setattr(self.recorder, self.hooked, self.original)
         self.inserted.set()
         assert self.release.wait(WAIT), "the held append was never released"
+        return ids
+
+    def _held_call(self, conn: Any, columns: Any) -> Any:
+        conn.execute("BEGIN")
+        ids = self._held(conn, columns)
+        conn.execute("COMMIT")
         return ids
 
 
@@ -108,9 +128,10 @@ def three(postgres_url: str) -> Iterator[tuple[Engine, Engine, Engine]]:
         yield a, b, follower
 
 
+@pytest.mark.parametrize("function", [True, False], ids=["function", "statements"])
 class TestLateCommits:
     def test_the_follower_waits_for_a_held_transaction_then_folds_every_event_once(
-        self, three: tuple[Engine, Engine, Engine]
+        self, three: tuple[Engine, Engine, Engine], function: bool
     ) -> None:
         """While A's append is open, B's later commits go through but no follower passes A."""
         a, b, follower = three
@@ -118,7 +139,7 @@ class TestLateCommits:
         follower.projections.register(EventsPerRun)
         head_reaching(follower.store.recorder, stored_ids(a, first.id)[-1])
         follower.projections.catch_up()
-        held = HeldCommit(a)
+        held = HeldCommit(a, function=function)
         started: list[Any] = []
         writer_a = in_thread(lambda: started.append(a.start_run(REVIEW)))
         assert held.inserted.wait(WAIT)
@@ -161,13 +182,15 @@ class TestLateCommits:
         page = recorder.select_notifications(start=0, limit=1000, stop=None)
         return min(n.id for n in page if n.originator_id == run_id)
 
-    def test_a_late_commit_holds_back_head_and_pages(self, postgres_url: str) -> None:
+    def test_a_late_commit_holds_back_head_and_pages(
+        self, postgres_url: str, function: bool
+    ) -> None:
         """Rows committed after an open append's ids are neither in the head nor in a page."""
         with Engine(postgres_url) as a, Engine(postgres_url) as b:
             first = a.start_run(REVIEW)
             recorder = b.store.recorder
             before = head_reaching(recorder, stored_ids(a, first.id)[-1])
-            held = HeldCommit(a)
+            held = HeldCommit(a, function=function)
             writer = in_thread(lambda: a.start_run(REVIEW))
             assert held.inserted.wait(WAIT)
             b.start_run(REVIEW)
@@ -288,6 +311,7 @@ class TestUpgrade:
             assert {run.run_id for run in reader.runs()} == set(old)
         with Engine(postgres_url) as engine:
             assert engine.store.recorder.concurrent  # type: ignore[attr-defined]
+            assert engine.store.recorder.function  # type: ignore[attr-defined]
             new = engine.start_run(REVIEW)
             engine.projections.register(EventsPerRun)
             folded = engine.projections.states(EventsPerRun.name)
@@ -345,3 +369,116 @@ class TestRunIndexIsFollowed:
             head_reaching(b.store.recorder, stored_ids(b, later.id)[-1])
             assert {run.run_id for run in b.runs()} == {later.id, stored_run(a)}
             assert RunIndex.name in b.projections.names
+
+
+def drop_append_function(schema: str) -> None:
+    """Make the store as a release before the append function left it."""
+    with connect() as conn:
+        conn.execute(f"DROP FUNCTION {schema}.{APPEND_FUNCTION}")
+
+
+def has_function(schema: str) -> bool:
+    with connect() as conn:
+        return has_append_function(conn, schema)
+
+
+class TestAppendFunction:
+    def test_a_new_store_appends_by_one_call_of_its_function(self, postgres_url: str) -> None:
+        """Single, batched and larger-than-shaped appends are calls, each stored once in order."""
+        with Engine(postgres_url) as engine:
+            recorder: Any = engine.store.recorder
+            assert recorder.function
+            assert has_function(schema_of(postgres_url))
+            calls: list[int] = []
+            call = recorder._execute_append
+
+            def counted(conn: Any, columns: Any) -> Any:
+                calls.append(len(columns[0]))
+                return call(conn, columns)
+
+            recorder._execute_append = counted
+            run = engine.start_run(REVIEW)
+            run.note("one", 1)
+            with run.batch():
+                for i in range(SHAPES + 4):  # whole arrays, past the shaped calls
+                    run.note("many", i)
+            notes = engine.events(run.id)[1:]
+        assert calls == [1, 1, SHAPES + 4]
+        assert [e.version for e in notes] == list(range(2, SHAPES + 7))
+        assert [n.value for n in notes] == [1, *range(SHAPES + 4)]  # type: ignore[attr-defined]
+
+    def test_a_store_without_the_function_is_given_it_on_a_writable_open(
+        self, postgres_url: str
+    ) -> None:
+        """A store made before the function gets it under the creation lock; its runs go on."""
+        schema = schema_of(postgres_url)
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+        drop_append_function(schema)
+        with Engine(postgres_url, read_only=True) as reader:  # a reader creates nothing
+            assert [e.version for e in reader.events(run.id)] == [1]
+        assert not has_function(schema)
+        with Engine(postgres_url) as engine:
+            assert engine.store.recorder.function  # type: ignore[attr-defined]
+            engine.load(run.id).note("after", 1)
+            assert [e.version for e in engine.events(run.id)] == [1, 2]
+        assert has_function(schema)
+
+    def test_a_function_dropped_while_open_falls_back_to_statements(
+        self, postgres_url: str
+    ) -> None:
+        """The append that finds it gone is written once, statement by statement."""
+        with Engine(postgres_url) as engine, Engine(postgres_url) as other:
+            run = engine.start_run(REVIEW)
+            drop_append_function(schema_of(postgres_url))
+            run.note("after", 1)
+            assert not engine.store.recorder.function  # type: ignore[attr-defined]
+            stale = other.load(run.id)
+            run.note("again", 2)
+            with pytest.raises(ConcurrencyConflict):
+                stale.note("stale", 3)
+            assert [e.version for e in engine.events(run.id)] == [1, 2, 3]
+
+    def test_a_role_that_may_not_create_it_appends_statement_by_statement(
+        self, postgres_url: str, writer_role: str
+    ) -> None:
+        """Without CREATE on the schema the open still writes: same rows, same conflicts."""
+        schema = schema_of(postgres_url)
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW)
+        drop_append_function(schema)
+        grant_writing(schema, writer_role)
+        url = postgres_url.replace("postgres@", f"{writer_role}@")
+        with Engine(url) as engine, Engine(url) as other:
+            assert not engine.store.recorder.function  # type: ignore[attr-defined]
+            mine = engine.load(run.id)
+            stale = other.load(run.id)
+            mine.note("mine", 1)
+            with pytest.raises(ConcurrencyConflict):
+                stale.note("stale", 2)
+            assert [e.version for e in engine.events(run.id)] == [1, 2]
+        assert not has_function(schema)
+
+
+@pytest.fixture
+def writer_role() -> Iterator[str]:
+    """A new login role, dropped afterwards."""
+    import uuid
+
+    role = f"st_w_{uuid.uuid4().hex[:10]}"
+    with connect() as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    yield role
+    with connect() as conn:
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
+
+
+def grant_writing(schema: str, role: str) -> None:
+    """What a writer needs of an existing store, and no CREATE on its schema."""
+    with connect() as conn:
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}"
+        )
+        conn.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")

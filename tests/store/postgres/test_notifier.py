@@ -1,0 +1,109 @@
+"""The NOTIFY after appends: at most one per interval, one after every append."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from engine import Engine
+from engine.store.postgres.notifier import Notifier
+from tests._helpers import POSTGRES_URL, REVIEW
+
+WAIT = 30.0
+"""Bound on a wait that only a lost NOTIFY would reach."""
+
+
+class Sends:
+    """What a notifier sent: the connection of each NOTIFY, and how many appends preceded it."""
+
+    def __init__(self) -> None:
+        self.appends = 0
+        self.sent: list[tuple[Any, int]] = []
+        self.event = threading.Event()
+
+    def __call__(self, conn: Any) -> None:
+        self.sent.append((conn, self.appends))
+        self.event.set()
+
+
+class TestNotifier:
+    def test_the_first_append_notifies_at_once_on_its_connection(self) -> None:
+        """No NOTIFY sent yet: the append's own connection sends it, no timer."""
+        sends = Sends()
+        notifier = Notifier(sends, interval=3600)
+        sends.appends += 1
+        notifier.appended("conn")
+        assert sends.sent == [("conn", 1)]
+
+    def test_a_burst_is_followed_by_one_notify_after_its_last_append(self) -> None:
+        """Appends within the interval leave one NOTIFY to the timer, sent after all of them."""
+        sends = Sends()
+        notifier = Notifier(sends, interval=0.05)
+        for _ in range(5):
+            sends.appends += 1
+            notifier.appended("conn")
+        assert sends.sent == [("conn", 1)]
+        sends.event.clear()
+        assert sends.event.wait(WAIT)
+        assert sends.sent == [("conn", 1), (None, 5)]
+
+    def test_close_sends_the_notify_still_due_and_no_timer_fires(self) -> None:
+        """An engine closed within the interval wakes its followers before its pool closes."""
+        sends = Sends()
+        notifier = Notifier(sends, interval=3600)
+        notifier.appended("conn")
+        notifier.appended("conn")
+        notifier.close()
+        assert sends.sent == [("conn", 0), (None, 0)]
+        notifier.close()
+        assert len(sends.sent) == 2
+
+    def test_a_failed_notify_fails_no_append(self, caplog: pytest.LogCaptureFixture) -> None:
+        """The append is committed: a NOTIFY that fails is logged, the follower times out."""
+
+        def failing(conn: Any) -> None:
+            raise OSError("connection reset")
+
+        Notifier(failing).appended("conn")
+        assert "NOTIFY after an append failed: connection reset" in caplog.text
+
+
+class TestFollowersAreWoken:
+    def test_a_burst_sends_one_notify_and_closing_sends_the_one_due(
+        self, postgres_url: str
+    ) -> None:
+        """Twenty appends in an interval: one NOTIFY at once, the due one when the engine closes."""
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as listener:
+            with Engine(postgres_url) as engine:
+                recorder: Any = engine.store.recorder
+                recorder.notifier.interval = 3600  # the timer never fires in this test
+                listener.execute(f"LISTEN {recorder.channel_name}")
+                run = engine.start_run(REVIEW)
+                for i in range(20):
+                    run.note("n", i)
+                listener.execute("SELECT 1")  # every NOTIFY sent so far is received by now
+                before = list(listener.notifies(timeout=0))
+            after = list(listener.notifies(timeout=WAIT, stop_after=1))
+        assert len(before) == 1
+        assert len(after) == 1
+
+    def test_a_follower_drains_the_notifies_received_before_it_reads(
+        self, postgres_url: str
+    ) -> None:
+        """Five NOTIFYs waiting wake one read, not five: the next wait times out."""
+        import psycopg
+
+        with Engine(postgres_url) as engine:
+            views: Any = engine.store.views
+            stop = threading.Event()
+            assert views.wait_for_events(0.01, stop)  # starts listening
+            with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+                for i in range(5):
+                    conn.execute(f"NOTIFY {engine.store.recorder.channel_name}, '{i}'")  # type: ignore[attr-defined]
+            views._listener.execute("SELECT 1")  # every NOTIFY received by now
+            assert views.wait_for_events(WAIT, stop)
+            assert not views.wait_for_events(0.05, stop)
