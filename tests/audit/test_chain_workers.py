@@ -308,3 +308,12 @@ class TestHowManyReview:
         with pytest.raises(InvalidArgument) as raised:
             chain_workers(PARALLEL_FROM)
         assert raised.value.argument == VARIABLE
+
+    def test_a_bad_number_is_refused_without_chain_only(self, sqlite_url: str) -> None:
+        """`Engine.verify` refuses bad `workers` whether or not it checks the chain alone, as
+        its docstring says."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            with pytest.raises(InvalidArgument) as raised:
+                engine.verify(run.id, workers=-5)
+        assert raised.value.argument == "workers"
