@@ -445,12 +445,13 @@ class Engine:
         newest = self.store.last(rid)
         if newest is None:
             raise RunNotFound(rid, self.url)
+        helpers = chain_workers(newest.version, workers)  # refused even without `chain_only`
         pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         if chain_only:
             return verify_chain(
                 rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
-                workers=chain_workers(newest.version, workers),
+                workers=helpers,
             )  # fmt: skip
         registered = [self.projections.projection(n) for n in self.projections.names]
         return verify_stored(

@@ -236,9 +236,11 @@ class ShardedEngine:
         merged = {**first.labels, **(labels if isinstance(labels, Mapping) else {})}
         return self.layout.new_id(first.pipeline, merged)
 
-    def verify(self, run_id: UUID | str) -> VerifyReport:
+    def verify(
+        self, run_id: UUID | str, *, chain_only: bool = False, workers: int | None = None
+    ) -> VerifyReport:
         """`Engine.verify` in the run's shard."""
-        return self.shard_of(run_id).verify(run_id)
+        return self.shard_of(run_id).verify(run_id, chain_only=chain_only, workers=workers)
 
     def resume(self, run_id: UUID | str, *, tree: bool = False) -> Run:
         """`Engine.resume`; with `tree`, each unfinished descendant in its own shard."""

@@ -119,7 +119,7 @@ def chain_workers(events: int, workers: int | None = None) -> int:
     """
     if workers is None:
         setting = os.environ.get(VARIABLE, "").strip() or "0"
-        if not setting.isdigit():
+        if not (setting.isascii() and setting.isdigit()):
             raise InvalidArgument(VARIABLE, f"must be a whole number >= 0, got {setting!r}")
         workers = int(setting)
     elif type(workers) is not int or workers < 0:
@@ -257,10 +257,12 @@ class ChainCheck:
                 self._head, len(self.problems))  # fmt: skip
 
     def restore(self, state: tuple[Any, ...]) -> None:
-        """Go back to a `state`: its problems, and where the chain was."""
+        """Go back to a `state`: its problems, and where the chain was. Events found
+        unreadable since stay problems: their pages were read once (`readable`), and
+        checking them again does not find them again."""
         (self.previous, self.expected, self.chained_from, self.unchecked, self.keyed,
          self._head, problems) = state  # fmt: skip
-        del self.problems[problems:]
+        self.problems[problems:] = [p for p in self.problems[problems:] if p.check == "format"]
 
     def assume(self, rows: Sequence[StoredRow]) -> bool:
         """Move past `rows` as `page` would if each follows on (a worker checks that): their
@@ -399,7 +401,7 @@ class _Ahead:
         for page in pages:
             count += len(page)
             self.one(self.check.readable(page, mapper))
-            self.settle(wait=False)
+            self.settle(wait=True, keep=self.pool.workers * _DEPTH * 2)
         self.settle(wait=True)
         return count
 
@@ -427,13 +429,15 @@ class _Ahead:
             check.page(rows)
         self.held.append((future, rows, state))
 
-    def settle(self, *, wait: bool) -> None:
-        """Take the results of the pages held, oldest first (all of them with `wait`, else
-        those done); a page not right all the way is checked again here, with all after it."""
+    def settle(self, *, wait: bool, keep: int = 0) -> None:
+        """Take the results of the pages held, oldest first: those done, and with `wait` the
+        others too until at most `keep` are held (pages held are memory: a slow or stalled
+        worker must not let the reading run ahead); a page not right all the way is checked
+        again here, with all after it."""
         held = self.held
         while held:
             future, rows, state = held[0]
-            if future is not None and not (wait or future.done()):
+            if future is not None and not future.done() and not (wait and len(held) > keep):
                 return
             held.popleft()
             if future is None or _followed(future) == len(rows):

@@ -253,7 +253,9 @@ def _pads(derived: bytes | None) -> tuple[Any, Any]:
     none: a keyed link is SHA-256 of the outer pad and SHA-256 of the inner pad and message."""
     if derived is None:
         return None, None
-    block = derived.ljust(_BLOCK, b"\0")  # a derived key is 32 bytes: shorter than a block
+    if len(derived) > _BLOCK:  # RFC 2104: a key longer than a block is hashed first
+        derived = _sha256(derived).digest()
+    block = derived.ljust(_BLOCK, b"\0")
     return (
         _sha256(block.translate(_INNER_PAD)),
         _sha256(block.translate(_OUTER_PAD)),

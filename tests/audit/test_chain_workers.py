@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import os
 import pickle
 from collections.abc import Callable, Iterator
 from uuid import UUID
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import Engine
 from engine.errors import InvalidArgument
@@ -192,3 +196,124 @@ class TestHowMany:
         with pytest.raises(InvalidArgument) as raised:
             chain_workers(PARALLEL_FROM)
         assert raised.value.argument == VARIABLE
+
+
+CIPHER_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
+
+
+class TestChainWorkersReview:
+    def test_an_undecryptable_event_after_a_page_sent_back_is_still_named(
+        self, sqlite_url: str
+    ) -> None:
+        """An event that no longer decrypts, read while a page a worker finds broken is held,
+        is the same ``format`` problem as without workers."""
+        with Engine(sqlite_url, cipher_key=CIPHER_KEY) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(4 * PAGE):
+                    run.note("step", f"s{index}")
+            rows = Rows(sqlite_url)
+            rows.delete(run.id, PAGE + 7)  # page 2: a link that breaks
+            topic, state = rows.get(run.id, 2 * PAGE + 5)  # page 3: no longer decrypts
+            rows.put(run.id, 2 * PAGE + 5, topic, state[:-1] + bytes([state[-1] ^ 1]))
+            alone, helped = checked(engine, run.id, 0), checked(engine, run.id, 1)
+            assert (2 * PAGE + 5, "format") in [(p.version, p.check) for p in alone.problems]
+            assert helped == alone
+
+    def test_pages_held_stay_bounded_while_a_worker_is_stalled(
+        self, long_run: tuple[Engine, UUID]
+    ) -> None:
+        """While a worker does not answer, the check reads no more than a bounded number of
+        pages ahead of it (pages held are memory)."""
+        import multiprocessing
+        import signal
+        import threading
+
+        engine, run_id = long_run
+        rows = [row for page in engine.store.stored_rows(run_id) for row in page]
+        small = [rows[i : i + 50] for i in range(0, len(rows), 50)]
+        stalled: list[int] = []
+        read_while_stalled = 0
+
+        resumed: list[bool] = []
+
+        def resume() -> None:
+            resumed.append(True)
+            for pid in stalled:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+        def pages() -> Iterator[list[tuple[int, str, bytes]]]:
+            nonlocal read_while_stalled
+            for index, page in enumerate(small):
+                if index == 3 and not stalled:  # the pool has started: stall its worker
+                    stalled.extend(p.pid for p in multiprocessing.active_children() if p.pid)
+                    for pid in stalled:
+                        os.kill(pid, signal.SIGSTOP)
+                    threading.Timer(5, resume).start()  # unblocks a bounded check
+                elif stalled and not resumed:
+                    read_while_stalled += 1
+                    if read_while_stalled > 40:
+                        resume()  # unbounded: stop measuring
+                yield page
+
+        store = engine.store
+        report = verify_chain(
+            run_id, pages(), store.mapper, must_link_from=store.must_link_from(run_id), workers=1
+        )
+        assert report.ok
+        assert stalled
+        assert read_while_stalled <= 8
+
+
+class TestChainHmac:
+    @given(key=st.binary(max_size=200), body=st.binary(max_size=300), version=st.integers(1, 2**40))
+    @settings(max_examples=300, deadline=None)
+    def test_a_keyed_link_is_hmac_sha256_of_the_derived_key(
+        self, key: bytes, body: bytes, version: int
+    ) -> None:
+        """A keyed link is the first 16 bytes of `hmac.digest` under the derived key (empty,
+        short, block-long and longer secrets alike)."""
+        chain = Chain(key)
+        derived = chain.__reduce__()[1][0]
+        assert derived is not None
+        assert len(derived) == 32
+        run_id = UUID(int=version)
+        message = b"p" * 16 + run_id.bytes + version.to_bytes(8, "big") + b"t:X\x00" + body
+        expected = hmac.digest(derived, message, "sha256")[:16]
+        assert chain.link(b"p" * 16, run_id, version, "t:X", body) == expected
+
+    @given(derived=st.one_of(st.binary(max_size=200), st.sampled_from([b"", b"k" * 64, b"k" * 65])))
+    @settings(max_examples=300, deadline=None)
+    def test_a_chain_unpickled_from_any_derived_key_links_as_hmac(self, derived: bytes) -> None:
+        """A chain rebuilt from a derived key of any length (shorter than, equal to or longer
+        than SHA-256's 64-byte block) links as `hmac.digest` under it."""
+        rebuild = Chain(b"x").__reduce__()[0]
+        chain = rebuild(derived)
+        run_id = UUID(int=3)
+        message = b"" + run_id.bytes + (2).to_bytes(8, "big") + b"t:X\x00" + b"{}"
+        assert (
+            chain.link(b"", run_id, 2, "t:X", b"{}") == hmac.digest(derived, message, "sha256")[:16]
+        )
+
+
+class TestHowManyReview:
+    @pytest.mark.parametrize("setting", ["²", "1_0", "٣x"])
+    def test_an_odd_variable_is_one_error_naming_it_or_a_bounded_number(
+        self, monkeypatch: pytest.MonkeyPatch, setting: str
+    ) -> None:
+        """A variable that is not plain ASCII digits is an `InvalidArgument` naming it, never
+        a bare ValueError."""
+        monkeypatch.setenv(VARIABLE, setting)
+        with pytest.raises(InvalidArgument) as raised:
+            chain_workers(PARALLEL_FROM)
+        assert raised.value.argument == VARIABLE
+
+    def test_a_bad_number_is_refused_without_chain_only(self, sqlite_url: str) -> None:
+        """`Engine.verify` refuses bad `workers` whether or not it checks the chain alone, as
+        its docstring says."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            with pytest.raises(InvalidArgument) as raised:
+                engine.verify(run.id, workers=-5)
+        assert raised.value.argument == "workers"
