@@ -425,10 +425,9 @@ class Engine:
         Args:
             chain_only: check the hash chain alone, decoding no event (see docs/audit.md).
             workers: with `chain_only`, how many worker processes check the pages of a run
-                of 200,000 events or more beside this one; default
-                ``$STAGETRAIL_VERIFY_WORKERS``, else none. They are started with
-                multiprocessing's ``spawn``: a script run as a file or ``-m`` must guard its
-                entry with ``if __name__ == "__main__":``.
+                of 200,000 events or more beside this one (default none). They are started
+                with multiprocessing's ``spawn``: a script run as a file or ``-m`` that asks
+                for them must guard its entry with ``if __name__ == "__main__":``.
 
         Returns:
             A report whose `problems` name each broken link, illegal event or failing
@@ -436,8 +435,7 @@ class Engine:
 
         Raises:
             RunNotFound: no such run.
-            InvalidArgument: `workers` (or ``$STAGETRAIL_VERIFY_WORKERS``) is not a whole
-                number >= 0.
+            InvalidArgument: `workers` is not a whole number from 0 to 64.
         """
         from engine.verify import chain_workers, verify_chain, verify_stored
 

@@ -101,30 +101,49 @@ def verify_stored(
 
 
 VARIABLE = "STAGETRAIL_VERIFY_WORKERS"
-"""The environment variable giving how many worker processes check a long run's chain
-when `Engine.verify` is not told (unset: none)."""
+"""The environment variable giving how many worker processes the command line's
+``verify --chain-only`` starts for a long run (unset: the spare cores). The library never
+reads it: a worker is a spawned process that re-runs an unguarded script's top level, so
+only a caller that asks (`Engine.verify(..., workers=N)`) gets one."""
 PARALLEL_FROM = 200_000
 """The fewest events of a run whose chain workers check: starting one costs about what
 checking 50,000 events does."""
 MOST_WORKERS = 3
 """The most workers `spare_cores` gives: one process reading pages keeps about three busy."""
+WORKERS_LIMIT = 64
+"""The most workers anyone may ask for: each is a process."""
 
 
 def chain_workers(events: int, workers: int | None = None) -> int:
-    """How many worker processes check the chain of a run of `events` events: `workers`,
-    else ``$STAGETRAIL_VERIFY_WORKERS``, else none; none for a run under `PARALLEL_FROM`.
+    """How many worker processes check the chain of a run of `events` events: `workers`
+    (None: none); none for a run under `PARALLEL_FROM`.
 
     Raises:
-        InvalidArgument: `workers` (or the environment variable) is not a whole number >= 0.
+        InvalidArgument: `workers` is not a whole number from 0 to `WORKERS_LIMIT`.
     """
     if workers is None:
-        setting = os.environ.get(VARIABLE, "").strip() or "0"
-        if not (setting.isascii() and setting.isdigit()):
-            raise InvalidArgument(VARIABLE, f"must be a whole number >= 0, got {setting!r}")
-        workers = int(setting)
-    elif type(workers) is not int or workers < 0:
-        raise InvalidArgument("workers", f"must be a whole number >= 0, got {workers!r}")
+        return 0
+    if type(workers) is not int or not 0 <= workers <= WORKERS_LIMIT:
+        raise InvalidArgument(
+            "workers", f"must be a whole number from 0 to {WORKERS_LIMIT}, got {workers!r}"
+        )
     return workers if events >= PARALLEL_FROM else 0
+
+
+def workers_setting() -> int | None:
+    """``$STAGETRAIL_VERIFY_WORKERS`` as a number of workers (None: unset or blank).
+
+    Raises:
+        InvalidArgument: the variable is not a whole number from 0 to `WORKERS_LIMIT`.
+    """
+    setting = os.environ.get(VARIABLE, "").strip()
+    if not setting:
+        return None
+    if not (setting.isascii() and setting.isdigit()) or int(setting) > WORKERS_LIMIT:
+        raise InvalidArgument(
+            VARIABLE, f"must be a whole number from 0 to {WORKERS_LIMIT}, got {setting!r}"
+        )
+    return int(setting)
 
 
 def spare_cores() -> int:

@@ -3,7 +3,6 @@ projections; `--all` for every run of the store."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -137,6 +136,7 @@ def _problems(report: VerifyReport, limit: int) -> list[dict[str, Any]]:
 def _workers() -> int:
     """The chain check's worker processes for a long run: ``$STAGETRAIL_VERIFY_WORKERS``, else
     the spare cores (this command's entry is guarded, as ``spawn`` needs)."""
-    from engine.verify import PARALLEL_FROM, VARIABLE, chain_workers, spare_cores
+    from engine.verify import spare_cores, workers_setting
 
-    return chain_workers(PARALLEL_FROM) if os.environ.get(VARIABLE, "").strip() else spare_cores()
+    setting = workers_setting()
+    return spare_cores() if setting is None else setting

@@ -26,6 +26,7 @@ from engine.verify import (
     chain_workers,
     spare_cores,
     verify_chain,
+    workers_setting,
 )
 from tests._helpers import REVIEW
 from tests.audit.tampering import Rows
@@ -172,18 +173,28 @@ class TestHowMany:
         assert chain_workers(PARALLEL_FROM - 1, 3) == 0
         assert chain_workers(PARALLEL_FROM, 3) == 3
 
-    def test_the_environment_gives_the_default(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Unset, no worker; else the number the variable gives."""
-        monkeypatch.delenv(VARIABLE, raising=False)
-        assert chain_workers(PARALLEL_FROM) == 0
+    def test_the_library_never_reads_the_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Not asked, the library starts no worker, whatever the variable says: a spawned
+        worker re-runs an unguarded script's top level."""
         monkeypatch.setenv(VARIABLE, "2")
-        assert chain_workers(PARALLEL_FROM) == 2
+        assert chain_workers(PARALLEL_FROM) == 0
+
+    def test_the_variable_gives_the_command_lines_number(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Unset or blank, no setting (the command line takes the spare cores); else its number."""
+        monkeypatch.delenv(VARIABLE, raising=False)
+        assert workers_setting() is None
+        monkeypatch.setenv(VARIABLE, " ")
+        assert workers_setting() is None
+        monkeypatch.setenv(VARIABLE, "2")
+        assert workers_setting() == 2
 
     def test_the_command_line_uses_the_spare_cores(self) -> None:
         """One less than the cores this process may use, at least none, at most three."""
         assert spare_cores() == max(0, min(len(os.sched_getaffinity(0)) - 1, MOST_WORKERS))
 
-    @pytest.mark.parametrize("bad", [-1, 1.5, True])
+    @pytest.mark.parametrize("bad", [-1, 1.5, True, 65])
     def test_a_bad_number_is_refused(self, bad: object) -> None:
         """Workers that are not a whole number >= 0 are one error naming the argument."""
         with pytest.raises(InvalidArgument) as raised:
@@ -194,7 +205,7 @@ class TestHowMany:
         """A variable that is not a whole number is one error naming it."""
         monkeypatch.setenv(VARIABLE, "two")
         with pytest.raises(InvalidArgument) as raised:
-            chain_workers(PARALLEL_FROM)
+            workers_setting()
         assert raised.value.argument == VARIABLE
 
 
@@ -298,7 +309,7 @@ class TestChainHmac:
 
 
 class TestHowManyReview:
-    @pytest.mark.parametrize("setting", ["²", "1_0", "٣x"])
+    @pytest.mark.parametrize("setting", ["²", "1_0", "٣x", "65", "-1"])
     def test_an_odd_variable_is_one_error_naming_it_or_a_bounded_number(
         self, monkeypatch: pytest.MonkeyPatch, setting: str
     ) -> None:
@@ -306,7 +317,7 @@ class TestHowManyReview:
         a bare ValueError."""
         monkeypatch.setenv(VARIABLE, setting)
         with pytest.raises(InvalidArgument) as raised:
-            chain_workers(PARALLEL_FROM)
+            workers_setting()
         assert raised.value.argument == VARIABLE
 
     def test_a_bad_number_is_refused_without_chain_only(self, sqlite_url: str) -> None:

@@ -46,6 +46,19 @@ class TestVerifyCommand:
             in invoke("verify", "--all", "--chain-only", "--store", sqlite_url).stdout
         )
 
+    def test_a_bad_worker_variable_is_one_error_naming_it(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A `$STAGETRAIL_VERIFY_WORKERS` that is no whole number up to 64 is one error that
+        names the variable, exit code 2."""
+        with Engine(sqlite_url) as engine:
+            run_id = recorded(engine)
+        for setting in ("two", "65"):
+            monkeypatch.setenv("STAGETRAIL_VERIFY_WORKERS", setting)
+            assert "STAGETRAIL_VERIFY_WORKERS" in fails(
+                "verify", str(run_id), "--chain-only", "--store", sqlite_url
+            )
+
     def test_all_lists_only_the_runs_with_problems(self, shared_url: str) -> None:
         """--all verifies every run, counts their chains and names each broken run's first
         problem."""
