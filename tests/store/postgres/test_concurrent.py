@@ -459,6 +459,25 @@ class TestAppendFunction:
             assert [e.version for e in engine.events(run.id)] == [1, 2]
         assert not has_function(schema)
 
+    def test_a_role_that_may_not_execute_it_appends_statement_by_statement(
+        self, postgres_url: str, writer_role: str
+    ) -> None:
+        """EXECUTE revoked from PUBLIC (a common hardening): the writer falls back, never fails."""
+        schema = schema_of(postgres_url)
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW)
+        with connect() as conn:
+            conn.execute(
+                f"REVOKE EXECUTE ON FUNCTION {schema}.{APPEND_FUNCTION}"
+                "(uuid[], bigint[], text[], bytea[], uuid[], bigint[]) FROM PUBLIC"
+            )
+        grant_writing(schema, writer_role)
+        url = postgres_url.replace("postgres@", f"{writer_role}@")
+        with Engine(url) as engine:
+            engine.load(run.id).note("mine", 1)
+            assert [e.version for e in engine.events(run.id)] == [1, 2]
+            assert not engine.store.recorder.function  # type: ignore[attr-defined]
+
 
 @pytest.fixture
 def writer_role() -> Iterator[str]:
