@@ -478,6 +478,27 @@ class TestAppendFunction:
             assert [e.version for e in engine.events(run.id)] == [1, 2]
             assert not engine.store.recorder.function  # type: ignore[attr-defined]
 
+    def test_execute_revoked_while_open_falls_back_to_statements(
+        self, postgres_url: str, writer_role: str
+    ) -> None:
+        """The append that finds EXECUTE revoked is written once, statement by statement."""
+        schema = schema_of(postgres_url)
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW)
+        grant_writing(schema, writer_role)
+        url = postgres_url.replace("postgres@", f"{writer_role}@")
+        with Engine(url) as engine:
+            assert engine.store.recorder.function  # type: ignore[attr-defined]
+            with connect() as conn:
+                conn.execute(
+                    f"REVOKE EXECUTE ON FUNCTION {schema}.{APPEND_FUNCTION}"
+                    "(uuid[], bigint[], text[], bytea[], uuid[], bigint[]) FROM PUBLIC"
+                )
+            engine.load(run.id).note("mine", 1)
+            assert not engine.store.recorder.function  # type: ignore[attr-defined]
+            engine.load(run.id).note("again", 2)
+            assert [e.version for e in engine.events(run.id)] == [1, 2, 3]
+
 
 @pytest.fixture
 def writer_role() -> Iterator[str]:
