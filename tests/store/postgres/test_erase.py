@@ -141,7 +141,7 @@ class TestEraseAgainstTheAppendFunction:
                 def append() -> None:
                     try:
                         stale.note("late", 1)
-                    except BaseException as error:  # noqa: BLE001 - the thread reports it
+                    except BaseException as error:  # the thread reports it
                         failures.append(error)
 
                 writer = threading.Thread(target=append)
@@ -159,5 +159,6 @@ class TestEraseAgainstTheAppendFunction:
                     assert waiting, "the append never waited on the erase"
                 eraser.commit()
                 writer.join(30)
-            assert len(failures) == 1 and isinstance(failures[0], RunErased), failures
+            assert len(failures) == 1, failures
+            assert isinstance(failures[0], RunErased), failures
             assert engine.store.last(stale.id) is None
