@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import psycopg
 import pytest
@@ -148,11 +149,12 @@ class TestEraseAgainstTheAppendFunction:
                 writer.start()
                 with psycopg.connect(POSTGRES_URL, autocommit=True) as watcher:
                     for _ in range(3000):  # until the call waits on the erase's lock
-                        waiting = watcher.execute(
+                        row: Any = watcher.execute(
                             "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = "
                             "%s::regclass",
                             (f"{schema}.{meta.EVENTS_TABLE}",),
-                        ).fetchone()[0]
+                        ).fetchone()
+                        waiting = row[0]
                         if waiting:
                             break
                         threading.Event().wait(0.01)
