@@ -767,11 +767,19 @@ def has_append_function(conn: Any, schema: str) -> bool:
 
 
 def _append_function(conn: Any, schema: str) -> bool | None:
-    """Whether this role may call the store's append function (None: the store has none)."""
+    """Whether this role may and should call the store's append function (None: the store
+    has none).
+
+    Only a function owned by this role or by the events table's owner is called: it runs
+    with the caller's rights, and any role with CREATE on the schema could have made it.
+    """
     signature = "(uuid[], bigint[], text[], bytea[], uuid[], bigint[])"
     row = conn.execute(
-        "SELECT has_function_privilege(p, 'EXECUTE') FROM (SELECT to_regprocedure(%s) AS p) f",
-        (f'"{schema}".{APPEND_FUNCTION}{signature}',),
+        "SELECT has_function_privilege(f.p, 'EXECUTE') AND proc.proowner IN ("
+        "(SELECT relowner FROM pg_class WHERE oid = to_regclass(%s)), "
+        "(SELECT oid FROM pg_roles WHERE rolname = current_user)) "
+        "FROM (SELECT to_regprocedure(%s) AS p) f LEFT JOIN pg_proc proc ON proc.oid = f.p",
+        (f'"{schema}"."{meta.EVENTS_TABLE}"', f'"{schema}".{APPEND_FUNCTION}{signature}'),
     ).fetchone()
     return None if row[0] is None else bool(row[0])
 
