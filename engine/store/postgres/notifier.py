@@ -42,6 +42,7 @@ class Notifier:
         self._lock = threading.Lock()
         self._sent = float("-inf")
         self._timer: threading.Timer | None = None
+        self._started: threading.Timer | None = None  # the last timer, fired or not
         self.sent = 0
         """NOTIFYs sent (for the tests)."""
 
@@ -56,8 +57,9 @@ class Notifier:
                 at_once = False
                 if self._timer is None:  # a NOTIFY went out less than an interval ago
                     delay = max(self._sent + self.interval - now, 0.0)
-                    self._timer = threading.Timer(delay, self._fire)
-                    self._timer.daemon = True
+                    # not a daemon: a process ending unclosed still sends it (waiting
+                    # `interval` at most), while its pool is open
+                    self._timer = self._started = threading.Timer(delay, self._fire)
                     self._timer.start()
         if at_once:
             self._notify(conn)
@@ -75,9 +77,12 @@ class Notifier:
         """Send the NOTIFY still due now, before the connections close."""
         with self._lock:
             timer, self._timer = self._timer, None
+            started = self._started
         if timer is not None:
             timer.cancel()
             self._notify(None)
+        if started is not None and started is not threading.current_thread():
+            started.join()  # a NOTIFY the timer is sending ends before the pool closes
 
     def _notify(self, conn: Any) -> None:
         try:

@@ -309,13 +309,18 @@ class PostgresRecorder(PostgresApplicationRecorder):
         Raises:
             Exception: the call failed (the section is left first).
         """
-        from psycopg.errors import UndefinedFunction
+        from psycopg.errors import InsufficientPrivilege, UndefinedFunction
 
         with self.datastore.get_connection() as conn:
             try:
                 ids = self._execute_append(conn, columns)
-            except UndefinedFunction:  # dropped since the store was opened
-                _log.warning("the store's append function is gone: appending statement-wise")
+            except (UndefinedFunction, InsufficientPrivilege) as error:
+                # dropped, or EXECUTE revoked, since the store was opened: nothing written
+                # (a role that may not insert fails the same way statement by statement)
+                _log.warning(
+                    "the store's append function is unusable (%s): appending statement-wise", error
+                )
+                _leave_section(conn, self._unlock)
                 self.function = False
                 return None
             except BaseException:
@@ -741,8 +746,9 @@ def install_append(conn: Any, schema: str) -> bool:
     from psycopg.errors import InsufficientPrivilege
 
     function = SQL("{0}.{1}").format(Identifier(schema), Identifier(APPEND_FUNCTION))
-    if has_append_function(conn, schema):
-        return True
+    usable = _append_function(conn, schema)
+    if usable is not None:  # EXECUTE revoked from this role: statement by statement
+        return usable
     body = SQL(APPEND_BODY).format(
         function=function,
         table=SQL("{0}.{1}").format(Identifier(schema), Identifier(meta.EVENTS_TABLE)),
@@ -757,11 +763,25 @@ def install_append(conn: Any, schema: str) -> bool:
 
 def has_append_function(conn: Any, schema: str) -> bool:
     """Whether the store has its append function (`install_append`)."""
+    return _append_function(conn, schema) is not None
+
+
+def _append_function(conn: Any, schema: str) -> bool | None:
+    """Whether this role may and should call the store's append function (None: the store
+    has none).
+
+    Only a function owned by this role or by the events table's owner is called: it runs
+    with the caller's rights, and any role with CREATE on the schema could have made it.
+    """
     signature = "(uuid[], bigint[], text[], bytea[], uuid[], bigint[])"
     row = conn.execute(
-        "SELECT to_regprocedure(%s) IS NOT NULL", (f'"{schema}".{APPEND_FUNCTION}{signature}',)
+        "SELECT has_function_privilege(f.p, 'EXECUTE') AND proc.proowner IN ("
+        "(SELECT relowner FROM pg_class WHERE oid = to_regclass(%s)), "
+        "(SELECT oid FROM pg_roles WHERE rolname = current_user)) "
+        "FROM (SELECT to_regprocedure(%s) AS p) f LEFT JOIN pg_proc proc ON proc.oid = f.p",
+        (f'"{schema}"."{meta.EVENTS_TABLE}"', f'"{schema}".{APPEND_FUNCTION}{signature}'),
     ).fetchone()
-    return bool(row[0])
+    return None if row[0] is None else bool(row[0])
 
 
 def has_tx_column(conn: Any, schema: str) -> bool:

@@ -459,6 +459,72 @@ class TestAppendFunction:
             assert [e.version for e in engine.events(run.id)] == [1, 2]
         assert not has_function(schema)
 
+    def test_a_role_that_may_not_execute_it_appends_statement_by_statement(
+        self, postgres_url: str, writer_role: str
+    ) -> None:
+        """EXECUTE revoked from PUBLIC (a common hardening): the writer falls back, never fails."""
+        schema = schema_of(postgres_url)
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW)
+        with connect() as conn:
+            conn.execute(
+                f"REVOKE EXECUTE ON FUNCTION {schema}.{APPEND_FUNCTION}"
+                "(uuid[], bigint[], text[], bytea[], uuid[], bigint[]) FROM PUBLIC"
+            )
+        grant_writing(schema, writer_role)
+        url = postgres_url.replace("postgres@", f"{writer_role}@")
+        with Engine(url) as engine:
+            engine.load(run.id).note("mine", 1)
+            assert [e.version for e in engine.events(run.id)] == [1, 2]
+            assert not engine.store.recorder.function  # type: ignore[attr-defined]
+
+    def test_execute_revoked_while_open_falls_back_to_statements(
+        self, postgres_url: str, writer_role: str
+    ) -> None:
+        """The append that finds EXECUTE revoked is written once, statement by statement."""
+        schema = schema_of(postgres_url)
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW)
+        grant_writing(schema, writer_role)
+        url = postgres_url.replace("postgres@", f"{writer_role}@")
+        with Engine(url) as engine:
+            assert engine.store.recorder.function  # type: ignore[attr-defined]
+            with connect() as conn:
+                conn.execute(
+                    f"REVOKE EXECUTE ON FUNCTION {schema}.{APPEND_FUNCTION}"
+                    "(uuid[], bigint[], text[], bytea[], uuid[], bigint[]) FROM PUBLIC"
+                )
+            engine.load(run.id).note("mine", 1)
+            assert not engine.store.recorder.function  # type: ignore[attr-defined]
+            engine.load(run.id).note("again", 2)
+            assert [e.version for e in engine.events(run.id)] == [1, 2, 3]
+
+    def test_a_function_another_role_planted_is_never_called(
+        self, postgres_url: str, writer_role: str
+    ) -> None:
+        """A role with CREATE on the schema plants the function: the store's owner appends
+        statement by statement, never running the planted code with its own rights."""
+        schema = schema_of(postgres_url)
+        with Engine(postgres_url) as owner:
+            run = owner.start_run(REVIEW)
+        drop_append_function(schema)  # a store an older release made
+        grant_writing(schema, writer_role)
+        with connect() as conn:
+            conn.execute(f"GRANT CREATE ON SCHEMA {schema} TO {writer_role}")
+            conn.execute(f"CREATE TABLE {schema}.ran_as (who text)")
+            conn.execute(f"GRANT INSERT ON {schema}.ran_as TO {writer_role}")
+            conn.execute(f"SET ROLE {writer_role}")
+            conn.execute(
+                f"CREATE FUNCTION {schema}.{APPEND_FUNCTION}(uuid[], bigint[], text[], bytea[], "
+                "uuid[], bigint[]) RETURNS bigint[] LANGUAGE plpgsql AS $$ BEGIN "
+                f"INSERT INTO {schema}.ran_as VALUES (current_user); RETURN NULL; END $$"
+            )
+        with Engine(postgres_url) as owner:
+            owner.load(run.id).note("mine", 1)
+            assert [e.version for e in owner.events(run.id)] == [1, 2]
+        with connect() as conn:
+            assert conn.execute(f"SELECT who FROM {schema}.ran_as").fetchall() == []
+
 
 @pytest.fixture
 def writer_role() -> Iterator[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import psycopg
 import pytest
@@ -117,3 +118,49 @@ class TestSelectRuns:
                 2,
                 3,
             ]
+
+
+class TestEraseAgainstTheAppendFunction:
+    def test_an_append_waiting_on_an_erase_finds_its_run_gone(self, postgres_url: str) -> None:
+        """A call blocked by an erase's lock checks its heads after the erase commits."""
+        import threading
+
+        schema = postgres_url.rsplit("schema=", 1)[1]
+        with Engine(postgres_url) as engine:
+            assert engine.store.recorder.function  # type: ignore[attr-defined]
+            stale = engine.start_run(REVIEW)
+            failures: list[BaseException] = []
+            with psycopg.connect(POSTGRES_URL) as eraser:
+                eraser.execute(
+                    f"LOCK TABLE {schema}.{meta.EVENTS_TABLE} IN SHARE ROW EXCLUSIVE MODE"
+                )
+                eraser.execute(
+                    f"DELETE FROM {schema}.{meta.EVENTS_TABLE} WHERE originator_id = %s",
+                    (stale.id,),
+                )
+
+                def append() -> None:
+                    try:
+                        stale.note("late", 1)
+                    except BaseException as error:  # the thread reports it
+                        failures.append(error)
+
+                writer = threading.Thread(target=append)
+                writer.start()
+                with psycopg.connect(POSTGRES_URL, autocommit=True) as watcher:
+                    for _ in range(3000):  # until the call waits on the erase's lock
+                        row: Any = watcher.execute(
+                            "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = "
+                            "%s::regclass",
+                            (f"{schema}.{meta.EVENTS_TABLE}",),
+                        ).fetchone()
+                        waiting = row[0]
+                        if waiting:
+                            break
+                        threading.Event().wait(0.01)
+                    assert waiting, "the append never waited on the erase"
+                eraser.commit()
+                writer.join(30)
+            assert len(failures) == 1, failures
+            assert isinstance(failures[0], RunErased), failures
+            assert engine.store.last(stale.id) is None

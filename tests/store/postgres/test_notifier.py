@@ -107,3 +107,48 @@ class TestFollowersAreWoken:
             views._listener.execute("SELECT 1")  # every NOTIFY received by now
             assert views.wait_for_events(WAIT, stop)
             assert not views.wait_for_events(0.05, stop)
+
+
+class TestProcessExit:
+    def test_a_process_exiting_without_close_still_sends_the_notify_due(self) -> None:
+        """The timer's NOTIFY after a burst is not dropped when the process ends unclosed."""
+        import subprocess
+        import sys
+
+        script = (
+            "from engine.store.postgres.notifier import Notifier\n"
+            "notifier = Notifier(lambda conn: print('sent', conn, flush=True), interval=0.5)\n"
+            "notifier.appended('conn')\n"
+            "notifier.appended('conn')\n"  # left to the timer; the script ends, never closing
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == ["sent conn", "sent None"]
+
+
+class TestCloseDuringTheTimersNotify:
+    def test_close_waits_for_the_timers_notify_in_flight(self) -> None:
+        """A NOTIFY the timer is sending when the engine closes finishes before the pool closes."""
+        entered, gate = threading.Event(), threading.Event()
+        sends = Sends()
+
+        def send(conn: Any) -> None:
+            if conn is None:
+                entered.set()
+                assert gate.wait(WAIT)
+            sends(conn)
+
+        notifier = Notifier(send, interval=0.01)
+        notifier.appended("conn")
+        notifier.appended("conn")  # the timer's, sent 10 ms later
+        assert entered.wait(WAIT)
+        closer = threading.Thread(target=notifier.close)
+        closer.start()
+        closer.join(0.2)
+        still_closing = closer.is_alive()  # the pool must not close under the NOTIFY
+        gate.set()
+        closer.join(WAIT)
+        assert still_closing
+        assert [conn for conn, _ in sends.sent] == ["conn", None]
