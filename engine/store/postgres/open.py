@@ -253,11 +253,13 @@ def erase_runs(
     each counting one more erasure generation; return the events deleted.
 
     Each transaction locks the events table against appends until it commits, so
-    bounding it by events, not runs, bounds how long an append waits. A run is
-    deleted oldest event first: until its last transaction its deletion is stored,
-    so a projection folded again from the start still forgets what is left of it.
+    bounding it by events, not runs, bounds how long an append waits. A longer run
+    loses its events between the first and the last first: until its last
+    transaction it still begins with its `RunStarted` and ends with its deletion, so
+    a projection folded again from the start (the run index too) still sees whose it
+    is and forgets what is left of it.
     """
-    removed, pending, bound = 0, list(run_ids), limit or ERASE_EVENTS
+    removed, pending, bound = 0, list(run_ids), max(2, limit or ERASE_EVENTS)
     while pending:
         erased, pending = _erase_some(datastore, views, pending, bound)
         removed += erased
@@ -267,12 +269,15 @@ def erase_runs(
 def _erase_some(
     datastore: Any, views: PostgresViews | None, run_ids: list[UUID], limit: int
 ) -> tuple[int, list[UUID]]:
-    """One transaction: up to `limit` of the runs' oldest events; the events and runs left."""
+    """One transaction: up to `limit` of the runs' events, whole runs where they fit, else
+    a run's oldest events after its first (its last stays); the events deleted, runs left."""
     table = Identifier(datastore.schema, meta.EVENTS_TABLE)
-    oldest = SQL(
-        "DELETE FROM {0} WHERE originator_id=%s AND originator_version <= (SELECT "
-        "max(originator_version) FROM (SELECT originator_version FROM {0} WHERE "
-        "originator_id=%s ORDER BY originator_version LIMIT %s) AS first)"
+    count = SQL("SELECT count(*) AS events FROM {} WHERE originator_id=%s").format(table)
+    whole = SQL("DELETE FROM {} WHERE originator_id=%s").format(table)
+    middle = SQL(
+        "DELETE FROM {0} WHERE originator_id=%s AND originator_version IN (SELECT "
+        "originator_version FROM {0} WHERE originator_id=%s ORDER BY originator_version "
+        "OFFSET 1 LIMIT LEAST(%s, (SELECT count(*) FROM {0} WHERE originator_id=%s) - 2))"
     ).format(table)
     snapshots = SQL("DELETE FROM {} WHERE run_id=%s").format(
         Identifier(datastore.schema, NAMES["snapshots"])
@@ -286,10 +291,14 @@ def _erase_some(
         cursor.execute(lock)
         meta.bump_generation(cursor, _meta_table(datastore))
         while run_ids and budget:
-            cursor.execute(oldest, (run_ids[0], run_ids[0], budget))
-            removed, budget = removed + cursor.rowcount, budget - cursor.rowcount
-            if budget == 0:  # the run may have events left: the next transaction looks
+            cursor.execute(count, (run_ids[0],))
+            if cursor.fetchone()["events"] > budget:  # too long: its middle now, the rest later
+                run = run_ids[0]
+                cursor.execute(middle, (run, run, budget, run))
+                removed += cursor.rowcount
                 break
+            cursor.execute(whole, (run_ids[0],))
+            removed, budget = removed + cursor.rowcount, budget - cursor.rowcount
             if views is not None:  # every event of the run is gone with this transaction
                 cursor.execute(snapshots, (str(run_ids[0]),))
             run_ids = run_ids[1:]

@@ -124,7 +124,7 @@ class TestInterruptedErase:
     def test_a_crash_between_erase_transactions_leaves_a_store_that_compacts(
         self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """After a kill between two erase transactions, the run index folds again and compact resumes."""
+        """After a kill between erase transactions the run index folds again and compact resumes."""
         with Engine(postgres_url) as engine:
             total = deleted_runs(engine, [30])
             engine.runs()  # the index folded the deletion, as compact has it first
