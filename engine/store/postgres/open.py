@@ -272,12 +272,15 @@ def _erase_some(
     """One transaction: up to `limit` of the runs' events, whole runs where they fit, else
     a run's oldest events after its first (its last stays); the events deleted, runs left."""
     table = Identifier(datastore.schema, meta.EVENTS_TABLE)
-    count = SQL("SELECT count(*) AS events FROM {} WHERE originator_id=%s").format(table)
-    whole = SQL("DELETE FROM {} WHERE originator_id=%s").format(table)
-    middle = SQL(
-        "DELETE FROM {0} WHERE originator_id=%s AND originator_version IN (SELECT "
-        "originator_version FROM {0} WHERE originator_id=%s ORDER BY originator_version "
-        "OFFSET 1 LIMIT LEAST(%s, (SELECT count(*) FROM {0} WHERE originator_id=%s) - 2))"
+    # One statement per run: all its events where they fit in the budget, else the
+    # oldest ones after its first, never its last (RETURNING tells which it was).
+    some = SQL(
+        "WITH t AS (SELECT count(*) AS total FROM {0} WHERE originator_id=%(run)s), "
+        "d AS (DELETE FROM {0} WHERE originator_id=%(run)s AND ((SELECT total FROM t) "
+        "<= %(budget)s OR originator_version IN (SELECT originator_version FROM {0} "
+        "WHERE originator_id=%(run)s ORDER BY originator_version OFFSET 1 "
+        "LIMIT GREATEST(0, LEAST(%(budget)s, (SELECT total FROM t) - 2)))) RETURNING 1) "
+        "SELECT (SELECT count(*) FROM d) AS removed, (SELECT total FROM t) <= %(budget)s AS whole"
     ).format(table)
     snapshots = SQL("DELETE FROM {} WHERE run_id=%s").format(
         Identifier(datastore.schema, NAMES["snapshots"])
@@ -291,14 +294,13 @@ def _erase_some(
         cursor.execute(lock)
         meta.bump_generation(cursor, _meta_table(datastore))
         while run_ids and budget:
-            cursor.execute(count, (run_ids[0],))
-            if cursor.fetchone()["events"] > budget:  # too long: its middle now, the rest later
-                run = run_ids[0]
-                cursor.execute(middle, (run, run, budget, run))
-                removed += cursor.rowcount
-                break
-            cursor.execute(whole, (run_ids[0],))
-            removed, budget = removed + cursor.rowcount, budget - cursor.rowcount
+            run = run_ids[0]
+            cursor.execute(some, {"run": run, "budget": budget})
+            row = cursor.fetchone()
+            removed += row["removed"]
+            if not row["whole"]:
+                break  # too long for this transaction: the rest of it in the next
+            budget -= row["removed"]
             if views is not None:  # every event of the run is gone with this transaction
                 cursor.execute(snapshots, (str(run_ids[0]),))
             run_ids = run_ids[1:]

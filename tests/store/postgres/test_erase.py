@@ -146,3 +146,14 @@ class TestInterruptedErase:
             assert len(other.runs(status="deleted")) == 1
             assert other.compact().events == total - BOUND
             assert other.runs(status="deleted") == []
+
+    def test_erasing_runs_already_gone_or_of_one_event_deletes_what_is_there(
+        self, postgres_url: str
+    ) -> None:
+        """A resumed erase passes runs with no events left (and short ones) without error."""
+        with Engine(postgres_url) as engine:
+            deleted_runs(engine, [1, 20])
+            runs = [s.run_id for s in engine.runs(status="deleted")]
+            datastore = engine.store.recorder.datastore  # type: ignore[attr-defined]
+            assert postgres_open.erase_runs(datastore, None, runs) == 23
+            assert postgres_open.erase_runs(datastore, None, [*runs, runs[0]]) == 0
