@@ -402,22 +402,25 @@ class Store:
         return newest[0] if newest else None
 
     def erase(self, run_ids: Sequence[UUID]) -> int:
-        """Physically remove runs' events and snapshots, in one transaction; the events removed.
+        """Physically remove runs' events and snapshots; the events removed.
 
         The only way anything leaves the store (`Engine.compact` uses it for deleted runs).
-        The same transaction counts one more erasure `generation`, which every cache of
-        run data checks. Their notification ids are not given out again where the
-        database keeps a sequence; persistent projections must be rebuilt afterwards.
+        In one transaction (on PostgreSQL, one per `ERASE_EVENTS` events: a failure may
+        leave earlier ones done, which a later call finishes); each counts one more
+        erasure `generation`, which every cache of run data checks. Their notification
+        ids are not given out again where the database keeps a sequence; persistent
+        projections must be rebuilt afterwards.
 
         Raises:
-            StoreError: the database failed; nothing was removed.
+            StoreError: the database failed; its transaction removed nothing.
         """
         if self._backend.erase is None or not run_ids:
             return 0
         try:
             return self._backend.erase(run_ids)
         except (PersistenceError, sqlite3.Error) as error:
-            raise StoreError(self.url, f"erase failed, nothing removed: {error}") from error
+            message = f"erase failed, its transaction removed nothing: {error}"
+            raise StoreError(self.url, message) from error
 
     def close(self) -> None:
         """Release the store's connections."""

@@ -6,6 +6,8 @@ import uuid
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from events import Event, StageCompleted, StageFailed
 from projections.failures import DEPTH, FailurePatterns, Failures
@@ -216,3 +218,79 @@ class TestForgetRun:
         assert not state.exact
         assert not PROJECTION.exact(state)
         assert fold(fail(2, "d")).consecutive("d") == 1  # what a fold of the kept events says
+
+
+STEP = st.tuples(
+    st.sampled_from(["fail", "fail", "done", "delete"]),
+    st.integers(0, 3) | st.integers(0, 39),  # few runs: a deletion takes many recent failures
+    st.integers(0, 3),
+    st.integers(0, 2),
+)
+"""One step of a random history: what happens, to which run, stage and error."""
+
+
+def replayed(steps: list[tuple[str, int, int, int]]) -> tuple[Failures, Failures]:
+    """The patterns of `steps` with each deletion forgotten as it comes, and a fold of the
+    kept runs' events alone."""
+    ids = [uuid.UUID(int=index + 1) for index in range(40)]
+    own: dict[int, list[Event]] = {index: [] for index in range(40)}
+    gone: set[int] = set()
+    state, history = PROJECTION.initial(), []
+    for kind, run, stage, error in steps:
+        if run in gone or (kind == "delete" and not own[run]):
+            continue
+        if kind == "delete":
+            state = PROJECTION.forget_run(roundtrip(state), ids[run], own[run])
+            gone.add(run)
+            continue
+        version, name = len(own[run]) + 2, "abcd"[stage]
+        event: Event = (
+            fail(version, name, "xyz"[error], run_id=ids[run])
+            if kind == "fail"
+            else StageCompleted(run_id=ids[run], version=version, stage=name, attempt=1)
+        )
+        own[run].append(event)
+        history.append((run, event))
+        state = PROJECTION.apply(state, event)
+    return state, fold(*(event for run, event in history if run not in gone))
+
+
+class TestForgetRunProperty:
+    @settings(max_examples=500, deadline=None)
+    @given(st.lists(STEP, max_size=250))
+    def test_forgetting_as_deletions_come_equals_a_fold_of_the_kept_runs(
+        self, steps: list[tuple[str, int, int, int]]
+    ) -> None:
+        """Interleaved runs deleted midway leave a fold of the rest, or a state marked inexact."""
+        state, kept = replayed(steps)
+        assert (state.total, state.by_stage, state.signatures) == (
+            kept.total,
+            kept.by_stage,
+            kept.signatures,
+        )
+        if state.exact:
+            assert state == kept
+
+    @pytest.mark.parametrize("seed", range(100))
+    def test_failure_heavy_histories_of_many_runs(self, seed: int) -> None:
+        """Many runs failing between rare completions (the windows' limits) forget exactly or
+        say they did not."""
+        rng = random.Random(seed)
+        runs, deleting, completing = 40, rng.choice([0.02, 0.1]), rng.choice([0.01, 0.03])
+        steps = []
+        for _ in range(rng.choice([200, 500])):
+            roll, run = rng.random(), rng.randrange(runs)
+            kind = (
+                "delete" if roll < deleting else "done" if roll < deleting + completing else "fail"
+            )
+            steps.append((kind, run, rng.randrange(2), rng.randrange(3)))
+        state, kept = replayed(steps)
+        assert state.total == kept.total
+        if state.exact:
+            assert state == kept
+
+    def test_recent_failures_the_tail_lost_make_the_state_inexact(self) -> None:
+        """A run owning the newest failures the state keeps leaves the older ones unknown."""
+        events = [fail(2, "a", run_id=OTHER)] + [fail(v, "a") for v in range(3, 30)]
+        state = PROJECTION.forget_run(fold(*events), RID, events[1:])
+        assert (state.total, state.exact) == (1, False)

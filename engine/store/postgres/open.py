@@ -256,11 +256,13 @@ def erase_runs(
     each counting one more erasure generation; return the events deleted.
 
     Each transaction locks the events table against appends until it commits, so
-    bounding it by events, not runs, bounds how long an append waits. A run is
-    deleted oldest event first: until its last transaction its deletion is stored,
-    so a projection folded again from the start still forgets what is left of it.
+    bounding it by events, not runs, bounds how long an append waits. A longer run
+    loses its events between the first and the last first: until its last
+    transaction it still begins with its `RunStarted` and ends with its deletion, so
+    a projection folded again from the start (the run index too) still sees whose it
+    is and forgets what is left of it.
     """
-    removed, pending, bound = 0, list(run_ids), limit or ERASE_EVENTS
+    removed, pending, bound = 0, list(run_ids), max(2, limit or ERASE_EVENTS)
     while pending:
         erased, pending = _erase_some(datastore, views, pending, bound)
         removed += erased
@@ -270,12 +272,18 @@ def erase_runs(
 def _erase_some(
     datastore: Any, views: PostgresViews | None, run_ids: list[UUID], limit: int
 ) -> tuple[int, list[UUID]]:
-    """One transaction: up to `limit` of the runs' oldest events; the events and runs left."""
+    """One transaction: up to `limit` of the runs' events, whole runs where they fit, else
+    a run's oldest events after its first (its last stays); the events deleted, runs left."""
     table = Identifier(datastore.schema, meta.EVENTS_TABLE)
-    oldest = SQL(
-        "DELETE FROM {0} WHERE originator_id=%s AND originator_version <= (SELECT "
-        "max(originator_version) FROM (SELECT originator_version FROM {0} WHERE "
-        "originator_id=%s ORDER BY originator_version LIMIT %s) AS first)"
+    # One statement per run: all its events where they fit in the budget, else the
+    # oldest ones after its first, never its last (RETURNING tells which it was).
+    some = SQL(
+        "WITH t AS (SELECT count(*) AS total FROM {0} WHERE originator_id=%(run)s), "
+        "d AS (DELETE FROM {0} WHERE originator_id=%(run)s AND ((SELECT total FROM t) "
+        "<= %(budget)s OR originator_version IN (SELECT originator_version FROM {0} "
+        "WHERE originator_id=%(run)s ORDER BY originator_version OFFSET 1 "
+        "LIMIT GREATEST(0, LEAST(%(budget)s, (SELECT total FROM t) - 2)))) RETURNING 1) "
+        "SELECT (SELECT count(*) FROM d) AS removed, (SELECT total FROM t) <= %(budget)s AS whole"
     ).format(table)
     snapshots = SQL("DELETE FROM {} WHERE run_id=%s").format(
         Identifier(datastore.schema, NAMES["snapshots"])
@@ -289,10 +297,13 @@ def _erase_some(
         cursor.execute(lock)
         meta.bump_generation(cursor, _meta_table(datastore))
         while run_ids and budget:
-            cursor.execute(oldest, (run_ids[0], run_ids[0], budget))
-            removed, budget = removed + cursor.rowcount, budget - cursor.rowcount
-            if budget == 0:  # the run may have events left: the next transaction looks
-                break
+            run = run_ids[0]
+            cursor.execute(some, {"run": run, "budget": budget})
+            row = cursor.fetchone()
+            removed += row["removed"]
+            if not row["whole"]:
+                break  # too long for this transaction: the rest of it in the next
+            budget -= row["removed"]
             if views is not None:  # every event of the run is gone with this transaction
                 cursor.execute(snapshots, (str(run_ids[0]),))
             run_ids = run_ids[1:]

@@ -164,3 +164,43 @@ class TestEraseAgainstTheAppendFunction:
             assert len(failures) == 1, failures
             assert isinstance(failures[0], RunErased), failures
             assert engine.store.last(stale.id) is None
+
+
+@pytest.mark.usefixtures("bounded")
+class TestInterruptedErase:
+    def test_a_crash_between_erase_transactions_leaves_a_store_that_compacts(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """After a kill between erase transactions the run index folds again and compact resumes."""
+        with Engine(postgres_url) as engine:
+            total = deleted_runs(engine, [30])
+            engine.runs()  # the index folded the deletion, as compact has it first
+            first = postgres_open._erase_some
+            calls: list[int] = []
+
+            def killed(*args: object) -> object:
+                if calls:
+                    raise KeyboardInterrupt  # the process dies before its next transaction
+                calls.append(1)
+                return first(*args)  # type: ignore[arg-type]
+
+            monkeypatch.setattr(postgres_open, "_erase_some", killed)
+            with pytest.raises(KeyboardInterrupt):
+                engine.compact()
+            monkeypatch.setattr(postgres_open, "_erase_some", first)
+        with Engine(postgres_url) as other:
+            other.projections.rebuild("run_index")  # e.g. after an upgrade changed its code
+            assert len(other.runs(status="deleted")) == 1
+            assert other.compact().events == total - BOUND
+            assert other.runs(status="deleted") == []
+
+    def test_erasing_runs_already_gone_or_of_one_event_deletes_what_is_there(
+        self, postgres_url: str
+    ) -> None:
+        """A resumed erase passes runs with no events left (and short ones) without error."""
+        with Engine(postgres_url) as engine:
+            deleted_runs(engine, [1, 20])
+            runs = [s.run_id for s in engine.runs(status="deleted")]
+            datastore = engine.store.recorder.datastore  # type: ignore[attr-defined]
+            assert postgres_open.erase_runs(datastore, None, runs) == 23
+            assert postgres_open.erase_runs(datastore, None, [*runs, runs[0]]) == 0
