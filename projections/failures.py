@@ -146,6 +146,11 @@ class Failures:
         track = self.tracks.get(stage)
         if track is None:  # the stage never failed: nothing follows its completions
             return self
+        newest = track[-1]
+        if newest.total == 0 and newest.completed_by == run:
+            # the same run completing again with no failure between: forgetting any run
+            # tells the two completions apart no more than one (a long loop's common case)
+            return self
         track = (*track, Segment(run, {}, 0))
         cut = self.cut
         if len(track) > DEPTH:
@@ -153,7 +158,7 @@ class Failures:
         return Failures(  # not attrs.evolve, which costs twice as much on every completion
             self.by_stage,
             self.by_error_type,
-            {**self.streaks, stage: 0},
+            {**self.streaks, stage: 0} if self.streaks.get(stage) else self.streaks,
             self.signatures,
             self.repeats,
             self.total,

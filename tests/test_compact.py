@@ -133,16 +133,17 @@ class TestCompactionForgetsExactly:
         with Engine(shared_url) as engine:
             old = engine.start_run(LOOP)
             old.stage_failed("a", error="x")
-            doomed = engine.start_run(LOOP)
-            for _ in range(10):
+            doomed, other = engine.start_run(LOOP), engine.start_run(LOOP)
+            for _ in range(10):  # another run's failure between each of its completions
                 doomed.stage_completed("a")
+                other.stage_failed("a", error="y")
                 doomed.stage_completed("b")
             engine.projections.catch_up()
             doomed.finish("deleted")
             done = engine.compact()
             assert done.rebuilt == ("failure_patterns",)
             state = engine.projections.get("failure_patterns", LOOP.name)
-            assert (state.consecutive("a"), state.exact) == (1, True)
+            assert (state.consecutive("a"), state.exact) == (11, True)
 
 
 class TestStaleHandleOfAnErasedRun:

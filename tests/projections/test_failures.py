@@ -210,14 +210,30 @@ class TestForgetRun:
 
     def test_a_run_beyond_the_windows_makes_the_state_inexact(self) -> None:
         """A run owning every completion the state still keeps is not guessed away."""
+        third = uuid.UUID(int=5)
+        later = [
+            StageCompleted(run_id=OTHER, version=v, stage="d", attempt=1)
+            for v in range(2, DEPTH + 3)
+        ]
+        between = [fail(v, "d", run_id=third) for v in range(2, DEPTH + 3)]
+        history = [event for pair in zip(later, between, strict=True) for event in pair]
+        state = PROJECTION.forget_run(fold(fail(2, "d"), *history), OTHER, later)
+        assert not state.exact
+        assert not PROJECTION.exact(state)
+        kept = fold(fail(2, "d"), *between)  # what a fold of the kept events says
+        assert kept.consecutive("d") == DEPTH + 2
+
+    def test_a_run_completing_again_with_no_failure_between_is_kept_once(self) -> None:
+        """The same run's completions with no failure between take one place in the window,
+        so forgetting it after many of them is still exact."""
         later = [
             StageCompleted(run_id=OTHER, version=v, stage="d", attempt=1)
             for v in range(2, DEPTH + 3)
         ]
         state = PROJECTION.forget_run(fold(fail(2, "d"), *later), OTHER, later)
-        assert not state.exact
-        assert not PROJECTION.exact(state)
-        assert fold(fail(2, "d")).consecutive("d") == 1  # what a fold of the kept events says
+        assert state.exact
+        assert state == fold(fail(2, "d"))
+        assert state.consecutive("d") == 1
 
 
 STEP = st.tuples(
