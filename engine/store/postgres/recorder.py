@@ -256,6 +256,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
             self.recovered["stored" if found else "absent"] += 1
             if found:
                 _log.warning("connection lost after a commit; the append was stored")
+                self.notifier.appended(None)  # its NOTIFY may have been lost with it
                 return found
             _log.debug("append retried after: %s", error)
             pause = _pause(deadline, error, pause)

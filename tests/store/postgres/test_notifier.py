@@ -152,3 +152,32 @@ class TestCloseDuringTheTimersNotify:
         closer.join(WAIT)
         assert still_closing
         assert [conn for conn, _ in sends.sent] == ["conn", None]
+
+
+class TestRecoveredAppends:
+    def test_an_append_found_stored_after_a_lost_connection_notifies(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An append committed before its connection was lost, and found stored on retry,
+        still wakes the followers (its own NOTIFY may have been lost with the connection)."""
+        from eventsourcing.persistence import OperationalError
+
+        with Engine(postgres_url) as engine:
+            recorder: Any = engine.store.recorder
+            run = engine.start_run(REVIEW)
+            insert_once = recorder._insert_once
+
+            def committed_then_lost(events: Any, heads: Any) -> Any:
+                insert_once(events, heads)
+                monkeypatch.setattr(recorder, "_insert_once", insert_once)
+                raise OperationalError("server closed the connection unexpectedly")
+
+            recorder.notifier.interval = 0.0  # every append notifies at once
+            monkeypatch.setattr(recorder, "_insert_once", committed_then_lost)
+            sent = recorder.notifier.sent
+            run.note("n", 1)
+            assert recorder.recovered["stored"] == 1
+            # one by the append that committed (here its NOTIFY did reach the server), and
+            # one by the recovery, which cannot know that
+            assert recorder.notifier.sent == sent + 2
+            assert [e.version for e in engine.events(run.id)] == [1, 2]
