@@ -102,7 +102,7 @@ def verify_stored(
 
 VARIABLE = "STAGETRAIL_VERIFY_WORKERS"
 """The environment variable giving how many worker processes the command line's
-``verify --chain-only`` starts for a long run (unset: the spare cores). The library never
+``verify --chain-only`` starts for a long run (unset: none). The library never
 reads it: a worker is a spawned process that re-runs an unguarded script's top level, so
 only a caller that asks (`Engine.verify(..., workers=N)`) gets one."""
 PARALLEL_FROM = 200_000
@@ -148,7 +148,7 @@ def workers_setting() -> int | None:
 
 def spare_cores() -> int:
     """One less than the cores this process may run on, at most `MOST_WORKERS`: the workers
-    the command line's ``verify --chain-only`` starts for a long run."""
+    `benchmarks.chain` tries beside a check without."""
     affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere, every core
     cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
     return max(0, min(cores - 1, MOST_WORKERS))

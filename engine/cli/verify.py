@@ -135,8 +135,8 @@ def _problems(report: VerifyReport, limit: int) -> list[dict[str, Any]]:
 
 def _workers() -> int:
     """The chain check's worker processes for a long run: ``$STAGETRAIL_VERIFY_WORKERS``, else
-    the spare cores (this command's entry is guarded, as ``spawn`` needs)."""
-    from engine.verify import spare_cores, workers_setting
+    none (on two cores they made the check slower; this command's entry is guarded, as
+    ``spawn`` needs)."""
+    from engine.verify import workers_setting
 
-    setting = workers_setting()
-    return spare_cores() if setting is None else setting
+    return workers_setting() or 0

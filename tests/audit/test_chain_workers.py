@@ -190,8 +190,9 @@ class TestHowMany:
         monkeypatch.setenv(VARIABLE, "2")
         assert workers_setting() == 2
 
-    def test_the_command_line_uses_the_spare_cores(self) -> None:
-        """One less than the cores this process may use, at least none, at most three."""
+    def test_the_spare_cores_are_counted(self) -> None:
+        """The benchmark's spare cores: one less than the cores this process may use, at
+        least none, at most three."""
         assert spare_cores() == max(0, min(len(os.sched_getaffinity(0)) - 1, MOST_WORKERS))
 
     @pytest.mark.parametrize("bad", [-1, 1.5, True, 65])
