@@ -131,13 +131,13 @@ def follow(url: str, index: int, finish: Any, results: Any, ready: Any) -> None:
             finish.wait()
             stop.set()
             thread.join()
-            while True:
+            while True:  # a pooled connection terminated earlier fails its first use
                 try:
                     engine.projections.catch_up()
+                    status = [(s.name, s.lag, s.last_error) for s in engine.projections.status()]
                     break
                 except StoreError:
                     continue
-            status = [(s.name, s.lag, s.last_error) for s in engine.projections.status()]
         results.put(("follower", index, status, {}))
     except BaseException as error:
         results.put(("failed", index, f"{type(error).__name__}: {error}", {}))
