@@ -11,13 +11,20 @@ The rule kept: after every append, a NOTIFY is sent that starts after its commit
 The first append of an interval sends it at once; the others of the same interval
 leave it to a timer, which sends one when the interval is up (at most `INTERVAL`
 later than an immediate one would have been).
+
+A child process forked from one with an open store starts with no timer, lock or
+NOTIFY pending of its parent's (`_after_fork`): the parent's timer sends the parent's
+NOTIFY, and a lock held by a parent's thread at the fork would never be released in
+the child.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +33,9 @@ _log = logging.getLogger(__name__)
 INTERVAL = 0.02
 """Seconds between two NOTIFYs of one process's appends, at least (a follower wakes that much
 later at most)."""
+
+_NOTIFIERS: weakref.WeakSet[Notifier] = weakref.WeakSet()
+"""Every notifier of this process, forgotten as its store is."""
 
 
 class Notifier:
@@ -45,6 +55,14 @@ class Notifier:
         self._started: threading.Timer | None = None  # the last timer, fired or not
         self.sent = 0
         """NOTIFYs sent (for the tests)."""
+        _NOTIFIERS.add(self)
+
+    def _forget_parent(self) -> None:
+        """In a forked child: none of the parent's timer, lock or NOTIFY due (see `_after_fork`)."""
+        self._lock = threading.Lock()
+        self._sent = float("-inf")
+        self._timer = None
+        self._started = None
 
     def appended(self, conn: Any) -> None:
         """An append just committed on `conn`: notify now, or leave it to the timer."""
@@ -90,3 +108,12 @@ class Notifier:
             self.sent += 1
         except Exception as error:  # a follower waits for its timeout instead
             _log.warning("NOTIFY after an append failed: %s", error)
+
+
+def _after_fork() -> None:
+    """In a forked child: every inherited notifier starts afresh (no thread survives a fork)."""
+    for notifier in list(_NOTIFIERS):
+        notifier._forget_parent()
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -181,3 +181,66 @@ class TestRecoveredAppends:
             # one by the recovery, which cannot know that
             assert recorder.notifier.sent == sent + 2
             assert [e.version for e in engine.events(run.id)] == [1, 2]
+
+
+def forked(child: Any) -> int:
+    """Run `child()` in a forked process; its exit code (1: it raised; killed: hung for WAIT)."""
+    import os
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        code = 1
+        try:
+            code = 0 if child() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -signal.SIGKILL
+
+
+class TestFork:
+    def test_a_forked_child_inherits_no_timer_lock_or_notify_due(self, postgres_url: str) -> None:
+        """A child forked while a parent's thread holds the notifier's lock and a NOTIFY is due
+        appends and closes without waiting for either; the parent still sends its own."""
+        with Engine(postgres_url) as engine:
+            notifier = engine.store.recorder.notifier  # type: ignore[attr-defined]
+            notifier.interval = 3600
+            run = engine.start_run(REVIEW)
+            run.note("k", 1)  # the timer's NOTIFY due, an hour from now
+            assert notifier._timer is not None
+            held, release = threading.Event(), threading.Event()
+
+            def hold() -> None:
+                with notifier._lock:
+                    held.set()
+                    release.wait(WAIT)
+
+            holder = threading.Thread(target=hold)
+            holder.start()
+            assert held.wait(WAIT)
+            sent_before = notifier.sent
+
+            def child() -> bool:
+                sends = Sends()  # the parent's pooled connections are not the child's to use
+                notifier._send = sends
+                notifier.appended("conn")  # the first of the child's: at once
+                notifier.close()  # nothing due of the child's; none of the parent's sent
+                return sends.sent == [("conn", 0)]
+
+            try:
+                code = forked(child)
+            finally:
+                release.set()
+                holder.join(WAIT)
+            assert code == 0
+            assert notifier._timer is not None  # the parent's NOTIFY still due, by its timer
+        assert notifier.sent == sent_before + 1  # sent by the parent's close
