@@ -15,7 +15,8 @@ from engine.store.errors import StoreError, StoreFull, StoreReadOnly
 
 _SQLITE_READ_ONLY = {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN}
 _SQLITE_FULL = {sqlite3.SQLITE_FULL}
-_PG_READ_ONLY = {"25006", "42501"}  # read_only_sql_transaction, insufficient_privilege
+_PG_READ_ONLY_SERVER = "25006"  # read_only_sql_transaction
+_PG_READ_ONLY = {_PG_READ_ONLY_SERVER, "42501"}  # and insufficient_privilege
 _PG_FULL = {"53100", "54000"}  # disk_full, program_limit_exceeded
 
 
@@ -53,6 +54,13 @@ def classify(url: str, error: BaseException, doing: str) -> StoreError:
     text = describe(cause)
     sqlite_code = _code(cause, "sqlite_errorcode")
     primary = sqlite_code & 0xFF if isinstance(sqlite_code, int) else None  # extended codes
+    if _code(cause, "sqlstate") == _PG_READ_ONLY_SERVER:
+        return StoreReadOnly(
+            url,
+            f"{doing}: the PostgreSQL server is read-only for this session ({text}): a "
+            "standby, or default_transaction_read_only on for the server, the database or "
+            "the role; write to the primary, or turn that setting off",
+        )
     if primary in _SQLITE_READ_ONLY or _code(cause, "sqlstate") in _PG_READ_ONLY:
         return StoreReadOnly(
             url,

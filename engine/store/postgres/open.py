@@ -110,21 +110,24 @@ def open_postgres(
             if not read_only:  # held until the probe connection closes, after the views exist
                 conn.execute("SELECT pg_advisory_lock(%s)", (_creation_lock(schema_of(url)),))
             settings, has_events = _settle_meta(conn, url, create, settings)
-            chain = _settle_chain(conn, url, settings, has_events, read_only=read_only)
-            concurrent = not read_only or has_tx_column(conn, schema_of(url))
+            frozen = not read_only and _server_read_only(conn)
+            chain = _settle_chain(
+                conn, url, settings, has_events, read_only=read_only, record=not frozen
+            )
+            concurrent = not (read_only or frozen) or has_tx_column(conn, schema_of(url))
         except psycopg.Error as error:
             problem = f"cannot open the store: {describe(error, url)}"
             raise StoreError(url.masked, problem) from None
         datastore = make_datastore(url)
         recorder = make_recorder(url, datastore, has_events or read_only, concurrent=concurrent)
-        if not read_only:
+        if not (read_only or frozen):  # a read-only server: its appends fail, each saying why
             recorder.function = _upgrade(conn, url, datastore)
         mapper = settings.mapper()
         codec = settings.codec(mapper)
         generation = functools.partial(read_generation, datastore)
         after = functools.partial(stored_after, datastore)
         rows = row_reader(recorder)
-        if read_only:
+        if read_only or frozen:  # views folded in memory: a read-only server keeps none
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
             closer = _closer(datastore, views, recorder)
@@ -144,10 +147,17 @@ def open_postgres(
 
 
 def _settle_chain(
-    conn: Any, url: StoreURL, settings: meta.AtRest, has_events: bool, *, read_only: bool
+    conn: Any,
+    url: StoreURL,
+    settings: meta.AtRest,
+    has_events: bool,
+    *,
+    read_only: bool,
+    record: bool = True,
 ) -> meta.ChainRecord | None:
     """The store's recorded chain; a writer's key checked against it, or (an older store)
-    recorded as this writer's, chained from the newest event now (under the creation lock).
+    recorded as this writer's, chained from the newest event now (under the creation lock)
+    unless it may not `record` (a read-only server: none of its appends can succeed).
 
     Raises:
         ChainKeyMismatch: the writer's chain key is not the recorded one.
@@ -155,12 +165,14 @@ def _settle_chain(
     schema = schema_of(url)
     meta_table = Identifier(schema, meta.META_TABLE)
     rows = conn.execute(SQL("SELECT key, value FROM {}").format(meta_table)).fetchall()
-    record = meta.read_chain(dict(rows))
+    found = meta.read_chain(dict(rows))
     if read_only:
-        return record
-    if record is not None:
-        meta.check_chain(record, settings, url.masked)
-        return record
+        return found
+    if found is not None:
+        meta.check_chain(found, settings, url.masked)
+        return found
+    if not record:
+        return None
     newest = 0
     if has_events:
         events = Identifier(schema, meta.EVENTS_TABLE)
@@ -198,6 +210,15 @@ def _upgrade(conn: Any, url: StoreURL, datastore: Any) -> bool:
         datastore.close()
         problem = f"cannot upgrade the store to concurrent appends: {describe(error, url)}"
         raise StoreError(url.masked, problem) from None
+
+
+def _server_read_only(conn: Any) -> bool:
+    """Whether this role's transactions on the server are read-only: a standby, or
+    ``default_transaction_read_only`` set for the server, the database or the role."""
+    row = conn.execute(
+        "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'"
+    ).fetchone()
+    return bool(row[0])
 
 
 def writable(url: StoreURL) -> bool:

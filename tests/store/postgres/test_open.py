@@ -317,3 +317,61 @@ class TestReadOnlyRole:
         assert "\n" not in str(caught.value)
         with Engine(postgres_url) as owner:
             assert owner.load(run.id).version == 1
+
+
+@pytest.fixture
+def own_database() -> Iterator[str]:
+    """A database of the test's own (its settings are the test's to change), dropped after."""
+    import psycopg
+
+    from tests._helpers import require_postgres
+
+    require_postgres()
+    name = f"st_db_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield name
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def set_read_only(database: str, on: bool) -> None:
+    """Make every new session's transactions in `database` read-only (as on a standby), or not."""
+    import psycopg
+
+    setting = "SET default_transaction_read_only = on" if on else "RESET ALL"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {database} {setting}")
+
+
+class TestReadOnlyServer:
+    def test_a_store_without_its_function_opens_reads_and_refuses_appends_clearly(
+        self, own_database: str
+    ) -> None:
+        """Opened for writing on a read-only server, a store without its append function
+        opens and reads; an append is one StoreReadOnly naming the read-only server."""
+        import psycopg
+
+        from engine.errors import StoreReadOnly
+        from engine.store.postgres.recorder import APPEND_FUNCTION, has_append_function
+
+        base = POSTGRES_URL.rsplit("/", 1)[0] + f"/{own_database}"
+        url = f"{base}?schema=s"
+        with Engine(url) as owner:
+            run = owner.start_run(REVIEW)
+            run.note("k", 1)
+        with psycopg.connect(base, autocommit=True) as conn:  # as a release before it left it
+            conn.execute(f"DROP FUNCTION s.{APPEND_FUNCTION}")
+        set_read_only(own_database, True)
+        with Engine(url) as engine:
+            assert [note.value for note in engine.events(run.id)[1:]] == [1]  # type: ignore[attr-defined]
+            assert [r.run_id for r in engine.runs()] == [run.id]
+            with pytest.raises(StoreReadOnly, match="PostgreSQL server is read-only") as caught:
+                engine.load(run.id).note("k", 2)
+        assert "\n" not in str(caught.value)
+        assert "default_transaction_read_only" in str(caught.value)
+        set_read_only(own_database, False)
+        with Engine(url) as owner:  # nothing was written; writable again, it gets its function
+            assert owner.load(run.id).version == 2
+        with psycopg.connect(base, autocommit=True) as conn:
+            assert has_append_function(conn, "s")
