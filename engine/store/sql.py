@@ -13,10 +13,11 @@ the codec's digests of pipeline names, labels and partition keys.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
 
@@ -67,6 +68,27 @@ NAMES = {  # the views' tables, as SQLite names them (PostgreSQL qualifies them)
 }
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_V = TypeVar("_V", bound="SQLViews")
+
+
+def read_query(method: Callable[Concatenate[_V, _P], _R]) -> Callable[Concatenate[_V, _P], _R]:
+    """A read-only query of the views, run once more when the first found its connection
+    lost (`SQLViews.lost`): a read is idempotent, a write is never retried."""
+
+    @functools.wraps(method)
+    def read(self: _V, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError as error:
+            if not self.lost(error.__cause__):
+                raise
+        return method(self, *args, **kwargs)
+
+    return read
+
+
 MIGRATION = "__migration__"
 """The tracking row eventsourcing's recorders mark a single-row tracking table with."""
 
@@ -104,6 +126,11 @@ class SQLViews(TrackingRecorder):
         self.datastore = datastore
         self.url = url
 
+    def lost(self, error: BaseException | None) -> bool:
+        """Whether the database error `error` lost its connection, so that a read on another
+        one may succeed (a file's database loses none)."""
+        return False
+
     @contextmanager
     def _transaction(self, *, commit: bool) -> Iterator[Any]:
         """A transaction of the views; a database refusal is a `StoreError` (kind by cause)."""
@@ -139,6 +166,7 @@ class SQLViews(TrackingRecorder):
         with self.datastore.transaction(commit=True) as cursor:  # its errors, as eventsourcing's
             self._write_tracking(cursor, tracking)
 
+    @read_query
     def max_tracking_id(self, application_name: str) -> int | None:
         """The position recorded for `application_name` (None: none recorded)."""
         with self._transaction(commit=False) as cursor:
@@ -208,6 +236,7 @@ class SQLViews(TrackingRecorder):
         row = cursor.fetchone()
         return 0 if row is None else int(row["value"])
 
+    @read_query
     def current(self) -> bool:
         """Whether the stored views have this program's shape (a read-only open cannot migrate)."""
         with self._transaction(commit=False) as cursor:
@@ -227,6 +256,7 @@ class SQLViews(TrackingRecorder):
             self._reset(cursor, name, fingerprint)
             return row is not None
 
+    @read_query
     def fingerprint(self, name: str) -> str | None:
         """The code fingerprint `name`'s stored state was folded by (None: not registered)."""
         with self._transaction(commit=False) as cursor:
@@ -261,17 +291,20 @@ class SQLViews(TrackingRecorder):
             (name,),
         )
 
+    @read_query
     def resets(self) -> int:
         """How many times a projection of the store was reset (read before its position)."""
         with self._transaction(commit=False) as cursor:
             return read_counter(cursor, self._sql("{meta}"), RESETS)
 
+    @read_query
     def resets_and_positions(self, names: Sequence[str]) -> tuple[int, dict[str, int]]:
         """The count of resets, then each projection's position, in one read transaction."""
         with self._transaction(commit=False) as cursor:
             resets = read_counter(cursor, self._sql("{meta}"), RESETS)
             return resets, self._positions(cursor, names)
 
+    @read_query
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position: the last notification id it has folded."""
         with self._transaction(commit=False) as cursor:
@@ -292,6 +325,7 @@ class SQLViews(TrackingRecorder):
                 found[row["name"]] = int(row["notification_id"] or 0)
         return found
 
+    @read_query
     def load(self, name: str, keys: Sequence[str]) -> dict[str, Any]:
         """The stored (encoded) states of `name` for `keys`; missing keys are left out."""
         if not keys:
@@ -449,6 +483,7 @@ class SQLViews(TrackingRecorder):
                 (self.codec.seal(error), name),
             )
 
+    @read_query
     def errors(self) -> dict[str, str | None]:
         """The last error of every registered projection (None when it is healthy)."""
         with self._transaction(commit=False) as cursor:
@@ -460,6 +495,7 @@ class SQLViews(TrackingRecorder):
             for row in rows
         }
 
+    @read_query
     def states(self, name: str) -> dict[str, Any]:
         """Every stored state of `name` by key."""
         if name == "run_index":
@@ -474,6 +510,7 @@ class SQLViews(TrackingRecorder):
             return {data["run_id"]: data for data in (unseal(row["v"]) for row in rows)}
         return dict(unseal(row["v"]) for row in rows)
 
+    @read_query
     def runs(self, query: RunQuery) -> list[Any]:
         """Run index rows matching `query`, newest first."""
         where, params = query.where(self.names["labels"], self.codec)
@@ -485,6 +522,7 @@ class SQLViews(TrackingRecorder):
             rows = cursor.fetchall()
         return [self.codec.unseal(row["data"]) for row in rows]
 
+    @read_query
     def run_ids(self, prefix: str, limit: int) -> list[str]:
         """Ids (text) of indexed runs that start with `prefix` (lower-case hex), at most `limit`."""
         sql = (
@@ -495,6 +533,7 @@ class SQLViews(TrackingRecorder):
             cursor.execute(self._sql(sql), (prefix, prefix + "~", limit))
             return [str(row["run_id"]) for row in cursor.fetchall()]
 
+    @read_query
     def snapshot(
         self, run_id: str, projection: str, fingerprint: str, generation: int, version: int
     ) -> tuple[int, bytes] | None:

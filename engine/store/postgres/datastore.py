@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from eventsourcing.persistence import InterfaceError, OperationalError
 from eventsourcing.postgres import PostgresDatastore
@@ -17,6 +17,28 @@ from engine.store.urls import LIBPQ_OPTIONS, StoreURL
 IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,50}")
 
 CONNECTION_LOST = (OperationalError, InterfaceError)
+
+_T = TypeVar("_T")
+
+
+def lost(error: BaseException | None) -> bool:
+    """Whether `error` (eventsourcing's wrapping) says a connection was lost on its way or in
+    use, not that the pool could hand out none (the server down: a retry would wait as long)."""
+    from psycopg_pool import PoolTimeout
+
+    return isinstance(error, CONNECTION_LOST) and not isinstance(error.__cause__, PoolTimeout)
+
+
+def read_retried(read: Callable[[], _T]) -> _T:
+    """`read()`, run once more if its connection was found lost: a read is idempotent, and
+    the datastore has closed that connection and checked the idle ones, so the second runs
+    on a live one. Only for reads: a write retried could be applied twice."""
+    try:
+        return read()
+    except CONNECTION_LOST as error:
+        if not lost(error):
+            raise
+    return read()
 
 
 class Datastore(PostgresDatastore):

@@ -19,6 +19,7 @@ from engine.store.postgres.datastore import (
     connect,
     describe,
     make_datastore,
+    read_retried,
     schema_of,
 )
 from engine.store.postgres.recorder import (
@@ -191,9 +192,13 @@ def stored_after(datastore: Any, run_id: UUID, position: int) -> int | None:
     statement = SQL(
         "SELECT min(originator_version) FROM {} WHERE originator_id=%s AND notification_id>%s"
     ).format(Identifier(datastore.schema, meta.EVENTS_TABLE))
-    with datastore.transaction(commit=False) as cursor:
-        cursor.execute(statement, (run_id, position))
-        row = cursor.fetchone()
+
+    def read() -> Any:
+        with datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, (run_id, position))
+            return cursor.fetchone()
+
+    row = read_retried(read)
     value = row["min"] if isinstance(row, dict) else row[0]
     return None if value is None else int(value)
 
@@ -253,8 +258,12 @@ def _creation_lock(schema: str) -> int:
 
 def read_generation(datastore: Any) -> int:
     """The store's erasure generation, as committed now."""
-    with datastore.transaction(commit=False) as cursor:
-        return meta.read_generation(cursor, _meta_table(datastore))
+
+    def read() -> int:
+        with datastore.transaction(commit=False) as cursor:
+            return meta.read_generation(cursor, _meta_table(datastore))
+
+    return read_retried(read)
 
 
 def _meta_table(datastore: Any) -> str:

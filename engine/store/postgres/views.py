@@ -10,6 +10,7 @@ from typing import Any
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
+from engine.store.postgres.datastore import lost
 from engine.store.sql import NAMES, SQLViews
 
 TRACKING_TABLE = "stagetrail_tracking"
@@ -44,6 +45,11 @@ class PostgresViews(SQLViews):
         self.tracking_table = f'"{schema}"."{TRACKING_TABLE}"'
         self._channel = channel
         self._listener: Any = None
+
+    def lost(self, error: BaseException | None) -> bool:
+        """Whether `error` lost its connection (a pooled one terminated, or the server
+        restarted since): a read is then run once more, on a live one."""
+        return lost(error)
 
     def create_views(self, cursor: Any) -> None:
         """Create the views' tables and the run ids' byte-order index (idempotent)."""
