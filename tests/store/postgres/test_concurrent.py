@@ -548,3 +548,122 @@ def grant_writing(schema: str, role: str) -> None:
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}"
         )
         conn.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+
+
+KILLED_WRITER = """
+import os, signal, sys
+import psycopg
+from engine import Engine
+from tests._helpers import REVIEW
+
+url, mode, size, drop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+kill_at, batch = int(sys.argv[5]), int(sys.argv[6])
+engine = Engine(url)
+recorder = engine.store.recorder
+if drop:  # dropped while the store is open: the first append falls back to statements
+    with psycopg.connect(drop, autocommit=True) as conn:
+        conn.execute(f"DROP FUNCTION {recorder.datastore.schema}.stagetrail_append_1")
+run = engine.start_run(REVIEW)
+assert not recorder.function, "the append function was called"
+print(run.id, flush=True)
+done = 0
+insert = type(recorder)._execute_insert
+
+def die():
+    print("stopped", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def killing(self, curs, columns, sync=None):
+    if done + 1 < kill_at:
+        return insert(self, curs, columns, sync)
+    if mode == "section":  # the rows inserted, the section held: no release, no COMMIT
+        for statement in self._before_insert:
+            curs.execute(statement)
+        curs.execute(self._insert_statement, columns)
+        if sync is not None:  # pipelined: sent and answered
+            sync()
+        assert curs.fetchall()
+        with psycopg.connect(url.split("?")[0], autocommit=True) as other:
+            held = other.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND pid = %s", (curs.connection.info.backend_pid,)).fetchone()[0]
+        assert held == 1, "killed outside the section"
+        die()
+    insert(self, curs, columns, sync)  # "commit": the rows inserted, the section left
+    die()
+
+type(recorder)._execute_insert = killing
+while True:
+    with run.batch():
+        for item in range(batch):
+            run.note("batch", [done, item, "x" * size])
+    print(done, flush=True)  # acknowledged: committed before this line
+    done += 1
+"""
+"""Appends batches statement by statement (function dropped, or a role that may not create
+it), SIGKILLing itself inside the `kill_at`-th: in the section or before its COMMIT."""
+
+
+def kill_statement_writer(
+    url: str, mode: str, size: int, drop: str, kill_at: int
+) -> tuple[str, int]:
+    """Run KILLED_WRITER until it kills itself; its run id and its acknowledged batches."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    args = [url, mode, str(size), drop, str(kill_at), str(KILLED_BATCH)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, *args], stdout=subprocess.PIPE, text=True, cwd=root
+    )
+    assert child.stdout is not None
+    lines = child.stdout.read().split()
+    assert child.wait(timeout=WAIT) == -signal.SIGKILL
+    assert lines[-1] == "stopped"
+    return lines[0], len(lines) - 2
+
+
+KILLED_BATCH = 10
+BIG_NOTE = 110_000
+"""A note of this many characters makes a batch bigger than the pipeline's limit."""
+
+
+class TestStatementAppendKilled:
+    @pytest.mark.slow
+    @pytest.mark.parametrize("mode", ["section", "commit"])
+    @pytest.mark.parametrize("size", [1, BIG_NOTE], ids=["pipelined", "big"])
+    @pytest.mark.parametrize("how", ["dropped", "role"])
+    def test_sigkill_mid_append_leaves_whole_batches_and_a_free_section(
+        self, postgres_url: str, writer_role: str, mode: str, size: int, how: str
+    ) -> None:
+        """A statement-wise writer SIGKILLed holding the section or before its COMMIT leaves
+        every acknowledged batch, nothing of the killed one, and a store that appends and
+        verifies."""
+        schema = schema_of(postgres_url)
+        url, drop = postgres_url, POSTGRES_URL
+        if how == "role":  # may not create the function: statements from its first append
+            with Engine(postgres_url):
+                pass
+            drop_append_function(schema)
+            grant_writing(schema, writer_role)
+            url, drop = postgres_url.replace("postgres@", f"{writer_role}@"), ""
+        run_id, acknowledged = kill_statement_writer(url, mode, size, drop, kill_at=3)
+        assert acknowledged == 2
+        deadline = time.monotonic() + WAIT
+        while TestTheSection()._held(schema):  # the server ends the dead session, and its lock
+            assert time.monotonic() < deadline, "the append section is still held"
+            time.sleep(0.01)
+        with Engine(url) as engine:
+            notes = engine.events(run_id)[1:]
+            assert [note.value[:2] for note in notes] == [  # type: ignore[attr-defined]
+                [b, i] for b in range(acknowledged) for i in range(KILLED_BATCH)
+            ]
+            run = engine.load(run_id)
+            with run.batch():
+                run.note("after", 1)
+                run.note("after", 2)
+            assert run.version == 1 + acknowledged * KILLED_BATCH + 2
+            assert engine.verify(run_id).ok
+            assert [e.version for e in engine.events(run_id)] == list(range(1, run.version + 1))
