@@ -9,13 +9,16 @@ so one NOTIFY after a burst of appends wakes it as well as one after each.
 
 The rule kept: after every append, a NOTIFY is sent that starts after its commit.
 The first append of an interval sends it at once; the others of the same interval
-leave it to a timer, which sends one when the interval is up (at most `INTERVAL`
-later than an immediate one would have been).
+leave it to a sender thread, which sends one when the interval is up (at most
+`INTERVAL` later than an immediate one would have been). The thread lives while
+appends keep coming, and ends after an interval with none: one thread for a stream
+of appends, not one per interval (a thread's start and end cost the writer more CPU
+than the NOTIFY it sends).
 
-A child process forked from one with an open store starts with no timer, lock or
-NOTIFY pending of its parent's (`_after_fork`): the parent's timer sends the parent's
-NOTIFY, and a lock held by a parent's thread at the fork would never be released in
-the child.
+A child process forked from one with an open store starts with no sender, lock or
+NOTIFY pending of its parent's (`_after_fork`): the parent's sender sends the
+parent's NOTIFY, and a lock held by a parent's thread at the fork would never be
+released in the child.
 """
 
 from __future__ import annotations
@@ -49,58 +52,76 @@ class Notifier:
     def __init__(self, send: Callable[[Any], None], interval: float = INTERVAL) -> None:
         self._send = send
         self.interval = interval
-        self._lock = threading.Lock()
-        self._sent = float("-inf")
-        self._timer: threading.Timer | None = None
-        self._started: threading.Timer | None = None  # the last timer, fired or not
+        self._forget_parent()
         self.sent = 0
         """NOTIFYs sent (for the tests)."""
         _NOTIFIERS.add(self)
 
     def _forget_parent(self) -> None:
-        """In a forked child: none of the parent's timer, lock or NOTIFY due (see `_after_fork`)."""
+        """No sender, lock or NOTIFY due: a new notifier's state, or a forked child's
+        (see `_after_fork`)."""
         self._lock = threading.Lock()
+        self._woken = threading.Condition(self._lock)
         self._sent = float("-inf")
-        self._timer = None
-        self._started = None
+        self._due = False
+        """An append since the last NOTIFY waits for the sender's."""
+        self._sender: threading.Thread | None = None
+        self._started: threading.Thread | None = None  # the last sender, ended or not
+
+    @property
+    def due(self) -> bool:
+        """Whether an append waits for the NOTIFY that follows it."""
+        return self._due
 
     def appended(self, conn: Any) -> None:
-        """An append just committed on `conn`: notify now, or leave it to the timer."""
+        """An append just committed on `conn`: notify now, or leave it to the sender."""
         now = time.monotonic()
         with self._lock:
-            if self._timer is None and now - self._sent >= self.interval:
+            at_once = self._sender is None and now - self._sent >= self.interval
+            if at_once:
                 self._sent = now
-                at_once = True
             else:
-                at_once = False
-                if self._timer is None:  # a NOTIFY went out less than an interval ago
-                    delay = max(self._sent + self.interval - now, 0.0)
-                    # not a daemon: a process ending unclosed still sends it (waiting
-                    # `interval` at most), while its pool is open
-                    self._timer = self._started = threading.Timer(delay, self._fire)
-                    self._timer.start()
+                self._due = True
+                if self._sender is None:  # a NOTIFY went out less than an interval ago
+                    # not a daemon: a process ending unclosed still sends it (waiting two
+                    # intervals at most), while its pool is open
+                    sender = threading.Thread(target=self._send_due, name="stagetrail-notify")
+                    self._sender = self._started = sender
+                    sender.start()
         if at_once:
             self._notify(conn)
 
-    def _fire(self) -> None:
-        """The timer's NOTIFY: it starts after every append that left it to the timer."""
-        with self._lock:
-            if self._timer is None:  # closed meanwhile, and sent by `close`
-                return
-            self._timer = None
-            self._sent = time.monotonic()
-        self._notify(None)
+    def _send_due(self) -> None:
+        """The sender: when each interval is up, the NOTIFY due (it starts after every append
+        that left it to the sender); ends after an interval that left none, or at `close`."""
+        me = threading.current_thread()
+        while True:
+            with self._lock:
+                while self._sender is me:
+                    left = self._sent + self.interval - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._woken.wait(left)
+                if self._sender is not me:  # closed meanwhile: `close` sent the one due
+                    return
+                if not self._due:  # an interval without an append
+                    self._sender = None
+                    return
+                self._due = False
+                self._sent = time.monotonic()
+            self._notify(None)
 
     def close(self) -> None:
         """Send the NOTIFY still due now, before the connections close."""
         with self._lock:
-            timer, self._timer = self._timer, None
+            due, self._due = self._due, False
+            self._sender = None
             started = self._started
-        if timer is not None:
-            timer.cancel()
+            self._woken.notify_all()
+        if due:
             self._notify(None)
         if started is not None and started is not threading.current_thread():
-            started.join()  # a NOTIFY the timer is sending ends before the pool closes
+            started.join()  # a NOTIFY the sender is sending ends before the pool closes
 
     def _notify(self, conn: Any) -> None:
         try:

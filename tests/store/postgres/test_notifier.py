@@ -216,7 +216,7 @@ class TestFork:
             notifier.interval = 3600
             run = engine.start_run(REVIEW)
             run.note("k", 1)  # the timer's NOTIFY due, an hour from now
-            assert notifier._timer is not None
+            assert notifier.due
             held, release = threading.Event(), threading.Event()
 
             def hold() -> None:
@@ -242,5 +242,5 @@ class TestFork:
                 release.set()
                 holder.join(WAIT)
             assert code == 0
-            assert notifier._timer is not None  # the parent's NOTIFY still due, by its timer
+            assert notifier.due  # the parent's NOTIFY still due, by its sender
         assert notifier.sent == sent_before + 1  # sent by the parent's close
