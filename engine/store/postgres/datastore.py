@@ -21,12 +21,21 @@ CONNECTION_LOST = (OperationalError, InterfaceError)
 _T = TypeVar("_T")
 
 
+_SESSION_ENDED = {"57P01", "57P02", "57P03"}
+"""The session ended by the server: admin_shutdown (``pg_terminate_backend``, a fast
+shutdown), crash_shutdown, cannot_connect_now."""
+
+
 def lost(error: BaseException | None) -> bool:
     """Whether `error` (eventsourcing's wrapping) says a connection was lost on its way or in
-    use, not that the pool could hand out none (the server down: a retry would wait as long)."""
+    use: not that the pool could hand out none (the server down: a retry would wait as
+    long), nor a statement the server refused on a live one (a timeout, a lock not had)."""
     from psycopg_pool import PoolTimeout
 
-    return isinstance(error, CONNECTION_LOST) and not isinstance(error.__cause__, PoolTimeout)
+    if not isinstance(error, CONNECTION_LOST) or isinstance(error.__cause__, PoolTimeout):
+        return False
+    state = getattr(error.__cause__, "sqlstate", None)
+    return state is None or state.startswith("08") or state in _SESSION_ENDED
 
 
 def read_retried(read: Callable[[], _T]) -> _T:

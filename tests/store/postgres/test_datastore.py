@@ -1,0 +1,87 @@
+"""Which PostgreSQL errors are a lost connection, after which a read runs once more."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
+from psycopg import errors
+from psycopg_pool import PoolTimeout
+
+from engine.store.postgres.datastore import lost, read_retried
+
+
+def wrapped(kind: type[Exception], cause: Exception) -> Exception:
+    """`cause` under eventsourcing's wrapping, as its datastore raises it."""
+    try:
+        raise kind(str(cause)) from cause
+    except kind as error:
+        return error
+
+
+class TestLost:
+    @pytest.mark.parametrize(
+        "cause",
+        [
+            errors.AdminShutdown("terminating connection due to administrator command"),
+            errors.ConnectionFailure("server closed the connection unexpectedly"),
+            psycopg.OperationalError("consuming input failed"),
+        ],
+        ids=["terminated", "connection-failure", "no-sqlstate"],
+    )
+    def test_a_connection_lost_in_use_is_lost(self, cause: Exception) -> None:
+        """A terminated backend, a broken socket, a failure without a state: lost."""
+        assert lost(wrapped(OperationalError, cause))
+        assert lost(wrapped(InterfaceError, psycopg.InterfaceError("the connection is closed")))
+
+    @pytest.mark.parametrize(
+        "error",
+        [
+            wrapped(OperationalError, errors.QueryCanceled("statement timeout")),
+            wrapped(OperationalError, errors.LockNotAvailable("lock timeout")),
+            wrapped(OperationalError, PoolTimeout("couldn't get a connection after 30 s")),
+            wrapped(IntegrityError, errors.UniqueViolation("duplicate key")),
+            None,
+        ],
+        ids=["statement-timeout", "lock-timeout", "pool-timeout", "integrity", "none"],
+    )
+    def test_a_refusal_on_a_live_connection_or_no_connection_is_not(
+        self, error: Exception | None
+    ) -> None:
+        """A timeout on a live connection, an empty pool, a constraint: not lost, not retried."""
+        assert not lost(error)
+
+
+class TestReadRetried:
+    def test_a_read_that_lost_its_connection_runs_once_more(self) -> None:
+        """The first attempt lost its connection: the second answers."""
+        calls: list[int] = []
+
+        def read() -> int:
+            calls.append(1)
+            if len(calls) == 1:
+                raise wrapped(OperationalError, errors.AdminShutdown("terminated"))
+            return 7
+
+        assert read_retried(read) == 7
+        assert len(calls) == 2
+
+    def test_only_once_and_never_after_a_refusal(self) -> None:
+        """Lost twice, the second error is raised; a timeout is raised at once."""
+        calls: list[int] = []
+
+        def always_lost() -> int:
+            calls.append(1)
+            raise wrapped(OperationalError, errors.AdminShutdown("terminated"))
+
+        with pytest.raises(OperationalError):
+            read_retried(always_lost)
+        assert len(calls) == 2
+
+        def timed_out() -> int:
+            calls.append(1)
+            raise wrapped(OperationalError, errors.QueryCanceled("statement timeout"))
+
+        with pytest.raises(OperationalError):
+            read_retried(timed_out)
+        assert len(calls) == 3
