@@ -329,6 +329,32 @@ class TestUpgrade:
         assert [t for (t,) in tx_ids[:6]] == [0] * 6
         assert tx_ids[6][0] > 0
 
+    def test_on_a_read_only_session_it_is_left_as_it_is_and_refuses_appends(
+        self, postgres_url: str, writer_role: str
+    ) -> None:
+        """Opened for writing where every transaction is read-only, an older store opens, is
+        read under its own rule, is not upgraded, and refuses an append naming the server."""
+        from engine.errors import StoreReadOnly
+
+        schema = schema_of(postgres_url)
+        old = create_old_store(schema, 2)
+        grant_writing(schema, writer_role)  # every right but a writable transaction
+        with connect() as conn:
+            conn.execute(f"ALTER ROLE {writer_role} SET default_transaction_read_only = on")
+        with Engine(postgres_url.replace("postgres@", f"{writer_role}@")) as engine:
+            assert not engine.store.recorder.concurrent  # type: ignore[attr-defined]
+            assert {run.run_id for run in engine.runs()} == set(old)
+            with pytest.raises(StoreError, match="PostgreSQL server is read-only") as caught:
+                engine.load(old[0]).note("k", 2)
+        assert isinstance(caught.value, StoreReadOnly)
+        with connect() as conn:
+            version = conn.execute(
+                f"SELECT value FROM {schema}.stagetrail_meta WHERE key = 'schema_version'"
+            ).fetchone()[0]
+        assert version == "1"
+        with Engine(postgres_url) as engine:  # nothing written
+            assert engine.load(old[0]).version == 2
+
     def test_the_older_release_refuses_an_upgraded_store(self, postgres_url: str) -> None:
         """Its meta check (schema 1 at most) says the store is newer, so it never mixes in."""
         Engine(postgres_url).close()
