@@ -20,7 +20,6 @@ CONNECTION_LOST = (OperationalError, InterfaceError)
 
 _T = TypeVar("_T")
 
-
 _SESSION_ENDED = {"57P01", "57P02", "57P03"}
 """The session ended by the server: admin_shutdown (``pg_terminate_backend``, a fast
 shutdown), crash_shutdown, cannot_connect_now."""

@@ -99,7 +99,9 @@ def open_postgres(
     the events table's EXCLUSIVE lock, is upgraded to concurrent appends
     (`recorder.upgrade`; see docs/scaling.md for stopping the older processes first).
     With `read_only` nothing is created or written (a read-only role, a replica):
-    projections fold in memory over the stored views.
+    projections fold in memory over the stored views. Opened for writing where the
+    session's transactions are read-only (a standby, ``default_transaction_read_only``),
+    the same holds, nothing is upgraded, and each append raises `StoreReadOnly`.
 
     Raises:
         StoreError: unreachable server, missing rights, missing store, newer schema, wrong key.
@@ -111,24 +113,24 @@ def open_postgres(
             if not read_only:  # held until the probe connection closes, after the views exist
                 conn.execute("SELECT pg_advisory_lock(%s)", (_creation_lock(schema_of(url)),))
             settings, has_events = _settle_meta(conn, url, create, settings)
-            frozen = not read_only and _server_read_only(conn)
+            read_only_server = not read_only and _server_read_only(conn)
             chain = _settle_chain(
-                conn, url, settings, has_events, read_only=read_only, record=not frozen
+                conn, url, settings, has_events, read_only=read_only, record=not read_only_server
             )
-            concurrent = not (read_only or frozen) or has_tx_column(conn, schema_of(url))
+            concurrent = not (read_only or read_only_server) or has_tx_column(conn, schema_of(url))
         except psycopg.Error as error:
             problem = f"cannot open the store: {describe(error, url)}"
             raise StoreError(url.masked, problem) from None
         datastore = make_datastore(url)
         recorder = make_recorder(url, datastore, has_events or read_only, concurrent=concurrent)
-        if not (read_only or frozen):  # a read-only server: its appends fail, each saying why
+        if not (read_only or read_only_server):  # there, appends fail, each saying why
             recorder.function = _upgrade(conn, url, datastore)
         mapper = settings.mapper()
         codec = settings.codec(mapper)
         generation = functools.partial(read_generation, datastore)
         after = functools.partial(stored_after, datastore)
         rows = row_reader(recorder)
-        if read_only or frozen:  # views folded in memory: a read-only server keeps none
+        if read_only or read_only_server:  # views folded in memory: nothing kept
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
             closer = _closer(datastore, views, recorder)
