@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -91,6 +91,9 @@ SHAPES = 16
 pass whole arrays. At most SHAPES² + 1 statements per connection."""
 
 _COLUMN_TYPES = ("uuid", "bigint", "text", "bytea", "uuid", "bigint")
+
+RUNS_PAGE = 1000
+"""Most events one query of `PostgresRecorder.select_run_pages` answers."""
 
 SETTLE_SECONDS = 2.0
 """How long `max_notification_id` waits for older transactions to end before it answers."""
@@ -522,19 +525,46 @@ class PostgresRecorder(PostgresApplicationRecorder):
             curs.execute(statement, params, prepare=True)
             return curs.fetchall()
 
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def select_runs(self, run_ids: Sequence[UUID]) -> list[StoredEvent]:
-        """Every stored event of the runs `run_ids`, by run and version, in one round trip
-        (the runs a page of notifications deletes: `Projections` forgets them)."""
+        """Every stored event of the runs `run_ids`, by run and version (the runs a page of
+        notifications deletes: `Projections` forgets them), read `RUNS_PAGE` events a query."""
+        return [stored for page in self.select_run_pages(run_ids) for stored in page]
+
+    def select_run_pages(
+        self, run_ids: Sequence[UUID], *, page: int | None = None
+    ) -> Iterator[list[StoredEvent]]:
+        """`select_runs`' events a page (at most `page`, default `RUNS_PAGE`, events) at a time,
+        so however long the runs no query answers more: a caller stops where it has enough."""
+        size = page or RUNS_PAGE
+        after: tuple[UUID, int] | None = None
+        while True:
+            rows = self._run_page(list(run_ids), after, size)
+            if rows:
+                yield rows
+            if len(rows) < size:
+                return
+            last = rows[-1]
+            after = (_as_uuid(last.originator_id), last.originator_version)
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def _run_page(
+        self, run_ids: list[UUID], after: tuple[UUID, int] | None, size: int
+    ) -> list[StoredEvent]:
+        """The runs' events after (run, version) `after`, by run and version, at most `size`."""
+        if after is None:
+            where, params = SQL(""), [run_ids, size]
+        else:
+            where = SQL(" AND (originator_id, originator_version) > (%s, %s)")
+            params = [run_ids, after[0], after[1], size]
         statement = SQL(
             "SELECT originator_id, originator_version, topic, state FROM {0} "
-            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
-        ).format(self._table)
+            "WHERE originator_id = ANY(%s){1} ORDER BY originator_id, originator_version LIMIT %s"
+        ).format(self._table, where)
         with (
             self.datastore.get_connection() as conn,
             conn.cursor(row_factory=tuple_row, binary=True) as curs,
         ):
-            curs.execute(statement, [list(run_ids)])
+            curs.execute(statement, params)
             return [StoredEvent(run, version, topic, state) for run, version, topic, state in curs]
 
     def _rows_statement(self, shape: tuple[bool, bool, bool, bool]) -> Composed:
@@ -616,6 +646,10 @@ class PostgresRecorder(PostgresApplicationRecorder):
         if len(found) != len(sent):  # an append is one transaction: never partly stored
             raise IntegrityError("part of the versions are held by another writer")
         return [found[(str(e.originator_id), e.originator_version)] for e in stored_events]
+
+
+def _as_uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def _maybe_sent(error: BaseException) -> bool:
