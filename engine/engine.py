@@ -25,6 +25,7 @@ from engine.errors import (
     InvalidFork,
     RunAlreadyExists,
     RunAlreadyFinished,
+    RunBeingErased,
     RunNotFound,
     StoreError,
 )
@@ -291,7 +292,7 @@ class Engine:
             # the newest event (a read of its own) or the snapshot bookkeeping; only
             # the events the projection handles are decoded.
             events = self.store.read(rid, lte=at, topics=handled_topics(instance))
-            if not events and self.store.last(rid) is None:
+            if self.store.last(rid) is None:  # the run's newest: is it being erased?
                 raise RunNotFound(rid, self.url)
             return instance.fold(events)
         last = self.store.last(rid)
@@ -434,7 +435,9 @@ class Engine:
             projection by version.
 
         Raises:
-            RunNotFound: no such run.
+            RunNotFound: no such run (or it was erased while checked).
+            RunBeingErased: the run is deleted and a compaction has begun erasing it
+                (before or while it was checked): its history is no longer whole.
             InvalidArgument: `workers` is not a whole number from 0 to 64.
         """
         from engine.verify import chain_workers, verify_chain, verify_stored
@@ -447,14 +450,23 @@ class Engine:
         pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         if chain_only:
-            return verify_chain(
+            chained = verify_chain(
                 rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
                 workers=helpers,
             )  # fmt: skip
+            return self._not_erased_meanwhile(rid, chained)
         registered = [self.projections.projection(n) for n in self.projections.names]
-        return verify_stored(
+        report = verify_stored(
             rid, pages, mapper, registered, must_link_from=linked_from, key_problem=key_problem
         )
+        return self._not_erased_meanwhile(rid, report)
+
+    def _not_erased_meanwhile(self, run_id: UUID, report: VerifyReport) -> VerifyReport:
+        """`report`, unless its problems are a compaction's: the run's erasure began while
+        it was checked (then `RunBeingErased`, or `RunNotFound` once it is gone)."""
+        if not report.ok and self.store.last(run_id) is None:
+            raise RunNotFound(run_id, self.url)
+        return report
 
     def compact(self, *, batch: int = 200) -> Compacted:
         """Physically remove every deleted run while other processes go on writing and folding.
@@ -542,7 +554,11 @@ class Engine:
         return Retention(plan, applied=True, compacted=self.compact() if compact else None)
 
     def _stored(self, run_id: UUID) -> bool:
-        return self.store.last(run_id) is not None
+        """Whether the run is stored and not being erased (a parent on its way out)."""
+        try:
+            return self.store.last(run_id) is not None
+        except RunBeingErased:
+            return False
 
     def _delete_batch(self, batch: Sequence[Doomed]) -> None:
         """Record the batch's `RunDeleted`s in one transaction (one by one after a conflict).

@@ -60,8 +60,19 @@ def export_line(event: Event) -> str:
 
 
 def _every_run(engine: Engine) -> list[tuple[UUID, int]]:
+    """Every run of the index, oldest first, but those a compaction erases (or has begun to)."""
     summaries = engine.runs(limit=_EVERY_RUN)
-    return [(s.run_id, s.version) for s in reversed(summaries)]  # oldest first
+    return [(s.run_id, s.version) for s in reversed(summaries) if _whole(engine, s.run_id)]
+
+
+def _whole(engine: Engine, run_id: UUID) -> bool:
+    """Whether the run is stored and no compaction has begun erasing it."""
+    from engine.errors import RunBeingErased
+
+    try:
+        return engine.store.last(run_id) is not None
+    except RunBeingErased:
+        return False
 
 
 def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:

@@ -52,6 +52,29 @@ class RunErased(StagetrailError, LookupError):
         )
 
 
+class RunBeingErased(RunErased):
+    """The run is deleted and a compaction has begun erasing it: part of its events are gone.
+
+    On PostgreSQL a long run is erased over several transactions (and a killed
+    compaction may stop between two). Until `Engine.compact` finishes it, every reader
+    refuses the run with this error rather than show what is left of its history.
+
+    Attributes:
+        run_id: the run being erased.
+        version: a version of the run the store no longer holds.
+    """
+
+    def __init__(self, run_id: UUID, version: int) -> None:
+        self.run_id = run_id
+        self.version = version
+        LookupError.__init__(
+            self,
+            f"run {run_id} was deleted and is being erased from the store (compact): its "
+            f"event {version} and others are already gone, so it can no longer be read. "
+            "Run `stagetrail compact` to finish erasing it.",
+        )
+
+
 class HeadMissing(PersistenceError):
     """A recorder's append found a run's event before the batch missing; nothing written."""
 

@@ -24,6 +24,7 @@ from engine.store.errors import (
     ConcurrencyConflict,
     HeadMissing,
     OutcomeUnknown,
+    RunBeingErased,
     RunErased,
     StoreError,
 )
@@ -32,7 +33,7 @@ from engine.store.mapper import EventMapper
 from engine.store.sqlite import open_sqlite
 from engine.store.sqlite import writable as sqlite_writable
 from engine.store.sqlite.recorder import UPGRADED
-from events import Event, EventFormatError, InvalidPayload
+from events import Event, EventFormatError, InvalidPayload, RunDeleted, RunFinished
 from events.storable import unstorable_field
 
 PAGE = 1000
@@ -357,6 +358,10 @@ class Store:
             topics: only the events of these topics (None: all): the others are read
                 (`limit` counts them) but never decoded, so a fold that needs few
                 kinds of event pays for those only (`projections.handled_topics`).
+
+        Raises:
+            RunBeingErased: the read found versions missing where the run's erasure has
+                begun (see `erasure_begun`).
         """
         return self._get(run_id, topics, gt=gt, lte=lte, limit=limit)
 
@@ -371,10 +376,20 @@ class Store:
             rows = self._backend.stored_rows
             if rows is not None:  # the lean read: plain rows, no `StoredEvent` per event
                 found = rows(run_id, **query)
+                if found or query.get("lte") is not None:
+                    span = (found[0][0], found[-1][0]) if found else None
+                    self._check_whole(run_id, span, len(found), query)
                 if topics is not None:
                     found = [row for row in found if row[1] in topics]
                 return mapper.from_rows(run_id, found)
             stored = self.recorder.select_events(run_id, **query)
+            if stored or query.get("lte") is not None:
+                ends = (
+                    (stored[0].originator_version, stored[-1].originator_version)
+                    if stored
+                    else None
+                )
+                self._check_whole(run_id, ends, len(stored), query)
             if topics is not None:
                 stored = [event for event in stored if event.topic in topics]
             return mapper.to_domain_events(stored)
@@ -382,6 +397,58 @@ class Store:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:
             raise classify(self.url, error, "read failed") from error
+
+    def _check_whole(
+        self, run_id: UUID, span: tuple[int, int] | None, count: int, query: Mapping[str, Any]
+    ) -> None:
+        """Refuse a run being erased where an ascending read (`count` versions from `span`'s
+        first to its last, None: none) shows a hole: versions not consecutive from `gt` + 1,
+        or fewer than asked up to `lte`. No read otherwise; a hole of a run not being erased
+        (edited by hand) is `verify`'s to report.
+
+        Raises:
+            RunBeingErased: the run's erasure has begun.
+        """
+        if query.get("desc"):
+            return
+        start = (query.get("gt") or 0) + 1
+        lte, limit = query.get("lte"), query.get("limit")
+        whole = span is None or (span[0] == start and span[1] - start == count - 1)
+        short = lte is not None and (start - 1 if span is None else span[1]) < lte
+        if whole and not (short and (limit is None or count < limit)):
+            return
+        newest = self._get(run_id, desc=True, limit=1)
+        if newest:
+            self._refuse_erasing(run_id, newest[0])
+
+    def erasure_begun(self, run_id: UUID, newest: Event) -> int | None:
+        """A version the run lost to an erase that has begun (None: not being erased).
+
+        An erase (`Engine.compact`) removes only deleted runs, and removes a long run's
+        events on PostgreSQL over several transactions: newest first, keeping its
+        `RunStarted` and its deletion (`newest`) to the last. So a run is being erased
+        when its newest event is its deletion and the event before it, or its second
+        (an erase of an older release went oldest first), is gone. At most two reads,
+        only for a deleted run.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        deleted = type(newest) is RunDeleted or (
+            type(newest) is RunFinished and newest.status == "deleted"
+        )
+        if not deleted or newest.version < 3:
+            return None
+        for version in (newest.version - 1, 2):
+            if not self.stored_events(run_id, gt=version - 1, lte=version, limit=1):
+                return version
+        return None
+
+    def _refuse_erasing(self, run_id: UUID, newest: Event) -> None:
+        """Raise `RunBeingErased` if the run's erasure has begun (`newest`: its newest event)."""
+        missing = self.erasure_begun(run_id, newest)
+        if missing is not None:
+            raise RunBeingErased(run_id, missing)
 
     def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
         """The run's events after `gt`, page by page, so memory stays flat.
@@ -397,9 +464,16 @@ class Store:
             gt = page[-1].version
 
     def last(self, run_id: UUID) -> Event | None:
-        """The run's newest event, or None if the run is not in the store."""
+        """The run's newest event, or None if the run is not in the store.
+
+        Raises:
+            RunBeingErased: the run is deleted and its erasure has begun.
+        """
         newest = self._get(run_id, desc=True, limit=1)
-        return newest[0] if newest else None
+        if not newest:
+            return None
+        self._refuse_erasing(run_id, newest[0])
+        return newest[0]
 
     def erase(self, run_ids: Sequence[UUID]) -> int:
         """Physically remove runs' events and snapshots; the events removed.
