@@ -106,6 +106,26 @@ class TestEraseBound:
             assert engine.store.generation() - generation >= len(counts)  # one per transaction
             assert engine.runs(status="deleted") == []
 
+    def test_each_transaction_counts_one_more_generation(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Another process reads a new erasure generation after every erase transaction of a
+        long run, so nothing it caches between two is served after the next."""
+        with Engine(postgres_url) as engine, Engine(postgres_url) as other:
+            total = deleted_runs(engine, [30])
+            seen = [other.store.generation()]
+            first = postgres_open._erase_some
+
+            def observed(*args: object) -> object:
+                erased = first(*args)  # type: ignore[arg-type]
+                seen.append(other.store.generation())
+                return erased
+
+            monkeypatch.setattr(postgres_open, "_erase_some", observed)
+            assert engine.compact().events == total
+            assert len(seen) - 1 == math.ceil(total / BOUND)
+            assert seen == list(range(seen[0], seen[0] + len(seen)))
+
     def test_a_stale_handle_of_a_long_erased_run_is_refused(self, postgres_url: str) -> None:
         """A run erased over several transactions still refuses its stale handles' appends."""
         with Engine(postgres_url) as engine, Engine(postgres_url) as other:
