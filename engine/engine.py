@@ -245,8 +245,10 @@ class Engine:
 
         run_id = self._run_id(run_id)
         generation = self._keeping()
-        pipeline, state = self._fold(run_id)
-        return self._handle(Run(self.store, pipeline, state), generation)
+        pipeline, state, head = self._fold(run_id)
+        if head is None:  # appended to meanwhile: its appends require the newest one's bytes
+            head = self.store.stored_at(run_id, state.version)
+        return self._handle(Run(self.store, pipeline, state, head=head), generation)
 
     def events(self, run_id: UUID | str, upto: int | datetime | None = None) -> list[Event]:
         """The run's events, oldest first; `upto` a version, or a time (events at or before it).
@@ -690,25 +692,31 @@ class Engine:
         version = arguments.version_at(self.store, run_id, upto, last.version, "upto")
         return list(self.store.stream(run_id, lte=version))
 
-    def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState]:
+    def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState, bytes | None]:
+        """The run's pipeline and state, and the stored bytes of the state's newest event
+        (None: the run grew past the newest event read first)."""
         from engine.machine import MachineFold, replay
 
-        last = self.store.last(run_id)
-        if last is not None and last.version >= self._time_travel.interval:
+        newest = self.store.newest(run_id)
+        if newest is None:
+            raise RunNotFound(run_id, self.url)
+        last, head = newest
+        if last.version >= self._time_travel.interval:
             # A long run: from the newest snapshot of the machine, plus the events after it.
             folded: tuple[Pipeline, RunState] | None = self._time_travel.project(
                 run_id, MachineFold(), last.version
             )
             if folded is None:
                 raise StoreError(self.url, f"run {run_id} does not begin with RunStarted")
-            return folded
+            return folded[0], folded[1], head if folded[1].version == last.version else None
         events = self.store.stream(run_id)
         first = next(events, None)
         if first is None:
             raise RunNotFound(run_id, self.url)
         if not isinstance(first, RunStarted):
             raise StoreError(self.url, f"run {run_id} does not begin with RunStarted")
-        return replay(first, events)
+        pipeline, state = replay(first, events)
+        return pipeline, state, head if state.version == last.version else None
 
     def _begin(
         self,
@@ -742,7 +750,15 @@ class Engine:
             raise RunAlreadyExists(started.run_id) from None
         begun = (started, *copies) if len(copies) < _KEPT_COPIES else ()
         return self._handle(
-            Run(self.store, pipeline, state, begun=begun, link=links[started.run_id]), generation
+            Run(
+                self.store,
+                pipeline,
+                state,
+                begun=begun,
+                link=links[started.run_id],
+                head=stored[-1].state,
+            ),
+            generation,
         )
 
     def _keeping(self) -> int | None:

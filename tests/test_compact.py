@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from uuid import UUID
 
 import pytest
@@ -190,6 +191,56 @@ class TestStaleHandleOfAnErasedRun:
                 stale.note(f"n{index}", index)
         assert engine.store.last(stale.id) is None
 
+    @pytest.mark.parametrize("how", ["started", "loaded", "long batch", "async"])
+    def test_a_new_run_under_the_same_id_is_never_appended_to(
+        self, shared_url: str, how: str
+    ) -> None:
+        """A stale handle whose erased run's id names a new run, as long as it was: refused,
+        the new run left as it is (the handle began the run, or loaded it; a batch longer
+        than one INSERT; an async batch through the group committer)."""
+        import asyncio
+
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            stale = engine.start_run(REVIEW, params={"card": "C-9"})
+            stale.stage_completed("project_analysis")
+            if how == "loaded":
+                stale = engine.load(stale.id)
+            other.load(stale.id).finish("deleted")
+            other.compact()
+            again = other.start_run(REVIEW, params={"card": "new"}, run_id=stale.id)
+            again.note("n", 1)
+            assert again.version == stale.version  # the stale handle's next version is free
+            before = [e.version for e in other.events(stale.id)]
+            with pytest.raises(RunErased) as refused:
+                if how == "long batch":
+                    with stale.batch():
+                        for index in range(250):
+                            stale.note(f"n{index}", index)
+                elif how == "async":
+
+                    async def late() -> None:
+                        async with stale.batch():
+                            stale.stage_completed("code_review")
+
+                    asyncio.run(late())
+                else:
+                    stale.stage_completed("code_review")
+            assert refused.value.run_id == stale.id
+            assert [e.version for e in other.events(stale.id)] == before
+            with pytest.raises(RunErased):
+                stale.refresh()  # nor does it fold the new run's events into its own
+            again.note("n", 2)  # the new run goes on
+            assert other.verify(stale.id).ok
+
+    def test_a_memory_store_refuses_it_too(self) -> None:
+        """The memory store checks the bytes of the event before a batch as well."""
+        with Engine("memory://") as engine:
+            stale = erased_behind(engine, engine)
+            engine.start_run(REVIEW, params={"card": "new"}, run_id=stale.id).note("n", 1)
+            with pytest.raises(RunErased):
+                stale.stage_completed("code_review")
+            assert [e.version for e in engine.events(stale.id)] == [1, 2]
+
     def test_live_runs_still_append(self, engine: Engine) -> None:
         """Handles of runs that were not erased go on appending after a compaction."""
         kept = engine.start_run(REVIEW, params={"card": "C-1"})
@@ -267,7 +318,7 @@ class TestHalfErasedRun:
         """Loading, reading, time travel, trees, forks and verify refuse a run being erased."""
         kept, doomed = half_erased(shared_url, monkeypatch)
         with Engine(shared_url) as engine:
-            readers = [
+            readers: list[Callable[[], object]] = [
                 lambda: engine.load(doomed),
                 lambda: engine.events(doomed),
                 lambda: engine.events(doomed, upto=2),

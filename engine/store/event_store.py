@@ -214,6 +214,15 @@ class Store:
             raise StoreError(self.url, str(error)) from error
         return b"" if parts is None else parts[2]
 
+    def stored_at(self, run_id: UUID, version: int) -> bytes | None:
+        """The stored bytes of the run's event `version` (None: not stored). One read.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        found = self.stored_events(run_id, gt=version - 1, lte=version, limit=1)
+        return found[0].state if found else None
+
     def chain_key_problem(self) -> str | None:
         """What is wrong with the chain key given for the store's recorded chain (None: right,
         none given, or no chain recorded); a writable open refuses it, a read-only one says it."""
@@ -297,16 +306,24 @@ class Store:
         except (PersistenceError, sqlite3.Error) as error:
             raise classify(self.url, error, "read failed") from error
 
-    def write(self, stored: Sequence[StoredEvent]) -> list[int]:
+    def write(
+        self, stored: Sequence[StoredEvent], *, known: Mapping[UUID, bytes] | None = None
+    ) -> list[int]:
         """Write serialised events in one transaction; return their notification ids.
 
         A lost connection is retried; an append found stored after it is a success,
-        never a conflict with itself.
+        never a conflict with itself. Each run's event before the batch must be stored,
+        and be the very bytes `known` gives for the run, where it gives them (a run erased
+        since its writer read it may have a new run under its id by now, as long).
+
+        Args:
+            known: by run, the stored bytes of its event before the batch, as the writer
+                holds them (a run not in it: that event must only be stored).
 
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
-            RunErased: a run's event before the batch is gone: the run was erased
-                (`Engine.compact`) after the writer read it.
+            RunErased: a run's event before the batch is gone, or is not the one `known`
+                gives: the run was erased (`Engine.compact`) after the writer read it.
             StoreError: the store was upgraded in place since it was opened (or see below).
             OutcomeUnknown: the store stayed unreachable while the append was
                 committing; `run.refresh()` later tells whether it was stored.
@@ -315,8 +332,13 @@ class Store:
             StoreError: the database failed otherwise; nothing was written.
         """
         heads = run_heads(stored)
+        extra: dict[str, Any] = {}
+        if known and heads:
+            expected = [known.get(run_id) for run_id, _ in heads]
+            if any(head is not None for head in expected):
+                extra["head_states"] = expected
         try:
-            notification_ids = self.recorder.insert_events(stored, heads=heads)
+            notification_ids = self.recorder.insert_events(stored, heads=heads, **extra)
         except HeadMissing:
             raise self._erased(heads) from None
         except IntegrityError as error:
@@ -469,11 +491,37 @@ class Store:
         Raises:
             RunBeingErased: the run is deleted and its erasure has begun.
         """
-        newest = self._get(run_id, desc=True, limit=1)
-        if not newest:
-            return None
-        self._refuse_erasing(run_id, newest[0])
-        return newest[0]
+        found = self.newest(run_id)
+        return None if found is None else found[0]
+
+    def newest(self, run_id: UUID) -> tuple[Event, bytes] | None:
+        """The run's newest event and its stored bytes (None: the run is not stored): `last`,
+        and what a writer's next append requires the store to hold before it. One read.
+
+        Raises:
+            RunBeingErased: the run is deleted and its erasure has begun.
+        """
+        given: object = run_id
+        if not isinstance(given, UUID):  # an id given as text, as the recorders accept it
+            run_id = UUID(str(given))
+        try:
+            rows = self._backend.stored_rows
+            if rows is not None:
+                found = rows(run_id, desc=True, limit=1)
+                if not found:
+                    return None
+                event, state = self._mapper.from_rows(run_id, found)[0], bytes(found[0][2])
+            else:
+                stored = list(self.recorder.select_events(run_id, desc=True, limit=1))
+                if not stored:
+                    return None
+                event, state = self._mapper.to_domain_events(stored)[0], stored[0].state
+        except EventFormatError as error:
+            raise StoreError(self.url, str(error)) from error
+        except (PersistenceError, sqlite3.Error) as error:
+            raise classify(self.url, error, "read failed") from error
+        self._refuse_erasing(run_id, event)
+        return event, state
 
     def erase(self, run_ids: Sequence[UUID]) -> int:
         """Physically remove runs' events and snapshots; the events removed.

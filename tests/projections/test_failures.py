@@ -328,4 +328,5 @@ class TestEqualityAndRepr:
         assert repr(state) == repr(bare)
         assert "exact=True" in repr(state)
         assert repr(attrs.evolve(state, exact=False)) != repr(state)
-        assert "tracks" not in repr(state) and "tail" not in repr(state)
+        assert "tracks" not in repr(state)
+        assert "tail" not in repr(state)
