@@ -39,7 +39,7 @@ class RunErased(StagetrailError, LookupError):
     Attributes:
         run_id: the erased run.
         version: the version the append would have written after `version - 1`,
-            which the store no longer holds.
+            which the store no longer holds (or holds as another run's event).
     """
 
     def __init__(self, run_id: UUID, version: int) -> None:
@@ -47,7 +47,8 @@ class RunErased(StagetrailError, LookupError):
         self.version = version
         super().__init__(
             f"run {run_id} was deleted and erased from the store (compact) after this handle "
-            f"read it: it holds no event {version - 1} to append event {version} after; "
+            f"read it: it no longer holds the event {version - 1} this handle read (the id may "
+            f"name a new run by now) to append event {version} after; "
             "nothing was written. Start a new run (or fork one that still exists)."
         )
 
