@@ -358,7 +358,11 @@ class TestHalfErasedRun:
         exported = invoke("export", "--all", "--store", shared_url)
         assert exported.exit_code == 0, exported.output
         assert {line.split('"')[3] for line in exported.stdout.splitlines()} == {str(kept)}
-        for command in ("export", "show", "verify", "state"):
+        traced = invoke("otel", "--all", "--json", "--store", shared_url)
+        assert traced.exit_code == 0, traced.output
+        assert str(kept).replace("-", "") in traced.stdout.replace("-", "")
+        assert str(doomed).replace("-", "") not in traced.stdout.replace("-", "")
+        for command in ("export", "show", "verify", "state", "otel"):
             refused = invoke(command, str(doomed), "--store", shared_url)
             assert refused.exit_code != 0
             assert "being erased" in refused.output, (command, refused.output)
