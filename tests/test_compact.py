@@ -7,12 +7,14 @@ from collections.abc import Callable
 from uuid import UUID
 
 import pytest
+from starlette.testclient import TestClient
 
 from engine import Engine, Pipeline, RunNotFound
 from engine.cli.demo.code_review import REVIEW
 from engine.errors import ProjectionError, RunBeingErased, RunErased
 from engine.run import Run
 from engine.store.postgres import open as postgres_open
+from engine.ui import create_app
 from events import Event, RunFinished
 from projections import Projection, StateStack
 from tests.audit.tampering import Rows
@@ -343,8 +345,8 @@ class TestHalfErasedRun:
     def test_lists_show_it_deleted_and_every_run_commands_leave_it_out(
         self, shared_url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """The index lists it as deleted (folded again too); verify --all and export --all
-        pass over it, and commands naming it fail with one line."""
+        """The index lists it as deleted (folded again too); verify --all, export --all and
+        otel --all pass over it; commands and the viewer naming it fail with one line."""
         kept, doomed = half_erased(shared_url, monkeypatch)
         with Engine(shared_url) as engine:
             engine.projections.rebuild("run_index")
@@ -362,6 +364,13 @@ class TestHalfErasedRun:
         assert traced.exit_code == 0, traced.output
         assert str(kept).replace("-", "") in traced.stdout.replace("-", "")
         assert str(doomed).replace("-", "") not in traced.stdout.replace("-", "")
+        with TestClient(create_app(shared_url), base_url="http://127.0.0.1") as viewer:
+            for path in (f"/api/runs/{doomed}/state?at=2", f"/api/runs/{doomed}/events"):
+                answer = viewer.get(path)
+                assert answer.status_code == 410, (path, answer.text)
+                assert "being erased" in answer.json()["error"]
+            assert viewer.get(f"/runs/{doomed}").status_code == 410
+            assert viewer.get(f"/api/runs/{kept}/state?at=1").status_code == 200
         for command in ("export", "show", "verify", "state", "otel"):
             refused = invoke(command, str(doomed), "--store", shared_url)
             assert refused.exit_code != 0
