@@ -292,9 +292,11 @@ class Engine:
         if type(at) is int and 0 < at < self._time_travel.grid(instance):
             # No snapshot lies below the first interval: one read and a fold, without
             # the newest event (a read of its own) or the snapshot bookkeeping; only
-            # the events the projection handles are decoded.
+            # the events the projection handles are decoded. A run being erased is
+            # refused by the read where it reaches what is gone (before it, its history
+            # is whole: the state then is answered, as for any deleted run).
             events = self.store.read(rid, lte=at, topics=handled_topics(instance))
-            if self.store.last(rid) is None:  # the run's newest: is it being erased?
+            if not events and self.store.last(rid) is None:
                 raise RunNotFound(rid, self.url)
             return instance.fold(events)
         last = self.store.last(rid)

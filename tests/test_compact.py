@@ -325,7 +325,7 @@ class TestHalfErasedRun:
                 lambda: engine.events(doomed),
                 lambda: engine.events(doomed, upto=2),
                 lambda: engine.project(doomed, StateStack),
-                lambda: engine.project(doomed, StateStack, at=2),
+                lambda: engine.project(doomed, StateStack, at=HALF - 1),  # erased already
                 lambda: engine.tree(doomed),
                 lambda: engine.fork(doomed, at=2),
                 lambda: engine.verify(doomed),
@@ -341,6 +341,8 @@ class TestHalfErasedRun:
                 assert "being erased" in str(refused.value)
             assert engine.verify(kept).ok
             assert len(engine.events(kept)) == 2
+            # time travel to before the first erased event: its history to there is whole
+            assert engine.project(doomed, StateStack, at=2).depth == 0
 
     def test_lists_show_it_deleted_and_every_run_commands_leave_it_out(
         self, shared_url: str, monkeypatch: pytest.MonkeyPatch
