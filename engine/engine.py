@@ -482,8 +482,10 @@ class Engine:
         have, then removes the runs' events and snapshots `batch` runs per short
         transaction (each counts one more erasure generation, so no cache serves an
         erased run again; on PostgreSQL, where appends wait for it, a transaction
-        also deletes at most 500 events, a longer batch or run taking several), and
-        deletes their run-index rows and run-scoped partitions.
+        also deletes at most 500 events, a longer batch or run taking several, and
+        every reader refuses a run partly erased with `RunBeingErased` until a
+        compaction finishes it), and deletes their run-index rows and run-scoped
+        partitions.
         A projection that cannot forget (see `Projections.unforgetting`), or whose
         forgetting left a state inexact (`Projection.exact`: the built-in
         `failure_patterns` when an erased run reached further back than the window it

@@ -528,8 +528,9 @@ class Store:
 
         The only way anything leaves the store (`Engine.compact` uses it for deleted runs).
         In one transaction (on PostgreSQL, one per `ERASE_EVENTS` events: a failure may
-        leave earlier ones done, which a later call finishes); each counts one more
-        erasure `generation`, which every cache of run data checks. Their notification
+        leave earlier ones done, which a later call finishes, and meanwhile every reader
+        refuses a run partly erased, see `erasure_begun`); each counts one more erasure
+        `generation`, which every cache of run data checks. Their notification
         ids are not given out again where the database keeps a sequence; persistent
         projections must be rebuilt afterwards.
 
