@@ -94,9 +94,9 @@ class CountedWrites:
     def __enter__(self) -> CountedWrites:
         write = self.store.write
 
-        def counted(stored: Any) -> Any:
+        def counted(stored: Any, **options: Any) -> Any:
             self.batches.append(list(stored))
-            return write(stored)
+            return write(stored, **options)
 
         self.store.write = counted
         return self

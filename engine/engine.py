@@ -25,6 +25,7 @@ from engine.errors import (
     InvalidFork,
     RunAlreadyExists,
     RunAlreadyFinished,
+    RunBeingErased,
     RunNotFound,
     StoreError,
 )
@@ -244,8 +245,10 @@ class Engine:
 
         run_id = self._run_id(run_id)
         generation = self._keeping()
-        pipeline, state = self._fold(run_id)
-        return self._handle(Run(self.store, pipeline, state), generation)
+        pipeline, state, head = self._fold(run_id)
+        if head is None:  # appended to meanwhile: its appends require the newest one's bytes
+            head = self.store.stored_at(run_id, state.version)
+        return self._handle(Run(self.store, pipeline, state, head=head), generation)
 
     def events(self, run_id: UUID | str, upto: int | datetime | None = None) -> list[Event]:
         """The run's events, oldest first; `upto` a version, or a time (events at or before it).
@@ -289,7 +292,9 @@ class Engine:
         if type(at) is int and 0 < at < self._time_travel.grid(instance):
             # No snapshot lies below the first interval: one read and a fold, without
             # the newest event (a read of its own) or the snapshot bookkeeping; only
-            # the events the projection handles are decoded.
+            # the events the projection handles are decoded. A run being erased is
+            # refused by the read where it reaches what is gone (before it, its history
+            # is whole: the state then is answered, as for any deleted run).
             events = self.store.read(rid, lte=at, topics=handled_topics(instance))
             if not events and self.store.last(rid) is None:
                 raise RunNotFound(rid, self.url)
@@ -434,7 +439,9 @@ class Engine:
             projection by version.
 
         Raises:
-            RunNotFound: no such run.
+            RunNotFound: no such run (or it was erased while checked).
+            RunBeingErased: the run is deleted and a compaction has begun erasing it
+                (before or while it was checked): its history is no longer whole.
             InvalidArgument: `workers` is not a whole number from 0 to 64.
         """
         from engine.verify import chain_workers, verify_chain, verify_stored
@@ -447,14 +454,23 @@ class Engine:
         pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         if chain_only:
-            return verify_chain(
+            chained = verify_chain(
                 rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
                 workers=helpers,
             )  # fmt: skip
+            return self._not_erased_meanwhile(rid, chained)
         registered = [self.projections.projection(n) for n in self.projections.names]
-        return verify_stored(
+        report = verify_stored(
             rid, pages, mapper, registered, must_link_from=linked_from, key_problem=key_problem
         )
+        return self._not_erased_meanwhile(rid, report)
+
+    def _not_erased_meanwhile(self, run_id: UUID, report: VerifyReport) -> VerifyReport:
+        """`report`, unless its problems are a compaction's: the run's erasure began while
+        it was checked (then `RunBeingErased`, or `RunNotFound` once it is gone)."""
+        if not report.ok and self.store.last(run_id) is None:
+            raise RunNotFound(run_id, self.url)
+        return report
 
     def compact(self, *, batch: int = 200) -> Compacted:
         """Physically remove every deleted run while other processes go on writing and folding.
@@ -466,8 +482,10 @@ class Engine:
         have, then removes the runs' events and snapshots `batch` runs per short
         transaction (each counts one more erasure generation, so no cache serves an
         erased run again; on PostgreSQL, where appends wait for it, a transaction
-        also deletes at most 500 events, a longer batch or run taking several), and
-        deletes their run-index rows and run-scoped partitions.
+        also deletes at most 500 events, a longer batch or run taking several, and
+        every reader refuses a run partly erased with `RunBeingErased` until a
+        compaction finishes it), and deletes their run-index rows and run-scoped
+        partitions.
         A projection that cannot forget (see `Projections.unforgetting`), or whose
         forgetting left a state inexact (`Projection.exact`: the built-in
         `failure_patterns` when an erased run reached further back than the window it
@@ -542,7 +560,11 @@ class Engine:
         return Retention(plan, applied=True, compacted=self.compact() if compact else None)
 
     def _stored(self, run_id: UUID) -> bool:
-        return self.store.last(run_id) is not None
+        """Whether the run is stored and not being erased (a parent on its way out)."""
+        try:
+            return self.store.last(run_id) is not None
+        except RunBeingErased:
+            return False
 
     def _delete_batch(self, batch: Sequence[Doomed]) -> None:
         """Record the batch's `RunDeleted`s in one transaction (one by one after a conflict).
@@ -674,25 +696,31 @@ class Engine:
         version = arguments.version_at(self.store, run_id, upto, last.version, "upto")
         return list(self.store.stream(run_id, lte=version))
 
-    def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState]:
+    def _fold(self, run_id: UUID) -> tuple[Pipeline, RunState, bytes | None]:
+        """The run's pipeline and state, and the stored bytes of the state's newest event
+        (None: the run grew past the newest event read first)."""
         from engine.machine import MachineFold, replay
 
-        last = self.store.last(run_id)
-        if last is not None and last.version >= self._time_travel.interval:
+        newest = self.store.newest(run_id)
+        if newest is None:
+            raise RunNotFound(run_id, self.url)
+        last, head = newest
+        if last.version >= self._time_travel.interval:
             # A long run: from the newest snapshot of the machine, plus the events after it.
             folded: tuple[Pipeline, RunState] | None = self._time_travel.project(
                 run_id, MachineFold(), last.version
             )
             if folded is None:
                 raise StoreError(self.url, f"run {run_id} does not begin with RunStarted")
-            return folded
+            return folded[0], folded[1], head if folded[1].version == last.version else None
         events = self.store.stream(run_id)
         first = next(events, None)
         if first is None:
             raise RunNotFound(run_id, self.url)
         if not isinstance(first, RunStarted):
             raise StoreError(self.url, f"run {run_id} does not begin with RunStarted")
-        return replay(first, events)
+        pipeline, state = replay(first, events)
+        return pipeline, state, head if state.version == last.version else None
 
     def _begin(
         self,
@@ -726,7 +754,15 @@ class Engine:
             raise RunAlreadyExists(started.run_id) from None
         begun = (started, *copies) if len(copies) < _KEPT_COPIES else ()
         return self._handle(
-            Run(self.store, pipeline, state, begun=begun, link=links[started.run_id]), generation
+            Run(
+                self.store,
+                pipeline,
+                state,
+                begun=begun,
+                link=links[started.run_id],
+                head=stored[-1].state,
+            ),
+            generation,
         )
 
     def _keeping(self) -> int | None:

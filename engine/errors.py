@@ -16,6 +16,7 @@ from uuid import UUID
 from engine.store.errors import ChainKeyMismatch as ChainKeyMismatch
 from engine.store.errors import ConcurrencyConflict as ConcurrencyConflict
 from engine.store.errors import OutcomeUnknown as OutcomeUnknown
+from engine.store.errors import RunBeingErased as RunBeingErased
 from engine.store.errors import RunErased as RunErased
 from engine.store.errors import StoreError as StoreError
 from engine.store.errors import StoreFull as StoreFull
@@ -59,6 +60,7 @@ __all__ = [
     "RuleViolation",
     "RunAlreadyExists",
     "RunAlreadyFinished",
+    "RunBeingErased",
     "RunErased",
     "RunNotFound",
     "RunStopped",

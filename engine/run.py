@@ -22,6 +22,7 @@ from engine.errors import RuleViolation
 from engine.machine import RunState, apply
 from engine.pipeline import Pipeline
 from engine.store import Store
+from engine.store.errors import RunErased
 from events import (
     JSON,
     BudgetSpent,
@@ -58,12 +59,14 @@ class Run:
         begun: Sequence[Event] = (),
         link: bytes | None = None,
         unwritten: Sequence[StoredEvent] = (),
+        head: bytes | None = None,
     ) -> None:
         self.pipeline = pipeline
         self._params: Any = _UNREAD
         self._work = UnitOfWork(store, state)
         self._work.begun = tuple(begun)
         self._work.link = self._work.stored_link = link  # None: read before the next append
+        self._work.stored_head = head  # the stored bytes of `state`'s newest event, if known
         if unwritten:  # `begun`, serialized: written by the run's first commit
             self._work.defer(unwritten, begun)
 
@@ -271,15 +274,25 @@ class Run:
         return Batch(self, self._work)
 
     def refresh(self) -> Run:
-        """Fold in events other writers appended (after a `ConcurrencyConflict`)."""
+        """Fold in events other writers appended (after a `ConcurrencyConflict`).
+
+        Raises:
+            RunErased: the run was erased since this handle read it (its id may name
+                another run by now); nothing is folded in.
+        """
         work = self._work
         if work.groups:
             raise RuleViolation(self.id, "batch", "cannot refresh inside a batch; leave it first")
-        events = list(work.store.stream(self.id, gt=work.state.version))
+        store, version = work.store, work.state.version
+        if work.stored_head is not None and store.stored_at(self.id, version) != work.stored_head:
+            raise RunErased(self.id, version + 1)  # another run under this id by now
+        events = list(store.stream(self.id, gt=version))
         state = work.state
         for event in events:
             state = apply(self.pipeline, state, event)
         work.refreshed(events, state)
+        if events:
+            work.stored_head = store.stored_at(self.id, state.version)
         return self
 
     def record(self, kind: type[E], **payload: Any) -> E:

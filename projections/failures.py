@@ -82,8 +82,13 @@ Track = tuple[Segment, ...]
 class Failures:
     """How often, where and how stages failed.
 
-    `tracks`, `cut` and `tail` are bookkeeping for forgetting a run; they do not take
-    part in equality (after a run is forgotten they reach less far back than a fold).
+    Equality and repr cover the patterns and `exact`, nothing else. `exact` takes part:
+    compaction and tests compare a state that forgot runs with a rebuild, which is always
+    exact, so an equal state is one that also knows its streaks and recent failures are
+    right (an inexact one may match a rebuild's numbers by chance, yet compact folds it
+    again). `tracks`, `cut` and `tail` are bookkeeping for forgetting a run; they take no
+    part in equality (after a run is forgotten they reach less far back than a fold) nor
+    in the repr, so two states whose reprs read the same are equal.
     """
 
     by_stage: Mapping[str, int] = attrs.field(factory=dict)
@@ -96,10 +101,10 @@ class Failures:
     """The newest failures (at most `RECENT`), newest last."""
     exact: bool = True
     """False once forgetting a run needed more history than the state keeps."""
-    tracks: Mapping[str, Track] = attrs.field(factory=dict, eq=False)
-    cut: frozenset[str] = attrs.field(default=frozenset(), eq=False)
+    tracks: Mapping[str, Track] = attrs.field(factory=dict, eq=False, repr=False)
+    cut: frozenset[str] = attrs.field(default=frozenset(), eq=False, repr=False)
     """The stages whose track lost its oldest segments."""
-    tail: tuple[tuple[str, Signature], ...] = attrs.field(default=(), eq=False)
+    tail: tuple[tuple[str, Signature], ...] = attrs.field(default=(), eq=False, repr=False)
     """The newest failures (at most `TAIL`) with their runs, newest last."""
 
     def consecutive(self, stage: str) -> int:

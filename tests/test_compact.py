@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from uuid import UUID
 
 import pytest
+from starlette.testclient import TestClient
 
 from engine import Engine, Pipeline, RunNotFound
 from engine.cli.demo.code_review import REVIEW
-from engine.errors import RunErased
+from engine.errors import ProjectionError, RunBeingErased, RunErased
 from engine.run import Run
+from engine.store.postgres import open as postgres_open
+from engine.ui import create_app
+from events import Event, RunFinished
+from projections import Projection, StateStack
+from tests.audit.tampering import Rows
+from tests.cli._helpers import invoke
 
 
 def failed_run(engine: Engine, card: str, status: str) -> str:
@@ -184,6 +193,56 @@ class TestStaleHandleOfAnErasedRun:
                 stale.note(f"n{index}", index)
         assert engine.store.last(stale.id) is None
 
+    @pytest.mark.parametrize("how", ["started", "loaded", "long batch", "async"])
+    def test_a_new_run_under_the_same_id_is_never_appended_to(
+        self, shared_url: str, how: str
+    ) -> None:
+        """A stale handle whose erased run's id names a new run, as long as it was: refused,
+        the new run left as it is (the handle began the run, or loaded it; a batch longer
+        than one INSERT; an async batch through the group committer)."""
+        import asyncio
+
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            stale = engine.start_run(REVIEW, params={"card": "C-9"})
+            stale.stage_completed("project_analysis")
+            if how == "loaded":
+                stale = engine.load(stale.id)
+            other.load(stale.id).finish("deleted")
+            other.compact()
+            again = other.start_run(REVIEW, params={"card": "new"}, run_id=stale.id)
+            again.note("n", 1)
+            assert again.version == stale.version  # the stale handle's next version is free
+            before = [e.version for e in other.events(stale.id)]
+            with pytest.raises(RunErased) as refused:
+                if how == "long batch":
+                    with stale.batch():
+                        for index in range(250):
+                            stale.note(f"n{index}", index)
+                elif how == "async":
+
+                    async def late() -> None:
+                        async with stale.batch():
+                            stale.stage_completed("code_review")
+
+                    asyncio.run(late())
+                else:
+                    stale.stage_completed("code_review")
+            assert refused.value.run_id == stale.id
+            assert [e.version for e in other.events(stale.id)] == before
+            with pytest.raises(RunErased):
+                stale.refresh()  # nor does it fold the new run's events into its own
+            again.note("n", 2)  # the new run goes on
+            assert other.verify(stale.id).ok
+
+    def test_a_memory_store_refuses_it_too(self) -> None:
+        """The memory store checks the bytes of the event before a batch as well."""
+        with Engine("memory://") as engine:
+            stale = erased_behind(engine, engine)
+            engine.start_run(REVIEW, params={"card": "new"}, run_id=stale.id).note("n", 1)
+            with pytest.raises(RunErased):
+                stale.stage_completed("code_review")
+            assert [e.version for e in engine.events(stale.id)] == [1, 2]
+
     def test_live_runs_still_append(self, engine: Engine) -> None:
         """Handles of runs that were not erased go on appending after a compaction."""
         kept = engine.start_run(REVIEW, params={"card": "C-1"})
@@ -193,3 +252,148 @@ class TestStaleHandleOfAnErasedRun:
             for index in range(250):
                 kept.note(f"n{index}", index)
         assert [event.version for event in engine.events(kept.id)][-1] == 252
+
+
+class InOrder(Projection[int]):
+    """A run's newest version, refusing an event but its deletion (which may end a run
+    anywhere) that does not follow the one before (as a handler relying on the events before
+    it would fail)."""
+
+    scope = "run"
+
+    def initial(self) -> int:
+        return 0
+
+    def apply(self, state: int, event: Event) -> int:
+        closes = isinstance(event, RunFinished) and event.version > state
+        if event.version != state + 1 and not closes:
+            raise ProjectionError(self.name, event, ValueError(f"after {state}"))
+        return event.version
+
+
+HALF = 31
+"""Events of the half-erased run: 29 notes between its RunStarted and its deletion."""
+FIRST_ERASE = 7
+"""Events the first erase transaction removes (PostgreSQL bounded to this in these tests)."""
+
+
+def half_erased(url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[UUID, UUID]:
+    """A kept run, and a deleted run whose erase stopped after its first transaction: on
+    PostgreSQL a compaction killed between two; SQLite erases a run in one transaction, so
+    the rows that first transaction removes are deleted by plain SQL, as a crash would
+    leave them."""
+    with Engine(url) as engine:
+        kept = engine.start_run(LOOP)
+        kept.stage_failed("a", error="x")
+        doomed = engine.start_run(LOOP)
+        with doomed.batch():
+            for index in range(HALF - 2):
+                doomed.note(f"n{index}", index)
+        doomed.finish("deleted")
+        engine.runs()  # the index folded the deletion, as compact has it first
+        if url.startswith("sqlite"):
+            rows = Rows(url)
+            for version in range(HALF - FIRST_ERASE, HALF):
+                rows.delete(doomed.id, version)
+            return kept.id, doomed.id
+        monkeypatch.setattr(postgres_open, "ERASE_EVENTS", FIRST_ERASE)
+        first = postgres_open._erase_some
+        calls: list[int] = []
+
+        def killed(*args: object) -> object:
+            if calls:
+                raise KeyboardInterrupt  # the process dies before its next transaction
+            calls.append(1)
+            return first(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(postgres_open, "_erase_some", killed)
+        with pytest.raises(KeyboardInterrupt):
+            engine.compact()
+        monkeypatch.setattr(postgres_open, "_erase_some", first)
+        return kept.id, doomed.id
+
+
+class TestHalfErasedRun:
+    def test_every_reader_refuses_it_with_one_clear_error(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Loading, reading, time travel, trees, forks and verify refuse a run being erased."""
+        kept, doomed = half_erased(shared_url, monkeypatch)
+        with Engine(shared_url) as engine:
+            readers: list[Callable[[], object]] = [
+                lambda: engine.load(doomed),
+                lambda: engine.events(doomed),
+                lambda: engine.events(doomed, upto=2),
+                lambda: engine.project(doomed, StateStack),
+                lambda: engine.project(doomed, StateStack, at=HALF - 1),  # erased already
+                lambda: engine.tree(doomed),
+                lambda: engine.fork(doomed, at=2),
+                lambda: engine.verify(doomed),
+                lambda: engine.verify(doomed, chain_only=True),
+                lambda: list(engine.store.stream(doomed)),
+                lambda: engine.store.last(doomed),
+            ]
+            for read in readers:
+                with pytest.raises(RunBeingErased) as refused:
+                    read()
+                assert refused.value.run_id == doomed
+                assert isinstance(refused.value, RunErased)
+                assert "being erased" in str(refused.value)
+            assert engine.verify(kept).ok
+            assert len(engine.events(kept)) == 2
+            # time travel to before the first erased event: its history to there is whole
+            assert engine.project(doomed, StateStack, at=2).depth == 0
+
+    def test_lists_show_it_deleted_and_every_run_commands_leave_it_out(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The index lists it as deleted (folded again too); verify --all, export --all and
+        otel --all pass over it; commands and the viewer naming it fail with one line."""
+        kept, doomed = half_erased(shared_url, monkeypatch)
+        with Engine(shared_url) as engine:
+            engine.projections.rebuild("run_index")
+            assert {s.run_id: s.status for s in engine.runs()} == {
+                kept: "running",
+                doomed: "deleted",
+            }
+        verified = invoke("verify", "--all", "--store", shared_url)
+        assert verified.exit_code == 0, verified.output
+        assert verified.output.startswith("1 runs, 2 events: no problems")
+        exported = invoke("export", "--all", "--store", shared_url)
+        assert exported.exit_code == 0, exported.output
+        assert {line.split('"')[3] for line in exported.stdout.splitlines()} == {str(kept)}
+        traced = invoke("otel", "--all", "--json", "--store", shared_url)
+        assert traced.exit_code == 0, traced.output
+        assert str(kept).replace("-", "") in traced.stdout.replace("-", "")
+        assert str(doomed).replace("-", "") not in traced.stdout.replace("-", "")
+        with TestClient(create_app(shared_url), base_url="http://127.0.0.1") as viewer:
+            for path in (f"/api/runs/{doomed}/state?at=2", f"/api/runs/{doomed}/events"):
+                answer = viewer.get(path)
+                assert answer.status_code == 410, (path, answer.text)
+                assert "being erased" in answer.json()["error"]
+            assert viewer.get(f"/runs/{doomed}").status_code == 410
+            assert viewer.get(f"/api/runs/{kept}/state?at=1").status_code == 200
+        for command in ("export", "show", "verify", "state", "otel"):
+            refused = invoke(command, str(doomed), "--store", shared_url)
+            assert refused.exit_code != 0
+            assert "being erased" in refused.output, (command, refused.output)
+
+    def test_projections_folded_again_see_a_history_it_had_and_compact_finishes(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A projection folded from the first event meanwhile sees the run's beginning, no
+        hole, and forgets it; a later compaction erases the rest."""
+        _, doomed = half_erased(shared_url, monkeypatch)
+        with Engine(shared_url) as engine:
+            engine.projections.register(InOrder)
+            engine.projections.rebuild(InOrder.name)
+            assert engine.projections.views.errors()[InOrder.name] is None
+            assert engine.projections.get(InOrder.name, doomed) == HALF
+            patterns = engine.projections.rebuild("failure_patterns")
+            assert patterns > 0
+            done = engine.compact()
+            assert (done.runs, done.events) == ((doomed,), HALF - FIRST_ERASE)
+            assert engine.runs(status="deleted") == []
+            with pytest.raises(RunNotFound):
+                engine.load(doomed)
+            assert engine.projections.get(InOrder.name, doomed) == 0

@@ -550,9 +550,9 @@ class TestAsyncBatch:
         run = engine.start_run(REVIEW)
         gate, write = threading.Event(), engine.store.write
 
-        def gated(stored: Any) -> Any:
+        def gated(stored: Any, **options: Any) -> Any:
             assert gate.wait(30), "the loop was blocked: the other coroutine never ran"
-            return write(stored)
+            return write(stored, **options)
 
         engine.store.write = gated  # type: ignore[method-assign]
 

@@ -91,6 +91,17 @@ _AGO = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+def whole(engine: Engine, run_id: UUID) -> bool:
+    """Whether the run is stored and no compaction has begun erasing it (what `--all` of a
+    command that reads every run passes over otherwise)."""
+    from engine.errors import RunBeingErased
+
+    try:
+        return engine.store.last(run_id) is not None
+    except RunBeingErased:
+        return False
+
+
 def parse_time(option: str, text: str) -> datetime:
     """An ISO 8601 time (UTC when it names no zone) or a span ago such as ``90m``, ``2d``.
 

@@ -26,7 +26,7 @@ from uuid import UUID
 
 import attrs
 
-from engine.cli.common import Output, ProgressBar, json_line, listed, print_json, short
+from engine.cli.common import Output, ProgressBar, json_line, listed, print_json, short, whole
 from engine.cli.import_check import (
     BadImportLine,
     Chunk,
@@ -60,8 +60,9 @@ def export_line(event: Event) -> str:
 
 
 def _every_run(engine: Engine) -> list[tuple[UUID, int]]:
+    """Every run of the index, oldest first, but those a compaction erases (or has begun to)."""
     summaries = engine.runs(limit=_EVERY_RUN)
-    return [(s.run_id, s.version) for s in reversed(summaries)]  # oldest first
+    return [(s.run_id, s.version) for s in reversed(summaries) if whole(engine, s.run_id)]
 
 
 def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from engine.cli.common import BadOption, Output, json_line, parse_time, write_lines
+from engine.cli.common import BadOption, Output, json_line, parse_time, whole, write_lines
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -32,12 +32,14 @@ def check_extra() -> None:
 
 def chosen_runs(engine: Engine, run_ids: Sequence[UUID], since: str | None) -> list[UUID]:
     """The runs named, or with none named every run (started at or after `since`), oldest
-    first."""
+    first, but those a compaction erases (or has begun to)."""
     if run_ids:
         return list(run_ids)
     moment = None if since is None else parse_time("--since", since)
     summaries = engine.runs(since=moment, limit=_EVERY_RUN)
-    return [s.run_id for s in reversed(summaries) if s.parent_run_id is None]
+    return [
+        s.run_id for s in reversed(summaries) if s.parent_run_id is None and whole(engine, s.run_id)
+    ]
 
 
 def export(

@@ -49,15 +49,23 @@ def verify_run(engine: Engine, run_id: UUID, *, as_json: bool, chain_only: bool 
 
 def verify_all(engine: Engine, *, as_json: bool, chain_only: bool = False) -> bool:
     """Verify every run of the store (their chains alone with `chain_only`), oldest first;
-    print a summary and the runs with problems."""
-    summaries = list(reversed(engine.runs(limit=_EVERY_RUN)))
+    print a summary and the runs with problems. A run a compaction erases (or has begun
+    to) before it is checked is left out: it is no longer the store's."""
+    from engine.errors import RunErased, RunNotFound
+
+    listed = list(reversed(engine.runs(limit=_EVERY_RUN)))
     chains: Counter[str] = Counter()
     bad: list[VerifyReport] = []
-    events = 0
-    progress = ProgressBar("verify", len(summaries))
+    events, summaries = 0, []
+    progress = ProgressBar("verify", len(listed))
     try:
-        for summary in summaries:
-            report = engine.verify(summary.run_id, chain_only=chain_only, workers=_workers())
+        for summary in listed:
+            try:
+                report = engine.verify(summary.run_id, chain_only=chain_only, workers=_workers())
+            except (RunErased, RunNotFound):
+                progress.advance(1)
+                continue
+            summaries.append(summary)
             chains[report.chain] += 1
             events += report.events
             if not report.ok:

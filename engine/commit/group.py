@@ -18,8 +18,9 @@ every batch's error.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
@@ -37,12 +38,19 @@ class Commit:
         events: the stored events, all or nothing.
         done: resolved once the batch is on disk, or failed with its error.
         withdrawn: the caller took the batch back before its write began.
+        known: the stored bytes of the run's event before the batch, where known
+            (see `Store.write`).
     """
 
-    __slots__ = ("done", "events", "withdrawn")
+    __slots__ = ("done", "events", "known", "withdrawn")
 
-    def __init__(self, events: list[StoredEvent], done: asyncio.Future[None]) -> None:
-        self.events, self.done, self.withdrawn = events, done, False
+    def __init__(
+        self,
+        events: list[StoredEvent],
+        done: asyncio.Future[None],
+        known: Mapping[UUID, bytes] | None = None,
+    ) -> None:
+        self.events, self.done, self.withdrawn, self.known = events, done, False, known
 
     @property
     def stored(self) -> bool:
@@ -68,11 +76,14 @@ class GroupCommitter:
         self._queue: list[Commit] = []
         self._writing: asyncio.Task[None] | None = None
 
-    def submit(self, stored: Sequence[StoredEvent]) -> Commit:
-        """Queue one run's batch for the next transaction (a write starts if none is under way)."""
+    def submit(
+        self, stored: Sequence[StoredEvent], *, known: Mapping[UUID, bytes] | None = None
+    ) -> Commit:
+        """Queue one run's batch for the next transaction (a write starts if none is under way);
+        `known` as `Store.write`'s."""
         import asyncio  # here, not at the top: the command line starts faster without it
 
-        commit = Commit(list(stored), asyncio.get_running_loop().create_future())
+        commit = Commit(list(stored), asyncio.get_running_loop().create_future(), known)
         self._queue.append(commit)
         if self._writing is None:
             self._writing = asyncio.get_running_loop().create_task(self._write_queued())
@@ -141,8 +152,9 @@ class GroupCommitter:
         """One transaction for the group; after a conflict, each batch on its own (a thread)."""
         if len(group) == 1:
             return self._write_each(group)
+        known = {run: head for commit in group for run, head in (commit.known or {}).items()}
         try:
-            self.store.write([event for commit in group for event in commit.events])
+            self.store.write([event for commit in group for event in commit.events], known=known)
         except (ConcurrencyConflict, RunErased):  # nothing was written: find whose batch
             return self._write_each(group)
         except Exception as error:
@@ -161,7 +173,7 @@ class GroupCommitter:
                 outcomes.append(failed[run_id])
                 continue
             try:
-                self.store.write(commit.events)
+                self.store.write(commit.events, known=commit.known)
             except Exception as error:
                 failed[run_id] = error
                 outcomes.append(error)

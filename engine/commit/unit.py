@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
+from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
@@ -76,6 +77,9 @@ class UnitOfWork:
         link: the chain link of the newest event recorded (None: not known yet, read
             from the store before the next event is sealed).
         stored_link: the same for the newest event the store holds, as far as known.
+        stored_head: the stored bytes of that event, as far as known (None: not known): each
+            append requires the store to hold these very bytes before it, so a handle of
+            a run erased since never appends to a new run under the same id.
     """
 
     __slots__ = (
@@ -93,6 +97,7 @@ class UnitOfWork:
         "state",
         "store",
         "stored",
+        "stored_head",
         "stored_link",
         "unwritten",
     )
@@ -112,6 +117,7 @@ class UnitOfWork:
         self._committing: asyncio.Future[None] | None = None
         self.link: bytes | None = None
         self.stored_link: bytes | None = None
+        self.stored_head: bytes | None = None
         self.begun: tuple[Event, ...] = ()
         """The events this handle began the run with (`Engine.start_run`, a short fork)."""
         self.unwritten: tuple[list[StoredEvent], list[Event]] | None = None
@@ -176,11 +182,16 @@ class UnitOfWork:
         if not pending:
             return
         try:
-            self.store.write(pending)
+            self.store.write(pending, known=self.known())
         except BaseException:
             self._lost()
             raise
         self._kept(len(pending), self.state, self.link)
+
+    def known(self) -> dict[UUID, bytes] | None:
+        """The stored bytes of the run's event before what is pending, where known."""
+        head = self.stored_head
+        return None if head is None else {self.state.run_id: head}
 
     async def commit_async(self, committer: GroupCommitter | None = None) -> None:
         """`commit` off the event loop, through `committer` (default: the loop's shared one).
@@ -203,7 +214,7 @@ class UnitOfWork:
             return
         batch, reached, link = list(self.pending), self.state, self.link
         writer = committer if committer is not None else shared(self.store)
-        commit = writer.submit(batch)
+        commit = writer.submit(batch, known=self.known())
         self._committing = commit.done
         try:
             await writer.wait(commit)
@@ -288,7 +299,7 @@ class UnitOfWork:
         """Take in events other writers stored (folded into `state` by the caller)."""
         self.state = self.stored = state
         if events:  # their links are read when the next event is sealed
-            self.link = self.stored_link = None
+            self.link = self.stored_link = self.stored_head = None
         for event in events:
             for observer in self.observers:
                 observer.recorded(event)
@@ -300,6 +311,7 @@ class UnitOfWork:
 
     def _kept(self, count: int, reached: RunState, link: bytes | None) -> None:
         """A commit of the first `count` pending events succeeded."""
+        self.stored_head = self.pending[count - 1].state
         del self.pending[:count]  # what was recorded meanwhile stays pending
         written = self.events[:count] if self.followers else ()
         del self.events[:count]

@@ -35,6 +35,9 @@ from projections.run_index import RunIndex, RunSummary
 PAGE = 2000
 """Notifications folded and saved per transaction."""
 
+GONE_EVENTS = 10_000
+"""Most events of a page's deleted runs read together to forget them (more: run by run)."""
+
 _CACHE_LIMIT = 20_000
 Progress = Callable[[str, int, int], None]
 Failure = ProjectionError | ProjectionStateError | ProjectionReplaced
@@ -238,17 +241,30 @@ class Projections:
         return len(events), end
 
     def _deleted_runs(self, group: list[str], events: list[Event]) -> dict[UUID, list[Event]]:
-        """The stored events of the runs the page deletes, read in one round trip where the
-        store can (PostgreSQL), for the projections of `group` that forget them; else {}."""
-        read = getattr(self._recorder, "select_runs", None)
+        """The stored events of the runs the page deletes, read together where the store can
+        (PostgreSQL), for the projections of `group` that forget them; else {}.
+
+        Read a bounded page at a time, and only whole runs up to `GONE_EVENTS` events in
+        all: a run past that budget is left out, and `_forget_run` reads it on its own.
+        """
+        read = getattr(self._recorder, "select_run_pages", None)
         if read is None or not any(_forgetting(self._registered[name]) for name in group):
             return {}
         deleted = [event.run_id for event in events if deletes(event)]
         if len(deleted) < 2:  # one run: `_forget_run` reads it as it always does
             return {}
         found: dict[UUID, list[Event]] = {run_id: [] for run_id in deleted}
-        for stored in read(deleted):
-            found[stored.originator_id].append(self._mapper.to_domain_event(stored))  # type: ignore[arg-type]
+        read_all, held = True, 0
+        for page in read(deleted):
+            for stored in page:
+                found[stored.originator_id].append(self._mapper.to_domain_event(stored))  # type: ignore[arg-type]
+            held += len(page)
+            if held >= GONE_EVENTS:
+                read_all = False
+                break
+        if not read_all:  # only runs before the last one read are whole
+            last = max(run_id for run_id, run_events in found.items() if run_events)
+            found = {run_id: got for run_id, got in found.items() if run_id < last}
         for run_events in found.values():  # their pipelines, not one read of the index each
             self._learn_pipelines(run_events[:1])
         return found

@@ -39,7 +39,7 @@ class RunErased(StagetrailError, LookupError):
     Attributes:
         run_id: the erased run.
         version: the version the append would have written after `version - 1`,
-            which the store no longer holds.
+            which the store no longer holds (or holds as another run's event).
     """
 
     def __init__(self, run_id: UUID, version: int) -> None:
@@ -47,8 +47,32 @@ class RunErased(StagetrailError, LookupError):
         self.version = version
         super().__init__(
             f"run {run_id} was deleted and erased from the store (compact) after this handle "
-            f"read it: it holds no event {version - 1} to append event {version} after; "
+            f"read it: it no longer holds the event {version - 1} this handle read (the id may "
+            f"name a new run by now) to append event {version} after; "
             "nothing was written. Start a new run (or fork one that still exists)."
+        )
+
+
+class RunBeingErased(RunErased):
+    """The run is deleted and a compaction has begun erasing it: part of its events are gone.
+
+    On PostgreSQL a long run is erased over several transactions (and a killed
+    compaction may stop between two). Until `Engine.compact` finishes it, every reader
+    refuses the run with this error rather than show what is left of its history.
+
+    Attributes:
+        run_id: the run being erased.
+        version: a version of the run the store no longer holds.
+    """
+
+    def __init__(self, run_id: UUID, version: int) -> None:
+        self.run_id = run_id
+        self.version = version
+        LookupError.__init__(
+            self,
+            f"run {run_id} was deleted and is being erased from the store (compact): its "
+            f"event {version} and others are already gone, so it can no longer be read. "
+            "Run `stagetrail compact` to finish erasing it.",
         )
 
 

@@ -24,6 +24,7 @@ from engine.store.errors import (
     ConcurrencyConflict,
     HeadMissing,
     OutcomeUnknown,
+    RunBeingErased,
     RunErased,
     StoreError,
 )
@@ -32,7 +33,7 @@ from engine.store.mapper import EventMapper
 from engine.store.sqlite import open_sqlite
 from engine.store.sqlite import writable as sqlite_writable
 from engine.store.sqlite.recorder import UPGRADED
-from events import Event, EventFormatError, InvalidPayload
+from events import Event, EventFormatError, InvalidPayload, RunDeleted, RunFinished
 from events.storable import unstorable_field
 
 PAGE = 1000
@@ -213,6 +214,15 @@ class Store:
             raise StoreError(self.url, str(error)) from error
         return b"" if parts is None else parts[2]
 
+    def stored_at(self, run_id: UUID, version: int) -> bytes | None:
+        """The stored bytes of the run's event `version` (None: not stored). One read.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        found = self.stored_events(run_id, gt=version - 1, lte=version, limit=1)
+        return found[0].state if found else None
+
     def chain_key_problem(self) -> str | None:
         """What is wrong with the chain key given for the store's recorded chain (None: right,
         none given, or no chain recorded); a writable open refuses it, a read-only one says it."""
@@ -296,16 +306,24 @@ class Store:
         except (PersistenceError, sqlite3.Error) as error:
             raise classify(self.url, error, "read failed") from error
 
-    def write(self, stored: Sequence[StoredEvent]) -> list[int]:
+    def write(
+        self, stored: Sequence[StoredEvent], *, known: Mapping[UUID, bytes] | None = None
+    ) -> list[int]:
         """Write serialised events in one transaction; return their notification ids.
 
         A lost connection is retried; an append found stored after it is a success,
-        never a conflict with itself.
+        never a conflict with itself. Each run's event before the batch must be stored,
+        and be the very bytes `known` gives for the run, where it gives them (a run erased
+        since its writer read it may have a new run under its id by now, as long).
+
+        Args:
+            known: by run, the stored bytes of its event before the batch, as the writer
+                holds them (a run not in it: that event must only be stored).
 
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
-            RunErased: a run's event before the batch is gone: the run was erased
-                (`Engine.compact`) after the writer read it.
+            RunErased: a run's event before the batch is gone, or is not the one `known`
+                gives: the run was erased (`Engine.compact`) after the writer read it.
             StoreError: the store was upgraded in place since it was opened (or see below).
             OutcomeUnknown: the store stayed unreachable while the append was
                 committing; `run.refresh()` later tells whether it was stored.
@@ -314,8 +332,13 @@ class Store:
             StoreError: the database failed otherwise; nothing was written.
         """
         heads = run_heads(stored)
+        extra: dict[str, Any] = {}
+        if known and heads:
+            expected = [known.get(run_id) for run_id, _ in heads]
+            if any(head is not None for head in expected):
+                extra["head_states"] = expected
         try:
-            notification_ids = self.recorder.insert_events(stored, heads=heads)
+            notification_ids = self.recorder.insert_events(stored, heads=heads, **extra)
         except HeadMissing:
             raise self._erased(heads) from None
         except IntegrityError as error:
@@ -357,6 +380,10 @@ class Store:
             topics: only the events of these topics (None: all): the others are read
                 (`limit` counts them) but never decoded, so a fold that needs few
                 kinds of event pays for those only (`projections.handled_topics`).
+
+        Raises:
+            RunBeingErased: the read found versions missing where the run's erasure has
+                begun (see `erasure_begun`).
         """
         return self._get(run_id, topics, gt=gt, lte=lte, limit=limit)
 
@@ -371,10 +398,20 @@ class Store:
             rows = self._backend.stored_rows
             if rows is not None:  # the lean read: plain rows, no `StoredEvent` per event
                 found = rows(run_id, **query)
+                if found or query.get("lte") is not None:
+                    span = (found[0][0], found[-1][0]) if found else None
+                    self._check_whole(run_id, span, len(found), query)
                 if topics is not None:
                     found = [row for row in found if row[1] in topics]
                 return mapper.from_rows(run_id, found)
             stored = self.recorder.select_events(run_id, **query)
+            if stored or query.get("lte") is not None:
+                ends = (
+                    (stored[0].originator_version, stored[-1].originator_version)
+                    if stored
+                    else None
+                )
+                self._check_whole(run_id, ends, len(stored), query)
             if topics is not None:
                 stored = [event for event in stored if event.topic in topics]
             return mapper.to_domain_events(stored)
@@ -382,6 +419,58 @@ class Store:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:
             raise classify(self.url, error, "read failed") from error
+
+    def _check_whole(
+        self, run_id: UUID, span: tuple[int, int] | None, count: int, query: Mapping[str, Any]
+    ) -> None:
+        """Refuse a run being erased where an ascending read (`count` versions from `span`'s
+        first to its last, None: none) shows a hole: versions not consecutive from `gt` + 1,
+        or fewer than asked up to `lte`. No read otherwise; a hole of a run not being erased
+        (edited by hand) is `verify`'s to report.
+
+        Raises:
+            RunBeingErased: the run's erasure has begun.
+        """
+        if query.get("desc"):
+            return
+        start = (query.get("gt") or 0) + 1
+        lte, limit = query.get("lte"), query.get("limit")
+        whole = span is None or (span[0] == start and span[1] - start == count - 1)
+        short = lte is not None and (start - 1 if span is None else span[1]) < lte
+        if whole and not (short and (limit is None or count < limit)):
+            return
+        newest = self._get(run_id, desc=True, limit=1)
+        if newest:
+            self._refuse_erasing(run_id, newest[0])
+
+    def erasure_begun(self, run_id: UUID, newest: Event) -> int | None:
+        """A version the run lost to an erase that has begun (None: not being erased).
+
+        An erase (`Engine.compact`) removes only deleted runs, and removes a long run's
+        events on PostgreSQL over several transactions: newest first, keeping its
+        `RunStarted` and its deletion (`newest`) to the last. So a run is being erased
+        when its newest event is its deletion and the event before it, or its second
+        (an erase of an older release went oldest first), is gone. At most two reads,
+        only for a deleted run.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        deleted = type(newest) is RunDeleted or (
+            type(newest) is RunFinished and newest.status == "deleted"
+        )
+        if not deleted or newest.version < 3:
+            return None
+        for version in (newest.version - 1, 2):
+            if not self.stored_events(run_id, gt=version - 1, lte=version, limit=1):
+                return version
+        return None
+
+    def _refuse_erasing(self, run_id: UUID, newest: Event) -> None:
+        """Raise `RunBeingErased` if the run's erasure has begun (`newest`: its newest event)."""
+        missing = self.erasure_begun(run_id, newest)
+        if missing is not None:
+            raise RunBeingErased(run_id, missing)
 
     def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
         """The run's events after `gt`, page by page, so memory stays flat.
@@ -397,17 +486,51 @@ class Store:
             gt = page[-1].version
 
     def last(self, run_id: UUID) -> Event | None:
-        """The run's newest event, or None if the run is not in the store."""
-        newest = self._get(run_id, desc=True, limit=1)
-        return newest[0] if newest else None
+        """The run's newest event, or None if the run is not in the store.
+
+        Raises:
+            RunBeingErased: the run is deleted and its erasure has begun.
+        """
+        found = self.newest(run_id)
+        return None if found is None else found[0]
+
+    def newest(self, run_id: UUID) -> tuple[Event, bytes] | None:
+        """The run's newest event and its stored bytes (None: the run is not stored): `last`,
+        and what a writer's next append requires the store to hold before it. One read.
+
+        Raises:
+            RunBeingErased: the run is deleted and its erasure has begun.
+        """
+        given: object = run_id
+        if not isinstance(given, UUID):  # an id given as text, as the recorders accept it
+            run_id = UUID(str(given))
+        try:
+            rows = self._backend.stored_rows
+            if rows is not None:
+                found = rows(run_id, desc=True, limit=1)
+                if not found:
+                    return None
+                event, state = self._mapper.from_rows(run_id, found)[0], bytes(found[0][2])
+            else:
+                stored = list(self.recorder.select_events(run_id, desc=True, limit=1))
+                if not stored:
+                    return None
+                event, state = self._mapper.to_domain_events(stored)[0], stored[0].state
+        except EventFormatError as error:
+            raise StoreError(self.url, str(error)) from error
+        except (PersistenceError, sqlite3.Error) as error:
+            raise classify(self.url, error, "read failed") from error
+        self._refuse_erasing(run_id, event)
+        return event, state
 
     def erase(self, run_ids: Sequence[UUID]) -> int:
         """Physically remove runs' events and snapshots; the events removed.
 
         The only way anything leaves the store (`Engine.compact` uses it for deleted runs).
         In one transaction (on PostgreSQL, one per `ERASE_EVENTS` events: a failure may
-        leave earlier ones done, which a later call finishes); each counts one more
-        erasure `generation`, which every cache of run data checks. Their notification
+        leave earlier ones done, which a later call finishes, and meanwhile every reader
+        refuses a run partly erased, see `erasure_begun`); each counts one more erasure
+        `generation`, which every cache of run data checks. Their notification
         ids are not given out again where the database keeps a sequence; persistent
         projections must be rebuilt afterwards.
 

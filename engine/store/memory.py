@@ -224,13 +224,17 @@ class MemoryRecorder(ApplicationRecorder):
 
         Raises:
             IntegrityError: a version is taken, or given twice.
-            HeadMissing: a run's event of `heads` (see `Store.write`) is not stored.
+            HeadMissing: a run's event of `heads` (see `Store.write`) is not stored, or not
+                with the bytes `head_states` gives.
         """
         heads: Sequence[tuple[UUID, int]] = kwargs.get("heads", ())
+        states: Sequence[bytes | None] = kwargs.get("head_states") or [None] * len(heads)
         with self._database_lock:
-            for head, before in heads:
-                if before not in self._stored_events_index.get(str(head), {}):
-                    raise HeadMissing(f"run {head} holds no event {before}")
+            for (head, before), state in zip(heads, states, strict=True):
+                position = self._stored_events_index.get(str(head), {}).get(before)
+                held = None if position is None else self._stored_events[position]
+                if held is None or (state is not None and held.state != state):
+                    raise HeadMissing(f"run {head} holds no event {before} (or another)")
             keys = {(str(s.originator_id), s.originator_version) for s in stored_events}
             if len(keys) < len(stored_events):
                 raise IntegrityError(f"Stored events are not unique: {stored_events}")

@@ -36,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 
 from engine import run_ids
 from engine.engine import Engine
-from engine.errors import InvalidArgument, RunNotFound
+from engine.errors import InvalidArgument, RunErased, RunNotFound
 from engine.sharded import open_engine
 from engine.ui import pages, snapshot
 from engine.ui.diagram import warm_up
@@ -138,6 +138,8 @@ def _endpoint(
             response: Response = viewer(lambda engine: handler(engine, request), folds=folds)
         except RunNotFound as error:
             response = _problem(request, 404, str(error))
+        except RunErased as error:  # a run being erased (a stale view of an erased one)
+            response = _problem(request, 410, str(error))
         except (StagetrailError, ValueError) as error:
             response = _problem(request, 400, str(error))
         response.headers.update(HEADERS)

@@ -23,6 +23,7 @@ from engine.integrations.langgraph import saver as saver_module
 from engine.integrations.langgraph.saver import GENERATION_LABEL, legacy_run_id
 from engine.sharded import ShardedEngine
 from events import StagetrailError
+from tests.audit.tampering import Rows
 from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
 from tests.test_sharded import layout_file
 
@@ -241,6 +242,29 @@ class TestCompaction:
             assert run.run_id != first
             assert run.labels[THREAD_LABEL] == "t"
             assert len(engine.events(run.run_id)) == 3  # RunStarted, steps 7 and 8
+
+    def test_a_deleted_thread_whose_erase_has_begun_starts_afresh(self, shared_url: str) -> None:
+        """A deleted thread's run that a compaction has begun erasing (its newest events
+        before its deletion gone) reads as deleted: no checkpoint, and the next put starts
+        the thread's next run; the next compaction finishes the erase."""
+        with Engine(shared_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            for step in range(5):
+                put_input(saver, "t", step=step)
+            saver.delete_thread("t")
+            (doomed,) = engine.runs()
+            rows = Rows(shared_url)
+            for version in range(doomed.version - 3, doomed.version):
+                rows.delete(doomed.run_id, version)
+            for reader in (saver, StagetrailSaver(engine, ["a"])):
+                assert reader.get_tuple(config("t")) is None
+            put_input(StagetrailSaver(engine, ["a"]), "t", step=9)
+            assert engine.compact().runs == (doomed.run_id,)
+            (live,) = engine.runs()
+            assert live.run_id != doomed.run_id
+            served = StagetrailSaver(engine, ["a"]).get_tuple(config("t"))
+            assert served is not None
+            assert served.metadata["step"] == 9
 
     def test_a_stale_later_generation_is_never_resumed(self, shared_url: str) -> None:
         """Two generations compacted away under a live third: a fresh saver serves the third,

@@ -5,6 +5,7 @@ import random
 import uuid
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -310,3 +311,22 @@ class TestForgetRunProperty:
         events = [fail(2, "a", run_id=OTHER)] + [fail(v, "a") for v in range(3, 30)]
         state = PROJECTION.forget_run(fold(*events), RID, events[1:])
         assert (state.total, state.exact) == (1, False)
+
+
+class TestEqualityAndRepr:
+    def test_an_inexact_state_never_equals_a_rebuild(self) -> None:
+        """`exact` takes part in equality: same numbers, inexact, is not a rebuild's equal."""
+        state = fold(fail(2, "a"), done(3, "a"))
+        assert state == attrs.evolve(state, exact=True)
+        assert state != attrs.evolve(state, exact=False)
+
+    def test_the_repr_shows_exactly_what_equality_compares(self) -> None:
+        """The repr names `exact` and leaves out the forgetting bookkeeping equality ignores."""
+        state = fold(fail(2, "a"), done(3, "a"), fail(4, "a"))
+        bare = attrs.evolve(state, tracks={}, cut=frozenset(), tail=())
+        assert state == bare
+        assert repr(state) == repr(bare)
+        assert "exact=True" in repr(state)
+        assert repr(attrs.evolve(state, exact=False)) != repr(state)
+        assert "tracks" not in repr(state)
+        assert "tail" not in repr(state)

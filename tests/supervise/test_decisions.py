@@ -33,9 +33,9 @@ class Writes:
         self.count = 0
         store, write = engine.store, engine.store.write
 
-        def counted(stored: Sequence[Any]) -> list[int]:
+        def counted(stored: Sequence[Any], **options: Any) -> list[int]:
             self.count += 1
-            return write(stored)
+            return write(stored, **options)
 
         store.write = counted  # type: ignore[method-assign]
 

@@ -36,9 +36,9 @@ class Writes:
         self.kinds: list[list[str]] = []
         store, write = engine.store, engine.store.write
 
-        def spy(stored: Sequence[Any]) -> list[int]:
+        def spy(stored: Sequence[Any], **options: Any) -> list[int]:
             self.kinds.append([event.topic.split(":")[-1] for event in stored])
-            return write(stored)
+            return write(stored, **options)
 
         store.write = spy  # type: ignore[method-assign]
 

@@ -47,7 +47,7 @@ from langgraph.pregel import Pregel
 
 from engine.diagram import GRAPH_PARAM
 from engine.engine import Engine
-from engine.errors import ConcurrencyConflict, InvalidArgument
+from engine.errors import ConcurrencyConflict, InvalidArgument, RunBeingErased
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.attempts import RETRIES, Retried
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
@@ -845,11 +845,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             ids.append((legacy_run_id(thread_id, generation), True))
         free = None
         for run_id, shared in ids:
-            if self.engine.store.last(run_id) is None:
+            if not self._holds(run_id):
                 free = free or run_id
             elif not shared or self._labelled(run_id, thread_id):
                 return run_id, run_id
         return None, free or ids[-1][0]
+
+    def _holds(self, run_id: UUID) -> bool:
+        """Whether the store holds the run (a deleted one being erased too: its id is taken)."""
+        try:
+            return self.engine.store.last(run_id) is not None
+        except RunBeingErased:
+            return True
 
     def _labelled(self, run_id: UUID, thread_id: str) -> bool:
         """Whether the run's `RunStarted` names `thread_id` as its thread."""
@@ -866,12 +873,16 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return thread
 
     def _read_thread(self, thread_id: str, run_id: UUID) -> Thread | None:
+        """The thread's state from its run (None: the run is deleted, or being erased)."""
         events = self.engine.store.stream(run_id)
-        first = next(events)
-        assert isinstance(first, RunStarted)
-        thread = Thread.started(thread_id, first)
-        for event in events:
-            thread.fold(event)
+        try:
+            first = next(events)
+            assert isinstance(first, RunStarted)
+            thread = Thread.started(thread_id, first)
+            for event in events:
+                thread.fold(event)
+        except RunBeingErased:
+            return None
         return None if thread.deleted else thread
 
     # -- deleting, copying, pruning --------------------------------------------------------

@@ -289,10 +289,11 @@ def erase_runs(
 
     Each transaction locks the events table against appends until it commits, so
     bounding it by events, not runs, bounds how long an append waits. A longer run
-    loses its events between the first and the last first: until its last
-    transaction it still begins with its `RunStarted` and ends with its deletion, so
-    a projection folded again from the start (the run index too) still sees whose it
-    is and forgets what is left of it.
+    loses its events between the first and the last newest first: until its last
+    transaction what is left of it is its history's beginning, from its `RunStarted`,
+    and its deletion, so a projection folded again from the start (the run index too)
+    sees a history the run had, whose it is, and forgets what it folded of it; every
+    reader of the run refuses it meanwhile (`Store.erasure_begun`).
     """
     removed, pending, bound = 0, list(run_ids), max(2, limit or ERASE_EVENTS)
     while pending:
@@ -305,15 +306,15 @@ def _erase_some(
     datastore: Any, views: PostgresViews | None, run_ids: list[UUID], limit: int
 ) -> tuple[int, list[UUID]]:
     """One transaction: up to `limit` of the runs' events, whole runs where they fit, else
-    a run's oldest events after its first (its last stays); the events deleted, runs left."""
+    a run's newest events before its last (its first stays); the events deleted, runs left."""
     table = Identifier(datastore.schema, meta.EVENTS_TABLE)
     # One statement per run: all its events where they fit in the budget, else the
-    # oldest ones after its first, never its last (RETURNING tells which it was).
+    # newest ones before its last, never its first (RETURNING tells which it was).
     some = SQL(
         "WITH t AS (SELECT count(*) AS total FROM {0} WHERE originator_id=%(run)s), "
         "d AS (DELETE FROM {0} WHERE originator_id=%(run)s AND ((SELECT total FROM t) "
         "<= %(budget)s OR originator_version IN (SELECT originator_version FROM {0} "
-        "WHERE originator_id=%(run)s ORDER BY originator_version OFFSET 1 "
+        "WHERE originator_id=%(run)s ORDER BY originator_version DESC OFFSET 1 "
         "LIMIT GREATEST(0, LEAST(%(budget)s, (SELECT total FROM t) - 2)))) RETURNING 1) "
         "SELECT (SELECT count(*) FROM d) AS removed, (SELECT total FROM t) <= %(budget)s AS whole"
     ).format(table)

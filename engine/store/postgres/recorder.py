@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -79,18 +79,25 @@ lock, followers reading every committed row) refuses to open such a store, so
 old and new readers never share one.
 """
 
-APPEND_FUNCTION = "stagetrail_append_1"
+APPEND_FUNCTION = "stagetrail_append_2"
 """The store's append function: the section, the INSERT and the heads check in one call.
 
 Numbered: a release that changes what it does creates it under another name, so
 processes of both releases append side by side while a fleet is upgraded.
 """
 
+APPEND_SIGNATURE = "(uuid[], bigint[], text[], bytea[], uuid[], bigint[], bytea[])"
+"""The append function's argument types: the events' columns, then the heads' (run, version
+and the SHA-256 of the bytes the writer holds, NULL where it holds none)."""
+
 SHAPES = 16
 """Most events (and runs) of an append called with one parameter per value; larger appends
 pass whole arrays. At most SHAPES² + 1 statements per connection."""
 
-_COLUMN_TYPES = ("uuid", "bigint", "text", "bytea", "uuid", "bigint")
+_COLUMN_TYPES = ("uuid", "bigint", "text", "bytea", "uuid", "bigint", "bytea")
+
+RUNS_PAGE = 1000
+"""Most events one query of `PostgresRecorder.select_run_pages` answers."""
 
 SETTLE_SECONDS = 2.0
 """How long `max_notification_id` waits for older transactions to end before it answers."""
@@ -192,14 +199,16 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 notify,
             ]
             self._commit_statements = []
-        # Each (run, version) of the heads arrays must be stored, or nothing is inserted:
-        # the run was erased since its writer read it (see `Store.write`).
+        # Each (run, version) of the heads arrays must be stored (with the SHA-256 of its
+        # bytes given, where given), or nothing is inserted: the run was erased since its
+        # writer read it (see `Store.write`).
         self._insert_statement = SQL(
             "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[]) "
-            "WHERE NOT EXISTS (SELECT 1 FROM unnest(%s::uuid[], %s::bigint[]) AS head(run, v) "
-            "WHERE NOT EXISTS (SELECT 1 FROM {0}.{1} "
-            "WHERE originator_id = head.run AND originator_version = head.v)) "
+            "WHERE NOT EXISTS (SELECT 1 FROM unnest(%s::uuid[], %s::bigint[], %s::bytea[]) "
+            "AS head(run, v, digest) WHERE NOT EXISTS (SELECT 1 FROM {0}.{1} "
+            "WHERE originator_id = head.run AND originator_version = head.v "
+            "AND (head.digest IS NULL OR sha256(state) = head.digest))) "
             "RETURNING notification_id"
         ).format(*table)
         self._heads_statement = SQL(
@@ -229,7 +238,12 @@ class PostgresRecorder(PostgresApplicationRecorder):
         """
         if not stored_events:
             return []
-        heads: Sequence[tuple[Any, int]] = kwargs.get("heads", ())
+        heads: Sequence[tuple[Any, ...]] = kwargs.get("heads", ())
+        states: Sequence[bytes | None] | None = kwargs.get("head_states")
+        if heads:  # each head with the SHA-256 of its bytes, where known (else NULL)
+            known = states or [None] * len(heads)
+            digests = [None if state is None else hashlib.sha256(state).digest() for state in known]
+            heads = [(*head, digest) for head, digest in zip(heads, digests, strict=True)]
         try:
             ids = self._insert_once(stored_events, heads)
         except CONNECTION_LOST as error:
@@ -241,7 +255,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
     def _recover(
         self,
         stored_events: Sequence[StoredEvent],
-        heads: Sequence[tuple[Any, int]],
+        heads: Sequence[tuple[Any, ...]],
         error: Exception,
     ) -> Sequence[int]:
         """After a lost connection: the append's ids if it was stored, else send it again.
@@ -272,7 +286,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
                 error, maybe_sent = lost, maybe_sent or _maybe_sent(lost)
 
     def _insert_once(
-        self, stored_events: Sequence[StoredEvent], heads: Sequence[tuple[Any, int]]
+        self, stored_events: Sequence[StoredEvent], heads: Sequence[tuple[Any, ...]]
     ) -> Sequence[int]:
         """One attempt at the append, in one transaction; the events' notification ids
         (none: an event of `heads` is not stored, and nothing was inserted)."""
@@ -281,8 +295,9 @@ class PostgresRecorder(PostgresApplicationRecorder):
             [event.originator_version for event in stored_events],
             [event.topic for event in stored_events],
             [event.state for event in stored_events],
-            [run_id for run_id, _ in heads],
-            [version for _, version in heads],
+            [head[0] for head in heads],
+            [head[1] for head in heads],
+            [head[2] for head in heads],
         )
         if self.function:
             ids = self._call_function(columns)
@@ -349,7 +364,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
         else:
             arrays = [
                 f"ARRAY[{', '.join(['%s'] * count)}]::{kind}[]"
-                for count, kind in zip([events] * 4 + [heads] * 2, _COLUMN_TYPES, strict=True)
+                for count, kind in zip([events] * 4 + [heads] * 3, _COLUMN_TYPES, strict=True)
             ]
         statement = f"SELECT {self._function_name}({', '.join(arrays)}) AS ids".encode()
         self._calls[shape] = statement
@@ -522,19 +537,46 @@ class PostgresRecorder(PostgresApplicationRecorder):
             curs.execute(statement, params, prepare=True)
             return curs.fetchall()
 
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def select_runs(self, run_ids: Sequence[UUID]) -> list[StoredEvent]:
-        """Every stored event of the runs `run_ids`, by run and version, in one round trip
-        (the runs a page of notifications deletes: `Projections` forgets them)."""
+        """Every stored event of the runs `run_ids`, by run and version (the runs a page of
+        notifications deletes: `Projections` forgets them), read `RUNS_PAGE` events a query."""
+        return [stored for page in self.select_run_pages(run_ids) for stored in page]
+
+    def select_run_pages(
+        self, run_ids: Sequence[UUID], *, page: int | None = None
+    ) -> Iterator[list[StoredEvent]]:
+        """`select_runs`' events a page (at most `page`, default `RUNS_PAGE`, events) at a time,
+        so however long the runs no query answers more: a caller stops where it has enough."""
+        size = page or RUNS_PAGE
+        after: tuple[UUID, int] | None = None
+        while True:
+            rows = self._run_page(list(run_ids), after, size)
+            if rows:
+                yield rows
+            if len(rows) < size:
+                return
+            last = rows[-1]
+            after = (_as_uuid(last.originator_id), last.originator_version)
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def _run_page(
+        self, run_ids: list[UUID], after: tuple[UUID, int] | None, size: int
+    ) -> list[StoredEvent]:
+        """The runs' events after (run, version) `after`, by run and version, at most `size`."""
+        if after is None:
+            where, params = SQL(""), [run_ids, size]
+        else:
+            where = SQL(" AND (originator_id, originator_version) > (%s, %s)")
+            params = [run_ids, after[0], after[1], size]
         statement = SQL(
             "SELECT originator_id, originator_version, topic, state FROM {0} "
-            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
-        ).format(self._table)
+            "WHERE originator_id = ANY(%s){1} ORDER BY originator_id, originator_version LIMIT %s"
+        ).format(self._table, where)
         with (
             self.datastore.get_connection() as conn,
             conn.cursor(row_factory=tuple_row, binary=True) as curs,
         ):
-            curs.execute(statement, [list(run_ids)])
+            curs.execute(statement, params)
             return [StoredEvent(run, version, topic, state) for run, version, topic, state in curs]
 
     def _rows_statement(self, shape: tuple[bool, bool, bool, bool]) -> Composed:
@@ -616,6 +658,10 @@ class PostgresRecorder(PostgresApplicationRecorder):
         if len(found) != len(sent):  # an append is one transaction: never partly stored
             raise IntegrityError("part of the versions are held by another writer")
         return [found[(str(e.originator_id), e.originator_version)] for e in stored_events]
+
+
+def _as_uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def _maybe_sent(error: BaseException) -> bool:
@@ -709,17 +755,18 @@ def upgrade(conn: Any, schema: str, meta_table: str) -> bool:
 
 APPEND_BODY = """
 CREATE FUNCTION {function}(ids uuid[], versions bigint[], topics text[], states bytea[],
-    head_ids uuid[], head_versions bigint[]) RETURNS bigint[] LANGUAGE plpgsql
-SET lock_timeout = 0 AS $append$
+    head_ids uuid[], head_versions bigint[], head_digests bytea[]) RETURNS bigint[]
+LANGUAGE plpgsql SET lock_timeout = 0 AS $append$
 DECLARE inserted bigint[];
 BEGIN
     PERFORM pg_advisory_lock({section});
     WITH rows AS (
         INSERT INTO {table} (originator_id, originator_version, topic, state)
         SELECT * FROM unnest(ids, versions, topics, states)
-        WHERE NOT EXISTS (SELECT 1 FROM unnest(head_ids, head_versions) AS head(run, v)
-            WHERE NOT EXISTS (SELECT 1 FROM {table}
-                WHERE originator_id = head.run AND originator_version = head.v))
+        WHERE NOT EXISTS (SELECT 1 FROM unnest(head_ids, head_versions, head_digests)
+            AS head(run, v, digest) WHERE NOT EXISTS (SELECT 1 FROM {table}
+                WHERE originator_id = head.run AND originator_version = head.v
+                AND (head.digest IS NULL OR sha256(state) = head.digest)))
         RETURNING notification_id)
     SELECT array_agg(notification_id ORDER BY notification_id) INTO inserted FROM rows;
     PERFORM pg_advisory_unlock({section});
@@ -728,7 +775,8 @@ END
 $append$
 """
 """The append function: the statements' append (section, transaction id and notification
-ids in it, heads checked in the INSERT), one round trip and one statement for the client.
+ids in it, heads checked in the INSERT: stored, and with the SHA-256 of their bytes given
+where given), one round trip and one statement for the client.
 
 An error inside leaves the section held: the caller leaves it (`_leave_section`), as the
 statements' append does. The lock timeout is the statements' one (0: wait).
@@ -774,13 +822,12 @@ def _append_function(conn: Any, schema: str) -> bool | None:
     Only a function owned by this role or by the events table's owner is called: it runs
     with the caller's rights, and any role with CREATE on the schema could have made it.
     """
-    signature = "(uuid[], bigint[], text[], bytea[], uuid[], bigint[])"
     row = conn.execute(
         "SELECT has_function_privilege(f.p, 'EXECUTE') AND proc.proowner IN ("
         "(SELECT relowner FROM pg_class WHERE oid = to_regclass(%s)), "
         "(SELECT oid FROM pg_roles WHERE rolname = current_user)) "
         "FROM (SELECT to_regprocedure(%s) AS p) f LEFT JOIN pg_proc proc ON proc.oid = f.p",
-        (f'"{schema}"."{meta.EVENTS_TABLE}"', f'"{schema}".{APPEND_FUNCTION}{signature}'),
+        (f'"{schema}"."{meta.EVENTS_TABLE}"', f'"{schema}".{APPEND_FUNCTION}{APPEND_SIGNATURE}'),
     ).fetchone()
     return None if row[0] is None else bool(row[0])
 

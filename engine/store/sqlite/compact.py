@@ -91,7 +91,9 @@ class CompactRecorder(SQLiteRecorder):
         """
         writer = self._writer()
         self._know_topics(stored_events)
-        return self.insert_rows(writer, stored_events, kwargs.get("heads", ()))
+        return self.insert_rows(
+            writer, stored_events, kwargs.get("heads", ()), kwargs.get("head_states")
+        )
 
     def rows(self, stored_events: Sequence[StoredEvent]) -> list[Any]:
         """The INSERT's parameters: each event's run key, version, topic id and state."""

@@ -94,36 +94,50 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         """
         if self.writer is None:
             return super().insert_events(stored_events, **kwargs)
-        return self.insert_rows(self.writer, stored_events, kwargs.get("heads", ()))
+        return self.insert_rows(
+            self.writer, stored_events, kwargs.get("heads", ()), kwargs.get("head_states")
+        )
 
     def insert_rows(
         self,
         writer: WriterConnection,
         stored_events: Sequence[StoredEvent],
         heads: Sequence[tuple[UUID, int]],
+        head_states: Sequence[bytes | None] | None = None,
     ) -> list[int]:
-        """Append `stored_events` on `writer` if the store holds every event of `heads`.
+        """Append `stored_events` on `writer` if the store holds every event of `heads`
+        (with the bytes `head_states` gives, where it gives them).
 
         Checked under the write lock the append holds: in the ``INSERT`` itself, or
         first in the transaction of a longer batch.
 
         Raises:
-            HeadMissing: an event of `heads` is not stored; nothing was written.
+            HeadMissing: an event of `heads` is not stored (or not with those bytes);
+                nothing was written.
         """
         count = len(stored_events)
         if count == 0:
             return []
-        checks = [value for run_id, version in heads for value in (self.run_key(run_id), version)]
+        states = head_states is not None
+        checks = [
+            value
+            for index, (run_id, version) in enumerate(heads)
+            for value in (
+                (self.run_key(run_id), version, head_states[index])
+                if head_states is not None
+                else (self.run_key(run_id), version)
+            )
+        ]
         if count <= ONE_STATEMENT:
-            statement = insert_statement(self.events_table_name, count, len(heads))
+            statement = insert_statement(self.events_table_name, count, len(heads), states)
             last = writer.insert(statement, [*self.rows(stored_events), *checks])
             if last is None:
                 raise HeadMissing(f"an event before the batch is gone: {heads}")
             return list(range(last - count + 1, last + 1))
         ids: list[int] = []
         with writer.transaction() as cursor:
-            if heads and cursor.execute(held_statement(self.events_table_name, len(heads)),
-                                        checks).fetchone()[0] < len(heads):  # fmt: skip
+            held = held_statement(self.events_table_name, len(heads), states)
+            if heads and cursor.execute(held, checks).fetchone()[0] < len(heads):
                 raise HeadMissing(f"an event before the batch is gone: {heads}")
             for start in range(0, count, ONE_STATEMENT):
                 chunk = stored_events[start : start + ONE_STATEMENT]
@@ -231,23 +245,31 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
 
 
 @functools.lru_cache(maxsize=512)  # group commits give many shapes: keep the recent ones
-def insert_statement(table: str, count: int, heads: int = 0) -> str:
+def insert_statement(table: str, count: int, heads: int = 0, states: bool = False) -> str:
     """The ``INSERT`` of `count` events in one statement; with `heads`, only if the table
-    holds each of that many (run key, version) events, given after the rows' parameters."""
+    holds each of that many (run key, version) events, given after the rows' parameters
+    (with `states`, each also with the bytes given after its version, where not NULL)."""
     values = ",".join(["(?,?,?,?)"] * count)
     if not heads:
         return f"INSERT INTO {table} VALUES {values}"
-    held = f"EXISTS (SELECT 1 FROM {table} WHERE originator_id=? AND originator_version=?)"
+    held = f"EXISTS (SELECT 1 FROM {table} WHERE {_held(states)})"
     return f"INSERT INTO {table} SELECT * FROM (VALUES {values}) WHERE " + " AND ".join(
         [held] * heads
     )
 
 
 @functools.lru_cache(maxsize=512)
-def held_statement(table: str, heads: int) -> str:
-    """How many of `heads` (run key, version) events the table holds."""
-    held = "(originator_id=? AND originator_version=?)"
+def held_statement(table: str, heads: int, states: bool = False) -> str:
+    """How many of `heads` (run key, version) events the table holds (as `insert_statement`)."""
+    held = f"({_held(states)})"
     return f"SELECT COUNT(*) FROM {table} WHERE " + " OR ".join([held] * heads)
+
+
+def _held(states: bool) -> str:
+    """The condition one head's event meets: its run and version (and bytes, unless NULL)."""
+    if not states:
+        return "originator_id=? AND originator_version=?"
+    return "originator_id=? AND originator_version=? AND coalesce(state=?, 1)"
 
 
 @functools.cache

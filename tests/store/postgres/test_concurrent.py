@@ -16,6 +16,7 @@ from engine import ConcurrencyConflict, Engine, StoreError
 from engine.store import meta
 from engine.store.postgres.recorder import (
     APPEND_FUNCTION,
+    APPEND_SIGNATURE,
     CONCURRENT_SCHEMA,
     SHAPES,
     TX_COLUMN,
@@ -494,8 +495,8 @@ class TestAppendFunction:
             run = owner.start_run(REVIEW)
         with connect() as conn:
             conn.execute(
-                f"REVOKE EXECUTE ON FUNCTION {schema}.{APPEND_FUNCTION}"
-                "(uuid[], bigint[], text[], bytea[], uuid[], bigint[]) FROM PUBLIC"
+                f"REVOKE EXECUTE ON FUNCTION {schema}.{APPEND_FUNCTION}{APPEND_SIGNATURE} "
+                "FROM PUBLIC"
             )
         grant_writing(schema, writer_role)
         url = postgres_url.replace("postgres@", f"{writer_role}@")
@@ -517,8 +518,8 @@ class TestAppendFunction:
             assert engine.store.recorder.function  # type: ignore[attr-defined]
             with connect() as conn:
                 conn.execute(
-                    f"REVOKE EXECUTE ON FUNCTION {schema}.{APPEND_FUNCTION}"
-                    "(uuid[], bigint[], text[], bytea[], uuid[], bigint[]) FROM PUBLIC"
+                    f"REVOKE EXECUTE ON FUNCTION {schema}.{APPEND_FUNCTION}{APPEND_SIGNATURE} "
+                    "FROM PUBLIC"
                 )
             engine.load(run.id).note("mine", 1)
             assert not engine.store.recorder.function  # type: ignore[attr-defined]
@@ -541,8 +542,8 @@ class TestAppendFunction:
             conn.execute(f"GRANT INSERT ON {schema}.ran_as TO {writer_role}")
             conn.execute(f"SET ROLE {writer_role}")
             conn.execute(
-                f"CREATE FUNCTION {schema}.{APPEND_FUNCTION}(uuid[], bigint[], text[], bytea[], "
-                "uuid[], bigint[]) RETURNS bigint[] LANGUAGE plpgsql AS $$ BEGIN "
+                f"CREATE FUNCTION {schema}.{APPEND_FUNCTION}{APPEND_SIGNATURE} "
+                "RETURNS bigint[] LANGUAGE plpgsql AS $$ BEGIN "
                 f"INSERT INTO {schema}.ran_as VALUES (current_user); RETURN NULL; END $$"
             )
         with Engine(postgres_url) as owner:

@@ -11,10 +11,15 @@ from psycopg import sql
 
 from engine import Engine
 from engine.errors import RunErased
+from engine.readside import persistent
 from engine.store import meta
 from engine.store.postgres import open as postgres_open
+from engine.store.postgres import recorder as recorder_module
 from engine.store.postgres.recorder import PostgresRecorder
+from events import Event, StageFailed
+from projections import Projection, on
 from tests._helpers import POSTGRES_URL, REVIEW
+from tests.test_compact import LOOP
 
 BOUND = 7
 """Events per erase transaction in these tests."""
@@ -44,6 +49,23 @@ def logged(postgres_url: str) -> str:
         for statement in statements:
             conn.execute(sql.SQL(statement).format(**names))
     return schema
+
+
+class FailuresByStage(Projection[dict[str, int]]):
+    """A cross-run count of failures by stage, which knows how to forget a run."""
+
+    name = "failures_by_stage"
+
+    def initial(self) -> dict[str, int]:
+        return {}
+
+    @on(StageFailed)
+    def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
+        return {**state, event.stage: state.get(event.stage, 0) + 1}
+
+    def forget(self, state: dict[str, int], gone: dict[str, int]) -> dict[str, int]:
+        left = {stage: count - gone.get(stage, 0) for stage, count in state.items()}
+        return {stage: count for stage, count in left.items() if count}
 
 
 def per_transaction(schema: str) -> list[int]:
@@ -84,6 +106,26 @@ class TestEraseBound:
             assert engine.store.generation() - generation >= len(counts)  # one per transaction
             assert engine.runs(status="deleted") == []
 
+    def test_each_transaction_counts_one_more_generation(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Another process reads a new erasure generation after every erase transaction of a
+        long run, so nothing it caches between two is served after the next."""
+        with Engine(postgres_url) as engine, Engine(postgres_url) as other:
+            total = deleted_runs(engine, [30])
+            seen = [other.store.generation()]
+            first = postgres_open._erase_some
+
+            def observed(*args: object) -> object:
+                erased = first(*args)  # type: ignore[arg-type]
+                seen.append(other.store.generation())
+                return erased
+
+            monkeypatch.setattr(postgres_open, "_erase_some", observed)
+            assert engine.compact().events == total
+            assert len(seen) - 1 == math.ceil(total / BOUND)
+            assert seen == list(range(seen[0], seen[0] + len(seen)))
+
     def test_a_stale_handle_of_a_long_erased_run_is_refused(self, postgres_url: str) -> None:
         """A run erased over several transactions still refuses its stale handles' appends."""
         with Engine(postgres_url) as engine, Engine(postgres_url) as other:
@@ -118,6 +160,55 @@ class TestSelectRuns:
                 2,
                 3,
             ]
+
+    def test_a_run_longer_than_the_page_is_read_in_bounded_queries(self, postgres_url: str) -> None:
+        """No query answers more than the page; together the pages are every event, in order."""
+        with Engine(postgres_url) as engine:
+            long, short = engine.start_run(REVIEW), engine.start_run(REVIEW)
+            with long.batch():
+                for index in range(12):
+                    long.note(f"n{index}", index)
+            short.note("a", 1)
+            recorder = engine.store.recorder
+            assert isinstance(recorder, PostgresRecorder)
+            pages = list(recorder.select_run_pages([long.id, short.id], page=5))
+            assert [len(page) for page in pages] == [5, 5, 5]
+            got = [(s.originator_id, s.originator_version) for page in pages for s in page]
+            assert got == sorted(
+                [*((long.id, v) for v in range(1, 14)), (short.id, 1), (short.id, 2)]
+            )
+            assert [
+                (s.originator_id, s.originator_version)
+                for s in recorder.select_runs([long.id, short.id])
+            ] == got
+
+    def test_forgetting_reads_whole_runs_within_a_budget(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A page deleting runs longer than the budget reads only whole runs at once (the
+        rest run by run), and the forgetting projection still equals a rebuild."""
+        monkeypatch.setattr(persistent, "GONE_EVENTS", 8)
+        monkeypatch.setattr(recorder_module, "RUNS_PAGE", 3)
+        with Engine(postgres_url) as engine:
+            engine.projections.register(FailuresByStage)
+            runs = []
+            for length in (2, 9, 3, 4):
+                run = engine.start_run(LOOP)
+                for _ in range(length):
+                    run.stage_failed("a", error=RuntimeError("broke"))
+                runs.append(run)
+            engine.projections.catch_up()
+            deletions: list[Event] = [run.finish("deleted") for run in runs]
+            gone = engine.projections._deleted_runs([FailuresByStage.name], deletions)
+            assert sum(len(got) for got in gone.values()) <= 8 + 3
+            for run_id, got in gone.items():  # only whole runs
+                assert [e.version for e in got] == list(range(1, len(engine.events(run_id)) + 1))
+            assert len(gone) < len(deletions)
+            engine.projections.catch_up()
+            after = engine.projections.states(FailuresByStage.name)
+            assert not any(after.values())
+            engine.projections.rebuild(FailuresByStage.name)
+            assert engine.projections.states(FailuresByStage.name) == after
 
 
 class TestEraseAgainstTheAppendFunction:
