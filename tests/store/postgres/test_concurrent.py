@@ -581,6 +581,7 @@ KILLED_WRITER = """
 import os, signal, sys
 import psycopg
 from engine import Engine
+from engine.store.postgres.recorder import APPEND_FUNCTION
 from tests._helpers import REVIEW
 
 url, mode, size, drop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
@@ -589,7 +590,7 @@ engine = Engine(url)
 recorder = engine.store.recorder
 if drop:  # dropped while the store is open: the first append falls back to statements
     with psycopg.connect(drop, autocommit=True) as conn:
-        conn.execute(f"DROP FUNCTION {recorder.datastore.schema}.stagetrail_append_1")
+        conn.execute(f"DROP FUNCTION {recorder.datastore.schema}.{APPEND_FUNCTION}")
 run = engine.start_run(REVIEW)
 assert not recorder.function, "the append function was called"
 print(run.id, flush=True)
