@@ -101,7 +101,7 @@ def open_postgres(
     With `read_only` nothing is created or written (a read-only role, a replica):
     projections fold in memory over the stored views. Opened for writing where the
     session's transactions are read-only (a standby, ``default_transaction_read_only``),
-    the same holds, nothing is upgraded, and each append raises `StoreReadOnly`.
+    the same holds, nothing is upgraded, and each append or erase raises `StoreReadOnly`.
 
     Raises:
         StoreError: unreachable server, missing rights, missing store, newer schema, wrong key.
@@ -134,9 +134,11 @@ def open_postgres(
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
             closer = _closer(datastore, views, recorder)
+            # on a read-only server, an erase is tried: the server refuses it, as an append
+            erase = None if read_only else functools.partial(erase_runs, datastore, views)
             return Backend(
-                recorder, mapper, closer, views, read_only=True, codec=codec, generation=generation,
-                chain=chain, stored_after=after, stored_rows=rows,
+                recorder, mapper, closer, views, erase=erase, read_only=True, codec=codec,
+                generation=generation, chain=chain, stored_after=after, stored_rows=rows,
             )  # fmt: skip
         views, problem = prepare_views(
             lambda: PostgresViews(datastore, recorder.channel_name, url.masked), codec
