@@ -14,7 +14,7 @@ from psycopg.sql import SQL, Identifier, Literal
 
 from engine.store import meta
 from engine.store.backend import Backend, prepare_views, row_reader
-from engine.store.errors import StoreError
+from engine.store.errors import StoreError, StoreReadOnly
 from engine.store.postgres.datastore import (
     connect,
     describe,
@@ -134,8 +134,7 @@ def open_postgres(
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
             closer = _closer(datastore, views, recorder)
-            # on a read-only server, an erase is tried: the server refuses it, as an append
-            erase = None if read_only else functools.partial(erase_runs, datastore, views)
+            erase = None if read_only else functools.partial(_refuse_erase, url)
             return Backend(
                 recorder, mapper, closer, views, erase=erase, read_only=True, codec=codec,
                 generation=generation, chain=chain, stored_after=after, stored_rows=rows,
@@ -219,6 +218,23 @@ def _upgrade(conn: Any, url: StoreURL, datastore: Any) -> bool:
         datastore.close()
         problem = f"cannot upgrade the store to concurrent appends: {describe(error, url)}"
         raise StoreError(url.masked, problem) from None
+
+
+def _refuse_erase(url: StoreURL, run_ids: Sequence[UUID]) -> int:
+    """An erase of a store opened for writing on a read-only server: refused, even were the
+    server writable by now, since its views fold in memory (an erase would leave the stored
+    rows of the runs it removes).
+
+    Raises:
+        StoreReadOnly: always.
+    """
+    raise StoreReadOnly(
+        url.masked,
+        f"erase of {len(run_ids)} run(s) refused, nothing removed: the PostgreSQL server was "
+        "read-only when the store was opened (a standby, or default_transaction_read_only on "
+        "for the server, the database or the role); open it on the primary, or with that "
+        "setting off",
+    )
 
 
 def _server_read_only(conn: Any) -> bool:

@@ -391,7 +391,7 @@ class TestReadOnlyServer:
         set_read_only(own_database, True)
         with (
             Engine(url) as engine,
-            pytest.raises(StoreReadOnly, match="PostgreSQL server is read-only") as caught,
+            pytest.raises(StoreReadOnly, match="PostgreSQL server was read-only") as caught,
         ):
             engine.compact()
         assert "\n" not in str(caught.value)
