@@ -15,6 +15,7 @@ from psycopg.sql import SQL, Identifier, Literal
 from engine.store import meta
 from engine.store.backend import Backend, prepare_views, row_reader
 from engine.store.errors import StoreError, StoreReadOnly
+from engine.store.failures import READ_ONLY_TRANSACTION, classify
 from engine.store.postgres.datastore import (
     connect,
     describe,
@@ -119,6 +120,8 @@ def open_postgres(
             )
             concurrent = not (read_only or read_only_server) or has_tx_column(conn, schema_of(url))
         except psycopg.Error as error:
+            if error.sqlstate == READ_ONLY_TRANSACTION:  # creating on a read-only server
+                raise classify(url.masked, error, "cannot create the store") from None
             problem = f"cannot open the store: {describe(error, url)}"
             raise StoreError(url.masked, problem) from None
         datastore = make_datastore(url)

@@ -398,3 +398,21 @@ class TestReadOnlyServer:
         set_read_only(own_database, False)
         with Engine(url) as owner:  # every event of the run still stored
             assert [e.version for e in owner.events(run.id)] == [1, 2, 3]
+
+    def test_creating_a_store_on_a_read_only_server_is_one_store_read_only(
+        self, own_database: str
+    ) -> None:
+        """No store yet on a read-only server: creating one raises one StoreReadOnly naming the
+        read-only server and its setting, and nothing is created."""
+        import psycopg
+
+        from engine.errors import StoreReadOnly
+
+        base = POSTGRES_URL.rsplit("/", 1)[0] + f"/{own_database}"
+        set_read_only(own_database, True)
+        with pytest.raises(StoreReadOnly, match="PostgreSQL server is read-only") as caught:
+            Engine(f"{base}?schema=s", create=True)
+        assert "\n" not in str(caught.value)
+        assert "default_transaction_read_only" in str(caught.value)
+        with psycopg.connect(base, autocommit=True) as conn:
+            assert conn.execute("SELECT to_regnamespace('s')").fetchone() == (None,)
