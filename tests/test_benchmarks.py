@@ -248,3 +248,12 @@ class TestRetainBenchmark:
         assert rows[0]["events_erased"] == 2 * 2000
         assert rows[0]["slowest_append_alone_ms"] > 0
         assert rows[0]["slowest_append_during_ms"] > 0
+
+    def test_notifier_benchmark_reports_both_notifiers(self) -> None:
+        """benchmarks.notifier --quick prints each notifier's CPU per append and their ratio."""
+        done = quick_run("notifier")
+        (row,) = json.loads(done.stdout)["results"]
+        assert row["case"].startswith("notifier CPU per append")
+        assert row["loop_alone"] > 0
+        assert row["timer_per_interval"] > 0
+        assert row["ratio"] == row["ratio"]  # a number: the baseline cost something

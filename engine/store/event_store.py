@@ -541,9 +541,9 @@ class Store:
             return 0
         try:
             return self._backend.erase(run_ids)
-        except (PersistenceError, sqlite3.Error) as error:
-            message = f"erase failed, its transaction removed nothing: {error}"
-            raise StoreError(self.url, message) from error
+        except (PersistenceError, sqlite3.Error) as error:  # a read-only server says so
+            doing = "erase failed, its transaction removed nothing"
+            raise classify(self.url, error, doing) from error
 
     def close(self) -> None:
         """Release the store's connections."""

@@ -15,8 +15,9 @@ from engine.store.errors import StoreError, StoreFull, StoreReadOnly
 
 _SQLITE_READ_ONLY = {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN}
 _SQLITE_FULL = {sqlite3.SQLITE_FULL}
-_PG_READ_ONLY_SERVER = "25006"  # read_only_sql_transaction
-_PG_READ_ONLY = {_PG_READ_ONLY_SERVER, "42501"}  # and insufficient_privilege
+READ_ONLY_TRANSACTION = "25006"
+"""PostgreSQL's read_only_sql_transaction: a standby, or default_transaction_read_only on."""
+_PG_READ_ONLY = {READ_ONLY_TRANSACTION, "42501"}  # and insufficient_privilege
 _PG_FULL = {"53100", "54000"}  # disk_full, program_limit_exceeded
 
 
@@ -54,7 +55,7 @@ def classify(url: str, error: BaseException, doing: str) -> StoreError:
     text = describe(cause)
     sqlite_code = _code(cause, "sqlite_errorcode")
     primary = sqlite_code & 0xFF if isinstance(sqlite_code, int) else None  # extended codes
-    if _code(cause, "sqlstate") == _PG_READ_ONLY_SERVER:
+    if _code(cause, "sqlstate") == READ_ONLY_TRANSACTION:
         return StoreReadOnly(
             url,
             f"{doing}: the PostgreSQL server is read-only for this session ({text}): a "

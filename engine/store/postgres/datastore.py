@@ -20,9 +20,10 @@ CONNECTION_LOST = (OperationalError, InterfaceError)
 
 _T = TypeVar("_T")
 
-_SESSION_ENDED = {"57P01", "57P02", "57P03"}
+_SESSION_ENDED = {"57P01", "57P02", "57P03", "57P05"}
 """The session ended by the server: admin_shutdown (``pg_terminate_backend``, a fast
-shutdown), crash_shutdown, cannot_connect_now."""
+shutdown), crash_shutdown, cannot_connect_now, idle_session_timeout (a pooled
+connection idle longer than the server's ``idle_session_timeout``)."""
 
 
 def lost(error: BaseException | None) -> bool:

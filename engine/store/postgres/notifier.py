@@ -78,18 +78,28 @@ class Notifier:
         now = time.monotonic()
         with self._lock:
             at_once = self._sender is None and now - self._sent >= self.interval
+            if not at_once:
+                self._due = True
+                # a NOTIFY went out less than an interval ago: a sender sends this one
+                if self._sender is None and not self._start_sender():
+                    at_once, self._due = True, False  # none to be had: sent now
             if at_once:
                 self._sent = now
-            else:
-                self._due = True
-                if self._sender is None:  # a NOTIFY went out less than an interval ago
-                    # not a daemon: a process ending unclosed still sends it (waiting two
-                    # intervals at most), while its pool is open
-                    sender = threading.Thread(target=self._send_due, name="stagetrail-notify")
-                    self._sender = self._started = sender
-                    sender.start()
         if at_once:
             self._notify(conn)
+
+    def _start_sender(self) -> bool:
+        """Start the sender (the lock held); whether it started (not at interpreter shutdown
+        from Python 3.12 on, nor with no thread left to start)."""
+        # not a daemon: a process ending unclosed still sends the NOTIFY due (waiting two
+        # intervals at most), while its pool is open
+        sender = threading.Thread(target=self._send_due, name="stagetrail-notify")
+        try:
+            sender.start()
+        except RuntimeError:
+            return False
+        self._sender = self._started = sender
+        return True
 
     def _send_due(self) -> None:
         """The sender: when each interval is up, the NOTIFY due (it starts after every append

@@ -14,7 +14,8 @@ from psycopg.sql import SQL, Identifier, Literal
 
 from engine.store import meta
 from engine.store.backend import Backend, prepare_views, row_reader
-from engine.store.errors import StoreError
+from engine.store.errors import StoreError, StoreReadOnly
+from engine.store.failures import READ_ONLY_TRANSACTION, classify
 from engine.store.postgres.datastore import (
     connect,
     describe,
@@ -101,7 +102,7 @@ def open_postgres(
     With `read_only` nothing is created or written (a read-only role, a replica):
     projections fold in memory over the stored views. Opened for writing where the
     session's transactions are read-only (a standby, ``default_transaction_read_only``),
-    the same holds, nothing is upgraded, and each append raises `StoreReadOnly`.
+    the same holds, nothing is upgraded, and each append or erase raises `StoreReadOnly`.
 
     Raises:
         StoreError: unreachable server, missing rights, missing store, newer schema, wrong key.
@@ -119,6 +120,8 @@ def open_postgres(
             )
             concurrent = not (read_only or read_only_server) or has_tx_column(conn, schema_of(url))
         except psycopg.Error as error:
+            if error.sqlstate == READ_ONLY_TRANSACTION:  # creating on a read-only server
+                raise classify(url.masked, error, "cannot create the store") from None
             problem = f"cannot open the store: {describe(error, url)}"
             raise StoreError(url.masked, problem) from None
         datastore = make_datastore(url)
@@ -134,9 +137,10 @@ def open_postgres(
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
             closer = _closer(datastore, views, recorder)
+            erase = None if read_only else functools.partial(_refuse_erase, url)
             return Backend(
-                recorder, mapper, closer, views, read_only=True, codec=codec, generation=generation,
-                chain=chain, stored_after=after, stored_rows=rows,
+                recorder, mapper, closer, views, erase=erase, read_only=True, codec=codec,
+                generation=generation, chain=chain, stored_after=after, stored_rows=rows,
             )  # fmt: skip
         views, problem = prepare_views(
             lambda: PostgresViews(datastore, recorder.channel_name, url.masked), codec
@@ -217,6 +221,23 @@ def _upgrade(conn: Any, url: StoreURL, datastore: Any) -> bool:
         datastore.close()
         problem = f"cannot upgrade the store to concurrent appends: {describe(error, url)}"
         raise StoreError(url.masked, problem) from None
+
+
+def _refuse_erase(url: StoreURL, run_ids: Sequence[UUID]) -> int:
+    """An erase of a store opened for writing on a read-only server: refused, even were the
+    server writable by now, since its views fold in memory (an erase would leave the stored
+    rows of the runs it removes).
+
+    Raises:
+        StoreReadOnly: always.
+    """
+    raise StoreReadOnly(
+        url.masked,
+        f"erase of {len(run_ids)} run(s) refused, nothing removed: the PostgreSQL server was "
+        "read-only when the store was opened (a standby, or default_transaction_read_only on "
+        "for the server, the database or the role); open it on the primary, or with that "
+        "setting off",
+    )
 
 
 def _server_read_only(conn: Any) -> bool:

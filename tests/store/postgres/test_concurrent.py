@@ -621,7 +621,7 @@ def killing(self, curs, columns, sync=None):
     die()
 
 type(recorder)._execute_insert = killing
-while True:
+while done <= kill_at:  # killed in batch `kill_at`: an exit 0 says the kill was never reached
     with run.batch():
         for item in range(batch):
             run.note("batch", [done, item, "x" * size])

@@ -24,10 +24,11 @@ class TestLost:
         "cause",
         [
             errors.AdminShutdown("terminating connection due to administrator command"),
+            errors.IdleSessionTimeout("terminating connection due to idle-session timeout"),
             errors.ConnectionFailure("server closed the connection unexpectedly"),
             psycopg.OperationalError("consuming input failed"),
         ],
-        ids=["terminated", "connection-failure", "no-sqlstate"],
+        ids=["terminated", "idle-session-timeout", "connection-failure", "no-sqlstate"],
     )
     def test_a_connection_lost_in_use_is_lost(self, cause: Exception) -> None:
         """A terminated backend, a broken socket, a failure without a state: lost."""

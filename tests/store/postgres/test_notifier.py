@@ -69,6 +69,30 @@ class TestNotifier:
         Notifier(failing).appended("conn")
         assert "NOTIFY after an append failed: connection reset" in caplog.text
 
+    def test_no_sender_thread_to_be_had_sends_at_once_and_fails_no_append(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A sender that cannot start (at interpreter shutdown from 3.12 on, no threads left)
+        fails no committed append: its NOTIFY goes at once, and close joins no unstarted one."""
+        sends = Sends()
+        notifier = Notifier(sends, interval=3600)
+        notifier.appended("conn")
+
+        def refused(thread: threading.Thread) -> None:
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+
+        monkeypatch.setattr(threading.Thread, "start", refused)
+        sends.appends += 1
+        notifier.appended("conn")  # within the interval: a sender was due
+        assert sends.sent == [("conn", 0), ("conn", 1)]
+        assert not notifier.due
+        monkeypatch.undo()
+        sends.appends += 1
+        notifier.appended("conn")  # threads again: the next NOTIFY left to a sender
+        assert len(sends.sent) == 2
+        notifier.close()
+        assert sends.sent == [("conn", 0), ("conn", 1), (None, 2)]
+
 
 class TestFollowersAreWoken:
     def test_a_burst_sends_one_notify_and_closing_sends_the_one_due(

@@ -375,3 +375,44 @@ class TestReadOnlyServer:
             assert owner.load(run.id).version == 2
         with psycopg.connect(base, autocommit=True) as conn:
             assert has_append_function(conn, "s")
+
+    def test_compact_on_a_read_only_server_is_refused_not_reported_done(
+        self, own_database: str
+    ) -> None:
+        """Opened for writing on a read-only server, `compact` of a deleted run raises one
+        StoreReadOnly naming the server and erases nothing (not a report of runs removed)."""
+        from engine.errors import StoreReadOnly
+
+        url = POSTGRES_URL.rsplit("/", 1)[0] + f"/{own_database}?schema=s"
+        with Engine(url) as owner:
+            run = owner.start_run(REVIEW)
+            run.note("k", 1)
+            run.finish("deleted")
+        set_read_only(own_database, True)
+        with (
+            Engine(url) as engine,
+            pytest.raises(StoreReadOnly, match="PostgreSQL server was read-only") as caught,
+        ):
+            engine.compact()
+        assert "\n" not in str(caught.value)
+        set_read_only(own_database, False)
+        with Engine(url) as owner:  # every event of the run still stored
+            assert [e.version for e in owner.events(run.id)] == [1, 2, 3]
+
+    def test_creating_a_store_on_a_read_only_server_is_one_store_read_only(
+        self, own_database: str
+    ) -> None:
+        """No store yet on a read-only server: creating one raises one StoreReadOnly naming the
+        read-only server and its setting, and nothing is created."""
+        import psycopg
+
+        from engine.errors import StoreReadOnly
+
+        base = POSTGRES_URL.rsplit("/", 1)[0] + f"/{own_database}"
+        set_read_only(own_database, True)
+        with pytest.raises(StoreReadOnly, match="PostgreSQL server is read-only") as caught:
+            Engine(f"{base}?schema=s", create=True)
+        assert "\n" not in str(caught.value)
+        assert "default_transaction_read_only" in str(caught.value)
+        with psycopg.connect(base, autocommit=True) as conn:
+            assert conn.execute("SELECT to_regnamespace('s')").fetchone() == (None,)

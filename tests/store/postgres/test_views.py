@@ -48,24 +48,39 @@ def named(postgres_url: str) -> Iterator[tuple[Engine, str, str]]:
         run.stage_completed("code_review", result={})
         run.stage_failed("developer", error="boom", error_type="Timeout")
         engine.projections.catch_up()
+        settled(engine)  # no connection the pool opens later escapes the test's terminations
         yield engine, str(run.id), name
 
 
+def settled(engine: Engine) -> None:
+    """Wait until the engine's pool opens no connection: none being opened, none lent out,
+    no NOTIFY due to take one."""
+    pool = engine.store.views.datastore.pool  # type: ignore[union-attr]
+    notifier = engine.store.recorder.notifier  # type: ignore[attr-defined]
+    deadline = time.monotonic() + WAIT
+    while notifier.due or (stats := pool.get_stats())["pool_available"] < stats["pool_size"]:
+        assert time.monotonic() < deadline, "the pool is still opening connections"
+        time.sleep(0.01)
+
+
 def terminate(name: str) -> int:
-    """Terminate every server backend of connections named `name`; wait until they are gone."""
+    """Terminate every server backend of connections named `name`, those the pool was still
+    opening too; wait until they are gone. How many were terminated."""
     import psycopg
 
+    terminated = 0
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = %s AND pid <> pg_backend_pid()",
-            (name,),
-        ).fetchone()
         deadline = time.monotonic() + WAIT
         while left(conn, name):
             assert time.monotonic() < deadline, "terminated backends still there"
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (name,),
+            ).fetchone()
+            terminated += int(row[0]) if row else 0
             time.sleep(0.01)
-    return int(row[0]) if row else 0
+    return terminated
 
 
 def left(conn: Any, name: str) -> int:
@@ -99,3 +114,32 @@ class TestReadsAfterTerminatedConnections:
         with pytest.raises(StoreError, match="projection storage failed"):
             views.reset(FailuresByType.name, "other code")
         assert views.fingerprint(FailuresByType.name) != "other code"
+
+
+IDLE_TIMEOUT = "2s"
+"""The server's idle_session_timeout for the connections opened after the engine's setup."""
+
+
+class TestReadsAfterIdleSessionTimeout:
+    @pytest.mark.parametrize("read", ["positions", "generation", "stored_after"])
+    def test_a_read_after_the_server_ended_idle_sessions_answers_as_before(
+        self, named: tuple[Engine, str, str], read: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Every pooled session ended by the server's idle_session_timeout (57P05), a read still
+        answers, the same as before (on a fresh connection)."""
+        import psycopg
+
+        engine, run, name = named
+        before = READS[read](engine, run)
+        monkeypatch.setenv("PGOPTIONS", f"-c idle_session_timeout={IDLE_TIMEOUT}")
+        assert terminate(name) >= 1
+        pool = engine.store.views.datastore.pool  # type: ignore[union-attr]
+        pool.check()  # the pool's new sessions, each with the timeout
+        settled(engine)
+        deadline = time.monotonic() + WAIT
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            assert left(conn, name) == pool.get_stats()["pool_size"] >= 1
+            while left(conn, name):  # the server ends each once it was idle that long
+                assert time.monotonic() < deadline, "idle sessions still there"
+                time.sleep(0.05)
+        assert READS[read](engine, run) == before
