@@ -12,6 +12,7 @@ import pytest
 from freezegun import freeze_time
 
 from engine.cli.demo.code_review import REVIEW as CODE_REVIEW
+from engine.pipeline import Pipeline
 from events import StageFailed
 from projections import Projection, on
 
@@ -21,6 +22,25 @@ POSTGRES_URL = os.environ.get(
 
 REVIEW = CODE_REVIEW
 """The code-review pipeline of the README, as the demo's examples define it."""
+
+HUB_ROWS = [
+    ("hub", "a", "a"),
+    ("hub", "b", "b"),
+    ("hub", "stop", "end"),
+    ("a", "completed", "hub"),
+    ("a", "failed", "hub"),
+    ("b", "completed", "b_done"),
+    ("b", "failed", "hub"),
+    ("b_done", "completed", "hub"),
+]
+"""A hub routing to stages ``a`` and ``b``; ``b`` completed leads on to ``b_done``, not back."""
+
+
+def hub_table(*, hub: bool) -> Pipeline:
+    """The `HUB_ROWS` table, declaring ``hub`` its hub (implicit routes) or not (strict)."""
+    return Pipeline(
+        "hubbed", initial="hub", transitions=HUB_ROWS, final=["end"], hub="hub" if hub else None
+    )
 
 
 def postgres_problem() -> str | None:
