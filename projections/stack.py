@@ -2,7 +2,10 @@
 
 `StateStack` pushes a `Frame` for every `StageCompleted` / `StageFailed` and pops
 `steps` frames at `StateRolledBack`. Frames live in a persistent list, so a push
-or a pop costs the same however deep the stack is.
+or a pop costs the same however deep the stack is. An outcome that took a hub's
+implicit route (`events.table.implicit_route`) pushes two frames, as a recorded
+route and the outcome would: the route's (a decided outcome of the hub, attempt 0)
+and its own, both made from its event.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from events.table import Lookup, initial_state, lookup
+from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from events.table import Lookup, hub_of, implicit_route, initial_state, lookup
 from events.values import build, maker
 from projections.base import EventSource, Projection, on
 from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
@@ -46,6 +49,11 @@ class Stack:
     initial: str | None = None
     table: Lookup = attrs.field(factory=dict)
     frame_list: PList[Frame] = attrs.field(factory=PList)
+    hub: str | None = None
+    """The state the table routes from implicitly, if it declares one."""
+    lone: frozenset[int] = frozenset()
+    """The versions of implicit routes on the stack whose outcome a rollback undid: each
+    has its route's frame alone (made from the outcome's event all the same)."""
 
     @property
     def top(self) -> Frame | None:
@@ -102,7 +110,7 @@ class StateStack(Projection[Stack]):
 
     def initial(self) -> Stack:
         """An empty stack with no table."""
-        return _STACK(None, {}, PList())
+        return _STACK(None, {}, PList(), None, _NONE)
 
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
@@ -114,6 +122,8 @@ class StateStack(Projection[Stack]):
                 "initial": initial_state(table),
                 "table": lookup(table),
                 "frame_list": state.frame_list,
+                "hub": hub_of(table),
+                "lone": state.lone,
             },
         )
 
@@ -129,17 +139,28 @@ class StateStack(Projection[Stack]):
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
-        """Pop the newest `steps` frames."""
-        return _stack(state, state.frame_list.pop(event.steps))
+        """Pop the newest `steps` frames (an implicit route left alone is noted in `lone`)."""
+        frames, lone, popped = state.frame_list, state.lone, None
+        for _ in range(min(event.steps, len(frames))):
+            popped = frames.last
+            frames = frames.pop()
+            if lone and popped is not None and popped.version in lone:
+                lone = lone - {popped.version}
+        top = frames.last if popped is not None else None
+        if top is not None and popped is not None and top.version == popped.version:
+            lone = lone | {top.version}  # the outcome undone, the route it took stays
+        return _STACK(state.initial, state.table, frames, state.hub, lone)
 
     def encode(self, state: Stack) -> JSON:
-        """The stack as strict JSON: initial state, table rows and frames oldest first."""
+        """The stack as strict JSON: initial state, table rows, frames oldest first, the hub."""
         return {
             "initial": state.initial,
             "table": sorted(
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
             "frames": [encode_frame(frame) for frame in state.frame_list],
+            "hub": state.hub,
+            "lone": sorted(state.lone),
         }
 
     def decode(self, data: JSON) -> Stack:
@@ -148,6 +169,8 @@ class StateStack(Projection[Stack]):
             initial=data["initial"],
             table={(source, outcome): dest for source, outcome, dest in data["table"]},
             frame_list=PList.of([decode_frame(frame) for frame in data["frames"]]),
+            hub=data["hub"],
+            lone=frozenset(data["lone"]),
         )
 
     def snapshot(self, state: Stack) -> JSON:
@@ -162,14 +185,26 @@ class StateStack(Projection[Stack]):
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
             "ranges": pack_ranges(version_ranges(state.frame_list)),
+            "hub": state.hub,
+            "lone": sorted(state.lone),
         }
 
     def restore(self, data: JSON, events: EventSource) -> Stack:
-        """The stack `snapshot` wrote: its frames are made from their events when first needed."""
+        """The stack `snapshot` wrote: its frames are made from their events when first needed.
+
+        An implicit route's two frames list their event's version twice: the older is
+        the route's; a version listed once is the route's alone if it is `lone`.
+        """
         table = {(source, outcome): dest for source, outcome, dest in data["table"]}
-        ranges = unpack_ranges(data["ranges"])
-        frames = from_events(self.name, ranges, events, lambda event: _frame(table, event))
-        return build(Stack, {"initial": data["initial"], "table": table, "frame_list": frames})
+        hub, lone = data["hub"], frozenset(data["lone"])
+
+        def make(event: Event, index: int, count: int) -> Frame:
+            if hub is not None and index == 0 and (count > 1 or event.version in lone):
+                return _route_frame(hub, event)  # type: ignore[arg-type]
+            return _frame(table, event)
+
+        frames = from_events(self.name, unpack_ranges(data["ranges"]), events, make)
+        return _STACK(data["initial"], table, frames, hub, lone)
 
 
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))
@@ -192,8 +227,13 @@ def decode_frame(row: Sequence[Any]) -> Frame:
     return build(Frame, fields)
 
 
-def _stack(state: Stack, frames: PList[Frame]) -> Stack:
-    return _STACK(state.initial, state.table, frames)
+def _route_frame(hub: str, event: StageCompleted | StageFailed) -> Frame:
+    """The frame of the hub's implicit route that `event` took: a decided outcome of the hub."""
+    stage = interned(event.stage)
+    return _FRAME(
+        stage, interned(hub), stage, DECIDED, False, None, None, None,
+        0.0, event.version, event.timestamp,
+    )  # fmt: skip
 
 
 def _frame(table: Lookup, event: Any) -> Frame:
@@ -216,9 +256,15 @@ def _frame(table: Lookup, event: Any) -> Frame:
 
 
 def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
-    return _STACK(state.initial, state.table, state.frame_list.push(_frame(state.table, event)))
+    frames, table, hub = state.frame_list, state.table, state.hub
+    if hub is not None and event.stage != hub:
+        current = state.current
+        if implicit_route(hub, current or "", event.stage, table.get((hub, event.stage))):
+            frames = frames.push(_route_frame(hub, event))  # the route it took, first
+    return _STACK(state.initial, table, frames.push(_frame(table, event)), hub, state.lone)
 
 
 # Positional (`maker`), in the fields' declared order: a fold builds both per outcome.
 _FRAME = maker(Frame)
 _STACK = maker(Stack)
+_NONE: frozenset[int] = frozenset()

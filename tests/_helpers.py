@@ -12,8 +12,10 @@ import pytest
 from freezegun import freeze_time
 
 from engine.cli.demo.code_review import REVIEW as CODE_REVIEW
+from engine.engine import Engine
 from engine.pipeline import Pipeline
-from events import StageFailed
+from engine.run import Run
+from events import DECIDED, StageCompleted, StageFailed
 from projections import Projection, on
 
 POSTGRES_URL = os.environ.get(
@@ -41,6 +43,25 @@ def hub_table(*, hub: bool) -> Pipeline:
     return Pipeline(
         "hubbed", initial="hub", transitions=HUB_ROWS, final=["end"], hub="hub" if hub else None
     )
+
+
+def hub_history(engine: Engine, *, explicit: bool, hub: bool = True) -> Run:
+    """Outcomes of a, b (failed), b, then b_done, each routed from the hub, the route recorded
+    as an event (`explicit`) or taken implicitly."""
+    run = engine.start_run(hub_table(hub=hub))
+
+    def routed(stage: str) -> None:
+        if explicit:
+            run.record(StageCompleted, stage="hub", attempt=DECIDED, outcome=stage)
+
+    routed("a")
+    run.stage_completed("a")
+    routed("b")
+    run.stage_failed("b", error="boom")
+    routed("b")
+    run.stage_completed("b")
+    run.stage_completed("b_done")  # b completed leads to b_done: no route needed
+    return run
 
 
 def postgres_problem() -> str | None:

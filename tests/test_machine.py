@@ -9,9 +9,8 @@ import pytest
 
 from engine import Engine, InvalidTransition, Pipeline, StagetrailError
 from engine.machine import RunState, apply, replay, start
-from engine.run import Run
-from events import DECIDED, Event, RunStarted, StageCompleted
-from tests._helpers import REVIEW, hub_table
+from events import Event, RunStarted, StageCompleted
+from tests._helpers import REVIEW, hub_history, hub_table
 
 
 def recorded(engine: Engine) -> list[Event]:
@@ -111,25 +110,6 @@ class TestReplay:
         assert isinstance(first, RunStarted)
         with pytest.raises(StagetrailError, match="event 1"):
             replay(attrs.evolve(first, version=2))
-
-
-def hub_history(engine: Engine, *, explicit: bool, hub: bool = True) -> Run:
-    """Outcomes of a, b (failed), b, then b_done, each routed from the hub, the route recorded
-    as an event (`explicit`) or taken implicitly."""
-    run = engine.start_run(hub_table(hub=hub))
-
-    def routed(stage: str) -> None:
-        if explicit:
-            run.record(StageCompleted, stage="hub", attempt=DECIDED, outcome=stage)
-
-    routed("a")
-    run.stage_completed("a")
-    routed("b")
-    run.stage_failed("b", error="boom")
-    routed("b")
-    run.stage_completed("b")
-    run.stage_completed("b_done")  # b completed leads to b_done: no route needed
-    return run
 
 
 def machine_view(state: RunState) -> tuple[object, ...]:

@@ -46,8 +46,8 @@ class Source:
                 yield Item(version)
 
 
-def remade(event: Any) -> Item:
-    """The item of `event`."""
+def remade(event: Any, index: int = 0, count: int = 1) -> Item:
+    """The item of `event` (each of an event's items alike)."""
     return Item(event.version)
 
 
