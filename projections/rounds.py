@@ -7,7 +7,9 @@ and marks each one with the version and reason of the rollback that undid it.
 
 Rounds live in a hash-trie map keyed by their number, with a persistent stack of
 the live ones (overall and per stage): recording a round costs the same at any
-length, and a rollback of `k` steps costs O(k).
+length, and a rollback of `k` steps costs O(k). An outcome that took its table's
+hub's implicit route (`events.table.implicit_route`) is two rounds, as it is two
+frames of the stack: the route's (a decided outcome of the hub, attempt 0) and its own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 import attrs
 
-from events import JSON, StageCompleted, StageFailed, StateRolledBack
+from events import DECIDED, JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from events.table import Lookup, as_rows, from_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, evolve, maker
 from projections.base import Projection, on
 from projections.immutable import PList, PMap
@@ -61,6 +64,11 @@ class Rounds:
     table: PMap[int, Round] = attrs.field(factory=PMap)
     live_numbers: PList[int] = attrs.field(factory=PList)
     live_by_stage: PMap[str, PList[int]] = attrs.field(factory=PMap)
+    hub: str | None = None
+    """The state the run's table routes from implicitly, if it declares one."""
+    moves: Lookup = attrs.field(factory=dict, repr=False)
+    """The table as a lookup, read only with a hub (where the newest live round led)."""
+    initial: str | None = None
 
     @property
     def rounds(self) -> tuple[Round, ...]:
@@ -90,6 +98,14 @@ class Rounds:
     def __len__(self) -> int:
         return len(self.table)
 
+    def current(self) -> str | None:
+        """The state the newest live round led to (the initial state before any)."""
+        number = self.live_numbers.last
+        if number is None:
+            return self.initial
+        newest = self.table[number]
+        return self.moves.get((newest.stage, newest.outcome))
+
 
 class RoundsTable(Projection[Rounds]):
     """A round per stage outcome; rollbacks mark rounds as rolled back instead of dropping them."""
@@ -99,6 +115,15 @@ class RoundsTable(Projection[Rounds]):
     def initial(self) -> Rounds:
         """No rounds yet."""
         return Rounds()
+
+    @on(RunStarted)
+    def started(self, state: Rounds, event: RunStarted) -> Rounds:
+        """Keep the table's hub (and its lookup, for implicit routes) if it declares one."""
+        hub = hub_of(event.table)
+        if hub is None:
+            return state
+        moves, initial = lookup(event.table), initial_state(event.table)
+        return evolve(state, hub=hub, moves=moves, initial=initial)
 
     @on(StageCompleted)
     def completed(self, state: Rounds, event: StageCompleted) -> Rounds:
@@ -128,11 +153,16 @@ class RoundsTable(Projection[Rounds]):
                 if len(stage_live)
                 else by_stage.delete(round_.stage)
             )
-        return build(Rounds, {"table": table, "live_numbers": live, "live_by_stage": by_stage})
+        return evolve(state, table=table, live_numbers=live, live_by_stage=by_stage)
 
     def encode(self, state: Rounds) -> JSON:
-        """Every round as a JSON object, oldest first (timestamps in ISO 8601)."""
-        return {"rounds": [encode_round(round_) for round_ in state.rounds]}
+        """Every round as a JSON object, oldest first (timestamps in ISO 8601), and the hub."""
+        return {
+            "rounds": [encode_round(round_) for round_ in state.rounds],
+            "hub": state.hub,
+            "moves": as_rows(state.moves),
+            "initial": state.initial,
+        }
 
     def decode(self, data: JSON) -> Rounds:
         """The rounds `encode` turned into `data`."""
@@ -145,6 +175,9 @@ class RoundsTable(Projection[Rounds]):
             table=PMap((round_.number, round_) for round_ in rounds),
             live_numbers=PList.of([round_.number for round_ in live]),
             live_by_stage=PMap({stage: PList.of(numbers) for stage, numbers in by_stage.items()}),
+            hub=data.get("hub"),
+            moves=from_rows(data.get("moves", ())),
+            initial=data.get("initial"),
         )
 
 
@@ -178,6 +211,9 @@ def _record(
     error: str | None,
     error_type: str | None,
 ) -> Rounds:
+    hub = state.hub
+    if hub is not None and event.stage != hub and _took_route(state, hub, event.stage):
+        state = _route(state, hub, event)
     number = len(state.table) + 1
     # Names and error text interned: a long run's rounds repeat a few of them, and each
     # event read brings its own copy of each.
@@ -187,11 +223,34 @@ def _record(
         interned(error),
         interned(error_type), event.version, event.timestamp, None,
     )  # fmt: skip
-    by_stage = state.live_by_stage
+    return _added(state, round_)
+
+
+def _took_route(state: Rounds, hub: str, stage: str) -> bool:
+    """Whether an outcome of `stage` now takes `hub`'s implicit route."""
+    return implicit_route(hub, state.current() or "", stage, state.moves.get((hub, stage)))
+
+
+def _route(state: Rounds, hub: str, event: StageCompleted | StageFailed) -> Rounds:
+    """`state` with the round of `hub`'s implicit route that `event` took (a decided outcome)."""
+    number, stage = len(state.table) + 1, interned(event.stage)
+    round_ = _ROUND(
+        number, interned(hub), DECIDED, stage, None, None, None, event.version, event.timestamp,
+        None,
+    )  # fmt: skip
+    return _added(state, round_)
+
+
+def _added(state: Rounds, round_: Round) -> Rounds:
+    """`state` with `round_` recorded, the newest live round."""
+    by_stage, number, stage = state.live_by_stage, round_.number, round_.stage
     return _ROUNDS(
         state.table.set(number, round_),
         state.live_numbers.push(number),
         by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(number)),
+        state.hub,
+        state.moves,
+        state.initial,
     )
 
 

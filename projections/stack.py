@@ -169,8 +169,8 @@ class StateStack(Projection[Stack]):
             initial=data["initial"],
             table={(source, outcome): dest for source, outcome, dest in data["table"]},
             frame_list=PList.of([decode_frame(frame) for frame in data["frames"]]),
-            hub=data["hub"],
-            lone=frozenset(data["lone"]),
+            hub=data.get("hub"),
+            lone=frozenset(data.get("lone", ())),
         )
 
     def snapshot(self, state: Stack) -> JSON:
@@ -196,7 +196,7 @@ class StateStack(Projection[Stack]):
         the route's; a version listed once is the route's alone if it is `lone`.
         """
         table = {(source, outcome): dest for source, outcome, dest in data["table"]}
-        hub, lone = data["hub"], frozenset(data["lone"])
+        hub, lone = data.get("hub"), frozenset(data.get("lone", ()))
 
         def make(event: Event, index: int, count: int) -> Frame:
             if hub is not None and index == 0 and (count > 1 or event.version in lone):
