@@ -281,10 +281,14 @@ def _deferred(
 
 def _counts(page: Ranges) -> dict[int, int]:
     """How many times each version of the page's ranges is listed (once, unless it made more)."""
-    listed: dict[int, int] = {}
+    listed = dict.fromkeys(itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in page), 1)
+    if len(listed) == range_items(page):  # no version listed twice: the common case
+        return listed
+    for version in listed:
+        listed[version] = 0
     for low, high in page:
         for version in range(low, high + 1):
-            listed[version] = listed.get(version, 0) + 1
+            listed[version] += 1
     return listed
 
 

@@ -90,6 +90,21 @@ class TestFromEvents:
         assert [item.version for item in items.to_tuple()] == [low for low, _ in ranges]
         assert source.read == FIRST_READ
 
+    def test_a_version_listed_twice_makes_two_items_read_on_one_page(self) -> None:
+        """An event listed once per item it made is made into each, told its index and their
+        count; the page a first read would end between the two takes both."""
+        pairs = FIRST_READ
+        versions = [v for v in range(1, pairs + 1) for _ in range(2)] + [pairs + 1]
+        ranges = version_ranges(PList.of([Item(v) for v in versions]))
+        assert ranges[:3] == [(1, 1), (1, 2), (2, 3)]  # a version again starts a range
+        assert unpack_ranges(pack_ranges(ranges)) == ranges
+        source = Source(pairs + 1)
+        made = from_events("stack", ranges, source, lambda e, i, n: (e.version, i, n))
+        assert made.last == (pairs + 1, 0, 1)
+        assert source.read == FIRST_READ // 2 + 1  # the newest 127 items, and the 128th's pair
+        expected = [(v, i, 2) for v in range(1, pairs + 1) for i in (0, 1)] + [(pairs + 1, 0, 1)]
+        assert list(made.to_tuple()) == expected
+
     def test_a_missing_event_is_named_when_walked(self) -> None:
         """An item whose event is gone raises, naming the projection, rather than shift the list."""
         items = from_events("stack", [(1, 10)], Source(10, frozenset({4})), remade)
