@@ -58,17 +58,23 @@ class Round:
 
 
 @attrs.frozen
+class HubTable:
+    """A table's hub, and what says where a run is: the table as a lookup, its initial state."""
+
+    name: str
+    moves: Lookup = attrs.field(factory=dict, repr=False)
+    initial: str | None = None
+
+
+@attrs.frozen
 class Rounds:
     """Every round of a run, oldest first, with the live ones (not rolled back) indexed."""
 
     table: PMap[int, Round] = attrs.field(factory=PMap)
     live_numbers: PList[int] = attrs.field(factory=PList)
     live_by_stage: PMap[str, PList[int]] = attrs.field(factory=PMap)
-    hub: str | None = None
-    """The state the run's table routes from implicitly, if it declares one."""
-    moves: Lookup = attrs.field(factory=dict, repr=False)
-    """The table as a lookup, read only with a hub (where the newest live round led)."""
-    initial: str | None = None
+    hub: HubTable | None = None
+    """The run's table, if it declares a hub (its implicit routes are rounds too)."""
 
     @property
     def rounds(self) -> tuple[Round, ...]:
@@ -98,13 +104,13 @@ class Rounds:
     def __len__(self) -> int:
         return len(self.table)
 
-    def current(self) -> str | None:
-        """The state the newest live round led to (the initial state before any)."""
+    def current(self, hub: HubTable) -> str | None:
+        """The state the newest live round led to by `hub`'s table (its initial state first)."""
         number = self.live_numbers.last
         if number is None:
-            return self.initial
+            return hub.initial
         newest = self.table[number]
-        return self.moves.get((newest.stage, newest.outcome))
+        return hub.moves.get((newest.stage, newest.outcome))
 
 
 class RoundsTable(Projection[Rounds]):
@@ -122,8 +128,8 @@ class RoundsTable(Projection[Rounds]):
         hub = hub_of(event.table)
         if hub is None:
             return state
-        moves, initial = lookup(event.table), initial_state(event.table)
-        return evolve(state, hub=hub, moves=moves, initial=initial)
+        table = HubTable(hub, lookup(event.table), initial_state(event.table))
+        return evolve(state, hub=table)
 
     @on(StageCompleted)
     def completed(self, state: Rounds, event: StageCompleted) -> Rounds:
@@ -159,9 +165,9 @@ class RoundsTable(Projection[Rounds]):
         """Every round as a JSON object, oldest first (timestamps in ISO 8601), and the hub."""
         return {
             "rounds": [encode_round(round_) for round_ in state.rounds],
-            "hub": state.hub,
-            "moves": as_rows(state.moves),
-            "initial": state.initial,
+            "hub": None if state.hub is None else state.hub.name,
+            "moves": [] if state.hub is None else as_rows(state.hub.moves),
+            "initial": None if state.hub is None else state.hub.initial,
         }
 
     def decode(self, data: JSON) -> Rounds:
@@ -175,9 +181,7 @@ class RoundsTable(Projection[Rounds]):
             table=PMap((round_.number, round_) for round_ in rounds),
             live_numbers=PList.of([round_.number for round_ in live]),
             live_by_stage=PMap({stage: PList.of(numbers) for stage, numbers in by_stage.items()}),
-            hub=data.get("hub"),
-            moves=from_rows(data.get("moves", ())),
-            initial=data.get("initial"),
+            hub=_hub_table(data),
         )
 
 
@@ -212,8 +216,8 @@ def _record(
     error_type: str | None,
 ) -> Rounds:
     hub = state.hub
-    if hub is not None and event.stage != hub and _took_route(state, hub, event.stage):
-        state = _route(state, hub, event)
+    if hub is not None and event.stage != hub.name and _took_route(state, hub, event.stage):
+        state = _route(state, hub.name, event)
     number = len(state.table) + 1
     # Names and error text interned: a long run's rounds repeat a few of them, and each
     # event read brings its own copy of each.
@@ -226,9 +230,18 @@ def _record(
     return _added(state, round_)
 
 
-def _took_route(state: Rounds, hub: str, stage: str) -> bool:
+def _took_route(state: Rounds, hub: HubTable, stage: str) -> bool:
     """Whether an outcome of `stage` now takes `hub`'s implicit route."""
-    return implicit_route(hub, state.current() or "", stage, state.moves.get((hub, stage)))
+    routed_to = hub.moves.get((hub.name, stage))
+    return implicit_route(hub.name, state.current(hub) or "", stage, routed_to)
+
+
+def _hub_table(data: Any) -> HubTable | None:
+    """The `HubTable` `RoundsTable.encode` wrote into `data` (None: no hub, or none kept)."""
+    name = data.get("hub")
+    if name is None:
+        return None
+    return HubTable(name, from_rows(data.get("moves", ())), data.get("initial"))
 
 
 def _route(state: Rounds, hub: str, event: StageCompleted | StageFailed) -> Rounds:
@@ -249,8 +262,6 @@ def _added(state: Rounds, round_: Round) -> Rounds:
         state.live_numbers.push(number),
         by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(number)),
         state.hub,
-        state.moves,
-        state.initial,
     )
 
 

@@ -130,8 +130,8 @@ class RunIndex(Projection["RunSummary | None"]):
         if summary is None:
             return None
         state, states = summary.state, summary.states
-        if took_implicit_route(summary.moves, state, event.stage):  # the hub's route first
-            state, states = event.stage, states.push(state)
+        if event.stage != state and took_implicit_route(summary.moves, state, event.stage):
+            state, states = event.stage, states.push(state)  # the hub's route, first
         failed = isinstance(event, StageFailed)
         resumable = failed and task_writes(event.details) is not None  # type: ignore[union-attr]
         # Every field by position (`maker`): the handler a rebuild calls most, per outcome.

@@ -43,17 +43,24 @@ class Frame:
 
 
 @attrs.frozen
+class Hub:
+    """A table's hub, as a stack reads the routes outcomes take from it implicitly."""
+
+    name: str
+    lone: frozenset[int] = frozenset()
+    """The versions of implicit routes on the stack whose outcome a rollback undid: each
+    has its route's frame alone (made from the outcome's event all the same)."""
+
+
+@attrs.frozen
 class Stack:
     """The state stack of a run: its initial state, its table and its frames."""
 
     initial: str | None = None
     table: Lookup = attrs.field(factory=dict)
     frame_list: PList[Frame] = attrs.field(factory=PList)
-    hub: str | None = None
-    """The state the table routes from implicitly, if it declares one."""
-    lone: frozenset[int] = frozenset()
-    """The versions of implicit routes on the stack whose outcome a rollback undid: each
-    has its route's frame alone (made from the outcome's event all the same)."""
+    hub: Hub | None = None
+    """The table's hub, if it declares one (its implicit routes are frames too)."""
 
     @property
     def top(self) -> Frame | None:
@@ -110,7 +117,7 @@ class StateStack(Projection[Stack]):
 
     def initial(self) -> Stack:
         """An empty stack with no table."""
-        return _STACK(None, {}, PList(), None, _NONE)
+        return _STACK(None, {}, PList(), None)
 
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
@@ -122,8 +129,7 @@ class StateStack(Projection[Stack]):
                 "initial": initial_state(table),
                 "table": lookup(table),
                 "frame_list": state.frame_list,
-                "hub": hub_of(table),
-                "lone": state.lone,
+                "hub": _hub(hub_of(table), frozenset()),
             },
         )
 
@@ -139,8 +145,11 @@ class StateStack(Projection[Stack]):
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
-        """Pop the newest `steps` frames (an implicit route left alone is noted in `lone`)."""
-        frames, lone, popped = state.frame_list, state.lone, None
+        """Pop the newest `steps` frames (an implicit route left alone is noted: `Hub.lone`)."""
+        hub = state.hub
+        if hub is None:
+            return _STACK(state.initial, state.table, state.frame_list.pop(event.steps), None)
+        frames, lone, popped = state.frame_list, hub.lone, None
         for _ in range(min(event.steps, len(frames))):
             popped = frames.last
             frames = frames.pop()
@@ -149,7 +158,7 @@ class StateStack(Projection[Stack]):
         top = frames.last if popped is not None else None
         if top is not None and popped is not None and top.version == popped.version:
             lone = lone | {top.version}  # the outcome undone, the route it took stays
-        return _STACK(state.initial, state.table, frames, state.hub, lone)
+        return _STACK(state.initial, state.table, frames, _hub(hub.name, lone))
 
     def encode(self, state: Stack) -> JSON:
         """The stack as strict JSON: initial state, table rows, frames oldest first, the hub."""
@@ -159,8 +168,7 @@ class StateStack(Projection[Stack]):
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
             "frames": [encode_frame(frame) for frame in state.frame_list],
-            "hub": state.hub,
-            "lone": sorted(state.lone),
+            **_hub_json(state.hub),
         }
 
     def decode(self, data: JSON) -> Stack:
@@ -169,8 +177,7 @@ class StateStack(Projection[Stack]):
             initial=data["initial"],
             table={(source, outcome): dest for source, outcome, dest in data["table"]},
             frame_list=PList.of([decode_frame(frame) for frame in data["frames"]]),
-            hub=data.get("hub"),
-            lone=frozenset(data.get("lone", ())),
+            hub=_hub(data.get("hub"), frozenset(data.get("lone", ()))),
         )
 
     def snapshot(self, state: Stack) -> JSON:
@@ -185,8 +192,7 @@ class StateStack(Projection[Stack]):
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
             "ranges": pack_ranges(version_ranges(state.frame_list)),
-            "hub": state.hub,
-            "lone": sorted(state.lone),
+            **_hub_json(state.hub),
         }
 
     def restore(self, data: JSON, events: EventSource) -> Stack:
@@ -196,15 +202,15 @@ class StateStack(Projection[Stack]):
         the route's; a version listed once is the route's alone if it is `lone`.
         """
         table = {(source, outcome): dest for source, outcome, dest in data["table"]}
-        hub, lone = data.get("hub"), frozenset(data.get("lone", ()))
+        hub = _hub(data.get("hub"), frozenset(data.get("lone", ())))
 
         def make(event: Event, index: int, count: int) -> Frame:
-            if hub is not None and index == 0 and (count > 1 or event.version in lone):
-                return _route_frame(hub, event)  # type: ignore[arg-type]
+            if hub is not None and index == 0 and (count > 1 or event.version in hub.lone):
+                return _route_frame(hub.name, event)  # type: ignore[arg-type]
             return _frame(table, event)
 
         frames = from_events(self.name, unpack_ranges(data["ranges"]), events, make)
-        return _STACK(data["initial"], table, frames, hub, lone)
+        return _STACK(data["initial"], table, frames, hub)
 
 
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))
@@ -225,6 +231,16 @@ def decode_frame(row: Sequence[Any]) -> Frame:
     fields = dict(zip(_FIELDS, row, strict=True))
     fields["timestamp"] = datetime.fromisoformat(row[-1])
     return build(Frame, fields)
+
+
+def _hub(name: str | None, lone: frozenset[int]) -> Hub | None:
+    """The stack's `Hub` of a table whose hub is `name` (None: the table declares none)."""
+    return None if name is None else _HUB(name, lone)
+
+
+def _hub_json(hub: Hub | None) -> dict[str, JSON]:
+    """A stack's hub as its encoding's ``hub`` and ``lone`` keys."""
+    return {"hub": None, "lone": []} if hub is None else {"hub": hub.name, "lone": sorted(hub.lone)}
 
 
 def _route_frame(hub: str, event: StageCompleted | StageFailed) -> Frame:
@@ -256,15 +272,18 @@ def _frame(table: Lookup, event: Any) -> Frame:
 
 
 def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
-    frames, table, hub = state.frame_list, state.table, state.hub
-    if hub is not None and event.stage != hub:
-        current = state.current
-        if implicit_route(hub, current or "", event.stage, table.get((hub, event.stage))):
-            frames = frames.push(_route_frame(hub, event))  # the route it took, first
-    return _STACK(state.initial, table, frames.push(_frame(table, event)), hub, state.lone)
+    hub, table = state.hub, state.table
+    if hub is None:  # the common table, without a hub: one frame per outcome
+        return _STACK(state.initial, table, state.frame_list.push(_frame(table, event)), None)
+    frames, name = state.frame_list, hub.name
+    if event.stage != name:
+        routed_to = table.get((name, event.stage))
+        if implicit_route(name, state.current or "", event.stage, routed_to):
+            frames = frames.push(_route_frame(name, event))  # the route it took, first
+    return _STACK(state.initial, table, frames.push(_frame(table, event)), hub)
 
 
 # Positional (`maker`), in the fields' declared order: a fold builds both per outcome.
 _FRAME = maker(Frame)
 _STACK = maker(Stack)
-_NONE: frozenset[int] = frozenset()
+_HUB = maker(Hub)

@@ -31,6 +31,15 @@ class Item:
     version: int
 
 
+@attrs.frozen
+class Told:
+    """An item made from the event of its version, told its index among the event's `count`."""
+
+    version: int
+    index: int
+    count: int
+
+
 class Source:
     """Events 1..`last` (the items' events), counting those read; `missing` are not there."""
 
@@ -99,10 +108,11 @@ class TestFromEvents:
         assert ranges[:3] == [(1, 1), (1, 2), (2, 3)]  # a version again starts a range
         assert unpack_ranges(pack_ranges(ranges)) == ranges
         source = Source(pairs + 1)
-        made = from_events("stack", ranges, source, lambda e, i, n: (e.version, i, n))
-        assert made.last == (pairs + 1, 0, 1)
+        made = from_events("stack", ranges, source, lambda e, i, n: Told(e.version, i, n))
+        assert made.last == Told(pairs + 1, 0, 1)
         assert source.read == FIRST_READ // 2 + 1  # the newest 127 items, and the 128th's pair
-        expected = [(v, i, 2) for v in range(1, pairs + 1) for i in (0, 1)] + [(pairs + 1, 0, 1)]
+        expected = [Told(v, i, 2) for v in range(1, pairs + 1) for i in (0, 1)]
+        expected.append(Told(pairs + 1, 0, 1))
         assert list(made.to_tuple()) == expected
 
     def test_a_missing_event_is_named_when_walked(self) -> None:

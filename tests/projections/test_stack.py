@@ -387,7 +387,8 @@ class TestImplicitRoute:
         hubbed(explicit=False, count=40, history=history)
         history.append(back(len(history) + 1, steps))
         stack = fold(*history)
-        assert len(stack.lone) == 1 + steps % 2
+        assert stack.hub is not None
+        assert len(stack.hub.lone) == 1 + steps % 2
         again = restored(stack, history)
         assert again.frames == stack.frames
         assert again == stack
