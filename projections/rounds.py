@@ -114,7 +114,8 @@ class Rounds:
 
 
 class RoundsTable(Projection[Rounds]):
-    """A round per stage outcome; rollbacks mark rounds as rolled back instead of dropping them."""
+    """A round per stage outcome (and per hub's implicit route it took); rollbacks mark rounds
+    as rolled back instead of dropping them."""
 
     scope = "run"
 

@@ -111,7 +111,8 @@ class Stack:
 
 
 class StateStack(Projection[Stack]):
-    """The pushdown stack: a frame per stage outcome, frames popped by rollbacks."""
+    """The pushdown stack: a frame per stage outcome (and per hub's implicit route it took),
+    frames popped by rollbacks."""
 
     scope = "run"
 
