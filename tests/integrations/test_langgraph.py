@@ -612,6 +612,19 @@ class TestImplicitRoute:
             assert again["log"] == ["plan", "build", "ship"] * 2  # the copy goes on
             assert engine.verify(by_thread["copy"]).ok
 
+    def test_replay_shows_the_route_an_outcome_took(self, tmp_path: Path) -> None:
+        """`stagetrail replay` shows a node's outcome pushing the hub's route and itself."""
+        url = f"sqlite:///{tmp_path / 'graph.db'}"
+        builder = flaky_graph(failures=0)
+        with Engine(url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            invoke_until_done(graph, {"configurable": {"thread_id": "t"}}, tries=1)
+            (summary,) = engine.runs()
+        out = stagetrail("replay", str(summary.run_id), "--store", url).stdout
+        assert (
+            "stack   push plan (__graph__ plan #0); __graph__ (plan completed #1), depth 2" in out
+        )
+
     def test_an_old_thread_goes_on_recording_its_routes(self, tmp_path: Path) -> None:
         """A thread stored before hubs (the checked-in store) still reads, and new node runs
         on it record the route as an event each, as its stored table wants."""
