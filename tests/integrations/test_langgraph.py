@@ -31,10 +31,11 @@ from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline,
 from engine.integrations.langgraph import THREAD_LABEL as THREAD
 from engine.integrations.langgraph import saver as saver_module
 from engine.pipeline import Pipeline
+from engine.readside import TimeTravel
 from engine.store.chain import split
 from engine.ui.timeline import timeline
 from events import DECIDED, CheckpointSaved, Event, StageCompleted, StageFailed
-from projections import FailurePatterns, RetryCounts, RunIndex, StateStack
+from projections import BUILT_INS, FailurePatterns, RetryCounts, RunIndex, StateStack
 
 
 class Flaky(TypedDict):
@@ -611,6 +612,25 @@ class TestImplicitRoute:
             again = graph.invoke({"log": []}, {"configurable": {"thread_id": "copy"}})
             assert again["log"] == ["plan", "build", "ship"] * 2  # the copy goes on
             assert engine.verify(by_thread["copy"]).ok
+
+    def test_every_way_to_read_a_thread_agrees(self, store_url: str) -> None:
+        """Each built-in projection of a thread of implicit routes, at each version, is the fold
+        of the events up to it: through time travel's snapshots (every 3 events), warm or cold."""
+        builder = flaky_graph(failures=1)
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            invoke_until_done(graph, {"configurable": {"thread_id": "t"}}, tries=2)
+            (summary,) = engine.runs()
+            events = engine.events(summary.run_id)
+            assert routes_recorded(events) == 0
+            warm = TimeTravel(engine.store, engine.store.views, interval=3)
+            for projection in (kind() for kind in BUILT_INS):
+                for version in range(1, len(events) + 1):
+                    expected = projection.fold(events[:version])
+                    assert warm.project(summary.run_id, projection, version) == expected
+                cold = TimeTravel(engine.store, engine.store.views, interval=3)
+                whole = cold.project(summary.run_id, projection, len(events))
+                assert whole == projection.fold(events)
 
     def test_replay_shows_the_route_an_outcome_took(self, tmp_path: Path) -> None:
         """`stagetrail replay` shows a node's outcome pushing the hub's route and itself."""
