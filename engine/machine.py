@@ -200,11 +200,14 @@ def _check_attempt(state: RunState, stage: str, attempt: int) -> None:
 def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageFailed) -> RunState:
     dest = pipeline.next_state(state.state, event.outcome)
     if event.stage != state.state or dest is None:
-        raise InvalidTransition(
-            state.state, event.outcome, pipeline.allowed(state.state), event.stage
-        )
+        if not pipeline.routes_implicitly(state.state, event.stage):
+            raise InvalidTransition(
+                state.state, event.outcome, pipeline.allowed(state.state), event.stage
+            )
+        # The hub's implicit route, taken as a recorded one: a decided outcome of the hub.
+        return _outcome(pipeline, _decided(state, event, state.state, event.stage), event)
     if event.attempt == DECIDED and type(event) is StageCompleted:
-        return _decided(state, event, dest)
+        return _decided(state, event, event.stage, dest)
     _check_attempt(state, event.stage, event.attempt)
     return _stamp(
         state,
@@ -217,13 +220,14 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
     )
 
 
-def _decided(state: RunState, event: StageCompleted, dest: str) -> RunState:
-    """An outcome no attempt produced (a routed verdict): it moves the machine, no attempt."""
+def _decided(state: RunState, event: Event, stage: str, dest: str) -> RunState:
+    """An outcome of `stage` no attempt produced (a routed verdict, a hub's route): it moves
+    the machine to `dest`, no attempt."""
     if state.open_attempt is not None:
         raise AttemptError(
             state.run_id,
-            event.stage,
-            f"attempt {state.open_attempt} of {event.stage!r} is open; a decided outcome "
+            stage,
+            f"attempt {state.open_attempt} of {stage!r} is open; a decided outcome "
             "(attempt 0) is recorded between attempts",
         )
     return _stamp(state, event, state=dest, stack=state.stack.push(state.state))

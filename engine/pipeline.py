@@ -28,13 +28,17 @@ class Pipeline:
             any non-final state without its own row for that outcome.
         final: the states in which a run has nowhere left to go.
         states: all states, in display order; derived from the rows if omitted.
+        hub: a state that routes to its nodes implicitly (`events.table.implicit_route`):
+            in it, an outcome of a stage X with the row ``(hub, X, X)`` is taken as the
+            route to X then X's outcome. None (the default): every outcome must name
+            the run's state.
 
     Raises:
         PipelineError: naming the problem (unknown or unreachable state, duplicate
             row, final state with an outgoing row, empty table, dead end).
     """
 
-    __slots__ = ("_lookup", "final", "initial", "name", "rows", "states")
+    __slots__ = ("_lookup", "final", "hub", "initial", "name", "rows", "states")
 
     def __init__(
         self,
@@ -44,12 +48,14 @@ class Pipeline:
         transitions: Iterable[Sequence[str]],
         final: Iterable[str],
         states: Iterable[str] | None = None,
+        hub: str | None = None,
     ) -> None:
         self.name = table.check_name("pipeline name", name, repr(name))
         self.initial = table.check_state("initial state", initial, name)
         self.rows = table.normalise_rows(name, transitions)
         self.final = table.state_list("final", final, name)
         self.states = self._states(states)
+        self.hub = table.check_hub(name, hub, self.states, self.final)
         self._lookup = self._compile()
 
     def _states(self, states: Iterable[str] | None) -> tuple[str, ...]:
@@ -88,6 +94,10 @@ class Pipeline:
         """The state `outcome` leads to from `state`, or None if no row allows it."""
         return self._lookup.get(state, {}).get(outcome)
 
+    def routes_implicitly(self, state: str, stage: str) -> bool:
+        """Whether an outcome of `stage` recorded in `state` takes the hub's implicit route."""
+        return table.implicit_route(self.hub, state, stage, self.next_state(state, stage))
+
     def allowed(self, state: str) -> tuple[str, ...]:
         """The outcomes the table allows in `state`, sorted."""
         return tuple(sorted(self._lookup.get(state, ())))
@@ -97,14 +107,20 @@ class Pipeline:
         return state in self.final
 
     def to_dict(self) -> dict[str, Any]:
-        """The definition as JSON data, as stored in `RunStarted.table`."""
-        return {
+        """The definition as JSON data, as stored in `RunStarted.table`.
+
+        ``hub`` only when one is declared: a table without one is stored as before hubs.
+        """
+        data: dict[str, Any] = {
             "name": self.name,
             "initial": self.initial,
             "final": list(self.final),
             "states": list(self.states),
             "transitions": [list(row) for row in self.rows],
         }
+        if self.hub is not None:
+            data["hub"] = self.hub
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Pipeline:
@@ -137,7 +153,7 @@ class Pipeline:
         return self.to_dict() == other.to_dict()
 
     def __hash__(self) -> int:
-        return hash((self.name, self.rows))
+        return hash((self.name, self.rows, self.hub))
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, {len(self.states)} states, {len(self.rows)} rows)"
@@ -154,6 +170,7 @@ def _from_json(text: str) -> Pipeline:
             transitions=data["transitions"],
             final=data["final"],
             states=data.get("states"),
+            hub=data.get("hub"),
         )
     except (KeyError, TypeError) as error:
         raise PipelineError(str(name), f"stored table is malformed: {error!r}") from error

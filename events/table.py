@@ -4,6 +4,11 @@ The one owner of table semantics. `engine.pipeline.Pipeline` validates a
 definition with these checks and compiles `expand`'s rows; projections read a
 table stored in `RunStarted` through `lookup`, which expands it the same way.
 Each check raises one clear `PipelineError`.
+
+A table may declare a hub (`check_hub`): a state that routes to each of its
+nodes implicitly (`implicit_route`), so an outcome of a node recorded in the hub
+reads as the hub's route to it (a decided outcome: no attempt) followed by that
+outcome, as if the route had been recorded first.
 """
 
 from __future__ import annotations
@@ -77,6 +82,48 @@ def _row(pipeline: str, row: object) -> Row:
     if ANY in (outcome, dest):
         raise PipelineError(pipeline, f"row {tuple(row)!r}: '*' may only be a source")
     return (source, outcome, dest)
+
+
+def check_hub(
+    pipeline: str, hub: object, states: Sequence[str], final: Sequence[str]
+) -> str | None:
+    """Return the declared hub (None: the table has none), a declared non-final state, or raise."""
+    if hub is None:
+        return None
+    name = check_state("hub", hub, pipeline)
+    if name not in states:
+        raise PipelineError(pipeline, f"hub {name!r} is not a declared state")
+    if name in final:
+        raise PipelineError(pipeline, f"hub {name!r} is a final state: nothing is routed from it")
+    return name
+
+
+def implicit_route(hub: str | None, state: str, stage: str, routed_to: str | None) -> bool:
+    """Whether an outcome of `stage` recorded in `state` takes the hub's implicit route first.
+
+    It does when the table declares `hub`, the run is in it, and the hub's row for the
+    outcome named `stage` leads to `stage` itself (`routed_to`, the row ``(hub, stage,
+    stage)``): the outcome then reads as that route, a decided outcome that moves the
+    run to `stage` and counts no attempt, followed by the stage's own outcome.
+    """
+    return hub is not None and state == hub and stage != hub and routed_to == stage
+
+
+def took_implicit_route(moves: Lookup, state: str, stage: str) -> bool:
+    """Whether a checked outcome of `stage`, recorded in `state`, took a hub's implicit route.
+
+    For folds of a history the engine has checked: an outcome names the run's state
+    unless it took the route, so only the route's row is looked at (`implicit_route`
+    with `state` as the hub).
+    """
+    return stage != state and implicit_route(state, state, stage, moves.get((state, stage)))
+
+
+def hub_of(table: JSON) -> str | None:
+    """The hub a stored table declares, or None (a table stored before hubs declares none)."""
+    mapping = type(table) is dict or isinstance(table, Mapping)  # dict: no ABC check
+    hub = table.get("hub") if mapping else None
+    return hub if isinstance(hub, str) else None
 
 
 def derive_states(

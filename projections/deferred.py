@@ -1,10 +1,13 @@
-"""Lists of items made one per event, stored as the events' versions and made again when walked.
+"""Lists of items made from events, stored as the events' versions and made again when walked.
 
 A stack's frames and a stage's attempts are each made from one event of the
 run. A time-travel snapshot of such a list holds the versions of those events
 as ranges (a list that never lost an item: one range, whatever its length),
 and the list restored from it makes its items from their events only when a
 walk first reaches them, newest first: `FIRST_READ`, then `ITEMS_PER_READ` at a time.
+An event that made several neighbouring items (a hub's implicit route and the
+outcome that took it) has its version listed once per item; `make` is told which
+of them to make.
 """
 
 from __future__ import annotations
@@ -113,6 +116,11 @@ class PackedRanges(Sequence[tuple[int, int]]):
         self._last, self._count = last, count
 
     @property
+    def last(self) -> int:
+        """The newest version the ranges hold (0 when they hold none)."""
+        return self._last
+
+    @property
     def versions(self) -> int:
         """How many versions the ranges hold."""
         return self._count
@@ -218,10 +226,16 @@ def range_items(ranges: Sequence[tuple[int, int]]) -> int:
     return len(ranges) - below
 
 
+Make = Callable[[Event, int, int], T]
+"""Makes the item at `index` (0: the oldest) of the `count` items the list holds of an event."""
+
+
 def from_events(
-    name: str, ranges: Sequence[tuple[int, int]], events: EventSource, make: Callable[[Event], T]
+    name: str, ranges: Sequence[tuple[int, int]], events: EventSource, make: Make[T]
 ) -> PList[T]:
     """The list of the items `make` makes from the events of `ranges`, made when first walked.
+
+    A version listed more than once stands for as many neighbouring items of its event.
 
     Raises (when walked):
         ProjectionStateError: an event of `ranges` is not in the store (named by `name`).
@@ -238,20 +252,24 @@ def _deferred(
     ranges: PackedRanges,
     size: int,
     events: EventSource,
-    make: Callable[[Event], T],
+    make: Make[T],
     per_read: int = ITEMS_PER_READ,
 ) -> Deferred[T]:
     page, rest = ranges.newest(per_read)
+    while rest is not None and rest.last == page[0][0]:  # an event's items on one page
+        per_read += 1
+        page, rest = ranges.newest(per_read)
     count = size - (0 if rest is None else rest.versions)
 
     def load() -> Cons[T]:
-        wanted = {v for low, high in page for v in range(low, high + 1)}
+        wanted = _counts(page)
         # Each span of nearby ranges read alone: frames far apart never read the run between.
         made = [
-            make(e)
+            make(e, index, wanted[e.version])
             for low, high in _spans(page)
             for e in events(low - 1, high)
             if e.version in wanted
+            for index in range(wanted[e.version])
         ]
         if len(made) != count:
             raise ProjectionStateError(name, f"{count - len(made)} events are missing")
@@ -259,6 +277,19 @@ def _deferred(
         return PList.of(made, below).cells
 
     return Deferred(load, size, about=ranges)
+
+
+def _counts(page: Ranges) -> dict[int, int]:
+    """How many times each version of the page's ranges is listed (once, unless it made more)."""
+    listed = dict.fromkeys(itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in page), 1)
+    if len(listed) == range_items(page):  # no version listed twice: the common case
+        return listed
+    for version in listed:
+        listed[version] = 0
+    for low, high in page:
+        for version in range(low, high + 1):
+            listed[version] += 1
+    return listed
 
 
 SPAN_GAP = 64

@@ -130,8 +130,8 @@ class StageResults(Projection[Results]):
         return Results(by_stage, completed)
 
 
-def _made(event: Any) -> Attempt:
-    """The attempt an outcome appends (for a list made from its events)."""
+def _made(event: Any, index: int = 0, count: int = 1) -> Attempt:
+    """The attempt an outcome appends (for a list made from its events: one each)."""
     if isinstance(event, StageFailed):
         return _attempt(event, None, event.error, event.error_type)
     return _attempt(event, event.result, None, None)

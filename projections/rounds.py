@@ -7,7 +7,9 @@ and marks each one with the version and reason of the rollback that undid it.
 
 Rounds live in a hash-trie map keyed by their number, with a persistent stack of
 the live ones (overall and per stage): recording a round costs the same at any
-length, and a rollback of `k` steps costs O(k).
+length, and a rollback of `k` steps costs O(k). An outcome that took its table's
+hub's implicit route (`events.table.implicit_route`) is two rounds, as it is two
+frames of the stack: the route's (a decided outcome of the hub, attempt 0) and its own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 import attrs
 
-from events import JSON, StageCompleted, StageFailed, StateRolledBack
+from events import DECIDED, JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from events.table import Lookup, as_rows, from_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, evolve, maker
 from projections.base import Projection, on
 from projections.immutable import PList, PMap
@@ -55,12 +58,23 @@ class Round:
 
 
 @attrs.frozen
+class HubTable:
+    """A table's hub, and what says where a run is: the table as a lookup, its initial state."""
+
+    name: str
+    moves: Lookup = attrs.field(factory=dict, repr=False)
+    initial: str | None = None
+
+
+@attrs.frozen
 class Rounds:
     """Every round of a run, oldest first, with the live ones (not rolled back) indexed."""
 
     table: PMap[int, Round] = attrs.field(factory=PMap)
     live_numbers: PList[int] = attrs.field(factory=PList)
     live_by_stage: PMap[str, PList[int]] = attrs.field(factory=PMap)
+    hub: HubTable | None = None
+    """The run's table, if it declares a hub (its implicit routes are rounds too)."""
 
     @property
     def rounds(self) -> tuple[Round, ...]:
@@ -90,15 +104,33 @@ class Rounds:
     def __len__(self) -> int:
         return len(self.table)
 
+    def current(self, hub: HubTable) -> str | None:
+        """The state the newest live round led to by `hub`'s table (its initial state first)."""
+        number = self.live_numbers.last
+        if number is None:
+            return hub.initial
+        newest = self.table[number]
+        return hub.moves.get((newest.stage, newest.outcome))
+
 
 class RoundsTable(Projection[Rounds]):
-    """A round per stage outcome; rollbacks mark rounds as rolled back instead of dropping them."""
+    """A round per stage outcome (and per hub's implicit route it took); rollbacks mark rounds
+    as rolled back instead of dropping them."""
 
     scope = "run"
 
     def initial(self) -> Rounds:
         """No rounds yet."""
         return Rounds()
+
+    @on(RunStarted)
+    def started(self, state: Rounds, event: RunStarted) -> Rounds:
+        """Keep the table's hub (and its lookup, for implicit routes) if it declares one."""
+        hub = hub_of(event.table)
+        if hub is None:
+            return state
+        table = HubTable(hub, lookup(event.table), initial_state(event.table))
+        return evolve(state, hub=table)
 
     @on(StageCompleted)
     def completed(self, state: Rounds, event: StageCompleted) -> Rounds:
@@ -128,11 +160,16 @@ class RoundsTable(Projection[Rounds]):
                 if len(stage_live)
                 else by_stage.delete(round_.stage)
             )
-        return build(Rounds, {"table": table, "live_numbers": live, "live_by_stage": by_stage})
+        return evolve(state, table=table, live_numbers=live, live_by_stage=by_stage)
 
     def encode(self, state: Rounds) -> JSON:
-        """Every round as a JSON object, oldest first (timestamps in ISO 8601)."""
-        return {"rounds": [encode_round(round_) for round_ in state.rounds]}
+        """Every round as a JSON object, oldest first (timestamps in ISO 8601), and the hub."""
+        return {
+            "rounds": [encode_round(round_) for round_ in state.rounds],
+            "hub": None if state.hub is None else state.hub.name,
+            "moves": [] if state.hub is None else as_rows(state.hub.moves),
+            "initial": None if state.hub is None else state.hub.initial,
+        }
 
     def decode(self, data: JSON) -> Rounds:
         """The rounds `encode` turned into `data`."""
@@ -145,6 +182,7 @@ class RoundsTable(Projection[Rounds]):
             table=PMap((round_.number, round_) for round_ in rounds),
             live_numbers=PList.of([round_.number for round_ in live]),
             live_by_stage=PMap({stage: PList.of(numbers) for stage, numbers in by_stage.items()}),
+            hub=_hub_table(data),
         )
 
 
@@ -178,6 +216,9 @@ def _record(
     error: str | None,
     error_type: str | None,
 ) -> Rounds:
+    hub = state.hub
+    if hub is not None and event.stage != hub.name and _took_route(state, hub, event.stage):
+        state = _route(state, hub.name, event)
     number = len(state.table) + 1
     # Names and error text interned: a long run's rounds repeat a few of them, and each
     # event read brings its own copy of each.
@@ -187,11 +228,41 @@ def _record(
         interned(error),
         interned(error_type), event.version, event.timestamp, None,
     )  # fmt: skip
-    by_stage = state.live_by_stage
+    return _added(state, round_)
+
+
+def _took_route(state: Rounds, hub: HubTable, stage: str) -> bool:
+    """Whether an outcome of `stage` now takes `hub`'s implicit route."""
+    routed_to = hub.moves.get((hub.name, stage))
+    return implicit_route(hub.name, state.current(hub) or "", stage, routed_to)
+
+
+def _hub_table(data: Any) -> HubTable | None:
+    """The `HubTable` `RoundsTable.encode` wrote into `data` (None: no hub, or none kept)."""
+    name = data.get("hub")
+    if name is None:
+        return None
+    return HubTable(name, from_rows(data.get("moves", ())), data.get("initial"))
+
+
+def _route(state: Rounds, hub: str, event: StageCompleted | StageFailed) -> Rounds:
+    """`state` with the round of `hub`'s implicit route that `event` took (a decided outcome)."""
+    number, stage = len(state.table) + 1, interned(event.stage)
+    round_ = _ROUND(
+        number, interned(hub), DECIDED, stage, None, None, None, event.version, event.timestamp,
+        None,
+    )  # fmt: skip
+    return _added(state, round_)
+
+
+def _added(state: Rounds, round_: Round) -> Rounds:
+    """`state` with `round_` recorded, the newest live round."""
+    by_stage, number, stage = state.live_by_stage, round_.number, round_.stage
     return _ROUNDS(
         state.table.set(number, round_),
         state.live_numbers.push(number),
         by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(number)),
+        state.hub,
     )
 
 

@@ -22,7 +22,7 @@ from events import (
     StateRolledBack,
     task_writes,
 )
-from events.table import Lookup, as_rows, from_rows, lookup
+from events.table import Lookup, as_rows, from_rows, lookup, took_implicit_route
 from events.values import evolve, maker
 from projections.base import EventSource, Projection, on
 from projections.errors import ProjectionError
@@ -123,12 +123,15 @@ class RunIndex(Projection["RunSummary | None"]):
         """An outcome moves the run along its table and counts an attempt.
 
         A stage named ``__…`` is a framework's own (LangGraph's hub, ``__graph__``,
-        routing to the next node): it moves the run but is no attempt. A failure that
-        carries a framework task's writes leaves the run ``failed_resumable``.
+        routing to the next node): it moves the run but is no attempt; so does a hub's
+        implicit route (`events.table.took_implicit_route`), taken before the outcome.
+        A failure that carries a framework task's writes leaves the run ``failed_resumable``.
         """
         if summary is None:
             return None
-        state = summary.state
+        state, states = summary.state, summary.states
+        if event.stage != state and took_implicit_route(summary.moves, state, event.stage):
+            state, states = event.stage, states.push(state)  # the hub's route, first
         failed = isinstance(event, StageFailed)
         resumable = failed and task_writes(event.details) is not None  # type: ignore[union-attr]
         # Every field by position (`maker`): the handler a rebuild calls most, per outcome.
@@ -149,7 +152,7 @@ class RunIndex(Projection["RunSummary | None"]):
             summary.forked_from,
             summary.reason,
             summary.moves,
-            summary.states.push(state),
+            states.push(state),
         )
 
     @on(CheckpointSaved)

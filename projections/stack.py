@@ -2,7 +2,10 @@
 
 `StateStack` pushes a `Frame` for every `StageCompleted` / `StageFailed` and pops
 `steps` frames at `StateRolledBack`. Frames live in a persistent list, so a push
-or a pop costs the same however deep the stack is.
+or a pop costs the same however deep the stack is. An outcome that took a hub's
+implicit route (`events.table.implicit_route`) pushes two frames, as a recorded
+route and the outcome would: the route's (a decided outcome of the hub, attempt 0)
+and its own, both made from its event.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from events import JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from events.table import Lookup, initial_state, lookup
+from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from events.table import Lookup, hub_of, implicit_route, initial_state, lookup
 from events.values import build, maker
 from projections.base import EventSource, Projection, on
 from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
@@ -40,12 +43,24 @@ class Frame:
 
 
 @attrs.frozen
+class Hub:
+    """A table's hub, as a stack reads the routes outcomes take from it implicitly."""
+
+    name: str
+    lone: frozenset[int] = frozenset()
+    """The versions of implicit routes on the stack whose outcome a rollback undid: each
+    has its route's frame alone (made from the outcome's event all the same)."""
+
+
+@attrs.frozen
 class Stack:
     """The state stack of a run: its initial state, its table and its frames."""
 
     initial: str | None = None
     table: Lookup = attrs.field(factory=dict)
     frame_list: PList[Frame] = attrs.field(factory=PList)
+    hub: Hub | None = None
+    """The table's hub, if it declares one (its implicit routes are frames too)."""
 
     @property
     def top(self) -> Frame | None:
@@ -96,13 +111,14 @@ class Stack:
 
 
 class StateStack(Projection[Stack]):
-    """The pushdown stack: a frame per stage outcome, frames popped by rollbacks."""
+    """The pushdown stack: a frame per stage outcome (and per hub's implicit route it took),
+    frames popped by rollbacks."""
 
     scope = "run"
 
     def initial(self) -> Stack:
         """An empty stack with no table."""
-        return _STACK(None, {}, PList())
+        return _STACK(None, {}, PList(), None)
 
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
@@ -114,6 +130,7 @@ class StateStack(Projection[Stack]):
                 "initial": initial_state(table),
                 "table": lookup(table),
                 "frame_list": state.frame_list,
+                "hub": _hub(hub_of(table), frozenset()),
             },
         )
 
@@ -129,17 +146,30 @@ class StateStack(Projection[Stack]):
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
-        """Pop the newest `steps` frames."""
-        return _stack(state, state.frame_list.pop(event.steps))
+        """Pop the newest `steps` frames (an implicit route left alone is noted: `Hub.lone`)."""
+        hub = state.hub
+        if hub is None:
+            return _STACK(state.initial, state.table, state.frame_list.pop(event.steps), None)
+        frames, lone, popped = state.frame_list, hub.lone, None
+        for _ in range(min(event.steps, len(frames))):
+            popped = frames.last
+            frames = frames.pop()
+            if lone and popped is not None and popped.version in lone:
+                lone = lone - {popped.version}
+        top = frames.last if popped is not None else None
+        if top is not None and popped is not None and top.version == popped.version:
+            lone = lone | {top.version}  # the outcome undone, the route it took stays
+        return _STACK(state.initial, state.table, frames, _hub(hub.name, lone))
 
     def encode(self, state: Stack) -> JSON:
-        """The stack as strict JSON: initial state, table rows and frames oldest first."""
+        """The stack as strict JSON: initial state, table rows, frames oldest first, the hub."""
         return {
             "initial": state.initial,
             "table": sorted(
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
             "frames": [encode_frame(frame) for frame in state.frame_list],
+            **_hub_json(state.hub),
         }
 
     def decode(self, data: JSON) -> Stack:
@@ -148,6 +178,7 @@ class StateStack(Projection[Stack]):
             initial=data["initial"],
             table={(source, outcome): dest for source, outcome, dest in data["table"]},
             frame_list=PList.of([decode_frame(frame) for frame in data["frames"]]),
+            hub=_hub(data.get("hub"), frozenset(data.get("lone", ()))),
         )
 
     def snapshot(self, state: Stack) -> JSON:
@@ -162,14 +193,25 @@ class StateStack(Projection[Stack]):
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
             "ranges": pack_ranges(version_ranges(state.frame_list)),
+            **_hub_json(state.hub),
         }
 
     def restore(self, data: JSON, events: EventSource) -> Stack:
-        """The stack `snapshot` wrote: its frames are made from their events when first needed."""
+        """The stack `snapshot` wrote: its frames are made from their events when first needed.
+
+        An implicit route's two frames list their event's version twice: the older is
+        the route's; a version listed once is the route's alone if it is `lone`.
+        """
         table = {(source, outcome): dest for source, outcome, dest in data["table"]}
-        ranges = unpack_ranges(data["ranges"])
-        frames = from_events(self.name, ranges, events, lambda event: _frame(table, event))
-        return build(Stack, {"initial": data["initial"], "table": table, "frame_list": frames})
+        hub = _hub(data.get("hub"), frozenset(data.get("lone", ())))
+
+        def make(event: Event, index: int, count: int) -> Frame:
+            if hub is not None and index == 0 and (count > 1 or event.version in hub.lone):
+                return _route_frame(hub.name, event)  # type: ignore[arg-type]
+            return _frame(table, event)
+
+        frames = from_events(self.name, unpack_ranges(data["ranges"]), events, make)
+        return _STACK(data["initial"], table, frames, hub)
 
 
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))
@@ -192,8 +234,23 @@ def decode_frame(row: Sequence[Any]) -> Frame:
     return build(Frame, fields)
 
 
-def _stack(state: Stack, frames: PList[Frame]) -> Stack:
-    return _STACK(state.initial, state.table, frames)
+def _hub(name: str | None, lone: frozenset[int]) -> Hub | None:
+    """The stack's `Hub` of a table whose hub is `name` (None: the table declares none)."""
+    return None if name is None else _HUB(name, lone)
+
+
+def _hub_json(hub: Hub | None) -> dict[str, JSON]:
+    """A stack's hub as its encoding's ``hub`` and ``lone`` keys."""
+    return {"hub": None, "lone": []} if hub is None else {"hub": hub.name, "lone": sorted(hub.lone)}
+
+
+def _route_frame(hub: str, event: StageCompleted | StageFailed) -> Frame:
+    """The frame of the hub's implicit route that `event` took: a decided outcome of the hub."""
+    stage = interned(event.stage)
+    return _FRAME(
+        stage, interned(hub), stage, DECIDED, False, None, None, None,
+        0.0, event.version, event.timestamp,
+    )  # fmt: skip
 
 
 def _frame(table: Lookup, event: Any) -> Frame:
@@ -216,9 +273,18 @@ def _frame(table: Lookup, event: Any) -> Frame:
 
 
 def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
-    return _STACK(state.initial, state.table, state.frame_list.push(_frame(state.table, event)))
+    hub, table = state.hub, state.table
+    if hub is None:  # the common table, without a hub: one frame per outcome
+        return _STACK(state.initial, table, state.frame_list.push(_frame(table, event)), None)
+    frames, name = state.frame_list, hub.name
+    if event.stage != name:
+        routed_to = table.get((name, event.stage))
+        if implicit_route(name, state.current or "", event.stage, routed_to):
+            frames = frames.push(_route_frame(name, event))  # the route it took, first
+    return _STACK(state.initial, table, frames.push(_frame(table, event)), hub)
 
 
 # Positional (`maker`), in the fields' declared order: a fold builds both per outcome.
 _FRAME = maker(Frame)
 _STACK = maker(Stack)
+_HUB = maker(Hub)

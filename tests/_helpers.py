@@ -12,7 +12,10 @@ import pytest
 from freezegun import freeze_time
 
 from engine.cli.demo.code_review import REVIEW as CODE_REVIEW
-from events import StageFailed
+from engine.engine import Engine
+from engine.pipeline import Pipeline
+from engine.run import Run
+from events import DECIDED, StageCompleted, StageFailed
 from projections import Projection, on
 
 POSTGRES_URL = os.environ.get(
@@ -21,6 +24,44 @@ POSTGRES_URL = os.environ.get(
 
 REVIEW = CODE_REVIEW
 """The code-review pipeline of the README, as the demo's examples define it."""
+
+HUB_ROWS = [
+    ("hub", "a", "a"),
+    ("hub", "b", "b"),
+    ("hub", "stop", "end"),
+    ("a", "completed", "hub"),
+    ("a", "failed", "hub"),
+    ("b", "completed", "b_done"),
+    ("b", "failed", "hub"),
+    ("b_done", "completed", "hub"),
+]
+"""A hub routing to stages ``a`` and ``b``; ``b`` completed leads on to ``b_done``, not back."""
+
+
+def hub_table(*, hub: bool) -> Pipeline:
+    """The `HUB_ROWS` table, declaring ``hub`` its hub (implicit routes) or not (strict)."""
+    return Pipeline(
+        "hubbed", initial="hub", transitions=HUB_ROWS, final=["end"], hub="hub" if hub else None
+    )
+
+
+def hub_history(engine: Engine, *, explicit: bool, hub: bool = True) -> Run:
+    """Outcomes of a, b (failed), b, then b_done, each routed from the hub, the route recorded
+    as an event (`explicit`) or taken implicitly."""
+    run = engine.start_run(hub_table(hub=hub))
+
+    def routed(stage: str) -> None:
+        if explicit:
+            run.record(StageCompleted, stage="hub", attempt=DECIDED, outcome=stage)
+
+    routed("a")
+    run.stage_completed("a")
+    routed("b")
+    run.stage_failed("b", error="boom")
+    routed("b")
+    run.stage_completed("b")
+    run.stage_completed("b_done")  # b completed leads to b_done: no route needed
+    return run
 
 
 def postgres_problem() -> str | None:

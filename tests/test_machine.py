@@ -10,7 +10,7 @@ import pytest
 from engine import Engine, InvalidTransition, Pipeline, StagetrailError
 from engine.machine import RunState, apply, replay, start
 from events import Event, RunStarted, StageCompleted
-from tests._helpers import REVIEW
+from tests._helpers import REVIEW, hub_history, hub_table
 
 
 def recorded(engine: Engine) -> list[Event]:
@@ -110,3 +110,74 @@ class TestReplay:
         assert isinstance(first, RunStarted)
         with pytest.raises(StagetrailError, match="event 1"):
             replay(attrs.evolve(first, version=2))
+
+
+def machine_view(state: RunState) -> tuple[object, ...]:
+    """What a run's machine says apart from versions and times: state, stack, attempts."""
+    return (state.state, state.stack.to_tuple(), dict(state.attempts), state.open_attempt)
+
+
+class TestImplicitRoute:
+    def test_an_implicit_route_moves_the_machine_as_a_recorded_one(self, engine: Engine) -> None:
+        """Outcomes taking the hub's route implicitly leave the machine a recorded route leaves."""
+        explicit = hub_history(engine, explicit=True)
+        implicit = hub_history(engine, explicit=False)
+        assert machine_view(implicit.machine) == machine_view(explicit.machine)
+        assert implicit.machine.state == "hub"
+        assert implicit.machine.stack.to_tuple() == (
+            *("hub", "a", "hub", "b", "hub", "b", "b_done"),
+        )
+        assert dict(implicit.machine.attempts) == {"a": 1, "b": 2, "b_done": 1}  # hub: none
+        assert (implicit.version, explicit.version) == (5, 8)  # three routes fewer
+
+    @pytest.mark.parametrize("explicit", [True, False], ids=["explicit", "implicit"])
+    def test_load_replay_verify_and_fork_agree(self, engine: Engine, explicit: bool) -> None:
+        """A run with routes of either kind loads, replays, verifies and forks to one state."""
+        run = hub_history(engine, explicit=explicit)
+        events = engine.events(run.id)
+        first = events[0]
+        assert isinstance(first, RunStarted)
+        assert replay(first, events[1:])[1] == run.machine == engine.load(run.id).machine
+        assert engine.verify(run.id).ok
+        fork = engine.fork(run.id, at=run.version)
+        assert machine_view(fork.machine) == machine_view(run.machine)
+        fork.stage_completed("a", outcome="failed")  # the fork goes on from the hub
+        assert fork.state == "hub"
+
+    @pytest.mark.parametrize("steps", [1, 2, 3])
+    def test_a_rollback_counts_the_implicit_route_as_a_step(
+        self, engine: Engine, steps: int
+    ) -> None:
+        """Rolling back k steps lands where it lands after a recorded route: the route is a step."""
+        landed = []
+        for explicit in (True, False):
+            run = hub_history(engine, explicit=explicit)
+            run.rollback(steps)
+            landed.append(machine_view(run.machine))
+        assert landed[0] == landed[1]
+        assert landed[1][0] == {1: "b_done", 2: "b", 3: "hub"}[steps]
+
+    def test_a_table_without_a_hub_still_wants_the_route(self, engine: Engine) -> None:
+        """Without a declared hub, an outcome not naming the run's state is refused, unwritten."""
+        run = engine.start_run(hub_table(hub=False))
+        with pytest.raises(InvalidTransition) as refused:
+            run.stage_completed("a")
+        assert (refused.value.state, refused.value.stage) == ("hub", "a")
+        assert len(engine.events(run.id)) == 1
+        assert hub_history(engine, explicit=True, hub=False).state == "hub"  # routes recorded
+
+    def test_only_a_stage_the_hub_routes_to_takes_the_route(self, engine: Engine) -> None:
+        """An outcome of a stage with no row (hub, stage, stage) is refused in the hub."""
+        run = engine.start_run(hub_table(hub=True))
+        with pytest.raises(InvalidTransition):
+            run.stage_completed("b_done")
+        run.stage_completed("b")
+        with pytest.raises(InvalidTransition):  # in b_done, not the hub: no route to a
+            run.stage_completed("a")
+
+    def test_an_outcome_the_routed_stage_lacks_is_refused(self, engine: Engine) -> None:
+        """The route is taken only with the outcome: a bad outcome of the stage moves nothing."""
+        run = engine.start_run(hub_table(hub=True))
+        with pytest.raises(InvalidTransition, match="'odd'"):
+            run.stage_completed("a", outcome="odd")
+        assert (run.state, run.version) == ("hub", 1)

@@ -59,6 +59,10 @@ class TestValidation:
                 {"states": ["a", "b", "done", "island"]},
                 "unreachable from 'a': 'island'",
             ),
+            ({"hub": "x"}, "hub 'x' is not a declared state"),
+            ({"hub": "done"}, "hub 'done' is a final state"),
+            ({"hub": ""}, "hub must be a non-empty str"),
+            ({"hub": "*"}, "hub cannot be '*'"),
         ],
     )
     def test_invalid_definitions_raise_one_clear_error(
@@ -131,6 +135,28 @@ class TestSerialisation:
         """A stored table missing a key raises PipelineError, not KeyError."""
         with pytest.raises(PipelineError, match="malformed"):
             Pipeline.from_dict({"name": "x", "initial": "a"})
+
+    def test_a_hub_is_stored_only_when_declared(self) -> None:
+        """A table without a hub is stored as before hubs; one with a hub keeps it."""
+        plain, hubbed = build(), build(hub="a")
+        assert "hub" not in plain.to_dict()
+        assert hubbed.to_dict()["hub"] == "a"
+        assert Pipeline.from_dict(hubbed.to_dict()).hub == "a"
+        assert Pipeline.from_dict(plain.to_dict()).hub is None
+        assert plain != hubbed
+
+    def test_a_table_stored_before_hubs_reads_unchanged(self) -> None:
+        """A stored table with no hub key (every older record) loads with no hub."""
+        old = {
+            "name": "p",
+            "initial": "a",
+            "final": ["done"],
+            "states": ["a", "b", "done"],
+            "transitions": [["a", "completed", "b"], ["b", "completed", "done"]],
+        }
+        loaded = Pipeline.from_dict(old)
+        assert loaded.hub is None
+        assert loaded.to_dict() == old
 
     def test_from_dict_rejects_non_objects(self) -> None:
         """A stored table that is not an object raises PipelineError."""

@@ -71,6 +71,14 @@ class _Step:
         after = self.stack_after
         return after.top if after.depth > self.stack_before.depth else None
 
+    def pushed_all(self) -> list[Frame]:
+        """The frames the event pushed, oldest first: two for an outcome that took a hub's
+        implicit route (the route's, then its own), else at most one."""
+        grown = self.stack_after.depth - self.stack_before.depth
+        if grown <= 0:
+            return []
+        return list(islice(self.stack_after.frame_list.newest_first(), grown))[::-1]
+
     def lost(self) -> int:
         """How many frames the event popped."""
         return max(self.stack_before.depth - self.stack_after.depth, 0)
@@ -99,9 +107,9 @@ class _Step:
         before, after = self.states()
         if before != after:
             lines.append(f"state   {before} -> {after}")
-        pushed = self.pushed()
-        if pushed is not None:
-            lines.append(f"stack   push {frame_text(pushed)}, depth {self.stack_after.depth}")
+        pushed = "; ".join(frame_text(frame) for frame in self.pushed_all())
+        if pushed:
+            lines.append(f"stack   push {pushed}, depth {self.stack_after.depth}")
         popped = self.popped()
         if popped:
             undone = "; ".join(frame_text(frame) for frame in popped)

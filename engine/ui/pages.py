@@ -207,7 +207,8 @@ def window_span(at: int, last_version: int, size: int = WINDOW) -> tuple[int, in
 def read_window(engine: Engine, data: RunData, first: int, last: int) -> Window:
     """The events `first`..`last` of the run and their timeline (drawn on the run's clock)."""
     events = engine.store.read(data.run_id, gt=first - 1, lte=last)
-    line = timeline(events, start=data.first.timestamp, stages=drawn_states(data.first.table))
+    table = data.first.table
+    line = timeline(events, start=data.first.timestamp, stages=drawn_states(table), table=table)
     return Window(first, last, events, gantt.draw(line))
 
 

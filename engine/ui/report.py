@@ -159,7 +159,7 @@ class _Embedder:
     def __init__(self) -> None:
         self.values: list[Any] = []
         self.index: dict[str, int] = {}
-        self.frames: dict[int, Any] = {}
+        self.frames: dict[str, Any] = {}
         self.states: list[dict[str, Any]] = []
         self.last: dict[str, Any] = {}
 
@@ -173,13 +173,14 @@ class _Embedder:
         """Embed the view after `version` (`event`) listing `frames` frames of the stack."""
         shown = snapshot.shown_frames(states["stack"], frames)
         for position, frame in shown:
-            if frame.version not in self.frames:
+            key = snapshot.frame_key(frame)
+            if key not in self.frames:
                 as_json = snapshot.frame_json(frame, position)
                 del as_json["n"]
-                self.frames[frame.version] = as_json
+                self.frames[key] = as_json
         stack = {
             **snapshot.stack_view(states["stack"], frames),
-            "frames": self._ref([frame.version for _, frame in shown]),
+            "frames": self._ref([snapshot.frame_key(frame) for _, frame in shown]),
         }
         panels = snapshot.panels(states)
         refs: dict[str, Any] = {name: self._ref(value) for name, value in panels.items()}

@@ -159,6 +159,12 @@ def shown_frames(stack: Stack, limit: int = SHOWN_FRAMES) -> list[tuple[int, Fra
     return [(first + index, frame) for index, frame in enumerate(reversed(newest))]
 
 
+def frame_key(frame: Frame) -> str:
+    """What tells a frame from every other of its run: its event's version, and its stage
+    (an outcome that took a hub's implicit route made two frames, the hub's and its own)."""
+    return f"{frame.version}:{frame.stage}"
+
+
 def frame_json(frame: Frame, position: int) -> dict[str, JSON]:
     """One frame of the stack, with its 1-based position from the bottom."""
     return {

@@ -3,7 +3,8 @@
 One bar per stage attempt, one row per stage (in the table's order, else in order
 of first appearance), and a marker per decision. An outcome that is no attempt (a
 decided one, or a framework's own ``__…`` stage such as LangGraph's routing hub) has
-neither bar nor row. This is drawing data, not a
+neither bar nor row; nor has a hub's implicit route, which an outcome took (it is
+one more step for a rollback, as a recorded route is). This is drawing data, not a
 projection: the states the slider shows come from the projections themselves
 (`engine.ui.snapshot`). The events may be a window of a run (the page draws the
 events around its slider): an outcome whose start is before the window is drawn
@@ -24,6 +25,7 @@ import attrs
 
 from events import (
     DECIDED,
+    JSON,
     CircuitClosed,
     CircuitHalfOpened,
     CircuitOpened,
@@ -36,6 +38,7 @@ from events import (
     StageStarted,
     StateRolledBack,
 )
+from events.table import Lookup, hub_of, implicit_route, lookup
 from events.values import evolve
 
 STUCK_STATUSES = frozenset({"aborted_stuck", "done_partial"})
@@ -118,6 +121,10 @@ class _Builder:
     opened: dict[str, tuple[float, int]] = attrs.Factory(dict)
     pushed: list[int] = attrs.Factory(list)
     failed_last: dict[str, int] = attrs.Factory(dict)
+    hub: str | None = None
+    moves: Lookup = attrs.Factory(dict)
+    state: str | None = None
+    """The run's state after the newest outcome drawn (None: not known in this window)."""
 
     def row(self, stage: str) -> int:
         if stage not in self.stages:
@@ -135,15 +142,21 @@ class _Builder:
 
 
 def timeline(
-    events: Iterable[Event], *, start: datetime | None = None, stages: Iterable[str] = ()
+    events: Iterable[Event],
+    *,
+    start: datetime | None = None,
+    stages: Iterable[str] = (),
+    table: JSON = None,
 ) -> Timeline:
     """The attempts and decisions of a run's events (oldest first).
 
     Args:
         start: time zero (the run's first event); default the first event given.
         stages: the rows' order (the table's states); a stage not named gets a row after them.
+        table: the run's stored table, whose hub's implicit routes are steps of the stack
+            (before the window's first outcome, the run is taken to be in the hub).
     """
-    build = _Builder(start=start)
+    build = _Builder(start=start, hub=hub_of(table), moves=lookup(table))
     known = list(stages)
     for event in events:
         if build.start is None:
@@ -177,6 +190,9 @@ def _add(build: _Builder, event: Event, at: float) -> None:
 
 
 def _outcome(build: _Builder, event: StageCompleted | StageFailed, at: float) -> None:
+    if _took_route(build, event):  # the hub's implicit route: a step with no bar
+        build.pushed.append(_NO_BAR)
+    build.state = build.moves.get((event.stage, event.outcome))
     if _no_attempt(event):  # it still goes on the stack: a rollback counts it as a step
         build.pushed.append(_NO_BAR)
         return
@@ -196,6 +212,15 @@ def _outcome(build: _Builder, event: StageCompleted | StageFailed, at: float) ->
         build.failed_last.pop(event.stage, None)
 
 
+def _took_route(build: _Builder, event: StageCompleted | StageFailed) -> bool:
+    """Whether `event` took its table's hub's implicit route (`events.table.implicit_route`)."""
+    hub = build.hub
+    if hub is None or event.stage == hub:
+        return False
+    state = hub if build.state is None else build.state
+    return implicit_route(hub, state, event.stage, build.moves.get((hub, event.stage)))
+
+
 def _no_attempt(event: StageCompleted | StageFailed) -> bool:
     """Whether an outcome is no attempt, so it has no bar nor row: a decided one (a routed
     verdict, a LangGraph route) or a framework's own stage (``__…``, LangGraph's hub)."""
@@ -211,6 +236,7 @@ def _rollback(build: _Builder, event: StateRolledBack, at: float) -> None:
         build.bars[index] = evolve(build.bars[index], kind="rolled_back")
     reason = f": {event.reason}" if event.reason else ""
     build.mark("rollback", at, event, f"rolled back {event.steps}{reason}")
+    build.state = None
 
 
 def _decision(build: _Builder, event: Event, at: float) -> None:

@@ -20,7 +20,12 @@ from engine.integrations.langgraph import HUB, StagetrailSaver
 from engine.integrations.langgraph.attempts import RETRY_LOGGER
 from events import CheckpointSaved, RetryScheduled, StageCompleted, StageFailed, WritesSaved
 from projections import FailurePatterns, RetryCounts
-from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
+from tests.integrations.test_langgraph import (
+    flaky_graph,
+    invoke_until_done,
+    read_both_ways,
+    routes_recorded,
+)
 
 
 class Log(TypedDict):
@@ -140,6 +145,23 @@ class TestRetryPolicy:
             patterns = engine.project(summary.run_id, FailurePatterns)
             assert patterns.by_error_type == {"ConnectionError": 2}
             assert engine.verify(summary.run_id).ok
+
+    def test_retried_attempts_read_alike_with_implicit_and_recorded_routes(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Under a RetryPolicy, one event per attempt (no route) reads as routes recorded did."""
+
+        def record(engine: Engine) -> None:
+            graph = retried_graph(failures=2).compile(checkpointer=StagetrailSaver(engine))
+            graph.invoke({"log": []}, {"configurable": {"thread_id": "r"}}, durability="sync")
+
+        seen = read_both_ways(monkeypatch, record)
+        assert seen["implicit"][0] == seen["explicit"][0]
+        assert seen["implicit"][0]["retries"] == {"plan": (1, 0), "fetch": (3, 2)}
+        bars = [kind for stage, _, kind in seen["implicit"][0]["bars"] if stage == "fetch"]
+        assert bars == ["retried", "retried", "completed"]
+        routes = [routes_recorded(history) for _, history in seen.values()]
+        assert routes == [4, 0]  # explicit: one per attempt
 
     def test_the_async_api_records_the_same_attempts(self, store_url: str) -> None:
         """ainvoke under a RetryPolicy records what invoke records."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import importlib.util
 import json
 import operator
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple, TypedDict
 
@@ -29,9 +30,12 @@ from engine.errors import InvalidPayload, PayloadTooLarge
 from engine.integrations.langgraph import HUB, StagetrailSaver, thread_pipeline, thread_run_ids
 from engine.integrations.langgraph import THREAD_LABEL as THREAD
 from engine.integrations.langgraph import saver as saver_module
+from engine.pipeline import Pipeline
+from engine.readside import TimeTravel
 from engine.store.chain import split
-from events import DECIDED, CheckpointSaved, StageCompleted, StageFailed
-from projections import FailurePatterns, RetryCounts
+from engine.ui.timeline import timeline
+from events import DECIDED, CheckpointSaved, Event, StageCompleted, StageFailed
+from projections import BUILT_INS, FailurePatterns, RetryCounts, RunIndex, StateStack
 
 
 class Flaky(TypedDict):
@@ -76,6 +80,24 @@ def invoke_until_done(
     raise AssertionError(f"still failing after {tries} invokes: {errors}")
 
 
+def recorded_before_hubs(nodes: Iterable[str], graph_name: str | None = None) -> Pipeline:
+    """A thread's table as the saver stored it before hubs were declared: each route an event."""
+    table = thread_pipeline(nodes, graph_name).to_dict()
+    del table["hub"]
+    return Pipeline.from_dict(table)
+
+
+@pytest.fixture(params=["implicit", "explicit"])
+def routes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """How new threads record the hub's routes: taken implicitly by each node's outcome (this
+    release), or each as an event of its own (threads recorded before, `recorded_before_hubs`)."""
+    if request.param == "explicit":
+        monkeypatch.setattr(saver_module, "thread_pipeline", recorded_before_hubs)
+    saver_module._pipeline_of.cache_clear()
+    yield request.param
+    saver_module._pipeline_of.cache_clear()
+
+
 def stagetrail(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the installed `stagetrail` command line."""
     command = shutil.which("stagetrail", path=str(Path(sys.executable).parent))
@@ -83,6 +105,7 @@ def stagetrail(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([command, *args], capture_output=True, text=True, check=True)
 
 
+@pytest.mark.usefixtures("routes")
 class TestFlakyGraph:
     def test_two_failures_then_success_are_stage_events(self, store_url: str) -> None:
         """Each failed invoke is a StageFailed of the node; the third attempt completes it."""
@@ -452,10 +475,11 @@ class TestOneWayToRecord:
             assert [v for v, _, _ in stored(engine, summary.run_id)] == [1, 2, 3]
             assert engine.verify(summary.run_id).ok
 
-    def test_a_node_outcome_too_large_writes_neither_of_its_two_events(
-        self, store_url: str
+    def test_a_node_outcome_too_large_writes_none_of_its_events(
+        self, store_url: str, routes: str
     ) -> None:
-        """The hub's route and the node's outcome are one batch: refused together."""
+        """A node's outcome, with the hub's route when it is recorded, is one batch: refused
+        together; the next goes on as one event (two with a recorded route)."""
         with Engine(store_url, max_event_bytes=4096) as engine:
             saver = StagetrailSaver(engine, ["a"])
             config = first_checkpoint(saver, "t")
@@ -467,7 +491,8 @@ class TestOneWayToRecord:
             assert stored(engine, summary.run_id) == before
             saver.put_writes(config, [("log", "small")], "task-1", NODE)
             kinds = [type(e).__name__ for e in engine.events(summary.run_id)]
-            assert kinds == ["RunStarted", "CheckpointSaved", "StageCompleted", "StageCompleted"]
+            routed = ["StageCompleted"] if routes == "explicit" else []
+            assert kinds == ["RunStarted", "CheckpointSaved", *routed, "StageCompleted"]
 
     def test_a_node_error_is_described_as_run_stage_failed_describes_it(
         self, store_url: str
@@ -482,7 +507,7 @@ class TestOneWayToRecord:
             assert isinstance(failed, StageFailed)
             assert (failed.error, failed.error_type) == ("no file \\udce9", "OSError")
 
-    def test_saver_and_run_store_the_same_bytes(self, store_url: str) -> None:
+    def test_saver_and_run_store_the_same_bytes(self, store_url: str, routes: str) -> None:
         """A node outcome the saver records is stored byte for byte as a Run records it."""
         with Engine(store_url) as engine, freeze_time("2026-11-20T09:00:00Z"):
             saver = StagetrailSaver(engine, ["a"])
@@ -494,11 +519,163 @@ class TestOneWayToRecord:
             assert isinstance(outcome, StageCompleted)
             run = engine.start_run(saver.pipeline)
             with run.batch():
-                run.record(StageCompleted, stage=HUB, attempt=DECIDED, outcome="a")  # a route
+                if routes == "explicit":
+                    run.record(StageCompleted, stage=HUB, attempt=DECIDED, outcome="a")
                 run.stage_completed("a", outcome.result, duration=outcome.duration)
             by_run = stored(engine, run.id)[1:]
             # Each event's link ties it to its own run, so the bytes compared are the rest.
             assert [(t, unlinked(s)) for _, t, s in by_saver] == [
                 (t, unlinked(s)) for _, t, s in by_run
             ]
-            assert [t for _, t, _ in by_run] == ["stagetrail:StageCompleted"] * 2
+            routed = 2 if routes == "explicit" else 1
+            assert [t for _, t, _ in by_run] == ["stagetrail:StageCompleted"] * routed
+
+
+def thread_readings(engine: Engine, run_id: Any) -> dict[str, Any]:
+    """What stagetrail reads of a thread's run, versions and times left out: its summary,
+    machine, stack, attempts and retries, timeline, and whether it verifies."""
+    events = engine.events(run_id)
+    summary = engine.project(run_id, RunIndex)
+    assert summary is not None
+    machine = engine.load(run_id).machine
+    stack = engine.project(run_id, StateStack)
+    counts = engine.project(run_id, RetryCounts)
+    line = timeline(events, table=events[0].table)  # type: ignore[attr-defined]
+    return {
+        "summary": (summary.status, summary.state, summary.attempts, summary.failures),
+        "machine": (machine.state, machine.stack.to_tuple(), dict(machine.attempts)),
+        "stack": [(f.state, f.stage, f.outcome, f.attempt, f.failed) for f in stack.frames],
+        "retries": {s: (counts.attempts(s), counts.retries(s)) for s in counts.attempt_counts},
+        "bars": [(bar.stage, bar.attempt, bar.kind) for bar in line.bars],
+        "verified": engine.verify(run_id).ok,
+    }
+
+
+def read_both_ways(
+    monkeypatch: pytest.MonkeyPatch, record: Callable[[Engine], None]
+) -> dict[str, tuple[dict[str, Any], list[Event]]]:
+    """`record` a thread with routes recorded (as before hubs) and implicit: each way's
+    `thread_readings` and events."""
+    seen = {}
+    for way in ("explicit", "implicit"):
+        with monkeypatch.context() as patched, Engine("memory://") as engine:
+            if way == "explicit":
+                patched.setattr(saver_module, "thread_pipeline", recorded_before_hubs)
+            saver_module._pipeline_of.cache_clear()
+            record(engine)
+            (summary,) = engine.runs()
+            seen[way] = (thread_readings(engine, summary.run_id), engine.events(summary.run_id))
+        saver_module._pipeline_of.cache_clear()
+    return seen
+
+
+def routes_recorded(history: list[Event]) -> int:
+    """How many of the hub's routes a thread's history holds as events."""
+    return sum(isinstance(e, StageCompleted) and e.stage == HUB for e in history)
+
+
+class TestImplicitRoute:
+    def test_a_thread_reads_alike_with_implicit_and_recorded_routes(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A flaky graph's thread summarises, folds, stacks, counts, draws and verifies the same
+        with one event per node run as with each route recorded before it."""
+
+        def record(engine: Engine) -> None:
+            graph = flaky_graph(failures=2).compile(checkpointer=StagetrailSaver(engine))
+            invoke_until_done(graph, {"configurable": {"thread_id": "t"}}, tries=3)
+
+        seen = read_both_ways(monkeypatch, record)
+        assert seen["implicit"][0] == seen["explicit"][0]
+        readings = seen["implicit"][0]
+        assert readings["summary"] == ("idle", HUB, 5, 2)  # five node runs, two failed
+        assert readings["retries"]["build"] == (3, 2)
+        assert HUB not in readings["retries"]
+        assert [stage for _, stage, *_ in readings["stack"]].count(HUB) == 5  # a route each
+        assert (routes_recorded(seen["explicit"][1]), routes_recorded(seen["implicit"][1])) == (
+            5,
+            0,
+        )
+        assert len(seen["explicit"][1]) - len(seen["implicit"][1]) == 5
+
+    def test_a_copied_thread_reads_as_its_source(self, store_url: str) -> None:
+        """copy_thread forks a thread of implicit routes; the copy reads as the source does."""
+        builder = flaky_graph(failures=1)
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, builder)
+            graph = builder.compile(checkpointer=saver)
+            invoke_until_done(graph, {"configurable": {"thread_id": "src"}}, tries=2)
+            saver.copy_thread("src", "copy")
+            by_thread = {s.labels[THREAD]: s.run_id for s in engine.runs()}
+            source = thread_readings(engine, by_thread["src"])
+            assert thread_readings(engine, by_thread["copy"]) == source
+            again = graph.invoke({"log": []}, {"configurable": {"thread_id": "copy"}})
+            assert again["log"] == ["plan", "build", "ship"] * 2  # the copy goes on
+            assert engine.verify(by_thread["copy"]).ok
+
+    def test_every_way_to_read_a_thread_agrees(self, store_url: str) -> None:
+        """Each built-in projection of a thread of implicit routes, at each version, is the fold
+        of the events up to it: through time travel's snapshots (every 3 events), warm or cold."""
+        builder = flaky_graph(failures=1)
+        with Engine(store_url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            invoke_until_done(graph, {"configurable": {"thread_id": "t"}}, tries=2)
+            (summary,) = engine.runs()
+            events = engine.events(summary.run_id)
+            assert routes_recorded(events) == 0
+            warm = TimeTravel(engine.store, engine.store.views, interval=3)
+            for projection in (kind() for kind in BUILT_INS):
+                for version in range(1, len(events) + 1):
+                    expected = projection.fold(events[:version])
+                    assert warm.project(summary.run_id, projection, version) == expected
+                cold = TimeTravel(engine.store, engine.store.views, interval=3)
+                whole = cold.project(summary.run_id, projection, len(events))
+                assert whole == projection.fold(events)
+
+    def test_replay_shows_the_route_an_outcome_took(self, tmp_path: Path) -> None:
+        """`stagetrail replay` shows a node's outcome pushing the hub's route and itself."""
+        url = f"sqlite:///{tmp_path / 'graph.db'}"
+        builder = flaky_graph(failures=0)
+        with Engine(url) as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine, builder))
+            invoke_until_done(graph, {"configurable": {"thread_id": "t"}}, tries=1)
+            (summary,) = engine.runs()
+        out = stagetrail("replay", str(summary.run_id), "--store", url).stdout
+        assert (
+            "stack   push plan (__graph__ plan #0); __graph__ (plan completed #1), depth 2" in out
+        )
+
+    def test_an_old_thread_goes_on_recording_its_routes(self, tmp_path: Path) -> None:
+        """A thread stored before hubs (the checked-in store) still reads, and new node runs
+        on it record the route as an event each, as its stored table wants."""
+        copy = tmp_path / "threads.db"
+        shutil.copyfile(OLD_STORE, copy)
+        with Engine(f"sqlite:///{copy}") as engine:
+            (run,) = [r for r in engine.runs() if r.labels.get(THREAD) == "flaky"]
+            before = thread_readings(engine, run.run_id)
+            assert before["summary"][2:] == (4, 1)  # plan, build twice (one failed), ship
+            assert before["verified"]
+            assert "hub" not in engine.events(run.run_id)[0].table  # type: ignore[attr-defined]
+            graph = old_graph(engine)
+            graph.invoke({"log": ["again"]}, {"configurable": {"thread_id": "flaky"}})
+            after = thread_readings(engine, run.run_id)
+            assert after["summary"][2:] == (7, 1)
+            assert after["verified"]
+            history = engine.events(run.run_id)
+            assert routes_recorded(history) == 7
+
+
+def old_graph(engine: Engine) -> Any:
+    """The graph the checked-in store's threads ran (`make_langgraph_delta_store.py`), on it."""
+    spec = importlib.util.spec_from_file_location("maker", DATA / "make_langgraph_delta_store.py")
+    assert spec is not None
+    assert spec.loader is not None
+    maker = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = maker  # LangGraph reads the state's annotations from it
+    spec.loader.exec_module(maker)
+    return maker.graph(0).compile(checkpointer=StagetrailSaver(engine))
+
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+OLD_STORE = DATA / "langgraph_delta_store.db"
+"""Threads a saver of an older release stored, each route an event (see the maker script)."""

@@ -17,6 +17,7 @@ from langchain_core.runnables import RunnableConfig
 
 from engine import Engine
 from engine.integrations.langgraph import StagetrailSaver
+from engine.ui.report import write_report
 from tests.integrations.test_attempts import retried_graph
 from tests.ui import conftest as ui
 
@@ -39,6 +40,16 @@ def record(directory: Path) -> tuple[str, Any]:
         graph.invoke({"log": []}, config, durability="sync")
         (summary,) = engine.runs()
     return url, summary.run_id
+
+
+STACK = ["__graph__", "plan", *["__graph__", "fetch"] * 3]
+"""The thread's stack, oldest first: each node run's route (implicit) and its outcome."""
+
+
+def stack_stages(page: Any) -> list[str]:
+    """The stage of each row of the page's stack panel, oldest first."""
+    stages = "rows => rows.map(r => r.children[3].textContent)"
+    return list(page.eval_on_selector_all("#stack tbody tr", stages))
 
 
 @pytest.mark.browser
@@ -65,9 +76,25 @@ class TestViewer:
         assert sorted(rows) == ["fetch", "plan"]  # a row per node: LangGraph's hub has none
         status = page.inner_text("#current-status")
         assert status == "idle"
+        assert stack_stages(page) == STACK  # a row per frame, two made from each outcome
         if os.environ.get("UPDATE_DOCS") == "1":
             page.screenshot(path=str(SHOT), full_page=True)
         page.close()
         shown = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (ROOT / "docs" / "langgraph.md").read_text())
         assert shown == [SHOT.name]
         assert SHOT.read_bytes().startswith(PNG)
+
+    def test_the_report_lists_each_route_and_outcome_frame(
+        self, request: pytest.FixtureRequest, tmp_path: Path
+    ) -> None:
+        """The offline report's stack shows a row per frame: an implicit route's and its node's,
+        though both are made from one event."""
+        url, run_id = record(tmp_path)
+        path = tmp_path / "thread.html"
+        with Engine(url) as engine:
+            write_report(engine, run_id, path)
+        page = request.getfixturevalue("browser").new_page()
+        page.goto(path.as_uri())
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert stack_stages(page) == STACK
+        page.close()

@@ -31,6 +31,15 @@ class Item:
     version: int
 
 
+@attrs.frozen
+class Told:
+    """An item made from the event of its version, told its index among the event's `count`."""
+
+    version: int
+    index: int
+    count: int
+
+
 class Source:
     """Events 1..`last` (the items' events), counting those read; `missing` are not there."""
 
@@ -46,8 +55,8 @@ class Source:
                 yield Item(version)
 
 
-def remade(event: Any) -> Item:
-    """The item of `event`."""
+def remade(event: Any, index: int = 0, count: int = 1) -> Item:
+    """The item of `event` (each of an event's items alike)."""
     return Item(event.version)
 
 
@@ -89,6 +98,22 @@ class TestFromEvents:
         items = from_events("stack", ranges, source, remade)
         assert [item.version for item in items.to_tuple()] == [low for low, _ in ranges]
         assert source.read == FIRST_READ
+
+    def test_a_version_listed_twice_makes_two_items_read_on_one_page(self) -> None:
+        """An event listed once per item it made is made into each, told its index and their
+        count; the page a first read would end between the two takes both."""
+        pairs = FIRST_READ
+        versions = [v for v in range(1, pairs + 1) for _ in range(2)] + [pairs + 1]
+        ranges = version_ranges(PList.of([Item(v) for v in versions]))
+        assert ranges[:3] == [(1, 1), (1, 2), (2, 3)]  # a version again starts a range
+        assert unpack_ranges(pack_ranges(ranges)) == ranges
+        source = Source(pairs + 1)
+        made = from_events("stack", ranges, source, lambda e, i, n: Told(e.version, i, n))
+        assert made.last == Told(pairs + 1, 0, 1)
+        assert source.read == FIRST_READ // 2 + 1  # the newest 127 items, and the 128th's pair
+        expected = [Told(v, i, 2) for v in range(1, pairs + 1) for i in (0, 1)]
+        expected.append(Told(pairs + 1, 0, 1))
+        assert list(made.to_tuple()) == expected
 
     def test_a_missing_event_is_named_when_walked(self) -> None:
         """An item whose event is gone raises, naming the projection, rather than shift the list."""

@@ -5,6 +5,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from engine import Engine, Pipeline
 from events import JSON, Event, StageCompleted, StageFailed, StateRolledBack
 from projections import Round, Rounds, RoundsTable, StateStack
 from projections.rounds import Rollback
+from tests._helpers import hub_history
 
 RID = uuid.UUID(int=7)
 PROJECTION = RoundsTable()
@@ -258,3 +260,25 @@ class TestAgainstTheStack:
             expected = frames[-1].version if frames else None
             assert (None if latest is None else latest.version) == expected
         assert roundtrip(state) == state
+
+
+class TestImplicitRoute:
+    @pytest.mark.parametrize("steps", [1, 2, 3, 4])
+    def test_an_implicit_route_is_a_round_as_a_recorded_one(self, steps: int) -> None:
+        """A route an outcome took implicitly is a round of the hub (attempt 0), live while the
+        stack holds its frame, as a recorded route is; and it survives a JSON round trip."""
+        views = []
+        with Engine("memory://") as engine:
+            for explicit in (True, False):
+                run = hub_history(engine, explicit=explicit)
+                run.rollback(steps)
+                rounds = engine.project(run.id, RoundsTable)
+                stack = engine.project(run.id, StateStack)
+                assert [r.version for r in rounds.live] == [f.version for f in stack.frames]
+                assert [r.stage for r in rounds.live] == [f.stage for f in stack.frames]
+                assert roundtrip(rounds) == rounds
+                views.append(
+                    [(r.stage, r.outcome, r.attempt, r.rolled_back is None) for r in rounds.rounds]
+                )
+        assert views[0] == views[1]
+        assert views[1][0] == ("hub", "a", 0, True)

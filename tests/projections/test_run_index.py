@@ -13,7 +13,7 @@ from engine.errors import InvalidArgument
 from events import StateRolledBack
 from projections import RUNNING, RunIndex, RunSummary
 from projections.immutable import PList
-from tests._helpers import REVIEW
+from tests._helpers import REVIEW, hub_history
 
 OTHER = Pipeline(
     "other", initial="a", transitions=[("a", "completed", "b"), ("a", "failed", "a")], final=["b"]
@@ -165,3 +165,25 @@ class TestRunSummary:
             clock.move_to(T0 + timedelta(seconds=90))
             run.finish("cancelled")
         assert engine.runs()[0].duration == 90.0
+
+
+class TestImplicitRoute:
+    @pytest.mark.parametrize("steps", [0, 1, 2, 3])
+    def test_a_run_taking_implicit_routes_is_summarised_as_one_recording_them(
+        self, engine: Engine, steps: int
+    ) -> None:
+        """State, attempts and failures read alike with implicit and recorded routes, and a
+        rollback lands in the same state (the route is a step; no route is an attempt)."""
+        seen = []
+        for explicit in (True, False):
+            run = hub_history(engine, explicit=explicit)
+            if steps:
+                run.rollback(steps)
+            summary = engine.project(run.id, RunIndex)
+            assert summary is not None
+            listed = {s.run_id: s for s in engine.runs()}[run.id]
+            assert (listed.state, listed.attempts) == (summary.state, summary.attempts)
+            seen.append((summary.state, summary.attempts, summary.failures))
+            assert summary.state == run.state
+        assert seen[0] == seen[1]
+        assert seen[1][1:] == (4, 1)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events import JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import lookup
 from projections.stack import Frame, Stack, StateStack
-from tests._helpers import REVIEW
+from tests._helpers import REVIEW, hub_table
 
 RID = uuid.UUID(int=1)
 PROJECTION = StateStack()
@@ -326,3 +326,72 @@ class TestStoredOddValues:
         top = fold(started(), stored).top
         assert top is not None
         assert (top.error, top.error_type) == (None, None)
+
+
+def hubbed(*, explicit: bool, count: int = 1, history: list[Event] | None = None) -> list[Event]:
+    """`count` rounds of: a completes, b fails, each routed from the hub (`hub_table`), the
+    route recorded (`explicit`) or taken implicitly by the outcome; after `history` if given."""
+    history = [started(hub_table(hub=True).to_dict())] if history is None else history
+    for _ in range(count):
+        for stage, make in (("a", done), ("b", fail)):
+            if explicit:
+                route = {"attempt": DECIDED, "outcome": stage}
+                history.append(done(len(history) + 1, "hub", **route))
+            history.append(make(len(history) + 1, stage))
+    return history
+
+
+def frame_view(stack: Stack) -> list[tuple[object, ...]]:
+    """Each frame but its version and time: state, stage, outcome, attempt, failed."""
+    return [(f.state, f.stage, f.outcome, f.attempt, f.failed) for f in stack.frames]
+
+
+def restored(stack: Stack, history: list[Event]) -> Stack:
+    """`stack` through a time-travel snapshot (strict JSON) and back, its frames remade."""
+
+    def source(gt: int, lte: int) -> Any:
+        return iter([e for e in history if gt < e.version <= lte])
+
+    data = json.loads(json.dumps(PROJECTION.snapshot(stack), allow_nan=False))
+    return PROJECTION.restore(data, source)
+
+
+class TestImplicitRoute:
+    @pytest.mark.parametrize("steps", [1, 2, 3, 4])
+    def test_an_implicit_route_pushes_the_frames_a_recorded_one_does(self, steps: int) -> None:
+        """Frames and the current state after implicit routes match recorded ones, rolled back
+        or not (the route is a frame of its own, decided: attempt 0)."""
+        stacks = []
+        for explicit in (True, False):
+            history = hubbed(explicit=explicit)
+            stacks.append(fold(*history, back(len(history) + 1, steps)))
+        assert frame_view(stacks[1]) == frame_view(stacks[0])
+        assert stacks[1].current == stacks[0].current
+        assert frame_view(fold(*hubbed(explicit=False)))[:2] == [
+            ("a", "hub", "a", DECIDED, False),
+            ("hub", "a", "completed", 1, False),
+        ]
+
+    def test_a_table_without_a_hub_pushes_one_frame_per_outcome(self) -> None:
+        """Without a declared hub no route frame is made for an outcome."""
+        table = hub_table(hub=False).to_dict()
+        stack = fold(started(table), done(2, "hub", attempt=DECIDED, outcome="a"), done(3, "a"))
+        assert [f.stage for f in stack.frames] == ["hub", "a"]
+
+    @pytest.mark.parametrize("steps", [1, 2, 3, 4])
+    def test_a_snapshot_restores_implicit_routes_and_lone_ones(self, steps: int) -> None:
+        """Restored from a snapshot, the frames are the folded ones: a route and its outcome
+        (two frames of one event), a route whose outcome was rolled back, across read pages."""
+        history = hubbed(explicit=False, count=100)
+        history.append(back(len(history) + 1, 1))  # b's outcome undone: its route stays alone
+        hubbed(explicit=False, count=40, history=history)
+        history.append(back(len(history) + 1, steps))
+        stack = fold(*history)
+        assert stack.hub is not None
+        assert len(stack.hub.lone) == 1 + steps % 2
+        again = restored(stack, history)
+        assert again.frames == stack.frames
+        assert again == stack
+        assert restored(again, history).frames == stack.frames
+        hubbed(explicit=False, count=1, history=history)
+        assert PROJECTION.fold(history[-2:], again) == fold(*history)

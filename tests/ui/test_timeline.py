@@ -21,7 +21,7 @@ from events import (
     RetryScheduled,
     StageCompleted,
 )
-from tests._helpers import REVIEW
+from tests._helpers import REVIEW, hub_history
 
 
 def _retried(run: Run) -> None:
@@ -133,6 +133,21 @@ class TestTimeline:
             ("fetch", "completed"),
             ("think", "rolled_back"),
         ]
+
+    @pytest.mark.parametrize("steps", [1, 2, 3, 4])
+    def test_a_rollback_counts_an_implicit_route_as_a_step(self, steps: int) -> None:
+        """Bars rolled back are the same whether the hub's routes were recorded or implicit."""
+        drawn = []
+        with Engine("memory://") as engine:
+            for explicit in (True, False):
+                run = hub_history(engine, explicit=explicit)
+                run.rollback(steps)
+                events = engine.events(run.id)
+                line = timeline(events, table=events[0].table)  # type: ignore[attr-defined]
+                drawn.append([(bar.stage, bar.attempt, bar.kind) for bar in line.bars])
+        assert drawn[0] == drawn[1]
+        kinds = [kind for _, _, kind in drawn[1]]
+        assert kinds.count("rolled_back") == {1: 1, 2: 2, 3: 2, 4: 3}[steps]  # 3: a route
 
     def test_times_are_seconds_from_the_first_event(self) -> None:
         """A started attempt spans start to outcome; one without a start ends at its outcome."""

@@ -546,10 +546,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         saved: dict[str, Any],
         retried: Sequence[Retried] = (),
     ) -> Steps:
-        """The hub's route to the node and the node's outcome carrying its writes (`saved`).
+        """The node's outcome carrying its writes (`saved`), the hub routing to it implicitly.
 
         Each attempt LangGraph's `RetryPolicy` `retried` comes first, as a supervised
-        retry reads: the route, its `StageFailed`, then the retry as a `RetryScheduled`.
+        retry reads: its `StageFailed`, then the retry as a `RetryScheduled`. A thread
+        whose table declares no hub (recorded before hubs were) records each route too.
         Empty when the task is not a node of the thread's table (or paused on an
         interrupt): its writes are then a `WritesSaved` of their own.
         """
@@ -558,10 +559,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if node is None or INTERRUPT in channels or thread.pipeline.next_state(HUB, node) is None:
             return []
         since = self._since(thread)
+        route = _routes(thread, node)
         retries: Steps = []
         for attempt in retried:
             took = (attempt.at - since).total_seconds()
-            retries += [route_to(node), _failed_attempt(node, attempt, took), _retry(node, attempt)]
+            retries += [*route, _failed_attempt(node, attempt, took), _retry(node, attempt)]
             since = attempt.at + timedelta(seconds=attempt.delay)
         duration = max(0.0, (utc_now() - since).total_seconds())
         carried = thread.node_carries(node, saved)
@@ -573,7 +575,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             error = errors[0] if isinstance(errors[0], BaseException) else repr(errors[0])
             return run.stage_failed(node, error, duration=duration, details=carried)
 
-        return [*retries, route_to(node), outcome]
+        return [*retries, *route, outcome]
 
     @contextlib.contextmanager
     def _in_order(
@@ -1170,6 +1172,12 @@ def _stored_id(field: str, value: Any) -> str:
             "which no store can hold",
         )
     return text
+
+
+def _routes(thread: Thread, node: str) -> Steps:
+    """The route events a node's outcome needs: none when the thread's table declares the hub
+    (the outcome takes the route implicitly), else the route (a thread recorded before)."""
+    return [] if thread.pipeline.hub == HUB else [route_to(node)]
 
 
 def route_to(node: str) -> Step:

@@ -3,11 +3,16 @@
 LangGraph decides at run time which node runs next, and parallel nodes of one
 super-step finish in any order, so no fixed row can say which node follows
 another. The table therefore has a hub state, ``__graph__``, the graph
-choosing its next node: ``(__graph__, node, node)`` routes to a node (a
-`StageCompleted` of stage ``__graph__`` whose outcome is the node's name),
-and the node's own outcome, ``completed`` or ``failed``, returns to the hub.
+choosing its next node: ``(__graph__, node, node)`` routes to a node, and the
+node's own outcome, ``completed`` or ``failed``, returns to the hub. The table
+declares ``__graph__`` its hub (`Pipeline`'s ``hub``), so a node's outcome
+recorded in the hub takes that route implicitly: one event per node run. (Threads
+recorded before hubs were declared hold each route as an event of its own, a
+decided `StageCompleted` of stage ``__graph__`` whose outcome is the node's name;
+their stored table declares no hub, so they read, and go on, as they were written.)
 Every rule of `engine.machine` then holds for any order LangGraph runs nodes in:
-an outcome names the current state, and each state has its rows.
+an outcome names the current state or a node the hub routes to, and each state
+has its rows.
 """
 
 from __future__ import annotations
@@ -36,4 +41,4 @@ def thread_pipeline(nodes: Iterable[str], graph_name: str | None = None) -> Pipe
     for node in names:
         rows += [(HUB, node, node), (node, "completed", HUB), (node, "failed", HUB)]
     name = PIPELINE_PREFIX if not graph_name else f"{PIPELINE_PREFIX}:{graph_name}"
-    return Pipeline(name, initial=HUB, transitions=rows, final=[END])
+    return Pipeline(name, initial=HUB, transitions=rows, final=[END], hub=HUB)

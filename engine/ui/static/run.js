@@ -46,11 +46,14 @@
   }
 
   // A frame's row never changes: the frame pushed by event v sits at the same depth
-  // in every stack that holds it. Rows are made once and reused as the slider moves.
+  // in every stack that holds it. Rows are made once and reused as the slider moves,
+  // known by version and stage (`frame_key`: an outcome that took a hub's implicit
+  // route pushed two frames, the hub's and its own).
   const frameRows = new Map();
 
   function frameRow(frame) {
-    let row = frameRows.get(frame.version);
+    const key = frame.version + ":" + frame.stage;
+    let row = frameRows.get(key);
     if (row) return row;
     row = document.createElement("tr");
     row.className = frame.failed ? "failed" : "completed";
@@ -63,7 +66,7 @@
     cell(row, frame.attempt, "num");
     cell(row, frame.took, "num");
     cell(row, frame.failed ? frame.error_type + ": " + frame.error : json(frame.result), "text");
-    frameRows.set(frame.version, row);
+    frameRows.set(key, row);
     return row;
   }
 
@@ -315,9 +318,9 @@
     // The report stores each distinct value once: put the view back together.
     const embedded = data.embedded;
     const listed = embedded.values[compact.stack.frames];
-    const frames = listed.map(function (version, index) {
+    const frames = listed.map(function (key, index) {
       return Object.assign({n: compact.stack.depth - listed.length + index + 1},
-        embedded.frames[version]);
+        embedded.frames[key]);
     });
     return {
       version: compact.version,
