@@ -62,6 +62,17 @@ COUNT_ROW_CHANGES = """() => {
 """Playwright: count the rows put into and taken out of the stack table from now on."""
 
 
+COUNT_ADDRESS_WRITES = """() => {
+  window.addressWrites = [];
+  const write = history.replaceState.bind(history);
+  history.replaceState = function (state, unused, address) {
+    window.addressWrites.push(address);
+    write(state, unused, address);
+  };
+}"""
+"""Playwright: record every address the page writes from now on."""
+
+
 def _attempts(engine: Engine, run_id: Any) -> int:
     return sum(isinstance(e, StageCompleted | StageFailed) for e in engine.events(run_id))
 
@@ -239,7 +250,7 @@ class TestRunPage:
         page.goto(f"{viewer.base}/runs/{str(run_id)[:8]}")
         page.wait_for_selector("body[data-ready='1']", state="attached")
         move_slider(page, 4)
-        assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
+        page.wait_for_url(f"{viewer.base}/runs/{run_id}?at=4")
         shared = page.url
         page.goto("about:blank")
         page.goto(shared)
@@ -249,6 +260,25 @@ class TestRunPage:
         assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == stack_rows(
             engine, run_id, 4
         )
+
+    def test_the_address_is_written_once_the_slider_rests(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Moves in quick succession leave the address alone; 300 ms after the last one drawn it
+        is written once, with that move's version."""
+        run_id = stocked.filled.busy
+        page.clock.install()
+        page.goto(f"{viewer.base}/runs/{run_id}?at=2")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        page.clock.pause_at(page.evaluate("() => Date.now()") + 1000)  # time flows no more
+        page.evaluate(COUNT_ADDRESS_WRITES)
+        for version in (3, 5, 4):
+            move_slider(page, version)
+        page.clock.run_for(299)
+        assert page.evaluate("() => window.addressWrites") == []
+        page.clock.run_for(2)
+        assert page.evaluate("() => window.addressWrites") == ["?at=4"]
+        assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
 
     def test_only_what_came_after_the_slider_fades(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any

@@ -294,7 +294,22 @@
 
   // The address says where the slider is, so a view can be shared: ?at=N on the
   // live page (which opens there), #at=N in the report (a file:// page keeps its query).
+  // It is written once the slider rests, ADDRESS_DELAY ms after the last move drawn:
+  // the browser's own process records every history.replaceState (at each step it
+  // cost more CPU than drawing the step), and it throttles a page that calls it
+  // hundreds of times in a few seconds, as a dragged slider would.
+  const ADDRESS_DELAY = 300;
+  let addressTimer = null;
+
   function remember(version) {
+    clearTimeout(addressTimer);
+    addressTimer = setTimeout(function () {
+      addressTimer = null;
+      writeAddress(version);
+    }, ADDRESS_DELAY);
+  }
+
+  function writeAddress(version) {
     if (data.embedded) {
       if (location.hash !== "#at=" + version) history.replaceState(null, "", "#at=" + version);
       return;
