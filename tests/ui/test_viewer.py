@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine import Engine
+from engine import Engine, Pipeline
 from engine.ui.gantt import LABELS
 from engine.ui.pages import WINDOW
 from events import StageCompleted, StageFailed
@@ -330,6 +330,29 @@ class TestRunPage:
         assert page.eval_on_selector("#gantt", "svg => svg.namespaceURI") == (
             "http://www.w3.org/2000/svg"
         )
+
+    def test_a_fetched_window_draws_a_stage_named_with_a_control_character(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """A window fetched as the slider moves far draws a stage whose name holds ESC (an XML
+        parser refuses the character), its row labelled with the name as recorded."""
+        name = "build \x1b[31m"
+        transitions = [(name, "failed", name), (name, "completed", "done")]
+        pipeline = Pipeline("esc", initial=name, transitions=transitions, final=["done"])
+        with Engine(stocked.url) as engine:
+            run = engine.start_run(pipeline)
+            for attempt in range(400):  # 801 events: the page opens on another window
+                run.stage_started(name)
+                run.stage_failed(name, f"error #{attempt}", error_type="Broken")
+        page.goto(f"{viewer.base}/runs/{run.id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        move_slider(page, 10)
+        assert page.inner_text("#window-span") == f"1\u2013{WINDOW}"
+        assert page.eval_on_selector_all(
+            "#gantt .row-label title", "titles => titles.map(t => t.textContent)"
+        ) == [name]
+        assert page.locator("#gantt rect.bar").count() == WINDOW // 2
+        assert page.get_attribute("body", "data-shown-version") == "10"
 
     def test_a_supervised_run_draws_its_retries(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any

@@ -215,6 +215,17 @@
     return version >= data.window.first && version <= data.window.last;
   }
 
+  // A window's SVG, drawn by the viewer with every text of the run escaped, is parsed
+  // by the HTML parser of an inert <template> (nothing in it runs or loads), as the page
+  // itself parses the first window: three to four times faster than DOMParser's XML
+  // parser on a window's 65 KB, and it reads what an XML parser refuses (a stage name
+  // with a control character).
+  function parsedDrawing(svg) {
+    const holder = document.createElement("template");
+    holder.innerHTML = svg;
+    return holder.content.firstElementChild;
+  }
+
   // Windows drawn lately, newest last, each with its drawing (a move back reuses it).
   const windows = [];
 
@@ -228,8 +239,7 @@
         {headers: {Accept: "application/json"}});
       if (!response.ok) throw new Error("the viewer answered " + response.status);
       const answer = await response.json();
-      const parsed = new DOMParser().parseFromString(answer.svg, "image/svg+xml");
-      shown = {answer: answer, drawing: document.importNode(parsed.documentElement, true)};
+      shown = {answer: answer, drawing: parsedDrawing(answer.svg)};
       delete answer.svg;
     } else {
       windows.splice(windows.indexOf(shown), 1);
