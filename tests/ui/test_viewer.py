@@ -73,6 +73,14 @@ COUNT_ADDRESS_WRITES = """() => {
 """Playwright: record every address the page writes from now on."""
 
 
+COUNT_RESULTS_CHANGES = """() => {
+  window.resultsChanges = 0;
+  new MutationObserver(function () { window.resultsChanges += 1; })
+    .observe(document.querySelector("#results tbody"), {childList: true});
+}"""
+"""Playwright: count the times the stage results table is drawn again from now on."""
+
+
 def _attempts(engine: Engine, run_id: Any) -> int:
     return sum(isinstance(e, StageCompleted | StageFailed) for e in engine.events(run_id))
 
@@ -200,6 +208,25 @@ class TestRunPage:
         page.evaluate(COUNT_ROW_CHANGES)
         move_slider(page, 251)  # a StageFailed: one frame more
         assert page.evaluate("() => window.rowChanges") == {"added": 1, "removed": 1}
+
+    def test_a_step_leaves_the_panels_it_does_not_change_alone(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """A step onto a StageStarted draws the stage results again only when they change:
+        not then (an attempt opened), and the next step's failure does."""
+        run_id = record_long(stocked.url, 150)
+        page.goto(f"{viewer.base}/runs/{run_id}?at=249")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        page.evaluate(COUNT_RESULTS_CHANGES)
+        move_slider(page, 250)  # a StageStarted: no result changes, a counter does
+        assert page.evaluate("() => window.resultsChanges") == 0
+        assert page.inner_text("#retries").count("open attempt") == 1
+        move_slider(page, 251)  # a StageFailed
+        assert page.evaluate("() => window.resultsChanges") == 1
+        shown = page.eval_on_selector_all("#results tbody tr", SHOWN_ROWS)
+        expected = engine.project(run_id, StageResults, at=251)
+        developer = next(row for row in shown if row[0] == "developer")
+        assert developer[1] == str(len(expected.by_stage["developer"]))
 
     def test_only_the_newest_stack_rows_are_drawn_until_scrolled_to(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any

@@ -285,14 +285,30 @@
     fade(version);
   }
 
+  // What a move left as it was is not drawn again: a step changes a stage's results
+  // or a counter, seldom the state; each part remembers what it drew last.
+  const drawnParts = new Map();
+
+  function changed(part, value) {
+    const text = JSON.stringify(value);
+    if (drawnParts.get(part) === text) return false;
+    drawnParts.set(part, text);
+    return true;
+  }
+
+  function setText(id, text) {
+    const element = document.getElementById(id);
+    if (element.textContent !== text) element.textContent = text;
+  }
+
   function draw(view, requested) {
     const summary = view.summary || {};
-    document.getElementById("current-state").textContent = view.stack.current || "";
-    document.getElementById("current-status").textContent = summary.status || "";
+    setText("current-state", view.stack.current || "");
+    setText("current-status", summary.status || "");
     drawStack(view.stack);
-    drawResults(view.results);
-    drawCounters(view);
-    highlight(view.stack.current);
+    if (changed("results", view.results)) drawResults(view.results);
+    if (changed("counters", [view.retries, view.progress])) drawCounters(view);
+    if (changed("state", view.stack.current)) highlight(view.stack.current);
     mark(view.version, requested);
     let text = "after event " + view.version + " of " + view.last_version + ": " + view.kind;
     if (view.version !== requested) text += " (nearest embedded version to " + requested + ")";
