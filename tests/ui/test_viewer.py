@@ -334,8 +334,25 @@ class TestRunPage:
         rows = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
         assert rows
         for row in rows:
-            tip = page.text_content(f"#gantt rect.bar[data-version='{row[1]}'] title")
+            tip = page.get_attribute(f"#gantt rect.bar[data-version='{row[1]}']", "aria-label")
             assert f", {row[6]}, event {row[1]}" in (tip or ""), row
+
+    def test_a_bar_s_tooltip_is_made_when_the_pointer_comes_over_it(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """No bar has a <title> until the pointer is over it; then it has its label as one,
+        in a window drawn with the page and in one fetched as the slider moved."""
+        run_id = record_long(stocked.url, 700)  # 1,403 events: a window is fetched
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        for version in (1403, 10):
+            move_slider(page, version)
+            assert page.locator("#gantt [data-version] title").count() == 0
+            bar = page.locator("#gantt rect.bar").nth(5)
+            bar.hover(force=True)
+            label = bar.get_attribute("aria-label")
+            assert "attempt" in (label or "")
+            assert bar.locator("title").text_content() == label
 
     def test_the_timeline_is_a_window_that_follows_the_slider(
         self, viewer: Served, stocked: Stocked, page: Any

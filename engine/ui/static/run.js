@@ -226,6 +226,18 @@
     return holder.content.firstElementChild;
   }
 
+  // A bar's or a marker's text is its aria-label; its tooltip, a <title>, is made when
+  // the pointer first comes over it (a window would otherwise parse and style hundreds).
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  function tooltip(event) {
+    const shape = event.target.closest("#gantt [data-version][aria-label]");
+    if (!shape || shape.querySelector("title")) return;
+    const title = document.createElementNS(SVG_NS, "title");
+    title.textContent = shape.getAttribute("aria-label");
+    shape.appendChild(title);
+  }
+
   // Windows drawn lately, newest last, each with its drawing (a move back reuses it).
   const windows = [];
 
@@ -426,6 +438,7 @@
 
   slider.addEventListener("input", function () { show(Number(slider.value)); });
   stackPanel.addEventListener("scroll", showOlderRows, {passive: true});
+  document.getElementById("gantt-box").addEventListener("pointerover", tooltip);
   document.getElementById("prev").addEventListener("click", function () { step(-1); });
   document.getElementById("next").addEventListener("click", function () { step(1); });
   bindEvents();
