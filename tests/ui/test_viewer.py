@@ -324,6 +324,22 @@ class TestRunPage:
             assert sorted(faded) == sorted(v for v in drawn if v > version), version
         screenshot(page, "busy-at-last")
 
+    def test_a_window_drawn_again_fades_exactly_what_came_after_the_slider(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Back in a window the page drew before (faded then at another version), exactly the
+        bars and markers after the slider's version are faded."""
+        run_id = record_long(stocked.url, 700)  # 1,403 events: windows 1-600 and 804-1403
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        versions = "els => els.map(e => Number(e.dataset.version))"
+        for version in (900, 10, 1300, 5, 400, 1403):
+            move_slider(page, version)
+            faded = page.eval_on_selector_all("#gantt .later", versions)
+            drawn = page.eval_on_selector_all("#gantt [data-version]", versions)
+            assert min(drawn) <= version <= max(drawn)
+            assert sorted(faded) == sorted(v for v in drawn if v > version), version
+
     def test_an_attempt_has_one_duration_in_the_stack_and_the_timeline(
         self, viewer: Served, stocked: Stocked, page: Any
     ) -> None:

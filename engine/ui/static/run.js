@@ -178,35 +178,46 @@
   }
 
   // The timeline draws a window of the run's events around the slider: its bars and
-  // markers, sorted by version, are marked "later" past the slider's version.
-  let drawn = [];
-  let drawnUpTo = 0;
+  // markers, sorted by version, are marked "later" past the slider's version. Each
+  // drawing keeps its index and the version it is faded to, so a window shown again is
+  // not indexed again, and a move changes only the elements between two versions.
+  const indexes = new WeakMap();
+  let drawn = null;  // the index of the drawing shown
 
   function indexTimeline() {
-    drawn = Array.from(document.querySelectorAll("#gantt [data-version]"));
-    drawn.sort(function (a, b) { return Number(a.dataset.version) - Number(b.dataset.version); });
-    drawn.forEach(function (element) { element.classList.remove("later"); });
-    drawnUpTo = Infinity;
+    const drawing = document.getElementById("gantt");
+    drawn = indexes.get(drawing);
+    if (drawn) return;
+    const pairs = Array.from(drawing.querySelectorAll("[data-version]"), function (element) {
+      return [Number(element.dataset.version), element];
+    });
+    pairs.sort(function (a, b) { return a[0] - b[0]; });
+    drawn = {
+      versions: pairs.map(function (pair) { return pair[0]; }),
+      elements: pairs.map(function (pair) { return pair[1]; }),
+      fadedTo: Infinity,  // as drawn by the viewer: nothing faded
+    };
+    indexes.set(drawing, drawn);
   }
 
   function fade(version) {
-    // Only the elements between the previous version and this one change.
-    const low = Math.min(version, drawnUpTo);
-    const high = Math.max(version, drawnUpTo);
-    for (let index = firstAbove(low); index < drawn.length; index++) {
-      const at = Number(drawn[index].dataset.version);
-      if (at > high) break;
-      drawn[index].classList.toggle("later", at > version);
+    const low = Math.min(version, drawn.fadedTo);
+    const high = Math.max(version, drawn.fadedTo);
+    const versions = drawn.versions;
+    for (let index = firstAbove(low); index < versions.length; index++) {
+      if (versions[index] > high) break;
+      drawn.elements[index].classList.toggle("later", versions[index] > version);
     }
-    drawnUpTo = version;
+    drawn.fadedTo = version;
   }
 
   function firstAbove(version) {
+    const versions = drawn.versions;
     let low = 0;
-    let high = drawn.length;
+    let high = versions.length;
     while (low < high) {
       const middle = (low + high) >> 1;
-      if (Number(drawn[middle].dataset.version) > version) high = middle; else low = middle + 1;
+      if (versions[middle] > version) high = middle; else low = middle + 1;
     }
     return low;
   }
