@@ -85,13 +85,23 @@ class Piece:
     x1: float
     idle: bool
     pad: float = 0.0
+    _inner: tuple[float, float, float] = attrs.field(init=False, repr=False, eq=False)
+    """Where the stretch's room begins, its width and its length in seconds (0: an
+    instant), worked out once: a window's drawing asks for a thousand places."""
+
+    @_inner.default
+    def _room(self) -> tuple[float, float, float]:
+        inner0, inner1 = self.x0 + self.pad / 2, self.x1 - self.pad / 2
+        if self.end <= self.start:
+            return (inner0 + inner1) / 2, 0.0, 0.0
+        return inner0, inner1 - inner0, self.end - self.start
 
     def x(self, at: float) -> float:
         """Where `at` (within the stretch) is drawn."""
-        inner0, inner1 = self.x0 + self.pad / 2, self.x1 - self.pad / 2
-        if self.end <= self.start:
-            return (inner0 + inner1) / 2
-        return inner0 + (at - self.start) / (self.end - self.start) * (inner1 - inner0)
+        inner0, width, seconds = self._inner
+        if not seconds:
+            return inner0
+        return inner0 + (at - self.start) / seconds * width
 
 
 @attrs.frozen
@@ -110,12 +120,16 @@ class Axis:
 
     def x(self, at: float) -> float:
         """Where the time `at` (seconds from the run's start) is drawn."""
-        # The first stretch that reaches `at`...
-        index = min(bisect.bisect_left(self.ends, at), len(self.pieces) - 1)
-        piece = self.pieces[index]
-        if piece.idle and index + 1 < len(self.pieces) and self.pieces[index + 1].start <= at:
-            piece = self.pieces[index + 1]  # ...or the activity that begins where a gap ends
-        return piece.x(min(max(at, piece.start), piece.end))
+        pieces = self.pieces
+        if len(pieces) == 1:  # no idle stretch: the common case
+            piece = pieces[0]
+        else:  # the first stretch that reaches `at`...
+            index = min(bisect.bisect_left(self.ends, at), len(pieces) - 1)
+            piece = pieces[index]
+            if piece.idle and index + 1 < len(pieces) and pieces[index + 1].start <= at:
+                piece = pieces[index + 1]  # ...or the activity that begins where a gap ends
+        start, end = piece.start, piece.end
+        return piece.x(start if at < start else end if at > end else at)
 
 
 def axis(line: Timeline) -> Axis:
