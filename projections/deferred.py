@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import operator
-import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar, overload
 
@@ -190,12 +189,11 @@ def _totals(text: str) -> tuple[int, int]:
     ranges = text.count(",") + 1
     if "+" not in text:
         return sum(map(int, text.split(","))), ranges
-    extras = sum(map(int, _EXTRA.findall(text)))
-    return sum(map(int, _NUMBERS.split(text))), ranges + extras
-
-
-_EXTRA = re.compile(r"\+([0-9]+)")
-_NUMBERS = re.compile(r"[,+]")
+    # Every number summed (a str.split, not a regular expression's: a third of the time
+    # on a 200,000-event run's stack); each range's extra versions follow a "+".
+    newest = sum(map(int, text.replace("+", ",").split(",")))
+    extras = sum(int(part.partition(",")[0]) for part in text.split("+")[1:])
+    return newest, ranges + extras
 
 
 def _unpack(text: str) -> Ranges:
