@@ -26,7 +26,7 @@ from events.table import Lookup, as_rows, from_rows, lookup, took_implicit_route
 from events.values import evolve, maker
 from projections.base import EventSource, Projection, on
 from projections.errors import ProjectionError
-from projections.immutable import Cons, Deferred, PList
+from projections.immutable import RUN_CELLS, Cons, Deferred, PList
 
 RUNNING = "running"
 """The status of a run that has not finished."""
@@ -275,12 +275,23 @@ def _states(data: dict[str, Any]) -> PList[str]:
     size = data["state_count"]
     if not size:
         return PList()
-    packed = PackedRuns(data["state_names"], data["state_codes"])
+    return PList.deferred(
+        _deferred_states(PackedRuns(data["state_names"], data["state_codes"]), size)
+    )
 
-    def unpack() -> Cons[str]:
-        return PList.of_runs(list(packed)).cells
 
-    return PList.deferred(Deferred(unpack, size, about=packed))
+def _deferred_states(packed: PackedRuns, size: int) -> Deferred[str]:
+    """The `size` states of `packed`, made `RUN_CELLS` at a time from the newest end when
+    first walked: a rollback after a restore reads the few it pops, not the whole text."""
+
+    def load() -> Cons[str]:
+        items, below = packed.newest(RUN_CELLS)
+        cells: Cons[str] = None if below is None else _deferred_states(below, size - len(items))
+        for item in reversed(items):  # items are newest first
+            cells = (item, cells)
+        return cells
+
+    return Deferred(load, size, about=packed)
 
 
 def pack_states(runs: Iterable[tuple[str, int]]) -> tuple[list[str], str]:
@@ -297,18 +308,49 @@ def pack_states(runs: Iterable[tuple[str, int]]) -> tuple[list[str], str]:
 
 
 class PackedRuns:
-    """The runs `pack_states` packed, unpacked only when iterated (a rollback walks them)."""
+    """The runs `pack_states` packed, unpacked only when iterated or read from the newest end.
 
-    __slots__ = ("codes", "names")
+    They are ``codes[:end]`` and then `newest`, a run split by a read of the newest
+    states (the runs below a page share the codes read, not a copy of them).
+    """
 
-    def __init__(self, names: list[str], codes: str) -> None:
-        self.names, self.codes = names, codes
+    __slots__ = ("codes", "end", "names", "newest_code")
+
+    def __init__(
+        self, names: list[str], codes: str, *, end: int | None = None, newest: str = ""
+    ) -> None:
+        self.names, self.codes, self.newest_code = names, codes, newest
+        self.end = len(codes) if end is None else end
 
     def __iter__(self) -> Iterator[tuple[str, int]]:
         names = self.names
-        for code in self.codes.split(","):
+        text = self.codes if self.end == len(self.codes) else self.codes[: self.end]
+        codes = text.split(",") if text else []
+        if self.newest_code:
+            codes.append(self.newest_code)
+        for code in codes:
             index, _, count = code.partition("*")
             yield names[int(index)], int(count) if count else 1
+
+    def newest(self, most: int) -> tuple[list[str], PackedRuns | None]:
+        """The newest `most` states (newest first) and the runs below them (None: none),
+        reading the codes backwards from their end."""
+        names, text, end = self.names, self.codes, self.end
+        code: str | None = self.newest_code or None
+        items: list[str] = []
+        while len(items) < most and (code is not None or end > 0):
+            if code is None:  # the next run back in the codes
+                start = text.rfind(",", 0, end) + 1
+                code, end = text[start:end], max(start - 1, 0)
+            index, _, count = code.partition("*")
+            times = int(count) if count else 1
+            take = min(times, most - len(items))
+            items += [names[int(index)]] * take
+            left = times - take
+            code = None if not left else index if left == 1 else f"{index}*{left}"
+        if code is None and end <= 0:
+            return items, None
+        return items, PackedRuns(names, text, end=end, newest=code or "")
 
 
 def _touch(summary: RunSummary, event: Event, **changes: Any) -> RunSummary:

@@ -153,6 +153,17 @@ def _absolute(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 class TestNewestRanges:
+    @given(_RANGES)
+    def test_any_ranges_count_their_versions_and_end_at_their_newest(
+        self, ranges: list[tuple[int, int]]
+    ) -> None:
+        """Packed ranges, with or without ranges of several versions, count every version they
+        hold, and their newest version is the last range's end."""
+        packed = unpack_ranges(pack_ranges(ranges))
+        assert packed.versions == sum(high - low + 1 for low, high in ranges)
+        if ranges:
+            assert packed.newest(1)[0] == [(ranges[-1][1], ranges[-1][1])]
+
     @given(_RANGES, st.integers(1, 7))
     def test_pages_from_the_newest_end_hold_every_version_once(
         self, ranges: list[tuple[int, int]], most: int

@@ -7,12 +7,15 @@ from typing import Any
 import attrs
 import pytest
 from freezegun import freeze_time
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import Engine, Pipeline
 from engine.errors import InvalidArgument
 from events import StateRolledBack
 from projections import RUNNING, RunIndex, RunSummary
 from projections.immutable import PList
+from projections.run_index import _states, pack_states
 from tests._helpers import REVIEW, hub_history
 
 OTHER = Pipeline(
@@ -157,6 +160,34 @@ class TestRunSummary:
         rolled = index.apply(decoded, back)
         assert rolled is not None
         assert (rolled.state, len(rolled.states)) == ("a\\,*1", 3)
+
+    @given(
+        st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 1500)), max_size=8),
+        st.integers(0, 5000),
+    )
+    def test_a_stored_stack_reads_back_from_its_newest_end(
+        self, runs: list[tuple[str, int]], popped: int
+    ) -> None:
+        """A decoded stack of states, popped any number of times, holds the states below them
+        and packs again to those states, whatever pages its runs were split across."""
+        names, codes = pack_states(runs)
+        states = [name for name, count in runs for _ in range(count)]
+        data = {"state_names": names, "state_codes": codes, "state_count": len(states)}
+        stack = _states(data).pop(popped)
+        left = states[: max(len(states) - popped, 0)]
+        assert list(stack) == left
+        assert [name for name, count in stack.runs() for _ in range(count)] == left
+        assert list(_states(data)) == states
+
+    def test_a_rollback_after_a_restore_reads_only_the_newest_states(self) -> None:
+        """Popping a few states of a deep stored stack leaves the older runs packed, unread."""
+        runs = [("ab"[n % 2], 1 + n % 3) for n in range(20_000)]
+        names, codes = pack_states(runs)
+        data = {"state_names": names, "state_codes": codes, "state_count": 40_000}
+        stack = _states(data).pop(3)
+        tail = [cells for item, cells in stack.newest_cells() if cells is not None]
+        (deferred,) = tail
+        assert len(codes) - 10_000 < deferred.about.end < len(codes)  # one page read
 
     def test_duration_runs_to_the_finish(self, engine: Engine) -> None:
         """duration is finished - started for a finished run."""

@@ -77,7 +77,7 @@ class TestOfflineReport:
         path.write_text(build_report(engine, run_id).html)
         offline(page, path)
         move_slider(page, 4)
-        assert page.url == path.as_uri() + "#at=4"
+        page.wait_for_url(path.as_uri() + "#at=4")
         page.goto("about:blank")
         page.goto(path.as_uri() + "#at=4")
         page.wait_for_selector("body[data-ready='1']", state="attached")

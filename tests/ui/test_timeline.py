@@ -12,7 +12,7 @@ from freezegun import freeze_time
 from engine import Engine, Run
 from engine.integrations.langgraph.table import HUB, thread_pipeline
 from engine.ui import gantt
-from engine.ui.timeline import Timeline, attempt_seconds, timeline
+from engine.ui.timeline import Marker, Timeline, attempt_seconds, timeline
 from events import (
     DECIDED,
     CircuitClosed,
@@ -207,8 +207,30 @@ class TestOneDuration:
         (bar,) = line.bars
         assert (bar.start, bar.end, bar.seconds) == (18.0, 30.0, 12.0)
         svg = ElementTree.fromstring(str(gantt.draw(line).svg))
-        titles = [t.text or "" for t in svg.iter(f"{SVG}title")]
-        assert any(f", {attempt_seconds(12.0)}, event 3" in title for title in titles)
+        (drawn,) = [rect for rect in svg.iter(f"{SVG}rect") if rect.get("data-version") == "3"]
+        assert drawn.get("aria-label", "").endswith(f", {attempt_seconds(12.0)}, event 3")
+
+
+class TestTooltips:
+    def test_bars_and_markers_carry_their_text_as_a_label_not_an_element(self) -> None:
+        """Each bar and marker says what it was in its aria-label; no <title> is drawn for them
+        (the page makes one when the pointer comes over it)."""
+        _, svg = _drawn(_breaker_wait)
+        shapes = [e for e in svg.iter() if e.get("data-version") is not None]
+        assert shapes
+        assert all(shape.get("aria-label") for shape in shapes)
+        assert all(shape.find(f"{SVG}title") is None for shape in shapes)
+
+    def test_a_shared_marker_lists_each_decision_on_its_own_line(self) -> None:
+        """Decisions past the last lane share a marker; its label keeps one line per decision."""
+        markers = tuple(Marker("retry", 0.0, version, f"retry {version}") for version in range(8))
+        line = Timeline(("build",), (), markers, (0.0,) * 8)
+        svg = ElementTree.fromstring(str(gantt.draw(line).svg))
+        labels = [p.get("aria-label", "") for p in svg.iter(f"{SVG}path") if p.get("data-versions")]
+        shared = [label.split("\n") for label in labels if "\n" in label]
+        assert shared
+        assert all(line.endswith(")") and "(event " in line for lines in shared for line in lines)
+        assert sum(len(lines) for lines in shared) + len(labels) - len(shared) == 8
 
 
 class TestDrawing:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine import Engine
+from engine import Engine, Pipeline
 from engine.ui.gantt import LABELS
 from engine.ui.pages import WINDOW
 from events import StageCompleted, StageFailed
@@ -60,6 +60,25 @@ COUNT_ROW_CHANGES = """() => {
   }).observe(document.querySelector("#stack tbody"), {childList: true});
 }"""
 """Playwright: count the rows put into and taken out of the stack table from now on."""
+
+
+COUNT_ADDRESS_WRITES = """() => {
+  window.addressWrites = [];
+  const write = history.replaceState.bind(history);
+  history.replaceState = function (state, unused, address) {
+    window.addressWrites.push(address);
+    write(state, unused, address);
+  };
+}"""
+"""Playwright: record every address the page writes from now on."""
+
+
+COUNT_RESULTS_CHANGES = """() => {
+  window.resultsChanges = 0;
+  new MutationObserver(function () { window.resultsChanges += 1; })
+    .observe(document.querySelector("#results tbody"), {childList: true});
+}"""
+"""Playwright: count the times the stage results table is drawn again from now on."""
 
 
 def _attempts(engine: Engine, run_id: Any) -> int:
@@ -190,6 +209,25 @@ class TestRunPage:
         move_slider(page, 251)  # a StageFailed: one frame more
         assert page.evaluate("() => window.rowChanges") == {"added": 1, "removed": 1}
 
+    def test_a_step_leaves_the_panels_it_does_not_change_alone(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """A step onto a StageStarted draws the stage results again only when they change:
+        not then (an attempt opened), and the next step's failure does."""
+        run_id = record_long(stocked.url, 150)
+        page.goto(f"{viewer.base}/runs/{run_id}?at=249")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        page.evaluate(COUNT_RESULTS_CHANGES)
+        move_slider(page, 250)  # a StageStarted: no result changes, a counter does
+        assert page.evaluate("() => window.resultsChanges") == 0
+        assert page.inner_text("#retries").count("open attempt") == 1
+        move_slider(page, 251)  # a StageFailed
+        assert page.evaluate("() => window.resultsChanges") == 1
+        shown = page.eval_on_selector_all("#results tbody tr", SHOWN_ROWS)
+        expected = engine.project(run_id, StageResults, at=251)
+        developer = next(row for row in shown if row[0] == "developer")
+        assert developer[1] == str(len(expected.by_stage["developer"]))
+
     def test_only_the_newest_stack_rows_are_drawn_until_scrolled_to(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
     ) -> None:
@@ -239,7 +277,7 @@ class TestRunPage:
         page.goto(f"{viewer.base}/runs/{str(run_id)[:8]}")
         page.wait_for_selector("body[data-ready='1']", state="attached")
         move_slider(page, 4)
-        assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
+        page.wait_for_url(f"{viewer.base}/runs/{run_id}?at=4")
         shared = page.url
         page.goto("about:blank")
         page.goto(shared)
@@ -249,6 +287,25 @@ class TestRunPage:
         assert page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS) == stack_rows(
             engine, run_id, 4
         )
+
+    def test_the_address_is_written_once_the_slider_rests(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Moves in quick succession leave the address alone; 300 ms after the last one drawn it
+        is written once, with that move's version."""
+        run_id = stocked.filled.busy
+        page.clock.install()
+        page.goto(f"{viewer.base}/runs/{run_id}?at=2")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        page.clock.pause_at(page.evaluate("() => Date.now()") + 1000)  # time flows no more
+        page.evaluate(COUNT_ADDRESS_WRITES)
+        for version in (3, 5, 4):
+            move_slider(page, version)
+        page.clock.run_for(299)
+        assert page.evaluate("() => window.addressWrites") == []
+        page.clock.run_for(2)
+        assert page.evaluate("() => window.addressWrites") == ["?at=4"]
+        assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
 
     def test_only_what_came_after_the_slider_fades(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
@@ -267,6 +324,22 @@ class TestRunPage:
             assert sorted(faded) == sorted(v for v in drawn if v > version), version
         screenshot(page, "busy-at-last")
 
+    def test_a_window_drawn_again_fades_exactly_what_came_after_the_slider(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Back in a window the page drew before (faded then at another version), exactly the
+        bars and markers after the slider's version are faded."""
+        run_id = record_long(stocked.url, 700)  # 1,403 events: windows 1-600 and 804-1403
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        versions = "els => els.map(e => Number(e.dataset.version))"
+        for version in (900, 10, 1300, 5, 400, 1403):
+            move_slider(page, version)
+            faded = page.eval_on_selector_all("#gantt .later", versions)
+            drawn = page.eval_on_selector_all("#gantt [data-version]", versions)
+            assert min(drawn) <= version <= max(drawn)
+            assert sorted(faded) == sorted(v for v in drawn if v > version), version
+
     def test_an_attempt_has_one_duration_in_the_stack_and_the_timeline(
         self, viewer: Served, stocked: Stocked, page: Any
     ) -> None:
@@ -277,8 +350,25 @@ class TestRunPage:
         rows = page.eval_on_selector_all("#stack tbody tr", SHOWN_ROWS)
         assert rows
         for row in rows:
-            tip = page.text_content(f"#gantt rect.bar[data-version='{row[1]}'] title")
+            tip = page.get_attribute(f"#gantt rect.bar[data-version='{row[1]}']", "aria-label")
             assert f", {row[6]}, event {row[1]}" in (tip or ""), row
+
+    def test_a_bar_s_tooltip_is_made_when_the_pointer_comes_over_it(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """No bar has a <title> until the pointer is over it; then it has its label as one,
+        in a window drawn with the page and in one fetched as the slider moved."""
+        run_id = record_long(stocked.url, 700)  # 1,403 events: a window is fetched
+        page.goto(f"{viewer.base}/runs/{run_id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        for version in (1403, 10):
+            move_slider(page, version)
+            assert page.locator("#gantt [data-version] title").count() == 0
+            bar = page.locator("#gantt rect.bar").nth(5)
+            bar.hover(force=True)
+            label = bar.get_attribute("aria-label")
+            assert "attempt" in (label or "")
+            assert bar.locator("title").text_content() == label
 
     def test_the_timeline_is_a_window_that_follows_the_slider(
         self, viewer: Served, stocked: Stocked, page: Any
@@ -300,6 +390,29 @@ class TestRunPage:
         assert page.eval_on_selector("#gantt", "svg => svg.namespaceURI") == (
             "http://www.w3.org/2000/svg"
         )
+
+    def test_a_fetched_window_draws_a_stage_named_with_a_control_character(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """A window fetched as the slider moves far draws a stage whose name holds ESC (an XML
+        parser refuses the character), its row labelled with the name as recorded."""
+        name = "build \x1b[31m"
+        transitions = [(name, "failed", name), (name, "completed", "done")]
+        pipeline = Pipeline("esc", initial=name, transitions=transitions, final=["done"])
+        with Engine(stocked.url) as engine:
+            run = engine.start_run(pipeline)
+            for attempt in range(400):  # 801 events: the page opens on another window
+                run.stage_started(name)
+                run.stage_failed(name, f"error #{attempt}", error_type="Broken")
+        page.goto(f"{viewer.base}/runs/{run.id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        move_slider(page, 10)
+        assert page.inner_text("#window-span") == f"1\u2013{WINDOW}"
+        assert page.eval_on_selector_all(
+            "#gantt .row-label title", "titles => titles.map(t => t.textContent)"
+        ) == [name]
+        assert page.locator("#gantt rect.bar").count() == WINDOW // 2
+        assert page.get_attribute("body", "data-shown-version") == "10"
 
     def test_a_supervised_run_draws_its_retries(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any

@@ -181,41 +181,75 @@
   }
 
   // The timeline draws a window of the run's events around the slider: its bars and
-  // markers, sorted by version, are marked "later" past the slider's version.
-  let drawn = [];
-  let drawnUpTo = 0;
+  // markers, sorted by version, are marked "later" past the slider's version. Each
+  // drawing keeps its index and the version it is faded to, so a window shown again is
+  // not indexed again, and a move changes only the elements between two versions.
+  const indexes = new WeakMap();
+  let drawn = null;  // the index of the drawing shown
 
   function indexTimeline() {
-    drawn = Array.from(document.querySelectorAll("#gantt [data-version]"));
-    drawn.sort(function (a, b) { return Number(a.dataset.version) - Number(b.dataset.version); });
-    drawn.forEach(function (element) { element.classList.remove("later"); });
-    drawnUpTo = Infinity;
+    const drawing = document.getElementById("gantt");
+    drawn = indexes.get(drawing);
+    if (drawn) return;
+    const pairs = Array.from(drawing.querySelectorAll("[data-version]"), function (element) {
+      return [Number(element.dataset.version), element];
+    });
+    pairs.sort(function (a, b) { return a[0] - b[0]; });
+    drawn = {
+      versions: pairs.map(function (pair) { return pair[0]; }),
+      elements: pairs.map(function (pair) { return pair[1]; }),
+      fadedTo: Infinity,  // as drawn by the viewer: nothing faded
+    };
+    indexes.set(drawing, drawn);
   }
 
   function fade(version) {
-    // Only the elements between the previous version and this one change.
-    const low = Math.min(version, drawnUpTo);
-    const high = Math.max(version, drawnUpTo);
-    for (let index = firstAbove(low); index < drawn.length; index++) {
-      const at = Number(drawn[index].dataset.version);
-      if (at > high) break;
-      drawn[index].classList.toggle("later", at > version);
+    const low = Math.min(version, drawn.fadedTo);
+    const high = Math.max(version, drawn.fadedTo);
+    const versions = drawn.versions;
+    for (let index = firstAbove(low); index < versions.length; index++) {
+      if (versions[index] > high) break;
+      drawn.elements[index].classList.toggle("later", versions[index] > version);
     }
-    drawnUpTo = version;
+    drawn.fadedTo = version;
   }
 
   function firstAbove(version) {
+    const versions = drawn.versions;
     let low = 0;
-    let high = drawn.length;
+    let high = versions.length;
     while (low < high) {
       const middle = (low + high) >> 1;
-      if (Number(drawn[middle].dataset.version) > version) high = middle; else low = middle + 1;
+      if (versions[middle] > version) high = middle; else low = middle + 1;
     }
     return low;
   }
 
   function inWindow(version) {
     return version >= data.window.first && version <= data.window.last;
+  }
+
+  // A window's SVG, drawn by the viewer with every text of the run escaped, is parsed
+  // by the HTML parser of an inert <template> (nothing in it runs or loads), as the page
+  // itself parses the first window: three to four times faster than DOMParser's XML
+  // parser on a window's 65 KB, and it reads what an XML parser refuses (a stage name
+  // with a control character).
+  function parsedDrawing(svg) {
+    const holder = document.createElement("template");
+    holder.innerHTML = svg;
+    return holder.content.firstElementChild;
+  }
+
+  // A bar's or a marker's text is its aria-label; its tooltip, a <title>, is made when
+  // the pointer first comes over it (a window would otherwise parse and style hundreds).
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  function tooltip(event) {
+    const shape = event.target.closest("#gantt [data-version][aria-label]");
+    if (!shape || shape.querySelector("title")) return;
+    const title = document.createElementNS(SVG_NS, "title");
+    title.textContent = shape.getAttribute("aria-label");
+    shape.appendChild(title);
   }
 
   // Windows drawn lately, newest last, each with its drawing (a move back reuses it).
@@ -231,8 +265,7 @@
         {headers: {Accept: "application/json"}});
       if (!response.ok) throw new Error("the viewer answered " + response.status);
       const answer = await response.json();
-      const parsed = new DOMParser().parseFromString(answer.svg, "image/svg+xml");
-      shown = {answer: answer, drawing: document.importNode(parsed.documentElement, true)};
+      shown = {answer: answer, drawing: parsedDrawing(answer.svg)};
       delete answer.svg;
     } else {
       windows.splice(windows.indexOf(shown), 1);
@@ -278,14 +311,30 @@
     fade(version);
   }
 
+  // What a move left as it was is not drawn again: a step changes a stage's results
+  // or a counter, seldom the state; each part remembers what it drew last.
+  const drawnParts = new Map();
+
+  function changed(part, value) {
+    const text = JSON.stringify(value);
+    if (drawnParts.get(part) === text) return false;
+    drawnParts.set(part, text);
+    return true;
+  }
+
+  function setText(id, text) {
+    const element = document.getElementById(id);
+    if (element.textContent !== text) element.textContent = text;
+  }
+
   function draw(view, requested) {
     const summary = view.summary || {};
-    document.getElementById("current-state").textContent = view.stack.current || "";
-    document.getElementById("current-status").textContent = summary.status || "";
+    setText("current-state", view.stack.current || "");
+    setText("current-status", summary.status || "");
     drawStack(view.stack);
-    drawResults(view.results);
-    drawCounters(view);
-    highlight(view.stack.current);
+    if (changed("results", view.results)) drawResults(view.results);
+    if (changed("counters", [view.retries, view.progress])) drawCounters(view);
+    if (changed("state", view.stack.current)) highlight(view.stack.current);
     mark(view.version, requested);
     let text = "after event " + view.version + " of " + view.last_version + ": " + view.kind;
     if (view.version !== requested) text += " (nearest embedded version to " + requested + ")";
@@ -297,7 +346,22 @@
 
   // The address says where the slider is, so a view can be shared: ?at=N on the
   // live page (which opens there), #at=N in the report (a file:// page keeps its query).
+  // It is written once the slider rests, ADDRESS_DELAY ms after the last move drawn:
+  // the browser's own process records every history.replaceState (at each step it
+  // cost more CPU than drawing the step), and it throttles a page that calls it
+  // hundreds of times in a few seconds, as a dragged slider would.
+  const ADDRESS_DELAY = 300;
+  let addressTimer = null;
+
   function remember(version) {
+    clearTimeout(addressTimer);
+    addressTimer = setTimeout(function () {
+      addressTimer = null;
+      writeAddress(version);
+    }, ADDRESS_DELAY);
+  }
+
+  function writeAddress(version) {
     if (data.embedded) {
       if (location.hash !== "#at=" + version) history.replaceState(null, "", "#at=" + version);
       return;
@@ -388,6 +452,7 @@
 
   slider.addEventListener("input", function () { show(Number(slider.value)); });
   stackPanel.addEventListener("scroll", showOlderRows, {passive: true});
+  document.getElementById("gantt-box").addEventListener("pointerover", tooltip);
   document.getElementById("prev").addEventListener("click", function () { step(-1); });
   document.getElementById("next").addEventListener("click", function () { step(1); });
   bindEvents();
