@@ -125,6 +125,8 @@ class _Builder:
     moves: Lookup = attrs.Factory(dict)
     state: str | None = None
     """The run's state after the newest outcome drawn (None: not known in this window)."""
+    left: list[str] = attrs.Factory(list)
+    """The state each step of `pushed` left (a rollback of it returns there)."""
 
     def row(self, stage: str) -> int:
         if stage not in self.stages:
@@ -192,7 +194,9 @@ def _add(build: _Builder, event: Event, at: float) -> None:
 def _outcome(build: _Builder, event: StageCompleted | StageFailed, at: float) -> None:
     if _took_route(build, event):  # the hub's implicit route: a step with no bar
         build.pushed.append(_NO_BAR)
+        build.left.append(build.hub or event.stage)
     build.state = build.moves.get((event.stage, event.outcome))
+    build.left.append(event.stage)  # a checked outcome names the state it leaves
     if _no_attempt(event):  # it still goes on the stack: a rollback counts it as a step
         build.pushed.append(_NO_BAR)
         return
@@ -229,14 +233,17 @@ def _no_attempt(event: StageCompleted | StageFailed) -> bool:
 
 
 def _rollback(build: _Builder, event: StateRolledBack, at: float) -> None:
+    if event.steps:  # back to the state the oldest step undone left, if drawn in this window
+        known = event.steps <= len(build.left)
+        build.state = build.left[-event.steps] if known else None
     for _ in range(min(event.steps, len(build.pushed))):
+        build.left.pop()
         index = build.pushed.pop()
         if index == _NO_BAR:
             continue
         build.bars[index] = evolve(build.bars[index], kind="rolled_back")
     reason = f": {event.reason}" if event.reason else ""
     build.mark("rollback", at, event, f"rolled back {event.steps}{reason}")
-    build.state = None
 
 
 def _decision(build: _Builder, event: Event, at: float) -> None:

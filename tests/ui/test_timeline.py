@@ -21,7 +21,7 @@ from events import (
     RetryScheduled,
     StageCompleted,
 )
-from tests._helpers import REVIEW, hub_history
+from tests._helpers import REVIEW, hub_history, hub_table
 
 
 def _retried(run: Run) -> None:
@@ -148,6 +148,24 @@ class TestTimeline:
         assert drawn[0] == drawn[1]
         kinds = [kind for _, _, kind in drawn[1]]
         assert kinds.count("rolled_back") == {1: 1, 2: 2, 3: 2, 4: 3}[steps]  # 3: a route
+
+    def test_an_outcome_after_a_rollback_into_a_node_takes_no_route(self) -> None:
+        """After a rollback leaves the run in a node, its next outcome is one step, not two."""
+        drawn = []
+        with Engine("memory://") as engine:
+            for explicit in (True, False):
+                run = engine.start_run(hub_table(hub=not explicit))
+                for _ in range(2):
+                    if explicit:
+                        run.record(StageCompleted, stage="hub", attempt=DECIDED, outcome="a")
+                    run.stage_completed("a")
+                run.rollback(1)  # back in a, its route kept
+                run.stage_completed("a")
+                run.rollback(3)  # a's third outcome, the second route, a's first outcome
+                events = engine.events(run.id)
+                line = timeline(events, table=events[0].table)  # type: ignore[attr-defined]
+                drawn.append([(bar.stage, bar.attempt, bar.kind) for bar in line.bars])
+        assert drawn[0] == drawn[1] == [("a", n, "rolled_back") for n in (1, 2, 3)]
 
     def test_times_are_seconds_from_the_first_event(self) -> None:
         """A started attempt spans start to outcome; one without a start ends at its outcome."""
