@@ -332,7 +332,7 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         return state[0], apply(state[0], state[1], event)
 
     def identity(self) -> str:
-        """The fingerprint, and the rules' code (this module and `engine.pipeline`)."""
+        """The fingerprint, and the rules' code (`RULE_MODULES`)."""
         return _rules_identity(self.fingerprint())
 
     def encode(self, state: tuple[Pipeline, RunState] | None) -> JSON:
@@ -380,10 +380,15 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         return self.decode(data)
 
 
+RULE_MODULES = (__name__, Pipeline.__module__, "events.table")
+"""The modules whose source holds the rules a fold checks (`events.table`: the table's
+semantics, a hub's implicit route among them)."""
+
+
 @functools.cache
 def _rules_identity(fingerprint: str) -> str:
     """`fingerprint` with a digest of the rules' source: new rules, new snapshots."""
     digest = hashlib.sha256(fingerprint.encode())
-    for module in (sys.modules[__name__], sys.modules[Pipeline.__module__]):
-        digest.update(inspect.getsource(module).encode())
+    for name in RULE_MODULES:
+        digest.update(inspect.getsource(sys.modules[name]).encode())
     return digest.hexdigest()[:16]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+import sys
 from collections.abc import Sequence
 
 import attrs
 import pytest
 
-from engine import Engine, InvalidTransition, Pipeline, StagetrailError
-from engine.machine import RunState, apply, replay, start
+from engine import Engine, InvalidTransition, Pipeline, StagetrailError, machine
+from engine.machine import MachineFold, RunState, apply, replay, start
 from events import Event, RunStarted, StageCompleted
 from tests._helpers import REVIEW, hub_history, hub_table
 
@@ -181,3 +183,25 @@ class TestImplicitRoute:
         with pytest.raises(InvalidTransition, match="'odd'"):
             run.stage_completed("a", outcome="odd")
         assert (run.state, run.version) == ("hub", 1)
+
+
+class TestMachineFoldIdentity:
+    def test_a_change_to_the_table_semantics_gives_a_new_identity(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Machine snapshots are stale once `events.table` (a hub's implicit route) changes."""
+        fold = MachineFold()
+        before = fold.identity()
+        table_module, source = sys.modules["events.table"], inspect.getsource
+
+        def changed(thing: object) -> str:
+            text = source(thing)  # type: ignore[arg-type]
+            return text + "\n# a rule changed\n" if thing is table_module else text
+
+        monkeypatch.setattr(inspect, "getsource", changed)
+        machine._rules_identity.cache_clear()
+        try:
+            after = fold.identity()
+        finally:
+            machine._rules_identity.cache_clear()
+        assert after != before
