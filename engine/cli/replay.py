@@ -98,6 +98,7 @@ class _Step:
             "status": list(self.statuses()),
             "depth": [self.stack_before.depth, self.stack_after.depth],
             "pushed": None if pushed is None else frame_json(pushed),
+            "pushed_frames": [frame_json(frame) for frame in self.pushed_all()],
             "popped": [frame_json(frame) for frame in self.popped()],
             "popped_left_out": max(self.lost() - POPPED_SHOWN, 0),
         }

@@ -6,7 +6,8 @@ import pytest
 
 from engine import Engine
 from engine.cli.demo.coordinator import FEATURE_CHECK
-from projections import BUILT_INS
+from projections import BUILT_INS, StateStack
+from tests._helpers import hub_history
 from tests.cli._helpers import Filled, as_json, fails, fill, json_lines, ok
 
 
@@ -252,6 +253,24 @@ class TestReplay:
         assert rows[0]["depth"] == [4, 5]
         assert rows[2]["pushed"]["state"] == "developer"
         assert rows[1]["pushed"] is None
+
+    def test_json_frames_pushed_and_popped_rebuild_the_stack(self, sqlite_url: str) -> None:
+        """Each step's pushed_frames and popped, applied in turn, give the run's stack:
+        an outcome that took a hub's implicit route pushed the route's frame too."""
+        with Engine(sqlite_url) as engine:
+            run = hub_history(engine, explicit=False)
+            run.rollback(3)  # b_done's, b's outcome, the route b's outcome took
+            run.stage_completed("b")
+            frames = engine.project(run.id, StateStack).frames
+        mirror: list[dict[str, object]] = []
+        for row in json_lines("replay", str(run.id), "--store", sqlite_url):
+            del mirror[len(mirror) - len(row["popped"]) :]
+            mirror += row["pushed_frames"]
+            assert len(mirror) == row["depth"][1]
+        assert [(f["version"], f["stage"]) for f in mirror] == [
+            (frame.version, frame.stage) for frame in frames
+        ]
+        assert [f["stage"] for f in mirror].count("hub") == 3  # a's, b's (failed), b's again
 
     def test_from_after_to_is_an_error(self, filled: Filled) -> None:
         """--from past --to is refused with one line."""
