@@ -307,6 +307,23 @@ class TestRunPage:
         assert page.evaluate("() => window.addressWrites") == ["?at=4"]
         assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
 
+    def test_a_page_left_before_the_slider_rests_comes_back_where_it_was(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """A move whose address was not yet written when the page is left is written as it goes:
+        back to it, the address and the page are at the version the slider was moved to."""
+        run_id = stocked.filled.busy
+        page.clock.install()
+        page.goto(f"{viewer.base}/runs/{run_id}?at=2")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        page.clock.pause_at(page.evaluate("() => Date.now()") + 1000)  # time flows no more
+        move_slider(page, 4)
+        page.goto("about:blank")
+        page.go_back()
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
+        assert page.get_attribute("body", "data-shown-version") == "4"
+
     def test_only_what_came_after_the_slider_fades(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
     ) -> None:
