@@ -441,7 +441,7 @@ class TestRunPage:
             '</svg><img src=x onerror="window.hacked=1">',
             "<script>window.hacked=2</script>",
             "<&x;>]]><!--",
-            "ctl \x01\x1b[31m\x7f",
+            "ctl \x01\x1b[31m\x7f\r\n",
             "trail\\",
         ]
         ring = names[1:] + names[:1]
