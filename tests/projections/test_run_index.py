@@ -196,7 +196,8 @@ class TestRunSummary:
         for name in pushed:
             restored, folded = restored.push(name), folded.push(name)
         assert pack_states(restored.runs()) == pack_states(folded.runs())
-        assert restored == folded and len(restored) == len(folded)
+        assert restored == folded
+        assert len(restored) == len(folded)
 
     def test_a_rollback_after_a_restore_reads_only_the_newest_states(self) -> None:
         """Popping a few states of a deep stored stack leaves the older runs packed, unread."""

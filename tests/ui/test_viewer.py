@@ -445,11 +445,11 @@ class TestRunPage:
             "trail\\",
         ]
         ring = names[1:] + names[:1]
-        transitions = [(name, "completed", after) for name, after in zip(names, ring)]
+        transitions = [(name, "completed", after) for name, after in zip(names, ring, strict=True)]
         pipeline = Pipeline(
             "hostile",
             initial=names[0],
-            transitions=transitions + [(names[0], "finished", "done")],
+            transitions=[*transitions, (names[0], "finished", "done")],
             final=["done"],
         )
         with Engine(stocked.url) as engine:
