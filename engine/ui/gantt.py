@@ -204,7 +204,7 @@ def draw(line: Timeline) -> Gantt:
     for row, stage in enumerate(line.stages):
         parts.append(
             f'<text class="row-label" x="{LABELS - 8:g}" y="{row * ROW + 16:g}">'
-            f"{escape(_short(stage))}<title>{escape(stage)}</title></text>"
+            f"{_text(_short(stage))}<title>{_text(stage)}</title></text>"
             f'<line class="row-line" x1="{LABELS:g}" x2="{WIDTH:g}"'
             f' y1="{(row + 1) * ROW:g}" y2="{(row + 1) * ROW:g}"></line>'
         )
@@ -270,10 +270,16 @@ def _marker(group: list[Marker], scale: Axis, y: float) -> str:
     )
 
 
+def _text(text: str) -> str:
+    """`text` escaped for an element's content, its carriage returns kept (a parser, HTML or
+    XML, makes a raw one a line feed)."""
+    return str(escape(text)).replace("\r", "&#13;")
+
+
 def _attribute(text: str) -> str:
     """`text` escaped for an attribute's value, its line breaks kept (an XML parser would
-    make them spaces)."""
-    return str(escape(text)).replace("\n", "&#10;")
+    make them spaces, either parser a raw carriage return a line feed)."""
+    return _text(text).replace("\n", "&#10;")
 
 
 def _idle(piece: Piece, bottom: float) -> str:

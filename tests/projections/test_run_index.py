@@ -179,6 +179,26 @@ class TestRunSummary:
         assert [name for name, count in stack.runs() for _ in range(count)] == left
         assert list(_states(data)) == states
 
+    @given(
+        st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 1500)), max_size=8),
+        st.integers(0, 5000),
+        st.lists(st.sampled_from(["a", "b", "hub"]), max_size=3),
+    )
+    def test_a_restored_stack_popped_and_pushed_stores_what_a_folded_one_does(
+        self, runs: list[tuple[str, int]], popped: int, pushed: list[str]
+    ) -> None:
+        """A decoded stack rolled back (across pages or not), then pushed onto (a hub's implicit
+        route pushes two frames), packs to the very codes of the same stack never stored."""
+        states = [name for name, count in runs for _ in range(count)]
+        names, codes = pack_states(PList.of(states).runs())  # as `encode` stores them
+        data = {"state_names": names, "state_codes": codes, "state_count": len(states)}
+        restored, folded = _states(data).pop(popped), PList.of(states).pop(popped)
+        for name in pushed:
+            restored, folded = restored.push(name), folded.push(name)
+        assert pack_states(restored.runs()) == pack_states(folded.runs())
+        assert restored == folded
+        assert len(restored) == len(folded)
+
     def test_a_rollback_after_a_restore_reads_only_the_newest_states(self) -> None:
         """Popping a few states of a deep stored stack leaves the older runs packed, unread."""
         runs = [("ab"[n % 2], 1 + n % 3) for n in range(20_000)]

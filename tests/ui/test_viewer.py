@@ -307,6 +307,23 @@ class TestRunPage:
         assert page.evaluate("() => window.addressWrites") == ["?at=4"]
         assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
 
+    def test_a_page_left_before_the_slider_rests_comes_back_where_it_was(
+        self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
+    ) -> None:
+        """A move whose address was not yet written when the page is left is written as it goes:
+        back to it, the address and the page are at the version the slider was moved to."""
+        run_id = stocked.filled.busy
+        page.clock.install()
+        page.goto(f"{viewer.base}/runs/{run_id}?at=2")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        page.clock.pause_at(page.evaluate("() => Date.now()") + 1000)  # time flows no more
+        move_slider(page, 4)
+        page.goto("about:blank")
+        page.go_back()
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        assert page.url == f"{viewer.base}/runs/{run_id}?at=4"
+        assert page.get_attribute("body", "data-shown-version") == "4"
+
     def test_only_what_came_after_the_slider_fades(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any
     ) -> None:
@@ -413,6 +430,56 @@ class TestRunPage:
         ) == [name]
         assert page.locator("#gantt rect.bar").count() == WINDOW // 2
         assert page.get_attribute("body", "data-shown-version") == "10"
+
+    def test_hostile_stage_names_are_drawn_as_text_in_every_window(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Stage names that are markup, an entity, control characters or end in a backslash run
+        no script and load nothing, in the window drawn with the page and in one fetched; each
+        row is labelled, and each bar's tooltip made, with the name as recorded."""
+        names = [
+            '</svg><img src=x onerror="window.hacked=1">',
+            "<script>window.hacked=2</script>",
+            "<&x;>]]><!--",
+            "ctl \x01\x1b[31m\x7f\r\n",
+            "trail\\",
+        ]
+        ring = names[1:] + names[:1]
+        transitions = [(name, "completed", after) for name, after in zip(names, ring, strict=True)]
+        pipeline = Pipeline(
+            "hostile",
+            initial=names[0],
+            transitions=[*transitions, (names[0], "finished", "done")],
+            final=["done"],
+        )
+        with Engine(stocked.url) as engine:
+            run = engine.start_run(pipeline)
+            for _ in range(90):  # 900 events: the page opens on another window
+                for name in names:
+                    run.stage_started(name)
+                    run.stage_completed(name)
+        page.goto(f"{viewer.base}/runs/{run.id}")
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        for version in (None, 10):
+            if version is not None:
+                move_slider(page, version)
+                assert page.inner_text("#window-span") == f"1\u2013{WINDOW}"
+            assert (
+                page.eval_on_selector_all(
+                    "#gantt .row-label title", "titles => titles.map(t => t.textContent)"
+                )
+                == names
+            )
+            assert page.locator("#gantt img, #gantt script, #gantt foreignObject").count() == 0
+            assert page.eval_on_selector("#gantt", "svg => svg.namespaceURI") == (
+                "http://www.w3.org/2000/svg"
+            )
+            bar = page.locator("#gantt rect.bar").first
+            bar.hover(force=True)
+            label = bar.get_attribute("aria-label") or ""
+            assert label.split(" attempt ")[0] in names
+            assert bar.locator("title").text_content() == label
+        assert page.evaluate("() => window.hacked") is None
 
     def test_a_supervised_run_draws_its_retries(
         self, viewer: Served, stocked: Stocked, engine: Engine, page: Any

@@ -353,12 +353,23 @@
   const ADDRESS_DELAY = 300;
   let addressTimer = null;
 
+  // A page left before the slider rests writes it as it goes: back (or forward) to it,
+  // the page opens where its slider was.
+  let addressDue = null;
+
   function remember(version) {
     clearTimeout(addressTimer);
-    addressTimer = setTimeout(function () {
-      addressTimer = null;
-      writeAddress(version);
-    }, ADDRESS_DELAY);
+    addressDue = version;
+    addressTimer = setTimeout(writeDueAddress, ADDRESS_DELAY);
+  }
+
+  function writeDueAddress() {
+    clearTimeout(addressTimer);
+    addressTimer = null;
+    if (addressDue === null) return;
+    const version = addressDue;
+    addressDue = null;
+    writeAddress(version);
   }
 
   function writeAddress(version) {
@@ -453,6 +464,7 @@
   slider.addEventListener("input", function () { show(Number(slider.value)); });
   stackPanel.addEventListener("scroll", showOlderRows, {passive: true});
   document.getElementById("gantt-box").addEventListener("pointerover", tooltip);
+  window.addEventListener("pagehide", writeDueAddress);
   document.getElementById("prev").addEventListener("click", function () { step(-1); });
   document.getElementById("next").addEventListener("click", function () { step(1); });
   bindEvents();
