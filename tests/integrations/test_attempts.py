@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import operator
+import subprocess
+import sys
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -201,6 +204,123 @@ class TestRetryPolicy:
             ("StageFailed", "fetch", 1),
             ("RetryScheduled", "fetch", 2),
         ]
+
+
+FRESH_PROCESS = """
+import json, logging, logging.config, operator
+from typing import Annotated, TypedDict
+
+shown = []
+
+
+class Keep(logging.Handler):
+    def emit(self, record):
+        shown.append(record.name)
+
+
+APP_LOGGING = {{
+    "version": 1,
+    "handlers": {{"keep": {{"()": Keep, "level": "DEBUG"}}}},
+    "root": {{"level": "INFO", "handlers": ["keep"]}},
+}}
+{before}
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import RetryPolicy
+
+from engine import Engine
+from engine.integrations.langgraph import StagetrailSaver
+from events import RetryScheduled, StageFailed
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+calls = []
+
+
+def fetch(state):
+    calls.append(1)
+    if len(calls) <= 2:
+        raise ConnectionError(f"timeout {{len(calls)}}")
+    return {{"log": ["fetch"]}}
+
+
+builder = StateGraph(Log)
+builder.add_node("fetch", fetch, retry_policy=RetryPolicy(initial_interval=0.01, jitter=False))
+builder.add_edge(START, "fetch")
+builder.add_edge("fetch", END)
+engine = Engine("memory://")
+saver = StagetrailSaver(engine)
+{after}
+graph = builder.compile(checkpointer=saver)
+graph.invoke({{"log": []}}, {{"configurable": {{"thread_id": "t"}}}}, durability="sync")
+(run,) = engine.runs()
+kinds = (StageFailed, RetryScheduled)
+recorded = [type(e).__name__ for e in engine.events(run.run_id) if isinstance(e, kinds)]
+print(json.dumps({{"recorded": recorded, "shown": shown}}))
+"""
+"""A process that configures logging `before` importing LangGraph and stagetrail or `after`
+building the saver, then runs a node that fails twice under a RetryPolicy."""
+
+RETRIES_RECORDED = ["StageFailed", "RetryScheduled", "StageFailed", "RetryScheduled"]
+
+
+def in_fresh_process(before: str = "", after: str = "") -> dict[str, list[str]]:
+    """What `FRESH_PROCESS` recorded of the retries, and the loggers its handler showed."""
+    code = FRESH_PROCESS.format(before=before, after=after)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, list[str]] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
+class TestLoggingConfiguredByTheApplication:
+    def test_dict_config_after_langgraph_is_imported(self) -> None:
+        """dictConfig after `import langgraph` disables its retry logger; retries are still
+        recorded, and a logger it disabled still shows nothing."""
+        before = "import langgraph.pregel\nlogging.config.dictConfig(APP_LOGGING)"
+        found = in_fresh_process(before=before)
+        assert found["recorded"] == RETRIES_RECORDED
+        assert RETRY_LOGGER not in found["shown"]
+
+    def test_dict_config_after_the_saver_is_built(self) -> None:
+        """dictConfig between building the saver and invoking: retries still recorded."""
+        found = in_fresh_process(after="logging.config.dictConfig(APP_LOGGING)")
+        assert found["recorded"] == RETRIES_RECORDED
+        assert RETRY_LOGGER not in found["shown"]
+
+    def test_langgraph_quietened_after_the_saver_is_built(self) -> None:
+        """Configuring the `langgraph` logger at WARNING resets its retry logger's level;
+        retries are still recorded and the INFO root handler still shows none."""
+        quiet = {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "loggers": {"langgraph": {"level": "WARNING"}},
+        }
+        after = f"logging.config.dictConfig(APP_LOGGING)\nlogging.config.dictConfig({quiet!r})"
+        found = in_fresh_process(after=after)
+        assert found["recorded"] == RETRIES_RECORDED
+        assert RETRY_LOGGER not in found["shown"]
+
+    def test_retry_logger_set_to_warning_before_the_saver(self) -> None:
+        """The retry logger's own WARNING level hides its INFO retries from an INFO root
+        handler, as it did before the saver listened."""
+        before = (
+            "logging.config.dictConfig(APP_LOGGING)\n"
+            f"logging.getLogger({RETRY_LOGGER!r}).setLevel(logging.WARNING)"
+        )
+        found = in_fresh_process(before=before)
+        assert found["recorded"] == RETRIES_RECORDED
+        assert RETRY_LOGGER not in found["shown"]
+
+    def test_an_info_root_handler_still_shows_the_retries(self) -> None:
+        """Where the application's INFO handler saw the retries before, it still does."""
+        found = in_fresh_process(before="logging.config.dictConfig(APP_LOGGING)")
+        assert found["recorded"] == RETRIES_RECORDED
+        assert found["shown"].count(RETRY_LOGGER) == 2
 
 
 def history(engine: Engine, thread_id: str) -> list[tuple[str, str]]:

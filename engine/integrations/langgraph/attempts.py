@@ -10,6 +10,13 @@ with the exception, on which it noted ``During task with name 'NODE' and id
 each retried attempt's error, type, delay and time, until the saver records
 the task's outcome and takes them. It only listens; what the logger's own
 handlers show is what they showed before (see `RetryLog.filter`).
+
+Logging is the application's to configure, at any time: ``logging.config.dictConfig``
+(or ``fileConfig``) disables every logger it does not name, LangGraph's included
+when LangGraph was imported first, and resets the level of those below a logger it
+names. A disabled logger or one above INFO makes no record, and no filter hears it.
+So the saver listens again as each invocation begins (`RetryLog.install`): the logger
+is enabled and at INFO for the run, and what it had hidden stays hidden.
 """
 
 from __future__ import annotations
@@ -51,14 +58,18 @@ class RetryLog(logging.Filter):
         super().__init__(RETRY_LOGGER)
         self._tasks: OrderedDict[str, list[Retried]] = OrderedDict()
         self._lock = threading.Lock()
-        self._raised_level = False
-        """Whether the logger's level was lowered to INFO here, to hear the retries."""
+        self._own_level: int | None = None
+        """The logger's own level before it was lowered to INFO here; None if not lowered."""
+        self._hidden = False
+        """Whether the logger was disabled (it showed nothing) before it was enabled here."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Keep a retry's attempt; let the record on only where it would have gone before.
 
-        The logger's level is lowered to INFO to hear retries; a record below what its
-        parent loggers let through goes no further, so no handler shows more than it did.
+        The logger is enabled and its level lowered to INFO to hear retries; a record
+        the logger would not have let through before, disabled or below its own level
+        or what its parent loggers let through, goes no further, so no handler shows
+        more than it did.
         """
         retried = _retried(record)
         if retried is not None:
@@ -68,10 +79,18 @@ class RetryLog(logging.Filter):
                 self._tasks.move_to_end(task_id)
                 while len(self._tasks) > _KEPT_TASKS:
                     self._tasks.popitem(last=False)
-        logger = logging.getLogger(RETRY_LOGGER)
-        if not self._raised_level or logger.parent is None:
+        return self._shown(record)
+
+    def _shown(self, record: logging.LogRecord) -> bool:
+        """Whether the logger, as it was before it was lowered here, would let `record` on."""
+        if self._hidden:
+            return False
+        if self._own_level is None:
             return True
-        return record.levelno >= logger.parent.getEffectiveLevel()
+        if self._own_level != logging.NOTSET:
+            return record.levelno >= self._own_level
+        parent = logging.getLogger(RETRY_LOGGER).parent
+        return parent is None or record.levelno >= parent.getEffectiveLevel()
 
     def take(self, task_id: str) -> list[Retried]:
         """The retried attempts of a task, oldest first, forgotten here once taken."""
@@ -79,14 +98,19 @@ class RetryLog(logging.Filter):
             return self._tasks.pop(task_id, [])
 
     def install(self) -> None:
-        """Listen on LangGraph's retry logger (once per process)."""
+        """Listen on LangGraph's retry logger, again after logging was configured since."""
         logger = logging.getLogger(RETRY_LOGGER)
-        if self in logger.filters:
-            return
-        if logger.getEffectiveLevel() > logging.INFO:
-            logger.setLevel(logging.INFO)
-            self._raised_level = True
-        logger.addFilter(self)
+        with self._lock:
+            if self not in logger.filters:
+                logger.addFilter(self)
+            if logger.disabled:
+                logger.disabled = False
+                self._hidden = True
+            if logger.getEffectiveLevel() > logging.INFO:
+                self._own_level = logger.level
+                logger.setLevel(logging.INFO)
+            elif self._own_level is not None and logger.level != logging.INFO:
+                self._own_level = None  # set since by the application, low enough
 
 
 def _retried(record: logging.LogRecord) -> tuple[str, Retried] | None:
@@ -107,4 +131,4 @@ def _retried(record: logging.LogRecord) -> tuple[str, Retried] | None:
 
 
 RETRIES = RetryLog()
-"""The process's one listener on LangGraph's retry log, installed by the first saver."""
+"""The process's one listener on LangGraph's retry log, installed by each saver and invocation."""

@@ -270,6 +270,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint `config` names (or the thread's newest), with its pending writes."""
+        RETRIES.install()  # an invocation begins here: heard even if logging was configured since
         conf = config["configurable"]
         ns, thread_id = conf.get("checkpoint_ns", ""), _stored_id("thread_id", conf["thread_id"])
         self._learn_graph(thread_id, ns, sys._getframe(1))
