@@ -397,3 +397,42 @@ class TestHalfErasedRun:
             with pytest.raises(RunNotFound):
                 engine.load(doomed)
             assert engine.projections.get(InOrder.name, doomed) == 0
+
+
+def child_being_erased(url: str) -> tuple[UUID, UUID]:
+    """A live parent run and its deleted child whose erase has begun (its newest events
+    before its deletion gone, as a compaction killed between two transactions leaves it)."""
+    with Engine(url) as engine:
+        parent = engine.start_run(REVIEW, params={"card": "parent"})
+        parent.stage_completed("project_analysis")
+        child = engine.start_run(REVIEW, params={"card": "child"}, parent=parent)
+        with child.batch():
+            for index in range(HALF - 2):
+                child.note(f"n{index}", index)
+        child.finish("deleted")
+        engine.runs()
+    rows = Rows(url)
+    for version in range(HALF - FIRST_ERASE, HALF):
+        rows.delete(child.id, version)
+    return parent.id, child.id
+
+
+class TestChildBeingErased:
+    def test_a_live_parents_tree_passes_over_it(self, shared_url: str) -> None:
+        """A live run stays readable as a tree while a deleted child of it is being erased:
+        the tree leaves the child out (as it will once erased), so tree projections,
+        resuming the tree and the commands exporting it answer for the parent."""
+        parent, child = child_being_erased(shared_url)
+        with Engine(shared_url) as engine:
+            with pytest.raises(RunBeingErased):
+                engine.load(child)
+            assert engine.tree(parent) == [parent]
+            assert engine.project(parent, StateStack, tree=True).depth >= 0
+            assert engine.resume(parent, tree=True).id == parent
+        for command in (("otel", str(parent), "--json"), ("otel", "--all", "--json")):
+            exported = invoke(*command, "--store", shared_url)
+            assert exported.exit_code == 0, (command, exported.output)
+            assert str(parent).replace("-", "") in exported.stdout.replace("-", "")
+            assert str(child).replace("-", "") not in exported.stdout.replace("-", "")
+        shown = invoke("state", str(parent), "--tree", "--store", shared_url)
+        assert shown.exit_code == 0, shown.output
