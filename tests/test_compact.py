@@ -436,3 +436,27 @@ class TestChildBeingErased:
             assert str(child).replace("-", "") not in exported.stdout.replace("-", "")
         shown = invoke("state", str(parent), "--tree", "--store", shared_url)
         assert shown.exit_code == 0, shown.output
+
+
+class TestEraseBeganDuringAnExport:
+    @pytest.mark.parametrize("command", ["export", "otel"])
+    def test_every_run_commands_pass_over_it(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, command: str
+    ) -> None:
+        """A run whose erase begins after `--all` listed it whole (a compaction running
+        meanwhile) is passed over when the command reaches it, as one erased already is,
+        and the other runs are exported."""
+        from engine.cli import export_import
+        from engine.cli import otel as otel_command
+
+        kept, doomed = half_erased(shared_url, monkeypatch)
+        for module in (export_import, otel_command):  # listed before the erase began
+            monkeypatch.setattr(module, "whole", lambda engine, run_id: True)
+        arguments = ("--json",) if command == "otel" else ()
+        exported = invoke(command, "--all", *arguments, "--store", shared_url)
+        assert exported.exit_code == 0, exported.output
+        assert str(kept).replace("-", "") in exported.stdout.replace("-", "")
+        assert str(doomed).replace("-", "") not in exported.stdout.replace("-", "")
+        named = invoke(command, str(doomed), *arguments, "--store", shared_url)
+        assert named.exit_code != 0  # a run named is still refused
+        assert "being erased" in named.output
