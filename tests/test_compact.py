@@ -460,3 +460,30 @@ class TestEraseBeganDuringAnExport:
         named = invoke(command, str(doomed), *arguments, "--store", shared_url)
         assert named.exit_code != 0  # a run named is still refused
         assert "being erased" in named.output
+
+
+class TestStaleHandleAtTheEraseBoundary:
+    def test_a_stale_handle_never_fills_the_hole_of_a_run_being_erased(
+        self, shared_url: str
+    ) -> None:
+        """A handle of a run deleted and partly erased since, whose newest event is the last
+        one kept below the erased ones, is refused: nothing is written into the hole (each
+        append requires the event before it to be its run's newest)."""
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            run = engine.start_run(LOOP)
+            with run.batch():
+                for index in range(HALF - FIRST_ERASE - 2):
+                    run.note(f"n{index}", index)
+            stale = engine.load(run.id)  # its newest event: HALF - FIRST_ERASE - 1
+            writer = other.load(run.id)
+            with writer.batch():
+                for index in range(FIRST_ERASE):
+                    writer.note(f"m{index}", index)
+            writer.finish("deleted")
+            rows = Rows(shared_url)
+            for version in range(HALF - FIRST_ERASE, HALF):  # newest first, as PostgreSQL
+                rows.delete(run.id, version)
+            with pytest.raises(RunErased):
+                stale.note("late", 1)
+            with pytest.raises(RunBeingErased):
+                other.events(run.id)
