@@ -311,15 +311,20 @@ class Engine:
         return state
 
     def tree(self, run_id: UUID | str) -> list[UUID]:
-        """The run and all its descendants (child runs, their children...), parents first.
+        """The run and all its descendants (child runs, their children...), parents first;
+        not a deleted descendant a compaction has begun erasing (nor, then, its own).
 
         Raises:
             RunNotFound: no such run.
+            RunBeingErased: the run itself is being erased.
         """
         rid = self._run_id(run_id)
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
-        return lineage(rid, lambda parent: self.runs(parent=parent, limit=_ALL_CHILDREN))
+        return lineage(
+            rid,
+            lambda parent: readable(self.runs(parent=parent, limit=_ALL_CHILDREN), self.store.last),
+        )
 
     def _tree_events(self, run_id: UUID, at: int | datetime | None) -> Iterator[Event]:
         if at is not None and not isinstance(at, datetime):
@@ -838,6 +843,21 @@ def lineage(root: UUID, children: Callable[[UUID], Iterable[RunSummary]]) -> lis
         found += sorted((child.run_id for child in children(found[index])), key=str)
         index += 1
     return found
+
+
+def readable(children: Iterable[RunSummary], last: Callable[[UUID], object]) -> list[RunSummary]:
+    """`children` but the deleted ones a compaction has begun erasing: a tree passes over
+    them, as it will once they are gone, rather than fail for its live runs (`last`, the
+    store's, raises `RunBeingErased` for them; only deleted children are read)."""
+    kept = []
+    for child in children:
+        if child.status == "deleted":
+            try:
+                last(child.run_id)
+            except RunBeingErased:
+                continue
+        kept.append(child)
+    return kept
 
 
 def merged_tree(

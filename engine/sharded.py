@@ -21,7 +21,15 @@ import attrs
 from eventsourcing.persistence import StoredEvent
 
 from engine import arguments
-from engine.engine import Compacted, Engine, child_id, lineage, merged_tree, run_query
+from engine.engine import (
+    Compacted,
+    Engine,
+    child_id,
+    lineage,
+    merged_tree,
+    readable,
+    run_query,
+)
 from engine.errors import InvalidArgument, RunNotFound, StoreError
 from engine.pipeline import Pipeline
 from engine.store import urls
@@ -195,7 +203,10 @@ class ShardedEngine:
         rid = self._run_id(run_id)
         if self.store.last(rid) is None:
             raise RunNotFound(rid, self.url)
-        return lineage(rid, lambda parent: self.runs(parent=parent, limit=_ALL_CHILDREN))
+        return lineage(
+            rid,
+            lambda parent: readable(self.runs(parent=parent, limit=_ALL_CHILDREN), self.store.last),
+        )
 
     def runs(
         self,

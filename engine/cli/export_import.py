@@ -66,7 +66,14 @@ def _every_run(engine: Engine) -> list[tuple[UUID, int]]:
 
 
 def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
-    """Write the runs' events (every run, oldest first, when None) to stdout."""
+    """Write the runs' events (every run, oldest first, when None) to stdout.
+
+    With every run, one whose erase a compaction began after the listing is passed over
+    when reached, if none of its lines was written yet (a run longer than a page whose
+    erase begins while it is written still fails, its lines so far written).
+    """
+    from engine.errors import RunBeingErased
+
     if run_ids is None:
         chosen = _every_run(engine)
     else:
@@ -74,15 +81,21 @@ def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
     progress = ProgressBar("export", sum(version for _, version in chosen))
     out = _utf8_stdout()
     try:
-        for run_id, _ in chosen:
+        for run_id, version in chosen:
             batch: list[str] = []
             head = Head(run_id)
-            for event in engine.store.stream(run_id):
-                batch.append(head.add(export_line(event)))
-                if len(batch) == 1001:  # the newest line waits: it may be the run's last
-                    out.write(("\n".join(batch[:-1]) + "\n").encode())
-                    progress.advance(len(batch) - 1)
-                    del batch[:-1]
+            try:
+                for event in engine.store.stream(run_id):
+                    batch.append(head.add(export_line(event)))
+                    if len(batch) == 1001:  # the newest line waits: it may be the run's last
+                        out.write(("\n".join(batch[:-1]) + "\n").encode())
+                        progress.advance(len(batch) - 1)
+                        del batch[:-1]
+            except RunBeingErased:
+                if run_ids is not None or head.version > len(batch):
+                    raise
+                progress.advance(version)
+                continue
             if batch:
                 batch[-1] = head.on(batch[-1])
                 out.write(("\n".join(batch) + "\n").encode())

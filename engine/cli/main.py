@@ -441,7 +441,9 @@ def otel(
         raise click.UsageError("name the runs to export, or give --all (with --since)")
     with open_engine(store, read_only=True) as engine:
         chosen = chosen_runs(engine, [resolve_run(engine, r) for r in runs], since)
-        export(engine, chosen, endpoint=endpoint, service=service, as_json=as_json)
+        export(
+            engine, chosen, endpoint=endpoint, service=service, as_json=as_json, every=everything
+        )
 
 
 @main.command("export")

@@ -49,8 +49,11 @@ def export(
     endpoint: str | None,
     service: str,
     as_json: bool,
+    every: bool = False,
 ) -> None:
-    """Export the runs and their child runs: as JSON Lines on stdout, or to the endpoint."""
+    """Export the runs and their child runs: as JSON Lines on stdout, or to the endpoint;
+    `every`: the runs are every run listed (`chosen_runs`), so one erased, or being erased,
+    since it was listed is passed over."""
     from engine.integrations.otel import (
         export_runs,
         exported_fields,
@@ -60,13 +63,13 @@ def export(
 
     if as_json:
         memory = memory_exporter()
-        export_runs(engine, run_ids, memory, service=service)
+        export_runs(engine, run_ids, memory, service=service, passing_gone=every)
         spans = memory.get_finished_spans()
         write_lines(json_line(exported_fields(span)) for span in spans)
         return
     exporter = otlp_exporter(endpoint)
     try:
-        done = export_runs(engine, run_ids, exporter, service=service)
+        done = export_runs(engine, run_ids, exporter, service=service, passing_gone=every)
     finally:
         exporter.shutdown()  # type: ignore[no-untyped-call]
     where = "the endpoint of $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" if endpoint is None else endpoint

@@ -313,8 +313,10 @@ class Store:
 
         A lost connection is retried; an append found stored after it is a success,
         never a conflict with itself. Each run's event before the batch must be stored,
-        and be the very bytes `known` gives for the run, where it gives them (a run erased
-        since its writer read it may have a new run under its id by now, as long).
+        be the run's newest (a later one above a free version is a run being erased,
+        whose hole no append fills), and be the very bytes `known` gives for the run,
+        where it gives them (a run erased since its writer read it may have a new run
+        under its id by now, as long).
 
         Args:
             known: by run, the stored bytes of its event before the batch, as the writer
@@ -323,7 +325,8 @@ class Store:
         Raises:
             ConcurrencyConflict: another writer holds one of the versions.
             RunErased: a run's event before the batch is gone, or is not the one `known`
-                gives: the run was erased (`Engine.compact`) after the writer read it.
+                gives, or the versions after it are a hole of the run's erase: the run was
+                erased (`Engine.compact`), or its erase began, after the writer read it.
             StoreError: the store was upgraded in place since it was opened (or see below).
             OutcomeUnknown: the store stayed unreachable while the append was
                 committing; `run.refresh()` later tells whether it was stored.
@@ -340,7 +343,7 @@ class Store:
         try:
             notification_ids = self.recorder.insert_events(stored, heads=heads, **extra)
         except HeadMissing:
-            raise self._erased(heads) from None
+            raise self._erased(heads, extra.get("head_states")) from None
         except IntegrityError as error:
             if "CHECK constraint failed" in str(error):  # a compact table, written as text
                 raise StoreError(self.url, _UPGRADED) from error
@@ -357,12 +360,28 @@ class Store:
             raise classify(self.url, error, "append failed, nothing written") from error
         return list(notification_ids or ())
 
-    def _erased(self, heads: Sequence[tuple[UUID, int]]) -> RunErased:
-        """The error naming the first run of `heads` whose event the store no longer holds."""
-        for run_id, version in heads:
-            if not self.stored_events(run_id, gt=version - 1, lte=version, limit=1):
+    def _erased(
+        self, heads: Sequence[tuple[UUID, int]], states: Sequence[bytes | None] | None
+    ) -> RunErased | ConcurrencyConflict:
+        """Why a head check refused an append: the first run of `heads` whose event the store
+        no longer holds (or holds as other bytes than `states` gives); else another writer
+        took a run's next version (a head is checked to be its run's newest event too); else
+        a run's next version is a hole of a run being erased."""
+        found = [
+            self.stored_events(run_id, gt=version - 1, lte=version + 1, limit=2)
+            for run_id, version in heads
+        ]
+        for index, (run_id, version) in enumerate(heads):
+            held = found[index][0] if found[index] else None
+            known = states[index] if states is not None else None
+            if held is None or held.originator_version != version:
                 return RunErased(run_id, version + 1)
-        run_id, version = heads[0]  # written back meanwhile: still, this append wrote nothing
+            if known is not None and held.state != known:
+                return RunErased(run_id, version + 1)
+        for index, (run_id, version) in enumerate(heads):
+            if len(found[index]) > 1:
+                return ConcurrencyConflict(run_id, version + 1)
+        run_id, version = heads[0]  # a hole above a head, or written back meanwhile
         return RunErased(run_id, version + 1)
 
     def read(

@@ -366,3 +366,33 @@ class TestShards:
             StagetrailSaver(sharded)  # type: ignore[arg-type]
         assert "a.db" in str(refused.value)
         assert refused.value.url == sharded.url
+
+
+class TestErasedUnderACachedThread:
+    def test_a_cached_thread_never_appends_to_the_next_run_under_its_id(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A thread cached before its run was deleted, erased and its id taken by the
+        thread's next run, as long (the erase falling just after the saver checked the
+        erasure generation): the saver's put is refused by the store and built again on the
+        next run, whose chain stays whole."""
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            cached = StagetrailSaver(engine, ["a"])
+            for step in range(2):
+                put_input(cached, "t", step=step)
+            (first,) = engine.runs()
+            elsewhere = StagetrailSaver(other, ["a"])
+            elsewhere.delete_thread("t")
+            other.compact()
+            for step in range(2):
+                put_input(elsewhere, "t", step=10 + step)
+            (again,) = other.runs()
+            assert again.run_id == first.run_id  # the thread's next run took the id
+            assert again.version == first.version  # and is as long: the next version is free
+            # the erase happened after this put's generation check
+            monkeypatch.setattr(cached, "_follow_generation", lambda: cached._generation)
+            put_input(cached, "t", step=2)
+            assert other.verify(again.run_id).ok
+            served = StagetrailSaver(other, ["a"]).get_tuple(config("t"))
+            assert served is not None
+            assert served.metadata["step"] == 2

@@ -47,7 +47,7 @@ from langgraph.pregel import Pregel
 
 from engine.diagram import GRAPH_PARAM
 from engine.engine import Engine
-from engine.errors import ConcurrencyConflict, InvalidArgument, RunBeingErased
+from engine.errors import ConcurrencyConflict, InvalidArgument, RunBeingErased, RunErased
 from engine.integrations.langgraph import skeleton as skeleton_json
 from engine.integrations.langgraph.attempts import RETRIES, Retried
 from engine.integrations.langgraph.table import HUB, PIPELINE_PREFIX, thread_pipeline
@@ -713,18 +713,25 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if not steps:
             return True
         if run is None:
-            run = Run(self.engine.store, thread.pipeline, thread.machine, link=thread.link)
+            run = Run(
+                self.engine.store,
+                thread.pipeline,
+                thread.machine,
+                link=thread.link,
+                head=thread.head,
+            )
         recorded: list[tuple[Event, RunState]] = []
         try:
             with run.batch():
                 for step in steps:
                     recorded.append((step(run), run.machine))
-        except ConcurrencyConflict:  # another writer appended, or took the new run's id
+        except (ConcurrencyConflict, RunErased):  # another writer appended, or took the new
+            # run's id; or the run was erased since it was read (another may have its id)
             self._forget(thread_id)
             return False
         for event, machine in recorded:
             thread.fold(event, machine)
-        thread.link = unit_of(run).stored_link
+        thread.link, thread.head = unit_of(run).stored_link, unit_of(run).stored_head
         self._remember(thread)
         return True
 

@@ -79,6 +79,10 @@ class Thread:
         self.link: bytes | None = None
         """The chain link of the newest event folded in, when this process wrote it (None:
         the next append reads it from the store)."""
+        self.head: bytes | None = None
+        """The stored bytes of that event, when this process wrote it (None: not known): the
+        next append requires the store to hold them, so it never lands in another run
+        that took the id after this one was erased."""
 
     @classmethod
     def started(cls, thread_id: str, first: RunStarted) -> Thread:
@@ -100,7 +104,7 @@ class Thread:
         """
         self.machine = apply(self.pipeline, self.machine, event) if machine is None else machine
         if machine is None:
-            self.link = None  # another writer's event: its link is read when needed
+            self.link = self.head = None  # another writer's event: its link is read when needed
         kind = type(event)
         if kind is CheckpointSaved:
             self._checkpoint(event)  # type: ignore[arg-type]

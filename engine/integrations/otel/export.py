@@ -20,6 +20,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from engine.errors import RunBeingErased, RunNotFound
 from engine.integrations.otel.sdk import to_spans
 from engine.integrations.otel.trace import SpanRecord, State, flush, step
 from events import Event, RunStarted, StagetrailError
@@ -104,20 +105,29 @@ def export_runs(
     *,
     children: bool = True,
     service: str = "stagetrail",
+    passing_gone: bool = False,
 ) -> Exported:
-    """Export the runs (and with `children` their child runs) as traces through `exporter`.
+    """Export the runs (and with `children` their child runs) as traces through `exporter`;
+    with `passing_gone`, those erased (or being erased) since they were chosen are passed
+    over (each run's spans are read whole before any is delivered).
 
     Raises:
         RunNotFound: a run is not in the store.
+        RunBeingErased: a compaction has begun erasing a run.
         OtelExportFailed: the exporter failed; the batches before it were delivered.
     """
     roots = RunRoots(engine)
     runs = 0
     pending: list[SpanRecord] = []
     sent = 0
-    for run_id in _chosen(engine, run_ids, children):
+    for run_id in _chosen(engine, run_ids, children, passing_gone):
+        try:
+            pending += run_spans(engine.store.stream(run_id))
+        except RunBeingErased:
+            if not passing_gone:
+                raise
+            continue
         runs += 1
-        pending += run_spans(engine.store.stream(run_id))
         while len(pending) >= BATCH:
             sent += deliver(exporter, pending[:BATCH], roots, service)
             del pending[:BATCH]
@@ -126,10 +136,17 @@ def export_runs(
     return Exported(runs, sent)
 
 
-def _chosen(engine: Engine, run_ids: Sequence[UUID], children: bool) -> Iterator[UUID]:
+def _chosen(
+    engine: Engine, run_ids: Sequence[UUID], children: bool, passing_gone: bool
+) -> Iterator[UUID]:
     seen: set[UUID] = set()
     for run_id in run_ids:
-        members = engine.tree(run_id)  # raises RunNotFound
+        try:
+            members = engine.tree(run_id)  # raises RunNotFound
+        except (RunNotFound, RunBeingErased):
+            if not passing_gone:
+                raise
+            continue
         for member in members if children else members[:1]:
             if member not in seen:
                 seen.add(member)

@@ -200,15 +200,17 @@ class PostgresRecorder(PostgresApplicationRecorder):
             ]
             self._commit_statements = []
         # Each (run, version) of the heads arrays must be stored (with the SHA-256 of its
-        # bytes given, where given), or nothing is inserted: the run was erased since its
-        # writer read it (see `Store.write`).
+        # bytes given, where given) and be its run's newest, or nothing is inserted: the
+        # run was erased, or its erase began, since its writer read it (see `Store.write`).
         self._insert_statement = SQL(
             "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[]) "
             "WHERE NOT EXISTS (SELECT 1 FROM unnest(%s::uuid[], %s::bigint[], %s::bytea[]) "
             "AS head(run, v, digest) WHERE NOT EXISTS (SELECT 1 FROM {0}.{1} "
             "WHERE originator_id = head.run AND originator_version = head.v "
-            "AND (head.digest IS NULL OR sha256(state) = head.digest))) "
+            "AND (head.digest IS NULL OR sha256(state) = head.digest)) "
+            "OR EXISTS (SELECT 1 FROM {0}.{1} WHERE originator_id = head.run "
+            "AND originator_version > head.v)) "
             "RETURNING notification_id"
         ).format(*table)
         self._heads_statement = SQL(
@@ -766,7 +768,9 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM unnest(head_ids, head_versions, head_digests)
             AS head(run, v, digest) WHERE NOT EXISTS (SELECT 1 FROM {table}
                 WHERE originator_id = head.run AND originator_version = head.v
-                AND (head.digest IS NULL OR sha256(state) = head.digest)))
+                AND (head.digest IS NULL OR sha256(state) = head.digest))
+            OR EXISTS (SELECT 1 FROM {table}
+                WHERE originator_id = head.run AND originator_version > head.v))
         RETURNING notification_id)
     SELECT array_agg(notification_id ORDER BY notification_id) INTO inserted FROM rows;
     PERFORM pg_advisory_unlock({section});
@@ -775,8 +779,8 @@ END
 $append$
 """
 """The append function: the statements' append (section, transaction id and notification
-ids in it, heads checked in the INSERT: stored, and with the SHA-256 of their bytes given
-where given), one round trip and one statement for the client.
+ids in it, heads checked in the INSERT: stored, their runs' newest, with the SHA-256 of
+the bytes given where given), one round trip and one statement for the client.
 
 An error inside leaves the section held: the caller leaves it (`_leave_section`), as the
 statements' append does. The lock timeout is the statements' one (0: wait).

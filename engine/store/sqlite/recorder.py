@@ -252,7 +252,7 @@ def insert_statement(table: str, count: int, heads: int = 0, states: bool = Fals
     values = ",".join(["(?,?,?,?)"] * count)
     if not heads:
         return f"INSERT INTO {table} VALUES {values}"
-    held = f"EXISTS (SELECT 1 FROM {table} WHERE {_held(states)})"
+    held = f"EXISTS (SELECT 1 FROM {table} AS h WHERE {_held(table, states)})"
     return f"INSERT INTO {table} SELECT * FROM (VALUES {values}) WHERE " + " AND ".join(
         [held] * heads
     )
@@ -261,15 +261,21 @@ def insert_statement(table: str, count: int, heads: int = 0, states: bool = Fals
 @functools.lru_cache(maxsize=512)
 def held_statement(table: str, heads: int, states: bool = False) -> str:
     """How many of `heads` (run key, version) events the table holds (as `insert_statement`)."""
-    held = f"({_held(states)})"
-    return f"SELECT COUNT(*) FROM {table} WHERE " + " OR ".join([held] * heads)
+    held = f"({_held(table, states)})"
+    return f"SELECT COUNT(*) FROM {table} AS h WHERE " + " OR ".join([held] * heads)
 
 
-def _held(states: bool) -> str:
-    """The condition one head's event meets: its run and version (and bytes, unless NULL)."""
+def _held(table: str, states: bool) -> str:
+    """The condition one head's event (row `h`) meets: its run and version (and bytes,
+    unless NULL), and the run's newest: a later event with the next version free is a
+    run being erased (`Store.erasure_begun`), whose hole no append may fill."""
+    newest = (
+        f"NOT EXISTS (SELECT 1 FROM {table} AS l WHERE l.originator_id=h.originator_id "
+        "AND l.originator_version>h.originator_version)"
+    )
     if not states:
-        return "originator_id=? AND originator_version=?"
-    return "originator_id=? AND originator_version=? AND coalesce(state=?, 1)"
+        return f"h.originator_id=? AND h.originator_version=? AND {newest}"
+    return f"h.originator_id=? AND h.originator_version=? AND coalesce(h.state=?, 1) AND {newest}"
 
 
 @functools.cache
