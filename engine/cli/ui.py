@@ -54,8 +54,11 @@ def serve(store: str | None, host: str, port: int) -> None:
     if not is_loopback(host):
         out.line(f"warning: {host} is not a loopback address: anyone who reaches it can read runs")
     sys.stdout.flush()
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
-    with listening:
+    from engine.ui.collector import IdleCollector
+
+    collector = IdleCollector()  # the viewer process's collector policy (docs/ui.md)
+    config = uvicorn.Config(collector.wrap(app), log_level="warning", access_log=False)
+    with listening, collector.serving():
         uvicorn.Server(config).run(sockets=[listening])
 
 
