@@ -112,6 +112,43 @@ def require_browser(chromium: Path = CHROMIUM) -> None:
     pytest.skip(problem)
 
 
+class FailureCount(Projection[dict[str, int]]):
+    """A cross-run count of failures by stage, which knows how to forget a run."""
+
+    name = "failure_count"
+
+    def initial(self) -> dict[str, int]:
+        return {}
+
+    @on(StageFailed)
+    def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
+        return {**state, event.stage: state.get(event.stage, 0) + 1}
+
+    def forget(self, state: dict[str, int], gone: dict[str, int]) -> dict[str, int]:
+        left = {stage: count - gone.get(stage, 0) for stage, count in state.items()}
+        return {stage: count for stage, count in left.items() if count}
+
+
+def compact_killed_after_first_erase(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`engine.compact()` on PostgreSQL, its process dying before its second erase
+    transaction (a `KeyboardInterrupt` where the next `_erase_some` would run)."""
+    from engine.store.postgres import open as postgres_open
+
+    first = postgres_open._erase_some
+    calls: list[int] = []
+
+    def killed(*args: object) -> object:
+        if calls:
+            raise KeyboardInterrupt  # the process dies before its next transaction
+        calls.append(1)
+        return first(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(postgres_open, "_erase_some", killed)
+    with pytest.raises(KeyboardInterrupt):
+        engine.compact()
+    monkeypatch.setattr(postgres_open, "_erase_some", first)
+
+
 class FailuresByType(Projection[dict[str, int]]):
     """Counts failures by error type: the custom projection of the docs."""
 

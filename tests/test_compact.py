@@ -17,6 +17,7 @@ from engine.store.postgres import open as postgres_open
 from engine.ui import create_app
 from events import Event, RunFinished
 from projections import Projection, StateStack
+from tests._helpers import compact_killed_after_first_erase
 from tests.audit.tampering import Rows
 from tests.cli._helpers import invoke
 
@@ -297,19 +298,7 @@ def half_erased(url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[UUID, UUID]:
                 rows.delete(doomed.id, version)
             return kept.id, doomed.id
         monkeypatch.setattr(postgres_open, "ERASE_EVENTS", FIRST_ERASE)
-        first = postgres_open._erase_some
-        calls: list[int] = []
-
-        def killed(*args: object) -> object:
-            if calls:
-                raise KeyboardInterrupt  # the process dies before its next transaction
-            calls.append(1)
-            return first(*args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(postgres_open, "_erase_some", killed)
-        with pytest.raises(KeyboardInterrupt):
-            engine.compact()
-        monkeypatch.setattr(postgres_open, "_erase_some", first)
+        compact_killed_after_first_erase(engine, monkeypatch)
         return kept.id, doomed.id
 
 

@@ -13,25 +13,9 @@ from engine import Engine, RetentionRule, RunNotFound
 from engine.cli.demo.code_review import REVIEW
 from engine.errors import InvalidArgument, RunAlreadyFinished
 from engine.retention import parse_rule
-from events import RunDeleted, StageFailed
-from projections import Projection, StateStack, on
-
-
-class FailureCount(Projection[dict[str, int]]):
-    """A cross-run count of failures by stage, which knows how to forget a run."""
-
-    name = "failure_count"
-
-    def initial(self) -> dict[str, int]:
-        return {}
-
-    @on(StageFailed)
-    def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
-        return {**state, event.stage: state.get(event.stage, 0) + 1}
-
-    def forget(self, state: dict[str, int], gone: dict[str, int]) -> dict[str, int]:
-        left = {stage: count - gone.get(stage, 0) for stage, count in state.items()}
-        return {stage: count for stage, count in left.items() if count}
+from events import RunDeleted
+from projections import StateStack
+from tests._helpers import FailureCount
 
 
 def finished_run(engine: Engine, status: str, *, card: str = "C", **labels: str) -> str:

@@ -417,20 +417,14 @@ class Store:
             rows = self._backend.stored_rows
             if rows is not None:  # the lean read: plain rows, no `StoredEvent` per event
                 found = rows(run_id, **query)
-                if found or query.get("lte") is not None:
-                    span = (found[0][0], found[-1][0]) if found else None
-                    self._check_whole(run_id, span, len(found), query)
+                ends = [row[0] for row in (*found[:1], *found[-1:])]
+                self._check_whole(run_id, ends, len(found), query)
                 if topics is not None:
                     found = [row for row in found if row[1] in topics]
                 return mapper.from_rows(run_id, found)
             stored = self.recorder.select_events(run_id, **query)
-            if stored or query.get("lte") is not None:
-                ends = (
-                    (stored[0].originator_version, stored[-1].originator_version)
-                    if stored
-                    else None
-                )
-                self._check_whole(run_id, ends, len(stored), query)
+            ends = [event.originator_version for event in (*stored[:1], *stored[-1:])]
+            self._check_whole(run_id, ends, len(stored), query)
             if topics is not None:
                 stored = [event for event in stored if event.topic in topics]
             return mapper.to_domain_events(stored)
@@ -440,18 +434,19 @@ class Store:
             raise classify(self.url, error, "read failed") from error
 
     def _check_whole(
-        self, run_id: UUID, span: tuple[int, int] | None, count: int, query: Mapping[str, Any]
+        self, run_id: UUID, ends: Sequence[int], count: int, query: Mapping[str, Any]
     ) -> None:
-        """Refuse a run being erased where an ascending read (`count` versions from `span`'s
-        first to its last, None: none) shows a hole: versions not consecutive from `gt` + 1,
+        """Refuse a run being erased where an ascending read (`count` versions, the first and
+        last of them `ends`, empty: none) shows a hole: versions not consecutive from `gt` + 1,
         or fewer than asked up to `lte`. No read otherwise; a hole of a run not being erased
         (edited by hand) is `verify`'s to report.
 
         Raises:
             RunBeingErased: the run's erasure has begun.
         """
-        if query.get("desc"):
+        if query.get("desc") or not (count or query.get("lte") is not None):
             return
+        span = (ends[0], ends[-1]) if ends else None
         start = (query.get("gt") or 0) + 1
         lte, limit = query.get("lte"), query.get("limit")
         whole = span is None or (span[0] == start and span[1] - start == count - 1)

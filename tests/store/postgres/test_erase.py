@@ -16,9 +16,8 @@ from engine.store import meta
 from engine.store.postgres import open as postgres_open
 from engine.store.postgres import recorder as recorder_module
 from engine.store.postgres.recorder import PostgresRecorder
-from events import Event, StageFailed
-from projections import Projection, on
-from tests._helpers import POSTGRES_URL, REVIEW
+from events import Event
+from tests._helpers import POSTGRES_URL, REVIEW, FailureCount, compact_killed_after_first_erase
 from tests.test_compact import LOOP
 
 BOUND = 7
@@ -49,23 +48,6 @@ def logged(postgres_url: str) -> str:
         for statement in statements:
             conn.execute(sql.SQL(statement).format(**names))
     return schema
-
-
-class FailuresByStage(Projection[dict[str, int]]):
-    """A cross-run count of failures by stage, which knows how to forget a run."""
-
-    name = "failures_by_stage"
-
-    def initial(self) -> dict[str, int]:
-        return {}
-
-    @on(StageFailed)
-    def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
-        return {**state, event.stage: state.get(event.stage, 0) + 1}
-
-    def forget(self, state: dict[str, int], gone: dict[str, int]) -> dict[str, int]:
-        left = {stage: count - gone.get(stage, 0) for stage, count in state.items()}
-        return {stage: count for stage, count in left.items() if count}
 
 
 def per_transaction(schema: str) -> list[int]:
@@ -190,7 +172,7 @@ class TestSelectRuns:
         monkeypatch.setattr(persistent, "GONE_EVENTS", 8)
         monkeypatch.setattr(recorder_module, "RUNS_PAGE", 3)
         with Engine(postgres_url) as engine:
-            engine.projections.register(FailuresByStage)
+            engine.projections.register(FailureCount)
             runs = []
             for length in (2, 9, 3, 4):
                 run = engine.start_run(LOOP)
@@ -199,16 +181,16 @@ class TestSelectRuns:
                 runs.append(run)
             engine.projections.catch_up()
             deletions: list[Event] = [run.finish("deleted") for run in runs]
-            gone = engine.projections._deleted_runs([FailuresByStage.name], deletions)
+            gone = engine.projections._deleted_runs([FailureCount.name], deletions)
             assert sum(len(got) for got in gone.values()) <= 8 + 3
             for run_id, got in gone.items():  # only whole runs
                 assert [e.version for e in got] == list(range(1, len(engine.events(run_id)) + 1))
             assert len(gone) < len(deletions)
             engine.projections.catch_up()
-            after = engine.projections.states(FailuresByStage.name)
+            after = engine.projections.states(FailureCount.name)
             assert not any(after.values())
-            engine.projections.rebuild(FailuresByStage.name)
-            assert engine.projections.states(FailuresByStage.name) == after
+            engine.projections.rebuild(FailureCount.name)
+            assert engine.projections.states(FailureCount.name) == after
 
 
 class TestEraseAgainstTheAppendFunction:
@@ -266,19 +248,7 @@ class TestInterruptedErase:
         with Engine(postgres_url) as engine:
             total = deleted_runs(engine, [30])
             engine.runs()  # the index folded the deletion, as compact has it first
-            first = postgres_open._erase_some
-            calls: list[int] = []
-
-            def killed(*args: object) -> object:
-                if calls:
-                    raise KeyboardInterrupt  # the process dies before its next transaction
-                calls.append(1)
-                return first(*args)  # type: ignore[arg-type]
-
-            monkeypatch.setattr(postgres_open, "_erase_some", killed)
-            with pytest.raises(KeyboardInterrupt):
-                engine.compact()
-            monkeypatch.setattr(postgres_open, "_erase_some", first)
+            compact_killed_after_first_erase(engine, monkeypatch)
         with Engine(postgres_url) as other:
             other.projections.rebuild("run_index")  # e.g. after an upgrade changed its code
             assert len(other.runs(status="deleted")) == 1
