@@ -7,6 +7,7 @@ travel, supervisors); nothing below it imports it back.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import os
@@ -449,7 +450,7 @@ class Engine:
                 (before or while it was checked): its history is no longer whole.
             InvalidArgument: `workers` is not a whole number from 0 to 64.
         """
-        from engine.verify import chain_workers, verify_chain, verify_stored
+        from engine.verify import RunRanges, chain_workers, verify_chain, verify_stored
 
         rid = self._run_id(run_id)
         newest = self.store.last(rid)
@@ -459,9 +460,14 @@ class Engine:
         pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         if chain_only:
+            reading = self.store.range_reading()
+            ranges = None
+            if reading is not None:
+                after = functools.partial(self.store.stored_rows, rid)
+                ranges = RunRanges(reading, newest.version, after)
             chained = verify_chain(
                 rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
-                workers=helpers,
+                workers=helpers, ranges=ranges,
             )  # fmt: skip
             return self._not_erased_meanwhile(rid, chained)
         registered = [self.projections.projection(n) for n in self.projections.names]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor, Future
 from typing import Any
 from uuid import UUID
@@ -22,7 +22,8 @@ from engine.errors import InvalidArgument, PipelineError
 from engine.machine import replay
 from engine.pipeline import Pipeline
 from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, split
-from engine.store.chain_workers import ChainWorkers
+from engine.store.chain_workers import ChainWorkers, Followed, RangeReading, check_range
+from engine.store.failures import is_database_error
 from engine.store.mapper import EventMapper
 from events import Event, EventFormatError, RunStarted, StagetrailError
 from projections import Projection, ProjectionError
@@ -162,6 +163,7 @@ def verify_chain(
     must_link_from: int | None = None,
     key_problem: str | None = None,
     workers: int = 0,
+    ranges: RunRanges | None = None,
 ) -> VerifyReport:
     """Check a run's hash chain alone, a page of stored events (`StoredRow`s) at a time,
     decoding none.
@@ -169,10 +171,11 @@ def verify_chain(
     The report's `events` counts the stored events read; its problems are the chain's
     (and ``format`` for an event that cannot be decrypted): the table's rules and the
     projections are `verify_stored`'s. With `workers`, that many worker processes check
-    pages beside this one (`ChainCheck.pages`): the same report, sooner.
+    pages beside this one (`ChainCheck.pages`): the same report, sooner. With `ranges`,
+    the run is read by ranges of versions, each streamed and checked on its own (`_Ranges`).
     """
     links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from)
-    count = links.pages(pages, mapper, workers=workers)
+    count = links.pages(pages, mapper, workers=workers, ranges=ranges)
     return _with_chain(VerifyReport(run_id, count, ()), links, key_problem)
 
 
@@ -229,7 +232,12 @@ class ChainCheck:
         return "intact" if self.chained_from == 1 else "partial"
 
     def pages(
-        self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper, *, workers: int = 0
+        self,
+        pages: Iterable[Sequence[StoredRow]],
+        mapper: EventMapper,
+        *,
+        workers: int = 0,
+        ranges: RunRanges | None = None,
     ) -> int:
         """Check the links of a run's stored events, page by page; how many were checked.
 
@@ -237,9 +245,12 @@ class ChainCheck:
         each page's stored JSON (its stored bytes themselves when the store neither
         encrypts nor compresses) goes through `page`. An event that cannot be
         decrypted or decompressed is a ``format`` problem. With `workers`, pages that
-        follow on go to that many worker processes (`_Ahead`), which cannot start
-        processes falls back to checking here.
+        follow on go to that many worker processes (`_Ahead`; with `ranges`, ranges of
+        versions each worker reads itself: `_Ranges`), which cannot start processes falls
+        back to checking here.
         """
+        if ranges is not None:
+            return _Ranges(self, ranges).pages(pages, mapper, workers)
         if workers > 0:
             try:
                 pool = ChainWorkers(self.chain, self.run_id, workers)
@@ -260,14 +271,18 @@ class ChainCheck:
         """Whether `rows` would be checked by `Chain.run_along` from their first: the run is
         chained in this chain's mode up to them, they begin at the version expected and
         no problem was found yet (after one, pages are checked here, one after another)."""
+        return bool(rows) and self.on_course and rows[0][0] == self.expected
+
+    @property
+    def on_course(self) -> bool:
+        """Whether the run is chained in this chain's mode up to the event `expected` and no
+        problem was found yet: the next events can be followed elsewhere (`moved`)."""
         head = self._head
         return (
-            bool(rows)
-            and not self.problems
+            not self.problems
             and self.chained_from is not None
             and head is not None
             and head[0] == self.chain.mode
-            and rows[0][0] == self.expected
         )
 
     def state(self) -> tuple[Any, ...]:
@@ -293,6 +308,13 @@ class ChainCheck:
         self.previous = parts[2]
         self._head = (self.chain.mode, parts[2])
         return True
+
+    def moved(self, count: int, link: bytes) -> None:
+        """Move past `count` events that follow on in this chain's mode, the last one's
+        link `link` (a range checked elsewhere: `_Ranges`)."""
+        self.expected += count
+        self.previous = link
+        self._head = (self.chain.mode, link)
 
     def checked(self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper) -> Iterator[Event]:
         """Each page's links checked (`page`), then its events decoded, one after another.
@@ -466,6 +488,131 @@ class _Ahead:
             self.check.page(rows)
             while held:
                 self.check.page(held.popleft()[1])
+
+
+@attrs.frozen
+class RunRanges:
+    """How to check a run by ranges of versions (`_Ranges`): the `reading` of a range, the
+    run's newest version when the check began, and its rows after a version, a page at a
+    time, read here (from a range that does not follow on, and past the newest)."""
+
+    reading: RangeReading
+    newest: int
+    rows_after: Callable[[int], Iterable[Sequence[StoredRow]]]
+
+
+RANGE = 20_000
+"""Events a range holds: a query each, streamed; a worker holds a page of it at a time."""
+
+
+class _Ranges:
+    """`ChainCheck.pages` by ranges of versions: after the run's first page (checked here,
+    through `page`), each `RANGE` versions up to the newest are read and followed on their
+    own (`check_range`), by worker processes and, while each has `_DEPTH` ranges, here.
+    Ranges are settled in order: one that follows on all the way from the link the check
+    stands at moves the check past it (`ChainCheck.moved`); at the first that does not (an
+    edit, a hole, a link in another mode, an event that cannot be decoded, a failed read)
+    the rest of the run is read and checked here, page by page, from that range's first
+    version, as without ranges, as are the events stored past the newest. So the report
+    is the one checking page by page gives, event for event.
+    """
+
+    def __init__(self, check: ChainCheck, ranges: RunRanges) -> None:
+        self.check = check
+        self.ranges = ranges
+        self.held: deque[tuple[Future[Followed] | Followed, int, int]] = deque()
+        self.count = 0
+
+    def pages(self, pages: Iterable[Sequence[StoredRow]], mapper: EventMapper, workers: int) -> int:
+        """Check every event (see the class); how many were read."""
+        check, rest = self.check, iter(pages)
+        for page in rest:  # the first: where the chain begins, checked as always
+            self.count += len(page)
+            check.page(check.readable(page, mapper))
+            break
+        try:
+            if not (self.count and check.on_course):
+                return self._read(mapper, rest)  # unchained, broken: page by page
+            return self._by_ranges(mapper, workers)
+        finally:
+            self.ranges.reading.reader.close()
+
+    def _by_ranges(self, mapper: EventMapper, workers: int) -> int:
+        pool = None
+        if workers > 0:
+            try:
+                check, reading = self.check, self.ranges.reading
+                pool = ChainWorkers(check.chain, check.run_id, workers, reading)
+            except OSError:
+                pool = None
+        try:
+            for first in range(self.check.expected, self.ranges.newest + 1, RANGE):
+                self._one(pool, first, min(first + RANGE - 1, self.ranges.newest))
+                if not self._settle(wait=False, keep=(pool.workers if pool else 0) * _DEPTH * 2):
+                    break
+            else:
+                self._settle(wait=True)
+        finally:
+            if pool is not None:
+                pool.close()
+        return self._read(mapper, self.ranges.rows_after(self.check.expected - 1))
+
+    def _one(self, pool: ChainWorkers | None, first: int, last: int) -> None:
+        """Send the range to a worker, or (all busy, or none) check it here."""
+        if pool is not None and sum(isinstance(f, Future) for f, _, _ in self.held) < (
+            pool.workers * _DEPTH
+        ):
+            try:
+                self.held.append((pool.submit_range(first, last), first, last))
+                return
+            except (BrokenExecutor, OSError):  # checked here instead
+                pass
+        self.held.append((self._here(first, last), first, last))
+
+    def _here(self, first: int, last: int) -> Followed:
+        check = self.check
+        try:
+            return check_range(check.chain, check.run_id, self.ranges.reading, first, last)
+        except Exception as error:  # a failed read: the range is read again page by page
+            if not is_database_error(error) and not isinstance(error, StagetrailError):
+                raise
+            return Followed(None, 0, b"")
+
+    def _settle(self, *, wait: bool, keep: int = 0) -> bool:
+        """Take the ranges held, oldest first: those done, and with `wait` the others too
+        until at most `keep` are held; False at the first that does not follow on."""
+        held, check = self.held, self.check
+        while held:
+            result, first, last = held[0]
+            if isinstance(result, Future):
+                if not result.done() and not (wait and len(held) > keep):
+                    return True
+                result = _ranged(result)
+            held.popleft()
+            if result.before != check.previous or result.count != last - first + 1:
+                for future, _, _ in held:
+                    if isinstance(future, Future):
+                        future.cancel()
+                held.clear()
+                return False
+            check.moved(result.count, result.last)
+            self.count += result.count
+        return True
+
+    def _read(self, mapper: EventMapper, pages: Iterable[Sequence[StoredRow]]) -> int:
+        """Check `pages` here, one after another; the events read in all."""
+        for page in pages:
+            self.count += len(page)
+            self.check.page(self.check.readable(page, mapper))
+        return self.count
+
+
+def _ranged(future: Future[Followed]) -> Followed:
+    """What a worker found of a range (none followed: the worker or its read failed)."""
+    try:
+        return future.result()
+    except Exception:  # any failure of it: the range is read again here, which says why
+        return Followed(None, 0, b"")
 
 
 _DEPTH = 2

@@ -14,6 +14,7 @@ from uuid import UUID
 import attrs
 from eventsourcing.persistence import ApplicationRecorder
 
+from engine.store.chain_workers import RangeReader
 from engine.store.codec import Codec
 from engine.store.mapper import EventMapper
 from engine.store.meta import ChainRecord
@@ -70,6 +71,9 @@ class Backend:
     stored_rows: RowReader | None = attrs.field(default=None, kw_only=True)
     """A run's page as plain (version, topic, state) rows, `select_events`' arguments (None:
     the recorder reads `StoredEvent`s only)."""
+    range_reader: Callable[[], RangeReader] | None = attrs.field(default=None, kw_only=True)
+    """A new reader of a run's ranges of versions over a connection of its own (None: the
+    backend reads pages through its recorder only)."""
     upgrade: str = attrs.field(default="", kw_only=True)
     """What a one-time `stagetrail upgrade` would improve in this store ("": nothing)."""
 

@@ -6,16 +6,24 @@ process, on a copy of the page's rows. A long run's check is then bounded by
 reading it rather than by hashing it, on as many cores as there are workers.
 The workers only say how far a page follows on; the caller decides what a page
 that does not means (`engine.verify.ChainCheck`), exactly as without workers.
+
+Where the store can read a run by ranges of versions over connections of their own
+(`RangeReading`: PostgreSQL), a worker reads its range itself (`check_range`), so
+neither the reading nor the hashing is left to one process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any, Protocol
 from uuid import UUID
 
-from engine.store.chain import Chain, StoredRow
+import attrs
+
+from engine.store.chain import Chain, StoredRow, split
 
 
 class ChainWorkers:
@@ -27,12 +35,14 @@ class ChainWorkers:
         workers: how many processes (started fresh: no connection or thread is inherited).
     """
 
-    def __init__(self, chain: Chain, run_id: UUID, workers: int) -> None:
+    def __init__(
+        self, chain: Chain, run_id: UUID, workers: int, reading: RangeReading | None = None
+    ) -> None:
         self._pool = ProcessPoolExecutor(
             workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_begin,
-            initargs=(chain, run_id),
+            initargs=(chain, run_id, reading),
         )
         self.workers = workers
 
@@ -41,21 +51,124 @@ class ChainWorkers:
         many of them follow on (`Chain.run_along`)."""
         return self._pool.submit(_along, previous, version, rows)
 
+    def submit_range(self, first: int, last: int) -> Future[Followed]:
+        """Read and check versions `first` to `last` in a worker (`check_range`); needs the
+        `reading` the pool was started with."""
+        return self._pool.submit(_range, first, last)
+
     def close(self) -> None:
         """Stop the workers, dropping pages not begun."""
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-_checking: tuple[Chain, UUID] | None = None
-"""A worker's chain and run (set when it starts)."""
+_checking: tuple[Chain, UUID, RangeReading | None] | None = None
+"""A worker's chain, run and reading (set when it starts)."""
 
 
-def _begin(chain: Chain, run_id: UUID) -> None:
+def _begin(chain: Chain, run_id: UUID, reading: RangeReading | None) -> None:
     global _checking
-    _checking = (chain, run_id)
+    _checking = (chain, run_id, reading)
 
 
 def _along(previous: bytes, version: int, rows: Sequence[StoredRow]) -> int:
     assert _checking is not None  # set by the pool's initializer
-    chain, run_id = _checking
+    chain, run_id, _ = _checking
     return chain.run_along(previous, version, run_id, rows)[0]
+
+
+def _range(first: int, last: int) -> Followed:
+    assert _checking is not None  # set by the pool's initializer
+    chain, run_id, reading = _checking
+    assert reading is not None  # a pool that checks ranges was given how to read them
+    try:
+        return check_range(chain, run_id, reading, first, last)
+    except Exception:  # any failure (a read, a lost server): the caller reads it, which says why
+        return Followed(None, 0, b"")
+
+
+class RangeReader(Protocol):
+    """Streams a run's rows by range of versions over a connection of its own; picklable."""
+
+    def pages(
+        self, run_id: UUID, first: int, last: int, size: int
+    ) -> Generator[list[StoredRow], None, None]:
+        """The rows with `first <= version <= last`, in version order, `size` a page."""
+
+    def close(self) -> None:
+        """Close its connection."""
+
+
+@attrs.frozen
+class RangeReading:
+    """How a process reads a run's ranges itself: the reader and the stored bytes' decoders
+    (the mapper's cipher and compressor: a worker decodes what it reads, as `verify` does)."""
+
+    reader: RangeReader
+    cipher: Any = None
+    compressor: Any = None
+
+    def decoded(self, rows: Sequence[StoredRow]) -> Sequence[StoredRow]:
+        """`rows` with each stored JSON decrypted and decompressed, up to the first that
+        cannot be (the caller then checks the range itself, and reports it)."""
+        if self.cipher is None and self.compressor is None:
+            return rows
+        decoded = []
+        for version, topic, data in rows:
+            try:
+                if self.cipher is not None:
+                    data = self.cipher.decrypt(data)
+                if self.compressor is not None:
+                    data = self.compressor.decompress(data)
+            except Exception:  # the cipher and codecs raise assorted types: not followed
+                break
+            decoded.append((version, topic, bytes(data)))
+        return decoded
+
+
+@attrs.frozen
+class Followed:
+    """What checking a range of versions found: the link stored in the event before it
+    (None: missing, or without a link), how many of its events follow on from that
+    link, one after another, and the last of their links."""
+
+    before: bytes | None
+    count: int
+    last: bytes
+
+
+RANGE_PAGE = 1000
+"""Rows a range is read and checked by at a time: what one process holds of it."""
+
+
+def check_range(
+    chain: Chain, run_id: UUID, reading: RangeReading, first: int, last: int
+) -> Followed:
+    """Read the run's versions `first` - 1 to `last` and follow their links from the one
+    stored in `first` - 1 (`Chain.run_along`): how far they follow on. Reads stop at the
+    first event that does not.
+
+    Raises:
+        StoreError, psycopg.Error: the read failed (the caller checks the range itself).
+    """
+    pages = reading.reader.pages(run_id, first - 1, last, RANGE_PAGE)
+    before: bytes | None = None
+    previous, version = b"", first
+    try:
+        for page in pages:
+            rows, start = reading.decoded(page), 0
+            if before is None:
+                parts = split(rows[0][2]) if rows and rows[0][0] == first - 1 else None
+                if parts is None:
+                    return Followed(None, 0, b"")
+                before = previous = parts[2]
+                start = 1
+            done, previous = chain.run_along(previous, version, run_id, rows, start)
+            version += done
+            if done < len(page) - start:
+                break
+    finally:
+        if version <= last:  # stopped inside the query: its connection goes with the rows left
+            reading.reader.close()
+            with contextlib.suppress(Exception):
+                pages.close()
+    return Followed(before, version - first, previous)

@@ -18,6 +18,7 @@ from eventsourcing.persistence import (
 from engine.store import meta, urls
 from engine.store.backend import Backend
 from engine.store.chain import Chain, StoredRow, chain_key, split
+from engine.store.chain_workers import RangeReading
 from engine.store.codec import Codec
 from engine.store.errors import (
     AppendOutcomeUnknown,
@@ -272,15 +273,25 @@ class Store:
         read = functools.partial(self.stored_events, run_id)
         return _paged(lambda gt: read(gt=gt), lambda page: page[-1].originator_version)
 
-    def stored_rows(self, run_id: UUID) -> Iterator[list[StoredRow]]:
-        """The run's events as stored, a page (`PAGE` events) at a time, each a plain
-        (version, topic, state) row: the lean read of `verify`, which needs no
+    def stored_rows(self, run_id: UUID, gt: int = 0) -> Iterator[list[StoredRow]]:
+        """The run's events as stored after version `gt`, a page (`PAGE` events) at a time,
+        each a plain (version, topic, state) row: the lean read of `verify`, which needs no
         `StoredEvent` per event where the recorder reads rows (SQLite).
 
         Raises:
             StoreError: the database failed.
         """
-        return _paged(functools.partial(self._rows_after, run_id), lambda page: page[-1][0])
+        read = functools.partial(self._rows_after, run_id)
+        return _paged(read, lambda page: page[-1][0], gt)
+
+    def range_reading(self) -> RangeReading | None:
+        """How another connection (or process) reads this store's runs by ranges of versions,
+        decoding them as this store does; None where the backend cannot (SQLite, memory)."""
+        reader = self._backend.range_reader
+        if reader is None:
+            return None
+        mapper = self._mapper
+        return RangeReading(reader(), mapper.cipher, mapper.compressor)
 
     def _rows_after(self, run_id: UUID, gt: int) -> list[StoredRow]:
         """A page of the run's rows after version `gt` (see `stored_rows`)."""
@@ -670,11 +681,10 @@ def writable(url: str) -> bool:
 
 
 def _paged(
-    read: Callable[[int], list[_Row]], version: Callable[[list[_Row]], int]
+    read: Callable[[int], list[_Row]], version: Callable[[list[_Row]], int], gt: int = 0
 ) -> Iterator[list[_Row]]:
-    """A run's pages of `PAGE` rows: `read(gt)` reads the one after version `gt`, `version`
-    tells a page's last."""
-    gt = 0
+    """A run's pages of `PAGE` rows after version `gt`: `read(gt)` reads the one after
+    version `gt`, `version` tells a page's last."""
     while True:
         page = read(gt)
         if page:

@@ -23,6 +23,7 @@ from engine.store.postgres.datastore import (
     read_retried,
     schema_of,
 )
+from engine.store.postgres.ranges import RangeReader
 from engine.store.postgres.recorder import (
     CONCURRENT_SCHEMA,
     has_tx_column,
@@ -133,6 +134,7 @@ def open_postgres(
         generation = functools.partial(read_generation, datastore)
         after = functools.partial(stored_after, datastore)
         rows = row_reader(recorder)
+        ranges = functools.partial(RangeReader, url)
         if read_only or read_only_server:  # views folded in memory: nothing kept
             views = PostgresViews(datastore, recorder.channel_name, url.masked)
             views.codec = codec
@@ -141,6 +143,7 @@ def open_postgres(
             return Backend(
                 recorder, mapper, closer, views, erase=erase, read_only=True, codec=codec,
                 generation=generation, chain=chain, stored_after=after, stored_rows=rows,
+                range_reader=ranges,
             )  # fmt: skip
         views, problem = prepare_views(
             lambda: PostgresViews(datastore, recorder.channel_name, url.masked), codec
@@ -149,7 +152,7 @@ def open_postgres(
     closer = _closer(datastore, views, recorder)
     return Backend(
         recorder, mapper, closer, views, problem, erase, codec=codec, generation=generation,
-        chain=chain, stored_after=after, stored_rows=rows,
+        chain=chain, stored_after=after, stored_rows=rows, range_reader=ranges,
     )  # fmt: skip
 
 
