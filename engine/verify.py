@@ -548,7 +548,7 @@ class _Ranges:
         try:
             for first in range(self.check.expected, self.ranges.newest + 1, RANGE):
                 self._one(pool, first, min(first + RANGE - 1, self.ranges.newest))
-                if not self._settle(wait=False, keep=(pool.workers if pool else 0) * _DEPTH * 2):
+                if not self._settle(wait=True, keep=(pool.workers if pool else 0) * _DEPTH * 2):
                     break
             else:
                 self._settle(wait=True)
@@ -580,7 +580,8 @@ class _Ranges:
 
     def _settle(self, *, wait: bool, keep: int = 0) -> bool:
         """Take the ranges held, oldest first: those done, and with `wait` the others too
-        until at most `keep` are held; False at the first that does not follow on."""
+        until at most `keep` are held (a stalled worker must not let the check run on
+        without bound); False at the first that does not follow on."""
         held, check = self.held, self.check
         while held:
             result, first, last = held[0]

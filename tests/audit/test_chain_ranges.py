@@ -1,0 +1,250 @@
+"""A PostgreSQL run's chain checked by ranges of versions: the report page by page gives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from uuid import UUID
+
+import pytest
+
+import engine.verify as verify
+from engine import Engine
+from engine.store.chain_workers import check_range
+from engine.store.event_store import PAGE
+from engine.verify import RunRanges, VerifyReport, verify_chain
+from tests._helpers import REVIEW
+from tests.audit.tampering import Rows
+
+KEY = "the writers' secret"
+CIPHER_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
+RANGE = 1500
+"""The ranges' length in these tests: not a multiple of a page, so their ends are not a
+page's. After the first page, the ranges are 1001-2500, 2501-4000, 4001-5500, 5501-6050."""
+EVENTS = 6 * PAGE + 50
+
+
+@pytest.fixture(autouse=True)
+def short_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranges of `RANGE` versions, so a run of a few pages spans several."""
+    monkeypatch.setattr(verify, "RANGE", RANGE)
+
+
+STORES = {
+    "plain": ("", None, None),
+    "keyed": ("", KEY, None),
+    "compressed and encrypted": ("&compress=zlib", None, CIPHER_KEY),
+}
+
+
+@pytest.fixture(params=list(STORES), ids=list(STORES))
+def long_run(
+    request: pytest.FixtureRequest, postgres_url: str
+) -> Iterator[tuple[Engine, str, UUID]]:
+    """A PostgreSQL run of six pages and a bit: plain links, keyed, or compressed and
+    encrypted; its engine and its schema's URL (what `Rows` edits)."""
+    options, chain_key, cipher_key = STORES[request.param]
+    with Engine(postgres_url + options, chain_key=chain_key, cipher_key=cipher_key) as engine:
+        run = engine.start_run(REVIEW)
+        for start in range(0, EVENTS - 1, 500):
+            with run.batch():
+                for index in range(start, min(start + 500, EVENTS - 1)):
+                    run.note("step", f"s{index}")
+        yield engine, postgres_url, run.id
+
+
+def paged(engine: Engine, run_id: UUID) -> VerifyReport:
+    """The chain of `run_id` checked page by page, as a store that reads no ranges does."""
+    store = engine.store
+    linked = store.must_link_from(run_id)
+    return verify_chain(run_id, store.stored_rows(run_id), store.mapper, must_link_from=linked)
+
+
+def ranged(
+    engine: Engine,
+    run_id: UUID,
+    workers: int = 0,
+    newest: int = EVENTS,
+    resumed: list[int] | None = None,
+) -> VerifyReport:
+    """The chain of `run_id` checked by ranges up to version `newest`, with `workers`; the
+    versions after which it read page by page appended to `resumed`."""
+    store = engine.store
+    reading = store.range_reading()
+    assert reading is not None
+
+    def rows_after(gt: int) -> Iterator[list[tuple[int, str, bytes]]]:
+        if resumed is not None:
+            resumed.append(gt)
+        return store.stored_rows(run_id, gt)
+
+    ranges = RunRanges(reading, newest, rows_after)
+    linked = store.must_link_from(run_id)
+    return verify_chain(
+        run_id, store.stored_rows(run_id), store.mapper, must_link_from=linked,
+        workers=workers, ranges=ranges,
+    )  # fmt: skip
+
+
+def edit(rows: Rows, run_id: UUID, version: int) -> None:
+    """Change one character of the event's stored JSON (a compressed or encrypted event's
+    stored bytes: one bit of the last, so it no longer decodes)."""
+    topic, state = rows.get(run_id, version)
+    if b'"s' in state:
+        rows.put(run_id, version, topic, state.replace(b'"s', b'"S', 1))
+    else:
+        rows.put(run_id, version, topic, state[:-1] + bytes([state[-1] ^ 1]))
+
+
+TAMPERING: dict[str, tuple[Callable[[Rows, UUID], None], list[int], list[int]]] = {
+    "an edit in the first page": (lambda rows, run: edit(rows, run, 7), [7], []),
+    "an edit of the first page's last event": (
+        lambda rows, run: edit(rows, run, PAGE), [PAGE], [],
+    ),
+    "an edit of the first range's first event": (
+        lambda rows, run: edit(rows, run, PAGE + 1), [PAGE + 1], [PAGE],
+    ),
+    "an edit of a range's last event": (
+        lambda rows, run: edit(rows, run, PAGE + RANGE), [PAGE + RANGE], [PAGE],
+    ),
+    "an edit of a range's first event": (
+        lambda rows, run: edit(rows, run, PAGE + RANGE + 1), [PAGE + RANGE + 1], [PAGE + RANGE],
+    ),
+    "an edit of the last event": (
+        lambda rows, run: edit(rows, run, EVENTS), [EVENTS], [PAGE + 3 * RANGE],
+    ),
+    "a range's first event deleted": (
+        lambda rows, run: rows.delete(run, PAGE + 2 * RANGE + 1),
+        [PAGE + 2 * RANGE + 1],
+        [PAGE + 2 * RANGE],
+    ),
+    "the last event deleted": (
+        lambda rows, run: rows.delete(run, EVENTS), [], [PAGE + 3 * RANGE],
+    ),
+    "events swapped across ranges": (
+        lambda rows, run: rows.swap(run, PAGE + RANGE, PAGE + RANGE + 1),
+        [PAGE + RANGE, PAGE + RANGE + 1, PAGE + RANGE + 2],
+        [PAGE],
+    ),
+    "an event inserted after the last": (
+        lambda rows, run: rows.insert(run, EVENTS + 1, *rows.get(run, EVENTS)),
+        [EVENTS + 1],
+        [EVENTS],
+    ),
+    "edits in the second and the last range": (
+        lambda rows, run: (edit(rows, run, PAGE + RANGE + 9), edit(rows, run, EVENTS - 1)),
+        [PAGE + RANGE + 9, EVENTS - 1],
+        [PAGE + RANGE],
+    ),
+}  # fmt: skip
+"""Each tampering, the versions the check names, and the version after which it reads the
+rest of the run page by page (the first range that does not follow on; the run's end when
+all do; none when the first page already is not on course)."""
+
+
+class TestChainRanges:
+    def test_an_intact_run_gets_the_page_by_page_report(
+        self, long_run: tuple[Engine, str, UUID], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Read by ranges, an intact run is intact with the head and count of events the
+        check page by page gives, every version after the first page read by a range."""
+        engine, _, run_id = long_run
+        checked: list[tuple[int, int]] = []
+
+        def spied(*args: object) -> object:
+            checked.append((args[3], args[4]))  # type: ignore[arg-type]
+            return check_range(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(verify, "check_range", spied)
+        resumed: list[int] = []
+        report = ranged(engine, run_id, resumed=resumed)
+        assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)
+        assert report == paged(engine, run_id)
+        assert checked == [(1001, 2500), (2501, 4000), (4001, 5500), (5501, EVENTS)]
+        assert resumed == [EVENTS]  # every range followed on: only what is past the newest
+
+    def test_engine_verify_reads_postgresql_by_ranges(
+        self, long_run: tuple[Engine, str, UUID], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`Engine.verify(chain_only=True)` on PostgreSQL checks the run by ranges."""
+        engine, _, run_id = long_run
+        checked: list[int] = []
+
+        def spied(*args: object) -> object:
+            checked.append(args[3])  # type: ignore[arg-type]
+            return check_range(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(verify, "check_range", spied)
+        report = engine.verify(run_id, chain_only=True)
+        assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)
+        assert checked == [1001, 2501, 4001, 5501]
+
+    @pytest.mark.parametrize("tampering", list(TAMPERING), ids=list(TAMPERING))
+    def test_tampering_is_named_at_the_same_versions(
+        self, long_run: tuple[Engine, str, UUID], tampering: str
+    ) -> None:
+        """Rows edited, deleted, swapped or inserted by SQL in the first page, at a range's
+        ends or in the last are named at the versions the check page by page names; the
+        ranges before the first tampered one are taken as checked, the rest read page by page."""
+        engine, url, run_id = long_run
+        tamper, expected, resumed_after = TAMPERING[tampering]
+        tamper(Rows(url), run_id)
+        resumed: list[int] = []
+        alone, by_ranges = paged(engine, run_id), ranged(engine, run_id, resumed=resumed)
+        assert sorted({p.version for p in alone.problems}) == expected
+        assert by_ranges == alone
+        assert resumed == resumed_after
+        assert by_ranges.ok is not expected
+
+    def test_workers_reading_ranges_get_the_same_report(
+        self, long_run: tuple[Engine, str, UUID]
+    ) -> None:
+        """A worker process reads and checks ranges itself: intact, then with an edit of a
+        range's first event and one in the last range, the report page by page gives."""
+        engine, url, run_id = long_run
+        helped = ranged(engine, run_id, workers=1)
+        assert (helped.chain, helped.events) == ("intact", EVENTS)
+        assert helped == paged(engine, run_id)
+        rows = Rows(url)
+        edit(rows, run_id, PAGE + 2 * RANGE + 1)
+        edit(rows, run_id, EVENTS - 3)
+        helped = ranged(engine, run_id, workers=1)
+        assert sorted({p.version for p in helped.problems}) == [PAGE + 2 * RANGE + 1, EVENTS - 3]
+        assert helped == paged(engine, run_id)
+
+    def test_a_run_grown_past_the_newest_read_is_read_to_its_end(
+        self, long_run: tuple[Engine, str, UUID]
+    ) -> None:
+        """Events stored after the newest the check began from are read page by page."""
+        engine, _, run_id = long_run
+        report = ranged(engine, run_id, newest=PAGE + RANGE + 3)
+        assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)
+        assert report.head == paged(engine, run_id).head
+
+
+class TestChainRangesUnchained:
+    def test_a_run_stripped_of_its_first_links_gets_the_page_by_page_report(
+        self, postgres_url: str
+    ) -> None:
+        """A run whose first events lost their links (as a store written before chaining)
+        is not read by ranges: partial, or broken where the store links every event."""
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(4 * PAGE):
+                    run.note("step", f"s{index}")
+            Rows(postgres_url).strip(run.id, range(1, PAGE + 200))
+            report = ranged(engine, run.id, newest=4 * PAGE)
+            assert len(report.problems) == PAGE + 200
+            assert report == paged(engine, run.id)
+
+    def test_keyed_links_without_the_key_are_unchecked(self, postgres_url: str) -> None:
+        """Keyed links read without the chain key are ``unchecked``, as page by page."""
+        with Engine(postgres_url, chain_key=KEY) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(3 * PAGE):
+                    run.note("step", f"s{index}")
+        with Engine(postgres_url, read_only=True) as engine:
+            report = ranged(engine, run.id, newest=3 * PAGE + 1)
+            assert (report.chain, report.events) == ("unchecked", 3 * PAGE + 1)
+            assert report == paged(engine, run.id)
