@@ -20,6 +20,9 @@ Run: ``python -m benchmarks.chain`` (``--quick`` for a smoke run). The rows:
   of 200,000 events or more; their CPU time counted in). ``--store URL`` checks the
   newest run of a store already written instead (e.g. a 1,000,001-event file kept
   from a run before).
+- checking the chain of that run copied into PostgreSQL: `engine.verify` (by ranges of
+  versions, each one streamed query) beside the same check page by page (a query a
+  page, as before ranges), alternating, with and without worker processes.
 """
 
 from __future__ import annotations
@@ -389,23 +392,52 @@ def _with_workers(checks: list[Rates], workers: int) -> dict[str, object]:
 
 def postgres_row(url: str, run_id: UUID, rounds: int) -> dict[str, object]:
     """The chain check of the same run copied, byte for byte, into a new PostgreSQL schema:
-    read as plain rows (`select_rows`) and as `StoredEvent` pages, alternating."""
+    by ranges of versions (`engine.verify`), page by page (`select_rows`, a query a page:
+    before ranges) and as `StoredEvent` pages, alternating."""
     with postgres_store() as target:
         with Engine(url) as source, Engine(target) as copy:
             for page in source.store.stored_pages(run_id):
                 copy.store.recorder.insert_events(page)
-        checks, helped, before = [], [], []
+        checks, helped, paged, paged_helped, before = [], [], [], [], []
         workers = chain_workers(newest_version(target, run_id), spare_cores())
         for _ in range(rounds):
             checks.append(verify_rates(target, run_id, True))
+            paged.append(page_by_page(target, run_id))
             helped.append(verify_rates(target, run_id, True, workers=workers))
+            paged_helped.append(page_by_page(target, run_id, workers))
             before.append(through_stored_events(target, run_id))
     return {
         "case": f"check the chain of that run, PostgreSQL ({checks[0].events:,} events)",
         **_summary(checks),
         "through_stored_events_cpu_events_s": statistics.median(before),
         **_with_workers(helped, workers),
+        "page_by_page_events_s": statistics.median(c.wall for c in paged),
+        "page_by_page_cpu_events_s": statistics.median(c.cpu for c in paged),
+        "page_by_page_with_workers_events_s": statistics.median(c.wall for c in paged_helped),
+        "page_by_page_with_workers_cpu_events_s": statistics.median(c.cpu for c in paged_helped),
     }
+
+
+def page_by_page(url: str, run_id: UUID, workers: int = 0) -> Rates:
+    """The chain check of the run read a page (a query) at a time through the store's
+    recorder, as PostgreSQL's was before it read by ranges (with `workers` checking pages
+    this process reads), clocked as `verify_rates` clocks."""
+    with Engine(url) as engine:
+        store = engine.store
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        children = _cpu(resource.RUSAGE_CHILDREN)
+        wall, cpu = time.perf_counter(), time.process_time()
+        checked = verify_chain(
+            run_id, store.stored_rows(run_id), store.mapper,
+            must_link_from=store.must_link_from(run_id), workers=workers,
+        )  # fmt: skip
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        cpu += _cpu(resource.RUSAGE_CHILDREN) - children
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        assert checked.ok, checked.problems[:3]
+        assert checked.chain == "intact"
+    preempted, waited = after.ru_nivcsw - before.ru_nivcsw, after.ru_nvcsw - before.ru_nvcsw
+    return Rates(checked.events / wall, checked.events / cpu, checked.events, preempted, waited)
 
 
 def newest_version(url: str, run_id: UUID) -> int:

@@ -503,6 +503,10 @@ class RunRanges:
 
 RANGE = 20_000
 """Events a range holds: a query each, streamed; a worker holds a page of it at a time."""
+_HELD = 16
+"""Ranges checked and not yet settled, at most (each a `Followed`, a few bytes): enough
+for this process to go on while a worker starts (a second or so), few enough that a range
+that does not follow on wastes little checked after it."""
 
 
 class _Ranges:
@@ -548,7 +552,7 @@ class _Ranges:
         try:
             for first in range(self.check.expected, self.ranges.newest + 1, RANGE):
                 self._one(pool, first, min(first + RANGE - 1, self.ranges.newest))
-                if not self._settle(wait=True, keep=(pool.workers if pool else 0) * _DEPTH * 2):
+                if not self._settle(wait=True, keep=_HELD if pool else 0):
                     break
             else:
                 self._settle(wait=True)
