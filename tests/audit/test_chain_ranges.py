@@ -7,6 +7,7 @@ from uuid import UUID
 
 import pytest
 
+import engine.store.postgres.ranges as ranges_module
 import engine.verify as verify
 from engine import Engine
 from engine.store.chain_workers import check_range
@@ -220,6 +221,28 @@ class TestChainRanges:
         report = ranged(engine, run_id, newest=PAGE + RANGE + 3)
         assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)
         assert report.head == paged(engine, run_id).head
+
+
+class TestChainRangesCursor:
+    def test_a_server_side_cursor_reads_what_chunked_rows_read(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With a libpq older than chunked rows, a range is paged by a server-side cursor:
+        the same report, intact and with an edit of a range's last event."""
+        monkeypatch.setattr(ranges_module, "_chunked", lambda: False)
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(EVENTS - 1):
+                    run.note("step", f"s{index}")
+            resumed: list[int] = []
+            report = ranged(engine, run.id, resumed=resumed)
+            assert (report.ok, report.events, resumed) == (True, EVENTS, [EVENTS])
+            edit(Rows(postgres_url), run.id, PAGE + RANGE)
+            resumed.clear()
+            report = ranged(engine, run.id, resumed=resumed)
+            assert ([p.version for p in report.problems], resumed) == ([PAGE + RANGE], [PAGE])
+            assert report == paged(engine, run.id)
 
 
 class TestChainRangesUnchained:
