@@ -11,6 +11,7 @@ import engine.store.postgres.ranges as ranges_module
 import engine.verify as verify
 from engine import Engine
 from engine.store.chain_workers import check_range
+from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
 from engine.verify import RunRanges, VerifyReport, verify_chain
 from tests._helpers import REVIEW
@@ -223,7 +224,7 @@ class TestChainRanges:
         assert report.head == paged(engine, run_id).head
 
 
-class TestChainRangesCursor:
+class TestChainRangesReads:
     def test_a_server_side_cursor_reads_what_chunked_rows_read(
         self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -242,6 +243,26 @@ class TestChainRangesCursor:
             resumed.clear()
             report = ranged(engine, run.id, resumed=resumed)
             assert ([p.version for p in report.problems], resumed) == ([PAGE + RANGE], [PAGE])
+            assert report == paged(engine, run.id)
+
+    def test_a_range_that_cannot_be_read_is_read_page_by_page(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A range whose own connection fails is read again through the store, page by page,
+        with the same report (the store's read says why, if it fails too)."""
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(EVENTS - 1):
+                    run.note("step", f"s{index}")
+
+            def refused(reader: object) -> None:
+                raise StoreError("postgresql://***", "cannot connect")
+
+            monkeypatch.setattr(ranges_module.RangeReader, "_connected", refused)
+            resumed: list[int] = []
+            report = ranged(engine, run.id, resumed=resumed)
+            assert (report.ok, report.events, resumed) == (True, EVENTS, [PAGE])
             assert report == paged(engine, run.id)
 
 
