@@ -57,9 +57,6 @@ def kept_projections() -> list[Projection[Any]]:
     return [StateStack()]
 
 
-STACK = "state_stack"
-"""`StateStack.name`: its snapshots are made from the stack's shape, not a fold."""
-
 _log = logging.getLogger(__name__)
 
 
@@ -100,7 +97,8 @@ class SnapshotKeeper:
         """Per projection: the generation and version of its state held, and the state."""
 
     def committed(self, events: Sequence[Event], state: RunState) -> RunState | None:
-        """Fold what was written into the states held; store snapshots at a crossing.
+        """Follow what was written (the stack's shape, other kept projections' states held);
+        store snapshots at a crossing.
 
         Returns, at a crossing, the machine state as its snapshot restores it, for the
         writer to hold: its stack's older part is then made only when walked, so the
@@ -111,14 +109,12 @@ class SnapshotKeeper:
         first, last = events[0].version, state.version
         crossed = last // self.interval != (first - 1) // self.interval
         at = last - last % self.interval if crossed else None
-        stack = self._follow(events, state, at)
-        if self._held:  # nothing is held before the first crossing: short runs skip this
-            for projection in self._projections:
-                self._advance(projection, events, first)
-        if not crossed:
-            return None
         try:
-            return self._keep(state, stack, at)
+            stack = self._follow(events, state, at)
+            if self._held:  # nothing is held before the first crossing: short runs skip this
+                for projection in self._projections:
+                    self._advance(projection, events, first)
+            return self._keep(state, stack, at) if crossed else None
         except Exception as error:  # the events are stored: only the speed-up is lost
             _log.warning("snapshots of run %s not kept: %s", state.run_id, error)
             self._held.clear()
@@ -172,8 +168,10 @@ class SnapshotKeeper:
             return None
         if not self._projections:
             self._projections = kept_projections()
+        from projections.stack import StateStack
+
         for projection in self._projections:
-            if projection.name == STACK:
+            if type(projection) is StateStack:  # made from the stack's shape, not a fold
                 self._keep_stack(run_id, projection, version, generation, (at, stack))
             else:
                 self._keep_one(run_id, projection, version, generation)
