@@ -177,18 +177,16 @@ class TimeTravel:
     def keep_snapshot(
         self, run_id: UUID, projection: Projection[Any], version: int, data: Any, generation: int
     ) -> None:
-        """Store `data`, the projection's `snapshot` after event `version`, read in
-        `generation`; its restored state is kept in memory (its older part deferred).
+        """Store `data`, the projection's `snapshot` after event `version`, read in `generation`.
 
         A writer's that follows what its snapshot needs rather than the projection's state
-        (`projections.stack.StackShape`).
+        (`projections.stack.StackShape`). Nothing is kept in memory: restoring it costs a
+        pass over what it holds, at every crossing, for a reader in this process that may
+        never come (one restores it from the store).
         """
         key = (generation, run_id, projection.name, projection.identity())
         storer = _Storer(self, key, projection, 0)
         storer.seal(version, data)
-        state = projection.restore(data, self._events(key))
-        self._follow(generation)
-        self._remember(key, [(version, state)])
         storer.flush()
 
     def _follow(self, generation: int) -> None:
