@@ -172,7 +172,7 @@ class SnapshotKeeper:
 
         for projection in self._projections:
             if type(projection) is StateStack:  # made from the stack's shape, not a fold
-                self._keep_stack(run_id, projection, version, generation, (at, stack))
+                self._keep_stack(run_id, projection, version, generation, at, stack)
             else:
                 self._keep_one(run_id, projection, version, generation)
         kept = travel.keep(run_id, MachineFold(), version, (self._pipeline, machine), generation)
@@ -207,11 +207,11 @@ class SnapshotKeeper:
         projection: Projection[Any],
         version: int,
         generation: int,
-        shaped: tuple[int | None, JSON],
+        at: int | None,
+        snapshot: JSON,
     ) -> None:
-        """Store StateStack's snapshot its shape made (`shaped`: at which version, and the
-        snapshot); with none, fold it from a stored one and follow its shape from there."""
-        at, snapshot = shaped
+        """Store the `snapshot` after event `at` the stack's shape made; with none, fold the
+        stack from a stored snapshot and follow its shape from there."""
         if at is not None and snapshot is not None and self._shape is not None:
             self._travel.keep_snapshot(run_id, projection, at, snapshot, generation)
             return
