@@ -507,3 +507,23 @@ class TestStackShape:
             assert shape.snapshot() == PROJECTION.snapshot(stack)
             lone |= stack.hub.lone if stack.hub else set()
         assert lone, "a lone route was shaped"
+
+    @pytest.mark.parametrize("steps", [1, 127, 128, 129, 1000, 1500])
+    def test_the_shape_of_a_restored_stack_walked_in_part(self, steps: int) -> None:
+        """A restored stack popped into its deferred frames (a page made, ranges split) and
+        pushed onto shapes as its own snapshot says, and goes on as the fold does."""
+        from projections.stack import StackShape
+
+        history: list[Event] = [started()]
+        for version in range(2, 4000):
+            make = done if version % 3 else fail
+            history.append(make(version, "developer") if version % 5 else back(version, 1))
+        stack = restored(fold(*history), history)
+        history.append(back(len(history) + 1, steps))
+        history += [done(len(history) + 1, "developer"), done(len(history) + 2, "testing")]
+        stack = PROJECTION.fold(history[-3:], stack)
+        shape = StackShape.of(stack, len(history))
+        assert shape.snapshot() == PROJECTION.snapshot(fold(*history))
+        history += [back(len(history) + 1, 3), done(len(history) + 2, "developer")]
+        shape.advance(history[-2:])
+        assert shape.snapshot() == PROJECTION.snapshot(fold(*history))
