@@ -793,10 +793,15 @@ class Engine:
         from engine.run import unit_of
 
         if generation is not None:
+            unit = unit_of(run)
             keeper = SnapshotKeeper(
-                self._time_travel, self.store, run.pipeline, generation=generation
+                self._time_travel,
+                self.store,
+                run.pipeline,
+                generation=generation,
+                begun=unit.stored_history() or (),
             )
-            unit_of(run).followers.append(keeper)
+            unit.followers.append(keeper)
         return run
 
     def _run_id(self, run_id: UUID | str) -> UUID:

@@ -125,6 +125,14 @@ class PackedRanges(Sequence[tuple[int, int]]):
         """How many versions the ranges hold."""
         return self._count
 
+    @property
+    def packed(self) -> str:
+        """The ranges as `pack_ranges` packs them (no range unpacked)."""
+        text = self._text[: max(self._end, 0)]
+        if self._newest:
+            return f"{text},{self._newest}" if text else self._newest
+        return text
+
     def newest(self, most: int) -> tuple[Ranges, PackedRanges | None]:
         """The ranges of the newest `most` versions (oldest first), and the ranges below them."""
         text, end, high, page, taken = self._text, self._end, self._last, [], 0
@@ -156,10 +164,7 @@ class PackedRanges(Sequence[tuple[int, int]]):
 
     def _unpacked(self) -> Ranges:
         if self._ranges is None:
-            text = self._text[: max(self._end, 0)]
-            if self._newest:
-                text = f"{text},{self._newest}" if text else self._newest
-            self._ranges = _unpack(text)
+            self._ranges = _unpack(self.packed)
         return self._ranges
 
     def __len__(self) -> int:

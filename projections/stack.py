@@ -17,10 +17,16 @@ from typing import Any
 import attrs
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from events.table import Lookup, hub_of, implicit_route, initial_state, lookup
+from events.table import Lookup, as_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, maker
 from projections.base import EventSource, Projection, on
-from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
+from projections.deferred import (
+    PackedRanges,
+    from_events,
+    pack_ranges,
+    unpack_ranges,
+    version_ranges,
+)
 from projections.immutable import PList
 from projections.interning import interned
 
@@ -288,3 +294,219 @@ def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
 _FRAME = maker(Frame)
 _STACK = maker(Stack)
 _HUB = maker(Hub)
+
+
+class StackShape:
+    """The versions of a run's stack frames, followed as its writer commits: no frame made.
+
+    What `StateStack.snapshot` stores, for a writer keeping its run's snapshots
+    (`engine.readside.SnapshotKeeper`): an outcome pushes its version (twice for a
+    hub's implicit route), a rollback pops, where the fold would make a frame per
+    outcome. The versions below the last `snapshot` are held packed as it stored
+    them, so each snapshot of a deep stack packs only what changed since.
+
+    A hub's implicit route depends on the run's state, so a hub's table holds each
+    unpacked frame's state too; a rollback below them leaves the shape unknown
+    (`known` False): its keeper then folds from a stored snapshot instead.
+
+    Args:
+        initial, table, hub: the stack's (`Stack`), from the run's table.
+        packed, last, count: the older frames' versions as `pack_ranges` packs them,
+            their newest version and how many frames they are.
+        below: the state the newest packed frame left (a hub's table; None: none).
+    """
+
+    __slots__ = (
+        "_below",
+        "_count",
+        "_hub",
+        "_last",
+        "_lone",
+        "_packed",
+        "_rows",
+        "_states",
+        "_table",
+        "_versions",
+        "initial",
+        "known",
+        "version",
+    )
+
+    def __init__(
+        self,
+        initial: str | None,
+        table: Lookup,
+        hub: Hub | None,
+        *,
+        packed: str = "",
+        last: int = 0,
+        count: int = 0,
+        below: str | None = None,
+        version: int = 1,
+    ) -> None:
+        self.initial, self._table, self._hub = initial, table, None if hub is None else hub.name
+        self._lone = set() if hub is None else set(hub.lone)
+        self._rows: list[list[str]] = as_rows(table)
+        self._packed, self._last, self._count, self._below = packed, last, count, below
+        self._versions: list[int] = []  # frames above the packed ones, newest last
+        self._states: list[str] = []  # their states (a hub's table only)
+        self.known = True
+        self.version = version
+        """The run's version the shape is at."""
+
+    @classmethod
+    def started(cls, event: RunStarted) -> StackShape:
+        """The shape of a run's stack right after its `RunStarted`: no frame."""
+        table = event.table
+        return cls(initial_state(table), lookup(table), _hub(hub_of(table), frozenset()))
+
+    @classmethod
+    def of(cls, stack: Stack, version: int) -> StackShape:
+        """The shape of `stack`, the run's after event `version` (a restored stack's
+        deferred frames are not walked)."""
+        packed, last, count = packed_versions(stack.frame_list)
+        below = stack.current if stack.hub is not None else None
+        return cls(
+            stack.initial,
+            stack.table,
+            stack.hub,
+            packed=packed,
+            last=last,
+            count=count,
+            below=below,
+            version=version,
+        )
+
+    @property
+    def depth(self) -> int:
+        """How many frames the stack holds (the machine's `RunState.depth`)."""
+        return self._count + len(self._versions)
+
+    def advance(self, events: Sequence[Event]) -> None:
+        """Follow `events`, the run's next ones (`known` turns False if they are not)."""
+        if not events or events[0].version != self.version + 1:
+            self.known = False
+            return
+        push, hub = self._versions.append, self._hub
+        for event in events:
+            kind = type(event)
+            if kind is StageCompleted or kind is StageFailed:
+                if hub is None:
+                    push(event.version)
+                else:
+                    self._push_at_hub(hub, event)  # type: ignore[arg-type]
+            elif kind is StateRolledBack:
+                self._pop(event.steps)  # type: ignore[attr-defined]
+        self.version = events[-1].version
+
+    def snapshot(self) -> JSON:
+        """`StateStack.snapshot` of the stack; the frames followed since are packed now."""
+        self._packed, self._last, self._count = _packed_onto(
+            self._packed, self._last, self._count, self._versions
+        )
+        if self._hub is not None:
+            self._below = self._current()
+        self._versions, self._states = [], []
+        return {
+            "initial": self.initial,
+            "table": self._rows,
+            "ranges": self._packed,
+            **_hub_json(None if self._hub is None else _HUB(self._hub, frozenset(self._lone))),
+        }
+
+    def _current(self) -> str | None:
+        if self._states:
+            return self._states[-1]
+        return self._below if self._count else self.initial
+
+    def _push_at_hub(self, hub: str, event: StageCompleted | StageFailed) -> None:
+        table, version = self._table, event.version
+        stage = event.stage
+        routed_to = table.get((hub, stage))
+        if stage != hub and implicit_route(hub, self._current() or "", stage, routed_to):
+            self._versions.append(version)
+            self._states.append(stage)  # the route's frame: it leads to the stage
+        self._versions.append(version)
+        self._states.append(table.get((stage, event.outcome), stage))
+
+    def _pop(self, steps: int) -> None:
+        steps = min(steps, self.depth)
+        above = len(self._versions)
+        if self._hub is None:
+            del self._versions[max(above - steps, 0) :]
+            if steps > above:
+                self._packed, self._last, self._count = _drop_newest(
+                    self._packed, self._last, self._count, steps - above
+                )
+            return
+        if steps > above:  # the states of the packed frames are not held
+            self.known = False
+            return
+        popped = None
+        for _ in range(steps):  # as `StateStack.rolled_back`
+            popped = self._versions.pop()
+            self._states.pop()
+            self._lone.discard(popped)
+        top = self._versions[-1] if self._versions else self._last if self._count else None
+        if popped is not None and top == popped:
+            self._lone.add(top)  # the outcome undone, the route it took stays
+
+
+def packed_versions(frames: PList[Frame]) -> tuple[str, int, int]:
+    """The versions of `frames` as `pack_ranges` packs them, the newest and how many.
+
+    A deferred tail (a restored snapshot) is not walked: its packed ranges are reused.
+    """
+    newest: list[int] = []
+    for frame, tail in frames.newest_cells():
+        if tail is not None:
+            about = tail.about
+            if isinstance(about, PackedRanges):
+                base = about.packed, about.last, about.versions
+            else:
+                ranges = list(about)
+                base = pack_ranges(ranges), ranges[-1][1] if ranges else 0, tail.size
+            return _packed_onto(*base, newest[::-1])
+        newest.append(frame.version)
+    return _packed_onto("", 0, 0, newest[::-1])
+
+
+def _packed_onto(packed: str, last: int, count: int, versions: list[int]) -> tuple[str, int, int]:
+    """`packed` ranges (newest `last`, `count` versions) with `versions` (oldest first) after."""
+    if not versions:
+        return packed, last, count
+    ranges: list[tuple[int, int]] = []
+    for version in versions:
+        if ranges and ranges[-1][1] + 1 == version:
+            ranges[-1] = (ranges[-1][0], version)
+        else:
+            ranges.append((version, version))
+    count += len(versions)
+    if packed and ranges[0][0] == last + 1:  # the packed newest range goes on
+        start = packed.rfind(",") + 1
+        step, _, extra = packed[start:].partition("+")
+        low, high = ranges.pop(0)
+        packed = f"{packed[:start]}{step}+{int(extra or 0) + high - low + 1}"
+        last = high
+    parts = []
+    for low, high in ranges:
+        parts.append(str(low - last) if high == low else f"{low - last}+{high - low}")
+        last = high
+    if parts:
+        packed = ",".join([packed, *parts]) if packed else ",".join(parts)
+    return packed, last, count
+
+
+def _drop_newest(packed: str, last: int, count: int, drop: int) -> tuple[str, int, int]:
+    """`packed` ranges (newest `last`, `count` versions) without their `drop` newest versions."""
+    while drop > 0 and count > 0:
+        start = packed.rfind(",") + 1
+        step, _, extra = packed[start:].partition("+")
+        length = int(extra or 0) + 1
+        if drop < length:  # the range's older part stays
+            rest = length - drop - 1
+            packed = packed[:start] + (step if rest == 0 else f"{step}+{rest}")
+            return packed, last - drop, count - drop
+        packed, last = packed[: max(start - 1, 0)], last - length + 1 - int(step)
+        count, drop = count - length, drop - length
+    return packed, last, count

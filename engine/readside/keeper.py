@@ -4,14 +4,18 @@ Without them the first question about a long run in a new process (its state at
 some version, `Engine.load`) folds the whole run. A `SnapshotKeeper` follows one
 run handle's commits: each time a commit crosses a multiple of `KEEP_INTERVAL`,
 it stores a snapshot of the machine (the writer's own state: no fold at all)
-and of each kept projection (`kept_projections`), folded from its previous snapshot over the
-events just written, in memory. The run is read back and folded only where no
-state is held: at the first crossing, and at one after another writer's events
+and of each kept projection (`kept_projections`). `StateStack`'s is made from
+its shape (`projections.stack.StackShape`: the versions of its frames, followed
+from the run's start by a push or pop per outcome or rollback, checked against the
+machine's depth at each commit; no frame made, no event read). Another kept
+projection is folded from its previous snapshot over the events just written.
+The run is read back and folded only where nothing is held: at the first crossing
+of a handle that did not begin the run, and at one after another writer's events
 came between, a projection is folded from its nearest stored snapshot (at most
 twice the interval back, else not kept then); at the first crossing after runs were
 erased from the store, the machine is folded so too and must equal the writer's
-state, else this keeper keeps nothing more. Short runs cost one comparison per
-commit. Snapshots go through `TimeTravel.keep`: sealed by the store's codec,
+state, else this keeper keeps nothing more. Short runs cost a push per outcome
+and one comparison per commit. Snapshots go through `TimeTravel`: sealed by the store's codec,
 keyed by an erasure generation the writer's state is known to hold in (the one
 it was read in, or a later one it was checked against: never one merely read
 later, as the run may have been erased meanwhile). A unit committing through an
@@ -23,14 +27,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from engine.machine import MachineFold, RunState
 from engine.pipeline import Pipeline
 from engine.readside.snapshots import SNAPSHOT_INTERVAL, EventReader, TimeTravel
-from events import Event
+from events import JSON, Event, RunStarted
 from projections import Projection
+
+if TYPE_CHECKING:
+    from projections.stack import StackShape
 
 KEEP_INTERVAL = 10 * SNAPSHOT_INTERVAL
 """Events between two snapshots a writer stores (a reader then folds at most this many).
@@ -63,6 +70,8 @@ class SnapshotKeeper:
         generation: an erasure generation the store had before the writer's state
             was read (an older one only costs a check at the first crossing).
         interval: events between two snapshots (default `KEEP_INTERVAL`).
+        begun: the run's stored events when the handle holds them all (it began the run):
+            the stack's shape is followed from them, so no crossing reads the run back.
     """
 
     def __init__(
@@ -73,17 +82,23 @@ class SnapshotKeeper:
         *,
         generation: int,
         interval: int | None = None,
+        begun: Sequence[Event] = (),
     ) -> None:
         self._travel, self._reader, self._pipeline = travel, reader, pipeline
         self.interval = KEEP_INTERVAL if interval is None else interval
         self._generation: int | None = generation
         """Where the writer's state is known to agree with the store; None: keep no more."""
         self._projections: list[Projection[Any]] = []  # made at the first crossing
+        self._shape: StackShape | None = None
+        """StateStack's shape, while this writer followed every event of the run since it."""
+        if begun:
+            self._follow(begun, None)
         self._held: dict[str, tuple[int, int, Any]] = {}
         """Per projection: the generation and version of its state held, and the state."""
 
     def committed(self, events: Sequence[Event], state: RunState) -> RunState | None:
-        """Fold what was written into the states held; store snapshots at a crossing.
+        """Follow what was written (the stack's shape, other kept projections' states held);
+        store snapshots at a crossing.
 
         Returns, at a crossing, the machine state as its snapshot restores it, for the
         writer to hold: its stack's older part is then made only when walked, so the
@@ -92,17 +107,49 @@ class SnapshotKeeper:
         if not events:
             return None
         first, last = events[0].version, state.version
-        if self._held:  # nothing is held before the first crossing: short runs skip this
-            for projection in self._projections:
-                self._advance(projection, events, first)
-        if last // self.interval == (first - 1) // self.interval:
-            return None
+        crossed = last // self.interval != (first - 1) // self.interval
+        at = last - last % self.interval if crossed else None
         try:
-            return self._keep(state)
+            stack = self._follow(events, state, at)
+            if self._held:  # nothing is held before the first crossing: short runs skip this
+                for projection in self._projections:
+                    self._advance(projection, events, first)
+            return self._keep(state, stack, at) if crossed else None
         except Exception as error:  # the events are stored: only the speed-up is lost
             _log.warning("snapshots of run %s not kept: %s", state.run_id, error)
             self._held.clear()
+            self._shape = None
             return None
+
+    def _follow(
+        self, events: Sequence[Event], state: RunState | None, at: int | None = None
+    ) -> JSON:
+        """Follow the stack's shape over `events` (from the run's start: a handle that began
+        it), checked against the machine's `state` after them when given.
+
+        Returns StateStack's snapshot after event `at` if it is among `events` (a crossing's
+        multiple of the interval: a reader then folds at most an interval), else None.
+        """
+        shape = self._shape
+        if shape is None:
+            start = events[0]
+            if not isinstance(start, RunStarted) or self._generation is None:
+                return None  # a run begun elsewhere: its first crossing reads the stack's
+            from projections.stack import StackShape
+
+            shape = self._shape = StackShape.started(start)
+            events = events[1:]
+        snapshot = None
+        if events and at is not None and events[0].version <= at <= events[-1].version:
+            split = at - events[0].version + 1
+            shape.advance(events[:split])
+            snapshot, events = shape.snapshot(), events[split:]
+        if events:
+            shape.advance(events)
+        if not shape.known or (state is not None and shape.depth != state.depth):
+            self._shape = None  # another writer's events came between
+            return None
+        return snapshot
 
     def _advance(self, projection: Projection[Any], events: Sequence[Event], first: int) -> None:
         held = self._held.get(projection.name)
@@ -114,15 +161,20 @@ class SnapshotKeeper:
         state = projection.fold(events, held[2])
         self._held[projection.name] = (held[0], events[-1].version, state)
 
-    def _keep(self, machine: RunState) -> RunState | None:
+    def _keep(self, machine: RunState, stack: JSON, at: int | None) -> RunState | None:
         travel, run_id, version = self._travel, machine.run_id, machine.version
         generation = self._reader.generation()
         if generation != self._generation and not self._agrees(machine, generation):
             return None
         if not self._projections:
             self._projections = kept_projections()
+        from projections.stack import StateStack
+
         for projection in self._projections:
-            self._keep_one(run_id, projection, version, generation)
+            if type(projection) is StateStack:  # made from the stack's shape, not a fold
+                self._keep_stack(run_id, projection, version, generation, at, stack)
+            else:
+                self._keep_one(run_id, projection, version, generation)
         kept = travel.keep(run_id, MachineFold(), version, (self._pipeline, machine), generation)
         return None if kept is None else kept[1]
 
@@ -135,6 +187,7 @@ class SnapshotKeeper:
         equal the writer's state; if not, this keeper keeps nothing any more.
         """
         self._held.clear()  # states of the old generation
+        self._shape = None
         self._generation = None
         folded = self._travel.reach(
             machine.run_id, MachineFold(), machine.version, generation, 2 * self.interval
@@ -147,6 +200,27 @@ class SnapshotKeeper:
             return False
         self._generation = generation
         return True
+
+    def _keep_stack(
+        self,
+        run_id: UUID,
+        projection: Projection[Any],
+        version: int,
+        generation: int,
+        at: int | None,
+        snapshot: JSON,
+    ) -> None:
+        """Store the `snapshot` after event `at` the stack's shape made; with none, fold the
+        stack from a stored snapshot and follow its shape from there."""
+        if at is not None and snapshot is not None and self._shape is not None:
+            self._travel.keep_snapshot(run_id, projection, at, snapshot, generation)
+            return
+        self._shape = None
+        state = self._travel.reach(run_id, projection, version, generation, 2 * self.interval)
+        if state is not None:
+            from projections.stack import StackShape
+
+            self._shape = StackShape.of(state, version)
 
     def _keep_one(
         self, run_id: UUID, projection: Projection[Any], version: int, generation: int

@@ -174,6 +174,21 @@ class TimeTravel:
         storer.flush()
         return state
 
+    def keep_snapshot(
+        self, run_id: UUID, projection: Projection[Any], version: int, data: Any, generation: int
+    ) -> None:
+        """Store `data`, the projection's `snapshot` after event `version`, read in `generation`.
+
+        A writer's that follows what its snapshot needs rather than the projection's state
+        (`projections.stack.StackShape`). Nothing is kept in memory: restoring it costs a
+        pass over what it holds, at every crossing, for a reader in this process that may
+        never come (one restores it from the store).
+        """
+        key = (generation, run_id, projection.name, projection.identity())
+        storer = _Storer(self, key, projection, 0)
+        storer.seal(version, data)
+        storer.flush()
+
     def _follow(self, generation: int) -> None:
         """Forget the snapshots in memory when runs were erased since they were taken."""
         with self._lock:
@@ -303,10 +318,16 @@ class _Storer:
             _log.debug("%s has no JSON codec, so no stored snapshots: %s", self.key[2], error)
             self.views = None
             return None
+        self.seal(version, snapshot)
+        return snapshot
+
+    def seal(self, version: int, snapshot: Any) -> None:
+        """Seal `snapshot`, the state's after event `version`, to be stored at `flush`."""
+        if self.views is None:
+            return
         data = self.views.codec.seal(snapshot)
         self.sealed.append((version, data))
         self.spacing = _spacing(self.spacing, len(data))
-        return snapshot
 
     def flush(self) -> None:
         """Store the chosen snapshots in one transaction (they total about the events' size)."""

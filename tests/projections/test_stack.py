@@ -395,3 +395,135 @@ class TestImplicitRoute:
         assert restored(again, history).frames == stack.frames
         hubbed(explicit=False, count=1, history=history)
         assert PROJECTION.fold(history[-2:], again) == fold(*history)
+
+
+def shape_ops() -> st.SearchStrategy[list[tuple[str, Any, Any]]]:
+    """Outcomes (of the hub's nodes too), rollbacks (some deep) and snapshot points."""
+    return st.lists(
+        st.one_of(
+            st.tuples(
+                st.sampled_from(["done", "fail"]),
+                st.sampled_from(["a", "b", "hub", "developer", "testing"]),
+                st.sampled_from(["completed", "failed", "a", "b", "odd"]),
+            ),
+            st.tuples(st.just("back"), st.integers(1, 6), st.none()),
+            st.tuples(st.just("snapshot"), st.none(), st.none()),
+        ),
+        max_size=60,
+    )
+
+
+def shaped_history(table: JSON, ops: list[tuple[str, Any, Any]]) -> list[list[Event]]:
+    """The run `ops` make, in batches: a new one after each ``snapshot`` op."""
+    batches: list[list[Event]] = [[started(table)]]
+    version = 1
+    for kind, arg, outcome in ops:
+        if kind == "snapshot":
+            batches.append([])
+            continue
+        version += 1
+        if kind == "back":
+            batches[-1].append(back(version, arg))
+        elif kind == "done":
+            batches[-1].append(done(version, arg, outcome=outcome))
+        else:
+            batches[-1].append(fail(version, arg, outcome=outcome))
+    return [batch for batch in batches if batch]
+
+
+class TestStackShape:
+    @settings(max_examples=150, deadline=None)
+    @given(ops=shape_ops(), hub=st.booleans(), reseed=st.integers(0, 8))
+    def test_its_snapshot_is_the_folded_stacks(
+        self, ops: list[tuple[str, Any, Any]], hub: bool, reseed: int
+    ) -> None:
+        """After each batch the shape's snapshot is StateStack's of the fold (seeded from the
+        start or from a restored stack), unless a hub's rollback went below its packed frames."""
+        from projections.stack import StackShape
+
+        batches = shaped_history(hub_table(hub=hub).to_dict(), ops)
+        history = [event for batch in batches for event in batch]
+        shape = StackShape.started(started(hub_table(hub=hub).to_dict()))
+        if len(batches[0]) > 1:
+            shape.advance(batches[0][1:])
+        for number, batch in enumerate(batches[1:], start=1):
+            version = batch[0].version - 1
+            if number == reseed:  # a handle that read the run: from its restored stack
+                shape = StackShape.of(restored(fold(*history[:version]), history), version)
+            shape.advance(batch)
+            stack = fold(*history[: batch[-1].version])
+            if not shape.known:
+                assert hub, "only a hub's table needs packed frames' states"
+                return
+            assert shape.depth == stack.depth
+            assert shape.snapshot() == PROJECTION.snapshot(stack)
+
+    def test_deep_rollbacks_unpack_only_what_they_pop(self) -> None:
+        """A rollback below the packed frames pops their newest versions, splitting a range."""
+        from projections.stack import StackShape
+
+        history: list[Event] = [started()]
+        for version in range(2, 12):
+            history.append(done(version, "developer"))
+        shape = StackShape.started(started())
+        shape.advance(history[1:6])
+        shape.snapshot()  # versions 2..6 packed as one range
+        history += [fail(12, "developer"), back(13, 4), done(14, "developer")]
+        shape.advance(history[6:])
+        stack = fold(*history)
+        assert [frame.version for frame in stack.frames] == [2, 3, 4, 5, 6, 7, 8, 14]
+        assert shape.snapshot() == PROJECTION.snapshot(stack)
+        assert shape.snapshot()["ranges"] == "2+6,6"
+
+    def test_events_not_following_it_leave_it_unknown(self) -> None:
+        """Events that skip a version (another writer's between) make the shape unknown."""
+        from projections.stack import StackShape
+
+        shape = StackShape.started(started())
+        shape.advance([done(3, "developer")])
+        assert not shape.known
+
+    @pytest.mark.parametrize("per_batch", [1, 3, 50])
+    @pytest.mark.parametrize("steps", [1, 2, 3])
+    def test_implicit_routes_and_lone_ones_shape_as_folded(
+        self, per_batch: int, steps: int
+    ) -> None:
+        """A hub's implicit routes (two frames of one event) and a route whose outcome was
+        rolled back (lone) shape as StateStack folds them, batch after batch."""
+        from projections.stack import StackShape
+
+        history = hubbed(explicit=False, count=30)
+        history.append(back(len(history) + 1, 1))  # b's outcome undone: its route stays alone
+        hubbed(explicit=False, count=10, history=history)
+        history.append(back(len(history) + 1, steps))
+        hubbed(explicit=False, count=2, history=history)
+        shape, lone = StackShape.started(started(hub_table(hub=True).to_dict())), set[int]()
+        for start in range(1, len(history), per_batch):
+            batch = history[start : start + per_batch]
+            shape.advance(batch)
+            if not shape.known:  # a rollback below the packed frames: their states not held
+                shape = StackShape.of(fold(*history[: batch[-1].version]), batch[-1].version)
+            stack = fold(*history[: batch[-1].version])
+            assert shape.snapshot() == PROJECTION.snapshot(stack)
+            lone |= stack.hub.lone if stack.hub else set()
+        assert lone, "a lone route was shaped"
+
+    @pytest.mark.parametrize("steps", [1, 127, 128, 129, 1000, 1500])
+    def test_the_shape_of_a_restored_stack_walked_in_part(self, steps: int) -> None:
+        """A restored stack popped into its deferred frames (a page made, ranges split) and
+        pushed onto shapes as its own snapshot says, and goes on as the fold does."""
+        from projections.stack import StackShape
+
+        history: list[Event] = [started()]
+        for version in range(2, 4000):
+            make = done if version % 3 else fail
+            history.append(make(version, "developer") if version % 5 else back(version, 1))
+        stack = restored(fold(*history), history)
+        history.append(back(len(history) + 1, steps))
+        history += [done(len(history) + 1, "developer"), done(len(history) + 2, "testing")]
+        stack = PROJECTION.fold(history[-3:], stack)
+        shape = StackShape.of(stack, len(history))
+        assert shape.snapshot() == PROJECTION.snapshot(fold(*history))
+        history += [back(len(history) + 1, 3), done(len(history) + 2, "developer")]
+        shape.advance(history[-2:])
+        assert shape.snapshot() == PROJECTION.snapshot(fold(*history))

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from engine import Engine, Pipeline, RunNotFound
+from engine import ConcurrencyConflict, Engine, InvalidTransition, Pipeline, RunNotFound
 from engine.errors import RunErased
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel, keeper
 from engine.run import Run
 from events import RunStarted
 from projections import StateStack
+from tests._helpers import hub_table
 from tests.readside.test_snapshots import CountingReader
 
 KEEP_INTERVAL = 2_000
@@ -43,6 +44,38 @@ def record(run: Run, outcomes: int, per_commit: int = 300) -> None:
                     run.stage_failed("work", error=f"e{index}")
                 else:
                     run.stage_completed("work", result={"i": index})
+
+
+def record_hub(run: Run, outcomes: int, per_commit: int = 300) -> None:
+    """`outcomes` outcomes of `hub_table`'s nodes, each taking the hub's implicit route;
+    one in 9 then rolled back alone (its route stays: a lone route), 1 in 23 two steps."""
+    for start in range(0, outcomes, per_commit):
+        with run.batch():
+            for index in range(start, min(start + per_commit, outcomes)):
+                if index % 9 == 8:
+                    run.rollback(1, reason="again")
+                elif index % 23 == 22 and run.machine.depth > 2:
+                    run.rollback(2, reason="again")
+                elif run.machine.state == "hub":
+                    run.stage_completed("a" if index % 2 else "b")
+                elif run.machine.state == "b":
+                    run.stage_failed("b", error=f"e{index % 3}")
+                else:  # a, or b_done after a rollback: back to the hub
+                    run.stage_completed(run.machine.state)
+
+
+def stored_stacks(engine: Engine, run_id: uuid.UUID) -> dict[int, Any]:
+    """Version → the StateStack snapshot the store holds of the run (unsealed JSON)."""
+    views, projection = engine.store.views, StateStack()
+    assert views is not None  # a SQLite or PostgreSQL store
+    found, version = {}, len(engine.events(run_id))
+    generation = engine.store.generation()
+    while stored := views.snapshot(
+        str(run_id), projection.name, projection.identity(), generation, version
+    ):
+        found[stored[0]] = views.codec.unseal(stored[1])
+        version = stored[0] - 1
+    return found
 
 
 def snapshot_rows(url: str, run_id: uuid.UUID | None = None) -> list[tuple[str, int, bytes]]:
@@ -201,6 +234,57 @@ class TestSnapshotKeeper:
             assert crossings >= {1, 2}
         with Engine(sqlite_url) as fresh:
             assert fresh.project(run.id, StateStack) == StateStack().fold(events)
+
+
+class TestKeptStack:
+    @pytest.mark.parametrize("recorder", [record, record_hub], ids=["loop", "hub"])
+    def test_the_writers_stack_snapshots_equal_a_rebuild(
+        self, shared_url: str, recorder: Callable[..., None]
+    ) -> None:
+        """Each StateStack snapshot stored equals StateStack's own of the fold to its version;
+        the writer's lie at each multiple of the interval (a reader folds at most one), also
+        after rollbacks, a batch that raised, a conflict lost and another writer's events."""
+        pipeline = LOOP if recorder is record else hub_table(hub=True)
+        with Engine(shared_url) as engine:
+            run = engine.start_run(pipeline)
+            recorder(run, KEEP_INTERVAL + 700, 300)
+            with pytest.raises(InvalidTransition), run.batch():  # nothing of it is written
+                run.stage_completed(run.machine.state)
+                run.stage_completed("nowhere")
+            with Engine(shared_url) as other:  # another writer, between this one's commits
+                recorder(other.load(run.id), 400, 100)
+            with pytest.raises(ConcurrencyConflict):
+                recorder(run, 100, 100)
+            run.refresh()
+            recorder(run, 3 * KEEP_INTERVAL, 250)
+            events = engine.events(run.id)
+            stored = stored_stacks(engine, run.id)
+        for version, data in stored.items():
+            assert data == StateStack().snapshot(StateStack().fold(events[:version])), version
+        multiples = range(KEEP_INTERVAL, len(events) + 1, KEEP_INTERVAL)
+        assert set(multiples) <= set(stored)
+        with Engine(shared_url) as fresh:
+            for at in (KEEP_INTERVAL + 1, 3 * KEEP_INTERVAL + 7, len(events)):
+                reader = CountingReader(fresh.store)
+                state = TimeTravel(reader, fresh.store.views).project(run.id, StateStack(), at)
+                assert reader.count <= KEEP_INTERVAL
+                assert state == StateStack().fold(events[:at])
+
+    def test_a_writer_that_began_its_run_reads_no_event_back(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run's first writer stores its snapshots, the first crossing's too, reading none of
+        its events back (it follows the stack's shape from the run's start)."""
+        with Engine(sqlite_url) as engine:
+            reads: list[Any] = []
+            recorder = engine.store.recorder
+            for name in ("select_events", "select_rows"):
+                monkeypatch.setattr(recorder, name, observing(getattr(recorder, name), reads))
+            run = engine.start_run(LOOP)
+            record(run, 3 * KEEP_INTERVAL + 100)
+            assert reads == []
+        versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url) if p == StateStack.name)
+        assert versions == [KEEP_INTERVAL, 2 * KEEP_INTERVAL, 3 * KEEP_INTERVAL]
 
 
 def observing(select: Callable[..., Any], reads: list[Any]) -> Callable[..., Any]:
