@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -509,23 +510,48 @@ class Store:
     ) -> Iterator[Event]:
         """The events of `stream` (only those of `topics`, None: all)."""
         if self._backend.stored_rows is None:  # no lean read: a page of events at a time
-            while True:
-                page = self.read(run_id, gt=gt, lte=lte, limit=PAGE)
-                yield from page if topics is None else _of(page, topics)
-                if len(page) < PAGE:
-                    return
-                gt = page[-1].version
+            return self._event_pages(run_id, gt, lte, topics)
+        # Each page's events straight from its iterator: no generator of ours per event.
+        return itertools.chain.from_iterable(self._decoded_pages(run_id, gt, lte, topics))
+
+    def _decoded_pages(
+        self, run_id: UUID, gt: int, lte: int | None, topics: frozenset[str] | None
+    ) -> Iterator[Iterator[Event]]:
+        """Each page of the run's rows, as an iterator building its events when taken."""
         decoded = self._mapper.decoded
         while True:
             rows = self._rows(run_id, gt=gt, lte=lte, limit=PAGE)
             wanted = rows if topics is None else [row for row in rows if row[1] in topics]
             try:
-                yield from decoded(run_id, wanted)
+                yield decoded(run_id, wanted, self._alone)
             except EventFormatError as error:
                 raise StoreError(self.url, str(error)) from error
             if len(rows) < PAGE:
                 return
             gt = rows[-1][0]
+
+    def _alone(self, run_id: UUID, row: StoredRow) -> Event:
+        """A row decoded from its stored bytes alone (`EventMapper.alone`), an unreadable one
+        refused as `read` refuses it.
+
+        Raises:
+            StoreError: the event cannot be read (naming its run and version).
+        """
+        try:
+            return self._mapper.alone(run_id, row)
+        except EventFormatError as error:
+            raise StoreError(self.url, str(error)) from error
+
+    def _event_pages(
+        self, run_id: UUID, gt: int, lte: int | None, topics: frozenset[str] | None
+    ) -> Iterator[Event]:
+        """`_stream` where the recorder reads no plain rows: a page of events at a time."""
+        while True:
+            page = self.read(run_id, gt=gt, lte=lte, limit=PAGE)
+            yield from page if topics is None else _of(page, topics)
+            if len(page) < PAGE:
+                return
+            gt = page[-1].version
 
     def _rows(self, run_id: UUID, **query: Any) -> list[StoredRow]:
         """A page of the run's plain rows (`_get`'s lean read), refused if it shows a hole of

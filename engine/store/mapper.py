@@ -7,7 +7,7 @@ between event attributes and the stored state dict is stagetrail's own.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -273,35 +273,43 @@ class EventMapper(Mapper[UUID]):
         except EventFormatError:  # which one: decoded again alone, it names its version
             return self._one_by_one(run_id, rows)
 
-    def decoded(self, run_id: UUID, rows: Sequence[StoredRow]) -> Iterator[Event]:
+    def decoded(
+        self,
+        run_id: UUID,
+        rows: Sequence[StoredRow],
+        alone: Callable[[UUID, StoredRow], Event] | None = None,
+    ) -> Iterator[Event]:
         """`from_rows`, each event built as it is taken: the lean read of a stream.
 
         The page is opened (cipher, compression) and its JSON read in one call as
         `from_rows` reads it; each event is then built when the stream reaches it, so a
         fold holds one event at a time, not a page of them. An event `read_each` cannot
-        build is decoded alone (upcast, or its run and version named).
+        build is decoded alone (upcast, or its run and version named). An iterator, not
+        a generator of its own: a stream's events pass through one generator less.
+
+        Args:
+            alone: decodes one row from its stored bytes when the page's state of it
+                cannot be built (default `alone`: `to_domain_event`'s errors).
 
         Raises:
-            EventFormatError: naming the run and version that cannot be read.
+            EventFormatError: naming the run and version that cannot be read (from
+                `alone`, as the iterator reaches it).
         """
         transcoder = self.transcoder
         if len(rows) < 2 or not isinstance(transcoder, FastJSONTranscoder):
-            yield from self._one_by_one(run_id, rows)
-            return
+            return iter(self._one_by_one(run_id, rows))
         documents = list(map(_row_state, rows))
         if self.cipher or self.compressor:
             try:
                 documents = list(map(self._opened, documents))
             except Exception:  # the cipher and codecs raise assorted types: one by one says which
-                yield from self._one_by_one(run_id, rows)
-                return
+                return iter(self._one_by_one(run_id, rows))
         states = transcoder.decode_many(documents)
         if states is None:
-            yield from self._one_by_one(run_id, rows)
-            return
-        yield from read_each(rows, states, run_id, FIELD, self._alone)
+            return iter(self._one_by_one(run_id, rows))
+        return read_each(rows, states, run_id, FIELD, alone or self.alone)
 
-    def _alone(self, run_id: UUID, row: StoredRow) -> Event:
+    def alone(self, run_id: UUID, row: StoredRow) -> Event:
         """The event of `row` decoded from its stored bytes alone (names it if unreadable)."""
         return self.to_domain_event(StoredEvent(run_id, *row))
 
