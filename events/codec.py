@@ -7,7 +7,7 @@ and class versions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -109,6 +109,43 @@ def decode_many(
                     continue
         append(decode(topic, state, run_id, version))
     return events
+
+
+def read_each(
+    rows: Iterable[tuple[Any, ...]],
+    states: Iterable[Any],
+    run_id: UUID,
+    extra: str,
+    alone: Callable[[UUID, tuple[Any, ...]], Event],
+) -> Iterator[Event]:
+    """`decode_many` one event at a time, as a stream takes them: rows (version, topic, ...)
+    of one run, in order, beside their decoded states.
+
+    Each event is built by its class's `_reader` when it is taken, or else by `decode`
+    (upcast); a state `decode` refuses goes to `alone` with its row, which reads it again
+    from what is stored and names the event that is wrong.
+
+    Args:
+        extra: a key a state may hold beside its fields (the store's own), dropped first.
+    """
+    readers: dict[str, Any] = {}  # per call, as `decode_many`'s
+    for row, state in zip(rows, states, strict=True):
+        version, topic = row[0], row[1]
+        read = readers.get(topic)
+        if read is None:
+            read = readers[topic] = _reader_of(topic)
+        if type(state) is dict:
+            state.pop(extra, None)
+            if read:
+                event = read(state, run_id, version)
+                if event is not None:
+                    yield event
+                    continue
+        try:
+            event = decode(topic, state, run_id, version)
+        except EventFormatError:
+            event = alone(run_id, row)
+        yield event
 
 
 def _reader_of(topic: str) -> Any:

@@ -113,6 +113,7 @@ class Projection(Generic[S]):
         current = self.initial() if state is None else state
         if type(events) is list and len(events) <= FEW:
             return self._fold(events, current, no_tick)
+        events = narrowed(self, events)
         with collector_paused() as tick:
             return self._fold(events, current, tick)
 
@@ -310,6 +311,19 @@ def handled_topics(projection: Projection[Any]) -> frozenset[str] | None:
 
 _TOPICS: dict[type, frozenset[str]] = {}
 """`handled_topics` of each projection class asked about."""
+
+
+def narrowed(projection: Projection[Any], events: Iterable[Event]) -> Iterable[Event]:
+    """`events` with only those `projection` handles, where the source can leave the others
+    undecoded (a store's stream: its ``narrowed(topics)``); else `events` as they are.
+
+    A function, not a method, as `handled_topics` is.
+    """
+    narrow = getattr(events, "narrowed", None)
+    if narrow is None:
+        return events
+    topics = handled_topics(projection)
+    return events if topics is None else narrow(topics)
 
 
 def _collect_handlers(cls: type) -> dict[type[Event], Callable[[Any, Any, Any], Any]]:

@@ -20,6 +20,7 @@ from uuid import UUID
 import attrs
 
 from events import JSON, Event, StageCompleted, StageFailed
+from events.values import maker
 from projections.base import Projection, on
 from projections.immutable import PMap
 
@@ -132,18 +133,18 @@ class Failures:
         stage, error_type, _ = signature
         seen = self.signatures.get(signature, 0) + 1
         track = self.tracks.get(stage) or (Segment(None, {}, 0),)
-        return Failures(
-            by_stage=_bump(self.by_stage, stage),
-            by_error_type=_bump(self.by_error_type, error_type),
-            streaks=_bump(self.streaks, stage),
-            signatures=self.signatures.set(signature, seen),
-            repeats=self.repeats.set(signature, seen) if seen > 1 else self.repeats,
-            total=self.total + 1,
-            recent=(*self.recent[1 - RECENT :], signature),
-            exact=self.exact,
-            tracks={**self.tracks, stage: (*track[:-1], track[-1].failed(run))},
-            cut=self.cut,
-            tail=(*self.tail[1 - TAIL :], (run, signature)),
+        return _FAILURES(  # by position (`maker`): no __init__ on every failure of a fold
+            _bump(self.by_stage, stage),
+            _bump(self.by_error_type, error_type),
+            _bump(self.streaks, stage),
+            self.signatures.set(signature, seen),
+            self.repeats.set(signature, seen) if seen > 1 else self.repeats,
+            self.total + 1,
+            (*self.recent[1 - RECENT :], signature),
+            self.exact,
+            {**self.tracks, stage: (*track[:-1], track[-1].failed(run))},
+            self.cut,
+            (*self.tail[1 - TAIL :], (run, signature)),
         )
 
     def completed(self, stage: str, run: str = "") -> Failures:
@@ -207,6 +208,9 @@ class Failures:
         )
 
 
+_FAILURES = maker(Failures)
+
+
 def _bump(counts: Mapping[str, int], key: str) -> dict[str, int]:
     return {**counts, key: counts.get(key, 0) + 1}
 
@@ -259,14 +263,14 @@ class FailurePatterns(Projection[Failures]):
     @on(StageFailed)
     def failed(self, state: Failures, event: StageFailed) -> Failures:
         """Count the failure everywhere it belongs."""
-        return state.failed((event.stage, event.error_type, event.error), event.run_id.hex)
+        return state.failed((event.stage, event.error_type, event.error), _hex(event.run_id))
 
     @on(StageCompleted)
     def completed(self, state: Failures, event: StageCompleted) -> Failures:
         """End the stage's streak of failures (a routed verdict does not: the stage did not run)."""
         if not event.attempt or event.stage not in state.tracks:  # never failed: no streak
             return state
-        return state.completed(event.stage, event.run_id.hex)
+        return state.completed(event.stage, _hex(event.run_id))
 
     def forget_run(self, state: Failures, run_id: UUID, events: Sequence[Event]) -> Failures:
         """`state` without the deleted run's failures and completions (see `Failures.without`)."""
@@ -307,6 +311,21 @@ class FailurePatterns(Projection[Failures]):
             cut=frozenset(data["cut"]),
             tail=tuple((run, (stage, kind, error)) for run, stage, kind, error in data["tail"]),
         )
+
+
+_last_hex: tuple[UUID | None, str] = (None, "")
+"""The run id `_hex` wrote last, and its hex: a fold asks for one run's, event after event."""
+
+
+def _hex(run_id: UUID) -> str:
+    """`run_id.hex` (a property that formats the id anew at each call)."""
+    global _last_hex
+    last = _last_hex  # one read of a tuple swapped whole: no lock needed between threads
+    if last[0] is run_id:
+        return last[1]
+    text = run_id.hex
+    _last_hex = (run_id, text)
+    return text
 
 
 def _encode_track(track: Track) -> JSON:

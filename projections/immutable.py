@@ -26,6 +26,7 @@ compares equal only to another map: compare ``dict(m) == {...}``.
 
 
 Cons: TypeAlias = "tuple[T, Cons[T]] | Deferred[T] | None"
+_new = object.__new__
 
 
 class Deferred(Generic[T]):
@@ -98,7 +99,11 @@ class PList(Generic[T]):
 
     def push(self, item: T) -> PList[T]:
         """A list with `item` appended (as the newest)."""
-        return PList((item, self._cells), self._size + 1)
+        # Not `PList(...)`: its __init__ is a second call, and folds push once per event.
+        pushed: PList[T] = _new(PList)
+        pushed._cells = (item, self._cells)
+        pushed._size = self._size + 1
+        return pushed
 
     def pop(self, count: int = 1) -> PList[T]:
         """A list without its `count` newest items."""

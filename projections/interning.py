@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sys import intern
-from typing import TypeVar, cast
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -12,5 +12,5 @@ def interned(value: T) -> T:
     """`value` interned when it is a plain `str`; anything else (a stored None, since
     decoding trusts the store) is returned as it was, so a fold never fails on it."""
     if value.__class__ is str:
-        return cast(T, intern(cast(str, value)))
+        return intern(value)  # type: ignore[call-overload, no-any-return]  # `cast` is a call
     return value

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import attrs
 
 from events import JSON, ProgressObserved, StageCompleted, StageFailed
+from events.values import maker
 from projections.base import Projection, on
 
 DECISIONS = ("continue", "stuck", "partial")
@@ -136,6 +137,9 @@ class Progress:
         return self.same_error_count + 1 if signature == self.last_test_signature else 1
 
 
+_PROGRESS = maker(Progress)
+
+
 class ProgressState(Projection[Progress]):
     """Steps, no-op streaks and repeated errors, for detecting runs that are stuck."""
 
@@ -150,7 +154,7 @@ class ProgressState(Projection[Progress]):
         """Count a stage outcome as a step (not a routed verdict: no stage ran)."""
         if not event.attempt:
             return state
-        return Progress(  # not attrs.evolve: this runs for every outcome a supervisor records
+        return _PROGRESS(  # by position (`maker`): this runs for every outcome recorded
             state.total_steps + 1,
             state.last_progress_step,
             state.consecutive_no_ops,

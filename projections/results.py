@@ -7,6 +7,7 @@ the same at any length); `RetryCounts` keeps only counters.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from sys import intern
 from typing import Any
 
 import attrs
@@ -142,10 +143,14 @@ def _attempt(
 ) -> Attempt:
     """The attempt an outcome appends, its outcome and error interned (a long run repeats
     a few of them, and each event read brings its own copy)."""
+    outcome = event.outcome
+    if outcome.__class__ is str:  # `interned`, inline: a fold makes one attempt per outcome
+        outcome = intern(outcome)
+    if error is not None:
+        error, error_type = interned(error), interned(error_type)
     return _ATTEMPT(
-        event.attempt, interned(event.outcome), isinstance(event, StageFailed), result,
-        interned(error),
-        interned(error_type), event.duration, event.version,
+        event.attempt, outcome, isinstance(event, StageFailed), result, error, error_type,
+        event.duration, event.version,
     )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
+from sys import intern
 from typing import Any
 
 import attrs
@@ -219,16 +220,25 @@ def _record(
     hub = state.hub
     if hub is not None and event.stage != hub.name and _took_route(state, hub, event.stage):
         state = _route(state, hub.name, event)
-    number = len(state.table) + 1
-    # Names and error text interned: a long run's rounds repeat a few of them, and each
-    # event read brings its own copy of each.
-    stage = interned(event.stage)
+    table, live, by_stage = state.table, state.live_numbers, state.live_by_stage
+    number = len(table) + 1
+    # Names and error text interned (inline: this runs per outcome): a long run's rounds
+    # repeat a few of them, and each event read brings its own copy of each.
+    stage, outcome = event.stage, event.outcome
+    stage = intern(stage) if stage.__class__ is str else stage
+    outcome = intern(outcome) if outcome.__class__ is str else outcome
+    if error is not None:
+        error, error_type = interned(error), interned(error_type)
     round_ = _ROUND(
-        number, stage, event.attempt, interned(event.outcome), result,
-        interned(error),
-        interned(error_type), event.version, event.timestamp, None,
+        number, stage, event.attempt, outcome, result, error, error_type, event.version,
+        event.timestamp, None,
     )  # fmt: skip
-    return _added(state, round_)
+    return _ROUNDS(
+        table.set(number, round_),
+        live.push(number),
+        by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(number)),
+        hub,
+    )
 
 
 def _took_route(state: Rounds, hub: HubTable, stage: str) -> bool:

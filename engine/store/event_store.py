@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from engine.store.mapper import EventMapper
 from engine.store.sqlite import open_sqlite
 from engine.store.sqlite import writable as sqlite_writable
 from engine.store.sqlite.recorder import UPGRADED
+from engine.store.stream import Stream
 from events import Event, EventFormatError, InvalidPayload, RunDeleted, RunFinished
 from events.storable import unstorable_field
 
@@ -497,18 +499,85 @@ class Store:
         if missing is not None:
             raise RunBeingErased(run_id, missing)
 
-    def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Event]:
+    def stream(self, run_id: UUID, *, gt: int = 0, lte: int | None = None) -> Stream:
         """The run's events after `gt`, page by page, so memory stays flat.
 
-        On SQLite each page is read as plain rows and decoded in one pass by the
-        mapper (`EventMapper.from_rows`: cipher, compression, one JSON call a page).
+        On SQLite and PostgreSQL each page is read as plain rows, opened and read as
+        JSON in one pass by the mapper (cipher, compression, one JSON call a page), and
+        its events built one at a time as they are taken (`EventMapper.decoded`). A
+        fold narrows the stream to the topics it handles (`Stream.narrowed`).
+
+        Raises:
+            RunBeingErased: a page found versions missing where the run's erasure has begun.
+            StoreError: the database failed, or an event cannot be read (named).
         """
+        given: object = run_id
+        if not isinstance(given, UUID):  # an id given as text, as the recorders accept it
+            run_id = UUID(str(given))
+        return Stream(functools.partial(self._stream, run_id, gt, lte))
+
+    def _stream(
+        self, run_id: UUID, gt: int, lte: int | None, topics: frozenset[str] | None
+    ) -> Iterator[Event]:
+        """The events of `stream` (only those of `topics`, None: all)."""
+        if self._backend.stored_rows is None:  # no lean read: a page of events at a time
+            return self._event_pages(run_id, gt, lte, topics)
+        # Each page's events straight from its iterator: no generator of ours per event.
+        return itertools.chain.from_iterable(self._decoded_pages(run_id, gt, lte, topics))
+
+    def _decoded_pages(
+        self, run_id: UUID, gt: int, lte: int | None, topics: frozenset[str] | None
+    ) -> Iterator[Iterator[Event]]:
+        """Each page of the run's rows, as an iterator building its events when taken."""
+        decoded = self._mapper.decoded
+        while True:
+            rows = self._rows(run_id, gt=gt, lte=lte, limit=PAGE)
+            wanted = rows if topics is None else [row for row in rows if row[1] in topics]
+            try:
+                yield decoded(run_id, wanted, self._alone)
+            except EventFormatError as error:
+                raise StoreError(self.url, str(error)) from error
+            if len(rows) < PAGE:
+                return
+            gt = rows[-1][0]
+
+    def _alone(self, run_id: UUID, row: StoredRow) -> Event:
+        """A row decoded from its stored bytes alone (`EventMapper.alone`), an unreadable one
+        refused as `read` refuses it.
+
+        Raises:
+            StoreError: the event cannot be read (naming its run and version).
+        """
+        try:
+            return self._mapper.alone(run_id, row)
+        except EventFormatError as error:
+            raise StoreError(self.url, str(error)) from error
+
+    def _event_pages(
+        self, run_id: UUID, gt: int, lte: int | None, topics: frozenset[str] | None
+    ) -> Iterator[Event]:
+        """`_stream` where the recorder reads no plain rows: a page of events at a time."""
         while True:
             page = self.read(run_id, gt=gt, lte=lte, limit=PAGE)
-            yield from page
+            yield from page if topics is None else _of(page, topics)
             if len(page) < PAGE:
                 return
             gt = page[-1].version
+
+    def _rows(self, run_id: UUID, **query: Any) -> list[StoredRow]:
+        """A page of the run's plain rows (`_get`'s lean read), refused if it shows a hole of
+        the run's erasure."""
+        read = self._backend.stored_rows
+        assert read is not None  # `_stream` asks only a backend that reads rows
+        try:
+            found = read(run_id, **query)
+            ends = [row[0] for row in (*found[:1], *found[-1:])]
+            self._check_whole(run_id, ends, len(found), query)
+        except EventFormatError as error:
+            raise StoreError(self.url, str(error)) from error
+        except (PersistenceError, sqlite3.Error) as error:
+            raise classify(self.url, error, "read failed") from error
+        return found
 
     def last(self, run_id: UUID) -> Event | None:
         """The run's newest event, or None if the run is not in the store.
@@ -692,3 +761,8 @@ def _paged(
         if len(page) < PAGE:
             return
         gt = version(page)
+
+
+def _of(events: list[Event], topics: frozenset[str]) -> list[Event]:
+    """The events of `topics` among `events`."""
+    return [event for event in events if event.topic in topics]

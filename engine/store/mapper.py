@@ -7,7 +7,7 @@ between event attributes and the stored state dict is stagetrail's own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -18,7 +18,7 @@ from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper
 
 from engine.store.chain import FIELD, Chain, StoredRow
 from events import Event, EventFormatError, decode, encode_timed
-from events.codec import decode_many
+from events.codec import decode_many, read_each
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
 
 _NUL_IN_JSON = b"\\u0000"
@@ -272,6 +272,46 @@ class EventMapper(Mapper[UUID]):
             return decode_many(page, run_id, extra=FIELD)
         except EventFormatError:  # which one: decoded again alone, it names its version
             return self._one_by_one(run_id, rows)
+
+    def decoded(
+        self,
+        run_id: UUID,
+        rows: Sequence[StoredRow],
+        alone: Callable[[UUID, StoredRow], Event] | None = None,
+    ) -> Iterator[Event]:
+        """`from_rows`, each event built as it is taken: the lean read of a stream.
+
+        The page is opened (cipher, compression) and its JSON read in one call as
+        `from_rows` reads it; each event is then built when the stream reaches it, so a
+        fold holds one event at a time, not a page of them. An event `read_each` cannot
+        build is decoded alone (upcast, or its run and version named). An iterator, not
+        a generator of its own: a stream's events pass through one generator less.
+
+        Args:
+            alone: decodes one row from its stored bytes when the page's state of it
+                cannot be built (default `alone`: `to_domain_event`'s errors).
+
+        Raises:
+            EventFormatError: naming the run and version that cannot be read (from
+                `alone`, as the iterator reaches it).
+        """
+        transcoder = self.transcoder
+        if len(rows) < 2 or not isinstance(transcoder, FastJSONTranscoder):
+            return iter(self._one_by_one(run_id, rows))
+        documents = list(map(_row_state, rows))
+        if self.cipher or self.compressor:
+            try:
+                documents = list(map(self._opened, documents))
+            except Exception:  # the cipher and codecs raise assorted types: one by one says which
+                return iter(self._one_by_one(run_id, rows))
+        states = transcoder.decode_many(documents)
+        if states is None:
+            return iter(self._one_by_one(run_id, rows))
+        return read_each(rows, states, run_id, FIELD, alone or self.alone)
+
+    def alone(self, run_id: UUID, row: StoredRow) -> Event:
+        """The event of `row` decoded from its stored bytes alone (names it if unreadable)."""
+        return self.to_domain_event(StoredEvent(run_id, *row))
 
     def _opened(self, data: bytes) -> bytes:
         """A stored state decrypted and decompressed (`json_of` without its error naming)."""

@@ -275,3 +275,45 @@ class TestHandledTopics:
 
         assert handled_topics(Counted()) is None
         assert handled_topics(Everything()) is None
+
+
+class Narrowable:
+    """A source of events that can leave some topics out, as a store's stream can."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+        self.asked: list[frozenset[str]] = []
+
+    def __iter__(self) -> Any:
+        return iter(self.events)
+
+    def narrowed(self, topics: frozenset[str]) -> list[Any]:
+        self.asked.append(frozenset(topics))
+        return [event for event in self.events if event.topic in topics]
+
+
+class TestNarrowedFold:
+    def test_a_fold_asks_a_narrowable_source_for_its_handled_topics(self) -> None:
+        """`fold` folds what the source's `narrowed(handled_topics)` gives, to the same state."""
+        events = [
+            NoteAdded(run_id=RID, version=1, key="k", value=1),
+            failed(2),
+            failed(3, "Other"),
+        ]
+        source = Narrowable(events)
+        assert FailuresByType().fold(source) == FailuresByType().fold(events)
+        assert source.asked == [frozenset([StageFailed.topic])]
+
+    def test_a_projection_seeing_every_event_is_not_narrowed(self) -> None:
+        """A projection whose `handled_topics` is None folds the source as it is."""
+
+        class Counted(Projection[int]):
+            def initial(self) -> int:
+                return 0
+
+            def apply(self, state: int, event: Any) -> int:
+                return state + 1
+
+        source = Narrowable([failed(1), NoteAdded(run_id=RID, version=2, key="k", value=1)])
+        assert Counted().fold(source) == 2
+        assert source.asked == []
