@@ -10,6 +10,7 @@ import pytest
 import engine.store.postgres.ranges as ranges_module
 import engine.verify as verify
 from engine import Engine
+from engine.errors import RunBeingErased
 from engine.store.chain_workers import check_range
 from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
@@ -199,20 +200,34 @@ class TestChainRanges:
         assert by_ranges.ok == (not expected)
 
     def test_workers_reading_ranges_get_the_same_report(
-        self, long_run: tuple[Engine, str, UUID]
+        self, long_run: tuple[Engine, str, UUID], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """A worker process reads and checks ranges itself: intact, then with an edit of a
-        range's first event and one in the last range, the report page by page gives."""
+        """A worker process reads and checks ranges itself (the first two, at least, and they
+        follow on: a worker that failed would send the check page by page from the first
+        range): intact, then with an edit of a range's first event and one in the last
+        range, the report page by page gives."""
         engine, url, run_id = long_run
-        helped = ranged(engine, run_id, workers=1)
+        here: list[int] = []
+
+        def spied(*args: object) -> object:
+            here.append(args[3])  # type: ignore[arg-type]
+            return check_range(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(verify, "check_range", spied)
+        resumed: list[int] = []
+        helped = ranged(engine, run_id, workers=1, resumed=resumed)
         assert (helped.chain, helped.events) == ("intact", EVENTS)
         assert helped == paged(engine, run_id)
+        assert resumed == [EVENTS]
+        assert not {PAGE + 1, PAGE + RANGE + 1} & set(here)  # the worker's two ranges
         rows = Rows(url)
         edit(rows, run_id, PAGE + 2 * RANGE + 1)
         edit(rows, run_id, EVENTS - 3)
-        helped = ranged(engine, run_id, workers=1)
+        resumed.clear()
+        helped = ranged(engine, run_id, workers=1, resumed=resumed)
         assert sorted({p.version for p in helped.problems}) == [PAGE + 2 * RANGE + 1, EVENTS - 3]
         assert helped == paged(engine, run_id)
+        assert resumed == [PAGE + 2 * RANGE]
 
     def test_a_run_grown_past_the_newest_read_is_read_to_its_end(
         self, long_run: tuple[Engine, str, UUID]
@@ -293,3 +308,32 @@ class TestChainRangesUnchained:
             report = ranged(engine, run.id, newest=3 * PAGE + 1)
             assert (report.chain, report.events) == ("unchecked", 3 * PAGE + 1)
             assert report == paged(engine, run.id)
+
+
+class TestChainRangesErased:
+    def test_a_run_whose_erasure_begins_while_checked_by_ranges_is_refused(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A deleted run whose newest events but the last are erased (as a compaction takes
+        them) while `Engine.verify` reads it by ranges is refused with `RunBeingErased`."""
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(EVENTS - 2):
+                    run.note("step", f"s{index}")
+            run.finish("deleted")
+            checked: list[int] = []
+
+            def erasing(*args: object) -> object:
+                if not checked:  # after the first page, before the first range
+                    rows = Rows(postgres_url)
+                    for version in range(EVENTS - 100, EVENTS):
+                        rows.delete(run.id, version)
+                checked.append(args[3])  # type: ignore[arg-type]
+                return check_range(*args)  # type: ignore[arg-type]
+
+            monkeypatch.setattr(verify, "check_range", erasing)
+            with pytest.raises(RunBeingErased) as refused:
+                engine.verify(run.id, chain_only=True)
+            assert refused.value.run_id == run.id
+            assert checked == [1001, 2501, 4001, 5501]  # the hole is found in the last range
