@@ -239,6 +239,41 @@ class TestChainRanges:
         assert report.head == paged(engine, run_id).head
 
 
+class TestChainRangesShort:
+    def test_a_run_shorter_than_a_range_past_its_first_page_is_read_page_by_page(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run with fewer than `RANGE` events past its first page is read page by page, no
+        connection of its own opened: connecting costs more than the queries a range saves
+        (`verify --all` of many runs of a few thousand events was slower by ranges)."""
+        connected: list[object] = []
+        opened = ranges_module.RangeReader._connected
+
+        def spied(reader: ranges_module.RangeReader) -> object:
+            connected.append(reader)
+            return opened(reader)
+
+        monkeypatch.setattr(ranges_module.RangeReader, "_connected", spied)
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(PAGE + RANGE - 2):
+                    run.note("step", f"s{index}")
+            resumed: list[int] = []
+            report = ranged(engine, run.id, newest=PAGE + RANGE - 1, resumed=resumed)
+            assert (report.ok, report.events, resumed, connected) == (
+                True,
+                PAGE + RANGE - 1,
+                [],
+                [],
+            )
+            assert report == paged(engine, run.id)
+            run.note("step", "one more: a whole range past the first page")
+            report = ranged(engine, run.id, newest=PAGE + RANGE, resumed=resumed)
+            assert (report.ok, report.events, resumed) == (True, PAGE + RANGE, [PAGE + RANGE])
+            assert len(connected) == 1
+
+
 class TestChainRangesReads:
     def test_a_server_side_cursor_reads_what_chunked_rows_read(
         self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
