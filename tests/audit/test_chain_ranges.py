@@ -11,7 +11,8 @@ import engine.store.postgres.ranges as ranges_module
 import engine.verify as verify
 from engine import Engine
 from engine.errors import RunBeingErased
-from engine.store.chain_workers import check_range
+from engine.store.chain import Chain
+from engine.store.chain_workers import Followed, RangeReading, check_range
 from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
 from engine.verify import RunRanges, VerifyReport, verify_chain
@@ -30,6 +31,19 @@ EVENTS = 6 * PAGE + 50
 def short_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ranges of `RANGE` versions, so a run of a few pages spans several."""
     monkeypatch.setattr(verify, "RANGE", RANGE)
+
+
+@pytest.fixture
+def checked_here(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The ranges (first and last version) this process checks itself, in order."""
+    checked: list[tuple[int, int]] = []
+
+    def spied(chain: Chain, run_id: UUID, reading: RangeReading, first: int, last: int) -> Followed:
+        checked.append((first, last))
+        return check_range(chain, run_id, reading, first, last)
+
+    monkeypatch.setattr(verify, "check_range", spied)
+    return checked
 
 
 STORES = {
@@ -147,40 +161,26 @@ all do; none when the first page already is not on course)."""
 
 class TestChainRanges:
     def test_an_intact_run_gets_the_page_by_page_report(
-        self, long_run: tuple[Engine, str, UUID], monkeypatch: pytest.MonkeyPatch
+        self, long_run: tuple[Engine, str, UUID], checked_here: list[tuple[int, int]]
     ) -> None:
         """Read by ranges, an intact run is intact with the head and count of events the
         check page by page gives, every version after the first page read by a range."""
         engine, _, run_id = long_run
-        checked: list[tuple[int, int]] = []
-
-        def spied(*args: object) -> object:
-            checked.append((args[3], args[4]))  # type: ignore[arg-type]
-            return check_range(*args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(verify, "check_range", spied)
         resumed: list[int] = []
         report = ranged(engine, run_id, resumed=resumed)
         assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)
         assert report == paged(engine, run_id)
-        assert checked == [(1001, 2500), (2501, 4000), (4001, 5500), (5501, EVENTS)]
+        assert checked_here == [(1001, 2500), (2501, 4000), (4001, 5500), (5501, EVENTS)]
         assert resumed == [EVENTS]  # every range followed on: only what is past the newest
 
     def test_engine_verify_reads_postgresql_by_ranges(
-        self, long_run: tuple[Engine, str, UUID], monkeypatch: pytest.MonkeyPatch
+        self, long_run: tuple[Engine, str, UUID], checked_here: list[tuple[int, int]]
     ) -> None:
         """`Engine.verify(chain_only=True)` on PostgreSQL checks the run by ranges."""
         engine, _, run_id = long_run
-        checked: list[int] = []
-
-        def spied(*args: object) -> object:
-            checked.append(args[3])  # type: ignore[arg-type]
-            return check_range(*args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(verify, "check_range", spied)
         report = engine.verify(run_id, chain_only=True)
         assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)
-        assert checked == [1001, 2501, 4001, 5501]
+        assert [first for first, _ in checked_here] == [1001, 2501, 4001, 5501]
 
     @pytest.mark.parametrize("tampering", list(TAMPERING), ids=list(TAMPERING))
     def test_tampering_is_named_at_the_same_versions(
@@ -200,26 +200,20 @@ class TestChainRanges:
         assert by_ranges.ok == (not expected)
 
     def test_workers_reading_ranges_get_the_same_report(
-        self, long_run: tuple[Engine, str, UUID], monkeypatch: pytest.MonkeyPatch
+        self, long_run: tuple[Engine, str, UUID], checked_here: list[tuple[int, int]]
     ) -> None:
         """A worker process reads and checks ranges itself (the first two, at least, and they
         follow on: a worker that failed would send the check page by page from the first
         range): intact, then with an edit of a range's first event and one in the last
         range, the report page by page gives."""
         engine, url, run_id = long_run
-        here: list[int] = []
-
-        def spied(*args: object) -> object:
-            here.append(args[3])  # type: ignore[arg-type]
-            return check_range(*args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(verify, "check_range", spied)
         resumed: list[int] = []
         helped = ranged(engine, run_id, workers=1, resumed=resumed)
         assert (helped.chain, helped.events) == ("intact", EVENTS)
         assert helped == paged(engine, run_id)
         assert resumed == [EVENTS]
-        assert not {PAGE + 1, PAGE + RANGE + 1} & set(here)  # the worker's two ranges
+        workers = {(PAGE + 1, PAGE + RANGE), (PAGE + RANGE + 1, PAGE + 2 * RANGE)}
+        assert not workers & set(checked_here)  # the first two ranges went to the worker
         rows = Rows(url)
         edit(rows, run_id, PAGE + 2 * RANGE + 1)
         edit(rows, run_id, EVENTS - 3)
