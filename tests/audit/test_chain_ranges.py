@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import multiprocessing
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -366,3 +370,34 @@ class TestChainRangesErased:
                 engine.verify(run.id, chain_only=True)
             assert refused.value.run_id == run.id
             assert checked == [1001, 2501, 4001, 5501]  # the hole is found in the last range
+
+
+class TestChainRangesSecrets:
+    def test_a_workers_command_line_and_environment_hold_no_key(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A worker reading ranges of an encrypted, keyed store is given its keys through the
+        pipe `spawn` starts it with: neither key is in its command line or environment."""
+        seen: list[bytes] = []
+        settled = verify._ranged
+
+        def looked(future: Future[Followed]) -> Followed:
+            for child in multiprocessing.active_children():
+                for part in ("cmdline", "environ"):
+                    seen.append(Path(f"/proc/{child.pid}/{part}").read_bytes())
+            return settled(future)
+
+        monkeypatch.setattr(verify, "_ranged", looked)
+        for name in ("STAGETRAIL_CIPHER_KEY", "STAGETRAIL_CHAIN_KEY"):  # a worker inherits them
+            monkeypatch.delenv(name, raising=False)
+        options = "&compress=zlib"
+        with Engine(postgres_url + options, chain_key=KEY, cipher_key=CIPHER_KEY) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(EVENTS - 1):
+                    run.note("step", f"s{index}")
+            report = ranged(engine, run.id, workers=1)
+        assert (report.ok, report.events) == (True, EVENTS)
+        assert seen  # the worker was looked at while it checked
+        for secret in (KEY.encode(), CIPHER_KEY.encode(), base64.b64decode(CIPHER_KEY)):
+            assert not any(secret in text for text in seen)
