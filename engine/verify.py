@@ -563,6 +563,7 @@ class _Ranges:
         finally:
             if pool is not None:
                 pool.close()
+            self.ranges.reading.reader.close()  # not held idle while the rest is read
         return self._read(mapper, self.ranges.rows_after(self.check.expected - 1))
 
     def _one(self, pool: ChainWorkers | None, first: int, last: int) -> None:

@@ -313,6 +313,35 @@ class TestChainRangesReads:
             assert (report.ok, report.events, resumed) == (True, EVENTS, [PAGE])
             assert report == paged(engine, run.id)
 
+    def test_the_ranges_connection_is_closed_before_the_rest_is_read_page_by_page(
+        self, postgres_url: str
+    ) -> None:
+        """Once the ranges are done, the connection they were read over is closed before the
+        rest of the run (here, what was stored past the newest) is read page by page."""
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(EVENTS - 1):
+                    run.note("step", f"s{index}")
+            store = engine.store
+            reading = store.range_reading()
+            assert reading is not None
+            reader = reading.reader
+            assert isinstance(reader, ranges_module.RangeReader)
+            connected: list[bool] = []
+
+            def rows_after(gt: int) -> Iterator[list[tuple[int, str, bytes]]]:
+                connected.append(reader._connection is not None)
+                return store.stored_rows(run.id, gt)
+
+            ranges = RunRanges(reading, PAGE + RANGE + 3, rows_after)
+            linked = store.must_link_from(run.id)
+            report = verify_chain(
+                run.id, store.stored_rows(run.id), store.mapper, must_link_from=linked,
+                ranges=ranges,
+            )  # fmt: skip
+            assert (report.ok, report.events, connected) == (True, EVENTS, [False])
+
 
 class TestChainRangesUnchained:
     def test_a_run_stripped_of_its_first_links_gets_the_page_by_page_report(
