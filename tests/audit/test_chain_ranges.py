@@ -430,3 +430,60 @@ class TestChainRangesSecrets:
         assert seen  # the worker was looked at while it checked
         for secret in (KEY.encode(), CIPHER_KEY.encode(), base64.b64decode(CIPHER_KEY)):
             assert not any(secret in text for text in seen)
+
+
+class _Waiting(Future[Followed]):
+    """A worker's answer that comes only once waited for (a stalled worker until then)."""
+
+    def __init__(self, answer: Callable[[], Followed]) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def result(self, timeout: float | None = None) -> Followed:
+        """The answer, found now if not yet."""
+        if not self.done():
+            self.set_result(self.answer())
+        return super().result(timeout)
+
+
+class _StalledWorkers:
+    """`ChainWorkers` whose worker answers nothing until waited for."""
+
+    def __init__(self, chain: Chain, run_id: UUID, workers: int, reading: RangeReading) -> None:
+        self.workers = workers
+        self.checking = (chain, run_id, reading)
+
+    def submit_range(self, first: int, last: int) -> _Waiting:
+        """A range the worker has not checked yet."""
+        return _Waiting(lambda: check_range(*self.checking, first, last))
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+class TestChainRangesHeld:
+    def test_a_stalled_worker_bounds_the_ranges_held(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While a worker does not answer, this process checks ranges itself only until
+        `_HELD` are held, then waits for the oldest: the same report, the ranges held bounded."""
+        monkeypatch.setattr(verify, "RANGE", 100)
+        monkeypatch.setattr(verify, "ChainWorkers", _StalledWorkers)
+        held: list[int] = []
+        settle = verify._Ranges._settle
+
+        def counted(ranges: verify._Ranges, *, wait: bool, keep: int = 0) -> bool:
+            held.append(len(ranges.held))
+            return settle(ranges, wait=wait, keep=keep)
+
+        monkeypatch.setattr(verify._Ranges, "_settle", counted)
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(EVENTS - 1):
+                    run.note("step", f"s{index}")
+            report = ranged(engine, run.id, workers=1)
+            assert (report.ok, report.events) == (True, EVENTS)
+            assert report == paged(engine, run.id)
+        assert len(held) > verify._HELD  # more ranges than may be held
+        assert max(held) == verify._HELD + 1
