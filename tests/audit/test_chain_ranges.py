@@ -13,7 +13,7 @@ import pytest
 
 import engine.store.postgres.ranges as ranges_module
 import engine.verify as verify
-from engine import Engine
+from engine import Engine, Run
 from engine.errors import RunBeingErased
 from engine.store.chain import Chain
 from engine.store.chain_workers import Followed, RangeReading, check_range
@@ -71,6 +71,15 @@ def long_run(
                 for index in range(start, min(start + 500, EVENTS - 1)):
                     run.note("step", f"s{index}")
         yield engine, postgres_url, run.id
+
+
+def written(engine: Engine, events: int = EVENTS) -> Run:
+    """A run of `events` events (notes after its start) written in one batch."""
+    run = engine.start_run(REVIEW)
+    with run.batch():
+        for index in range(events - 1):
+            run.note("step", f"s{index}")
+    return run
 
 
 def paged(engine: Engine, run_id: UUID) -> VerifyReport:
@@ -253,10 +262,7 @@ class TestChainRangesShort:
 
         monkeypatch.setattr(ranges_module.RangeReader, "_connected", spied)
         with Engine(postgres_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(PAGE + RANGE - 2):
-                    run.note("step", f"s{index}")
+            run = written(engine, PAGE + RANGE - 1)
             resumed: list[int] = []
             report = ranged(engine, run.id, newest=PAGE + RANGE - 1, resumed=resumed)
             assert (report.ok, report.events, resumed, connected) == (
@@ -280,10 +286,7 @@ class TestChainRangesReads:
         the same report, intact and with an edit of a range's last event."""
         monkeypatch.setattr(ranges_module, "_chunked", lambda: False)
         with Engine(postgres_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(EVENTS - 1):
-                    run.note("step", f"s{index}")
+            run = written(engine)
             resumed: list[int] = []
             report = ranged(engine, run.id, resumed=resumed)
             assert (report.ok, report.events, resumed) == (True, EVENTS, [EVENTS])
@@ -299,10 +302,7 @@ class TestChainRangesReads:
         """A range whose own connection fails is read again through the store, page by page,
         with the same report (the store's read says why, if it fails too)."""
         with Engine(postgres_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(EVENTS - 1):
-                    run.note("step", f"s{index}")
+            run = written(engine)
 
             def refused(reader: object) -> None:
                 raise StoreError("postgresql://***", "cannot connect")
@@ -319,10 +319,7 @@ class TestChainRangesReads:
         """Once the ranges are done, the connection they were read over is closed before the
         rest of the run (here, what was stored past the newest) is read page by page."""
         with Engine(postgres_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(EVENTS - 1):
-                    run.note("step", f"s{index}")
+            run = written(engine)
             store = engine.store
             reading = store.range_reading()
             assert reading is not None
@@ -379,10 +376,7 @@ class TestChainRangesErased:
         """A deleted run whose newest events but the last are erased (as a compaction takes
         them) while `Engine.verify` reads it by ranges is refused with `RunBeingErased`."""
         with Engine(postgres_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(EVENTS - 2):
-                    run.note("step", f"s{index}")
+            run = written(engine, EVENTS - 1)
             run.finish("deleted")
             checked: list[int] = []
 
@@ -421,10 +415,7 @@ class TestChainRangesSecrets:
             monkeypatch.delenv(name, raising=False)
         options = "&compress=zlib"
         with Engine(postgres_url + options, chain_key=KEY, cipher_key=CIPHER_KEY) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(EVENTS - 1):
-                    run.note("step", f"s{index}")
+            run = written(engine)
             report = ranged(engine, run.id, workers=1)
         assert (report.ok, report.events) == (True, EVENTS)
         assert seen  # the worker was looked at while it checked
@@ -478,10 +469,7 @@ class TestChainRangesHeld:
 
         monkeypatch.setattr(verify._Ranges, "_settle", counted)
         with Engine(postgres_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(EVENTS - 1):
-                    run.note("step", f"s{index}")
+            run = written(engine)
             report = ranged(engine, run.id, workers=1)
             assert (report.ok, report.events) == (True, EVENTS)
             assert report == paged(engine, run.id)
