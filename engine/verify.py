@@ -512,13 +512,15 @@ that does not follow on wastes little checked after it."""
 class _Ranges:
     """`ChainCheck.pages` by ranges of versions: after the run's first page (checked here,
     through `page`), each `RANGE` versions up to the newest are read and followed on their
-    own (`check_range`), by worker processes and, while each has `_DEPTH` ranges, here.
-    Ranges are settled in order: one that follows on all the way from the link the check
-    stands at moves the check past it (`ChainCheck.moved`); at the first that does not (an
-    edit, a hole, a link in another mode, an event that cannot be decoded, a failed read)
-    the rest of the run is read and checked here, page by page, from that range's first
-    version, as without ranges, as are the events stored past the newest. So the report
-    is the one checking page by page gives, event for event.
+    own (`check_range`), by worker processes and, while each has `_DEPTH` ranges, here (a
+    run shorter than a whole range past its first page is read page by page: opening the
+    ranges' connection would cost more than the queries they save). Ranges are settled in
+    order: one that follows on all the way from the link the check stands at moves the
+    check past it (`ChainCheck.moved`); at the first that does not (an edit, a hole, a
+    link in another mode, an event that cannot be decoded, a failed read) the rest of the
+    run is read and checked here, page by page, from that range's first version, as
+    without ranges, as are the events stored past the newest. So the report is the one
+    checking page by page gives, event for event.
     """
 
     def __init__(self, check: ChainCheck, ranges: RunRanges) -> None:
@@ -537,6 +539,8 @@ class _Ranges:
         try:
             if not (self.count and check.on_course):
                 return self._read(mapper, rest)  # unchained, broken: page by page
+            if self.ranges.newest - check.expected + 1 < RANGE:  # its connection costs more
+                return self._read(mapper, rest)
             return self._by_ranges(mapper, workers)
         finally:
             self.ranges.reading.reader.close()
@@ -559,6 +563,7 @@ class _Ranges:
         finally:
             if pool is not None:
                 pool.close()
+            self.ranges.reading.reader.close()  # not held idle while the rest is read
         return self._read(mapper, self.ranges.rows_after(self.check.expected - 1))
 
     def _one(self, pool: ChainWorkers | None, first: int, last: int) -> None:

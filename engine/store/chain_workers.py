@@ -18,12 +18,14 @@ import contextlib
 import multiprocessing
 from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
 import attrs
+from eventsourcing.persistence import Cipher, Compressor
 
 from engine.store.chain import Chain, StoredRow, split
+from engine.store.mapper import opened
 
 
 class ChainWorkers:
@@ -104,24 +106,22 @@ class RangeReading:
     (the mapper's cipher and compressor: a worker decodes what it reads, as `verify` does)."""
 
     reader: RangeReader
-    cipher: Any = None
-    compressor: Any = None
+    cipher: Cipher | None = None
+    compressor: Compressor | None = None
 
     def decoded(self, rows: Sequence[StoredRow]) -> Sequence[StoredRow]:
-        """`rows` with each stored JSON decrypted and decompressed, up to the first that
-        cannot be (the caller then checks the range itself, and reports it)."""
-        if self.cipher is None and self.compressor is None:
+        """`rows` with each stored JSON decrypted and decompressed (`opened`, as `verify`
+        reads them), up to the first that cannot be (the caller then checks the range
+        itself, and reports it)."""
+        cipher, compressor = self.cipher, self.compressor
+        if cipher is None and compressor is None:
             return rows
         decoded = []
         for version, topic, data in rows:
             try:
-                if self.cipher is not None:
-                    data = self.cipher.decrypt(data)
-                if self.compressor is not None:
-                    data = self.compressor.decompress(data)
+                decoded.append((version, topic, opened(cipher, compressor, data)))
             except Exception:  # the cipher and codecs raise assorted types: not followed
                 break
-            decoded.append((version, topic, bytes(data)))
         return decoded
 
 

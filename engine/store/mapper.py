@@ -116,6 +116,21 @@ class FastJSONTranscoder(JSONTranscoder):
         return self._plain.decode(data.decode("utf8"))
 
 
+def opened(cipher: Cipher | None, compressor: Compressor | None, data: bytes) -> bytes:
+    """A stored state decrypted by `cipher` and decompressed by `compressor` (either None:
+    not applied): the JSON written, the one way back from what `EventMapper` stores
+    (`json_of`; a worker process checking a range of the chain, `RangeReading`).
+
+    Raises:
+        Exception: whatever the cipher or compressor raise (they raise assorted types).
+    """
+    if cipher:
+        data = cipher.decrypt(data)
+    if compressor:
+        data = compressor.decompress(data)
+    return bytes(data)
+
+
 class EventMapper(Mapper[UUID]):
     """Converts stagetrail events to eventsourcing `StoredEvent`s and back.
 
@@ -185,15 +200,10 @@ class EventMapper(Mapper[UUID]):
         Raises:
             EventFormatError: naming the run and version that cannot be read.
         """
-        data = stored_event.state
         try:
-            if self.cipher:
-                data = self.cipher.decrypt(data)
-            if self.compressor:
-                data = self.compressor.decompress(data)
+            return opened(self.cipher, self.compressor, stored_event.state)
         except Exception as error:  # the cipher and codecs raise assorted types
             raise self._unreadable(stored_event, f"{type(error).__name__}: {error}") from error
-        return bytes(data)
 
     def from_json(self, stored_event: StoredEvent, data: bytes) -> Event:
         """The event whose stored JSON (`json_of`) is `data`, upcast.
@@ -315,11 +325,7 @@ class EventMapper(Mapper[UUID]):
 
     def _opened(self, data: bytes) -> bytes:
         """A stored state decrypted and decompressed (`json_of` without its error naming)."""
-        if self.cipher:
-            data = self.cipher.decrypt(data)
-        if self.compressor:
-            data = self.compressor.decompress(data)
-        return bytes(data)
+        return opened(self.cipher, self.compressor, data)
 
     def _one_by_one(self, run_id: UUID, rows: Sequence[StoredRow]) -> list[Event]:
         return [

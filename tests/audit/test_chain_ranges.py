@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import multiprocessing
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
 from uuid import UUID
 
 import pytest
 
 import engine.store.postgres.ranges as ranges_module
 import engine.verify as verify
-from engine import Engine
-from engine.store.chain_workers import check_range
+from engine import Engine, Run
+from engine.errors import RunBeingErased
+from engine.store.chain import Chain
+from engine.store.chain_workers import Followed, RangeReading, check_range
 from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
 from engine.verify import RunRanges, VerifyReport, verify_chain
@@ -29,6 +35,19 @@ EVENTS = 6 * PAGE + 50
 def short_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ranges of `RANGE` versions, so a run of a few pages spans several."""
     monkeypatch.setattr(verify, "RANGE", RANGE)
+
+
+@pytest.fixture
+def checked_here(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The ranges (first and last version) this process checks itself, in order."""
+    checked: list[tuple[int, int]] = []
+
+    def spied(chain: Chain, run_id: UUID, reading: RangeReading, first: int, last: int) -> Followed:
+        checked.append((first, last))
+        return check_range(chain, run_id, reading, first, last)
+
+    monkeypatch.setattr(verify, "check_range", spied)
+    return checked
 
 
 STORES = {
@@ -52,6 +71,15 @@ def long_run(
                 for index in range(start, min(start + 500, EVENTS - 1)):
                     run.note("step", f"s{index}")
         yield engine, postgres_url, run.id
+
+
+def written(engine: Engine, events: int = EVENTS) -> Run:
+    """A run of `events` events (notes after its start) written in one batch."""
+    run = engine.start_run(REVIEW)
+    with run.batch():
+        for index in range(events - 1):
+            run.note("step", f"s{index}")
+    return run
 
 
 def paged(engine: Engine, run_id: UUID) -> VerifyReport:
@@ -146,40 +174,26 @@ all do; none when the first page already is not on course)."""
 
 class TestChainRanges:
     def test_an_intact_run_gets_the_page_by_page_report(
-        self, long_run: tuple[Engine, str, UUID], monkeypatch: pytest.MonkeyPatch
+        self, long_run: tuple[Engine, str, UUID], checked_here: list[tuple[int, int]]
     ) -> None:
         """Read by ranges, an intact run is intact with the head and count of events the
         check page by page gives, every version after the first page read by a range."""
         engine, _, run_id = long_run
-        checked: list[tuple[int, int]] = []
-
-        def spied(*args: object) -> object:
-            checked.append((args[3], args[4]))  # type: ignore[arg-type]
-            return check_range(*args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(verify, "check_range", spied)
         resumed: list[int] = []
         report = ranged(engine, run_id, resumed=resumed)
         assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)
         assert report == paged(engine, run_id)
-        assert checked == [(1001, 2500), (2501, 4000), (4001, 5500), (5501, EVENTS)]
+        assert checked_here == [(1001, 2500), (2501, 4000), (4001, 5500), (5501, EVENTS)]
         assert resumed == [EVENTS]  # every range followed on: only what is past the newest
 
     def test_engine_verify_reads_postgresql_by_ranges(
-        self, long_run: tuple[Engine, str, UUID], monkeypatch: pytest.MonkeyPatch
+        self, long_run: tuple[Engine, str, UUID], checked_here: list[tuple[int, int]]
     ) -> None:
         """`Engine.verify(chain_only=True)` on PostgreSQL checks the run by ranges."""
         engine, _, run_id = long_run
-        checked: list[int] = []
-
-        def spied(*args: object) -> object:
-            checked.append(args[3])  # type: ignore[arg-type]
-            return check_range(*args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(verify, "check_range", spied)
         report = engine.verify(run_id, chain_only=True)
         assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)
-        assert checked == [1001, 2501, 4001, 5501]
+        assert [first for first, _ in checked_here] == [1001, 2501, 4001, 5501]
 
     @pytest.mark.parametrize("tampering", list(TAMPERING), ids=list(TAMPERING))
     def test_tampering_is_named_at_the_same_versions(
@@ -199,20 +213,28 @@ class TestChainRanges:
         assert by_ranges.ok == (not expected)
 
     def test_workers_reading_ranges_get_the_same_report(
-        self, long_run: tuple[Engine, str, UUID]
+        self, long_run: tuple[Engine, str, UUID], checked_here: list[tuple[int, int]]
     ) -> None:
-        """A worker process reads and checks ranges itself: intact, then with an edit of a
-        range's first event and one in the last range, the report page by page gives."""
+        """A worker process reads and checks ranges itself (the first two, at least, and they
+        follow on: a worker that failed would send the check page by page from the first
+        range): intact, then with an edit of a range's first event and one in the last
+        range, the report page by page gives."""
         engine, url, run_id = long_run
-        helped = ranged(engine, run_id, workers=1)
+        resumed: list[int] = []
+        helped = ranged(engine, run_id, workers=1, resumed=resumed)
         assert (helped.chain, helped.events) == ("intact", EVENTS)
         assert helped == paged(engine, run_id)
+        assert resumed == [EVENTS]
+        workers = {(PAGE + 1, PAGE + RANGE), (PAGE + RANGE + 1, PAGE + 2 * RANGE)}
+        assert not workers & set(checked_here)  # the first two ranges went to the worker
         rows = Rows(url)
         edit(rows, run_id, PAGE + 2 * RANGE + 1)
         edit(rows, run_id, EVENTS - 3)
-        helped = ranged(engine, run_id, workers=1)
+        resumed.clear()
+        helped = ranged(engine, run_id, workers=1, resumed=resumed)
         assert sorted({p.version for p in helped.problems}) == [PAGE + 2 * RANGE + 1, EVENTS - 3]
         assert helped == paged(engine, run_id)
+        assert resumed == [PAGE + 2 * RANGE]
 
     def test_a_run_grown_past_the_newest_read_is_read_to_its_end(
         self, long_run: tuple[Engine, str, UUID]
@@ -224,6 +246,38 @@ class TestChainRanges:
         assert report.head == paged(engine, run_id).head
 
 
+class TestChainRangesShort:
+    def test_a_run_shorter_than_a_range_past_its_first_page_is_read_page_by_page(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run with fewer than `RANGE` events past its first page is read page by page, no
+        connection of its own opened: connecting costs more than the queries a range saves
+        (`verify --all` of many runs of a few thousand events was slower by ranges)."""
+        connected: list[object] = []
+        opened = ranges_module.RangeReader._connected
+
+        def spied(reader: ranges_module.RangeReader) -> object:
+            connected.append(reader)
+            return opened(reader)
+
+        monkeypatch.setattr(ranges_module.RangeReader, "_connected", spied)
+        with Engine(postgres_url) as engine:
+            run = written(engine, PAGE + RANGE - 1)
+            resumed: list[int] = []
+            report = ranged(engine, run.id, newest=PAGE + RANGE - 1, resumed=resumed)
+            assert (report.ok, report.events, resumed, connected) == (
+                True,
+                PAGE + RANGE - 1,
+                [],
+                [],
+            )
+            assert report == paged(engine, run.id)
+            run.note("step", "one more: a whole range past the first page")
+            report = ranged(engine, run.id, newest=PAGE + RANGE, resumed=resumed)
+            assert (report.ok, report.events, resumed) == (True, PAGE + RANGE, [PAGE + RANGE])
+            assert len(connected) == 1
+
+
 class TestChainRangesReads:
     def test_a_server_side_cursor_reads_what_chunked_rows_read(
         self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
@@ -232,10 +286,7 @@ class TestChainRangesReads:
         the same report, intact and with an edit of a range's last event."""
         monkeypatch.setattr(ranges_module, "_chunked", lambda: False)
         with Engine(postgres_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(EVENTS - 1):
-                    run.note("step", f"s{index}")
+            run = written(engine)
             resumed: list[int] = []
             report = ranged(engine, run.id, resumed=resumed)
             assert (report.ok, report.events, resumed) == (True, EVENTS, [EVENTS])
@@ -251,10 +302,7 @@ class TestChainRangesReads:
         """A range whose own connection fails is read again through the store, page by page,
         with the same report (the store's read says why, if it fails too)."""
         with Engine(postgres_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(EVENTS - 1):
-                    run.note("step", f"s{index}")
+            run = written(engine)
 
             def refused(reader: object) -> None:
                 raise StoreError("postgresql://***", "cannot connect")
@@ -264,6 +312,32 @@ class TestChainRangesReads:
             report = ranged(engine, run.id, resumed=resumed)
             assert (report.ok, report.events, resumed) == (True, EVENTS, [PAGE])
             assert report == paged(engine, run.id)
+
+    def test_the_ranges_connection_is_closed_before_the_rest_is_read_page_by_page(
+        self, postgres_url: str
+    ) -> None:
+        """Once the ranges are done, the connection they were read over is closed before the
+        rest of the run (here, what was stored past the newest) is read page by page."""
+        with Engine(postgres_url) as engine:
+            run = written(engine)
+            store = engine.store
+            reading = store.range_reading()
+            assert reading is not None
+            reader = reading.reader
+            assert isinstance(reader, ranges_module.RangeReader)
+            connected: list[bool] = []
+
+            def rows_after(gt: int) -> Iterator[list[tuple[int, str, bytes]]]:
+                connected.append(reader._connection is not None)
+                return store.stored_rows(run.id, gt)
+
+            ranges = RunRanges(reading, PAGE + RANGE + 3, rows_after)
+            linked = store.must_link_from(run.id)
+            report = verify_chain(
+                run.id, store.stored_rows(run.id), store.mapper, must_link_from=linked,
+                ranges=ranges,
+            )  # fmt: skip
+            assert (report.ok, report.events, connected) == (True, EVENTS, [False])
 
 
 class TestChainRangesUnchained:
@@ -293,3 +367,111 @@ class TestChainRangesUnchained:
             report = ranged(engine, run.id, newest=3 * PAGE + 1)
             assert (report.chain, report.events) == ("unchecked", 3 * PAGE + 1)
             assert report == paged(engine, run.id)
+
+
+class TestChainRangesErased:
+    def test_a_run_whose_erasure_begins_while_checked_by_ranges_is_refused(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A deleted run whose newest events but the last are erased (as a compaction takes
+        them) while `Engine.verify` reads it by ranges is refused with `RunBeingErased`."""
+        with Engine(postgres_url) as engine:
+            run = written(engine, EVENTS - 1)
+            run.finish("deleted")
+            checked: list[int] = []
+
+            def erasing(*args: object) -> object:
+                if not checked:  # after the first page, before the first range
+                    rows = Rows(postgres_url)
+                    for version in range(EVENTS - 100, EVENTS):
+                        rows.delete(run.id, version)
+                checked.append(args[3])  # type: ignore[arg-type]
+                return check_range(*args)  # type: ignore[arg-type]
+
+            monkeypatch.setattr(verify, "check_range", erasing)
+            with pytest.raises(RunBeingErased) as refused:
+                engine.verify(run.id, chain_only=True)
+            assert refused.value.run_id == run.id
+            assert checked == [1001, 2501, 4001, 5501]  # the hole is found in the last range
+
+
+class TestChainRangesSecrets:
+    def test_a_workers_command_line_and_environment_hold_no_key(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A worker reading ranges of an encrypted, keyed store is given its keys through the
+        pipe `spawn` starts it with: neither key is in its command line or environment."""
+        seen: list[bytes] = []
+        settled = verify._ranged
+
+        def looked(future: Future[Followed]) -> Followed:
+            for child in multiprocessing.active_children():
+                for part in ("cmdline", "environ"):
+                    seen.append(Path(f"/proc/{child.pid}/{part}").read_bytes())
+            return settled(future)
+
+        monkeypatch.setattr(verify, "_ranged", looked)
+        for name in ("STAGETRAIL_CIPHER_KEY", "STAGETRAIL_CHAIN_KEY"):  # a worker inherits them
+            monkeypatch.delenv(name, raising=False)
+        options = "&compress=zlib"
+        with Engine(postgres_url + options, chain_key=KEY, cipher_key=CIPHER_KEY) as engine:
+            run = written(engine)
+            report = ranged(engine, run.id, workers=1)
+        assert (report.ok, report.events) == (True, EVENTS)
+        assert seen  # the worker was looked at while it checked
+        for secret in (KEY.encode(), CIPHER_KEY.encode(), base64.b64decode(CIPHER_KEY)):
+            assert not any(secret in text for text in seen)
+
+
+class _Waiting(Future[Followed]):
+    """A worker's answer that comes only once waited for (a stalled worker until then)."""
+
+    def __init__(self, answer: Callable[[], Followed]) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def result(self, timeout: float | None = None) -> Followed:
+        """The answer, found now if not yet."""
+        if not self.done():
+            self.set_result(self.answer())
+        return super().result(timeout)
+
+
+class _StalledWorkers:
+    """`ChainWorkers` whose worker answers nothing until waited for."""
+
+    def __init__(self, chain: Chain, run_id: UUID, workers: int, reading: RangeReading) -> None:
+        self.workers = workers
+        self.checking = (chain, run_id, reading)
+
+    def submit_range(self, first: int, last: int) -> _Waiting:
+        """A range the worker has not checked yet."""
+        return _Waiting(lambda: check_range(*self.checking, first, last))
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+class TestChainRangesHeld:
+    def test_a_stalled_worker_bounds_the_ranges_held(
+        self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """While a worker does not answer, this process checks ranges itself only until
+        `_HELD` are held, then waits for the oldest: the same report, the ranges held bounded."""
+        monkeypatch.setattr(verify, "RANGE", 100)
+        monkeypatch.setattr(verify, "ChainWorkers", _StalledWorkers)
+        held: list[int] = []
+        settle = verify._Ranges._settle
+
+        def counted(ranges: verify._Ranges, *, wait: bool, keep: int = 0) -> bool:
+            held.append(len(ranges.held))
+            return settle(ranges, wait=wait, keep=keep)
+
+        monkeypatch.setattr(verify._Ranges, "_settle", counted)
+        with Engine(postgres_url) as engine:
+            run = written(engine)
+            report = ranged(engine, run.id, workers=1)
+            assert (report.ok, report.events) == (True, EVENTS)
+            assert report == paged(engine, run.id)
+        assert len(held) > verify._HELD  # more ranges than may be held
+        assert max(held) == verify._HELD + 1
