@@ -357,6 +357,31 @@ class TestTransactions:
             assert kinds == [["RunStarted", "CheckpointSaved"]]
 
 
+class TestReadsPerAppend:
+    def test_a_put_after_this_savers_own_write_reads_no_erasure_generation(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Once the saver wrote a thread's newest event, its next puts read no erasure
+        generation (the store's check of that event's bytes refuses a stale append)."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            put_input(saver, "t", step=0)
+            reads: list[int] = []
+            generation = engine.store.generation
+
+            def counted() -> int:
+                reads.append(1)
+                return generation()
+
+            monkeypatch.setattr(engine.store, "generation", counted)
+            for step in range(1, 4):
+                put_input(saver, "t", step=step)
+            assert reads == []
+            served = saver.get_tuple(config("t"))
+            assert served is not None
+            assert served.metadata["step"] == 3
+
+
 class TestShards:
     def test_a_sharded_engine_is_refused_naming_the_shards(self, tmp_path: Path) -> None:
         """Over a shards: layout the saver raises one StoreError saying it works per shard."""

@@ -680,11 +680,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
         Optimistic, as event sourcing is: no read before the write. If another process
         appended first, the store refuses the versions; this saver then catches up with
-        the thread and builds again.
+        the thread and builds again. A thread this saver last wrote itself needs no look at
+        the erasure generation either: the append requires the store to hold the very bytes
+        of the thread's newest event, which a run erased since (or a new run under its id)
+        does not, so the store refuses it and the generation is read then.
         """
         with self._lock:
-            generation = self._follow_generation()
             thread = self._threads.get(thread_id)
+            if thread is None or thread.head is None or thread.deleted:
+                generation = self._follow_generation()
+                thread = self._threads.get(thread_id)
+            else:
+                generation = self._generation or 0
             for _ in range(_RETRIES):
                 known_absent = thread is None and thread_id in self._free
                 if (thread is None or thread.deleted) and not known_absent:
@@ -698,7 +705,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                     return
                 if self._try_append(thread_id, thread, build):
                     return
-                thread = None  # refused: catch up with the store and build again
+                # Refused: the store moved on (another writer, or an erasure): catch up
+                # with it and build again.
+                generation, thread = self._follow_generation(), None
             raise ConcurrencyConflict(self._find_id(thread_id) or uuid.UUID(int=0), 0)
 
     def _try_append(self, thread_id: str, thread: Thread | None, build: Build) -> bool:
