@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 import threading
 import uuid
 from collections.abc import Callable
@@ -15,14 +16,16 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
+from benchmarks import langgraph as bench
 from benchmarks._common import CountedWrites
 from engine import Engine
 from engine.errors import InvalidArgument, InvalidPayload, StoreError
 from engine.integrations.langgraph import THREAD_LABEL, StagetrailSaver, thread_run_ids
 from engine.integrations.langgraph import saver as saver_module
 from engine.integrations.langgraph.saver import GENERATION_LABEL, legacy_run_id
+from engine.integrations.langgraph.thread import REFERENCE
 from engine.sharded import ShardedEngine
-from events import StagetrailError
+from events import CheckpointSaved, StagetrailError
 from tests.audit.tampering import Rows
 from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
 from tests.test_sharded import layout_file
@@ -380,6 +383,39 @@ class TestReadsPerAppend:
             served = saver.get_tuple(config("t"))
             assert served is not None
             assert served.metadata["step"] == 3
+
+
+class TestOwnFold:
+    def test_what_the_saver_folds_of_its_own_writes_is_what_the_store_gives_back(
+        self, store_url: str
+    ) -> None:
+        """The thread as the writing saver keeps it (values taken as the serde wrote them, not
+        decoded from its events) equals the thread a fresh saver folds from the store."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            graph = bench.builder({}, 300).compile(checkpointer=saver)
+            bench.run_thread(graph, "t")
+            mine = saver._threads["t"]
+            fresh = StagetrailSaver(engine)._live("t")
+            assert fresh is not None
+            assert any(kind == REFERENCE for *_, kind, _ in _blobs(engine))
+            for part in ("checkpoints", "skeletons", "blobs", "writes", "known", "values"):
+                assert getattr(mine, part) == getattr(fresh, part), part
+            assert {k: marshal.loads(v) for k, v in mine.frozen.items()} == {
+                k: marshal.loads(v) for k, v in fresh.frozen.items()
+            }
+            assert mine.machine == fresh.machine
+
+
+def _blobs(engine: Engine) -> list[list[Any]]:
+    """Every blob of every checkpoint of the store's runs."""
+    return [
+        blob
+        for run in engine.runs()
+        for event in engine.events(run.run_id)
+        if isinstance(event, CheckpointSaved)
+        for blob in event.blobs.values()
+    ]
 
 
 class TestShards:

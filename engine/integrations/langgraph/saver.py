@@ -16,6 +16,7 @@ import base64
 import contextlib
 import functools
 import json
+import marshal
 import sys
 import threading
 import time
@@ -55,6 +56,7 @@ from engine.integrations.langgraph.thread import (
     AS_JSON,
     NODE_TASK,
     REFERENCE,
+    Known,
     Thread,
     Typed,
     serde_form,
@@ -465,25 +467,31 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
         invocation = full_metadata.get("run_id")
+        stored_metadata = self._stored_metadata(full_metadata)
+        metadata_json = stored_metadata["json"] if isinstance(stored_metadata, dict) else None
         payload = {
             "namespace": ns,
             "checkpoint_id": checkpoint["id"],
             "parent_id": conf.get("checkpoint_id") or None,
-            "metadata": self._stored_metadata(full_metadata),
+            "metadata": stored_metadata,
             "invocation": None if invocation is None else str(invocation),
         }
 
         def steps(thread: Thread) -> Steps:
             parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
             plain = skeleton_json.encode(skeleton, parent)
-            known: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
+            versions: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
             blobs = {
-                ch: [*_unless_known(version, known.get(ch)), *self._stored(thread, value)]
+                ch: [*_unless_known(version, versions.get(ch)), *self._stored(thread, value)]
                 for ch, (version, value) in dumped.items()
             }
             stored = plain or self._dump(skeleton)
             saved = _recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)
-            return [saved, _paused("idle")] if idle else [saved]
+            # Format 2 keeps no references: every object of the copies is a new one.
+            whole = None if plain is None else {**skeleton, "id": checkpoint["id"]}
+            frozen = marshal.dumps((whole, metadata_json), 2)
+            known = _Knowing(saved, Known([value for _, value in dumped.values()], frozen))
+            return [known, _paused("idle")] if idle else [known]
 
         # At the graph's end (no node left to run) the thread reads idle until resumed (as
         # LangGraph's loop saves it: a checkpoint put by hand says nothing of what is next).
@@ -516,25 +524,26 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         retried = RETRIES.take(task_id) if ns == "" and task_path.startswith(_PULL) else []
 
         def steps(thread: Thread) -> Steps:
-            new = [
-                [index, ch, *_encoded(self._typed(value))]
+            fresh = [
+                (index, ch, self._typed(value))
                 for index, ch, value in indexed
                 if index < 0 or not thread.has_write(ns, checkpoint_id, task_id, index)
             ]
-            if not new:
+            if not fresh:
                 return []
             saved = {
                 "checkpoint_id": checkpoint_id,
                 "task_id": task_id,
                 "task_path": task_path,
-                "writes": new,
+                "writes": [[index, ch, *_encoded(value)] for index, ch, value in fresh],
             }
+            known = Known([value for _, _, value in fresh])
             outcome = self._outcome(thread, task_path, writes, saved, retried) if ns == "" else []
-            if outcome:
-                return outcome
+            if outcome:  # the node's outcome, last, carries the writes
+                return [*outcome[:-1], _Knowing(outcome[-1], known)]
             asked = interrupts and ns == ""
             waiting = [_paused("waiting", _interrupt_value(interrupts))] if asked else []
-            return [_recorded(WritesSaved, namespace=ns, **saved), *waiting]
+            return [_Knowing(_recorded(WritesSaved, namespace=ns, **saved), known), *waiting]
 
         with self._in_order(config, thread_id, checkpoint_id, writing=True):
             self._append(thread_id, steps, create=True)
@@ -729,17 +738,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 link=thread.link,
                 head=thread.head,
             )
-        recorded: list[tuple[Event, RunState]] = []
+        recorded: list[tuple[Event, RunState, Known | None]] = []
         try:
             with run.batch():
                 for step in steps:
-                    recorded.append((step(run), run.machine))
+                    known = step.known if type(step) is _Knowing else None
+                    recorded.append((step(run), run.machine, known))
         except (ConcurrencyConflict, RunErased):  # another writer appended, or took the new
             # run's id; or the run was erased since it was read (another may have its id)
             self._forget(thread_id)
             return False
-        for event, machine in recorded:
-            thread.fold(event, machine)
+        for event, machine, known in recorded:
+            thread.fold(event, machine, known)
         thread.link, thread.head = unit_of(run).stored_link, unit_of(run).stored_head
         self._remember(thread)
         return True
@@ -1227,6 +1237,19 @@ def _retry(node: str, attempt: Retried) -> Step:
         )
 
     return record
+
+
+class _Knowing:
+    """A step whose event's values the saver holds as the serde wrote them (see `Known`)."""
+
+    __slots__ = ("known", "step")
+
+    def __init__(self, step: Step, known: Known) -> None:
+        self.step, self.known = step, known
+
+    def __call__(self, run: Run) -> Event:
+        """Record the event."""
+        return self.step(run)
 
 
 def _recorded(kind: type[Event], **payload: Any) -> Step:
