@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import marshal
+import math
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from engine.errors import InvalidArgument, InvalidPayload, StoreError
 from engine.integrations.langgraph import THREAD_LABEL, StagetrailSaver, thread_run_ids
 from engine.integrations.langgraph import saver as saver_module
 from engine.integrations.langgraph.saver import GENERATION_LABEL, legacy_run_id
-from engine.integrations.langgraph.thread import REFERENCE
+from engine.integrations.langgraph.thread import AS_JSON, REFERENCE
 from engine.sharded import ShardedEngine
 from events import CheckpointSaved, StagetrailError
 from tests.audit.tampering import Rows
@@ -405,6 +407,39 @@ class TestOwnFold:
                 k: marshal.loads(v) for k, v in fresh.frozen.items()
             }
             assert mine.machine == fresh.machine
+
+
+class TestValueForms:
+    @pytest.mark.parametrize(
+        ("value", "as_json"),
+        [
+            ({"text": "x" * 200, "n": 1, "f": 0.5, "none": None, "ok": True}, True),
+            (["x" * 200, (1, 2), {"nested": ["y"]}], True),
+            ({"text": "x" * 200, "n": math.nan}, False),
+            ({"text": "x" * 200, "n": -math.inf}, False),
+            ({"text": "x" * 200, "raw": b"\x00\x01"}, False),
+            ({"text": "x" * 200, 1: "an int key"}, False),
+            ({"text": "x" * 200, "when": datetime(2026, 1, 1, tzinfo=UTC)}, False),
+        ],
+        ids=["plain", "tuple", "nan", "inf", "bytes", "int-key", "datetime"],
+    )
+    def test_a_value_is_stored_as_json_only_when_json_holds_it_exactly(
+        self, store_url: str, value: Any, as_json: bool
+    ) -> None:
+        """A channel value is stored as JSON when plain, else as the serde's bytes, and comes
+        back as the serde's own round trip gives it either way."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
+            checkpoint["channel_versions"] = {"v": 1}
+            saver.put(config("t"), checkpoint, {"source": "input", "step": -1}, {"v": 1})
+            (blob,) = _blobs(engine)
+            assert (blob[-2] == AS_JSON) is as_json
+            expected = saver.serde.loads_typed(saver.serde.dumps_typed(value))
+            for reader in (saver, StagetrailSaver(engine)):
+                served = reader.get_tuple(config("t"))
+                assert served is not None
+                assert repr(served.checkpoint["channel_values"]["v"]) == repr(expected)
 
 
 def _blobs(engine: Engine) -> list[list[Any]]:

@@ -1271,18 +1271,20 @@ def _encoded(value: Typed) -> Encoded:
     """A serialised value as JSON can hold it: plain msgpack as its JSON, else base64.
 
     msgpack that unpacks without extension types or non-str keys is plain JSON unless
-    it holds bytes or a NaN, which JSON refuses: then it stays base64. Below
-    `_JSON_FROM` bytes, base64 costs less than the check.
+    it holds bytes or a NaN, which JSON refuses: then it stays base64. The check walks
+    the unpacked value's types (`skeleton.is_plain`), a fraction of a round trip through
+    the JSON encoder for a reply's long text. Below `_JSON_FROM` bytes, base64 costs
+    less than the check.
     """
     kind, data = value
     if kind == "msgpack" and len(data) >= _JSON_FROM:
         try:
             plain = ormsgpack.unpackb(data)
-            json.dumps(plain, allow_nan=False)
         except (ValueError, TypeError):
             pass
         else:
-            return [AS_JSON, plain]
+            if skeleton_json.is_plain(plain):
+                return [AS_JSON, plain]
     return [kind, base64.b64encode(data).decode("ascii")]
 
 
