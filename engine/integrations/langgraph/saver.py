@@ -476,34 +476,42 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             "metadata": stored_metadata,
             "invocation": None if invocation is None else str(invocation),
         }
+        parent_key = (ns, payload["parent_id"] or "")
+        # What needs no thread state is made before the lock, while another save may hold
+        # it through a commit; the skeleton's patch on the parent the thread had then too,
+        # made again below only if the parent changed meanwhile.
+        encoded = [_encoded(value) for _, value in dumped.values()]
+        seen = self._threads.get(thread_id)
+        seen_parent = None if seen is None else seen.skeletons.get(parent_key)
+        ready = _skeleton_forms(skeleton, seen_parent, checkpoint["id"], metadata_json)
 
         def steps(thread: Thread) -> Steps:
-            parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
-            plain = skeleton_json.encode(skeleton, parent)
+            parent = thread.skeletons.get(parent_key)
+            plain, frozen = ready
+            if parent is not seen_parent:
+                plain, frozen = _skeleton_forms(skeleton, parent, checkpoint["id"], metadata_json)
             versions: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
             blobs = {
-                ch: [*_unless_known(version, versions.get(ch)), *self._stored(thread, value)]
-                for ch, (version, value) in dumped.items()
+                ch: [*_unless_known(version, versions.get(ch)), *_stored(thread, value, form)]
+                for (ch, (version, value)), form in zip(dumped.items(), encoded, strict=True)
             }
             stored = plain or self._dump(skeleton)
             saved = _recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)
-            # Format 2 keeps no references: every object of the copies is a new one.
-            whole = None if plain is None else {**skeleton, "id": checkpoint["id"]}
-            frozen = marshal.dumps((whole, metadata_json), 2)
             known = _Knowing(saved, Known([value for _, value in dumped.values()], frozen))
             return [known, _paused("idle")] if idle else [known]
 
+        durability = _durability(config)
         # At the graph's end (no node left to run) the thread reads idle until resumed (as
         # LangGraph's loop saves it: a checkpoint put by hand says nothing of what is next).
-        idle = ns == "" and _durability(config) is not None and not _pending(checkpoint)
+        idle = ns == "" and durability is not None and not _pending(checkpoint)
 
         parent_id = payload["parent_id"]
         # Only a background save waits for the nodes that ran (see `_in_order`).
-        background = _durability(config) == "async"
+        background = durability == "async"
         ran = self._ran(thread_id, ns, parent_id, checkpoint) if background else frozenset()
-        with self._in_order(config, thread_id, parent_id, writing=False, ran=ran):
+        with self._in_order(config, thread_id, parent_id, writing=False, ran=ran), self._lock:
             self._append(thread_id, steps, create=True)
-            self._saved_now(thread_id, ns, checkpoint["id"])
+            self._saved_now(thread_id, ns, checkpoint["id"])  # in the same hold of the lock
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -523,10 +531,14 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         # `steps` may be built again after a conflict).
         retried = RETRIES.take(task_id) if ns == "" and task_path.startswith(_PULL) else []
 
+        # Serialised before the lock, while another save may hold it through a commit.
+        typed = [(index, ch, self._typed(value)) for index, ch, value in indexed]
+        encoded = [[index, ch, *_encoded(value)] for index, ch, value in typed]
+
         def steps(thread: Thread) -> Steps:
             fresh = [
-                (index, ch, self._typed(value))
-                for index, ch, value in indexed
+                position
+                for position, (index, _, _) in enumerate(typed)
                 if index < 0 or not thread.has_write(ns, checkpoint_id, task_id, index)
             ]
             if not fresh:
@@ -535,9 +547,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 "checkpoint_id": checkpoint_id,
                 "task_id": task_id,
                 "task_path": task_path,
-                "writes": [[index, ch, *_encoded(value)] for index, ch, value in fresh],
+                "writes": [encoded[position] for position in fresh],
             }
-            known = Known([value for _, _, value in fresh])
+            known = Known([typed[position][2] for position in fresh])
             outcome = self._outcome(thread, task_path, writes, saved, retried) if ns == "" else []
             if outcome:  # the node's outcome, last, carries the writes
                 return [*outcome[:-1], _Knowing(outcome[-1], known)]
@@ -1094,11 +1106,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The value through LangGraph's serde: its type tag and bytes."""
         return self.serde.dumps_typed(value)
 
-    def _stored(self, thread: Thread, value: Typed) -> Encoded:
-        """A channel value as stored: a reference to the identical write the run holds, or it."""
-        where = thread.reference(value)
-        return _encoded(value) if where is None else [REFERENCE, where]
-
     def _load(self, stored: Any) -> Any:
         return self.serde.loads_typed(serde_form(*stored))
 
@@ -1286,6 +1293,24 @@ def _encoded(value: Typed) -> Encoded:
             if skeleton_json.is_plain(plain):
                 return [AS_JSON, plain]
     return [kind, base64.b64encode(data).decode("ascii")]
+
+
+def _stored(thread: Thread, value: Typed, encoded: Encoded) -> Encoded:
+    """A channel value as stored: a reference to the identical write the run holds, or the
+    value as `_encoded` gives it."""
+    where = thread.reference(value)
+    return encoded if where is None else [REFERENCE, where]
+
+
+def _skeleton_forms(
+    skeleton: dict[str, Any], parent: dict[str, Any] | None, checkpoint_id: str, metadata: Any
+) -> tuple[dict[str, Any] | None, bytes]:
+    """The skeleton as stored on `parent` (None: by serde), and what the saver's fold of the
+    checkpoint keeps: the whole skeleton (its id in it) and JSON `metadata` as `marshal`
+    bytes (format 2 keeps no references: every object of a copy is a new one)."""
+    plain = skeleton_json.encode(skeleton, parent)
+    whole = None if plain is None else {**skeleton, "id": checkpoint_id}
+    return plain, marshal.dumps((whole, metadata), 2)
 
 
 def _unless_known(version: str, known: Any) -> list[str]:
