@@ -118,6 +118,8 @@ _GAP_SCAN = 100_000
 `GENERATION_LABEL`) are looked for."""
 _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
+_IN_ORDER_ALREADY = contextlib.nullcontext()
+"""What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
@@ -599,7 +601,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
         return [*retries, *route, outcome]
 
-    @contextlib.contextmanager
     def _in_order(
         self,
         config: RunnableConfig,
@@ -608,7 +609,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         *,
         writing: bool,
         ran: frozenset[str] = frozenset(),
-    ) -> Iterator[None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """Record a background save in execution order (LangGraph's ``durability="async"``).
 
         LangGraph then hands saves to a thread pool: checkpoints one after the other, but a
@@ -618,11 +619,24 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         that are being recorded are in, each at most `_ORDER_WAIT` seconds; and, at most
         `_STRAGGLER_WAIT` seconds, for the writes of the nodes that it says `ran` (a node
         that wrote nothing sends none, so this wait is short). Sync saves
-        (``durability="sync"``, direct calls) arrive in order and never wait.
+        (``durability="sync"``, direct calls) arrive in order and never wait: nothing is
+        done for them, not even a generator's context.
         """
         if _durability(config) != "async":
-            yield
-            return
+            return _IN_ORDER_ALREADY
+        return self._ordered(config, thread_id, checkpoint_id, writing=writing, ran=ran)
+
+    @contextlib.contextmanager
+    def _ordered(
+        self,
+        config: RunnableConfig,
+        thread_id: str,
+        checkpoint_id: str | None,
+        *,
+        writing: bool,
+        ran: frozenset[str],
+    ) -> Iterator[None]:
+        """`_in_order` for a background save: wait for what it must follow, then tell others."""
         ns = config["configurable"].get("checkpoint_ns", "")
         key = (thread_id, checkpoint_id)
         if writing:  # counted before waiting for the saver: a checkpoint after sees it
@@ -1191,6 +1205,8 @@ def _stored_id(field: str, value: Any) -> str:
         InvalidArgument: the id holds a lone surrogate (no encoding can store it) or a NUL.
     """
     text = str(value)
+    if text.isascii() and "\x00" not in text:  # the usual id: no surrogate, no NUL
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
