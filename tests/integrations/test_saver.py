@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import marshal
+import math
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +18,16 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
+from benchmarks import langgraph as bench
 from benchmarks._common import CountedWrites
 from engine import Engine
 from engine.errors import InvalidArgument, InvalidPayload, StoreError
 from engine.integrations.langgraph import THREAD_LABEL, StagetrailSaver, thread_run_ids
 from engine.integrations.langgraph import saver as saver_module
 from engine.integrations.langgraph.saver import GENERATION_LABEL, legacy_run_id
+from engine.integrations.langgraph.thread import AS_JSON, REFERENCE
 from engine.sharded import ShardedEngine
-from events import StagetrailError
+from events import CheckpointSaved, StagetrailError
 from tests.audit.tampering import Rows
 from tests.integrations.test_langgraph import flaky_graph, invoke_until_done
 from tests.test_sharded import layout_file
@@ -355,6 +360,97 @@ class TestTransactions:
                 put_input(saver, "t")
             kinds = [[stored.topic.split(":")[-1] for stored in batch] for batch in counted.batches]
             assert kinds == [["RunStarted", "CheckpointSaved"]]
+
+
+class TestReadsPerAppend:
+    def test_a_put_after_this_savers_own_write_reads_no_erasure_generation(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Once the saver wrote a thread's newest event, its next puts read no erasure
+        generation (the store's check of that event's bytes refuses a stale append)."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            put_input(saver, "t", step=0)
+            reads: list[int] = []
+            generation = engine.store.generation
+
+            def counted() -> int:
+                reads.append(1)
+                return generation()
+
+            monkeypatch.setattr(engine.store, "generation", counted)
+            for step in range(1, 4):
+                put_input(saver, "t", step=step)
+            assert reads == []
+            served = saver.get_tuple(config("t"))
+            assert served is not None
+            assert served.metadata["step"] == 3
+
+
+class TestOwnFold:
+    def test_what_the_saver_folds_of_its_own_writes_is_what_the_store_gives_back(
+        self, store_url: str
+    ) -> None:
+        """The thread as the writing saver keeps it (values taken as the serde wrote them, not
+        decoded from its events) equals the thread a fresh saver folds from the store."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            graph = bench.builder({}, 300).compile(checkpointer=saver)
+            bench.run_thread(graph, "t")
+            mine = saver._threads["t"]
+            fresh = StagetrailSaver(engine)._live("t")
+            assert fresh is not None
+            assert any(kind == REFERENCE for *_, kind, _ in _blobs(engine))
+            for part in ("checkpoints", "skeletons", "blobs", "writes", "known", "values"):
+                assert getattr(mine, part) == getattr(fresh, part), part
+            assert {k: marshal.loads(v) for k, v in mine.frozen.items()} == {
+                k: marshal.loads(v) for k, v in fresh.frozen.items()
+            }
+            assert mine.machine == fresh.machine
+
+
+class TestValueForms:
+    @pytest.mark.parametrize(
+        ("value", "as_json"),
+        [
+            ({"text": "x" * 200, "n": 1, "f": 0.5, "none": None, "ok": True}, True),
+            (["x" * 200, (1, 2), {"nested": ["y"]}], True),
+            ({"text": "x" * 200, "n": math.nan}, False),
+            ({"text": "x" * 200, "n": -math.inf}, False),
+            ({"text": "x" * 200, "raw": b"\x00\x01"}, False),
+            ({"text": "x" * 200, 1: "an int key"}, False),
+            ({"text": "x" * 200, "when": datetime(2026, 1, 1, tzinfo=UTC)}, False),
+        ],
+        ids=["plain", "tuple", "nan", "inf", "bytes", "int-key", "datetime"],
+    )
+    def test_a_value_is_stored_as_json_only_when_json_holds_it_exactly(
+        self, store_url: str, value: Any, as_json: bool
+    ) -> None:
+        """A channel value is stored as JSON when plain, else as the serde's bytes, and comes
+        back as the serde's own round trip gives it either way."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
+            checkpoint["channel_versions"] = {"v": 1}
+            saver.put(config("t"), checkpoint, {"source": "input", "step": -1}, {"v": 1})
+            (blob,) = _blobs(engine)
+            assert (blob[-2] == AS_JSON) is as_json
+            expected = saver.serde.loads_typed(saver.serde.dumps_typed(value))
+            for reader in (saver, StagetrailSaver(engine)):
+                served = reader.get_tuple(config("t"))
+                assert served is not None
+                assert repr(served.checkpoint["channel_values"]["v"]) == repr(expected)
+
+
+def _blobs(engine: Engine) -> list[list[Any]]:
+    """Every blob of every checkpoint of the store's runs."""
+    return [
+        blob
+        for run in engine.runs()
+        for event in engine.events(run.run_id)
+        if isinstance(event, CheckpointSaved)
+        for blob in event.blobs.values()
+    ]
 
 
 class TestShards:

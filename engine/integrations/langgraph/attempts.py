@@ -62,6 +62,8 @@ class RetryLog(logging.Filter):
         """The logger's own level before it was lowered to INFO here; None if not lowered."""
         self._hidden = False
         """Whether the logger was disabled (it showed nothing) before it was enabled here."""
+        self._logger = logging.getLogger(RETRY_LOGGER)
+        """The logger (`logging.getLogger` gives one object per name for the process's life)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Keep a retry's attempt; let the record on only where it would have gone before.
@@ -98,8 +100,19 @@ class RetryLog(logging.Filter):
             return self._tasks.pop(task_id, [])
 
     def install(self) -> None:
-        """Listen on LangGraph's retry logger, again after logging was configured since."""
-        logger = logging.getLogger(RETRY_LOGGER)
+        """Listen on LangGraph's retry logger, again after logging was configured since.
+
+        Each invocation calls this: when the filter is on the logger, the logger hears INFO
+        and its level is as this filter last left or found it, nothing is to be done (a
+        check without the lock or the logging module's own).
+        """
+        logger = self._logger
+        if (
+            self in logger.filters
+            and logger.isEnabledFor(logging.INFO)
+            and (self._own_level is None or logger.level == logging.INFO)
+        ):
+            return
         with self._lock:
             if self not in logger.filters:
                 logger.addFilter(self)

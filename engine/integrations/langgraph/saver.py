@@ -16,6 +16,7 @@ import base64
 import contextlib
 import functools
 import json
+import marshal
 import sys
 import threading
 import time
@@ -55,6 +56,7 @@ from engine.integrations.langgraph.thread import (
     AS_JSON,
     NODE_TASK,
     REFERENCE,
+    Known,
     Thread,
     Typed,
     serde_form,
@@ -116,6 +118,8 @@ _GAP_SCAN = 100_000
 `GENERATION_LABEL`) are looked for."""
 _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
+_IN_ORDER_ALREADY = contextlib.nullcontext()
+"""What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
@@ -465,37 +469,51 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
         invocation = full_metadata.get("run_id")
+        stored_metadata = self._stored_metadata(full_metadata)
+        metadata_json = stored_metadata["json"] if isinstance(stored_metadata, dict) else None
         payload = {
             "namespace": ns,
             "checkpoint_id": checkpoint["id"],
             "parent_id": conf.get("checkpoint_id") or None,
-            "metadata": self._stored_metadata(full_metadata),
+            "metadata": stored_metadata,
             "invocation": None if invocation is None else str(invocation),
         }
+        parent_key = (ns, payload["parent_id"] or "")
+        # What needs no thread state is made before the lock, while another save may hold
+        # it through a commit; the skeleton's patch on the parent the thread had then too,
+        # made again below only if the parent changed meanwhile.
+        encoded = [_encoded(value) for _, value in dumped.values()]
+        seen = self._threads.get(thread_id)
+        seen_parent = None if seen is None else seen.skeletons.get(parent_key)
+        ready = _skeleton_forms(skeleton, seen_parent, checkpoint["id"], metadata_json)
 
         def steps(thread: Thread) -> Steps:
-            parent = thread.skeletons.get((ns, payload["parent_id"] or ""))
-            plain = skeleton_json.encode(skeleton, parent)
-            known: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
+            parent = thread.skeletons.get(parent_key)
+            plain, frozen = ready
+            if parent is not seen_parent:
+                plain, frozen = _skeleton_forms(skeleton, parent, checkpoint["id"], metadata_json)
+            versions: dict[str, Any] = {} if plain is None else checkpoint["channel_versions"]
             blobs = {
-                ch: [*_unless_known(version, known.get(ch)), *self._stored(thread, value)]
-                for ch, (version, value) in dumped.items()
+                ch: [*_unless_known(version, versions.get(ch)), *_stored(thread, value, form)]
+                for (ch, (version, value)), form in zip(dumped.items(), encoded, strict=True)
             }
             stored = plain or self._dump(skeleton)
             saved = _recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)
-            return [saved, _paused("idle")] if idle else [saved]
+            known = _Knowing(saved, Known([value for _, value in dumped.values()], frozen))
+            return [known, _paused("idle")] if idle else [known]
 
+        durability = _durability(config)
         # At the graph's end (no node left to run) the thread reads idle until resumed (as
         # LangGraph's loop saves it: a checkpoint put by hand says nothing of what is next).
-        idle = ns == "" and _durability(config) is not None and not _pending(checkpoint)
+        idle = ns == "" and durability is not None and not _pending(checkpoint)
 
         parent_id = payload["parent_id"]
         # Only a background save waits for the nodes that ran (see `_in_order`).
-        background = _durability(config) == "async"
+        background = durability == "async"
         ran = self._ran(thread_id, ns, parent_id, checkpoint) if background else frozenset()
-        with self._in_order(config, thread_id, parent_id, writing=False, ran=ran):
+        with self._in_order(config, thread_id, parent_id, writing=False, ran=ran), self._lock:
             self._append(thread_id, steps, create=True)
-            self._saved_now(thread_id, ns, checkpoint["id"])
+            self._saved_now(thread_id, ns, checkpoint["id"])  # in the same hold of the lock
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -515,26 +533,31 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         # `steps` may be built again after a conflict).
         retried = RETRIES.take(task_id) if ns == "" and task_path.startswith(_PULL) else []
 
+        # Serialised before the lock, while another save may hold it through a commit.
+        typed = [(index, ch, self._typed(value)) for index, ch, value in indexed]
+        encoded = [[index, ch, *_encoded(value)] for index, ch, value in typed]
+
         def steps(thread: Thread) -> Steps:
-            new = [
-                [index, ch, *_encoded(self._typed(value))]
-                for index, ch, value in indexed
+            fresh = [
+                position
+                for position, (index, _, _) in enumerate(typed)
                 if index < 0 or not thread.has_write(ns, checkpoint_id, task_id, index)
             ]
-            if not new:
+            if not fresh:
                 return []
             saved = {
                 "checkpoint_id": checkpoint_id,
                 "task_id": task_id,
                 "task_path": task_path,
-                "writes": new,
+                "writes": [encoded[position] for position in fresh],
             }
+            known = Known([typed[position][2] for position in fresh])
             outcome = self._outcome(thread, task_path, writes, saved, retried) if ns == "" else []
-            if outcome:
-                return outcome
+            if outcome:  # the node's outcome, last, carries the writes
+                return [*outcome[:-1], _Knowing(outcome[-1], known)]
             asked = interrupts and ns == ""
             waiting = [_paused("waiting", _interrupt_value(interrupts))] if asked else []
-            return [_recorded(WritesSaved, namespace=ns, **saved), *waiting]
+            return [_Knowing(_recorded(WritesSaved, namespace=ns, **saved), known), *waiting]
 
         with self._in_order(config, thread_id, checkpoint_id, writing=True):
             self._append(thread_id, steps, create=True)
@@ -578,7 +601,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
         return [*retries, *route, outcome]
 
-    @contextlib.contextmanager
     def _in_order(
         self,
         config: RunnableConfig,
@@ -587,7 +609,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         *,
         writing: bool,
         ran: frozenset[str] = frozenset(),
-    ) -> Iterator[None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """Record a background save in execution order (LangGraph's ``durability="async"``).
 
         LangGraph then hands saves to a thread pool: checkpoints one after the other, but a
@@ -597,11 +619,24 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         that are being recorded are in, each at most `_ORDER_WAIT` seconds; and, at most
         `_STRAGGLER_WAIT` seconds, for the writes of the nodes that it says `ran` (a node
         that wrote nothing sends none, so this wait is short). Sync saves
-        (``durability="sync"``, direct calls) arrive in order and never wait.
+        (``durability="sync"``, direct calls) arrive in order and never wait: nothing is
+        done for them, not even a generator's context.
         """
         if _durability(config) != "async":
-            yield
-            return
+            return _IN_ORDER_ALREADY
+        return self._ordered(config, thread_id, checkpoint_id, writing=writing, ran=ran)
+
+    @contextlib.contextmanager
+    def _ordered(
+        self,
+        config: RunnableConfig,
+        thread_id: str,
+        checkpoint_id: str | None,
+        *,
+        writing: bool,
+        ran: frozenset[str],
+    ) -> Iterator[None]:
+        """`_in_order` for a background save: wait for what it must follow, then tell others."""
         ns = config["configurable"].get("checkpoint_ns", "")
         key = (thread_id, checkpoint_id)
         if writing:  # counted before waiting for the saver: a checkpoint after sees it
@@ -680,11 +715,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
         Optimistic, as event sourcing is: no read before the write. If another process
         appended first, the store refuses the versions; this saver then catches up with
-        the thread and builds again.
+        the thread and builds again. A thread this saver last wrote itself needs no look at
+        the erasure generation either: the append requires the store to hold the very bytes
+        of the thread's newest event, which a run erased since (or a new run under its id)
+        does not, so the store refuses it and the generation is read then.
         """
         with self._lock:
-            generation = self._follow_generation()
             thread = self._threads.get(thread_id)
+            if thread is None or thread.head is None or thread.deleted:
+                generation = self._follow_generation()
+                thread = self._threads.get(thread_id)
+            else:
+                generation = self._generation or 0
             for _ in range(_RETRIES):
                 known_absent = thread is None and thread_id in self._free
                 if (thread is None or thread.deleted) and not known_absent:
@@ -698,7 +740,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                     return
                 if self._try_append(thread_id, thread, build):
                     return
-                thread = None  # refused: catch up with the store and build again
+                # Refused: the store moved on (another writer, or an erasure): catch up
+                # with it and build again.
+                generation, thread = self._follow_generation(), None
             raise ConcurrencyConflict(self._find_id(thread_id) or uuid.UUID(int=0), 0)
 
     def _try_append(self, thread_id: str, thread: Thread | None, build: Build) -> bool:
@@ -720,17 +764,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 link=thread.link,
                 head=thread.head,
             )
-        recorded: list[tuple[Event, RunState]] = []
+        recorded: list[tuple[Event, RunState, Known | None]] = []
         try:
             with run.batch():
                 for step in steps:
-                    recorded.append((step(run), run.machine))
+                    known = step.known if type(step) is _Knowing else None
+                    recorded.append((step(run), run.machine, known))
         except (ConcurrencyConflict, RunErased):  # another writer appended, or took the new
             # run's id; or the run was erased since it was read (another may have its id)
             self._forget(thread_id)
             return False
-        for event, machine in recorded:
-            thread.fold(event, machine)
+        for event, machine, known in recorded:
+            thread.fold(event, machine, known)
         thread.link, thread.head = unit_of(run).stored_link, unit_of(run).stored_head
         self._remember(thread)
         return True
@@ -1075,11 +1120,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The value through LangGraph's serde: its type tag and bytes."""
         return self.serde.dumps_typed(value)
 
-    def _stored(self, thread: Thread, value: Typed) -> Encoded:
-        """A channel value as stored: a reference to the identical write the run holds, or it."""
-        where = thread.reference(value)
-        return _encoded(value) if where is None else [REFERENCE, where]
-
     def _load(self, stored: Any) -> Any:
         return self.serde.loads_typed(serde_form(*stored))
 
@@ -1165,6 +1205,8 @@ def _stored_id(field: str, value: Any) -> str:
         InvalidArgument: the id holds a lone surrogate (no encoding can store it) or a NUL.
     """
     text = str(value)
+    if text.isascii() and "\x00" not in text:  # the usual id: no surrogate, no NUL
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
@@ -1220,6 +1262,19 @@ def _retry(node: str, attempt: Retried) -> Step:
     return record
 
 
+class _Knowing:
+    """A step whose event's values the saver holds as the serde wrote them (see `Known`)."""
+
+    __slots__ = ("known", "step")
+
+    def __init__(self, step: Step, known: Known) -> None:
+        self.step, self.known = step, known
+
+    def __call__(self, run: Run) -> Event:
+        """Record the event."""
+        return self.step(run)
+
+
 def _recorded(kind: type[Event], **payload: Any) -> Step:
     """A step that records one event of `kind` with `payload` through `Run.record`."""
     return lambda run: run.record(kind, **payload)
@@ -1239,19 +1294,39 @@ def _encoded(value: Typed) -> Encoded:
     """A serialised value as JSON can hold it: plain msgpack as its JSON, else base64.
 
     msgpack that unpacks without extension types or non-str keys is plain JSON unless
-    it holds bytes or a NaN, which JSON refuses: then it stays base64. Below
-    `_JSON_FROM` bytes, base64 costs less than the check.
+    it holds bytes or a NaN, which JSON refuses: then it stays base64. The check walks
+    the unpacked value's types (`skeleton.is_plain`), a fraction of a round trip through
+    the JSON encoder for a reply's long text. Below `_JSON_FROM` bytes, base64 costs
+    less than the check.
     """
     kind, data = value
     if kind == "msgpack" and len(data) >= _JSON_FROM:
         try:
             plain = ormsgpack.unpackb(data)
-            json.dumps(plain, allow_nan=False)
         except (ValueError, TypeError):
             pass
         else:
-            return [AS_JSON, plain]
+            if skeleton_json.is_plain(plain):
+                return [AS_JSON, plain]
     return [kind, base64.b64encode(data).decode("ascii")]
+
+
+def _stored(thread: Thread, value: Typed, encoded: Encoded) -> Encoded:
+    """A channel value as stored: a reference to the identical write the run holds, or the
+    value as `_encoded` gives it."""
+    where = thread.reference(value)
+    return encoded if where is None else [REFERENCE, where]
+
+
+def _skeleton_forms(
+    skeleton: dict[str, Any], parent: dict[str, Any] | None, checkpoint_id: str, metadata: Any
+) -> tuple[dict[str, Any] | None, bytes]:
+    """The skeleton as stored on `parent` (None: by serde), and what the saver's fold of the
+    checkpoint keeps: the whole skeleton (its id in it) and JSON `metadata` as `marshal`
+    bytes (format 2 keeps no references: every object of a copy is a new one)."""
+    plain = skeleton_json.encode(skeleton, parent)
+    whole = None if plain is None else {**skeleton, "id": checkpoint_id}
+    return plain, marshal.dumps((whole, metadata), 2)
 
 
 def _unless_known(version: str, known: Any) -> list[str]:

@@ -23,6 +23,11 @@ _NESTED = "versions_seen"
 _OWN = frozenset({"id"})
 """Keys a checkpoint never shares with its parent: always in its patch (the saver stores the
 id with the event and takes it out before saving)."""
+_FLAT = frozenset({str, int, float, bool, type(None)})
+"""The types of a version (or any value JSON holds flat): equal and of the same type as the
+parent's plain one, it is plain too."""
+_NEW: Any = object()
+"""A node the parent had not seen anything for."""
 
 
 def is_plain(value: Any) -> bool:
@@ -52,11 +57,11 @@ def encode(skeleton: dict[str, Any], parent: dict[str, Any] | None) -> dict[str,
         skeleton: the checkpoint without its channel values.
         parent: the parent checkpoint's skeleton, as `decode` rebuilt it, if known.
     """
-    if not is_plain(skeleton):
-        return None
-    if parent is not None and _only_grows(skeleton, parent):
-        return {"patch": _patch(skeleton, parent)}
-    return {"full": skeleton}
+    if parent is not None:
+        patch = _patch(skeleton, parent)
+        if patch is not None:
+            return {"patch": patch}
+    return {"full": skeleton} if is_plain(skeleton) else None
 
 
 def decode(stored: dict[str, Any], parent: dict[str, Any] | None) -> dict[str, Any]:
@@ -93,49 +98,80 @@ def _patched(patch: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
     return rebuilt
 
 
-def _only_grows(skeleton: dict[str, Any], parent: dict[str, Any]) -> bool:
-    """Whether the child keeps every key of the parent, down to what each node has seen
-    (a patch cannot drop one)."""
+def _patch(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any] | None:
+    """What differs from `parent` (changed keys, changed versions, per node changed seen ones);
+    None when a patch cannot rebuild `skeleton` exactly: it drops a key of the parent (down to
+    what each node has seen), or holds what JSON would change.
+
+    One pass, the saver's per-checkpoint work: what is left out equals the parent's (plain)
+    value with the same types throughout, and every key is checked to be a str, so the
+    skeleton is plain exactly when the patch is.
+    """
     if not parent.keys() - _OWN <= skeleton.keys():
-        return False
-    for field in VERSIONS:
-        now, before = skeleton.get(field), parent.get(field, {})
-        if not _grows(now, before):
-            return False
-    seen, before_seen = skeleton[_NESTED], parent.get(_NESTED, {})
-    return all(_grows(seen[node], before_seen.get(node, {})) for node in seen)
-
-
-def _grows(now: Any, before: Any) -> bool:
-    """Whether `now` and `before` are dicts and `now` has every key of `before`."""
-    return type(now) is dict and type(before) is dict and before.keys() <= now.keys()
-
-
-def _patch(skeleton: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
-    """What differs from `parent`: changed keys, changed versions, per node changed seen ones."""
-    patch = {
-        k: v
-        for k, v in skeleton.items()
-        if k in _OWN or (k not in VERSIONS and (k not in parent or not _same(parent[k], v)))
-    }
-    versions = _changed(skeleton["channel_versions"], parent.get("channel_versions", {}))
+        return None
+    patch: dict[str, Any] = {}
+    for key, value in skeleton.items():
+        if type(key) is not str:
+            return None
+        if key in VERSIONS:
+            continue
+        if not is_plain(value):  # the few top-level values: checked whole, nested keys too
+            return None
+        if key in _OWN or key not in parent or not _same(parent[key], value):
+            patch[key] = value
+    versions = _changed(skeleton.get("channel_versions"), parent.get("channel_versions", {}))
+    if versions is None:
+        return None
     if versions:
         patch["channel_versions"] = versions
-    before_seen = parent.get(_NESTED, {})
-    seen = {
-        node: changed
-        for node, versions_seen in skeleton[_NESTED].items()
-        if (changed := _changed(versions_seen, before_seen.get(node, {})))
-        or node not in before_seen
-    }
+    seen = _seen_changed(skeleton.get(_NESTED), parent.get(_NESTED, {}))
+    if seen is None:
+        return None
     if seen:
         patch[_NESTED] = seen
     return patch
 
 
-def _changed(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-    """The entries of `now` that `before` lacks or holds another value for."""
-    return {k: v for k, v in now.items() if k not in before or not _same(before[k], v)}
+def _seen_changed(now: Any, before: Any) -> dict[str, Any] | None:
+    """Per node, the versions it saw anew (a node new since `before`: all, even none); None as
+    `_changed` says."""
+    if type(now) is not dict or type(before) is not dict or not before.keys() <= now.keys():
+        return None
+    seen: dict[str, Any] = {}
+    for node, versions in now.items():
+        if type(node) is not str:
+            return None
+        had = before.get(node, _NEW)
+        changed = _changed(versions, {} if had is _NEW else had)
+        if changed is None:
+            return None
+        if changed or had is _NEW:
+            seen[node] = changed
+    return seen
+
+
+def _changed(now: Any, before: Any) -> dict[str, Any] | None:
+    """The entries of `now` that `before` lacks or holds another value for; None unless both
+    are dicts, `now` has every key of `before`, and the entries are plain."""
+    if type(now) is not dict or type(before) is not dict or not before.keys() <= now.keys():
+        return None
+    changed: dict[str, Any] = {}
+    held_at = before.get
+    for key, value in now.items():
+        if type(key) is not str:
+            return None
+        held = held_at(key, _NEW)
+        if held is value:
+            continue  # the parent's own value, which is plain
+        kind = type(value)
+        if kind is type(held) and kind in _FLAT and held == value:
+            continue  # a version equal to the parent's, of its type: plain too (finite, say)
+        if not is_plain(value):
+            return None
+        if kind is type(held) and kind not in _FLAT and _same(held, value):
+            continue
+        changed[key] = value
+    return changed
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import marshal
 from base64 import b64decode
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -39,6 +40,24 @@ Write = tuple[str, str, Typed, str]
 """One pending write: task id, channel, value, task path."""
 NODE_TASK = "~__pregel_pull, "
 """The start of the task path LangGraph gives a node's task (the node's name follows)."""
+
+
+class Known:
+    """What the saver that records an event holds of it already: folding it decodes nothing.
+
+    Args:
+        values: the values of the event's blobs (a checkpoint's) or writes (a task's), as
+            the serde wrote them, in the event's order.
+        frozen: a checkpoint's JSON skeleton (its id in it, None when stored by serde) and
+            JSON metadata (None likewise) as `marshal` bytes of format 2, which copies
+            every object anew (see `Thread.copies`).
+    """
+
+    __slots__ = ("frozen", "values")
+
+    def __init__(self, values: Sequence[Typed], frozen: bytes | None = None) -> None:
+        self.values = values
+        self.frozen = frozen
 
 
 def serde_form(kind: str, data: Any) -> Typed:
@@ -94,45 +113,58 @@ class Thread:
         """The version of the newest event folded in."""
         return self.machine.version
 
-    def fold(self, event: Event, machine: RunState | None = None) -> None:
+    def fold(
+        self, event: Event, machine: RunState | None = None, known: Known | None = None
+    ) -> None:
         """Take in the next event of the run, checking it with the engine's rules.
 
         Args:
             event: the run's next event.
             machine: the machine state after `event`, when the caller has just checked
                 it (the saver does, before appending): the rules are not run twice.
+            known: what the saver that just recorded `event` holds of it (its values as
+                the serde wrote them): taken as is, not decoded again from the event.
         """
         self.machine = apply(self.pipeline, self.machine, event) if machine is None else machine
         if machine is None:
             self.link = self.head = None  # another writer's event: its link is read when needed
         kind = type(event)
         if kind is CheckpointSaved:
-            self._checkpoint(event)  # type: ignore[arg-type]
+            self._checkpoint(event, known)  # type: ignore[arg-type]
         elif kind is WritesSaved:
-            self._writes(event.namespace, event.version, event.payload())  # type: ignore[attr-defined]
+            self._writes(event.namespace, event.version, event.payload(), known)  # type: ignore[attr-defined]
         elif kind is StageCompleted or kind is StageFailed:
-            self._outcome(event)  # type: ignore[arg-type]
+            self._outcome(event, known)  # type: ignore[arg-type]
         elif kind is CheckpointsRemoved:
             self._removed(event)  # type: ignore[arg-type]
         elif kind is RunFinished:
             self.deleted = True
 
-    def _checkpoint(self, event: CheckpointSaved) -> None:
-        ns = event.namespace
+    def _checkpoint(self, event: CheckpointSaved, known: Known | None = None) -> None:
+        ns, key = event.namespace, (event.namespace, event.checkpoint_id)
         self.checkpoints.setdefault(ns, {})[event.checkpoint_id] = event
-        stored = event.checkpoint
-        parent = self.skeletons.get((ns, event.parent_id or ""))
-        plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
-        if plain is not None:
-            plain.setdefault("id", event.checkpoint_id)  # stored once, as the event's
-        self.skeletons[(ns, event.checkpoint_id)] = plain
-        metadata = event.metadata["json"] if isinstance(event.metadata, dict) else None
-        # Plain JSON holds only what marshal copies exactly: dict, list, str, numbers.
-        self.frozen[(ns, event.checkpoint_id)] = marshal.dumps((plain, metadata))
+        if known is not None and known.frozen is not None:
+            frozen = known.frozen
+            plain = marshal.loads(frozen)[0]  # a copy of its own, as `decode` gives
+        else:
+            stored = event.checkpoint
+            parent = self.skeletons.get((ns, event.parent_id or ""))
+            plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
+            if plain is not None:
+                plain.setdefault("id", event.checkpoint_id)  # stored once, as the event's
+            metadata = event.metadata["json"] if isinstance(event.metadata, dict) else None
+            # Plain JSON holds only what marshal copies exactly: dict, list, str, numbers.
+            frozen = marshal.dumps((plain, metadata))
+        self.skeletons[key] = plain
+        self.frozen[key] = frozen
         versions = {} if plain is None else plain["channel_versions"]
-        for channel, blob in event.blobs.items():
+        values = None if known is None else known.values
+        for position, (channel, blob) in enumerate(event.blobs.items()):
             *version, kind, data = blob  # no version: the skeleton's for the channel
-            value = self.values[data] if kind == REFERENCE else serde_form(kind, data)
+            if values is not None:
+                value = values[position]
+            else:
+                value = self.values[data] if kind == REFERENCE else serde_form(kind, data)
             at = version[0] if version else versions[channel]
             self.blobs[(ns, channel, str(at))] = value
 
@@ -141,11 +173,11 @@ class Thread:
         copied: tuple[Any, Any] = marshal.loads(self.frozen[(ns, checkpoint_id)])
         return copied
 
-    def _outcome(self, event: StageCompleted | StageFailed) -> None:
+    def _outcome(self, event: StageCompleted | StageFailed, known: Known | None = None) -> None:
         """Take in the writes a node's outcome carries, if it carries any."""
         carried = task_writes(event.result if isinstance(event, StageCompleted) else event.details)
         if carried is not None:
-            self._writes("", event.version, self.node_writes(event.stage, carried))
+            self._writes("", event.version, self.node_writes(event.stage, carried), known)
 
     def node_writes(self, node: str, carried: dict[str, Any]) -> dict[str, Any]:
         """A node outcome's writes, the checkpoint and task path they leave out put back.
@@ -170,12 +202,15 @@ class Thread:
             carried["task_path"] = saved["task_path"]
         return carried
 
-    def _writes(self, ns: str, version: int, saved: dict[str, Any]) -> None:
+    def _writes(
+        self, ns: str, version: int, saved: dict[str, Any], known: Known | None = None
+    ) -> None:
         """Take in one task's writes (a `WritesSaved`'s fields, or those its outcome carries)."""
         task_id, path = saved["task_id"], saved["task_path"]
         stored = self.writes.setdefault((ns, saved["checkpoint_id"]), {})
+        values = None if known is None else known.values
         for position, (index, channel, kind, data) in enumerate(saved["writes"]):
-            value = serde_form(kind, data)
+            value = serde_form(kind, data) if values is None else values[position]
             stored[(task_id, index)] = (task_id, channel, value, path)
             self._keep(value, f"{version}.{position}")
 
