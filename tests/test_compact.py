@@ -16,7 +16,7 @@ from engine.run import Run
 from engine.store.postgres import open as postgres_open
 from engine.ui import create_app
 from events import Event, RunFinished
-from projections import Projection, StateStack
+from projections import Projection, StateStack, TaskTable
 from tests._helpers import compact_killed_after_first_erase
 from tests.audit.tampering import Rows
 from tests.cli._helpers import invoke
@@ -320,6 +320,7 @@ class TestHalfErasedRun:
                 lambda: engine.verify(doomed),
                 lambda: engine.verify(doomed, chain_only=True),
                 lambda: list(engine.store.stream(doomed)),
+                lambda: TaskTable().fold(engine.store.stream(doomed)),  # narrowed: no notes
                 lambda: engine.store.last(doomed),
             ]
             for read in readers:

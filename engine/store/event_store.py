@@ -427,11 +427,8 @@ class Store:
             run_id = UUID(str(given))
         try:
             mapper = self._mapper
-            rows = self._backend.stored_rows
-            if rows is not None:  # the lean read: plain rows, no `StoredEvent` per event
-                found = rows(run_id, **query)
-                ends = [row[0] for row in (*found[:1], *found[-1:])]
-                self._check_whole(run_id, ends, len(found), query)
+            if self._backend.stored_rows is not None:  # the lean read: no `StoredEvent` each
+                found = self._rows(run_id, **query)
                 if topics is not None:
                     found = [row for row in found if row[1] in topics]
                 return mapper.from_rows(run_id, found)
@@ -565,10 +562,10 @@ class Store:
             gt = page[-1].version
 
     def _rows(self, run_id: UUID, **query: Any) -> list[StoredRow]:
-        """A page of the run's plain rows (`_get`'s lean read), refused if it shows a hole of
-        the run's erasure."""
+        """A page of the run's plain rows (the lean read of `read` and `stream`), refused if it
+        shows a hole of the run's erasure."""
         read = self._backend.stored_rows
-        assert read is not None  # `_stream` asks only a backend that reads rows
+        assert read is not None  # asked only of a backend that reads rows
         try:
             found = read(run_id, **query)
             ends = [row[0] for row in (*found[:1], *found[-1:])]

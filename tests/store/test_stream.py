@@ -11,25 +11,15 @@ from uuid import UUID
 
 import pytest
 
-from engine import Engine, Pipeline
+from engine import Engine
 from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
 from engine.store.meta import EVENTS_TABLE
 from events import Event, StageCompleted, StageFailed
 from projections import BUILT_INS, TaskTable, handled_topics
+from tests.store.test_lean_read import KEY, LOOP
 from tests.store.test_schema_evolution import CHILD, OPEN, REVIEW, STORE
 
-KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
-LOOP = Pipeline(
-    "loop",
-    initial="work",
-    transitions=[
-        ("work", "completed", "work"),
-        ("work", "failed", "work"),
-        ("work", "done", "end"),
-    ],
-    final=["end"],
-)
 OUTCOMES = PAGE + 700
 """Outcomes recorded: the run spans three pages."""
 
