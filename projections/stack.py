@@ -10,6 +10,7 @@ and its own, both made from its event.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -348,7 +349,7 @@ class StackShape:
         self._lone = set() if hub is None else set(hub.lone)
         self._rows: list[list[str]] = as_rows(table)
         self._packed, self._last, self._count, self._below = packed, last, count, below
-        self._versions: list[int] = []  # frames above the packed ones, newest last
+        self._versions = _new_versions()  # frames above the packed ones, newest last
         self._states: list[str] = []  # their states (a hub's table only)
         self.known = True
         self.version = version
@@ -406,7 +407,7 @@ class StackShape:
         )
         if self._hub is not None:
             self._below = self._current()
-        self._versions, self._states = [], []
+        self._versions, self._states = _new_versions(), []
         return {
             "initial": self.initial,
             "table": self._rows,
@@ -471,7 +472,15 @@ def packed_versions(frames: PList[Frame]) -> tuple[str, int, int]:
     return _packed_onto("", 0, 0, newest[::-1])
 
 
-def _packed_onto(packed: str, last: int, count: int, versions: list[int]) -> tuple[str, int, int]:
+def _new_versions() -> array[int]:
+    """An empty list of versions, a machine word each (an int object each would be 4 times
+    the size: a writer holds these for each live handle)."""
+    return array("q")
+
+
+def _packed_onto(
+    packed: str, last: int, count: int, versions: Sequence[int]
+) -> tuple[str, int, int]:
     """`packed` ranges (newest `last`, `count` versions) with `versions` (oldest first) after."""
     if not versions:
         return packed, last, count

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import gc
 import json
+import tracemalloc
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -527,3 +529,21 @@ class TestStackShape:
         history += [back(len(history) + 1, 3), done(len(history) + 2, "developer")]
         shape.advance(history[-2:])
         assert shape.snapshot() == PROJECTION.snapshot(fold(*history))
+
+    def test_it_holds_a_machine_word_per_version_followed(self) -> None:
+        """The versions followed since the last snapshot cost a machine word each, not an int
+        object each: a writer holds them per live handle, a short run's for its whole life."""
+        from projections.stack import StackShape
+
+        shape, frames = StackShape.started(started()), 10_000
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            shape.advance([done(version, "developer") for version in range(2, frames + 2)])
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert shape.depth == frames
+        assert held < 12 * frames

@@ -1,19 +1,23 @@
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import random
 import sqlite3
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine import ConcurrencyConflict, Engine, InvalidTransition, Pipeline, RunNotFound
 from engine.errors import RunErased
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel, keeper
 from engine.run import Run
-from events import RunStarted
+from events import DECIDED, RunStarted, StageCompleted
 from projections import StateStack
 from tests._helpers import hub_table
 from tests.readside.test_snapshots import CountingReader
@@ -64,12 +68,16 @@ def record_hub(run: Run, outcomes: int, per_commit: int = 300) -> None:
                     run.stage_completed(run.machine.state)
 
 
-def stored_stacks(engine: Engine, run_id: uuid.UUID) -> dict[int, Any]:
-    """Version → the StateStack snapshot the store holds of the run (unsealed JSON)."""
+def stored_stacks(
+    engine: Engine, run_id: uuid.UUID, generation: int | None = None
+) -> dict[int, Any]:
+    """Version → the StateStack snapshot the store holds of the run (unsealed JSON), of the
+    store's erasure generation unless `generation` is given."""
     views, projection = engine.store.views, StateStack()
     assert views is not None  # a SQLite or PostgreSQL store
     found, version = {}, len(engine.events(run_id))
-    generation = engine.store.generation()
+    if generation is None:
+        generation = engine.store.generation()
     while stored := views.snapshot(
         str(run_id), projection.name, projection.identity(), generation, version
     ):
@@ -285,6 +293,129 @@ class TestKeptStack:
             assert reads == []
         versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url) if p == StateStack.name)
         assert versions == [KEEP_INTERVAL, 2 * KEEP_INTERVAL, 3 * KEEP_INTERVAL]
+
+
+SHORT = 16
+"""The keep interval of the property tests: many crossings in short runs."""
+
+
+def move(rng: random.Random, run: Run) -> None:
+    """One legal event of `run`, chosen by `rng`: an outcome (by a hub's implicit route, a
+    recorded route or a failure too), a rollback of one or more steps (to the bottom), a
+    note, in a final state now and then the run's end."""
+    machine, pipeline = run.machine, run.pipeline
+    state = machine.state
+    if machine.depth and rng.random() < 0.15:  # most often an outcome alone (a lone route)
+        steps = rng.choice([1, 1, 1, 1, 2, 3, rng.randint(1, machine.depth), machine.depth])
+        run.rollback(min(steps, machine.depth))
+    elif pipeline.is_final(state):
+        run.finish() if rng.random() < 0.01 else run.note("step", machine.version)
+    elif state == pipeline.to_dict().get("hub") and rng.random() < 0.6:
+        target = rng.choice(["a", "b"])
+        if rng.random() < 0.3:
+            run.record(StageCompleted, stage="hub", attempt=DECIDED, outcome=target)
+        else:
+            outcome(rng, run, target)
+    else:
+        outcome(rng, run, state)
+
+
+def outcome(rng: random.Random, run: Run, stage: str) -> None:
+    """A completed or failed outcome of `stage`, one its row allows (seldom to a final state)."""
+    pipeline = run.pipeline
+    names = pipeline.allowed(stage)
+    going_on = [
+        name for name in names if not pipeline.is_final(pipeline.next_state(stage, name) or "")
+    ]
+    name = rng.choice(going_on if going_on and rng.random() < 0.9 else names)
+    if rng.random() < 0.3:
+        run.stage_failed(stage, error="e", outcome=name)
+    else:
+        run.stage_completed(stage, outcome=name)
+
+
+def commit(rng: random.Random, run: Run, events: int) -> None:
+    """`events` legal events of `run` in one batch (fewer if it finished)."""
+    with run.batch():
+        for _ in range(events):
+            if run.machine.status is None:
+                move(rng, run)
+
+
+class Raised(Exception):
+    """What a batch of `act` raises, to be taken back."""
+
+
+def act(rng: random.Random, engine: Engine, url: str, run: Run, runs: set[uuid.UUID]) -> Run:
+    """One step of a writer's life, chosen by `rng`; the handle it goes on with."""
+    choice = rng.random()
+    if choice < 0.06:  # a batch that raised: none of it written
+        with contextlib.suppress(Raised), run.batch():
+            commit(rng, run, rng.randint(1, 20))
+            raise Raised
+    elif choice < 0.1:  # another process's writer in between: this one's commit is refused
+        with Engine(url) as other:
+            commit(rng, other.load(run.id), rng.randint(1, 30))
+        with contextlib.suppress(ConcurrencyConflict):
+            commit(rng, run, 3)
+        run.refresh()
+    elif choice < 0.14:  # a second handle of the run in this process, then either goes on
+        second = engine.load(run.id)
+        commit(rng, second, rng.randint(1, 30))
+        run = second if rng.random() < 0.5 else run.refresh()
+    elif choice < 0.17:  # a fork, short (it holds its copies) or long
+        run = engine.fork(run.id, at=rng.randint(1, run.version - (run.status != "running")))
+        runs.add(run.id)
+    elif choice < 0.18:  # runs erased: a new erasure generation
+        engine.start_run(LOOP).finish("deleted")
+        engine.compact()
+    elif choice < 0.24:  # committed through the event loop's group committer
+
+        async def grouped() -> None:
+            async with run.batch():
+                commit(rng, run, rng.randint(1, 30))
+
+        asyncio.run(grouped())
+    else:
+        commit(rng, run, rng.choice([1, 2, 5, 15, 16, 17, 33, 50, 80]))
+    return run
+
+
+def every_stored_stack(engine: Engine, run_id: uuid.UUID) -> dict[tuple[int, int], Any]:
+    """(generation, version) → the StateStack snapshot stored of the run, of every generation."""
+    return {
+        (generation, version): data
+        for generation in range(engine.store.generation() + 1)
+        for version, data in stored_stacks(engine, run_id, generation).items()
+    }
+
+
+class TestKeptStackProperties:
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(seed=st.integers(0, 2**32), hub=st.sampled_from([None, True, False]))
+    def test_every_stored_stack_is_a_rebuild(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, seed: int, hub: bool | None
+    ) -> None:
+        """Whatever a writer's life (implicit, recorded and lone routes, rollbacks to the
+        bottom, batches that raised, other writers, a second handle, forks, erasures, group
+        commits), each StateStack snapshot stored equals StateStack's own of a rebuild."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", SHORT)
+        rng = random.Random(seed)  # a life's many choices: hypothesis's own shrink to zeros
+        with Engine(shared_url) as engine:
+            run = engine.start_run(LOOP if hub is None else hub_table(hub=hub))
+            runs = {run.id}
+            for _ in range(rng.randint(20, 60)):
+                if run.status != "running":
+                    break
+                run = act(rng, engine, shared_url, run, runs)
+            for run_id in runs:
+                events = engine.events(run_id)
+                for (_, version), data in every_stored_stack(engine, run_id).items():
+                    assert data == StateStack().snapshot(StateStack().fold(events[:version]))
 
 
 def observing(select: Callable[..., Any], reads: list[Any]) -> Callable[..., Any]:
