@@ -92,7 +92,11 @@ class SnapshotKeeper:
         self._shape: StackShape | None = None
         """StateStack's shape, while this writer followed every event of the run since it."""
         if begun:
-            self._follow(begun, None)
+            try:
+                self._follow(begun, None)
+            except Exception as error:  # the run is stored: only the speed-up is lost
+                _log.warning("run %s's stack not followed: %s", begun[0].run_id, error)
+                self._shape = None
         self._held: dict[str, tuple[int, int, Any]] = {}
         """Per projection: the generation and version of its state held, and the state."""
 

@@ -294,6 +294,27 @@ class TestKeptStack:
         versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url) if p == StateStack.name)
         assert versions == [KEEP_INTERVAL, 2 * KEEP_INTERVAL, 3 * KEEP_INTERVAL]
 
+    def test_a_failure_following_the_begun_events_never_fails_the_start(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A stack shape that cannot follow a run's first events leaves the run started and
+        recording; its snapshots then come from the fold, equal to a rebuild."""
+        from projections import stack
+
+        def broken(start: RunStarted) -> Any:
+            raise RuntimeError("shape broken")
+
+        monkeypatch.setattr(stack.StackShape, "started", staticmethod(broken))
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL + 100)
+            events = engine.events(run.id)
+            assert len(events) == KEEP_INTERVAL + 101
+            stored = stored_stacks(engine, run.id)
+        assert stored, "the fallback fold keeps the stack's snapshots"
+        for version, data in stored.items():
+            assert data == StateStack().snapshot(StateStack().fold(events[:version])), version
+
 
 SHORT = 16
 """The keep interval of the property tests: many crossings in short runs."""
