@@ -492,3 +492,41 @@ class TestErasedUnderACachedThread:
             served = StagetrailSaver(other, ["a"]).get_tuple(config("t"))
             assert served is not None
             assert served.metadata["step"] == 2
+
+    @pytest.mark.parametrize("taken", [True, False], ids=["id-taken-again", "id-free"])
+    def test_a_real_compaction_between_puts_leaves_nothing_of_the_erased_thread(
+        self, shared_url: str, taken: bool
+    ) -> None:
+        """A saver that wrote a thread's newest event puts again, on the config its last put
+        gave, after another process deleted and compacted the thread (and, maybe, its next run
+        took the id): the put lands on the live run, and neither this saver nor a fresh one
+        serves anything of the erased run."""
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            cached = StagetrailSaver(engine, ["a"])
+            parent = config("t")
+            for step in range(3):
+                parent = put_value(cached, parent, f"erased-{step}", step)
+            (first,) = engine.runs()
+            elsewhere = StagetrailSaver(other, ["a"])
+            elsewhere.delete_thread("t")
+            assert other.compact().runs == (first.run_id,)
+            if taken:
+                put_value(elsewhere, config("t"), "live", 20)
+            put_value(cached, parent, "mine", 3)
+            (run,) = other.runs()
+            assert run.run_id == first.run_id  # the saver reuses the id by design
+            assert other.verify(run.run_id).ok
+            for reader in (cached, StagetrailSaver(other, ["a"])):
+                listed = [t.checkpoint["channel_values"]["v"] for t in reader.list(config("t"))]
+                assert listed == (["mine", "live"] if taken else ["mine"])
+                served = reader.get_tuple(config("t"))
+                assert served is not None
+                assert served.metadata["step"] == 3
+
+
+def put_value(saver: StagetrailSaver, parent: RunnableConfig, value: str, step: int) -> Any:
+    """Save a checkpoint on `parent` whose channel ``v`` holds `value`; the config naming it."""
+    checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
+    checkpoint["channel_versions"] = {"v": step + 1}
+    return saver.put(parent, checkpoint, {"source": "loop", "step": step}, {"v": step + 1})
+
