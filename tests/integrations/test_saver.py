@@ -530,3 +530,33 @@ def put_value(saver: StagetrailSaver, parent: RunnableConfig, value: str, step: 
     checkpoint["channel_versions"] = {"v": step + 1}
     return saver.put(parent, checkpoint, {"source": "loop", "step": step}, {"v": step + 1})
 
+
+class TestDeepValues:
+    @pytest.mark.parametrize("kind", ["dict", "list"])
+    def test_a_value_as_deep_as_the_serde_takes_is_saved_from_a_deep_call(
+        self, sqlite_url: str, kind: str
+    ) -> None:
+        """A channel value and a write nested as deep as LangGraph's serde takes (250 levels),
+        saved by a caller already 400 frames deep, are stored and served back, not refused
+        with a RecursionError (the plain-JSON check walks them without the stack)."""
+        value: Any = "x" * 300
+        for _ in range(250):
+            value = {"k": value} if kind == "dict" else [value]
+        with Engine(sqlite_url) as engine:
+            saver = StagetrailSaver(engine)
+            checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
+            checkpoint["channel_versions"] = {"v": 1}
+
+            def save(depth: int) -> Any:
+                if depth:
+                    return save(depth - 1)
+                metadata: Any = {"source": "input", "step": -1}
+                saved = saver.put(config("t"), checkpoint, metadata, {"v": 1})
+                saver.put_writes(saved, [("v", value)], "task", "")
+                return saved
+
+            saved = save(400)
+            served = StagetrailSaver(engine).get_tuple(saved)
+            assert served is not None
+            assert served.checkpoint["channel_values"]["v"] == value
+            assert served.pending_writes == [("task", "v", value)]
