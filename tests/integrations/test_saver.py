@@ -523,12 +523,43 @@ class TestErasedUnderACachedThread:
                 assert served is not None
                 assert served.metadata["step"] == 3
 
+    def test_a_patch_made_before_the_lock_on_a_parent_erased_since_is_made_again(
+        self, shared_url: str
+    ) -> None:
+        """A put's skeleton patch, made before the saver's lock on the parent it had cached,
+        is made again on the parent the store holds once the put is refused: the thread was
+        erased and its next run holds a checkpoint of the same id with other versions, so a
+        patch on the old one would rebuild other versions for every reader."""
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            cached = StagetrailSaver(engine, ["a"])
+            parent = put_versions(cached, config("t"), "c1", {"v": 1, "u": 1})
+            parent = put_versions(cached, parent, "c2", {"v": 2, "u": 1})
+            elsewhere = StagetrailSaver(other, ["a"])
+            elsewhere.delete_thread("t")
+            other.compact()
+            put_versions(elsewhere, config("t"), "c2", {"v": 2, "u": 7})
+            put_versions(cached, parent, "c3", {"v": 3, "u": 1})
+            for reader in (cached, StagetrailSaver(other, ["a"])):
+                served = reader.get_tuple(config("t"))
+                assert served is not None
+                assert served.checkpoint["id"] == "c3"
+                assert served.checkpoint["channel_versions"] == {"v": 3, "u": 1}
+
 
 def put_value(saver: StagetrailSaver, parent: RunnableConfig, value: str, step: int) -> Any:
     """Save a checkpoint on `parent` whose channel ``v`` holds `value`; the config naming it."""
     checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
     checkpoint["channel_versions"] = {"v": step + 1}
     return saver.put(parent, checkpoint, {"source": "loop", "step": step}, {"v": step + 1})
+
+
+def put_versions(
+    saver: StagetrailSaver, parent: RunnableConfig, checkpoint_id: str, versions: dict[str, int]
+) -> Any:
+    """Save checkpoint `checkpoint_id` on `parent` with these channel versions; its config."""
+    checkpoint: Any = {**empty_checkpoint(), "id": checkpoint_id, "channel_versions": versions}
+    checkpoint["channel_values"] = {ch: f"{checkpoint_id}-{ch}" for ch in versions}
+    return saver.put(parent, checkpoint, {"source": "loop", "step": 0}, versions)
 
 
 class TestDeepValues:
