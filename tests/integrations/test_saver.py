@@ -17,6 +17,7 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.types import Interrupt
 
 from benchmarks import langgraph as bench
 from benchmarks._common import CountedWrites
@@ -408,6 +409,44 @@ class TestOwnFold:
             }
             assert mine.machine == fresh.machine
 
+    def test_every_value_form_folds_as_a_fresh_saver_reads_it(self, store_url: str) -> None:
+        """Channel values, writes (with an interrupt and an error), metadata of every form (JSON,
+        NaN, bytes, int keys, tuples, nested, large, a datetime), in the root namespace and a
+        subgraph's: what the writing saver serves equals what a fresh one folds from the store."""
+        forms: list[Any] = [
+            {"text": "x" * 300, "n": 1, "f": 0.5, "ok": True, "none": None},
+            {"text": "x" * 300, "nan": math.nan},
+            {"text": "x" * 300, "raw": b"\x00\x01"},
+            {"text": "x" * 300, 1: "an int key"},
+            ["x" * 300, (1, (2, 3)), {"nested": [[["y"]]]}],
+            {"text": "x" * 300, "when": datetime(2026, 1, 1, tzinfo=UTC)},
+            {"text": "\u00e9\U0001f600" * 100, "neg0": -0.0},
+            "x" * 100_000,
+            b"x" * 300,
+            7,
+        ]
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            for ns in ("", "sub:1"):
+                parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                for step, value in enumerate(forms):
+                    checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
+                    checkpoint["channel_versions"] = {"v": step + 1}
+                    checkpoint["versions_seen"] = {"node": {"v": step}}
+                    metadata: Any = {"source": "loop", "step": step, "m": value}
+                    parent = saver.put(parent, checkpoint, metadata, {"v": step + 1})
+                    writes = [("v", value), ("w", forms[step - 1])]
+                    if step % 3 == 0:
+                        writes.append(("__interrupt__", [Interrupt(value=value, id="i")]))
+                    saver.put_writes(parent, writes, f"task{step}", "")
+                    saver.put_writes(parent, [("__error__", ValueError("boom"))], f"err{step}", "")
+            fresh = StagetrailSaver(engine)
+            for ns in ("", "sub:1"):
+                where: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                mine = [_served(found) for found in saver.list(where)]
+                assert len(mine) == len(forms)
+                assert mine == [_served(found) for found in fresh.list(where)]
+
 
 class TestValueForms:
     @pytest.mark.parametrize(
@@ -440,6 +479,11 @@ class TestValueForms:
                 served = reader.get_tuple(config("t"))
                 assert served is not None
                 assert repr(served.checkpoint["channel_values"]["v"]) == repr(expected)
+
+
+def _served(found: Any) -> str:
+    """A checkpoint tuple as text, types and NaNs told apart (NaN equals no NaN)."""
+    return repr((found.checkpoint, found.metadata, found.parent_config, found.pending_writes))
 
 
 def _blobs(engine: Engine) -> list[list[Any]]:
