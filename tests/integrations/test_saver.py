@@ -598,7 +598,10 @@ def put_value(saver: StagetrailSaver, parent: RunnableConfig, value: str, step: 
 
 
 def put_versions(
-    saver: StagetrailSaver, parent: RunnableConfig, checkpoint_id: str, versions: dict[str, int]
+    saver: StagetrailSaver,
+    parent: RunnableConfig,
+    checkpoint_id: str,
+    versions: dict[str, str | int | float],
 ) -> Any:
     """Save checkpoint `checkpoint_id` on `parent` with these channel versions; its config."""
     checkpoint: Any = {**empty_checkpoint(), "id": checkpoint_id, "channel_versions": versions}
