@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import marshal
 import math
 import threading
@@ -446,6 +447,64 @@ class TestOwnFold:
                 mine = [_served(found) for found in saver.list(where)]
                 assert len(mine) == len(forms)
                 assert mine == [_served(found) for found in fresh.list(where)]
+
+
+class TestRacingSaves:
+    def test_puts_and_writes_racing_from_threads_and_the_event_loop_fold_as_stored(
+        self, store_url: str
+    ) -> None:
+        """Chains of puts and writes from pool threads and from `aput` on one thread id (some
+        sharing a namespace, so a save's parent changes while it is encoded): each checkpoint
+        is stored once, after its parent, and the writer serves what a fresh saver folds."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+
+            def chain(ns: str, tag: str) -> None:
+                parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                for step in range(12):
+                    parent = put_step(saver.put, parent, tag, step)
+                    saver.put_writes(parent, [("v", f"{tag}{step}" * 40)], f"{tag}{step}", "")
+
+            async def achain(ns: str, tag: str) -> None:
+                parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                for step in range(12):
+                    parent = await put_step(saver.aput, parent, tag, step)
+                    await saver.aput_writes(parent, [("v", f"{tag}{step}" * 40)], f"{tag}", "")
+
+            async def both() -> None:
+                threads = [
+                    threading.Thread(target=chain, args=(ns, f"t{n}"))
+                    for n, ns in enumerate(["", "", "sub:1"])
+                ]
+                for thread in threads:
+                    thread.start()
+                await asyncio.gather(achain("", "a0"), achain("sub:1", "a1"))
+                for thread in threads:
+                    thread.join()
+
+            asyncio.run(both())
+            fresh = StagetrailSaver(engine)
+            for ns, chains in (("", 3), ("sub:1", 2)):
+                where: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                listed = list(fresh.list(where))
+                assert len({found.checkpoint["id"] for found in listed}) == 12 * chains
+                position = {found.checkpoint["id"]: n for n, found in enumerate(listed)}
+                for found in listed:  # newest first: a parent comes after its child
+                    if found.parent_config is not None:
+                        parent_id = found.parent_config["configurable"]["checkpoint_id"]
+                        assert position[parent_id] > position[found.checkpoint["id"]]
+                assert [_served(found) for found in saver.list(where)] == [
+                    _served(found) for found in listed
+                ]
+
+
+def put_step(put: Any, parent: Any, tag: str, step: int) -> Any:
+    """Call `put` (or `aput`) with a checkpoint of chain `tag`'s `step` on `parent`."""
+    versions = {"v": step + 1, tag: step + 1}
+    checkpoint: Any = {**empty_checkpoint(), "channel_versions": versions}
+    checkpoint["channel_values"] = {"v": f"{tag}-{step}" * 40, tag: [tag, step]}
+    checkpoint["versions_seen"] = {tag: {"v": step}}
+    return put(parent, checkpoint, {"source": "loop", "step": step}, versions)
 
 
 class TestValueForms:
