@@ -76,6 +76,44 @@ class TestThreadIds:
             assert [s.labels[THREAD_LABEL] for s in engine.runs(status="running")] == ["a"]
             assert len(engine.runs()) == 2
 
+    @pytest.mark.parametrize(
+        ("thread_id", "problem"),
+        [
+            ("a\x001", "NUL"),
+            ("\x00", "NUL"),
+            ("\u00e9\x00", "NUL"),
+            ("\udce9", "surrogate"),
+            ("\u00e9\ud800", "surrogate"),
+            ("\u00e9", None),
+            ("a\x7f", None),
+        ],
+        ids=[
+            "ascii-nul",
+            "only-nul",
+            "non-ascii-nul",
+            "surrogate",
+            "non-ascii-surrogate",
+            "non-ascii",
+            "ascii-del",
+        ],
+    )
+    def test_an_id_is_refused_or_taken_whether_ascii_or_not(
+        self, sqlite_url: str, thread_id: str, problem: str | None
+    ) -> None:
+        """A thread id with a NUL or a lone surrogate, ASCII otherwise or not, is one
+        InvalidArgument naming thread_id and the problem, nothing written; any other is kept."""
+        with Engine(sqlite_url) as engine:
+            saver = StagetrailSaver(engine)
+            if problem is None:
+                put_input(saver, thread_id)
+                assert saver.get_tuple(config(thread_id)) is not None
+                assert [s.labels[THREAD_LABEL] for s in engine.runs()] == [thread_id]
+                return
+            with pytest.raises(InvalidArgument, match=problem) as refused:
+                put_input(saver, thread_id)
+            assert refused.value.argument == "thread_id"
+            assert engine.runs() == []
+
     def test_run_ids_differ_for_every_thread_and_generation(self) -> None:
         """The ids of the first runs of many lookalike thread ids never repeat."""
         threads = ["a", "a\x001", "a\x002", "a\x00", '["a", 1]', '["a",1]', "a1", ""]
