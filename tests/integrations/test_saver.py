@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import marshal
 import math
 import threading
@@ -17,6 +18,7 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.types import Interrupt
 
 from benchmarks import langgraph as bench
 from benchmarks._common import CountedWrites
@@ -73,6 +75,44 @@ class TestThreadIds:
             assert found.metadata["step"] == 7
             assert [s.labels[THREAD_LABEL] for s in engine.runs(status="running")] == ["a"]
             assert len(engine.runs()) == 2
+
+    @pytest.mark.parametrize(
+        ("thread_id", "problem"),
+        [
+            ("a\x001", "NUL"),
+            ("\x00", "NUL"),
+            ("\u00e9\x00", "NUL"),
+            ("\udce9", "surrogate"),
+            ("\u00e9\ud800", "surrogate"),
+            ("\u00e9", None),
+            ("a\x7f", None),
+        ],
+        ids=[
+            "ascii-nul",
+            "only-nul",
+            "non-ascii-nul",
+            "surrogate",
+            "non-ascii-surrogate",
+            "non-ascii",
+            "ascii-del",
+        ],
+    )
+    def test_an_id_is_refused_or_taken_whether_ascii_or_not(
+        self, sqlite_url: str, thread_id: str, problem: str | None
+    ) -> None:
+        """A thread id with a NUL or a lone surrogate, ASCII otherwise or not, is one
+        InvalidArgument naming thread_id and the problem, nothing written; any other is kept."""
+        with Engine(sqlite_url) as engine:
+            saver = StagetrailSaver(engine)
+            if problem is None:
+                put_input(saver, thread_id)
+                assert saver.get_tuple(config(thread_id)) is not None
+                assert [s.labels[THREAD_LABEL] for s in engine.runs()] == [thread_id]
+                return
+            with pytest.raises(InvalidArgument, match=problem) as refused:
+                put_input(saver, thread_id)
+            assert refused.value.argument == "thread_id"
+            assert engine.runs() == []
 
     def test_run_ids_differ_for_every_thread_and_generation(self) -> None:
         """The ids of the first runs of many lookalike thread ids never repeat."""
@@ -408,6 +448,102 @@ class TestOwnFold:
             }
             assert mine.machine == fresh.machine
 
+    def test_every_value_form_folds_as_a_fresh_saver_reads_it(self, store_url: str) -> None:
+        """Channel values, writes (with an interrupt and an error), metadata of every form (JSON,
+        NaN, bytes, int keys, tuples, nested, large, a datetime), in the root namespace and a
+        subgraph's: what the writing saver serves equals what a fresh one folds from the store."""
+        forms: list[Any] = [
+            {"text": "x" * 300, "n": 1, "f": 0.5, "ok": True, "none": None},
+            {"text": "x" * 300, "nan": math.nan},
+            {"text": "x" * 300, "raw": b"\x00\x01"},
+            {"text": "x" * 300, 1: "an int key"},
+            ["x" * 300, (1, (2, 3)), {"nested": [[["y"]]]}],
+            {"text": "x" * 300, "when": datetime(2026, 1, 1, tzinfo=UTC)},
+            {"text": "\u00e9\U0001f600" * 100, "neg0": -0.0},
+            "x" * 100_000,
+            b"x" * 300,
+            7,
+        ]
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            for ns in ("", "sub:1"):
+                parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                for step, value in enumerate(forms):
+                    checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
+                    checkpoint["channel_versions"] = {"v": step + 1}
+                    checkpoint["versions_seen"] = {"node": {"v": step}}
+                    metadata: Any = {"source": "loop", "step": step, "m": value}
+                    parent = saver.put(parent, checkpoint, metadata, {"v": step + 1})
+                    writes = [("v", value), ("w", forms[step - 1])]
+                    if step % 3 == 0:
+                        writes.append(("__interrupt__", [Interrupt(value=value, id="i")]))
+                    saver.put_writes(parent, writes, f"task{step}", "")
+                    saver.put_writes(parent, [("__error__", ValueError("boom"))], f"err{step}", "")
+            fresh = StagetrailSaver(engine)
+            for ns in ("", "sub:1"):
+                where: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                mine = [_served(found) for found in saver.list(where)]
+                assert len(mine) == len(forms)
+                assert mine == [_served(found) for found in fresh.list(where)]
+
+
+class TestRacingSaves:
+    def test_puts_and_writes_racing_from_threads_and_the_event_loop_fold_as_stored(
+        self, store_url: str
+    ) -> None:
+        """Chains of puts and writes from pool threads and from `aput` on one thread id (some
+        sharing a namespace, so a save's parent changes while it is encoded): each checkpoint
+        is stored once, after its parent, and the writer serves what a fresh saver folds."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+
+            def chain(ns: str, tag: str) -> None:
+                parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                for step in range(12):
+                    parent = put_step(saver.put, parent, tag, step)
+                    saver.put_writes(parent, [("v", f"{tag}{step}" * 40)], f"{tag}{step}", "")
+
+            async def achain(ns: str, tag: str) -> None:
+                parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                for step in range(12):
+                    parent = await put_step(saver.aput, parent, tag, step)
+                    await saver.aput_writes(parent, [("v", f"{tag}{step}" * 40)], f"{tag}", "")
+
+            async def both() -> None:
+                threads = [
+                    threading.Thread(target=chain, args=(ns, f"t{n}"))
+                    for n, ns in enumerate(["", "", "sub:1"])
+                ]
+                for thread in threads:
+                    thread.start()
+                await asyncio.gather(achain("", "a0"), achain("sub:1", "a1"))
+                for thread in threads:
+                    thread.join()
+
+            asyncio.run(both())
+            fresh = StagetrailSaver(engine)
+            for ns, chains in (("", 3), ("sub:1", 2)):
+                where: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+                listed = list(fresh.list(where))
+                assert len({found.checkpoint["id"] for found in listed}) == 12 * chains
+                position = {found.checkpoint["id"]: n for n, found in enumerate(listed)}
+                for found in listed:  # newest first: a parent comes after its child
+                    if found.parent_config is not None:
+                        parent_id = found.parent_config["configurable"]["checkpoint_id"]
+                        assert position[parent_id] > position[found.checkpoint["id"]]
+                assert [_served(found) for found in saver.list(where)] == [
+                    _served(found) for found in listed
+                ]
+
+
+def put_step(put: Any, parent: Any, tag: str, step: int) -> Any:
+    """Call `put` (or `aput`) with a checkpoint of chain `tag`'s `step` on `parent`."""
+    versions = {"v": step + 1, tag: step + 1}
+    checkpoint: Any = {**empty_checkpoint(), "channel_versions": versions}
+    checkpoint["channel_values"] = {"v": f"{tag}-{step}" * 40, tag: [tag, step]}
+    checkpoint["versions_seen"] = {tag: {"v": step}}
+    return put(parent, checkpoint, {"source": "loop", "step": step}, versions)
+
 
 class TestValueForms:
     @pytest.mark.parametrize(
@@ -440,6 +576,11 @@ class TestValueForms:
                 served = reader.get_tuple(config("t"))
                 assert served is not None
                 assert repr(served.checkpoint["channel_values"]["v"]) == repr(expected)
+
+
+def _served(found: Any) -> str:
+    """A checkpoint tuple as text, types and NaNs told apart (NaN equals no NaN)."""
+    return repr((found.checkpoint, found.metadata, found.parent_config, found.pending_writes))
 
 
 def _blobs(engine: Engine) -> list[list[Any]]:
@@ -492,3 +633,105 @@ class TestErasedUnderACachedThread:
             served = StagetrailSaver(other, ["a"]).get_tuple(config("t"))
             assert served is not None
             assert served.metadata["step"] == 2
+
+    @pytest.mark.parametrize("taken", [True, False], ids=["id-taken-again", "id-free"])
+    def test_a_real_compaction_between_puts_leaves_nothing_of_the_erased_thread(
+        self, shared_url: str, taken: bool
+    ) -> None:
+        """A saver that wrote a thread's newest event puts again, on the config its last put
+        gave, after another process deleted and compacted the thread (and, maybe, its next run
+        took the id): the put lands on the live run, and neither this saver nor a fresh one
+        serves anything of the erased run."""
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            cached = StagetrailSaver(engine, ["a"])
+            parent = config("t")
+            for step in range(3):
+                parent = put_value(cached, parent, f"erased-{step}", step)
+            (first,) = engine.runs()
+            elsewhere = StagetrailSaver(other, ["a"])
+            elsewhere.delete_thread("t")
+            assert other.compact().runs == (first.run_id,)
+            if taken:
+                put_value(elsewhere, config("t"), "live", 20)
+            put_value(cached, parent, "mine", 3)
+            (run,) = other.runs()
+            assert run.run_id == first.run_id  # the saver reuses the id by design
+            assert other.verify(run.run_id).ok
+            for reader in (cached, StagetrailSaver(other, ["a"])):
+                listed = [t.checkpoint["channel_values"]["v"] for t in reader.list(config("t"))]
+                assert listed == (["mine", "live"] if taken else ["mine"])
+                served = reader.get_tuple(config("t"))
+                assert served is not None
+                assert served.metadata["step"] == 3
+
+    def test_a_patch_made_before_the_lock_on_a_parent_erased_since_is_made_again(
+        self, shared_url: str
+    ) -> None:
+        """A put's skeleton patch, made before the saver's lock on the parent it had cached,
+        is made again on the parent the store holds once the put is refused: the thread was
+        erased and its next run holds a checkpoint of the same id with other versions, so a
+        patch on the old one would rebuild other versions for every reader."""
+        with Engine(shared_url) as engine, Engine(shared_url) as other:
+            cached = StagetrailSaver(engine, ["a"])
+            parent = put_versions(cached, config("t"), "c1", {"v": 1, "u": 1})
+            parent = put_versions(cached, parent, "c2", {"v": 2, "u": 1})
+            elsewhere = StagetrailSaver(other, ["a"])
+            elsewhere.delete_thread("t")
+            other.compact()
+            put_versions(elsewhere, config("t"), "c2", {"v": 2, "u": 7})
+            put_versions(cached, parent, "c3", {"v": 3, "u": 1})
+            for reader in (cached, StagetrailSaver(other, ["a"])):
+                served = reader.get_tuple(config("t"))
+                assert served is not None
+                assert served.checkpoint["id"] == "c3"
+                assert served.checkpoint["channel_versions"] == {"v": 3, "u": 1}
+
+
+def put_value(saver: StagetrailSaver, parent: RunnableConfig, value: str, step: int) -> Any:
+    """Save a checkpoint on `parent` whose channel ``v`` holds `value`; the config naming it."""
+    checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
+    checkpoint["channel_versions"] = {"v": step + 1}
+    return saver.put(parent, checkpoint, {"source": "loop", "step": step}, {"v": step + 1})
+
+
+def put_versions(
+    saver: StagetrailSaver,
+    parent: RunnableConfig,
+    checkpoint_id: str,
+    versions: dict[str, str | int | float],
+) -> Any:
+    """Save checkpoint `checkpoint_id` on `parent` with these channel versions; its config."""
+    checkpoint: Any = {**empty_checkpoint(), "id": checkpoint_id, "channel_versions": versions}
+    checkpoint["channel_values"] = {ch: f"{checkpoint_id}-{ch}" for ch in versions}
+    return saver.put(parent, checkpoint, {"source": "loop", "step": 0}, versions)
+
+
+class TestDeepValues:
+    @pytest.mark.parametrize("kind", ["dict", "list"])
+    def test_a_value_as_deep_as_the_serde_takes_is_saved_from_a_deep_call(
+        self, sqlite_url: str, kind: str
+    ) -> None:
+        """A channel value and a write nested as deep as LangGraph's serde takes (250 levels),
+        saved by a caller already 400 frames deep, are stored and served back, not refused
+        with a RecursionError (the plain-JSON check walks them without the stack)."""
+        value: Any = "x" * 300
+        for _ in range(250):
+            value = {"k": value} if kind == "dict" else [value]
+        with Engine(sqlite_url) as engine:
+            saver = StagetrailSaver(engine)
+            checkpoint: Any = {**empty_checkpoint(), "channel_values": {"v": value}}
+            checkpoint["channel_versions"] = {"v": 1}
+
+            def save(depth: int) -> Any:
+                if depth:
+                    return save(depth - 1)
+                metadata: Any = {"source": "input", "step": -1}
+                saved = saver.put(config("t"), checkpoint, metadata, {"v": 1})
+                saver.put_writes(saved, [("v", value)], "task", "")
+                return saved
+
+            saved = save(400)
+            served = StagetrailSaver(engine).get_tuple(saved)
+            assert served is not None
+            assert served.checkpoint["channel_values"]["v"] == value
+            assert served.pending_writes == [("task", "v", value)]

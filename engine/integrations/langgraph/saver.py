@@ -1297,17 +1297,18 @@ def _encoded(value: Typed) -> Encoded:
     it holds bytes or a NaN, which JSON refuses: then it stays base64. The check walks
     the unpacked value's types (`skeleton.is_plain`), a fraction of a round trip through
     the JSON encoder for a reply's long text. Below `_JSON_FROM` bytes, base64 costs
-    less than the check.
+    less than the check. The walk recurses, two frames a level: a value as deep as the
+    serde takes, saved from a deep call, may run out of stack; it then stays base64,
+    which holds it exactly too.
     """
     kind, data = value
     if kind == "msgpack" and len(data) >= _JSON_FROM:
         try:
             plain = ormsgpack.unpackb(data)
-        except (ValueError, TypeError):
-            pass
-        else:
             if skeleton_json.is_plain(plain):
                 return [AS_JSON, plain]
+        except (ValueError, TypeError, RecursionError):
+            pass
     return [kind, base64.b64encode(data).decode("ascii")]
 
 
