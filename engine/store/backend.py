@@ -8,17 +8,19 @@ table, so a half-created store is still recognised as stagetrail's on the next o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 import attrs
 from eventsourcing.persistence import ApplicationRecorder
 
-from engine.store.chain_workers import RangeReader
 from engine.store.codec import Codec
 from engine.store.mapper import EventMapper
 from engine.store.meta import ChainRecord
 from engine.store.views import Views
+
+if TYPE_CHECKING:  # the workers' module (a process pool) is loaded only by a check by ranges
+    from engine.store.chain_workers import RangeReader
 
 
 class RowReader(Protocol):

@@ -6,7 +6,7 @@ import functools
 import itertools
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import (
@@ -19,7 +19,6 @@ from eventsourcing.persistence import (
 from engine.store import meta, urls
 from engine.store.backend import Backend
 from engine.store.chain import Chain, StoredRow, chain_key, split
-from engine.store.chain_workers import RangeReading
 from engine.store.codec import Codec
 from engine.store.errors import (
     AppendOutcomeUnknown,
@@ -38,6 +37,9 @@ from engine.store.sqlite.recorder import UPGRADED
 from engine.store.stream import Stream
 from events import Event, EventFormatError, InvalidPayload, RunDeleted, RunFinished
 from events.storable import unstorable_field
+
+if TYPE_CHECKING:  # the workers' module (a process pool) is loaded only by a check by ranges
+    from engine.store.chain_workers import RangeReading
 
 PAGE = 1000
 """Events read per query when streaming a run."""
@@ -292,6 +294,8 @@ class Store:
         reader = self._backend.range_reader
         if reader is None:
             return None
+        from engine.store.chain_workers import RangeReading  # a process pool: verify's alone
+
         mapper = self._mapper
         return RangeReading(reader(), mapper.cipher, mapper.compressor)
 
