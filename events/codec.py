@@ -7,8 +7,9 @@ and class versions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
+from operator import call, itemgetter
 from typing import Any
 from uuid import UUID
 
@@ -16,7 +17,7 @@ import attrs
 
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
-from events.values import build, fields_of, maker
+from events.values import build, fields_of, maker, slot_setters
 
 
 def encode(event: Event) -> tuple[str, dict[str, Any]]:
@@ -112,8 +113,8 @@ def decode_many(
 
 
 def read_each(
-    rows: Iterable[tuple[Any, ...]],
-    states: Iterable[Any],
+    rows: Sequence[tuple[Any, ...]],
+    states: Sequence[Any],
     run_id: UUID,
     extra: str,
     alone: Callable[[UUID, tuple[Any, ...]], Event],
@@ -121,31 +122,133 @@ def read_each(
     """`decode_many` one event at a time, as a stream takes them: rows (version, topic, ...)
     of one run, in order, beside their decoded states.
 
-    Each event is built by its class's `_reader` when it is taken, or else by `decode`
-    (upcast); a state `decode` refuses goes to `alone` with its row, which reads it again
-    from what is stored and names the event that is wrong.
+    Each event is built by its class's stream reader (`_stream_reader`) when it is taken,
+    or else by `decode` (upcast); a state `decode` refuses goes to `alone` with its row,
+    which reads it again from what is stored and names the event that is wrong. The
+    iterator is C's `map` calling one reader per event: no generator of ours per event.
 
     Args:
-        extra: a key a state may hold beside its fields (the store's own), dropped first.
+        extra: a key a state may hold beside its fields (the store's own), ignored.
+
+    Raises:
+        ValueError: not as many states as rows.
     """
-    readers: dict[str, Any] = {}  # per call, as `decode_many`'s
-    for row, state in zip(rows, states, strict=True):
-        version, topic = row[0], row[1]
-        read = readers.get(topic)
-        if read is None:
-            read = readers[topic] = _reader_of(topic)
-        if type(state) is dict:
-            state.pop(extra, None)
-            if read:
-                event = read(state, run_id, version)
-                if event is not None:
-                    yield event
-                    continue
-        try:
-            event = decode(topic, state, run_id, version)
-        except EventFormatError:
-            event = alone(run_id, row)
-        yield event
+    if len(rows) != len(states):
+        raise ValueError(f"{len(rows)} rows but {len(states)} states")
+    readers = _PageReaders(run_id, alone, extra)  # per call, as `decode_many`'s
+    return map(call, map(readers.__getitem__, map(_TOPIC, rows)), states, rows)
+
+
+_TOPIC = itemgetter(1)
+
+
+class _PageReaders(dict[str, Callable[[Any, tuple[Any, ...]], Event]]):
+    """One page's reader of each topic `(state, row) -> event`, bound to its run when first
+    asked for: looked up in `EVENT_TYPES` once a page, as `decode_many` does."""
+
+    def __init__(
+        self, run_id: UUID, alone: Callable[[UUID, tuple[Any, ...]], Event], extra: str
+    ) -> None:
+        super().__init__()
+        self.run_id, self.alone, self.extra = run_id, alone, extra
+
+    def __missing__(self, topic: str) -> Callable[[Any, tuple[Any, ...]], Event]:
+        cls = EVENT_TYPES.get(topic)
+        bind = _STREAM_READERS.get(cls) if cls is not None else _slow_only
+        if bind is None:
+            bind = _STREAM_READERS[cls] = _stream_reader(cls)  # type: ignore[index]
+        read: Callable[[Any, tuple[Any, ...]], Event] = bind(
+            self.run_id, self.alone, topic, self.extra
+        )
+        self[topic] = read
+        return read
+
+
+def _slow(
+    topic: str,
+    state: Any,
+    run_id: UUID,
+    row: tuple[Any, ...],
+    alone: Callable[[UUID, tuple[Any, ...]], Event],
+    extra: str,
+) -> Event:
+    """The event of `row` as `decode` reads `state` (upcast), else as `alone` reads it."""
+    if type(state) is dict:
+        state.pop(extra, None)
+    try:
+        return decode(topic, state, run_id, row[0])
+    except EventFormatError:
+        return alone(run_id, row)
+
+
+def _slow_only(
+    run_id: UUID, alone: Callable[[UUID, tuple[Any, ...]], Event], topic: str, extra: str
+) -> Callable[[Any, tuple[Any, ...]], Event]:
+    """The page reader of a topic no class is stored under (`decode` names it)."""
+
+    def read(state: Any, row: tuple[Any, ...]) -> Event:
+        return _slow(topic, state, run_id, row, alone, extra)
+
+    return read
+
+
+_STREAM_READERS: dict[type[Event], Any] = {}
+"""`_stream_reader` of each event class streamed so far, made once."""
+
+
+def _stream_reader(cls: type[Event]) -> Any:
+    """A function binding a page's `(run_id, alone, topic, extra)` to the class's reader
+    `(state, row) -> event` for `read_each`.
+
+    The reader builds the event as `_reader` does, its slots set in its own body (no call
+    of `maker` per event), when `state` holds exactly the class's stored fields at its
+    current class version, and `extra` or not; anything else goes to `_slow` untouched.
+    """
+    if not cls.decoders.keys() <= _stored_fields(cls) - {"timestamp"}:
+        return _slow_only  # a decoder of no payload field: `decode` says so, or runs it
+    later = cls.class_version if cls.class_version > 1 else 0
+    keys = len(_stored_fields(cls)) + (later > 0)
+    scope: dict[str, Any] = {
+        "new": object.__new__, "cls": cls, "parse": datetime.fromisoformat, "slow": _slow,
+    }  # fmt: skip
+    body = ["          v = new(cls)"]
+    for index, (name, setter) in enumerate(slot_setters(cls).items()):
+        scope[f"set{index}"] = setter
+        if name == "run_id":
+            value = "run_id"
+        elif name == "version":
+            value = "row[0]"
+        elif name == "timestamp":
+            value = "parse(state['timestamp'])"
+        elif name in cls.decoders:
+            scope[f"decoder{index}"] = cls.decoders[name]
+            value = f"decoder{index}(state[{name!r}])"
+        else:
+            value = f"state[{name!r}]"
+        body.append(f"          set{index}(v, {value})")
+    # As many keys as stored fields, or one more that is `extra`, each field read by name:
+    # so no other key can be there.
+    check = f"(n == {keys} or (n == {keys + 1} and extra in state))"
+    if later:  # `_upcast`'s test: the stored version is this int (not 2.0, not True)
+        check += (
+            f" and (stored := state.get('class_version')).__class__ is int and stored == {later}"
+        )
+    lines = [
+        "def bind(run_id, alone, topic, extra):",
+        "  def read(state, row):",
+        "    if state.__class__ is dict:",
+        "      n = len(state)",
+        f"      if {check}:",
+        "        try:",
+        *body,
+        "          return v",
+        "        except (LookupError, TypeError, ValueError, AttributeError):",
+        "          pass",
+        "    return slow(topic, state, run_id, row, alone, extra)",
+        "  return read",
+    ]
+    exec(compile("\n".join(lines), f"<stream reader of {cls.__qualname__}>", "exec"), scope)
+    return scope["bind"]
 
 
 def _reader_of(topic: str) -> Any:

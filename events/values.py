@@ -51,6 +51,17 @@ def maker(cls: type[T]) -> Callable[..., T]:
     return _MAKERS.get(cls) or _prepare(cls, _MAKERS)
 
 
+def slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
+    """Each attribute's slot setter by name, in declared order: for code generated once per
+    class that builds values as `maker` does, with no call of its own per value (a stream's
+    per-class readers). The same rules as `maker`: nothing of ``__init__`` runs.
+
+    Raises:
+        TypeError: `cls` keeps its attributes in a ``__dict__`` (not ``slots=True``).
+    """
+    return {field.name: _slot(cls, field.name).__set__ for field in attrs.fields(cls)}
+
+
 def evolve(value: T, /, **changes: Any) -> T:
     """A copy of `value` with `changes`, without __init__ (`attrs.evolve` runs it each call)."""
     cls = type(value)

@@ -95,7 +95,14 @@ class FastJSONTranscoder(JSONTranscoder):
         None: a document may hold an int beyond 64 bits, or is not one JSON value
         orjson reads (`decode` then reads each one, or says which is wrong).
         """
-        joined = b"[" + b",".join(documents) + b"]"
+        if not documents:
+            return []
+        # One copy of the page: its brackets go on the first and last documents, which
+        # are small, where `b"[" + joined + b"]"` copied the whole page twice more.
+        parts = list(documents)
+        parts[0] = b"[" + parts[0]
+        parts[-1] = bytes(parts[-1]) + b"]"
+        joined = b",".join(parts)
         if _LONG_DIGITS in joined.translate(_DIGITS_ONLY):
             return None
         try:
