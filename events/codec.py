@@ -154,9 +154,13 @@ class _PageReaders(dict[str, Callable[[Any, tuple[Any, ...]], Event]]):
 
     def __missing__(self, topic: str) -> Callable[[Any, tuple[Any, ...]], Event]:
         cls = EVENT_TYPES.get(topic)
-        bind = _STREAM_READERS.get(cls) if cls is not None else _slow_only
-        if bind is None:
-            bind = _STREAM_READERS[cls] = _stream_reader(cls)  # type: ignore[index]
+        bind: Any
+        if cls is None:
+            bind = _slow_only
+        else:
+            bind = _STREAM_READERS.get(cls)
+            if bind is None:
+                bind = _STREAM_READERS[cls] = _stream_reader(cls)
         read: Callable[[Any, tuple[Any, ...]], Event] = bind(
             self.run_id, self.alone, topic, self.extra
         )
