@@ -5,11 +5,12 @@ each stage outcome is a round. `StateRolledBack(steps=k)` pops the `k` newest
 outcomes off the `StateStack`, which then forgets them; `RoundsTable` keeps them
 and marks each one with the version and reason of the rollback that undid it.
 
-Rounds live in a hash-trie map keyed by their number, with a persistent stack of
-the live ones (overall and per stage): recording a round costs the same at any
-length, and a rollback of `k` steps costs O(k). An outcome that took its table's
-hub's implicit route (`events.table.implicit_route`) is two rounds, as it is two
-frames of the stack: the route's (a decided outcome of the hub, attempt 0) and its own.
+Rounds live in persistent lists (every round as recorded, the live ones overall and
+per stage), rollbacks' marks in a hash-trie map by round number: recording a round
+costs the same at any length, and a rollback of `k` steps costs O(k). An outcome
+that took its table's hub's implicit route (`events.table.implicit_route`) is two
+rounds, as it is two frames of the stack: the route's (a decided outcome of the hub,
+attempt 0) and its own.
 """
 
 from __future__ import annotations
@@ -69,25 +70,46 @@ class HubTable:
 
 @attrs.frozen
 class Rounds:
-    """Every round of a run, oldest first, with the live ones (not rolled back) indexed."""
+    """Every round of a run, oldest first, with the live ones (not rolled back) indexed.
 
-    table: PMap[int, Round] = attrs.field(factory=PMap)
-    live_numbers: PList[int] = attrs.field(factory=PList)
-    live_by_stage: PMap[str, PList[int]] = attrs.field(factory=PMap)
+    Rounds are kept as recorded (`history`, `rolled_back` None), each rollback's mark in
+    `marks` by round number: a round is recorded with a push onto three lists, not an
+    update of a map as long as the run.
+    """
+
+    history: PList[Round] = attrs.field(factory=PList)
+    marks: PMap[int, Rollback] = attrs.field(factory=PMap)
+    """The rollback that undid each rolled-back round, by its number."""
+    live_rounds: PList[Round] = attrs.field(factory=PList)
+    live_by_stage: PMap[str, PList[Round]] = attrs.field(factory=PMap)
     hub: HubTable | None = None
     """The run's table, if it declares a hub (its implicit routes are rounds too)."""
 
     @property
     def rounds(self) -> tuple[Round, ...]:
         """Every round, oldest first, rolled back or not."""
-        table = self.table
-        return tuple(table[number] for number in range(1, len(table) + 1))
+        marks = self.marks
+        if not marks:
+            return self.history.to_tuple()
+        return tuple(
+            round_ if (mark := marks.get(round_.number)) is None else _marked(round_, mark)
+            for round_ in self.history
+        )
+
+    @property
+    def table(self) -> PMap[int, Round]:
+        """Every round by its number (a map made when asked for)."""
+        return PMap((round_.number, round_) for round_ in self.rounds)
 
     @property
     def live(self) -> tuple[Round, ...]:
         """The rounds not rolled back, oldest first (the outcomes `StateStack` holds)."""
-        table = self.table
-        return tuple(table[number] for number in self.live_numbers)
+        return self.live_rounds.to_tuple()
+
+    @property
+    def live_numbers(self) -> PList[int]:
+        """The numbers of the live rounds, oldest first."""
+        return PList.of([round_.number for round_ in self.live_rounds])
 
     @property
     def rolled_back(self) -> tuple[Round, ...]:
@@ -96,21 +118,17 @@ class Rounds:
 
     def latest(self, stage: str) -> Round | None:
         """The newest round of `stage` not rolled back, or None."""
-        numbers = self.live_by_stage.get(stage)
-        if numbers is None:
-            return None
-        number = numbers.last
-        return None if number is None else self.table[number]
+        rounds = self.live_by_stage.get(stage)
+        return None if rounds is None else rounds.last
 
     def __len__(self) -> int:
-        return len(self.table)
+        return len(self.history)
 
     def current(self, hub: HubTable) -> str | None:
         """The state the newest live round led to by `hub`'s table (its initial state first)."""
-        number = self.live_numbers.last
-        if number is None:
+        newest = self.live_rounds.last
+        if newest is None:
             return hub.initial
-        newest = self.table[number]
         return hub.moves.get((newest.stage, newest.outcome))
 
 
@@ -147,13 +165,12 @@ class RoundsTable(Projection[Rounds]):
     def rolled_back(self, state: Rounds, event: StateRolledBack) -> Rounds:
         """Mark the newest `steps` live rounds as rolled back (rolled-back ones are skipped)."""
         mark = build(Rollback, {"version": event.version, "reason": event.reason})
-        table, live, by_stage = state.table, state.live_numbers, state.live_by_stage
+        marks, live, by_stage = state.marks, state.live_rounds, state.live_by_stage
         for _ in range(min(event.steps, len(live))):
-            number = live.last
-            assert number is not None
+            round_ = live.last
+            assert round_ is not None
             live = live.pop()
-            round_ = table[number]
-            table = table.set(number, evolve(round_, rolled_back=mark))
+            marks = marks.set(round_.number, mark)
             # The newest live round overall is also the newest live round of its stage.
             stage_live = by_stage[round_.stage].pop()
             by_stage = (
@@ -161,7 +178,7 @@ class RoundsTable(Projection[Rounds]):
                 if len(stage_live)
                 else by_stage.delete(round_.stage)
             )
-        return evolve(state, table=table, live_numbers=live, live_by_stage=by_stage)
+        return evolve(state, marks=marks, live_rounds=live, live_by_stage=by_stage)
 
     def encode(self, state: Rounds) -> JSON:
         """Every round as a JSON object, oldest first (timestamps in ISO 8601), and the hub."""
@@ -175,14 +192,20 @@ class RoundsTable(Projection[Rounds]):
     def decode(self, data: JSON) -> Rounds:
         """The rounds `encode` turned into `data`."""
         rounds = [decode_round(row) for row in data["rounds"]]
+        history = [evolve(round_, rolled_back=None) for round_ in rounds]
         live = [round_ for round_ in rounds if round_.rolled_back is None]
-        by_stage: defaultdict[str, list[int]] = defaultdict(list)
+        by_stage: defaultdict[str, list[Round]] = defaultdict(list)
         for round_ in live:
-            by_stage[round_.stage].append(round_.number)
+            by_stage[round_.stage].append(round_)
         return Rounds(
-            table=PMap((round_.number, round_) for round_ in rounds),
-            live_numbers=PList.of([round_.number for round_ in live]),
-            live_by_stage=PMap({stage: PList.of(numbers) for stage, numbers in by_stage.items()}),
+            history=PList.of(history),
+            marks=PMap(
+                (round_.number, round_.rolled_back)
+                for round_ in rounds
+                if round_.rolled_back is not None
+            ),
+            live_rounds=PList.of(live),
+            live_by_stage=PMap({stage: PList.of(found) for stage, found in by_stage.items()}),
             hub=_hub_table(data),
         )
 
@@ -220,8 +243,8 @@ def _record(
     hub = state.hub
     if hub is not None and event.stage != hub.name and _took_route(state, hub, event.stage):
         state = _route(state, hub.name, event)
-    table, live, by_stage = state.table, state.live_numbers, state.live_by_stage
-    number = len(table) + 1
+    history, by_stage = state.history, state.live_by_stage
+    number = len(history) + 1
     # Names and error text interned (inline: this runs per outcome): a long run's rounds
     # repeat a few of them, and each event read brings its own copy of each.
     stage, outcome = event.stage, event.outcome
@@ -234,9 +257,10 @@ def _record(
         event.timestamp, None,
     )  # fmt: skip
     return _ROUNDS(
-        table.set(number, round_),
-        live.push(number),
-        by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(number)),
+        history.push(round_),
+        state.marks,
+        state.live_rounds.push(round_),
+        by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(round_)),
         hub,
     )
 
@@ -257,7 +281,7 @@ def _hub_table(data: Any) -> HubTable | None:
 
 def _route(state: Rounds, hub: str, event: StageCompleted | StageFailed) -> Rounds:
     """`state` with the round of `hub`'s implicit route that `event` took (a decided outcome)."""
-    number, stage = len(state.table) + 1, interned(event.stage)
+    number, stage = len(state.history) + 1, interned(event.stage)
     round_ = _ROUND(
         number, interned(hub), DECIDED, stage, None, None, None, event.version, event.timestamp,
         None,
@@ -267,16 +291,22 @@ def _route(state: Rounds, hub: str, event: StageCompleted | StageFailed) -> Roun
 
 def _added(state: Rounds, round_: Round) -> Rounds:
     """`state` with `round_` recorded, the newest live round."""
-    by_stage, number, stage = state.live_by_stage, round_.number, round_.stage
+    by_stage, stage = state.live_by_stage, round_.stage
     return _ROUNDS(
-        state.table.set(number, round_),
-        state.live_numbers.push(number),
-        by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(number)),
+        state.history.push(round_),
+        state.marks,
+        state.live_rounds.push(round_),
+        by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(round_)),
         state.hub,
     )
+
+
+def _marked(round_: Round, mark: Rollback) -> Round:
+    """`round_` as a rollback marked it."""
+    return evolve(round_, rolled_back=mark)
 
 
 # Positional: a fold builds two per outcome (`maker`), in the fields' declared order.
 _ROUND = maker(Round)
 _ROUNDS = maker(Rounds)
-_NONE_LIVE: PList[int] = PList()
+_NONE_LIVE: PList[Round] = PList()
