@@ -14,7 +14,7 @@ from engine import Engine
 from engine.store.mapper import EventMapper, FastJSONTranscoder
 from events import Event, EventFormatError, RunStarted, StageCompleted
 from events.base import EVENT_TYPES
-from events.codec import decode, decode_many, encode
+from events.codec import decode, decode_many, encode, read_each
 from tests._helpers import REVIEW
 
 
@@ -265,3 +265,80 @@ class TestPageDecodeReview:
             decode_many([(topic, dict(state), 1), (topic, dict(state), 2)], run.id)
         with pytest.raises(EventFormatError, match=f"bad field value of '{field}'"):
             decode(topic, dict(state), run.id, 1)
+
+
+class TestReadEach:
+    """`read_each`: a stream's page built one event at a time by per-class readers."""
+
+    @staticmethod
+    def page(engine: Engine) -> tuple[uuid.UUID, list[tuple[int, str, bytes]], list[Event]]:
+        """A recorded run's rows (version, topic, state) and its events as read alone."""
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", {"n": 1}, duration=0.5)
+        run.stage_completed("code_review", {"n": 2})
+        run.stage_failed("developer", "no", error_type="X")
+        stored = list(engine.store.recorder.select_events(run.id))
+        rows = [(s.originator_version, s.topic, s.state) for s in stored]
+        return run.id, rows, engine.events(run.id)
+
+    @staticmethod
+    def refuse(run_id: uuid.UUID, row: tuple[object, ...]) -> Event:
+        raise AssertionError(f"read alone: {row[:2]}")
+
+    def test_with_or_without_the_stores_key_the_events_are_those_read_alone(self) -> None:
+        """States with the store's extra key, or without it, build the events `decode` builds."""
+        with Engine("memory://") as engine:
+            run_id, rows, events = self.page(engine)
+        states = [
+            {**encode(event)[1], **({"_link": "x"} if event.version % 2 else {})}
+            for event in events
+        ]
+        read = list(read_each(rows, states, run_id, "_link", self.refuse))
+        assert read == events
+        assert [type(e) for e in read] == [type(e) for e in events]
+
+    def test_an_unknown_key_in_place_of_the_stores_goes_to_the_slow_path(self) -> None:
+        """A state with one key too many that is not the store's is no event of the class:
+        `decode` refuses it and `alone` gets its row."""
+        with Engine("memory://") as engine:
+            run_id, rows, events = self.page(engine)
+        states = [encode(event)[1] for event in events]
+        states[1]["surprise"] = 1
+        seen: list[int] = []
+
+        def alone(run_id: uuid.UUID, row: tuple[object, ...]) -> Event:
+            seen.append(int(str(row[0])))
+            return events[1]
+
+        assert list(read_each(rows, states, run_id, "_link", alone)) == events
+        assert seen == [rows[1][0]]
+
+    def test_an_older_class_version_is_upcast(self) -> None:
+        """A state of an older class version (no `class_version` key) is upcast by `decode`."""
+        with Engine("memory://") as engine:
+            run_id, rows, events = self.page(engine)
+        states = [encode(event)[1] for event in events]
+        failed = states[-1]
+        assert failed.get("class_version") == 2  # StageFailed is at version 2
+        del failed["class_version"], failed["details"]
+        read = list(read_each(rows, states, run_id, "_link", self.refuse))
+        assert read == events
+
+    def test_an_unreadable_state_is_named_by_alone(self) -> None:
+        """A state `decode` refuses (a list) goes to `alone`, which names it."""
+        with Engine("memory://") as engine:
+            run_id, rows, events = self.page(engine)
+        states: list[object] = [encode(event)[1] for event in events]
+        states[0] = [1, 2]
+
+        def alone(run_id: uuid.UUID, row: tuple[object, ...]) -> Event:
+            raise EventFormatError(str(row[1]), f"version {row[0]} unreadable")
+
+        read = read_each(rows, states, run_id, "_link", alone)
+        with pytest.raises(EventFormatError, match="version 1 unreadable"):
+            next(read)
+
+    def test_rows_and_states_of_different_lengths_are_refused(self) -> None:
+        """Fewer states than rows is a caller's error, said at once (not a short stream)."""
+        with pytest.raises(ValueError, match="2 rows but 1 states"):
+            read_each([(1, "t", b""), (2, "t", b"")], [{}], uuid.uuid4(), "_c", self.refuse)
