@@ -76,8 +76,13 @@ class StageResults(Projection[Results]):
         """Append a completed attempt to the stage's list (a routed verdict is none)."""
         if not event.attempt:
             return state
-        stage = event.stage
-        attempt = _attempt(event, event.result, None, None)
+        stage, outcome = event.stage, event.outcome
+        # `_attempt`, inline: a fold of a long run makes one attempt per event.
+        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        attempt = _ATTEMPT(
+            event.attempt, outcome, False, event.result, None, None, event.duration,
+            event.version,
+        )  # fmt: skip
         by_stage = state.by_stage
         return _RESULTS(
             {**by_stage, stage: by_stage.get(stage, _EMPTY).push(attempt)},
@@ -87,7 +92,18 @@ class StageResults(Projection[Results]):
     @on(StageFailed)
     def failed(self, state: Results, event: StageFailed) -> Results:
         """Append a failed attempt to the stage's list."""
-        return _append(state, event.stage, _attempt(event, None, event.error, event.error_type))
+        stage, outcome = event.stage, event.outcome  # as `completed` makes its attempt
+        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        error, error_type = event.error, event.error_type
+        error = intern(error) if error.__class__ is str else error
+        error_type = intern(error_type) if error_type.__class__ is str else error_type
+        attempt = _ATTEMPT(
+            event.attempt, outcome, True, None, error, error_type, event.duration, event.version
+        )
+        by_stage = state.by_stage
+        return _RESULTS(
+            {**by_stage, stage: by_stage.get(stage, _EMPTY).push(attempt)}, state.completed
+        )
 
     def encode(self, state: Results) -> JSON:
         """Each stage's attempts as lists of JSON objects."""
@@ -152,11 +168,6 @@ def _attempt(
         event.attempt, outcome, isinstance(event, StageFailed), result, error, error_type,
         event.duration, event.version,
     )  # fmt: skip
-
-
-def _append(state: Results, stage: str, attempt: Attempt) -> Results:
-    attempts = state.by_stage.get(stage, _EMPTY).push(attempt)
-    return _RESULTS({**state.by_stage, stage: attempts}, state.completed)
 
 
 def _newest_version(newest: PList[Attempt] | None) -> int | None:

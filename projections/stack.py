@@ -13,6 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from datetime import datetime
+from sys import intern
 from typing import Any
 
 import attrs
@@ -144,12 +145,37 @@ class StateStack(Projection[Stack]):
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
         """Push a frame holding the stage's result."""
-        return _push(state, event)
+        table = state.table
+        if state.hub is not None:
+            return _push(state, event)
+        # The common table, without a hub: one frame per outcome, made here (no call of
+        # `_frame` or `interned`): a fold of a long run pushes one per event.
+        stage, outcome = event.stage, event.outcome
+        stage = intern(stage) if stage.__class__ is str else stage
+        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        frame = _FRAME(
+            table.get((stage, outcome), stage), stage, outcome, event.attempt, False,
+            event.result, None, None, event.duration, event.version, event.timestamp,
+        )  # fmt: skip
+        return _STACK(state.initial, table, state.frame_list.push(frame), None)
 
     @on(StageFailed)
     def failed(self, state: Stack, event: StageFailed) -> Stack:
         """Push a frame holding the stage's error."""
-        return _push(state, event)
+        table = state.table
+        if state.hub is not None:
+            return _push(state, event)
+        stage, outcome = event.stage, event.outcome  # as `completed` makes its frame
+        stage = intern(stage) if stage.__class__ is str else stage
+        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        error, error_type = event.error, event.error_type
+        error = intern(error) if error.__class__ is str else error
+        error_type = intern(error_type) if error_type.__class__ is str else error_type
+        frame = _FRAME(
+            table.get((stage, outcome), stage), stage, outcome, event.attempt, True, None,
+            error, error_type, event.duration, event.version, event.timestamp,
+        )  # fmt: skip
+        return _STACK(state.initial, table, state.frame_list.push(frame), None)
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
