@@ -228,6 +228,15 @@ class TestRoundsTable:
         parts = {id(part) for r in rounds for part in (r.stage, r.outcome, r.error, r.error_type)}
         assert len(parts) == 4
 
+    def test_rounds_by_number_and_live_numbers_still_answer(self) -> None:
+        """`table` maps each number to its round as `rounds` gives it (rollback marks
+        included), and `live_numbers` lists the live rounds' numbers, oldest first."""
+        state = fold(*LOOP, back(6, 2, "stale"))
+        assert dict(state.table) == {round_.number: round_ for round_ in state.rounds}
+        assert state.table[4].rolled_back == Rollback(version=6, reason="stale")
+        assert list(state.live_numbers) == [1, 2]
+        assert len(state) == 4
+
 
 STEPS = st.lists(
     st.tuples(st.sampled_from(["done", "fail", "back"]), st.integers(min_value=1, max_value=3)),
