@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from events import EVENT_TYPES, StageCompleted
-from events.values import build, evolve, fields_of, maker
+from events.values import build, evolve, fields_of, maker, slot_setters
 from projections import Attempt, Frame, Results, Retries, Round, Rounds, RunSummary, Stack
 
 RUN = uuid4()
@@ -70,6 +70,19 @@ class TestValues:
         """Building a __dict__ class names the class and what to declare."""
         with pytest.raises(TypeError, match=r"Loose\.x is not a slot: declare"):
             build(Loose, {"x": 1})
+
+    def test_slot_setters_set_each_attribute_in_declared_order(self) -> None:
+        """`slot_setters` gives one setter per attribute, in declared order, that together
+        build the value the constructor builds; a __dict__ class is refused by name."""
+        made = completed()
+        setters = slot_setters(StageCompleted)
+        assert list(setters) == [field.name for field in attrs.fields(StageCompleted)]
+        value = object.__new__(StageCompleted)
+        for name, set_slot in setters.items():
+            set_slot(value, getattr(made, name))
+        assert value == made
+        with pytest.raises(TypeError, match=r"Loose\.x is not a slot: declare"):
+            slot_setters(Loose)
 
     def test_a_missing_field_raises(self) -> None:
         """A build without one of the fields fails instead of leaving the slot empty."""
