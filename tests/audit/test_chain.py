@@ -148,7 +148,6 @@ class TestLinkFormat:
         rows[3] = (4, "t:X", rows[3][2].replace(b"100%", b"101%"))
         assert Chain(secret).run_along(b"", 1, self.RUN, rows)[0] == 3
 
-
     @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
     def test_sealing_two_runs_in_turn_links_each_in_its_own_run(self, secret: bytes | None) -> None:
         """Events of two runs sealed alternately carry the links `link` gives each run (the
