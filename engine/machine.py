@@ -45,7 +45,7 @@ from events import (
     TaskFailed,
     TaskStarted,
 )
-from events.values import evolve
+from events.values import evolve, maker
 from projections.base import EventSource, Projection
 from projections.immutable import PList, PMap
 
@@ -78,6 +78,11 @@ class RunState:
         if self.open_attempt is not None and stage == self.state:
             return self.open_attempt
         return self.attempts.get(stage, 0) + 1
+
+
+_new_state: Callable[..., RunState] = maker(RunState)
+"""A `RunState` of the values given, unchecked (they are: each comes from a checked state
+or event)."""
 
 
 def start(pipeline: Pipeline, event: RunStarted) -> RunState:
@@ -209,14 +214,20 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
     if event.attempt == DECIDED and type(event) is StageCompleted:
         return _decided(state, event, event.stage, dest)
     _check_attempt(state, event.stage, event.attempt)
-    return _stamp(
-        state,
-        event,
+    # Made by field, not by `_stamp`'s evolve (a dict of changes looked up per field):
+    # every outcome recorded or loaded comes through here.
+    return _new_state(
+        run_id=state.run_id,
+        pipeline=state.pipeline,
         state=dest,
+        version=event.version,
+        last_timestamp=event.timestamp,
         stack=state.stack.push(state.state),
         attempts={**state.attempts, event.stage: event.attempt},
         open_attempt=None,
         opened_at=None,
+        tasks=state.tasks,
+        status=state.status,
     )
 
 

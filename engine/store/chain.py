@@ -103,15 +103,21 @@ class Chain:
         self, previous: bytes, run_id: UUID, version: int, topic: str, body: bytes
     ) -> tuple[bytes, bytes]:
         """`body` (a JSON object) with its link to `previous` written in (`seal`), and the link:
-        what an append writes, in one call over the serializer's bytes."""
-        message = self._format(run_id) % (
-            previous,
-            _VERSION(version),
-            _TOPICS.get(topic) or _topic(topic),
-            body,
-        )
-        link = self._digest(message)
-        text = _b2a(link, newline=False).translate(_URLSAFE)  # %.22b drops the padding
+        what an append writes, in one call over the serializer's bytes.
+
+        `link` and `seal` in one frame: every recorded event comes through here, so it
+        binds nothing per call it can read once (the run's format, a plain chain's hash).
+        """
+        run, message = self._run
+        if run is not run_id:
+            message = self._format(run_id)
+        message %= (previous, _VERSION(version), _TOPICS.get(topic) or _topic(topic), body)
+        if self._inner is None:
+            link = _sha256(message).digest()[:LINK_BYTES]
+        else:
+            link = self._digest(message)
+        # %.22b drops the base64's padding
+        text = _b2a(link, newline=False).translate(_URLSAFE)
         return self._suffix % (len(body) - 1, body, text), link
 
     def _digest(self, message: bytes) -> bytes:

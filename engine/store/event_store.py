@@ -659,8 +659,12 @@ def run_heads(stored: Sequence[StoredEvent]) -> list[tuple[UUID, int]]:
     in the batch, for a run not started by it. The store must hold each when it appends, or
     the run was erased since its writer read it (its versions are free again)."""
     firsts: dict[UUID, int] = {}
+    last: object = None
     for event in stored:
-        run_id = _as_uuid(event.originator_id)
+        originator = event.originator_id
+        if originator is last:  # a batch is mostly one run's: one id object, seen
+            continue
+        last, run_id = originator, _as_uuid(originator)
         if run_id not in firsts:
             firsts[run_id] = event.originator_version
     return [(run_id, first - 1) for run_id, first in firsts.items() if first > 1]

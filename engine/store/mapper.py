@@ -69,13 +69,17 @@ class FastJSONTranscoder(JSONTranscoder):
 
     def encode(self, obj: Any) -> bytes:
         """Encode `obj` as compact UTF-8 JSON."""
-        try:
-            data = orjson.dumps(obj, default=_not_plain, option=_PLAIN_ONLY)
-        except TypeError:  # not plain JSON to orjson: the standard library decides
-            return self.encode_stdlib(obj)
         # A copy the size of the JSON: orjson's own bytes keep its whole output
         # buffer (~4 KB each, seen with orjson 3.13), and a batch holds its events.
-        return bytes(memoryview(data))
+        return bytes(memoryview(self.encode_passing(obj)))
+
+    def encode_passing(self, obj: Any) -> bytes:
+        """`encode` without its copy: bytes that may hold a larger buffer, for a caller that
+        copies them into bytes of its own at once (a seal) and keeps only those."""
+        try:
+            return orjson.dumps(obj, default=_not_plain, option=_PLAIN_ONLY)
+        except TypeError:  # not plain JSON to orjson: the standard library decides
+            return self.encode_stdlib(obj)
 
     def encode_stdlib(self, obj: Any) -> bytes:
         """Encode `obj` with the standard library's encoder (as `JSONTranscoder` does)."""
@@ -173,11 +177,24 @@ class EventMapper(Mapper[UUID]):
         Raises:
             InvalidPayload: the event is over `max_event_bytes` or holds a NUL.
         """
-        topic, data = self._json(domain_event)
-        data, link = self.chain.sealed(
-            previous, domain_event.run_id, domain_event.version, topic, data
-        )
-        return self._sealed(domain_event, topic, data), link
+        # `_json` and `_sealed` written out: every recorded event comes through here.
+        topic, state = encode_timed(domain_event)
+        transcoder = self.transcoder
+        if type(transcoder) is FastJSONTranscoder:
+            body = transcoder.encode_passing(state)  # the seal below copies it
+        else:
+            body = transcoder.encode(state)
+        if len(body) > self.max_event_bytes or _NUL_IN_JSON in body:  # rare: checked inline
+            check_stored(domain_event, body, self.max_event_bytes)
+        run_id, version = domain_event.run_id, domain_event.version
+        data, link = self.chain.sealed(previous, run_id, version, topic, body)
+        if data is body:  # a chain that wrote no link: the copy `encode` makes
+            data = bytes(memoryview(body))
+        if self.compressor:
+            data = self.compressor.compress(data)
+        if self.cipher:
+            data = self.cipher.encrypt(data)
+        return StoredEvent(run_id, version, topic, data), link
 
     def _json(self, domain_event: Any) -> tuple[str, bytes]:
         topic, state = encode_timed(domain_event)  # the transcoder writes the timestamp

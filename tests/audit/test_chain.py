@@ -148,6 +148,22 @@ class TestLinkFormat:
         rows[3] = (4, "t:X", rows[3][2].replace(b"100%", b"101%"))
         assert Chain(secret).run_along(b"", 1, self.RUN, rows)[0] == 3
 
+    @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
+    def test_sealing_two_runs_in_turn_links_each_in_its_own_run(self, secret: bytes | None) -> None:
+        """Events of two runs sealed alternately carry the links `link` gives each run (the
+        chain's per-run message format is switched, never reused for the other run)."""
+        chain, other = Chain(secret), UUID(int=7)
+        previous = {self.RUN: b"", other: b""}
+        for version in range(1, 4):
+            for run_id in (self.RUN, other, other, self.RUN):
+                data, link = chain.sealed(previous[run_id], run_id, version, "t:X", self.BODY)
+                expected = Chain(secret).link(previous[run_id], run_id, version, "t:X", self.BODY)
+                assert (data, link) == (chain.seal(self.BODY, expected), expected)
+            previous = {
+                run_id: Chain(secret).link(previous[run_id], run_id, version, "t:X", self.BODY)
+                for run_id in previous
+            }
+
 
 class TestTampering:
     """Rows changed behind stagetrail's back, in SQLite and PostgreSQL: verify names the version."""

@@ -16,6 +16,7 @@ from freezegun import freeze_time
 
 from engine import Engine
 from engine.errors import InvalidPayload
+from engine.store.chain import Chain
 from engine.store.mapper import FastJSONTranscoder
 from events.codec import encode
 from tests._helpers import REVIEW
@@ -154,3 +155,65 @@ class TestFastJSONTranscoder:
             for event in engine.events(run.id):
                 state = encode(event)[1]
                 assert transcoder.decode(transcoder.encode(state)) == state
+
+
+class TestChainedEvents:
+    """`EventMapper.to_chained`: the bytes an append writes, sealed without a second copy."""
+
+    @staticmethod
+    def _held(to_chained: Any, count: int) -> tuple[int, int]:
+        tracemalloc.start()
+        try:
+            kept = [to_chained(version) for version in range(1, count + 1)]
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        return held, len(kept[-1][0].state)
+
+    def test_chained_events_take_the_memory_of_their_length(self) -> None:
+        """20,000 chained events kept take about their length in memory, not orjson's buffer
+        each (the seal's own bytes are kept, the encoder's dropped)."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            event = run.stage_completed("project_analysis", result={"files": 3})
+            mapper = engine.store.mapper
+
+            def chained(version: int) -> Any:
+                return mapper.to_chained(event, b"p" * 16)
+
+            held, length = self._held(chained, 20_000)
+        assert held < 20_000 * (length + 400)  # a StoredEvent, its bytes and a list slot each
+
+    def test_a_chain_that_writes_no_link_still_keeps_a_copy_of_its_length(self) -> None:
+        """A chain that hands the JSON back as it is (a benchmark's baseline) gets the copy
+        `encode` makes: no event keeps orjson's whole buffer."""
+
+        class Unlinked(Chain):
+            def sealed(self, previous: bytes, *args: Any) -> tuple[bytes, bytes]:
+                return args[-1], b""
+
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            event = run.stage_completed("project_analysis", result={"files": 3})
+            mapper = engine.store.mapper
+            mapper.chain = Unlinked()
+
+            def chained(version: int) -> Any:
+                return mapper.to_chained(event, b"")
+
+            held, length = self._held(chained, 20_000)
+            assert mapper.to_chained(event, b"")[0].state == mapper.to_stored_event(event).state
+        assert held < 20_000 * (length + 400)
+
+    def test_chained_bytes_are_the_json_with_its_link_sealed_in(self) -> None:
+        """`to_chained` writes the serialised JSON with `Chain.link` sealed in (`Chain.seal`)."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            event = run.stage_completed("project_analysis", result={"files": [1, 2.5]})
+            mapper = engine.store.mapper
+            body = mapper.to_stored_event(event).state
+            stored, link = mapper.to_chained(event, b"q" * 16)
+            chain = mapper.chain
+            expected = chain.link(b"q" * 16, run.id, event.version, stored.topic, body)
+            assert link == expected
+            assert stored.state == chain.seal(body, expected)
