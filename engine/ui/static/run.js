@@ -361,6 +361,7 @@
   // to be copied and shared) or is hidden writes its address at once.
   let addressDue = null;
   const RELOAD_NOTE = "stagetrail.reload";
+  const RELOAD_NOTE_SIZE = 20000;  // characters: a longer note is none this page wrote
 
   function remember(version) {
     clearTimeout(addressTimer);
@@ -382,14 +383,15 @@
   }
 
   function leave() {
-    if (moving()) {
-      const note = {address: location.href, version: Number(slider.value)};
-      try {
-        sessionStorage.setItem(RELOAD_NOTE, JSON.stringify(note));
-      } catch (error) {  // storage refused (a private window's quota): the address still is
-      }
-      addressDue = note.version;
+    // A page left at rest drops any older note: one left by this very page before it was
+    // kept for back and forward (the bfcache) and shown again would else serve its reload.
+    const note = moving() ? {address: location.href, version: Number(slider.value)} : null;
+    try {
+      if (note) sessionStorage.setItem(RELOAD_NOTE, JSON.stringify(note));
+      else sessionStorage.removeItem(RELOAD_NOTE);
+    } catch (error) {  // storage refused (a private window's quota): the address still is
     }
+    if (note) addressDue = note.version;
     writeDueAddress();
   }
 
@@ -402,8 +404,10 @@
     // The version a reload of this very address was left at, once: any other load forgets it.
     let note = null;
     try {
-      note = JSON.parse(sessionStorage.getItem(RELOAD_NOTE) || "null");
-      sessionStorage.removeItem(RELOAD_NOTE);
+      const noted = sessionStorage.getItem(RELOAD_NOTE);
+      sessionStorage.removeItem(RELOAD_NOTE);  // before it is read: a bad note goes too
+      if (noted === null || noted.length > RELOAD_NOTE_SIZE) return null;
+      note = JSON.parse(noted);
     } catch (error) {
       return null;
     }
