@@ -100,6 +100,15 @@ def options() -> argparse.Namespace:
     parser.add_argument("--sizes", help="comma-separated run sizes in events")
     parser.add_argument("--keep", help="a directory to keep (and reuse) the recorded stores in")
     parser.add_argument("--moves", type=int, help="slider moves of each kind (default 30)")
+    parser.add_argument(
+        "--viewer",
+        help="the `stagetrail` script to serve with (default: this one's), to alternate code",
+    )
+    parser.add_argument(
+        "--slider-only",
+        action="store_true",
+        help="time only the page and the slider's moves (no baseline, report or /api/runs)",
+    )
     return parser.parse_args()
 
 
@@ -161,10 +170,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def serve(url: str) -> tuple[subprocess.Popen[bytes], str]:
-    """`stagetrail ui` over `url` on a free port, once it answers."""
+def serve(url: str, viewer: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """`stagetrail ui` over `url` on a free port, once it answers (`viewer`: the script)."""
     port = free_port()
-    script = Path(sys.executable).parent / "stagetrail"
+    script = Path(viewer) if viewer else Path(sys.executable).parent / "stagetrail"
     command = [str(script), "ui", "--store", url, "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -237,15 +246,17 @@ def p95(values: list[float]) -> float:
     return ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
-def measure(size: int, keep: str | None, moves: int, browser: Any) -> list[dict[str, object]]:
-    """Every figure of the run of `size` events."""
+def measure(
+    size: int, keep: str | None, moves: int, browser: Any, chosen: argparse.Namespace
+) -> list[dict[str, object]]:
+    """Every figure of the run of `size` events (the page and the slider's, if `slider_only`)."""
     started = time.perf_counter()
     url, run_id = recorded(size, keep)
     record_s = time.perf_counter() - started
     with Engine(url, create=False) as engine:
         last = engine.store.last(run_id).version  # type: ignore[union-attr]
     picks = random.Random(7).sample(range(1, last + 1), moves)
-    process, base = serve(url)
+    process, base = serve(url, chosen.viewer)
     try:
         address = f"{base}/runs/{run_id}"
         server_ms, html_bytes = fetch(address)
@@ -255,6 +266,12 @@ def measure(size: int, keep: str | None, moves: int, browser: Any) -> list[dict[
         moved = move_times(page, picks)
         start = last // 3
         stepped = move_times(page, list(range(start, start + moves)))
+        if chosen.slider_only:
+            page.close()
+            return [
+                _page_row(last, record_s, html_bytes, server_ms, cold, warm),
+                _move_row(last, moved, stepped, [0.0]),
+            ]
         baseline = projection_ms(url, run_id, picks[:10], last)
         others = while_served(base, address, 20)
         rows = [
@@ -286,7 +303,7 @@ def main() -> None:
             profile, executable_path=CHROMIUM, args=ARGS, headless=True
         )
         for size in sizes:
-            rows += measure(size, chosen.keep, moves, browser)
+            rows += measure(size, chosen.keep, moves, browser, chosen)
         browser.close()
     rows.append(
         {

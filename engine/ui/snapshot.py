@@ -11,7 +11,7 @@ once over a window of events (what the offline report embeds). Both go through
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
@@ -22,6 +22,7 @@ from projections import (
     Frame,
     ProgressState,
     Projection,
+    ProjectionError,
     Results,
     RetryCounts,
     RunIndex,
@@ -53,6 +54,24 @@ asked before folds at most this many events (the engine's snapshots lie further 
 
 _PARTS: tuple[Projection[Any], ...] = tuple(cls() for cls in PANELS.values())
 
+_Step = tuple[int, Projection[Any], Callable[[Any, Any, Any], Any] | None]
+_STEPS: dict[type[Event], tuple[_Step, ...]] = {}
+"""Per event class, the parts it may change: (index, part, its handler, or None to call the
+part's own `apply`). A part without a handler for the class keeps its state untouched, as
+its `apply` would: a fold then makes one call per part that reacts, not five."""
+
+
+def _steps(kind: type[Event]) -> tuple[_Step, ...]:
+    """The parts an event of class `kind` may change, noted in `_STEPS`."""
+    steps: list[_Step] = []
+    for index, part in enumerate(_PARTS):
+        if type(part).apply is not Projection.apply or part.every_event:
+            steps.append((index, part, None))
+        elif (handler := part.handlers.get(kind)) is not None:
+            steps.append((index, part, handler))
+    _STEPS[kind] = found = tuple(steps)
+    return found
+
 
 class RunView(Projection[tuple[Any, ...]]):
     """The panels' projections folded side by side: a tuple of their states, in `PANELS` order.
@@ -73,8 +92,18 @@ class RunView(Projection[tuple[Any, ...]]):
         return tuple(part.initial() for part in _PARTS)
 
     def apply(self, state: tuple[Any, ...], event: Event) -> tuple[Any, ...]:
-        """Each part's state after `event`."""
-        return tuple(part.apply(each, event) for part, each in zip(_PARTS, state, strict=True))
+        """Each part's state after `event` (only the parts the event's class may change)."""
+        steps = _STEPS.get(type(event)) or _steps(type(event))
+        parts = list(state)
+        for index, part, handler in steps:
+            if handler is None:  # an `apply` of its own (it names its own errors)
+                parts[index] = part.apply(parts[index], event)
+                continue
+            try:
+                parts[index] = handler(part, parts[index], event)
+            except Exception as error:
+                raise ProjectionError(part.name, event, error) from error
+        return tuple(parts)
 
     def encode(self, state: tuple[Any, ...]) -> JSON:
         """Each part's state as its own `encode` writes it."""

@@ -100,6 +100,16 @@ HIGHLIGHTED = (
 )
 """Playwright: the names of the diagram's nodes matched (``data-node`` indexes the states)."""
 
+COUNT_ADDRESS_WRITES = """() => {
+  window.addressWrites = [];
+  const write = history.replaceState.bind(history);
+  history.replaceState = function (state, unused, address) {
+    window.addressWrites.push(address);
+    write(state, unused, address);
+  };
+}"""
+"""Playwright: record every address the page writes from now on."""
+
 SHOWN_ROWS = "rows => rows.map(row => Array.from(row.cells, cell => cell.textContent))"
 """Playwright: the text of every cell of every row matched."""
 

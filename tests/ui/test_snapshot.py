@@ -5,8 +5,8 @@ import json
 import sqlite3
 
 from engine import Engine
-from engine.ui.snapshot import RunView
-from tests.ui._helpers import record_long
+from engine.ui.snapshot import PANELS, RunView
+from tests.ui._helpers import record_long, stock
 
 
 class TestRunView:
@@ -28,3 +28,20 @@ class TestRunView:
             for at in (1_000, 2_750, 3_203):
                 expected = RunView().fold(fresh.events(run_id, upto=at))
                 assert fresh.project(run_id, RunView, at=at) == expected
+
+    def test_each_part_after_each_event_is_its_own_projections_state(self, sqlite_url: str) -> None:
+        """Folded side by side (each event only to the parts it may change), every part's state
+        after every event of every kind of run equals its own projection's fold."""
+        stocked = stock(sqlite_url)
+        view, parts = RunView(), [cls() for cls in PANELS.values()]
+        with Engine(sqlite_url, create=False) as engine:
+            runs = [run.run_id for run in engine.runs(limit=100)]
+            assert len(runs) >= len(stocked.supervised) + 3
+            for run_id in runs:
+                state, alone = view.initial(), [part.initial() for part in parts]
+                for event in engine.events(run_id):
+                    state = view.apply(state, event)
+                    alone = [
+                        part.apply(each, event) for part, each in zip(parts, alone, strict=True)
+                    ]
+                    assert state == tuple(alone), (run_id, event.version)

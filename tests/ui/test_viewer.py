@@ -14,6 +14,7 @@ from engine.ui.pages import WINDOW
 from events import StageCompleted, StageFailed
 from projections import StageResults
 from tests.ui._helpers import (
+    COUNT_ADDRESS_WRITES,
     HIGHLIGHTED,
     HOSTILE_ERROR,
     HOSTILE_RESULT,
@@ -60,17 +61,6 @@ COUNT_ROW_CHANGES = """() => {
   }).observe(document.querySelector("#stack tbody"), {childList: true});
 }"""
 """Playwright: count the rows put into and taken out of the stack table from now on."""
-
-
-COUNT_ADDRESS_WRITES = """() => {
-  window.addressWrites = [];
-  const write = history.replaceState.bind(history);
-  history.replaceState = function (state, unused, address) {
-    window.addressWrites.push(address);
-    write(state, unused, address);
-  };
-}"""
-"""Playwright: record every address the page writes from now on."""
 
 
 COUNT_RESULTS_CHANGES = """() => {

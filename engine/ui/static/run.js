@@ -354,8 +354,14 @@
   let addressTimer = null;
 
   // A page left before the slider rests writes it as it goes: back (or forward) to it,
-  // the page opens where its slider was.
+  // the page opens where its slider was. A reload, though, asks for the address the
+  // page had before it was left: so the version moved to is also noted in the tab's
+  // sessionStorage (only as the page is left, nothing at each move), and a reload of
+  // that same address opens there. A page that loses the focus (to the address bar,
+  // to be copied and shared) or is hidden writes its address at once.
   let addressDue = null;
+  const RELOAD_NOTE = "stagetrail.reload";
+  const RELOAD_NOTE_SIZE = 20000;  // characters: a longer note is none this page wrote
 
   function remember(version) {
     clearTimeout(addressTimer);
@@ -372,6 +378,45 @@
     writeAddress(version);
   }
 
+  function moving() {
+    return Boolean(document.body.dataset.ready) && (addressDue !== null || busy);
+  }
+
+  function leave() {
+    // A page left at rest drops any older note: one left by this very page before it was
+    // kept for back and forward (the bfcache) and shown again would else serve its reload.
+    const note = moving() ? {address: location.href, version: Number(slider.value)} : null;
+    try {
+      if (note) sessionStorage.setItem(RELOAD_NOTE, JSON.stringify(note));
+      else sessionStorage.removeItem(RELOAD_NOTE);
+    } catch (error) {  // storage refused (a private window's quota): the address still is
+    }
+    if (note) addressDue = note.version;
+    writeDueAddress();
+  }
+
+  function settle() {
+    if (moving()) addressDue = Number(slider.value);
+    writeDueAddress();
+  }
+
+  function reloadedAt() {
+    // The version a reload of this very address was left at, once: any other load forgets it.
+    let note = null;
+    try {
+      const noted = sessionStorage.getItem(RELOAD_NOTE);
+      sessionStorage.removeItem(RELOAD_NOTE);  // before it is read: a bad note goes too
+      if (noted === null || noted.length > RELOAD_NOTE_SIZE) return null;
+      note = JSON.parse(noted);
+    } catch (error) {
+      return null;
+    }
+    const navigation = performance.getEntriesByType("navigation")[0];
+    if (!note || !navigation || navigation.type !== "reload") return null;
+    if (note.address !== location.href || !Number.isInteger(note.version)) return null;
+    return note.version;
+  }
+
   function writeAddress(version) {
     if (data.embedded) {
       if (location.hash !== "#at=" + version) history.replaceState(null, "", "#at=" + version);
@@ -385,8 +430,12 @@
 
   function startVersion() {
     const hash = /^#at=([0-9]+)$/.exec(location.hash);
-    const wanted = data.embedded && hash ? Number(hash[1]) : data.start;
-    return Math.min(Math.max(wanted, 1), data.last_version);
+    const reloaded = reloadedAt();
+    let wanted = data.embedded && hash ? Number(hash[1]) : data.start;
+    if (reloaded !== null) wanted = reloaded;
+    const version = Math.min(Math.max(wanted, 1), data.last_version);
+    if (reloaded !== null) writeAddress(version);
+    return version;
   }
 
   function expand(compact) {
@@ -464,7 +513,11 @@
   slider.addEventListener("input", function () { show(Number(slider.value)); });
   stackPanel.addEventListener("scroll", showOlderRows, {passive: true});
   document.getElementById("gantt-box").addEventListener("pointerover", tooltip);
-  window.addEventListener("pagehide", writeDueAddress);
+  window.addEventListener("pagehide", leave);
+  window.addEventListener("blur", settle);
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState === "hidden") settle();
+  });
   document.getElementById("prev").addEventListener("click", function () { step(-1); });
   document.getElementById("next").addEventListener("click", function () { step(1); });
   bindEvents();
