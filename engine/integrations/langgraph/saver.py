@@ -57,6 +57,7 @@ from engine.integrations.langgraph.thread import (
     NODE_TASK,
     REFERENCE,
     Known,
+    Saved,
     Thread,
     Typed,
     serde_form,
@@ -428,10 +429,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         runs = self.engine.runs
         return [found for status in statuses for found in runs(status=status, limit=_ALL_THREADS)]
 
-    def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
+    def _tuple(self, thread: Thread, saved: Saved) -> CheckpointTuple:
         ns, tid = saved.namespace, thread.thread_id
         checkpoint, metadata = thread.copies(ns, saved.checkpoint_id)
-        if checkpoint is None:
+        if saved.checkpoint is not None:  # stored by the serde, not as JSON
             checkpoint = self._load(saved.checkpoint)
             checkpoint.setdefault("id", saved.checkpoint_id)
         loads = self.serde.loads_typed
@@ -441,7 +442,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return CheckpointTuple(
             config=_config(tid, ns, saved.checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self._load(saved.metadata) if metadata is None else metadata,
+            metadata=metadata if saved.metadata is None else self._load(saved.metadata),
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
             pending_writes=[(task, ch, loads(v)) for task, ch, v, _ in writes],
         )
@@ -484,11 +485,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         # made again below only if the parent changed meanwhile.
         encoded = [_encoded(value) for _, value in dumped.values()]
         seen = self._threads.get(thread_id)
-        seen_parent = None if seen is None else seen.skeletons.get(parent_key)
+        seen_parent = None if seen is None else seen.skeleton(*parent_key)
         ready = _skeleton_forms(skeleton, seen_parent, checkpoint["id"], metadata_json)
 
         def steps(thread: Thread) -> Steps:
-            parent = thread.skeletons.get(parent_key)
+            parent = thread.skeleton(*parent_key)
             plain, frozen = ready
             if parent is not seen_parent:
                 plain, frozen = _skeleton_forms(skeleton, parent, checkpoint["id"], metadata_json)
@@ -683,7 +684,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> frozenset[str]:
         """The nodes that ran in the step a checkpoint closes: those that saw new versions."""
         thread = self._threads.get(thread_id)
-        parent = None if thread is None else thread.skeletons.get((ns, parent_id or ""))
+        parent = None if thread is None else thread.skeleton(ns, parent_id or "")
         if parent is None:
             return frozenset()
         before = parent.get("versions_seen", {})
@@ -1112,9 +1113,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _dump(self, value: Any) -> Encoded:
         return _encoded(self.serde.dumps_typed(value))
 
-    def _metadata(self, thread: Thread, saved: CheckpointSaved) -> Any:
-        plain = thread.copies(saved.namespace, saved.checkpoint_id)[1]
-        return self._load(saved.metadata) if plain is None else plain
+    def _metadata(self, thread: Thread, saved: Saved) -> Any:
+        if saved.metadata is not None:
+            return self._load(saved.metadata)
+        return thread.copies(saved.namespace, saved.checkpoint_id)[1]
 
     def _typed(self, value: Any) -> Typed:
         """The value through LangGraph's serde: its type tag and bytes."""
@@ -1345,7 +1347,7 @@ class _Query:
     filter: dict[str, Any] | None
     limit: int | None
 
-    def selects(self, saved: CheckpointSaved, metadata: Callable[[], Any]) -> bool:
+    def selects(self, saved: Saved, metadata: Callable[[], Any]) -> bool:
         """Whether `saved` is selected (its `metadata` read only when a filter needs it)."""
         if self.checkpoint_id and saved.checkpoint_id != self.checkpoint_id:
             return False
