@@ -427,6 +427,30 @@ class TestReadsPerAppend:
             assert served is not None
             assert served.metadata["step"] == 3
 
+    def test_a_read_of_a_cached_thread_looks_at_the_erasure_generation_once(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`get_tuple` and `list` on a thread the saver holds read the store's erasure
+        generation once each, after reading (not once before and once after)."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            put_input(saver, "t", step=0)
+            assert saver.get_tuple(config("t")) is not None
+            reads: list[int] = []
+            generation = engine.store.generation
+
+            def counted() -> int:
+                reads.append(1)
+                return generation()
+
+            monkeypatch.setattr(engine.store, "generation", counted)
+            served = saver.get_tuple(config("t"))
+            assert served is not None
+            assert served.metadata["step"] == 0
+            assert len(reads) == 1
+            assert len(list(saver.list(config("t")))) == 1
+            assert len(reads) == 2
+
 
 class TestOwnFold:
     def test_what_the_saver_folds_of_its_own_writes_is_what_the_store_gives_back(
