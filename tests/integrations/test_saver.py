@@ -452,6 +452,35 @@ class TestReadsPerAppend:
             assert len(reads) == 2
 
 
+class TestNewestCheckpoint:
+    def test_the_newest_checkpoint_is_found_again_after_the_newest_is_removed(
+        self, store_url: str
+    ) -> None:
+        """With the newest checkpoint removed (`delete_for_runs`), the thread's newest is the
+        one before it, and a checkpoint put after that is the newest again."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            ids = []
+            for step in range(3):
+                metadata: Any = {"source": "input", "step": step, "run_id": f"run-{step}"}
+                saved = saver.put(config("t"), empty_checkpoint(), metadata, {})
+                ids.append(saved["configurable"]["checkpoint_id"])
+            newest = saver.get_tuple(config("t"))
+            assert newest is not None
+            assert newest.checkpoint["id"] == ids[2]
+            saver.delete_for_runs(["run-2"])
+            newest = saver.get_tuple(config("t"))
+            assert newest is not None
+            assert newest.checkpoint["id"] == ids[1]
+            later = put_input(saver, "t", step=3)["configurable"]["checkpoint_id"]
+            newest = saver.get_tuple(config("t"))
+            assert newest is not None
+            assert newest.checkpoint["id"] == later
+            fresh = StagetrailSaver(engine, ["a"]).get_tuple(config("t"))
+            assert fresh is not None
+            assert fresh.checkpoint["id"] == later
+
+
 class TestOwnFold:
     def test_what_the_saver_folds_of_its_own_writes_is_what_the_store_gives_back(
         self, store_url: str

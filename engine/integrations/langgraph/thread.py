@@ -107,6 +107,9 @@ class Thread:
         """(namespace, checkpoint id) → its JSON skeleton and metadata as `marshal` bytes:
         neither ever changes, and each reader's copy of both comes back in one C call.
         Kept when the checkpoint is removed: a later one may be stored as a patch on it."""
+        self.newest_ids: dict[str, str] = {}
+        """Namespace → the greatest checkpoint id folded in since it was last found (it may
+        have been removed since: `latest` then looks for the newest again)."""
         self.newest: tuple[tuple[str, str], dict[str, Any] | None] | None = None
         """The newest checkpoint folded in and its skeleton rebuilt (None: serde's), which
         the next one is most often a patch on (older ones come back from `frozen`)."""
@@ -163,6 +166,9 @@ class Thread:
     def _checkpoint(self, event: CheckpointSaved, known: Known | None = None) -> None:
         ns, key = event.namespace, (event.namespace, event.checkpoint_id)
         stored, metadata = event.checkpoint, event.metadata
+        held = self.newest_ids.get(ns)
+        if held is not None and event.checkpoint_id > held:
+            self.newest_ids[ns] = event.checkpoint_id
         self.checkpoints.setdefault(ns, {})[event.checkpoint_id] = Saved(
             ns,
             event.checkpoint_id,
@@ -279,7 +285,12 @@ class Thread:
     def latest(self, ns: str) -> Saved | None:
         """The newest live checkpoint of a namespace (LangGraph's ids sort by time)."""
         saved = self.checkpoints.get(ns)
-        return saved[max(saved)] if saved else None
+        if not saved:
+            return None
+        newest = self.newest_ids.get(ns)
+        if newest is None or newest not in saved:  # not found yet, or removed: look once
+            newest = self.newest_ids[ns] = max(saved)
+        return saved[newest]
 
     def channel_values(self, ns: str, versions: dict[str, Any]) -> dict[str, Typed]:
         """The stored value of each channel at its version (channels left empty are absent)."""
