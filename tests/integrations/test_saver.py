@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import marshal
 import math
 import threading
@@ -426,6 +427,59 @@ class TestReadsPerAppend:
             assert served is not None
             assert served.metadata["step"] == 3
 
+    def test_a_read_of_a_cached_thread_looks_at_the_erasure_generation_once(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`get_tuple` and `list` on a thread the saver holds read the store's erasure
+        generation once each, after reading (not once before and once after)."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            put_input(saver, "t", step=0)
+            assert saver.get_tuple(config("t")) is not None
+            reads: list[int] = []
+            generation = engine.store.generation
+
+            def counted() -> int:
+                reads.append(1)
+                return generation()
+
+            monkeypatch.setattr(engine.store, "generation", counted)
+            served = saver.get_tuple(config("t"))
+            assert served is not None
+            assert served.metadata["step"] == 0
+            assert len(reads) == 1
+            assert len(list(saver.list(config("t")))) == 1
+            assert len(reads) == 2
+
+
+class TestNewestCheckpoint:
+    def test_the_newest_checkpoint_is_found_again_after_the_newest_is_removed(
+        self, store_url: str
+    ) -> None:
+        """With the newest checkpoint removed (`delete_for_runs`), the thread's newest is the
+        one before it, and a checkpoint put after that is the newest again."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            ids = []
+            for step in range(3):
+                metadata: Any = {"source": "input", "step": step, "run_id": f"run-{step}"}
+                saved = saver.put(config("t"), empty_checkpoint(), metadata, {})
+                ids.append(saved["configurable"]["checkpoint_id"])
+            newest = saver.get_tuple(config("t"))
+            assert newest is not None
+            assert newest.checkpoint["id"] == ids[2]
+            saver.delete_for_runs(["run-2"])
+            newest = saver.get_tuple(config("t"))
+            assert newest is not None
+            assert newest.checkpoint["id"] == ids[1]
+            later = put_input(saver, "t", step=3)["configurable"]["checkpoint_id"]
+            newest = saver.get_tuple(config("t"))
+            assert newest is not None
+            assert newest.checkpoint["id"] == later
+            fresh = StagetrailSaver(engine, ["a"]).get_tuple(config("t"))
+            assert fresh is not None
+            assert fresh.checkpoint["id"] == later
+
 
 class TestOwnFold:
     def test_what_the_saver_folds_of_its_own_writes_is_what_the_store_gives_back(
@@ -441,12 +495,38 @@ class TestOwnFold:
             fresh = StagetrailSaver(engine)._live("t")
             assert fresh is not None
             assert any(kind == REFERENCE for *_, kind, _ in _blobs(engine))
-            for part in ("checkpoints", "skeletons", "blobs", "writes", "known", "values"):
+            for part in ("checkpoints", "blobs", "writes", "known", "values"):
                 assert getattr(mine, part) == getattr(fresh, part), part
+            for key in fresh.frozen:
+                assert mine.skeleton(*key) == fresh.skeleton(*key), key
             assert {k: marshal.loads(v) for k, v in mine.frozen.items()} == {
                 k: marshal.loads(v) for k, v in fresh.frozen.items()
             }
             assert mine.machine == fresh.machine
+
+    def test_a_cached_thread_keeps_a_few_objects_per_checkpoint_for_the_collector(
+        self, store_url: str
+    ) -> None:
+        """A cached thread keeps no events, only light records: the objects the garbage
+        collector walks in it (its table aside) stay a few per checkpoint, not a dozen."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine)
+            graph = bench.builder({}, 300).compile(checkpointer=saver)
+            bench.run_thread(graph, "t")
+            thread = saver._threads["t"]
+            gc.collect()  # tuples and dicts of plain values are untracked by a collection
+            walked: set[int] = set()
+            pending: list[Any] = [thread]
+            while pending:
+                item = pending.pop()
+                if id(item) in walked or item is thread.pipeline or not gc.is_tracked(item):
+                    continue
+                walked.add(id(item))
+                assert not isinstance(item, CheckpointSaved)
+                pending += [r for r in gc.get_referents(item) if not isinstance(r, type)]
+            checkpoints = sum(len(saved) for saved in thread.checkpoints.values())
+            assert checkpoints >= 7
+            assert len(walked) <= 5 * checkpoints + 15
 
     def test_every_value_form_folds_as_a_fresh_saver_reads_it(self, store_url: str) -> None:
         """Channel values, writes (with an interrupt and an error), metadata of every form (JSON,

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import attrs
@@ -57,6 +57,7 @@ from engine.integrations.langgraph.thread import (
     NODE_TASK,
     REFERENCE,
     Known,
+    Saved,
     Thread,
     Typed,
     serde_form,
@@ -122,6 +123,8 @@ _IN_ORDER_ALREADY = contextlib.nullcontext()
 """What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
+
+_T = TypeVar("_T")
 
 Step = Callable[[Run], Event]
 """One recording call on the thread's run, made inside the write's `batch()`."""
@@ -278,17 +281,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         ns, thread_id = conf.get("checkpoint_ns", ""), _stored_id("thread_id", conf["thread_id"])
         self._learn_graph(thread_id, ns, sys._getframe(1))
-        with self._lock:
-            while True:
-                generation = self._follow_generation()
-                self._read_at[thread_id] = utc_now()
-                try:
-                    found = self._checkpoint(thread_id, ns, get_checkpoint_id(config))
-                except Exception as error:
-                    self._torn(generation, error)
-                    continue
-                if self._still(generation):
-                    return found
+        checkpoint_id = get_checkpoint_id(config)
+
+        def read() -> CheckpointTuple | None:
+            self._read_at[thread_id] = utc_now()
+            return self._checkpoint(thread_id, ns, checkpoint_id)
+
+        return self._consistent(read)
 
     def _learn_graph(self, thread_id: str, ns: str, caller: FrameType | None) -> None:
         """Note the nodes of the graph whose invocation is reading the thread, for its run.
@@ -346,17 +345,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             filter,
             limit,
         )
-        with self._lock:
-            while True:
-                generation = self._follow_generation()
-                try:
-                    found = self._listed(thread_id, query)
-                except Exception as error:
-                    self._torn(generation, error)
-                    continue
-                if self._still(generation):  # else erased while read: none of it is served
-                    break
-        yield from found
+        yield from self._consistent(functools.partial(self._listed, thread_id, query))
 
     def _listed(self, thread_id: Any, query: _Query) -> Tuples:
         """The checkpoints `query` selects of one thread (or of all), newest first."""
@@ -371,6 +360,30 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                     if query.selects(saved, functools.partial(self._metadata, thread, saved)):
                         found.append(self._tuple(thread, saved))
         return found
+
+    def _consistent(self, read: Callable[[], _T]) -> _T:
+        """What `read()` gives under the saver's lock, made again until no erasure is under it.
+
+        The caches are read as they stand and the store's erasure generation is looked at
+        once, after: a read made on caches an erasure has outdated since they were filled,
+        or torn by one while it ran, is dropped (none of it is served), every cache is
+        forgotten and the read is made again. One look at the generation per read where a
+        look before it and one after were taken.
+        """
+        with self._lock:
+            generation = self._generation
+            if generation is None:
+                generation = self._follow_generation()
+            while True:
+                try:
+                    found = read()
+                except Exception as error:
+                    self._torn(generation, error)
+                    generation = self._follow_generation()
+                    continue
+                if self._still(generation):
+                    return found
+                generation = self._follow_generation()
 
     def _follow_generation(self) -> int:
         """Forget every cached thread once runs were erased from the store, by any process.
@@ -428,10 +441,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         runs = self.engine.runs
         return [found for status in statuses for found in runs(status=status, limit=_ALL_THREADS)]
 
-    def _tuple(self, thread: Thread, saved: CheckpointSaved) -> CheckpointTuple:
+    def _tuple(self, thread: Thread, saved: Saved) -> CheckpointTuple:
         ns, tid = saved.namespace, thread.thread_id
         checkpoint, metadata = thread.copies(ns, saved.checkpoint_id)
-        if checkpoint is None:
+        if saved.checkpoint is not None:  # stored by the serde, not as JSON
             checkpoint = self._load(saved.checkpoint)
             checkpoint.setdefault("id", saved.checkpoint_id)
         loads = self.serde.loads_typed
@@ -441,7 +454,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return CheckpointTuple(
             config=_config(tid, ns, saved.checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self._load(saved.metadata) if metadata is None else metadata,
+            metadata=metadata if saved.metadata is None else self._load(saved.metadata),
             parent_config=_config(tid, ns, saved.parent_id) if saved.parent_id else None,
             pending_writes=[(task, ch, loads(v)) for task, ch, v, _ in writes],
         )
@@ -482,13 +495,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         # What needs no thread state is made before the lock, while another save may hold
         # it through a commit; the skeleton's patch on the parent the thread had then too,
         # made again below only if the parent changed meanwhile.
-        encoded = [_encoded(value) for _, value in dumped.values()]
         seen = self._threads.get(thread_id)
-        seen_parent = None if seen is None else seen.skeletons.get(parent_key)
+        # A value the thread holds already (most often the write of the node that set the
+        # channel) is stored as a reference to it: it is not encoded for nothing.
+        encoded = [
+            None if seen is not None and seen.reference(value) is not None else _encoded(value)
+            for _, value in dumped.values()
+        ]
+        seen_parent = None if seen is None else seen.skeleton(*parent_key)
         ready = _skeleton_forms(skeleton, seen_parent, checkpoint["id"], metadata_json)
 
         def steps(thread: Thread) -> Steps:
-            parent = thread.skeletons.get(parent_key)
+            parent = thread.skeleton(*parent_key)
             plain, frozen = ready
             if parent is not seen_parent:
                 plain, frozen = _skeleton_forms(skeleton, parent, checkpoint["id"], metadata_json)
@@ -683,7 +701,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     ) -> frozenset[str]:
         """The nodes that ran in the step a checkpoint closes: those that saw new versions."""
         thread = self._threads.get(thread_id)
-        parent = None if thread is None else thread.skeletons.get((ns, parent_id or ""))
+        parent = None if thread is None else thread.skeleton(ns, parent_id or "")
         if parent is None:
             return frozenset()
         before = parent.get("versions_seen", {})
@@ -1112,9 +1130,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
     def _dump(self, value: Any) -> Encoded:
         return _encoded(self.serde.dumps_typed(value))
 
-    def _metadata(self, thread: Thread, saved: CheckpointSaved) -> Any:
-        plain = thread.copies(saved.namespace, saved.checkpoint_id)[1]
-        return self._load(saved.metadata) if plain is None else plain
+    def _metadata(self, thread: Thread, saved: Saved) -> Any:
+        if saved.metadata is not None:
+            return self._load(saved.metadata)
+        return thread.copies(saved.namespace, saved.checkpoint_id)[1]
 
     def _typed(self, value: Any) -> Typed:
         """The value through LangGraph's serde: its type tag and bytes."""
@@ -1312,11 +1331,13 @@ def _encoded(value: Typed) -> Encoded:
     return [kind, base64.b64encode(data).decode("ascii")]
 
 
-def _stored(thread: Thread, value: Typed, encoded: Encoded) -> Encoded:
+def _stored(thread: Thread, value: Typed, encoded: Encoded | None) -> Encoded:
     """A channel value as stored: a reference to the identical write the run holds, or the
-    value as `_encoded` gives it."""
+    value as `_encoded` gives it (`encoded`, when it was made already)."""
     where = thread.reference(value)
-    return encoded if where is None else [REFERENCE, where]
+    if where is not None:
+        return [REFERENCE, where]
+    return _encoded(value) if encoded is None else encoded
 
 
 def _skeleton_forms(
@@ -1345,7 +1366,7 @@ class _Query:
     filter: dict[str, Any] | None
     limit: int | None
 
-    def selects(self, saved: CheckpointSaved, metadata: Callable[[], Any]) -> bool:
+    def selects(self, saved: Saved, metadata: Callable[[], Any]) -> bool:
         """Whether `saved` is selected (its `metadata` read only when a filter needs it)."""
         if self.checkpoint_id and saved.checkpoint_id != self.checkpoint_id:
             return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import marshal
 from base64 import b64decode
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import ormsgpack
@@ -40,6 +40,24 @@ Write = tuple[str, str, Typed, str]
 """One pending write: task id, channel, value, task path."""
 NODE_TASK = "~__pregel_pull, "
 """The start of the task path LangGraph gives a node's task (the node's name follows)."""
+
+
+class Saved(NamedTuple):
+    """What a thread keeps of a `CheckpointSaved`: its ids, and its stored skeleton and
+    metadata only where the serde wrote them (plain JSON ones are in `Thread.frozen`).
+
+    Not the event itself: a cached thread's checkpoints stay a few objects for the
+    garbage collector to walk, not a dozen dicts and lists each.
+    """
+
+    namespace: str
+    checkpoint_id: str
+    parent_id: str | None
+    invocation: str | None
+    checkpoint: tuple[str, str] | None
+    """The skeleton as the serde wrote it (type, base64); None when it is plain JSON."""
+    metadata: tuple[str, str] | None
+    """The metadata as the serde wrote it (type, base64); None when it is plain JSON."""
 
 
 class Known:
@@ -79,17 +97,22 @@ class Thread:
         self.run_id: UUID = machine.run_id
         self.pipeline = pipeline
         self.machine = machine
-        self.checkpoints: dict[str, dict[str, CheckpointSaved]] = {}
-        """Namespace → checkpoint id → its event, in the order they were saved."""
+        self.checkpoints: dict[str, dict[str, Saved]] = {}
+        """Namespace → checkpoint id → what is kept of its event, in the order they were saved."""
         self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
         """(namespace, checkpoint id) → (task id, index) → the write."""
         self.blobs: dict[tuple[str, str, str], Typed] = {}
         """(namespace, channel, version) → the channel's value at that version."""
-        self.skeletons: dict[tuple[str, str], dict[str, Any] | None] = {}
-        """(namespace, checkpoint id) → the skeleton stored as JSON, rebuilt (None: serde's)."""
         self.frozen: dict[tuple[str, str], bytes] = {}
         """(namespace, checkpoint id) → its JSON skeleton and metadata as `marshal` bytes:
-        neither ever changes, and each reader's copy of both comes back in one C call."""
+        neither ever changes, and each reader's copy of both comes back in one C call.
+        Kept when the checkpoint is removed: a later one may be stored as a patch on it."""
+        self.newest_ids: dict[str, str] = {}
+        """Namespace → the greatest checkpoint id folded in since it was last found (it may
+        have been removed since: `latest` then looks for the newest again)."""
+        self.newest: tuple[tuple[str, str], dict[str, Any] | None] | None = None
+        """The newest checkpoint folded in and its skeleton rebuilt (None: serde's), which
+        the next one is most often a patch on (older ones come back from `frozen`)."""
         self.known: dict[Typed, str] = {}
         """Each value stored so far → where it is (``version.index``), to refer to, not repeat."""
         self.values: dict[str, Typed] = {}
@@ -142,20 +165,30 @@ class Thread:
 
     def _checkpoint(self, event: CheckpointSaved, known: Known | None = None) -> None:
         ns, key = event.namespace, (event.namespace, event.checkpoint_id)
-        self.checkpoints.setdefault(ns, {})[event.checkpoint_id] = event
+        stored, metadata = event.checkpoint, event.metadata
+        held = self.newest_ids.get(ns)
+        if held is not None and event.checkpoint_id > held:
+            self.newest_ids[ns] = event.checkpoint_id
+        self.checkpoints.setdefault(ns, {})[event.checkpoint_id] = Saved(
+            ns,
+            event.checkpoint_id,
+            event.parent_id,
+            event.invocation,
+            None if isinstance(stored, dict) else (stored[0], stored[1]),
+            None if isinstance(metadata, dict) else (metadata[0], metadata[1]),
+        )
         if known is not None and known.frozen is not None:
             frozen = known.frozen
             plain = marshal.loads(frozen)[0]  # a copy of its own, as `decode` gives
         else:
-            stored = event.checkpoint
-            parent = self.skeletons.get((ns, event.parent_id or ""))
+            parent = self.skeleton(ns, event.parent_id or "")
             plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
             if plain is not None:
                 plain.setdefault("id", event.checkpoint_id)  # stored once, as the event's
-            metadata = event.metadata["json"] if isinstance(event.metadata, dict) else None
+            plain_metadata = metadata["json"] if isinstance(metadata, dict) else None
             # Plain JSON holds only what marshal copies exactly: dict, list, str, numbers.
-            frozen = marshal.dumps((plain, metadata))
-        self.skeletons[key] = plain
+            frozen = marshal.dumps((plain, plain_metadata))
+        self.newest = (key, plain)
         self.frozen[key] = frozen
         versions = {} if plain is None else plain["channel_versions"]
         values = None if known is None else known.values
@@ -167,6 +200,16 @@ class Thread:
                 value = self.values[data] if kind == REFERENCE else serde_form(kind, data)
             at = version[0] if version else versions[channel]
             self.blobs[(ns, channel, str(at))] = value
+
+    def skeleton(self, ns: str, checkpoint_id: str) -> dict[str, Any] | None:
+        """The checkpoint's skeleton as stored in JSON, rebuilt (None: stored by serde, or an
+        unknown checkpoint); the newest one's is the same object each time. Not to be changed."""
+        key = (ns, checkpoint_id)
+        newest = self.newest
+        if newest is not None and newest[0] == key:
+            return newest[1]
+        frozen = self.frozen.get(key)
+        return None if frozen is None else marshal.loads(frozen)[0]
 
     def copies(self, ns: str, checkpoint_id: str) -> tuple[Any, Any]:
         """Fresh copies of the checkpoint's JSON skeleton and metadata (None: stored by serde)."""
@@ -234,16 +277,20 @@ class Thread:
         for ns, checkpoint_id in event.removed:
             self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
             self.writes.pop((ns, checkpoint_id), None)
-            self.frozen.pop((ns, checkpoint_id), None)
 
     def has_write(self, ns: str, checkpoint_id: str, task_id: str, index: int) -> bool:
         """Whether this task's write at `index` against the checkpoint is stored already."""
         return (task_id, index) in self.writes.get((ns, checkpoint_id), {})
 
-    def latest(self, ns: str) -> CheckpointSaved | None:
+    def latest(self, ns: str) -> Saved | None:
         """The newest live checkpoint of a namespace (LangGraph's ids sort by time)."""
         saved = self.checkpoints.get(ns)
-        return saved[max(saved)] if saved else None
+        if not saved:
+            return None
+        newest = self.newest_ids.get(ns)
+        if newest is None or newest not in saved:  # not found yet, or removed: look once
+            newest = self.newest_ids[ns] = max(saved)
+        return saved[newest]
 
     def channel_values(self, ns: str, versions: dict[str, Any]) -> dict[str, Typed]:
         """The stored value of each channel at its version (channels left empty are absent)."""
@@ -262,7 +309,7 @@ class Thread:
         keys = sorted(stored, key=lambda k: (stored[k][3], k[0], k[1]))
         return [stored[k] for k in keys]
 
-    def events_of(self, ns: str) -> list[CheckpointSaved]:
+    def events_of(self, ns: str) -> list[Saved]:
         """The live checkpoints of a namespace, newest first."""
         saved = self.checkpoints.get(ns, {})
         return [saved[k] for k in sorted(saved, reverse=True)]
