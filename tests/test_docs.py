@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,28 @@ class TestQuickStart:
         """.ci/run installs the project a single time: the linters use the tests' install."""
         script = (ROOT / ".ci" / "run").read_text()
         assert script.count("pip install") == 1
+
+
+class TestTheTestCommandOnWorkers:
+    def test_a_worker_fails_a_required_but_unreachable_postgres(self) -> None:
+        """The test command runs on xdist workers, and STAGETRAIL_REQUIRE_POSTGRES=1 reaches
+        them: an unreachable server fails a PostgreSQL fixture there instead of skipping."""
+        unreachable = "postgresql://postgres@127.0.0.1:1/test"  # nothing listens on port 1
+        env = {
+            **os.environ,
+            "STAGETRAIL_REQUIRE_POSTGRES": "1",
+            "STAGETRAIL_TEST_POSTGRES": unreachable,
+        }
+        test = "tests/store/postgres/test_open.py::TestBigAppends"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-n", "1", "-p", "no:cacheprovider", "-q", test],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "[gw" in done.stdout  # the failures come from workers
+        assert "2 errors" in done.stdout  # the fixture fails: no skip
+        assert "STAGETRAIL_REQUIRE_POSTGRES=1 but no PostgreSQL reachable" in done.stdout
