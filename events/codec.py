@@ -19,6 +19,10 @@ from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
 from events.values import build, fields_of, maker, slot_setters
 
+# Bound once, at import: freezegun rebinds a module's `datetime` while time is frozen,
+# and a per-class reader made then would go on building its fake datetimes after it.
+_parse_time = datetime.fromisoformat
+
 
 def encode(event: Event) -> tuple[str, dict[str, Any]]:
     """Return the event's topic and its payload plus timestamp as a JSON-ready dict."""
@@ -56,7 +60,7 @@ def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Eve
         raise EventFormatError(topic, _field_mismatch(cls, state))
     field = "timestamp"
     try:
-        state["timestamp"] = datetime.fromisoformat(state["timestamp"])
+        state["timestamp"] = _parse_time(state["timestamp"])
         for field, decoder in cls.decoders.items():
             state[field] = decoder(state[field])
     except (LookupError, TypeError, ValueError, AttributeError) as error:
@@ -213,7 +217,7 @@ def _stream_reader(cls: type[Event]) -> Any:
     later = cls.class_version if cls.class_version > 1 else 0
     keys = len(_stored_fields(cls)) + (later > 0)
     scope: dict[str, Any] = {
-        "new": object.__new__, "cls": cls, "parse": datetime.fromisoformat, "slow": _slow,
+        "new": object.__new__, "cls": cls, "parse": _parse_time, "slow": _slow,
     }  # fmt: skip
     body = ["          v = new(cls)"]
     for index, (name, setter) in enumerate(slot_setters(cls).items()):
@@ -283,7 +287,7 @@ def _reader(cls: type[Event]) -> Any:
         return False  # a decoder of no payload field: `decode` says so, or runs it
     later = cls.class_version if cls.class_version > 1 else 0
     keys = len(_stored_fields(cls)) + (later > 0)
-    scope: dict[str, Any] = {"make": maker(cls), "parse": datetime.fromisoformat}
+    scope: dict[str, Any] = {"make": maker(cls), "parse": _parse_time}
     arguments = []
     for index, field in enumerate(attrs.fields(cls)):
         name = field.name

@@ -342,3 +342,28 @@ class TestReadEach:
         """Fewer states than rows is a caller's error, said at once (not a short stream)."""
         with pytest.raises(ValueError, match="2 rows but 1 states"):
             read_each([(1, "t", b""), (2, "t", b"")], [{}], uuid.uuid4(), "_c", self.refuse)
+
+
+class TestFrozenTime:
+    def test_a_reader_made_while_time_is_frozen_reads_real_datetimes_after(self) -> None:
+        """A class's page reader first made under freezegun goes on building real
+        datetimes once time runs again, as `decode` does (it kept the fake class)."""
+        from datetime import datetime
+
+        from freezegun import freeze_time
+
+        @attrs.frozen(kw_only=True)
+        class Ticked(Event):
+            topic = "review:Ticked"
+            value: str = ""
+
+        try:
+            run_id = uuid.uuid4()
+            state = {"value": "a", "timestamp": "2024-01-01T00:00:00+00:00"}
+            with freeze_time("2030-01-01"):
+                decode_many([("review:Ticked", dict(state), 1)], run_id)
+            paged = decode_many([("review:Ticked", dict(state), 1)], run_id)[0]
+            alone = decode("review:Ticked", dict(state), run_id, 1)
+            assert type(paged.timestamp) is type(alone.timestamp) is datetime
+        finally:
+            EVENT_TYPES.pop("review:Ticked", None)
