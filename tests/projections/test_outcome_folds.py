@@ -98,49 +98,24 @@ def modelled(events: list[Event]) -> tuple[list[Frame], dict[str, list[Attempt]]
                 rounds[index] = attrs.evolve(rounds[index], rolled_back=mark)
         elif isinstance(event, StageCompleted | StageFailed):
             failed = isinstance(event, StageFailed)
-            result = None if isinstance(event, StageFailed) else event.result
-            error = event.error if isinstance(event, StageFailed) else None
-            error_type = event.error_type if isinstance(event, StageFailed) else None
-            frames.append(
-                Frame(
-                    table.get((event.stage, event.outcome), event.stage),
-                    event.stage,
-                    event.outcome,
-                    event.attempt,
-                    failed,
-                    result,
-                    error,
-                    error_type,
-                    event.duration,
-                    event.version,
-                    event.timestamp,
-                )
-            )
+            shared: dict[str, Any] = {
+                "attempt": event.attempt,
+                "outcome": event.outcome,
+                "result": None if isinstance(event, StageFailed) else event.result,
+                "error": event.error if isinstance(event, StageFailed) else None,
+                "error_type": event.error_type if isinstance(event, StageFailed) else None,
+                "version": event.version,
+            }
+            state = table.get((event.stage, event.outcome), event.stage)
+            timed: dict[str, Any] = {"duration": event.duration, "failed": failed}
+            frames.append(Frame(state, event.stage, timestamp=event.timestamp, **timed, **shared))
             if failed or event.attempt:
-                attempts.setdefault(event.stage, []).append(
-                    Attempt(
-                        event.attempt,
-                        event.outcome,
-                        failed,
-                        result,
-                        error,
-                        error_type,
-                        event.duration,
-                        event.version,
-                    )
-                )
+                attempt = Attempt(**timed, **shared)
+                attempts.setdefault(event.stage, []).append(attempt)
             live.append(len(rounds))
             rounds.append(
                 Round(
-                    len(rounds) + 1,
-                    event.stage,
-                    event.attempt,
-                    event.outcome,
-                    result,
-                    error,
-                    error_type,
-                    event.version,
-                    event.timestamp,
+                    number=len(rounds) + 1, stage=event.stage, timestamp=event.timestamp, **shared
                 )
             )
     return frames, attempts, rounds
