@@ -6,6 +6,7 @@ import asyncio
 import gc
 import marshal
 import math
+import random
 import threading
 import uuid
 from collections.abc import Callable
@@ -19,6 +20,7 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Interrupt
 
 from benchmarks import langgraph as bench
@@ -815,3 +817,254 @@ class TestDeepValues:
             assert served is not None
             assert served.checkpoint["channel_values"]["v"] == value
             assert served.pending_writes == [("task", "v", value)]
+
+
+class _Odd:
+    """A value only the serde's pickle fallback stores."""
+
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Odd) and other.x == self.x
+
+    def __hash__(self) -> int:
+        return self.x
+
+
+_LONG = "x" * 60
+"""Long enough for a channel value equal to a write to be stored as a reference to it."""
+_FORMS: list[Any] = [
+    1,
+    "s",
+    None,
+    b"bytes" * 10,
+    {"a": [1, 2, {"b": _LONG}]},
+    [_LONG, 1],
+    datetime(2020, 1, 1, tzinfo=UTC),
+    {1, 2},
+    (1, 2),
+    _Odd(3),
+    _LONG,
+    _LONG + "y",
+    math.inf,
+    {3: "int key"},
+    b"",
+    "",
+]
+
+
+def _answer(found: Any) -> Any:
+    """A checkpoint tuple as plain parts, to compare (None stays None)."""
+    if found is None:
+        return None
+    return (
+        found.config,
+        found.checkpoint,
+        found.metadata,
+        found.parent_config,
+        found.pending_writes,
+    )
+
+
+def _by_config(found: Any) -> tuple[str, str, str]:
+    conf = found[0]["configurable"]
+    return conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
+
+
+class _Fuzz:
+    """Random puts, writes, deletions, prunes, copies and compactions by two savers (two
+    engines, as two processes), for `check` to compare with what a fresh saver reads."""
+
+    def __init__(self, url: str, seed: int) -> None:
+        self.url = url
+        self.random = random.Random(seed)
+        self.serde = JsonPlusSerializer(pickle_fallback=True)
+        self.threads = ["t1", "t2"]
+        self.heads: dict[tuple[str, str], RunnableConfig] = {}
+        self.ids: dict[tuple[str, str], list[RunnableConfig]] = {}
+
+    def step(self, saver: StagetrailSaver, step: int) -> None:
+        """One random operation of `saver` on a random thread and namespace."""
+        rng = self.random
+        thread, ns = rng.choice(self.threads), rng.choice(["", "", "sub:1"])
+        op = rng.choice(["put"] * 5 + ["writes"] * 3 + ["get", "del", "runs", "prune", "copy"])
+        if op == "put":
+            self._put(saver, thread, ns, step)
+        elif op == "writes" and (thread, ns) in self.heads:
+            writes = [(rng.choice("abc"), rng.choice(_FORMS)) for _ in range(rng.randint(1, 3))]
+            saver.put_writes(self.heads[(thread, ns)], writes, f"task-{step}")
+        elif op == "get":
+            saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ns}})
+        elif op == "del":
+            saver.delete_thread(thread)
+            self.heads = {k: v for k, v in self.heads.items() if k[0] != thread}
+            if rng.random() < 0.5:
+                saver.engine.compact()
+        elif op == "runs":
+            saver.delete_for_runs([rng.choice(["r1", "r2", "r3"])])
+        elif op == "prune":
+            saver.prune([thread], strategy=rng.choice(["keep_latest", "keep_latest", "delete"]))
+        elif op == "copy" and len(self.threads) < 5:
+            saver.copy_thread(thread, f"c{step}")  # a new name each time
+            self.threads.append(f"c{step}")
+
+    def _put(self, saver: StagetrailSaver, thread: str, ns: str, step: int) -> None:
+        rng = self.random
+        parent = self.heads.get((thread, ns))
+        if parent is not None and rng.random() < 0.2:  # a fork from an older checkpoint
+            parent = rng.choice(self.ids[(thread, ns)])
+        checkpoint = empty_checkpoint()
+        before = saver.get_tuple(parent) if parent is not None else None
+        if before is not None:
+            for key in ("channel_versions", "channel_values", "versions_seen"):
+                checkpoint[key] = marshal.loads(marshal.dumps(before.checkpoint[key]))
+        new: dict[str, Any] = {}
+        for channel in rng.sample("abc", rng.randint(0, 3)):
+            version = int(checkpoint["channel_versions"].get(channel, 0)) + 1
+            checkpoint["channel_versions"][channel] = new[channel] = version
+            if rng.random() < 0.15:  # emptied
+                checkpoint["channel_values"].pop(channel, None)
+            else:
+                checkpoint["channel_values"][channel] = rng.choice(_FORMS)
+        checkpoint["versions_seen"].setdefault("node", {}).update(new)
+        extra = rng.choice(_FORMS) if rng.random() < 0.3 else 1
+        metadata: Any = {"source": "loop", "step": step, "run_id": rng.choice("123"), "w": extra}
+        metadata["run_id"] = "r" + metadata["run_id"]
+        conf = {**(parent or {}).get("configurable", {}), "thread_id": thread, "checkpoint_ns": ns}
+        saved = saver.put({"configurable": conf}, checkpoint, metadata, new)
+        self.heads[(thread, ns)] = saved
+        self.ids.setdefault((thread, ns), []).append(saved)
+
+    def check(self, savers: list[StagetrailSaver], step: int) -> None:
+        """Each saver answers every read as a saver opened afresh on the store does."""
+        with Engine(self.url) as engine:
+            fresh = StagetrailSaver(engine, serde=self.serde)
+            for saver in savers:
+                for thread in self.threads:
+                    for ns in ("", "sub:1"):
+                        newest: RunnableConfig = {
+                            "configurable": {"thread_id": thread, "checkpoint_ns": ns}
+                        }
+                        for asked in [newest, *self.ids.get((thread, ns), [])[-3:]]:
+                            expected = _answer(fresh.get_tuple(asked))
+                            assert _answer(saver.get_tuple(asked)) == expected, (step, asked)
+                    listed = [_answer(t) for t in saver.list(config(thread))]
+                    assert listed == [_answer(t) for t in fresh.list(config(thread))], step
+                every = sorted(map(_answer, saver.list(None)), key=_by_config)
+                assert every == sorted(map(_answer, fresh.list(None)), key=_by_config), step
+
+
+def _mixed_or_erased(answer: list[Any], floor: int) -> list[Any]:
+    """What is wrong in one read's checkpoints of the racing runs: a run erased before the
+    read (numbered `floor` or less), or values or runs of two runs mixed."""
+    wrong: list[Any] = []
+    runs = set()
+    for found in filter(None, answer):
+        run = found.metadata["epoch"]
+        runs.add(run)
+        values = [found.checkpoint["channel_values"].get("a", f"{run}-")]
+        values += [value for _, _, value in found.pending_writes or []]
+        if run <= floor or not all(value.startswith(f"{run}-") for value in values):
+            wrong.append((floor, run, values))
+    if len(runs) > 1:
+        wrong.append(runs)
+    return wrong
+
+
+class TestAgainstAFreshSaver:
+    @pytest.mark.parametrize("seed", [1, 2])
+    def test_random_operations_are_answered_as_a_fresh_saver_answers(
+        self, shared_url: str, seed: int
+    ) -> None:
+        """After each of random puts (every value form, forks, namespaces), writes, deletions,
+        compactions, prunes, deletions by run and copies by two savers on two engines, both
+        answer `get_tuple` and `list` exactly as a saver opened afresh on the store does."""
+        fuzz = _Fuzz(shared_url, seed)
+        with Engine(shared_url) as first, Engine(shared_url) as second:
+            savers = [StagetrailSaver(e, serde=fuzz.serde) for e in (first, second)]
+            for step in range(40):
+                fuzz.step(fuzz.random.choice(savers), step)
+                fuzz.check(savers, step)
+            assert any(fuzz.ids.values())
+
+    def test_a_cached_run_erased_and_its_id_taken_is_never_read_again(
+        self, shared_url: str
+    ) -> None:
+        """A saver that cached a thread's run, erased by another engine and its id taken by the
+        thread's next run, serves only that next run, to `get_tuple`, `list` and by id."""
+        with Engine(shared_url) as reader_engine, Engine(shared_url) as writer_engine:
+            reader, writer = StagetrailSaver(reader_engine), StagetrailSaver(writer_engine)
+            run_ids = set()
+            for run in range(3):
+                parent = config("t")
+                for step in range(3):
+                    checkpoint = empty_checkpoint()
+                    checkpoint["channel_values"] = {"a": f"{run}-{step}-{_LONG}"}
+                    checkpoint["channel_versions"] = {"a": step + 1}
+                    metadata: Any = {"source": "loop", "step": step}
+                    metadata["epoch"] = run
+                    parent = writer.put(parent, checkpoint, metadata, {"a": step + 1})
+                    writer.put_writes(parent, [("a", f"{run}-w{step}")], f"task-{step}")
+                newest = reader.get_tuple(config("t"))
+                assert _mixed_or_erased([newest], run - 1) == []
+                assert newest is not None
+                assert _mixed_or_erased(list(reader.list(config("t"))), run - 1) == []
+                assert reader.get_tuple(parent) == newest
+                run_ids.add(reader._threads["t"].run_id)
+                writer.delete_thread("t")
+                writer_engine.compact()
+            assert len(run_ids) == 1  # each next run took the erased run's id
+            assert reader.get_tuple(config("t")) is None
+
+    def test_reads_racing_erasures_serve_no_erased_run_nor_a_mix_of_runs(
+        self, shared_url: str
+    ) -> None:
+        """While another engine fills a thread, deletes it and compacts it away again and again
+        (its next run taking the erased run's id), every read of a caching saver serves one
+        run's checkpoints whole, never one erased before the read began."""
+        with Engine(shared_url) as reader_engine, Engine(shared_url) as writer_engine:
+            reader, writer = StagetrailSaver(reader_engine), StagetrailSaver(writer_engine)
+            erased = [-1]
+            stop = threading.Event()
+            wrong: list[Any] = []
+            reads: list[int] = []
+
+            def read() -> None:
+                while not stop.is_set():
+                    floor = erased[0]
+                    try:
+                        found = [reader.get_tuple(config("t"))], list(reader.list(config("t")))
+                    except StagetrailError:
+                        continue
+                    except Exception as error:  # a raw error: a fold of a mix of runs
+                        wrong.append(error)
+                        continue
+                    reads.append(1)
+                    for answer in found:
+                        wrong.extend(_mixed_or_erased(answer, floor))
+
+            reading = threading.Thread(target=read)
+            reading.start()
+            try:
+                for run in range(8):
+                    parent = config("t")
+                    for step in range(3):
+                        checkpoint = empty_checkpoint()
+                        checkpoint["channel_values"] = {"a": f"{run}-{step}-{_LONG}"}
+                        checkpoint["channel_versions"] = {"a": step + 1}
+                        metadata: Any = {"source": "loop", "step": step}
+                        metadata["epoch"] = run
+                        parent = writer.put(parent, checkpoint, metadata, {"a": step + 1})
+                        writer.put_writes(parent, [("a", f"{run}-w{step}")], f"task-{step}")
+                    # This reader caches the run, whose id its next run takes once erased.
+                    wrong.extend(_mixed_or_erased([reader.get_tuple(config("t"))], run - 1))
+                    writer.delete_thread("t")
+                    writer_engine.compact()
+                    erased[0] = run
+            finally:
+                stop.set()
+                reading.join()
+            assert wrong == []
+            assert reads
+            assert list(reader.list(config("t"))) == []
