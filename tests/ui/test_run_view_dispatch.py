@@ -114,6 +114,7 @@ def step(engine: Engine, runs: dict[str, Run], which: str, action: str, number: 
 
 def outcome(apply: Any, events: list[Event]) -> tuple[list[Any], Any]:
     """The state after each event, and what stopped the fold (type, message, cause, facts)."""
+    states: list[Any]
     state, states = RunView().initial(), []
     for event in events:
         try:
@@ -130,11 +131,11 @@ def foreign(events: list[Event], seed: int) -> list[Event]:
     pick = random.Random(seed)
     mixed = list(events)
     for event in pick.sample(events, min(len(events), 6)):
-        common = {"run_id": event.run_id, "version": event.version}
+        run_id, version = event.run_id, event.version
         made: Event = (
-            ReviewerPinged(**common)
+            ReviewerPinged(run_id=run_id, version=version)
             if pick.random() < 0.5
-            else LateCompleted(**common, stage=pick.choice(STAGES), attempt=1)
+            else LateCompleted(run_id=run_id, version=version, stage=pick.choice(STAGES), attempt=1)
         )
         mixed.insert(pick.randrange(len(mixed) + 1), made)
     return mixed
