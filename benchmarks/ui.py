@@ -2,7 +2,10 @@
 
 Run: ``python -m benchmarks.ui`` (``--quick`` for a smoke run on small runs,
 ``--json`` for machine output, ``--sizes 10000,200000`` to choose the sizes,
-``--keep DIR`` to keep the recorded stores in DIR and reuse them next time).
+``--keep DIR`` to keep the recorded stores in DIR and reuse them next time,
+``--moves N`` slider moves of each kind, ``--viewer SCRIPT`` to serve with another
+checkout's ``stagetrail`` (old and new code alternated on the same stores),
+``--slider-only`` for 1. and 2. alone, without the baseline).
 Needs the ``ui`` extra and Debian's chromium at /usr/bin/chromium.
 
 For each size, against the targets of docs/ui.md:
@@ -93,7 +96,7 @@ CYCLES_PER_BATCH = 100
 
 
 def options() -> argparse.Namespace:
-    """--quick, --json, --sizes, --keep."""
+    """--quick, --json, --sizes, --keep, --moves, --viewer, --slider-only."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small runs, for a smoke test")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
