@@ -64,8 +64,9 @@ its `apply` would: a fold then makes one call per part that reacts, not five."""
 class RunView(Projection[tuple[Any, ...]]):
     """The panels' projections folded side by side: a tuple of their states, in `PANELS` order.
 
-    Each part's own `apply`, `encode` and `decode` do the work; the fingerprints of
-    the parts are a class constant, so a change to any of them discards the snapshots.
+    Each part's handlers (or its own `apply`), `encode` and `decode` do the work; the
+    fingerprints of the parts are a class constant, so a change to any of them discards
+    the snapshots.
     """
 
     name: ClassVar[str] = "ui_run_view"
