@@ -225,6 +225,19 @@ class TestViewerBenchmark:
             assert all(isinstance(row["met"], bool) for row in (page, moves, report, others))
         assert cases[8] == "machine"
 
+    def test_slider_only_times_the_page_and_moves_with_the_viewer_given(self) -> None:
+        """--slider-only gives the page and slider rows only, served by the --viewer script,
+        and names no figure it did not take (the projections' in-process time)."""
+        script = Path(sys.executable).parent / "stagetrail"
+        done = quick_run(
+            "ui", "--sizes", "300", "--moves", "3", "--slider-only", "--viewer", str(script)
+        )
+        rows = json.loads(done.stdout)["results"]
+        cases = [row["case"].split(" (")[0] for row in rows]
+        assert cases == ["run page", "slider moves", "machine"]
+        assert min(rows[1]["jump_median_ms"], rows[1]["step_median_ms"]) > 0
+        assert rows[1]["projections_in_process_median_ms"] is None
+
 
 class TestRetainBenchmark:
     def test_retain_benchmark_reports_drop_time_and_equality(self) -> None:

@@ -61,23 +61,12 @@ part's own `apply`). A part without a handler for the class keeps its state unto
 its `apply` would: a fold then makes one call per part that reacts, not five."""
 
 
-def _steps(kind: type[Event]) -> tuple[_Step, ...]:
-    """The parts an event of class `kind` may change, noted in `_STEPS`."""
-    steps: list[_Step] = []
-    for index, part in enumerate(_PARTS):
-        if type(part).apply is not Projection.apply or part.every_event:
-            steps.append((index, part, None))
-        elif (handler := part.handlers.get(kind)) is not None:
-            steps.append((index, part, handler))
-    _STEPS[kind] = found = tuple(steps)
-    return found
-
-
 class RunView(Projection[tuple[Any, ...]]):
     """The panels' projections folded side by side: a tuple of their states, in `PANELS` order.
 
-    Each part's own `apply`, `encode` and `decode` do the work; the fingerprints of
-    the parts are a class constant, so a change to any of them discards the snapshots.
+    Each part's handlers (or its own `apply`), `encode` and `decode` do the work; the
+    fingerprints of the parts are a class constant, so a change to any of them discards
+    the snapshots.
     """
 
     name: ClassVar[str] = "ui_run_view"
@@ -93,7 +82,7 @@ class RunView(Projection[tuple[Any, ...]]):
 
     def apply(self, state: tuple[Any, ...], event: Event) -> tuple[Any, ...]:
         """Each part's state after `event` (only the parts the event's class may change)."""
-        steps = _STEPS.get(type(event)) or _steps(type(event))
+        steps = _STEPS.get(type(event)) or self._steps(type(event))
         parts = list(state)
         for index, part, handler in steps:
             if handler is None:  # an `apply` of its own (it names its own errors)
@@ -104,6 +93,19 @@ class RunView(Projection[tuple[Any, ...]]):
             except Exception as error:
                 raise ProjectionError(part.name, event, error) from error
         return tuple(parts)
+
+    @staticmethod
+    def _steps(kind: type[Event]) -> tuple[_Step, ...]:
+        # A method, not a module function: its code is then part of the fingerprint, and
+        # a change to which parts an event reaches discards the views stored before.
+        steps: list[_Step] = []
+        for index, part in enumerate(_PARTS):
+            if type(part).apply is not Projection.apply or part.every_event:
+                steps.append((index, part, None))
+            elif (handler := part.handlers.get(kind)) is not None:
+                steps.append((index, part, handler))
+        _STEPS[kind] = found = tuple(steps)
+        return found
 
     def encode(self, state: tuple[Any, ...]) -> JSON:
         """Each part's state as its own `encode` writes it."""

@@ -76,6 +76,13 @@ BACK_FORWARD_CACHE = """() => {
 events a browser fires then; Playwright's Chromium keeps no such cache of its own)."""
 
 
+HIDE_PAGE = """() => {
+  Object.defineProperty(document, "visibilityState", {value: "hidden", configurable: true});
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+"""Playwright: the page is hidden (another tab shown, the window minimized)."""
+
+
 def open_at(page: Any, address: str) -> None:
     """Open `address` and wait until the page is ready."""
     page.goto(address)
@@ -137,6 +144,25 @@ class TestAddress:
         page.evaluate(COUNT_ADDRESS_WRITES)
         move_slider(page, 5)
         assert page.evaluate("() => window.addressWrites") == []
+        page.evaluate("() => window.dispatchEvent(new FocusEvent('blur'))")
+        assert page.evaluate("() => window.addressWrites") == ["?at=5"]
+        assert page.url == f"{viewer.base}/runs/{run_id}?at=5"
+
+    def test_a_hidden_page_writes_its_address_once_per_change_of_focus(
+        self, viewer: Served, stocked: Stocked, page: Any
+    ) -> None:
+        """Moves write nothing until the page is hidden, which writes the version moved to
+        once; hiding or blurring again without a move writes nothing more."""
+        run_id = stocked.filled.busy
+        open_at(page, f"{viewer.base}/runs/{run_id}?at=2")
+        page.evaluate(HOLD_ADDRESS_TIMER)
+        page.evaluate(COUNT_ADDRESS_WRITES)
+        for version in (3, 6, 5):
+            move_slider(page, version)
+        assert page.evaluate("() => window.addressWrites") == []
+        page.evaluate(HIDE_PAGE)
+        assert page.evaluate("() => window.addressWrites") == ["?at=5"]
+        page.evaluate(HIDE_PAGE)
         page.evaluate("() => window.dispatchEvent(new FocusEvent('blur'))")
         assert page.evaluate("() => window.addressWrites") == ["?at=5"]
         assert page.url == f"{viewer.base}/runs/{run_id}?at=5"

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import sqlite3
+from pathlib import Path
 
 from engine import Engine
+from engine.ui import snapshot
 from engine.ui.snapshot import PANELS, RunView
 from tests.ui._helpers import record_long, stock
 
@@ -45,3 +48,18 @@ class TestRunView:
                         part.apply(each, event) for part, each in zip(parts, alone, strict=True)
                     ]
                     assert state == tuple(alone), (run_id, event.version)
+
+    def test_which_parts_an_event_reaches_is_part_of_the_fingerprint(self, tmp_path: Path) -> None:
+        """RunView's code deciding which parts each event class reaches counts in its
+        fingerprint: changed, the views stored before are stale (not served)."""
+        source = Path(snapshot.__file__).read_text()
+        reaching = "elif (handler := part.handlers.get(kind)) is not None:"
+        assert reaching in source
+        changed = tmp_path / "changed_snapshot.py"
+        changed.write_text(source.replace(reaching, "elif (handler := None) is not None:"))
+        spec = importlib.util.spec_from_file_location("changed_snapshot", changed)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.RunView.fingerprint() != RunView.fingerprint()
