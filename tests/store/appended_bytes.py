@@ -213,11 +213,13 @@ def scenarios(directory: Path, postgres: str | None = None) -> dict[str, list[st
                 name = f"{backend}-{at_rest}"
                 options = dict(options)
                 url = _url(backend, directory, name, options.pop("compress", False), postgres)
-                with Engine(url, **options) as engine:
-                    record(engine, seed=len(result))
-                    result[name] = rows(engine)
-                if backend == "postgresql":
-                    _drop(url)
+                try:
+                    with Engine(url, **options) as engine:
+                        record(engine, seed=len(result))
+                        result[name] = rows(engine)
+                finally:
+                    if backend == "postgresql":
+                        _drop(url)
         old = directory / "v1_store.db"
         shutil.copy(V1_STORE, old)
         with Engine(f"sqlite:///{old}") as engine:
