@@ -323,10 +323,8 @@ class Run:
         work = self._work
         state = apply(self.pipeline, work.state, event)
         # Serialised now, not at a commit, so an unstorable value is refused by the
-        # call that brought it (`UnitOfWork.seal`, written out: the hot path).
-        stored, link = work.store.chained(event, work.link)
-        work.link = link
-        work.add(event, state, stored)
+        # call that brought it.
+        work.add(event, state, work.seal(event))
         return event
 
     def _duration(self, given: float | None) -> float:
