@@ -177,28 +177,21 @@ class EventMapper(Mapper[UUID]):
         Raises:
             InvalidPayload: the event is over `max_event_bytes` or holds a NUL.
         """
-        # `_json` and `_sealed` written out: every recorded event comes through here.
-        topic, state = encode_timed(domain_event)
-        transcoder = self.transcoder
-        if type(transcoder) is FastJSONTranscoder:
-            body = transcoder.encode_passing(state)  # the seal below copies it
-        else:
-            body = transcoder.encode(state)
-        if len(body) > self.max_event_bytes or _NUL_IN_JSON in body:  # rare: checked inline
-            check_stored(domain_event, body, self.max_event_bytes)
-        run_id, version = domain_event.run_id, domain_event.version
-        data, link = self.chain.sealed(previous, run_id, version, topic, body)
+        topic, body = self._json(domain_event, passing=True)  # the seal below copies it
+        data, link = self.chain.sealed(
+            previous, domain_event.run_id, domain_event.version, topic, body
+        )
         if data is body:  # a chain that wrote no link: the copy `encode` makes
             data = bytes(memoryview(body))
-        if self.compressor:
-            data = self.compressor.compress(data)
-        if self.cipher:
-            data = self.cipher.encrypt(data)
-        return StoredEvent(run_id, version, topic, data), link
+        return self._sealed(domain_event, topic, data), link
 
-    def _json(self, domain_event: Any) -> tuple[str, bytes]:
+    def _json(self, domain_event: Any, *, passing: bool = False) -> tuple[str, bytes]:
         topic, state = encode_timed(domain_event)  # the transcoder writes the timestamp
-        data = self.transcoder.encode(state)
+        transcoder = self.transcoder
+        if passing and type(transcoder) is FastJSONTranscoder:
+            data = transcoder.encode_passing(state)
+        else:
+            data = transcoder.encode(state)
         if len(data) > self.max_event_bytes or _NUL_IN_JSON in data:  # rare: checked inline
             check_stored(domain_event, data, self.max_event_bytes)
         return topic, data
