@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
 import attrs
+import pytest
 
 from engine import Engine, Pipeline
 from engine.cli.demo import supervised_review
@@ -118,3 +120,27 @@ def move_slider(page: Any, version: int) -> None:
     """Set the slider to `version` and wait until the page has drawn that version."""
     page.fill("#slider", str(version))
     page.wait_for_selector(f"body[data-shown-version='{version}']", state="attached")
+
+
+def stocked_fixtures(name: str) -> tuple[Any, Any, Any]:
+    """A module's `stocked` store, the `viewer` serving it and an `engine` on it (module
+    fixtures, for `stocked, viewer, engine = stocked_fixtures(...)`): named fixtures in
+    tests/ui/conftest.py would hide the suite's own `engine` from the other modules."""
+
+    @pytest.fixture(scope="module")
+    def stocked(tmp_path_factory: pytest.TempPathFactory) -> Stocked:
+        """A SQLite store with the examples, supervised runs and a hostile run."""
+        return stock(f"sqlite:///{tmp_path_factory.mktemp(name) / 'runs.db'}")
+
+    @pytest.fixture(scope="module")
+    def viewer(serve: Any, stocked: Stocked) -> Any:
+        """`stagetrail ui` serving the stocked store."""
+        return serve(stocked.url)
+
+    @pytest.fixture(scope="module")
+    def engine(stocked: Stocked) -> Iterator[Engine]:
+        """The stocked store, for the expected answers."""
+        with Engine(stocked.url, create=False) as opened:
+            yield opened
+
+    return stocked, viewer, engine

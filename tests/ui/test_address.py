@@ -7,7 +7,6 @@ installed on the whole browser context, every later tab included: no test here i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,31 +18,14 @@ from tests.ui._helpers import (
     Stocked,
     move_slider,
     stack_rows,
-    stock,
+    stocked_fixtures,
 )
 from tests.ui.conftest import Served
 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture(scope="module")
-def stocked(tmp_path_factory: pytest.TempPathFactory) -> Stocked:
-    """A SQLite store with the examples, supervised runs and a hostile run."""
-    return stock(f"sqlite:///{tmp_path_factory.mktemp('address') / 'runs.db'}")
-
-
-@pytest.fixture(scope="module")
-def viewer(serve: Any, stocked: Stocked) -> Served:
-    """`stagetrail ui` serving the stocked store."""
-    served: Served = serve(stocked.url)
-    return served
-
-
-@pytest.fixture(scope="module")
-def engine(stocked: Stocked) -> Iterator[Engine]:
-    """The stocked store, for the expected answers."""
-    with Engine(stocked.url, create=False) as opened:
-        yield opened
+stocked, viewer, engine = stocked_fixtures("address")
 
 
 HOLD_ADDRESS_TIMER = """() => {

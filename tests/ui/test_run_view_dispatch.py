@@ -18,13 +18,14 @@ import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Engine, Pipeline, Run, StagetrailError
+from engine import Engine, Run, StagetrailError
 from engine.ui.snapshot import PANELS, RunView
 from events import DECIDED, Event, StageCompleted, StageStarted
 from events.base import EVENT_TYPES
 from projections import ProjectionError
 from tests._helpers import REVIEW, hub_table
 from tests.projections.test_projection_properties import act
+from tests.projections.test_rounds import TOOL_LOOP
 
 
 @attrs.frozen(kw_only=True)
@@ -46,18 +47,6 @@ class LateCompleted(StageCompleted):
 for _cls in (ReviewerPinged, LateCompleted):
     del EVENT_TYPES[_cls.topic]
 
-
-ROUNDS = Pipeline(
-    "rounds",
-    initial="round",
-    transitions=[
-        ("round", "tool_call", "round"),
-        ("round", "failed", "round"),
-        ("round", "answered", "done"),
-    ],
-    final=["done"],
-)
-"""A stage that goes round: each tool call a round of the same state."""
 
 STAGES = ("a", "b", "b_done")
 ROUTES = ("a", "b", "stop")
@@ -175,7 +164,7 @@ class TestRunViewDispatch:
                 "child": engine.start_run(REVIEW, parent=review),
                 "hub": engine.start_run(hub_table(hub=True)),
                 "strict": engine.start_run(hub_table(hub=False)),
-                "rounds": engine.start_run(ROUNDS),
+                "rounds": engine.start_run(TOOL_LOOP),
             }
             for which, action, number in steps:
                 step(engine, runs, which, action, number)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,31 +23,14 @@ from tests.ui._helpers import (
     move_slider,
     record_long,
     stack_rows,
-    stock,
+    stocked_fixtures,
 )
 from tests.ui.conftest import Served, screenshot
 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture(scope="module")
-def stocked(tmp_path_factory: pytest.TempPathFactory) -> Stocked:
-    """A SQLite store with the examples, supervised runs and a hostile run."""
-    return stock(f"sqlite:///{tmp_path_factory.mktemp('viewer') / 'runs.db'}")
-
-
-@pytest.fixture(scope="module")
-def viewer(serve: Any, stocked: Stocked) -> Served:
-    """`stagetrail ui` serving the stocked store."""
-    served: Served = serve(stocked.url)
-    return served
-
-
-@pytest.fixture(scope="module")
-def engine(stocked: Stocked) -> Iterator[Engine]:
-    """The stocked store, for the expected answers."""
-    with Engine(stocked.url, create=False) as opened:
-        yield opened
+stocked, viewer, engine = stocked_fixtures("viewer")
 
 
 COUNT_ROW_CHANGES = """() => {
