@@ -155,7 +155,7 @@ class Chain:
         body = data[:start] + b"}"
         link = self._digest(self._format(run_id) % (previous, _VERSION(version), topic_bytes, body))
         text = binascii.b2a_base64(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT]
-        return link if data[start + self._mark_length : -2] == text else b""
+        return link if data[start + self._mark_length :] == text + _CLOSE else b""
 
     def run_along(
         self,
@@ -183,7 +183,7 @@ class Chain:
         """`run_along` of plain links: SHA-256 of each message."""
         first, mark, topics = version, self._mark, _TOPICS
         message, pack, sha256, b2a, urlsafe = (
-            _message_format(run_id) + b"}",
+            _cut_format(run_id),
             _VERSION,
             _sha256,
             _b2a,
@@ -192,7 +192,7 @@ class Chain:
         for _, topic, data in rows:
             cut = len(data) - _SUFFIX
             link = sha256(
-                message % (previous, pack(version), topics.get(topic) or _topic(topic), data[:cut])
+                message % (previous, pack(version), topics.get(topic) or _topic(topic), cut, data)
             ).digest()[:LINK_BYTES]
             if cut <= 0 or not data.endswith(
                 _TAIL % (mark, b2a(link, newline=False).translate(urlsafe))
@@ -212,12 +212,12 @@ class Chain:
             self._inner.copy,
             self._outer.copy,
         )
-        message, pack, b2a, urlsafe = _message_format(run_id) + b"}", _VERSION, _b2a, _URLSAFE
+        message, pack, b2a, urlsafe = _cut_format(run_id), _VERSION, _b2a, _URLSAFE
         for _, topic, data in rows:
             cut = len(data) - _SUFFIX
             hashed = inner()
             hashed.update(
-                message % (previous, pack(version), topics.get(topic) or _topic(topic), data[:cut])
+                message % (previous, pack(version), topics.get(topic) or _topic(topic), cut, data)
             )
             tagged = outer()
             tagged.update(hashed.digest())
@@ -286,6 +286,13 @@ def _message_format(run_id: UUID) -> bytes:
     """The %-format of a link's message in `run_id`: the previous link, the run's 16 bytes
     (written in, each % doubled), the version, the topic, a NUL and the stored JSON."""
     return b"%b" + run_id.bytes.replace(b"%", b"%%") + b"%b%b\x00%b"
+
+
+def _cut_format(run_id: UUID) -> bytes:
+    """`_message_format` of `run_id` taking the stored JSON's length before its link and the
+    stored JSON itself, and closing the object: `run_along` formats each message without
+    first copying the stored JSON cut short (``%.*b``; a length under 0 formats none)."""
+    return _message_format(run_id)[:-2] + b"%.*b}"
 
 
 def _consecutive(rows: Sequence[StoredRow], start: int, version: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import random
 import shutil
 from pathlib import Path
 from uuid import UUID
@@ -165,6 +166,59 @@ class TestLinkFormat:
             }
 
 
+class TestRunAlongAgainstFollows:
+    """`run_along`'s page loop and `follows` (one event, the slow path) agree on random pages."""
+
+    RUN = TestLinkFormat.RUN
+
+    def page(self, chain: Chain, draw: random.Random) -> list[tuple[int, str, bytes]]:
+        """Ten to forty sealed rows with random bodies and topics, tampered at random: a byte
+        edited, a row cut short or dropped, two rows swapped, a link in the other mode."""
+        previous, rows = b"", []
+        for version in range(1, draw.randint(10, 40)):
+            text = "".join(draw.choice('ab%"\\}{,') for _ in range(draw.randint(0, 60)))
+            body = b'{"v":"' + text.encode() + b'"}'
+            topic = draw.choice(["t:X", "t:Y", "%s"])
+            data, previous = chain.sealed(previous, self.RUN, version, topic, body)
+            rows.append((version, topic, data))
+        for _ in range(draw.randint(0, 2)):
+            index = draw.randrange(len(rows))
+            version, topic, data = rows[index]
+            tampering = draw.choice(["edit", "cut", "drop", "swap", "mode"])
+            if tampering == "edit":
+                at = draw.randrange(len(data))
+                rows[index] = (version, topic, data[:at] + b"#" + data[at + 1 :])
+            elif tampering == "cut":
+                rows[index] = (version, topic, data[: draw.randrange(len(data))])
+            elif tampering == "drop":
+                del rows[index]
+            elif tampering == "swap" and index:
+                rows[index - 1], rows[index] = rows[index], rows[index - 1]
+            elif tampering == "mode":
+                rows[index] = (version, topic, data.replace(b'"_c":"s', b'"_c":"k'))
+        return rows
+
+    @staticmethod
+    def followed(chain: Chain, rows: list[tuple[int, str, bytes]]) -> tuple[int, bytes]:
+        """How many rows follow on one by one through `follows`, and the last link."""
+        previous, count = b"", 0
+        for version, topic, data in rows:
+            link = chain.follows(previous, TestRunAlongAgainstFollows.RUN, version, topic, data)
+            if version != count + 1 or not link:
+                break
+            previous, count = link, count + 1
+        return count, previous
+
+    @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
+    def test_random_pages_follow_as_far_one_event_at_a_time(self, secret: bytes | None) -> None:
+        """On 300 random pages (tampered or not), `run_along` from the first row follows as
+        many rows as `follows` does one by one, ending on the same link."""
+        chain, draw = Chain(secret), random.Random(29)
+        for _ in range(300):
+            rows = self.page(chain, draw)
+            assert chain.run_along(b"", 1, self.RUN, rows) == self.followed(chain, rows)
+
+
 class TestTampering:
     """Rows changed behind stagetrail's back, in SQLite and PostgreSQL: verify names the version."""
 
@@ -215,6 +269,20 @@ class TestTampering:
         rows.delete(run_id, 8)
         rows.insert(run_id, 8, *rows.get(run_id, 7))
         assert [v for v, _ in chain_problems(engine, run_id)] == [8]
+        engine.close()
+
+    def test_an_edit_after_the_link_is_found_at_its_version(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """The bytes closing an event's link (its quote and the object's brace) are checked
+        too: an event whose link's closing quote was edited breaks the chain at its version,
+        checked alone or in the whole verify."""
+        engine, run_id, rows = setup
+        topic, state = rows.get(run_id, 2)
+        rows.put(run_id, 2, topic, state[:-2] + b"#}")
+        alone = engine.verify(run_id, chain_only=True)
+        assert (alone.chain, alone.problems[0].version) == ("broken", 2)
+        assert [v for v, _ in chain_problems(engine, run_id)][:1] == [2]
         engine.close()
 
     def test_checking_page_by_page_finds_the_same_breaks(
