@@ -34,6 +34,19 @@ class TestBenchmarks:
         assert report["results"][2]["many_tasks"] > 0
         assert report["results"][3]["append"] < 200
 
+    def test_chain_read_benchmark_reports_every_read(self) -> None:
+        """benchmarks.chain_read --quick prints each read's rates, then verify's and the check's."""
+        require_postgres()
+        rows = json.loads(quick_run("chain_read").stdout)["results"]
+        assert [row["case"] for row in rows[:3]] == [
+            "chunked stream (RangeReader)",
+            "chunked stream, no topic",
+            "server-side cursor, 20,000 a fetch",
+        ]
+        assert all(row["wall"] > 0 and row["cpu"] > 0 for row in rows[:7])
+        assert rows[6]["case"] == "verify"
+        assert rows[7]["cpu"] > 0
+
     def test_projections_benchmark_reports_every_figure(self) -> None:
         """benchmarks.projections --quick prints each figure with its baseline and target."""
         done = quick_run("projections")
