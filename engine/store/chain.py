@@ -324,7 +324,9 @@ def split(data: bytes) -> tuple[bytes, str, bytes] | None:
 
     The link is the object's last member: nothing a value holds can end the
     object with those bytes (a string's quotes are escaped, a nested object ends
-    with another brace).
+    with another brace). A link's text must be the one its bytes encode to: base64
+    decoding skips characters outside its alphabet and the last character's unused
+    bits, so other texts decode to the same link, and an event edited there would pass.
     """
     if len(data) <= _SUFFIX or not data.endswith(_CLOSE):
         return None
@@ -332,10 +334,12 @@ def split(data: bytes) -> tuple[bytes, str, bytes] | None:
     if data[start : start + len(_OPEN)] != _OPEN:
         return None
     mode = data[start + len(_OPEN) : start + len(_OPEN) + 1].decode("ascii", "replace")
+    text = data[start + len(_OPEN) + 1 : -len(_CLOSE)]
     try:
-        text = data[start + len(_OPEN) + 1 : -len(_CLOSE)]
         link = base64.urlsafe_b64decode(text + b"==")
     except ValueError:
+        return None
+    if _b2a(link, newline=False).translate(_URLSAFE)[:_LINK_TEXT] != text:
         return None
     return data[:start] + b"}", mode, link
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import random
 import shutil
+import string
 from pathlib import Path
 from uuid import UUID
 
@@ -219,6 +221,31 @@ class TestRunAlongAgainstFollows:
             assert chain.run_along(b"", 1, self.RUN, rows) == self.followed(chain, rows)
 
 
+class TestEveryByte:
+    """No stored byte of an event can be changed without the chain check finding it."""
+
+    RUN = TestLinkFormat.RUN
+    OTHERS = b'ABMNgh09-_+/=#"} \x00\xff'
+    """Replacement bytes: base64 letters of each quarter of the alphabet, the standard
+    alphabet's two, padding, the JSON closing bytes and bytes outside ASCII."""
+
+    @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
+    def test_any_byte_of_an_event_edited_breaks_the_chain(self, secret: bytes | None) -> None:
+        """Each byte of the middle of three sealed events, its link's text included, changed
+        to each of `OTHERS` in turn, is a chain problem at that event's version."""
+        chain, previous, rows = Chain(secret), b"", []
+        for version in (1, 2, 3):
+            data, previous = chain.sealed(previous, self.RUN, version, "t:X", b'{"v":"ab"}')
+            rows.append((version, "t:X", data))
+        data = rows[1][2]
+        for at, other in itertools.product(range(len(data)), self.OTHERS):
+            if data[at] != other:
+                edited = [rows[0], (2, "t:X", data[:at] + bytes([other]) + data[at + 1 :]), rows[2]]
+                check = ChainCheck(Chain(secret), self.RUN)
+                check.page(edited)
+                assert [p.version for p in check.problems][:1] == [2], (at, bytes([other]))
+
+
 class TestTampering:
     """Rows changed behind stagetrail's back, in SQLite and PostgreSQL: verify names the version."""
 
@@ -280,6 +307,23 @@ class TestTampering:
         engine, run_id, rows = setup
         topic, state = rows.get(run_id, 2)
         rows.put(run_id, 2, topic, state[:-2] + b"#}")
+        alone = engine.verify(run_id, chain_only=True)
+        assert (alone.chain, alone.problems[0].version) == ("broken", 2)
+        assert [v for v, _ in chain_problems(engine, run_id)][:1] == [2]
+        engine.close()
+
+    def test_a_link_text_decoding_to_the_same_link_is_found_at_its_version(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """A link's last character changed to one differing only in the bits base64 drops
+        (its text no longer the one the link encodes to) breaks the chain at its version,
+        checked alone or in the whole verify."""
+        engine, run_id, rows = setup
+        topic, state = rows.get(run_id, 2)
+        alphabet = string.ascii_uppercase + string.ascii_lowercase + string.digits + "-_"
+        last = alphabet.index(chr(state[-3]))
+        other = alphabet[last ^ 1].encode()
+        rows.put(run_id, 2, topic, state[:-3] + other + state[-2:])
         alone = engine.verify(run_id, chain_only=True)
         assert (alone.chain, alone.problems[0].version) == ("broken", 2)
         assert [v for v, _ in chain_problems(engine, run_id)][:1] == [2]
