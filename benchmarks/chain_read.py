@@ -33,13 +33,28 @@ from typing import Any
 from uuid import UUID
 
 from benchmarks._common import RESULT, WORK, report
-from benchmarks.scale import POSTGRES, postgres_store
+from benchmarks.scale import postgres_store
 from engine import Engine
 from engine.store.chain import Chain, split
+from engine.store.postgres.datastore import schema_of
+from engine.store.urls import parse
 
 NAME = "chain_read"
 """The application_name of every connection this benchmark opens (its backends are found by it)."""
 _TICKS = os.sysconf("SC_CLK_TCK")
+_RATES = ("wall", "cpu", "server")
+
+
+def connected(url: str, name: str = NAME) -> Any:
+    """An autocommit connection named `name` to the server of the store at `url` (not
+    necessarily the benchmark's own PostgreSQL: ``--store`` may name another)."""
+    import psycopg
+
+    parsed = parse(url)
+    return psycopg.connect(
+        host=parsed.host, port=parsed.port, user=parsed.user, password=parsed.password,
+        dbname=parsed.dbname, autocommit=True, application_name=name,
+    )  # fmt: skip
 
 
 def server_seconds(pid: int) -> float:
@@ -158,10 +173,8 @@ class Backends(threading.Thread):
     ranges' connections come and go, so each is read every 20 ms until the check ends."""
 
     def __init__(self, url: str) -> None:
-        import psycopg
-
         super().__init__(daemon=True)
-        self._conn = psycopg.connect(url, autocommit=True)
+        self._conn = connected(url, f"{NAME} sampler")  # not one of the backends it samples
         self._done = threading.Event()
         self._start = self._now()
         self._seen: dict[int, float] = {}
@@ -188,8 +201,8 @@ class Backends(threading.Thread):
 def verify_rates(url: str, run_id: UUID, workers: int) -> dict[str, float]:
     """Events/s of `engine.verify(run, chain_only=True)`: wall clock, CPU time (this process
     and its ended workers), the server's backends."""
-    with Engine(url) as engine:
-        backends = Backends(POSTGRES)
+    with Engine(_named(url), read_only=True) as engine:  # --store's store: nothing written
+        backends = Backends(url)
         backends.start()
         children = _children()
         wall, cpu = time.perf_counter(), time.process_time()
@@ -210,12 +223,12 @@ def _children() -> float:
 
 @contextmanager
 def long_run(store: str | None, events: int) -> Iterator[tuple[str, UUID]]:
-    """The store's URL (named `NAME`) and its newest run, or a new schema holding a run of
+    """The store's URL and its newest run, or a new schema holding a run of
     `events` outcomes (dropped afterwards)."""
     if store is not None:
         with Engine(store, read_only=True) as engine:
             (summary,) = engine.runs(limit=1)
-        yield _named(store), summary.run_id
+        yield store, summary.run_id
         return
     with postgres_store() as url, Engine(url) as engine:
         run = engine.start_run(WORK)
@@ -223,7 +236,7 @@ def long_run(store: str | None, events: int) -> Iterator[tuple[str, UUID]]:
             with run.batch():
                 for _ in range(1000):
                     run.stage_completed("work", RESULT, duration=1.0)
-        yield _named(url), run.id
+        yield url, run.id
 
 
 def _named(url: str) -> str:
@@ -232,12 +245,10 @@ def _named(url: str) -> str:
 
 def measure(url: str, run_id: UUID, rounds: int, workers: int) -> list[dict[str, object]]:
     """Every read, the check alone and `engine.verify`, `rounds` rounds in turn (medians)."""
-    import psycopg
-
-    schema = url.split("schema=", 1)[1].split("&", 1)[0]
+    schema = schema_of(parse(url))
     rates: dict[str, list[dict[str, float]]] = {name: [] for name in (*READS, "verify")}
     loads: list[float] = []
-    with psycopg.connect(POSTGRES, autocommit=True, application_name=NAME) as conn:
+    with connected(url) as conn:
         hashed = check_alone(conn, schema, run_id)
         for _ in range(rounds):
             loads.append(os.getloadavg()[0])
@@ -247,16 +258,13 @@ def measure(url: str, run_id: UUID, rounds: int, workers: int) -> list[dict[str,
     rows: list[dict[str, object]] = [
         {
             "case": name,
-            **{k: statistics.median(r[k] for r in got) for k in ("wall", "cpu", "server")},
+            **{k: statistics.median(r[k] for r in got) for k in _RATES},
         }
         for name, got in rates.items()
     ]
     rows.append({"case": "the hash check alone (run_along, in memory)", "cpu": hashed})
     rows.append({"case": "load (1 min) at each round", "loads": loads, "workers": workers})
     return rows
-
-
-_RATES = ("wall", "cpu", "server")
 
 
 def main() -> None:
