@@ -459,6 +459,7 @@ class Engine:
         helpers = chain_workers(newest.version, workers)  # refused even without `chain_only`
         pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
+        plain = self.store.chain_record is not None and self.store.chain_record.mode == "plain"
         if chain_only:
             reading = self.store.range_reading()
             ranges = None
@@ -467,12 +468,18 @@ class Engine:
                 ranges = RunRanges(reading, newest.version, after)
             chained = verify_chain(
                 rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
-                workers=helpers, ranges=ranges,
+                workers=helpers, ranges=ranges, plain=plain,
             )  # fmt: skip
             return self._not_erased_meanwhile(rid, chained)
         registered = [self.projections.projection(n) for n in self.projections.names]
         report = verify_stored(
-            rid, pages, mapper, registered, must_link_from=linked_from, key_problem=key_problem
+            rid,
+            pages,
+            mapper,
+            registered,
+            must_link_from=linked_from,
+            key_problem=key_problem,
+            plain=plain,
         )
         return self._not_erased_meanwhile(rid, report)
 

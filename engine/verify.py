@@ -87,6 +87,7 @@ def verify_stored(
     *,
     must_link_from: int | None = None,
     key_problem: str | None = None,
+    plain: bool = False,
 ) -> VerifyReport:
     """`verify_events` over a run's stored events (`StoredRow`s), a page at a time, each
     page's hash chain checked before its events are decoded (`ChainCheck.checked`).
@@ -95,8 +96,10 @@ def verify_stored(
         must_link_from: the first version the store's recorded chain says carries a link
             (an event from there on without one was stripped of it); None: none must.
         key_problem: what is wrong with the chain key given (a wrong key), reported first.
+        plain: the store's recorded chain is plain (no key): a keyed link from
+            `must_link_from` on was forged.
     """
-    links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from)
+    links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from, plain=plain)
     report = verify_events(run_id, links.checked(pages, mapper), projections)
     return _with_chain(report, links, key_problem)
 
@@ -164,6 +167,7 @@ def verify_chain(
     key_problem: str | None = None,
     workers: int = 0,
     ranges: RunRanges | None = None,
+    plain: bool = False,
 ) -> VerifyReport:
     """Check a run's hash chain alone, a page of stored events (`StoredRow`s) at a time,
     decoding none.
@@ -173,8 +177,9 @@ def verify_chain(
     projections are `verify_stored`'s. With `workers`, that many worker processes check
     pages beside this one (`ChainCheck.pages`): the same report, sooner. With `ranges`,
     the run is read by ranges of versions, each streamed and checked on its own (`_Ranges`).
+    `must_link_from`, `key_problem` and `plain` are `verify_stored`'s.
     """
-    links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from)
+    links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from, plain=plain)
     count = links.pages(pages, mapper, workers=workers, ranges=ranges)
     return _with_chain(VerifyReport(run_id, count, ()), links, key_problem)
 
@@ -202,11 +207,16 @@ class ChainCheck:
     recorded chain began (`must_link_from`) without a link is broken.
     """
 
-    def __init__(self, chain: Chain, run_id: UUID, *, must_link_from: int | None = None) -> None:
+    def __init__(
+        self, chain: Chain, run_id: UUID, *, must_link_from: int | None = None, plain: bool = False
+    ) -> None:
         self.chain = chain
         self.run_id = run_id
         self.must_link_from = must_link_from
         """The first version that must carry a link, whatever comes before (None: none)."""
+        self.plain = plain
+        """Whether the store's recorded chain is plain: no writer links with a key from
+        `must_link_from` on (a keyed link there would go unchecked without a key)."""
         self.problems: list[Problem] = []
         self.previous = b""
         self.expected = 1
@@ -383,7 +393,7 @@ class ChainCheck:
         if parts is None:
             if self.chained_from is not None:
                 self._broken(version, "the event has no link, but the run is chained before it")
-            elif self.must_link_from is not None and version >= self.must_link_from:
+            elif self._must_link(version):
                 self._broken(version, _STRIPPED)
             self.previous = b""
             return
@@ -403,12 +413,19 @@ class ChainCheck:
             self._broken(version, "linked without the chain key (written before it was set, "
                          "or forged)")  # fmt: skip
             return
+        if self.plain and mode == KEYED and self._must_link(version):
+            self._broken(version, _KEYED_IN_PLAIN)
+            return
         self.keyed = self.keyed or mode == KEYED
         computed = self.chain.recompute(mode, self.previous, self.run_id, version, topic, body)
         if computed is None:
             self.unchecked = True
         elif computed != link:
             self._broken(version, _WHY)
+
+    def _must_link(self, version: int) -> bool:
+        """Whether the store's recorded chain says event `version` carries a link."""
+        return self.must_link_from is not None and version >= self.must_link_from
 
     def _unreadable(self, version: int, error: EventFormatError) -> None:
         self.problems.append(Problem(version, "format", error.reason))
@@ -646,6 +663,10 @@ def _missing(expected: int, found: int) -> str:
 _STRIPPED = (
     "the event has no link, but the store links every event stored since its chain was "
     "recorded: its link was removed"
+)
+_KEYED_IN_PLAIN = (
+    "linked with a key, but the store's recorded chain is plain (no writer holds a key): "
+    "its link was forged"
 )
 _WHY = "the link does not match: this event was edited, moved or inserted, or the one before it was"
 

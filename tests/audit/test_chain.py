@@ -329,6 +329,21 @@ class TestTampering:
         assert [v for v, _ in chain_problems(engine, run_id)][:1] == [2]
         engine.close()
 
+    def test_a_keyed_link_in_a_plain_store_is_found_at_its_version(
+        self, setup: tuple[Engine, UUID, Rows]
+    ) -> None:
+        """An edited event whose link was marked keyed in a store whose recorded chain is plain
+        (a link no key can check) breaks the chain at its version, alone or in the whole
+        verify, instead of leaving the chain unchecked."""
+        engine, run_id, rows = setup
+        rows.edit(run_id, 2, b'"python"', b'"rustc_"')
+        rows.edit(run_id, 2, b'"_c":"s', b'"_c":"k')
+        alone = engine.verify(run_id, chain_only=True)
+        assert (alone.chain, [p.version for p in alone.problems]) == ("broken", [2])
+        assert "forged" in alone.problems[0].message
+        assert [v for v, _ in chain_problems(engine, run_id)] == [2]
+        engine.close()
+
     def test_checking_page_by_page_finds_the_same_breaks(
         self, setup: tuple[Engine, UUID, Rows]
     ) -> None:
