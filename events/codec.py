@@ -17,7 +17,7 @@ import attrs
 
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
-from events.values import build, fields_of, slot_setters
+from events.values import build, fields_of, slot_setters, writable_twin
 
 # Bound once, at import: freezegun rebinds a module's `datetime` while time is frozen,
 # and a per-class reader made then would go on building its fake datetimes after it.
@@ -198,17 +198,18 @@ def _class_reader(cls: type[Event]) -> Any:
     `(state, row) -> event` for `read_each`: the one code generator of the event readers.
 
     The reader builds the event, its slots set in its own body (no call of `maker` per
-    event), when `state` holds exactly the class's stored fields at its current class
+    event; in its writable twin, `writable_twin`, where it has one), when `state` holds exactly the class's stored fields at its current class
     version, and `extra` or not; anything else goes to `_slow` untouched.
     """
     if not cls.decoders.keys() <= _stored_fields(cls) - {"timestamp"}:
         return _slow_only  # a decoder of no payload field: `decode` says so, or runs it
     later = cls.class_version if cls.class_version > 1 else 0
     keys = len(_stored_fields(cls)) + (later > 0)
+    twin = writable_twin(cls)  # filled by plain stores, then made a `cls`
     scope: dict[str, Any] = {
-        "new": object.__new__, "cls": cls, "parse": _parse_time, "slow": _slow,
+        "new": object.__new__, "cls": cls, "twin": twin, "parse": _parse_time, "slow": _slow,
     }  # fmt: skip
-    body = ["          v = new(cls)"]
+    body = [f"          v = new({'cls' if twin is None else 'twin'})"]
     for index, (name, setter) in enumerate(slot_setters(cls).items()):
         scope[f"set{index}"] = setter
         if name == "run_id":
@@ -222,7 +223,11 @@ def _class_reader(cls: type[Event]) -> Any:
             value = f"decoder{index}(state[{name!r}])"
         else:
             value = f"state[{name!r}]"
-        body.append(f"          set{index}(v, {value})")
+        body.append(
+            f"          set{index}(v, {value})" if twin is None else f"          v.{name} = {value}"
+        )
+    if twin is not None:
+        body.append("          v.__class__ = cls")
     # As many keys as stored fields, or one more that is `extra`, each field read by name:
     # so no other key can be there.
     check = f"(n == {keys} or (n == {keys + 1} and extra in state))"
