@@ -198,8 +198,9 @@ def _class_reader(cls: type[Event]) -> Any:
     `(state, row) -> event` for `read_each`: the one code generator of the event readers.
 
     The reader builds the event, its slots set in its own body (no call of `maker` per
-    event; in its writable twin, `writable_twin`, where it has one), when `state` holds exactly the class's stored fields at its current class
-    version, and `extra` or not; anything else goes to `_slow` untouched.
+    event; in its writable twin, `writable_twin`, where it has one), when `state` holds
+    exactly the class's stored fields at its current class version, and `extra` or not;
+    anything else goes to `_slow` untouched.
     """
     if not cls.decoders.keys() <= _stored_fields(cls) - {"timestamp"}:
         return _slow_only  # a decoder of no payload field: `decode` says so, or runs it

@@ -114,7 +114,7 @@ def _twin(cls: type) -> type | None:
     }
     try:
         twin = type(cls)(cls.__name__, (base,), namespace)
-        probe = object.__new__(twin)
+        probe: Any = object.__new__(twin)
         probe.__class__ = cls
     except TypeError:  # a layout (or metaclass) Python does not let one become the other
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import sys
 from datetime import UTC, datetime
+from typing import Any
 from uuid import uuid4
 
 import attrs
@@ -161,22 +162,25 @@ class TestWritableTwin:
         (where it has one), is an instance of the class holding the very objects its slot
         setters would set."""
         registered = dict(EVENT_TYPES)
+        cls: type[Any]
         for cls in [*registered.values(), *VALUE_CLASSES]:
             # an event class has one; a class adding its own weakref slot has none (Python
             # finds the layouts differ), and is built through its slot setters instead
             if cls in registered.values():
                 assert writable_twin(cls) is not None, cls
             fields = {field.name: object() for field in attrs.fields(cls)}
-            expected = object.__new__(cls)
+            expected: Any = object.__new__(cls)
             for name, set_slot in slot_setters(cls).items():
                 set_slot(expected, fields[name])
+            built: Any
             for built in (build(cls, fields), maker(cls)(**fields)):
                 assert type(built) is cls
                 assert all(getattr(built, n) is v for n, v in fields.items()), cls
                 assert fields_of(built) == fields_of(expected)
-            evolved = evolve(build(cls, fields), **{next(iter(fields)): 5})
-            assert type(evolved) is cls and getattr(evolved, next(iter(fields))) == 5
-        assert EVENT_TYPES == registered  # no twin registered as an event class
+            evolved: Any = evolve(build(cls, fields), **{next(iter(fields)): 5})
+            assert type(evolved) is cls
+            assert getattr(evolved, next(iter(fields))) == 5
+        assert registered == EVENT_TYPES  # no twin registered as an event class
 
     def test_a_value_built_through_the_twin_stays_frozen(self) -> None:
         """The value a twin was filled as refuses assignment, as a constructed one does."""
