@@ -16,7 +16,6 @@ loudly instead of writing text ids beside binary ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -29,7 +28,6 @@ from engine.store.sqlite.recorder import (
 )
 from engine.store.sqlite.writer import WriterConnection
 
-_VERSION, _TOPIC_ID, _STATE = itemgetter(0), itemgetter(1), itemgetter(2)
 TOPICS_TABLE = "stagetrail_topics"
 """Each topic of a compact store's events once, with the small integer its rows hold."""
 
@@ -111,9 +109,8 @@ class CompactRecorder(SQLiteRecorder):
 
     def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
         """Rows as the compact table holds them, each topic id turned back into its topic."""
-        named = map(self.topic_names.__getitem__, map(_TOPIC_ID, rows))
-        # zip and map: C's loops, no bytecode of ours per row of a long run's stream
-        return list(zip(map(_VERSION, rows), named, map(_STATE, rows), strict=True))
+        names = self.topic_names
+        return [(version, names[topic], state) for version, topic, state in rows]
 
     def select_notifications(
         self,
