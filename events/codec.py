@@ -129,11 +129,14 @@ def read_each(
     """
     if len(rows) != len(states):
         raise ValueError(f"{len(rows)} rows but {len(states)} states")
-    readers = _PageReaders(run_id, alone, extra)  # per call: a topic may have a new class
+    # per call: a topic may have a new class
+    readers = _PageReaders(run_id, alone, _NO_KEY if extra is None else extra)
     return map(call, map(readers.__getitem__, map(_TOPIC, rows)), states, rows)
 
 
 _TOPIC = itemgetter(1)
+_NO_KEY: Any = object()
+"""`extra` where there is none: a key no state holds (None may be one), so none is ignored."""
 _Read = Callable[[Any, tuple[Any, ...]], Event]
 """A page's reader of one topic: `(state, row) -> event`."""
 

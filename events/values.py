@@ -85,8 +85,8 @@ def welcome_twins(klass: type) -> None:
 def writable_twin(cls: type) -> type | None:
     """A class of `cls`'s slot layout, its attributes set by plain assignment, whose instance
     becomes a `cls` by assigning it `cls` as its ``__class__``; None where there is none
-    (not slotted, several bases, a base whose subclass hook does not welcome twins, or a
-    layout Python does not find the same). Made once per class.
+    (not slotted, several bases, a metaclass other than `type`, a base whose subclass hook
+    does not welcome twins, or a layout Python does not find the same). Made once per class.
 
     Only for values built as `maker` builds them: nothing of ``__init__`` runs.
     """
@@ -98,8 +98,8 @@ def writable_twin(cls: type) -> type | None:
 
 def _twin(cls: type) -> type | None:
     slots = cls.__dict__.get("__slots__")
-    if slots is None or len(cls.__bases__) != 1:
-        return None
+    if slots is None or len(cls.__bases__) != 1 or type(cls) is not type:
+        return None  # a metaclass of its own would see (and may register) the twin
     base = cls.__bases__[0]
     for klass in base.__mro__[:-1]:
         if "__init_subclass__" in vars(klass) and klass not in _WELCOMING:
@@ -116,6 +116,7 @@ def _twin(cls: type) -> type | None:
         twin = type(cls)(cls.__name__, (base,), namespace)
         probe: Any = object.__new__(twin)
         probe.__class__ = cls
+        object.__setattr__(probe, "__class__", twin)  # dropped as a twin: no `cls.__del__`
     except TypeError:  # a layout (or metaclass) Python does not let one become the other
         return None
     return twin

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import copy
+import gc
+import importlib
 import pickle
+import pkgutil
 import sys
+import weakref
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 from uuid import uuid4
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import projections
 from events import EVENT_TYPES, StageCompleted
 from events.values import build, evolve, fields_of, maker, slot_setters, writable_twin
 from projections import Attempt, Frame, Results, Retries, Round, Rounds, RunSummary, Stack
@@ -197,3 +205,140 @@ class TestWritableTwin:
         assert Hooked.seen == before
         assert maker(UnderHook)(x=3) == UnderHook(x=3)
         assert writable_twin(Loose) is None
+
+
+class Registering(type):
+    """A metaclass keeping a list of every class it makes (a registry of its own)."""
+
+    made: list[str] = []
+
+    def __init__(cls, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        Registering.made.append(cls.__qualname__)
+
+
+class Registered(metaclass=Registering):
+    """A base made by a registering metaclass, with the weakref slot its values would add."""
+
+    __slots__ = ("__weakref__",)
+
+
+@attrs.frozen
+class UnderMetaclass(Registered):
+    """A frozen value whose metaclass would register a twin made for it."""
+
+    x: int
+
+
+@attrs.frozen(weakref_slot=False)
+class Finalized:
+    """A frozen value whose finalizer reads its field (and notes it)."""
+
+    x: int
+    finalized: ClassVar[list[int]] = []
+
+    def __del__(self) -> None:
+        Finalized.finalized.append(getattr(self, "x", -1))
+
+
+class TestTwinGuards:
+    def test_a_class_of_its_own_metaclass_gets_no_twin(self) -> None:
+        """A class whose metaclass is not `type` has no twin, so the metaclass makes (and
+        registers) no class beside the user's; its values are built all the same."""
+        before = list(Registering.made)
+        assert writable_twin(UnderMetaclass) is None
+        assert Registering.made == before
+        assert maker(UnderMetaclass)(x=3) == UnderMetaclass(x=3)
+
+    def test_finding_a_twin_finalizes_no_empty_value(self) -> None:
+        """Trying the twin leaves no empty value of the class to its finalizer (which would
+        find its field unset); a value built through the twin is finalized as usual."""
+        assert writable_twin(Finalized) is not None
+        gc.collect()
+        assert Finalized.finalized == []
+        value = build(Finalized, {"x": 4})
+        del value
+        gc.collect()
+        assert Finalized.finalized == [4]
+
+
+PAYLOADS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=4),
+    st.lists(st.integers(), max_size=3),
+    st.tuples(st.integers(), st.text(max_size=2)),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+
+
+def _value_classes() -> list[type[Any]]:
+    """Every registered event class and every slotted attrs class of the projections."""
+    found: dict[type[Any], None] = dict.fromkeys(EVENT_TYPES.values())
+    for module_info in pkgutil.walk_packages(projections.__path__, "projections."):
+        module = importlib.import_module(module_info.name)
+        for value in vars(module).values():
+            if isinstance(value, type) and attrs.has(value) and "__slots__" in value.__dict__:
+                found.setdefault(value)
+    return list(found)
+
+
+def _outcome(call: Any) -> Any:
+    """What `call` gives (as its type and repr) or raises (as its type and message)."""
+    try:
+        result = call()
+    except Exception as error:
+        return ("raised", type(error).__name__, str(error))
+    return ("gave", type(result), repr(result))
+
+
+def _behaviour(value: Any) -> list[Any]:
+    """How `value` answers what users ask of a value: equality is checked beside this."""
+    return [
+        type(value),
+        repr(value),
+        _outcome(lambda: hash(value)),
+        _outcome(lambda: pickle.loads(pickle.dumps(value))),
+        _outcome(lambda: copy.copy(value)),
+        _outcome(lambda: copy.deepcopy(value)),
+        _outcome(lambda: attrs.asdict(value, recurse=False)),
+        _outcome(lambda: attrs.evolve(value)),
+        _outcome(lambda: setattr(value, attrs.fields(type(value))[0].name, 1)),
+        _outcome(lambda: weakref.ref(value) and None),
+        hasattr(value, "__dict__"),
+        sys.getsizeof(value),
+        gc.is_tracked(value),
+    ]
+
+
+class TestTwinDifferential:
+    @settings(max_examples=40, deadline=None)
+    @given(st.data())
+    def test_twin_built_values_behave_as_slot_set_ones(self, data: st.DataObject) -> None:
+        """Random values of every event and projection value class, built through the writable
+        twin (`build`, `maker`, `evolve`), equal, hash, print, pickle, copy, evolve and refuse
+        assignment exactly as the same values set slot by slot do."""
+        registered = dict(EVENT_TYPES)
+        for cls in _value_classes():
+            names = [field.name for field in attrs.fields(cls)]
+            fields = {name: data.draw(PAYLOADS, label=f"{cls.__name__}.{name}") for name in names}
+            expected: Any = object.__new__(cls)
+            for name, set_slot in slot_setters(cls).items():
+                set_slot(expected, fields[name])
+            wanted = _behaviour(expected)
+            built: Any
+            for built in (build(cls, fields), maker(cls)(**fields), evolve(expected, **fields)):
+                assert built == expected, cls
+                assert (built != expected) is False, cls
+                assert all(getattr(built, name) is fields[name] for name in names), cls
+                assert _behaviour(built) == wanted, cls
+        assert registered == EVENT_TYPES
+
+    def test_the_value_classes_without_a_weakref_slot_have_twins(self) -> None:
+        """Each event class, and each projection value declared without a weakref slot of its
+        own, is built through a twin (the speed the declaration is there for)."""
+        for cls in _value_classes():
+            if cls in EVENT_TYPES.values() or "__weakref__" not in cls.__slots__:
+                assert writable_twin(cls) is not None, cls
