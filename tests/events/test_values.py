@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import projections
-from events import EVENT_TYPES, StageCompleted
+from events import EVENT_TYPES, Event, StageCompleted
+from events.codec import encode, read_each
 from events.values import build, evolve, fields_of, maker, slot_setters, writable_twin
 from projections import Attempt, Frame, Results, Retries, Round, Rounds, RunSummary, Stack
 
@@ -342,3 +343,52 @@ class TestTwinDifferential:
         for cls in _value_classes():
             if cls in EVENT_TYPES.values() or "__weakref__" not in cls.__slots__:
                 assert writable_twin(cls) is not None, cls
+
+
+class TestUserEventClasses:
+    def test_a_users_event_classes_read_back_as_constructed(self) -> None:
+        """Event classes a user writes (slotted, under a subclass hook of their own, without
+        slots of their own) are registered once, and their stored states read back through
+        `read_each` as the events constructed, with a twin or without; no twin registered."""
+        before = dict(EVENT_TYPES)
+        try:
+
+            @attrs.frozen(kw_only=True)
+            class Reviewed(Event):
+                topic = "user:Reviewed"
+                grade: int = 0
+
+            class Auditing(Event):
+                topic = "user:Auditing"
+                seen: ClassVar[list[str]] = []
+
+                def __init_subclass__(cls, **kwargs: Any) -> None:
+                    super().__init_subclass__(**kwargs)
+                    Auditing.seen.append(cls.__qualname__)
+
+            @attrs.frozen(kw_only=True)
+            class Graded(Auditing):
+                topic = "user:Graded"
+                grade: int = 0
+
+            class Plain(StageCompleted):
+                topic = "user:Plain"
+
+            made: list[Event] = [
+                Reviewed(run_id=RUN, version=1, timestamp=WHEN, grade=3),
+                Graded(run_id=RUN, version=2, timestamp=WHEN, grade=4),
+                Plain(run_id=RUN, version=3, timestamp=WHEN, stage="s", attempt=1),
+            ]
+            seen = list(Auditing.seen)
+            rows = [(event.version, event.topic) for event in made]
+            states = [encode(event)[1] for event in made]
+            read = list(read_each(rows, states, RUN, "_c", None))
+            assert read == made
+            assert [type(event) for event in read] == [type(event) for event in made]
+            assert [writable_twin(type(e)) is None for e in made] == [False, True, True]
+            assert Auditing.seen == seen
+            assert set(EVENT_TYPES) - set(before) == {e.topic for e in made} | {"user:Auditing"}
+            assert EVENT_TYPES["user:Graded"] is Graded
+        finally:
+            for topic in set(EVENT_TYPES) - set(before):
+                del EVENT_TYPES[topic]
