@@ -10,7 +10,7 @@ from uuid import UUID
 import attrs
 
 from events import _validation as fields
-from events.values import fields_of
+from events.values import TWIN_OF, fields_of, welcome_twins
 
 EVENT_TYPES: dict[str, type[Event]] = {}
 """Every event class by its topic, the name it is stored under."""
@@ -38,6 +38,8 @@ class Event:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if TWIN_OF in cls.__dict__:  # a builder's stand-in (`writable_twin`), no event class
+            return
         if "topic" not in cls.__dict__:
             cls.topic = f"stagetrail:{cls.__name__}"
         taken = EVENT_TYPES.get(cls.topic)
@@ -75,6 +77,9 @@ class Event:
         return [
             getattr(cls, f"upcast_v{v}_v{v + 1}") for v in range(from_version, cls.class_version)
         ]
+
+
+welcome_twins(Event)
 
 
 def _slotted_copy(cls: type, taken: type) -> bool:

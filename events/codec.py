@@ -17,7 +17,7 @@ import attrs
 
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
-from events.values import build, fields_of, maker, slot_setters
+from events.values import build, fields_of, slot_setters, writable_twin
 
 # Bound once, at import: freezegun rebinds a module's `datetime` while time is frozen,
 # and a per-class reader made then would go on building its fake datetimes after it.
@@ -85,89 +85,81 @@ def decode_many(
 ) -> list[Event]:
     """`decode` of many events of one run: (topic, state, version) each, in order.
 
-    The common case (the class's current version, exactly its fields) is built by
-    the class's `_reader`, made once per class; anything else goes through `decode`,
-    which checks and upcasts it (or names what is wrong).
+    Each is built by its class's reader (`_class_reader`, made once per class), as
+    `read_each` builds a stream's; anything else goes through `decode`, which checks
+    and upcasts it (or names what is wrong).
 
     Args:
-        extra: a key a state may hold beside its fields (the store's own), dropped first.
+        extra: a key a state may hold beside its fields (the store's own), ignored.
 
     Raises:
         EventFormatError: as `decode` does.
     """
-    events: list[Event] = []
-    append = events.append
-    # This call's readers by topic: looked up in `EVENT_TYPES` once a call, since a
-    # topic may be given a class (or another class) after an earlier read.
-    readers: dict[str, Any] = {}
-    for topic, state, version in rows:
-        read = readers.get(topic)
-        if read is None:
-            read = readers[topic] = _reader_of(topic)
-        if type(state) is dict:
-            if extra is not None:
-                state.pop(extra, None)
-            if read:
-                event = read(state, run_id, version)
-                if event is not None:
-                    append(event)
-                    continue
-        append(decode(topic, state, run_id, version))
-    return events
+    page = list(rows)
+    versions = [(version, topic) for topic, _, version in page]
+    return list(read_each(versions, [state for _, state, _ in page], run_id, extra, None))
+
+
+Alone = Callable[[UUID, tuple[Any, ...]], Event]
+"""Reads one row (version, topic, ...) again from what is stored, naming it if unreadable."""
 
 
 def read_each(
     rows: Sequence[tuple[Any, ...]],
     states: Sequence[Any],
     run_id: UUID,
-    extra: str,
-    alone: Callable[[UUID, tuple[Any, ...]], Event],
+    extra: str | None,
+    alone: Alone | None,
 ) -> Iterator[Event]:
-    """`decode_many` one event at a time, as a stream takes them: rows (version, topic, ...)
-    of one run, in order, beside their decoded states.
+    """`decode` of one run's events, one at a time, as a stream takes them: rows (version,
+    topic, ...) in order, beside their decoded states.
 
-    Each event is built by its class's stream reader (`_stream_reader`) when it is taken,
-    or else by `decode` (upcast); a state `decode` refuses goes to `alone` with its row,
-    which reads it again from what is stored and names the event that is wrong. The
-    iterator is C's `map` calling one reader per event: no generator of ours per event.
+    Each event is built by its class's reader (`_class_reader`) when it is taken, or else
+    by `decode` (upcast); a state `decode` refuses goes to `alone` with its row, which
+    reads it again from what is stored and names the event that is wrong (None: the
+    `EventFormatError` is raised). The iterator is C's `map` calling one reader per
+    event: no generator of ours per event.
 
     Args:
         extra: a key a state may hold beside its fields (the store's own), ignored.
 
     Raises:
         ValueError: not as many states as rows.
+        EventFormatError: a state `decode` refuses, `alone` None (as the iterator reaches it).
     """
     if len(rows) != len(states):
         raise ValueError(f"{len(rows)} rows but {len(states)} states")
-    readers = _PageReaders(run_id, alone, extra)  # per call, as `decode_many`'s
+    # per call: a topic may have a new class
+    readers = _PageReaders(run_id, alone, _NO_KEY if extra is None else extra)
     return map(call, map(readers.__getitem__, map(_TOPIC, rows)), states, rows)
 
 
 _TOPIC = itemgetter(1)
+_NO_KEY: Any = object()
+"""`extra` where there is none: a key no state holds (None may be one), so none is ignored."""
+_Read = Callable[[Any, tuple[Any, ...]], Event]
+"""A page's reader of one topic: `(state, row) -> event`."""
 
 
-class _PageReaders(dict[str, Callable[[Any, tuple[Any, ...]], Event]]):
-    """One page's reader of each topic `(state, row) -> event`, bound to its run when first
-    asked for: looked up in `EVENT_TYPES` once a page, as `decode_many` does."""
+class _PageReaders(dict[str, _Read]):
+    """One page's reader of each topic, bound to its run when first asked for: looked up in
+    `EVENT_TYPES` once a page, since a topic may be given a class (or another class) after
+    an earlier read."""
 
-    def __init__(
-        self, run_id: UUID, alone: Callable[[UUID, tuple[Any, ...]], Event], extra: str
-    ) -> None:
+    def __init__(self, run_id: UUID, alone: Alone | None, extra: str | None) -> None:
         super().__init__()
         self.run_id, self.alone, self.extra = run_id, alone, extra
 
-    def __missing__(self, topic: str) -> Callable[[Any, tuple[Any, ...]], Event]:
+    def __missing__(self, topic: str) -> _Read:
         cls = EVENT_TYPES.get(topic)
         bind: Any
         if cls is None:
             bind = _slow_only
         else:
-            bind = _STREAM_READERS.get(cls)
+            bind = _CLASS_READERS.get(cls)
             if bind is None:
-                bind = _STREAM_READERS[cls] = _stream_reader(cls)
-        read: Callable[[Any, tuple[Any, ...]], Event] = bind(
-            self.run_id, self.alone, topic, self.extra
-        )
+                bind = _CLASS_READERS[cls] = _class_reader(cls)
+        read: _Read = bind(self.run_id, self.alone, topic, self.extra)
         self[topic] = read
         return read
 
@@ -177,21 +169,21 @@ def _slow(
     state: Any,
     run_id: UUID,
     row: tuple[Any, ...],
-    alone: Callable[[UUID, tuple[Any, ...]], Event],
-    extra: str,
+    alone: Alone | None,
+    extra: str | None,
 ) -> Event:
     """The event of `row` as `decode` reads `state` (upcast), else as `alone` reads it."""
     if type(state) is dict:
         state.pop(extra, None)
+    if alone is None:
+        return decode(topic, state, run_id, row[0])
     try:
         return decode(topic, state, run_id, row[0])
     except EventFormatError:
         return alone(run_id, row)
 
 
-def _slow_only(
-    run_id: UUID, alone: Callable[[UUID, tuple[Any, ...]], Event], topic: str, extra: str
-) -> Callable[[Any, tuple[Any, ...]], Event]:
+def _slow_only(run_id: UUID, alone: Alone | None, topic: str, extra: str | None) -> _Read:
     """The page reader of a topic no class is stored under (`decode` names it)."""
 
     def read(state: Any, row: tuple[Any, ...]) -> Event:
@@ -200,26 +192,28 @@ def _slow_only(
     return read
 
 
-_STREAM_READERS: dict[type[Event], Any] = {}
-"""`_stream_reader` of each event class streamed so far, made once."""
+_CLASS_READERS: dict[type[Event], Any] = {}
+"""`_class_reader` of each event class read so far, made once."""
 
 
-def _stream_reader(cls: type[Event]) -> Any:
+def _class_reader(cls: type[Event]) -> Any:
     """A function binding a page's `(run_id, alone, topic, extra)` to the class's reader
-    `(state, row) -> event` for `read_each`.
+    `(state, row) -> event` for `read_each`: the one code generator of the event readers.
 
-    The reader builds the event as `_reader` does, its slots set in its own body (no call
-    of `maker` per event), when `state` holds exactly the class's stored fields at its
-    current class version, and `extra` or not; anything else goes to `_slow` untouched.
+    The reader builds the event, its slots set in its own body (no call of `maker` per
+    event; in its writable twin, `writable_twin`, where it has one), when `state` holds
+    exactly the class's stored fields at its current class version, and `extra` or not;
+    anything else goes to `_slow` untouched.
     """
     if not cls.decoders.keys() <= _stored_fields(cls) - {"timestamp"}:
         return _slow_only  # a decoder of no payload field: `decode` says so, or runs it
     later = cls.class_version if cls.class_version > 1 else 0
     keys = len(_stored_fields(cls)) + (later > 0)
+    twin = writable_twin(cls)  # filled by plain stores, then made a `cls`
     scope: dict[str, Any] = {
-        "new": object.__new__, "cls": cls, "parse": _parse_time, "slow": _slow,
+        "new": object.__new__, "cls": cls, "twin": twin, "parse": _parse_time, "slow": _slow,
     }  # fmt: skip
-    body = ["          v = new(cls)"]
+    body = [f"          v = new({'cls' if twin is None else 'twin'})"]
     for index, (name, setter) in enumerate(slot_setters(cls).items()):
         scope[f"set{index}"] = setter
         if name == "run_id":
@@ -233,7 +227,11 @@ def _stream_reader(cls: type[Event]) -> Any:
             value = f"decoder{index}(state[{name!r}])"
         else:
             value = f"state[{name!r}]"
-        body.append(f"          set{index}(v, {value})")
+        body.append(
+            f"          set{index}(v, {value})" if twin is None else f"          v.{name} = {value}"
+        )
+    if twin is not None:
+        body.append("          v.__class__ = cls")
     # As many keys as stored fields, or one more that is `extra`, each field read by name:
     # so no other key can be there.
     check = f"(n == {keys} or (n == {keys + 1} and extra in state))"
@@ -255,70 +253,8 @@ def _stream_reader(cls: type[Event]) -> Any:
         "    return slow(topic, state, run_id, row, alone, extra)",
         "  return read",
     ]
-    exec(compile("\n".join(lines), f"<stream reader of {cls.__qualname__}>", "exec"), scope)
-    return scope["bind"]
-
-
-def _reader_of(topic: str) -> Any:
-    """The `_reader` of the class stored under `topic`, or False (an unknown topic)."""
-    cls = EVENT_TYPES.get(topic)
-    if cls is None:
-        return False
-    read = _READERS.get(cls)
-    if read is None:
-        read = _READERS[cls] = _reader(cls)
-    return read
-
-
-_READERS: dict[type[Event], Any] = {}
-"""`_reader` of each event class decoded so far, made once."""
-
-
-def _reader(cls: type[Event]) -> Any:
-    """A function `(state, run_id, version) -> event or None` for `decode_many`, or False.
-
-    It builds the event (by `maker`, its field decoders applied) when `state` holds
-    exactly the class's stored fields at its current class version, and gives None
-    otherwise, `state` untouched, for `decode` to upcast it or name what is wrong:
-    as many keys as stored fields (plus the version key of a class past version 1),
-    each of them read, so no other key can be there either.
-    """
-    if not cls.decoders.keys() <= _stored_fields(cls) - {"timestamp"}:
-        return False  # a decoder of no payload field: `decode` says so, or runs it
-    later = cls.class_version if cls.class_version > 1 else 0
-    keys = len(_stored_fields(cls)) + (later > 0)
-    scope: dict[str, Any] = {"make": maker(cls), "parse": _parse_time}
-    arguments = []
-    for index, field in enumerate(attrs.fields(cls)):
-        name = field.name
-        if name in ("run_id", "version"):
-            arguments.append(name)
-        elif name == "timestamp":
-            arguments.append("parse(state['timestamp'])")
-        elif name in cls.decoders:
-            scope[f"decoder{index}"] = cls.decoders[name]
-            arguments.append(f"decoder{index}(state[{name!r}])")
-        else:
-            arguments.append(f"state[{name!r}]")
-    lines = [
-        "def read(state, run_id, version):",
-        f"    if len(state) != {keys}:",
-        "        return None",
-    ]
-    if later:  # `_upcast`'s test: the stored version is this int (not 2.0, not True)
-        lines += [
-            "    stored = state.get('class_version')",
-            f"    if stored.__class__ is not int or stored != {later}:",
-            "        return None",
-        ]
-    lines += [
-        "    try:",
-        f"        return make({', '.join(arguments)})",
-        "    except (LookupError, TypeError, ValueError, AttributeError):",
-        "        return None",
-    ]
     exec(compile("\n".join(lines), f"<reader of {cls.__qualname__}>", "exec"), scope)
-    return scope["read"]
+    return scope["bind"]
 
 
 _STORED_FIELDS: dict[type[Event], frozenset[str]] = {}

@@ -40,7 +40,7 @@ SPREAD = 32
 """Beyond this many failing runs between two completions, only their number is kept."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Segment:
     """A stage's failures from one completion (or the first failure) to the next completion."""
 
@@ -79,7 +79,7 @@ Track = tuple[Segment, ...]
 """A stage's newest segments, oldest first; the last one's total is the stage's streak."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Failures:
     """How often, where and how stages failed.
 

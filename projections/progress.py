@@ -44,7 +44,7 @@ def _decision(instance: object, field: attrs.Attribute[Any], value: object) -> N
         raise ValueError(f"{field.name} must be one of {DECISIONS}, got {value!r}")
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Verdict:
     """A decision of `Progress.evaluate` and why (`{}` when the run may continue)."""
 
@@ -57,7 +57,7 @@ class Verdict:
         return self.decision != "continue"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Progress:
     """Counters of steps, changes and repeated test failures."""
 

@@ -20,7 +20,7 @@ from projections.immutable import PList
 from projections.interning import interned
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Attempt:
     """The outcome of one attempt of a stage."""
 
@@ -34,7 +34,7 @@ class Attempt:
     version: int
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Results:
     """Every stage's attempts, oldest first."""
 
@@ -182,7 +182,7 @@ _ATTEMPT = maker(Attempt)
 _RESULTS = maker(Results)
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Retries:
     """How many attempts each stage had, and how many of them were retries."""
 

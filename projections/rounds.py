@@ -30,7 +30,7 @@ from projections.immutable import PList, PMap
 from projections.interning import interned
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Rollback:
     """The `StateRolledBack` that undid a round: its version and reason."""
 
@@ -38,7 +38,7 @@ class Rollback:
     reason: str
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Round:
     """One stage outcome, numbered in recording order, and the rollback that undid it."""
 
@@ -59,7 +59,7 @@ class Round:
         return self.error_type is not None
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class HubTable:
     """A table's hub, and what says where a run is: the table as a lookup, its initial state."""
 
@@ -68,7 +68,7 @@ class HubTable:
     initial: str | None = None
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Rounds:
     """Every round of a run, oldest first, with the live ones (not rolled back) indexed.
 

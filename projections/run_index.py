@@ -38,7 +38,7 @@ STATUS_NOTE = "run.status"
 """The key of a note that pauses a run: ``{"status": <a PAUSED_STATUSES>, "reason": ...}``."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class RunSummary:
     """What the run index knows about one run."""
 

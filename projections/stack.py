@@ -33,7 +33,7 @@ from projections.immutable import PList
 from projections.interning import interned
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Frame:
     """One stage outcome on the stack, and the state it led to."""
 
@@ -50,7 +50,7 @@ class Frame:
     timestamp: datetime
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Hub:
     """A table's hub, as a stack reads the routes outcomes take from it implicitly."""
 
@@ -60,7 +60,7 @@ class Hub:
     has its route's frame alone (made from the outcome's event all the same)."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Stack:
     """The state stack of a run: its initial state, its table and its frames."""
 

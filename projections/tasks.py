@@ -34,7 +34,7 @@ Key = tuple[UUID, str]
 """A task's identity: (run_id, task_id)."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Task:
     """One task: where it sits in the hierarchy, its status, its last outcome, its failures.
 
@@ -59,7 +59,7 @@ class Task:
         return (self.run_id, self.task_id)
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Tasks:
     """Every task seen, the budget spent and the runs folded."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -533,7 +534,7 @@ class Store:
         decoded = self._mapper.decoded
         while True:
             rows = self._rows(run_id, gt=gt, lte=lte, limit=PAGE)
-            wanted = rows if topics is None else [row for row in rows if row[1] in topics]
+            wanted = rows if topics is None else _of_topics(rows, topics)
             try:
                 yield decoded(run_id, wanted, self._alone)
             except EventFormatError as error:
@@ -766,6 +767,17 @@ def _paged(
         if len(page) < PAGE:
             return
         gt = version(page)
+
+
+def _of_topics(rows: list[StoredRow], topics: frozenset[str]) -> list[StoredRow]:
+    """The rows of `topics` among `rows`: `rows` itself when all are (C's loops, no bytecode
+    of ours per row, which a fold's stream reads by the million)."""
+    if topics.issuperset(map(_ROW_TOPIC, rows)):
+        return rows
+    return list(itertools.compress(rows, map(topics.__contains__, map(_ROW_TOPIC, rows))))
+
+
+_ROW_TOPIC = operator.itemgetter(1)
 
 
 def _of(events: list[Event], topics: frozenset[str]) -> list[Event]:

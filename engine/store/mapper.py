@@ -18,7 +18,7 @@ from eventsourcing.persistence import Cipher, Compressor, JSONTranscoder, Mapper
 
 from engine.store.chain import FIELD, Chain, StoredRow
 from events import Event, EventFormatError, decode, encode_timed
-from events.codec import decode_many, read_each
+from events.codec import read_each
 from events.storable import DEFAULT_MAX_EVENT_BYTES, check_stored
 
 _NUL_IN_JSON = b"\\u0000"
@@ -275,7 +275,7 @@ class EventMapper(Mapper[UUID]):
         The lean read of a fold: no `StoredEvent` per row. Each state is decrypted
         and decompressed by the mapper's cipher and compressor, as `json_of` does;
         the page's JSON is then read in one call (`FastJSONTranscoder.decode_many`)
-        and its events built by readers made once per class (`decode_many`).
+        and its events built by readers made once per class (`read_each`).
         Anything that path cannot read goes through `to_domain_event` one by one,
         which names the event that is wrong.
 
@@ -294,9 +294,8 @@ class EventMapper(Mapper[UUID]):
         states = transcoder.decode_many(documents)
         if states is None:
             return self._one_by_one(run_id, rows)
-        page = zip(map(_row_topic, rows), states, map(_row_version, rows), strict=True)
-        try:  # the link is the store's, not the event's: dropped as each is decoded
-            return decode_many(page, run_id, extra=FIELD)
+        try:  # the link is the store's, not the event's: ignored as each is decoded
+            return list(read_each(rows, states, run_id, FIELD, None))
         except EventFormatError:  # which one: decoded again alone, it names its version
             return self._one_by_one(run_id, rows)
 
@@ -362,8 +361,6 @@ _originator = attrgetter("originator_id")
 _topic = attrgetter("topic")
 _version = attrgetter("originator_version")
 _state = attrgetter("state")
-_row_version = itemgetter(0)
-_row_topic = itemgetter(1)
 _row_state = itemgetter(2)
 
 

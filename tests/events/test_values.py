@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import copy
+import gc
+import importlib
 import pickle
+import pkgutil
 import sys
+import weakref
 from datetime import UTC, datetime
+from typing import Any, ClassVar
 from uuid import uuid4
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from events import EVENT_TYPES, StageCompleted
-from events.values import build, evolve, fields_of, maker, slot_setters
+import projections
+from events import EVENT_TYPES, Event, StageCompleted
+from events.codec import encode, read_each
+from events.values import build, evolve, fields_of, maker, slot_setters, writable_twin
 from projections import Attempt, Frame, Results, Retries, Round, Rounds, RunSummary, Stack
 
 RUN = uuid4()
@@ -132,3 +142,253 @@ class TestMaker:
         del fields["stage"]
         with pytest.raises(TypeError, match="stage"):
             maker(StageCompleted)(**fields)
+
+
+class Hooked:
+    """A base whose subclass hook keeps a list of its subclasses (a registry of its own)."""
+
+    __slots__ = ()
+    seen: list[type] = []
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        Hooked.seen.append(cls)
+
+
+@attrs.frozen
+class UnderHook(Hooked):
+    """A frozen value under a base with a hook that would count a twin."""
+
+    x: int
+
+
+VALUE_CLASSES = [Attempt, Results, Retries, Round, Rounds, RunSummary, Frame, Stack]
+
+
+class TestWritableTwin:
+    def test_every_event_and_value_class_is_built_as_its_slots_would_set_it(self) -> None:
+        """Every registered event class and built-in value, built through its writable twin
+        (where it has one), is an instance of the class holding the very objects its slot
+        setters would set."""
+        registered = dict(EVENT_TYPES)
+        cls: type[Any]
+        for cls in [*registered.values(), *VALUE_CLASSES]:
+            # an event class has one; a class adding its own weakref slot has none (Python
+            # finds the layouts differ), and is built through its slot setters instead
+            if cls in registered.values():
+                assert writable_twin(cls) is not None, cls
+            fields = {field.name: object() for field in attrs.fields(cls)}
+            expected: Any = object.__new__(cls)
+            for name, set_slot in slot_setters(cls).items():
+                set_slot(expected, fields[name])
+            built: Any
+            for built in (build(cls, fields), maker(cls)(**fields)):
+                assert type(built) is cls
+                assert all(getattr(built, n) is v for n, v in fields.items()), cls
+                assert fields_of(built) == fields_of(expected)
+            evolved: Any = evolve(build(cls, fields), **{next(iter(fields)): 5})
+            assert type(evolved) is cls
+            assert getattr(evolved, next(iter(fields))) == 5
+        assert registered == EVENT_TYPES  # no twin registered as an event class
+
+    def test_a_value_built_through_the_twin_stays_frozen(self) -> None:
+        """The value a twin was filled as refuses assignment, as a constructed one does."""
+        built = build(StageCompleted, fields_of(completed()))
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            built.stage = "other"  # type: ignore[misc]
+        assert built == completed()
+
+    def test_a_base_with_a_foreign_hook_or_no_slots_gives_no_twin(self) -> None:
+        """A base whose subclass hook would see the twin, or a class without slots, has no twin;
+        its values are still built, through the slot setters."""
+        before = list(Hooked.seen)
+        assert writable_twin(UnderHook) is None
+        assert Hooked.seen == before
+        assert maker(UnderHook)(x=3) == UnderHook(x=3)
+        assert writable_twin(Loose) is None
+
+
+class Registering(type):
+    """A metaclass keeping a list of every class it makes (a registry of its own)."""
+
+    made: list[str] = []
+
+    def __init__(cls, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        Registering.made.append(cls.__qualname__)
+
+
+class Registered(metaclass=Registering):
+    """A base made by a registering metaclass, with the weakref slot its values would add."""
+
+    __slots__ = ("__weakref__",)
+
+
+@attrs.frozen
+class UnderMetaclass(Registered):
+    """A frozen value whose metaclass would register a twin made for it."""
+
+    x: int
+
+
+@attrs.frozen(weakref_slot=False)
+class Finalized:
+    """A frozen value whose finalizer reads its field (and notes it)."""
+
+    x: int
+    finalized: ClassVar[list[int]] = []
+
+    def __del__(self) -> None:
+        Finalized.finalized.append(getattr(self, "x", -1))
+
+
+class TestTwinGuards:
+    def test_a_class_of_its_own_metaclass_gets_no_twin(self) -> None:
+        """A class whose metaclass is not `type` has no twin, so the metaclass makes (and
+        registers) no class beside the user's; its values are built all the same."""
+        before = list(Registering.made)
+        assert writable_twin(UnderMetaclass) is None
+        assert Registering.made == before
+        assert maker(UnderMetaclass)(x=3) == UnderMetaclass(x=3)
+
+    def test_finding_a_twin_finalizes_no_empty_value(self) -> None:
+        """Trying the twin leaves no empty value of the class to its finalizer (which would
+        find its field unset); a value built through the twin is finalized as usual."""
+        assert writable_twin(Finalized) is not None
+        gc.collect()
+        assert Finalized.finalized == []
+        value = build(Finalized, {"x": 4})
+        del value
+        gc.collect()
+        assert Finalized.finalized == [4]
+
+
+PAYLOADS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=4),
+    st.lists(st.integers(), max_size=3),
+    st.tuples(st.integers(), st.text(max_size=2)),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+
+
+def _value_classes() -> list[type[Any]]:
+    """Every registered event class and every slotted attrs class of the projections."""
+    found: dict[type[Any], None] = dict.fromkeys(EVENT_TYPES.values())
+    for module_info in pkgutil.walk_packages(projections.__path__, "projections."):
+        module = importlib.import_module(module_info.name)
+        for value in vars(module).values():
+            if isinstance(value, type) and attrs.has(value) and "__slots__" in value.__dict__:
+                found.setdefault(value)
+    return list(found)
+
+
+def _outcome(call: Any) -> Any:
+    """What `call` gives (as its type and repr) or raises (as its type and message)."""
+    try:
+        result = call()
+    except Exception as error:
+        return ("raised", type(error).__name__, str(error))
+    return ("gave", type(result), repr(result))
+
+
+def _behaviour(value: Any) -> list[Any]:
+    """How `value` answers what users ask of a value: equality is checked beside this."""
+    return [
+        type(value),
+        repr(value),
+        _outcome(lambda: hash(value)),
+        _outcome(lambda: pickle.loads(pickle.dumps(value))),
+        _outcome(lambda: copy.copy(value)),
+        _outcome(lambda: copy.deepcopy(value)),
+        _outcome(lambda: attrs.asdict(value, recurse=False)),
+        _outcome(lambda: attrs.evolve(value)),
+        _outcome(lambda: setattr(value, attrs.fields(type(value))[0].name, 1)),
+        _outcome(lambda: weakref.ref(value) and None),
+        hasattr(value, "__dict__"),
+        sys.getsizeof(value),
+        gc.is_tracked(value),
+    ]
+
+
+class TestTwinDifferential:
+    @settings(max_examples=40, deadline=None)
+    @given(st.data())
+    def test_twin_built_values_behave_as_slot_set_ones(self, data: st.DataObject) -> None:
+        """Random values of every event and projection value class, built through the writable
+        twin (`build`, `maker`, `evolve`), equal, hash, print, pickle, copy, evolve and refuse
+        assignment exactly as the same values set slot by slot do."""
+        registered = dict(EVENT_TYPES)
+        for cls in _value_classes():
+            names = [field.name for field in attrs.fields(cls)]
+            fields = {name: data.draw(PAYLOADS, label=f"{cls.__name__}.{name}") for name in names}
+            expected: Any = object.__new__(cls)
+            for name, set_slot in slot_setters(cls).items():
+                set_slot(expected, fields[name])
+            wanted = _behaviour(expected)
+            built: Any
+            for built in (build(cls, fields), maker(cls)(**fields), evolve(expected, **fields)):
+                assert built == expected, cls
+                assert (built != expected) is False, cls
+                assert all(getattr(built, name) is fields[name] for name in names), cls
+                assert _behaviour(built) == wanted, cls
+        assert registered == EVENT_TYPES
+
+    def test_the_value_classes_without_a_weakref_slot_have_twins(self) -> None:
+        """Each event class, and each projection value declared without a weakref slot of its
+        own, is built through a twin (the speed the declaration is there for)."""
+        for cls in _value_classes():
+            if cls in EVENT_TYPES.values() or "__weakref__" not in cls.__slots__:
+                assert writable_twin(cls) is not None, cls
+
+
+class TestUserEventClasses:
+    def test_a_users_event_classes_read_back_as_constructed(self) -> None:
+        """Event classes a user writes (slotted, under a subclass hook of their own, without
+        slots of their own) are registered once, and their stored states read back through
+        `read_each` as the events constructed, with a twin or without; no twin registered."""
+        before = dict(EVENT_TYPES)
+        try:
+
+            @attrs.frozen(kw_only=True)
+            class Reviewed(Event):
+                topic = "user:Reviewed"
+                grade: int = 0
+
+            class Auditing(Event):
+                topic = "user:Auditing"
+                seen: ClassVar[list[str]] = []
+
+                def __init_subclass__(cls, **kwargs: Any) -> None:
+                    super().__init_subclass__(**kwargs)
+                    Auditing.seen.append(cls.__qualname__)
+
+            @attrs.frozen(kw_only=True)
+            class Graded(Auditing):
+                topic = "user:Graded"
+                grade: int = 0
+
+            class Plain(StageCompleted):
+                topic = "user:Plain"
+
+            made: list[Event] = [
+                Reviewed(run_id=RUN, version=1, timestamp=WHEN, grade=3),
+                Graded(run_id=RUN, version=2, timestamp=WHEN, grade=4),
+                Plain(run_id=RUN, version=3, timestamp=WHEN, stage="s", attempt=1),
+            ]
+            seen = list(Auditing.seen)
+            rows = [(event.version, event.topic) for event in made]
+            states = [encode(event)[1] for event in made]
+            read = list(read_each(rows, states, RUN, "_c", None))
+            assert read == made
+            assert [type(event) for event in read] == [type(event) for event in made]
+            assert [writable_twin(type(e)) is None for e in made] == [False, True, True]
+            assert Auditing.seen == seen
+            assert set(EVENT_TYPES) - set(before) == {e.topic for e in made} | {"user:Auditing"}
+            assert EVENT_TYPES["user:Graded"] is Graded
+        finally:
+            for topic in set(EVENT_TYPES) - set(before):
+                del EVENT_TYPES[topic]

@@ -112,6 +112,7 @@ class TestDecodeMany:
         "change",
         [
             {"extra": 1},  # a key beside the fields
+            {None: 1},  # a key beside the fields that is None (which no store's key is)
             {"run_id": "x"},  # a key the event sets itself
             {"class_version": 2.0},  # the current version, not as an int
             {"class_version": True},
