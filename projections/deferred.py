@@ -78,14 +78,73 @@ def pack_ranges(ranges: Sequence[tuple[int, int]]) -> str:
     return ",".join(parts)
 
 
-def unpack_ranges(text: str) -> PackedRanges:
+def unpack_ranges(text: str, last: int | None = None, count: int | None = None) -> PackedRanges:
     """The ranges `pack_ranges` packed, unpacked only as far as they are walked.
 
     A restored deep stack needs its newest items only (a slider's move lists the
     newest 100 frames), so `from_events` reads these ranges from their newest end,
-    a page at a time; anything else sees the whole list, unpacked once.
+    a page at a time; anything else sees the whole list, unpacked once. `last` and
+    `count` are their newest version and how many versions they hold, as a snapshot
+    stored them (`packed_versions`): given, the text is not read to sum them.
+
+    Raises:
+        ProjectionStateError: `last` or `count` is given alone, or not a natural number.
     """
-    return PackedRanges(text)
+    if last is None and count is None:
+        return PackedRanges(text)
+    if type(last) is not int or type(count) is not int or last < 0 or count < 0:
+        raise ProjectionStateError(
+            "packed ranges", f"last and count must be ints >= 0, got {last!r} and {count!r}"
+        )
+    return PackedRanges(text, last, count)
+
+
+def packed_versions(items: PList[T]) -> tuple[str, int, int]:
+    """The versions of `items`' events as `pack_ranges` packs them, the newest and how many.
+
+    A deferred tail (a restored snapshot) is not walked nor unpacked: its packed ranges
+    are reused, and only the items made since are packed onto them.
+    """
+    newest: list[int] = []
+    for item, tail in items.newest_cells():
+        if tail is not None:
+            about = tail.about
+            if isinstance(about, PackedRanges):
+                base = about.packed, about.last, about.versions
+            else:
+                ranges = list(about)
+                base = pack_ranges(ranges), ranges[-1][1] if ranges else 0, tail.size
+            return packed_onto(*base, newest[::-1])
+        newest.append(item.version)
+    return packed_onto("", 0, 0, newest[::-1])
+
+
+def packed_onto(
+    packed: str, last: int, count: int, versions: Sequence[int]
+) -> tuple[str, int, int]:
+    """`packed` ranges (newest `last`, `count` versions) with `versions` (oldest first) after."""
+    if not versions:
+        return packed, last, count
+    ranges: list[tuple[int, int]] = []
+    for version in versions:
+        if ranges and ranges[-1][1] + 1 == version:
+            ranges[-1] = (ranges[-1][0], version)
+        else:
+            ranges.append((version, version))
+    count += len(versions)
+    if packed and ranges[0][0] == last + 1:  # the packed newest range goes on
+        start = packed.rfind(",") + 1
+        step, _, extra = packed[start:].partition("+")
+        low, high = ranges.pop(0)
+        packed = f"{packed[:start]}{step}+{int(extra or 0) + high - low + 1}"
+        last = high
+    parts = []
+    for low, high in ranges:
+        parts.append(str(low - last) if high == low else f"{low - last}+{high - low}")
+        last = high
+    if parts:
+        packed = ",".join([packed, *parts]) if packed else ",".join(parts)
+    return packed, last, count
 
 
 class PackedRanges(Sequence[tuple[int, int]]):

@@ -18,6 +18,7 @@ from projections.deferred import (
     PackedRanges,
     from_events,
     pack_ranges,
+    packed_versions,
     unpack_ranges,
     version_ranges,
 )
@@ -200,3 +201,54 @@ class TestNewestRanges:
         newest = itertools.islice(items.newest_first(), 3)
         assert [item.version for item in newest] == [400_000, 399_996, 399_992]
         assert items.nth_newest(FIRST_READ).version == 4 * (100_000 - FIRST_READ)
+
+
+class TestStoredTotals:
+    @given(_RANGES, st.integers(0, 40))
+    def test_packed_versions_of_a_list_are_its_ranges_packed_with_their_totals(
+        self, ranges: list[tuple[int, int]], newer: int
+    ) -> None:
+        """A list restored from packed ranges, with items pushed since, packs to its items'
+        versions, with the newest version and the count a recount would sum."""
+        items = from_events("stack", PackedRanges(pack_ranges(ranges)), Source(10_000), remade)
+        top = ranges[-1][1] if ranges else 0
+        for version in range(top + 1, top + 1 + newer):
+            items = items.push(Item(version))
+        packed, last, count = packed_versions(items)
+        recounted = PackedRanges(packed)
+        held = [v for low, high in recounted for v in range(low, high + 1)]
+        assert held == [item.version for item in items.to_tuple()]
+        assert (last, count) == (recounted.last, recounted.versions)
+
+    def test_a_snapshot_of_a_restored_list_does_not_unpack_it(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Packing a restored deep list (a snapshot taken after a restore) reuses its packed
+        text: no range is unpacked and its totals are not summed again."""
+        text = pack_ranges([(v, v) for v in range(4, 4 * 100_001, 4)])
+        items = from_events("stack", unpack_ranges(text, 400_000, 100_000), Source(1), remade)
+
+        def refused(text: str) -> Any:
+            raise AssertionError("the packed text was read again")
+
+        monkeypatch.setattr(deferred, "_unpack", refused)
+        monkeypatch.setattr(deferred, "_totals", refused)
+        assert packed_versions(items.push(Item(400_003))) == (text + ",3", 400_003, 100_001)
+
+    @given(_RANGES)
+    def test_ranges_unpacked_with_stored_totals_equal_those_recounted(
+        self, ranges: list[tuple[int, int]]
+    ) -> None:
+        """The old restore (totals summed from the text) and the new one (totals as stored)
+        give equal ranges, newest version, count and pages."""
+        text = pack_ranges(ranges)
+        old = unpack_ranges(text)
+        new = unpack_ranges(text, old.last, old.versions)
+        assert (new.last, new.versions, list(new)) == (old.last, old.versions, list(old))
+        assert new.newest(3)[0] == old.newest(3)[0]
+
+    @pytest.mark.parametrize(("last", "count"), [(5, None), (None, 2), (-1, 2), (3, "2")])
+    def test_partial_or_bad_totals_are_refused(self, last: Any, count: Any) -> None:
+        """Totals must come together, as natural numbers: anything else is one clear error."""
+        with pytest.raises(ProjectionStateError, match="last and count"):
+            unpack_ranges("1,2", last, count)
