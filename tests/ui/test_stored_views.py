@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+import pytest
+
 from engine import Engine
 from engine.cli.demo.code_review import REVIEW, BuildException
+from engine.readside import snapshots
 from engine.ui.snapshot import RunView
 from events import JSON, RetryScheduled
 from projections.deferred import unpack_ranges
@@ -28,7 +32,9 @@ def record_loops(url: str, cycles: int) -> UUID:
                 run.stage_started("developer")
                 run.stage_failed("developer", BuildException(f"compile error #{cycle}"))
                 attempt = (run.machine.open_attempt or 0) + 1
-                run.record(RetryScheduled, stage="developer", attempt=attempt, delay=2.0, reason="b")
+                run.record(
+                    RetryScheduled, stage="developer", attempt=attempt, delay=2.0, reason="b"
+                )
                 run.stage_started("developer")
                 run.stage_completed("developer", {"changed_files": cycle % 7})
                 run.stage_started("testing")
@@ -40,13 +46,16 @@ def record_loops(url: str, cycles: int) -> UUID:
         return run.id
 
 
-def stored_views(url: str) -> list[tuple[int, JSON]]:
-    """Every stored `RunView` snapshot of the store, unsealed, oldest first."""
+def stored_views(url: str, deltas: bool = False) -> list[tuple[int, JSON]]:
+    """Every stored whole `RunView` snapshot of the store (`deltas`: every delta), unsealed,
+    oldest first."""
     path = url.removeprefix("sqlite:///")
+    tag = RunView().identity() + (snapshots.DELTA_TAG if deltas else "")
     with contextlib.closing(sqlite3.connect(path)) as db:
         rows = db.execute(
-            "SELECT version, state FROM stagetrail_snapshots WHERE projection = ? ORDER BY version",
-            (RunView.name,),
+            "SELECT version, state FROM stagetrail_snapshots WHERE projection = ? "
+            "AND fingerprint = ? ORDER BY version",
+            (RunView.name, tag),
         ).fetchall()
     with Engine(url, create=False) as engine:
         return [(version, engine.store.views.codec.unseal(state)) for version, state in rows]
@@ -99,12 +108,11 @@ class TestStoredViews:
                 whole = unpack_ranges(stack["ranges"])
                 assert (stack["last"], stack["count"]) == (whole.last, whole.versions)
                 for _, ranges, _, last, count in results:
-                    assert (last, count) == (unpack_ranges(ranges).last, unpack_ranges(ranges).versions)
+                    summed = unpack_ranges(ranges)
+                    assert (last, count) == (summed.last, summed.versions)
                 assert view.restore(data, events) == view.restore(recounted(data), events)
 
-    def test_a_stored_view_round_trips_through_the_stores_serializer(
-        self, sqlite_url: str
-    ) -> None:
+    def test_a_stored_view_round_trips_through_the_stores_serializer(self, sqlite_url: str) -> None:
         """A view restored from its sealed bytes snapshots again to the very same JSON (its
         older items not made), and sealing that gives the same bytes."""
         run_id = record_loops(sqlite_url, 400)
@@ -116,3 +124,61 @@ class TestStoredViews:
                 restored = view.restore(data, reader(engine, run_id))
                 assert view.snapshot(restored) == data
                 assert codec.unseal(codec.seal(view.snapshot(restored))) == data
+
+
+class TestViewGap:
+    def test_deltas_keep_stored_views_at_most_view_gap_apart_within_the_byte_budget(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Whole views spaced far apart by the byte budget (a tight one here: 8 bytes per event)
+        get deltas between them: no two stored views lie more than `VIEW_GAP` apart, every
+        delta takes at most the budget for the events since the view before it, and a fresh
+        engine restores from a delta exactly what a full fold gives."""
+        monkeypatch.setattr(snapshots, "BYTES_PER_EVENT", 8)
+        run_id = record_loops(sqlite_url, 2_200)
+        with Engine(sqlite_url) as engine:
+            last = engine.store.last(run_id)
+            assert last is not None
+            engine.project(run_id, RunView)
+        wholes = [version for version, _ in stored_views(sqlite_url)]
+        deltas = stored_views(sqlite_url, deltas=True)
+        assert max(b - a for a, b in itertools.pairwise(wholes)) > snapshots.VIEW_GAP
+        stored = sorted([*wholes, *(version for version, _ in deltas)])
+        assert max(b - a for a, b in itertools.pairwise(stored)) <= snapshots.VIEW_GAP
+        assert last.version - stored[-1] < snapshots.VIEW_GAP
+        path = sqlite_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            sizes = dict(
+                db.execute(
+                    "SELECT version, length(state) FROM stagetrail_snapshots WHERE fingerprint = ?",
+                    (RunView().identity() + snapshots.DELTA_TAG,),
+                ).fetchall()
+            )
+        for version, _ in deltas:
+            before = max(v for v in stored if v < version)
+            assert sizes[version] <= 8 * (version - before)
+        with Engine(sqlite_url, create=False) as fresh:
+            events = fresh.events(run_id)
+            for version, _ in deltas:
+                for at in (version, version + 1, version + 777):
+                    assert fresh.project(run_id, RunView, at=at) == RunView().fold(events[:at])
+
+    def test_a_delta_whose_whole_view_is_gone_is_not_used(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A delta whose whole view is missing is passed over: the answer comes from the
+        whole view before it, the same as a full fold."""
+        monkeypatch.setattr(snapshots, "BYTES_PER_EVENT", 8)
+        run_id = record_loops(sqlite_url, 2_200)
+        with Engine(sqlite_url) as engine:
+            engine.project(run_id, RunView)
+        deltas = stored_views(sqlite_url, deltas=True)
+        assert deltas
+        version, change = deltas[-1]
+        path = sqlite_url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("DELETE FROM stagetrail_snapshots WHERE version = ?", (change["base"],))
+        with Engine(sqlite_url, create=False) as fresh:
+            at = version + 5
+            expected = RunView().fold(fresh.events(run_id)[:at])
+            assert fresh.project(run_id, RunView, at=at) == expected
