@@ -58,7 +58,7 @@ def stored_views(url: str, deltas: bool = False) -> list[tuple[int, JSON]]:
             (RunView.name, tag),
         ).fetchall()
     with Engine(url, create=False) as engine:
-        return [(version, engine.store.views.codec.unseal(state)) for version, state in rows]
+        return [(version, engine.store.codec.unseal(state)) for version, state in rows]
 
 
 def reader(engine: Engine, run_id: UUID) -> Any:
@@ -119,7 +119,7 @@ class TestStoredViews:
         with Engine(sqlite_url) as engine:
             engine.project(run_id, RunView)
         with Engine(sqlite_url, create=False) as engine:
-            codec, view = engine.store.views.codec, RunView()
+            codec, view = engine.store.codec, RunView()
             for _, data in stored_views(sqlite_url):
                 restored = view.restore(data, reader(engine, run_id))
                 assert view.snapshot(restored) == data
