@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar, overload
@@ -99,24 +100,47 @@ def unpack_ranges(text: str, last: int | None = None, count: int | None = None) 
     return PackedRanges(text, last, count)
 
 
+PACKED_KEPT = 8
+"""Lists whose packed versions `packed_versions` keeps (by their newest cell), so the next
+snapshot of a list grown from one of them packs only the items pushed since: a fold of a
+long run storing a view every few thousand events would otherwise walk the whole list each
+time (a stack and each stage's attempts: a few lists per run)."""
+
+_packed: dict[int, tuple[object, str, int, int]] = {}
+_packed_lock = threading.Lock()
+
+
 def packed_versions(items: PList[T]) -> tuple[str, int, int]:
     """The versions of `items`' events as `pack_ranges` packs them, the newest and how many.
 
     A deferred tail (a restored snapshot) is not walked nor unpacked: its packed ranges
-    are reused, and only the items made since are packed onto them.
+    are reused, and only the items made since are packed onto them; so are the packed
+    versions of a list packed lately (`PACKED_KEPT`) that this one grew from.
     """
     newest: list[int] = []
-    for item, tail in items.newest_cells():
-        if tail is not None:
-            about = tail.about
+    cells, base = items.cells, ("", 0, 0)
+    while cells is not None:
+        if type(cells) is Deferred:
+            about = cells.about
             if isinstance(about, PackedRanges):
                 base = about.packed, about.last, about.versions
             else:
                 ranges = list(about)
-                base = pack_ranges(ranges), ranges[-1][1] if ranges else 0, tail.size
-            return packed_onto(*base, newest[::-1])
-        newest.append(item.version)
-    return packed_onto("", 0, 0, newest[::-1])
+                base = pack_ranges(ranges), ranges[-1][1] if ranges else 0, cells.size
+            break
+        known = _packed.get(id(cells))
+        if known is not None and known[0] is cells:
+            base = known[1:]
+            break
+        newest.append(cells[0].version)  # type: ignore[index]
+        cells = cells[1]  # type: ignore[index]
+    packed = packed_onto(*base, newest[::-1])
+    if newest and items.cells is not None:
+        with _packed_lock:
+            _packed[id(items.cells)] = (items.cells, *packed)
+            while len(_packed) > PACKED_KEPT:
+                del _packed[next(iter(_packed))]
+    return packed
 
 
 def packed_onto(

@@ -252,3 +252,40 @@ class TestStoredTotals:
         """Totals must come together, as natural numbers: anything else is one clear error."""
         with pytest.raises(ProjectionStateError, match="last and count"):
             unpack_ranges("1,2", last, count)
+
+    def test_a_list_grown_from_one_packed_lately_packs_only_its_new_items(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Packing a list pushed onto since it was last packed (a fold storing a view every few
+        thousand events) reads only the new items' versions, and gives what packing it
+        afresh gives."""
+        read: list[int] = []
+
+        class Counted:
+            """An item whose version reads are counted."""
+
+            def __init__(self, version: int) -> None:
+                self._version = version
+
+            @property
+            def version(self) -> int:
+                read.append(self._version)
+                return self._version
+
+        items = PList.of([Counted(v) for v in range(2, 2_002, 2)])
+        assert packed_versions(items) == (
+            pack_ranges([(v, v) for v in range(2, 2_002, 2)]),
+            2_000,
+            1_000,
+        )
+        read.clear()
+        grown = items.push(Counted(2_001)).push(Counted(2_005))
+        packed = packed_versions(grown)
+        assert sorted(read) == [2_001, 2_005]
+        monkeypatch.setattr(deferred, "_packed", {})
+        assert packed_versions(grown) == packed
+        assert packed == (
+            pack_ranges([*((v, v) for v in range(2, 2_000, 2)), (2_000, 2_001), (2_005, 2_005)]),
+            2_005,
+            1_002,
+        )
