@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar, overload
@@ -79,25 +80,48 @@ def pack_ranges(ranges: Sequence[tuple[int, int]]) -> str:
     return ",".join(parts)
 
 
-def unpack_ranges(text: str, last: int | None = None, count: int | None = None) -> PackedRanges:
+def unpack_ranges(
+    text: str, last: int | None = None, count: int | None = None, check: int | None = None
+) -> PackedRanges:
     """The ranges `pack_ranges` packed, unpacked only as far as they are walked.
 
     A restored deep stack needs its newest items only (a slider's move lists the
     newest 100 frames), so `from_events` reads these ranges from their newest end,
     a page at a time; anything else sees the whole list, unpacked once. `last` and
     `count` are their newest version and how many versions they hold, as a snapshot
-    stored them (`packed_versions`): given, the text is not read to sum them.
+    stored them (`packed_versions`) with their `ranges_check`: given, the text is not
+    read to sum them, only to check that they are its own.
 
     Raises:
-        ProjectionStateError: `last` or `count` is given alone, or not a natural number.
+        ProjectionStateError: `last`, `count` or `check` is given without the others, is
+            not a natural number, or the totals are not those of `text`.
     """
-    if last is None and count is None:
+    if last is None and count is None and check is None:
         return PackedRanges(text)
-    if type(last) is not int or type(count) is not int or last < 0 or count < 0:
+    if not (_natural(last) and _natural(count) and _natural(check)):
         raise ProjectionStateError(
-            "packed ranges", f"last and count must be ints >= 0, got {last!r} and {count!r}"
+            "packed ranges",
+            f"last, count and check must be ints >= 0, got {last!r}, {count!r} and {check!r}",
+        )
+    assert last is not None
+    assert count is not None
+    if ranges_check(text, last, count) != check:
+        raise ProjectionStateError(
+            "packed ranges",
+            f"the stored last {last} and count {count} are not those of the ranges stored "
+            "with them: the snapshot is refused",
         )
     return PackedRanges(text, last, count)
+
+
+def _natural(number: object) -> bool:
+    return type(number) is int and number >= 0
+
+
+def ranges_check(text: str, last: int, count: int) -> int:
+    """A checksum binding packed ranges to their stored totals (CRC-32, read in C: a
+    hundredth of summing them), so totals that are not the text's are refused, not used."""
+    return zlib.crc32(text.encode("ascii"), zlib.crc32(f"{last},{count};".encode("ascii")))
 
 
 PACKED_KEPT = 8

@@ -15,7 +15,13 @@ import attrs
 from events import JSON, StageCompleted, StageFailed, StageStarted
 from events.values import build, evolve, maker
 from projections.base import EventSource, Projection, on
-from projections.deferred import from_events, packed_versions, unpack_ranges, version_ranges
+from projections.deferred import (
+    from_events,
+    packed_versions,
+    ranges_check,
+    unpack_ranges,
+    version_ranges,
+)
 from projections.immutable import PList
 from projections.interning import interned
 
@@ -122,7 +128,8 @@ class StageResults(Projection[Results]):
         rows: list[JSON] = []
         for stage, attempts in state.by_stage.items():
             packed, last, count = packed_versions(attempts)
-            rows.append([stage, packed, _newest_version(state.completed.get(stage)), last, count])
+            newest = _newest_version(state.completed.get(stage))
+            rows.append([stage, packed, newest, last, count, ranges_check(packed, last, count)])
         return rows
 
     def restore(self, data: JSON, events: EventSource) -> Results:

@@ -26,6 +26,7 @@ from projections.deferred import (
     from_events,
     packed_onto,
     packed_versions,
+    ranges_check,
     unpack_ranges,
 )
 from projections.immutable import PList
@@ -242,7 +243,8 @@ class StateStack(Projection[Stack]):
                 return _route_frame(hub.name, event)  # type: ignore[arg-type]
             return _frame(table, event)
 
-        ranges = unpack_ranges(data["ranges"], data.get("last"), data.get("count"))
+        totals = (data.get("last"), data.get("count"), data.get("check"))
+        ranges = unpack_ranges(data["ranges"], *totals)
         frames = from_events(self.name, ranges, events, make)
         return _STACK(data["initial"], table, frames, hub)
 
@@ -274,8 +276,14 @@ def _hub(name: str | None, lone: frozenset[int]) -> Hub | None:
 
 def _ranges_json(packed: str, last: int, count: int) -> dict[str, JSON]:
     """A stack's frames' versions as its snapshot's ``ranges``, with their newest version and
-    count (``last``, ``count``): a restore then reads neither from the ranges' text."""
-    return {"ranges": packed, "last": last, "count": count}
+    count (``last``, ``count``): a restore then reads neither from the ranges' text, only
+    checks them against it (``check``)."""
+    return {
+        "ranges": packed,
+        "last": last,
+        "count": count,
+        "check": ranges_check(packed, last, count),
+    }
 
 
 def _hub_json(hub: Hub | None) -> dict[str, JSON]:

@@ -19,6 +19,7 @@ from projections.deferred import (
     from_events,
     pack_ranges,
     packed_versions,
+    ranges_check,
     unpack_ranges,
     version_ranges,
 )
@@ -226,7 +227,9 @@ class TestStoredTotals:
         """Packing a restored deep list (a snapshot taken after a restore) reuses its packed
         text: no range is unpacked and its totals are not summed again."""
         text = pack_ranges([(v, v) for v in range(4, 4 * 100_001, 4)])
-        items = from_events("stack", unpack_ranges(text, 400_000, 100_000), Source(1), remade)
+        check = ranges_check(text, 400_000, 100_000)
+        ranges = unpack_ranges(text, 400_000, 100_000, check)
+        items = from_events("stack", ranges, Source(1), remade)
 
         def refused(text: str) -> Any:
             raise AssertionError("the packed text was read again")
@@ -243,15 +246,37 @@ class TestStoredTotals:
         give equal ranges, newest version, count and pages."""
         text = pack_ranges(ranges)
         old = unpack_ranges(text)
-        new = unpack_ranges(text, old.last, old.versions)
+        new = unpack_ranges(
+            text, old.last, old.versions, ranges_check(text, old.last, old.versions)
+        )
         assert (new.last, new.versions, list(new)) == (old.last, old.versions, list(old))
         assert new.newest(3)[0] == old.newest(3)[0]
 
-    @pytest.mark.parametrize(("last", "count"), [(5, None), (None, 2), (-1, 2), (3, "2")])
-    def test_partial_or_bad_totals_are_refused(self, last: Any, count: Any) -> None:
-        """Totals must come together, as natural numbers: anything else is one clear error."""
-        with pytest.raises(ProjectionStateError, match="last and count"):
-            unpack_ranges("1,2", last, count)
+    @pytest.mark.parametrize(
+        ("last", "count", "check"),
+        [(5, None, None), (None, 2, None), (5, 2, None), (-1, 2, 0), (3, "2", 0), (3, 2, -1)],
+    )
+    def test_partial_or_bad_totals_are_refused(self, last: Any, count: Any, check: Any) -> None:
+        """Totals must come together with their check, as natural numbers: anything else is
+        one clear error."""
+        with pytest.raises(ProjectionStateError, match="last, count and check"):
+            unpack_ranges("1,2", last, count, check)
+
+    @given(_RANGES, st.integers(-3, 3), st.integers(-3, 3))
+    def test_totals_that_are_not_the_ranges_own_are_refused(
+        self, ranges: list[tuple[int, int]], more_last: int, more_count: int
+    ) -> None:
+        """Stored totals other than those of the text stored with them (tampered, or the text
+        made again on another base) are refused, never used to walk the ranges."""
+        text = pack_ranges(ranges)
+        right = PackedRanges(text)
+        last, count = right.last + more_last, right.versions + more_count
+        if (more_last, more_count) == (0, 0) or min(last, count) < 0:
+            return
+        with pytest.raises(ProjectionStateError, match="not those of the ranges"):
+            unpack_ranges(text, last, count, ranges_check(text, right.last, right.versions))
+        with pytest.raises(ProjectionStateError, match="not those of the ranges"):
+            unpack_ranges(text + ",1", last, count, ranges_check(text, last, count))
 
     def test_a_list_grown_from_one_packed_lately_packs_only_its_new_items(
         self, monkeypatch: pytest.MonkeyPatch

@@ -17,7 +17,8 @@ from engine.cli.demo.code_review import REVIEW, BuildException
 from engine.readside import snapshots
 from engine.ui.snapshot import RunView
 from events import JSON, RetryScheduled
-from projections.deferred import unpack_ranges
+from projections import ProjectionStateError
+from projections.deferred import ranges_check, unpack_ranges
 
 
 def record_loops(url: str, cycles: int) -> UUID:
@@ -73,7 +74,7 @@ def reader(engine: Engine, run_id: UUID) -> Any:
 def recounted(data: JSON) -> JSON:
     """`data` as the code before stored totals wrote it: the ranges alone (totals summed)."""
     summary, stack, results, *rest = data
-    stack = {key: value for key, value in stack.items() if key not in ("last", "count")}
+    stack = {key: value for key, value in stack.items() if key not in ("last", "count", "check")}
     return [summary, stack, [row[:3] for row in results], *rest]
 
 
@@ -107,9 +108,11 @@ class TestStoredViews:
                 stack, results = data[1], data[2]
                 whole = unpack_ranges(stack["ranges"])
                 assert (stack["last"], stack["count"]) == (whole.last, whole.versions)
-                for _, ranges, _, last, count in results:
+                assert stack["check"] == ranges_check(stack["ranges"], whole.last, whole.versions)
+                for _, ranges, _, last, count, check in results:
                     summed = unpack_ranges(ranges)
                     assert (last, count) == (summed.last, summed.versions)
+                    assert check == ranges_check(ranges, last, count)
                 assert view.restore(data, events) == view.restore(recounted(data), events)
 
     def test_a_stored_view_round_trips_through_the_stores_serializer(self, sqlite_url: str) -> None:
@@ -124,6 +127,32 @@ class TestStoredViews:
                 restored = view.restore(data, reader(engine, run_id))
                 assert view.snapshot(restored) == data
                 assert codec.unseal(codec.seal(view.snapshot(restored))) == data
+
+    @pytest.mark.parametrize(("part", "more"), [("count", 1), ("count", -1), ("last", -40)])
+    def test_a_stored_view_with_totals_not_its_ranges_is_refused(
+        self, sqlite_url: str, part: str, more: int
+    ) -> None:
+        """A stored view whose stack totals are not those of its ranges (sealed again through
+        the store's codec, as a plain store lets anyone) is refused when restored: one
+        clear error, never a stack of another depth or of other events."""
+        run_id = record_loops(sqlite_url, 400)
+        with Engine(sqlite_url) as engine:
+            engine.project(run_id, RunView)
+        version, data = stored_views(sqlite_url)[-1]
+        data[1][part] += more
+        path = sqlite_url.removeprefix("sqlite:///")
+        with Engine(sqlite_url, create=False) as engine:
+            sealed = engine.store.codec.seal(data)
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute(
+                "UPDATE stagetrail_snapshots SET state = ? WHERE version = ? AND fingerprint = ?",
+                (sealed, version, RunView().identity()),
+            )
+        with (
+            Engine(sqlite_url, create=False) as fresh,
+            pytest.raises(ProjectionStateError, match="not those of the ranges"),
+        ):
+            fresh.project(run_id, RunView, at=version + 1)
 
 
 class TestViewGap:
