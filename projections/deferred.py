@@ -167,6 +167,13 @@ def packed_versions(items: PList[T]) -> tuple[str, int, int]:
     return packed
 
 
+def forget_packed() -> None:
+    """Drop the packed versions kept (`PACKED_KEPT`) and the lists they hold: once runs are
+    erased, their items are not kept alive here for a cache no state of theirs can hit."""
+    with _packed_lock:
+        _packed.clear()
+
+
 def packed_onto(
     packed: str, last: int, count: int, versions: Sequence[int]
 ) -> tuple[str, int, int]:

@@ -28,7 +28,7 @@ import attrs
 from engine.errors import InvalidArgument
 from engine.store.views import Views
 from events import JSON
-from projections import collector
+from projections import collector, deferred
 from projections.base import EventSource, Projection
 from projections.collector import collector_paused
 from projections.errors import ProjectionStateError
@@ -220,6 +220,7 @@ class TimeTravel:
             if generation != self._generation:
                 self._memory.clear()
                 self._generation = generation
+                deferred.forget_packed()
 
     def _fold(self, key: _Key, projection: Projection[Any], version: int) -> Any:
         run_id = key[1]

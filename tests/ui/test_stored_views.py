@@ -17,7 +17,7 @@ from engine.cli.demo.code_review import REVIEW, BuildException
 from engine.readside import snapshots
 from engine.ui.snapshot import RunView
 from events import JSON, RetryScheduled
-from projections import ProjectionStateError
+from projections import ProjectionStateError, deferred
 from projections.deferred import ranges_check, unpack_ranges
 
 
@@ -211,3 +211,44 @@ class TestViewGap:
             at = version + 5
             expected = RunView().fold(fresh.events(run_id)[:at])
             assert fresh.project(run_id, RunView, at=at) == expected
+
+
+class TestErasedRuns:
+    def test_a_reused_id_is_served_its_own_run_never_the_erased_ones_deltas(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Once a run with stored deltas is erased and its id given to a new run, a fresh
+        engine answers from the new run's events, at the erased run's delta versions too."""
+        monkeypatch.setattr(snapshots, "BYTES_PER_EVENT", 8)
+        run_id = record_loops(sqlite_url, 2_200)
+        with Engine(sqlite_url) as engine:
+            engine.project(run_id, RunView)
+        deltas = [version for version, _ in stored_views(sqlite_url, deltas=True)]
+        assert deltas
+        with Engine(sqlite_url) as engine:
+            engine.load(run_id).finish("deleted")
+            assert engine.compact().runs == (run_id,)
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW, run_id=run_id)
+            with run.batch():
+                for cycle in range(3_000):
+                    run.stage_completed("project_analysis", {"cycle": cycle})
+                    run.rollback(1, reason="again")
+        with Engine(sqlite_url, create=False) as fresh:
+            events = fresh.events(run_id)
+            for at in (deltas[0] + 5, deltas[-1] + 5):
+                assert fresh.project(run_id, RunView, at=at) == RunView().fold(events[:at])
+
+    def test_an_erased_runs_lists_are_let_go_by_the_packed_cache(self, sqlite_url: str) -> None:
+        """The packed versions kept for a run's lists (`deferred.packed_versions`) hold none
+        of them once the run is erased: its items are not kept alive in the process."""
+        run_id = record_loops(sqlite_url, 600)
+        kept = record_loops(sqlite_url, 100)
+        with Engine(sqlite_url) as engine:
+            engine.project(run_id, RunView)
+            held = [cells for cells, *_ in deferred._packed.values()]
+            assert held
+            engine.load(run_id).finish("deleted")
+            assert engine.compact().runs == (run_id,)
+            engine.project(kept, RunView)
+            assert not any(cells is old for cells, *_ in deferred._packed.values() for old in held)
