@@ -271,6 +271,12 @@ class PackedRanges(Sequence[tuple[int, int]]):
                 return page[::-1], below
             high, end, token = low - int(step), max(start - 1, 0), None
         if end <= 0 and token is None:
+            if high != 0 or taken != self._count:  # walked to the oldest: totals are known
+                raise ProjectionStateError(
+                    "packed ranges",
+                    f"their stored totals are not their own: {self._count - taken} more "
+                    f"versions and a newest {high} above theirs",
+                )
             return page[::-1], None
         return page[::-1], PackedRanges(
             text, high, self._count - taken, end=end, newest=token or ""

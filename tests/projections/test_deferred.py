@@ -278,6 +278,23 @@ class TestStoredTotals:
         with pytest.raises(ProjectionStateError, match="not those of the ranges"):
             unpack_ranges(text + ",1", last, count, ranges_check(text, last, count))
 
+    @given(_RANGES.filter(bool), st.integers(1, 3), st.integers(1, 5))
+    def test_a_walk_to_the_oldest_range_refuses_totals_not_their_own(
+        self, ranges: list[tuple[int, int]], more_last: int, most: int
+    ) -> None:
+        """Totals wrong from the start (a writer's mistake, which no check stored with them
+        can catch) are refused when the walk reaches the oldest range, not used to the end."""
+        text = pack_ranges(ranges)
+        right = PackedRanges(text)
+        for wrong in (
+            PackedRanges(text, right.last + more_last, right.versions),
+            PackedRanges(text, right.last, right.versions + more_last),
+        ):
+            rest: PackedRanges | None = wrong
+            with pytest.raises(ProjectionStateError, match="not their own"):
+                while rest is not None:
+                    rest = rest.newest(most)[1]
+
     def test_a_list_grown_from_one_packed_lately_packs_only_its_new_items(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
