@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import itertools
 import operator
+import threading
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar, overload
@@ -78,14 +80,126 @@ def pack_ranges(ranges: Sequence[tuple[int, int]]) -> str:
     return ",".join(parts)
 
 
-def unpack_ranges(text: str) -> PackedRanges:
+def unpack_ranges(
+    text: str, last: int | None = None, count: int | None = None, check: int | None = None
+) -> PackedRanges:
     """The ranges `pack_ranges` packed, unpacked only as far as they are walked.
 
     A restored deep stack needs its newest items only (a slider's move lists the
     newest 100 frames), so `from_events` reads these ranges from their newest end,
-    a page at a time; anything else sees the whole list, unpacked once.
+    a page at a time; anything else sees the whole list, unpacked once. `last` and
+    `count` are their newest version and how many versions they hold, as a snapshot
+    stored them (`packed_versions`) with their `ranges_check`: given, the text is not
+    read to sum them, only to check that they are its own.
+
+    Raises:
+        ProjectionStateError: `last`, `count` or `check` is given without the others, is
+            not a natural number, or the totals are not those of `text`.
     """
-    return PackedRanges(text)
+    if last is None and count is None and check is None:
+        return PackedRanges(text)
+    if not (_natural(last) and _natural(count) and _natural(check)):
+        raise ProjectionStateError(
+            "packed ranges",
+            f"last, count and check must be ints >= 0, got {last!r}, {count!r} and {check!r}",
+        )
+    assert last is not None
+    assert count is not None
+    if ranges_check(text, last, count) != check:
+        raise ProjectionStateError(
+            "packed ranges",
+            f"the stored last {last} and count {count} are not those of the ranges stored "
+            "with them: the snapshot is refused",
+        )
+    return PackedRanges(text, last, count)
+
+
+def _natural(number: object) -> bool:
+    return type(number) is int and number >= 0
+
+
+def ranges_check(text: str, last: int, count: int) -> int:
+    """A checksum binding packed ranges to their stored totals (CRC-32, read in C: a
+    hundredth of summing them), so totals that are not the text's are refused, not used."""
+    return zlib.crc32(text.encode("ascii"), zlib.crc32(f"{last},{count};".encode("ascii")))
+
+
+PACKED_KEPT = 8
+"""Lists whose packed versions `packed_versions` keeps (by their newest cell), so the next
+snapshot of a list grown from one of them packs only the items pushed since: a fold of a
+long run storing a view every few thousand events would otherwise walk the whole list each
+time (a stack and each stage's attempts: a few lists per run)."""
+
+_packed: dict[int, tuple[object, str, int, int]] = {}
+_packed_lock = threading.Lock()
+
+
+def packed_versions(items: PList[T]) -> tuple[str, int, int]:
+    """The versions of `items`' events as `pack_ranges` packs them, the newest and how many.
+
+    A deferred tail (a restored snapshot) is not walked nor unpacked: its packed ranges
+    are reused, and only the items made since are packed onto them; so are the packed
+    versions of a list packed lately (`PACKED_KEPT`) that this one grew from.
+    """
+    newest: list[int] = []
+    cells, base = items.cells, ("", 0, 0)
+    while cells is not None:
+        if type(cells) is Deferred:
+            about = cells.about
+            if isinstance(about, PackedRanges):
+                base = about.packed, about.last, about.versions
+            else:
+                ranges = list(about)
+                base = pack_ranges(ranges), ranges[-1][1] if ranges else 0, cells.size
+            break
+        known = _packed.get(id(cells))
+        if known is not None and known[0] is cells:
+            base = known[1:]
+            break
+        newest.append(cells[0].version)  # type: ignore[index]
+        cells = cells[1]  # type: ignore[index]
+    packed = packed_onto(*base, newest[::-1])
+    if newest and items.cells is not None:
+        with _packed_lock:
+            _packed[id(items.cells)] = (items.cells, *packed)
+            while len(_packed) > PACKED_KEPT:
+                del _packed[next(iter(_packed))]
+    return packed
+
+
+def forget_packed() -> None:
+    """Drop the packed versions kept (`PACKED_KEPT`) and the lists they hold: once runs are
+    erased, their items are not kept alive here for a cache no state of theirs can hit."""
+    with _packed_lock:
+        _packed.clear()
+
+
+def packed_onto(
+    packed: str, last: int, count: int, versions: Sequence[int]
+) -> tuple[str, int, int]:
+    """`packed` ranges (newest `last`, `count` versions) with `versions` (oldest first) after."""
+    if not versions:
+        return packed, last, count
+    ranges: list[tuple[int, int]] = []
+    for version in versions:
+        if ranges and ranges[-1][1] + 1 == version:
+            ranges[-1] = (ranges[-1][0], version)
+        else:
+            ranges.append((version, version))
+    count += len(versions)
+    if packed and ranges[0][0] == last + 1:  # the packed newest range goes on
+        start = packed.rfind(",") + 1
+        step, _, extra = packed[start:].partition("+")
+        low, high = ranges.pop(0)
+        packed = f"{packed[:start]}{step}+{int(extra or 0) + high - low + 1}"
+        last = high
+    parts = []
+    for low, high in ranges:
+        parts.append(str(low - last) if high == low else f"{low - last}+{high - low}")
+        last = high
+    if parts:
+        packed = ",".join([packed, *parts]) if packed else ",".join(parts)
+    return packed, last, count
 
 
 class PackedRanges(Sequence[tuple[int, int]]):
@@ -157,6 +271,12 @@ class PackedRanges(Sequence[tuple[int, int]]):
                 return page[::-1], below
             high, end, token = low - int(step), max(start - 1, 0), None
         if end <= 0 and token is None:
+            if high != 0 or taken != self._count:  # walked to the oldest: totals are known
+                raise ProjectionStateError(
+                    "packed ranges",
+                    f"their stored totals are not their own: {self._count - taken} more "
+                    f"versions and a newest {high} above theirs",
+                )
             return page[::-1], None
         return page[::-1], PackedRanges(
             text, high, self._count - taken, end=end, newest=token or ""

@@ -15,7 +15,13 @@ import attrs
 from events import JSON, StageCompleted, StageFailed, StageStarted
 from events.values import build, evolve, maker
 from projections.base import EventSource, Projection, on
-from projections.deferred import from_events, pack_ranges, unpack_ranges, version_ranges
+from projections.deferred import (
+    from_events,
+    packed_versions,
+    ranges_check,
+    unpack_ranges,
+    version_ranges,
+)
 from projections.immutable import PList
 from projections.interning import interned
 
@@ -114,21 +120,24 @@ class StageResults(Projection[Results]):
 
     def snapshot(self, state: Results) -> JSON:
         """Each stage's attempts as the versions of their events (ranges), not the attempts,
-        and the version of its newest completed attempt (or None)."""
-        return [
-            [
-                stage,
-                pack_ranges(version_ranges(attempts)),
-                _newest_version(state.completed.get(stage)),
-            ]
-            for stage, attempts in state.by_stage.items()
-        ]
+        the version of its newest completed attempt (or None), and the ranges' newest version
+        and count (a restore then reads neither from the ranges' text).
+
+        A deferred tail (a snapshot restored) is not walked: its ranges are reused.
+        """
+        rows: list[JSON] = []
+        for stage, attempts in state.by_stage.items():
+            packed, last, count = packed_versions(attempts)
+            newest = _newest_version(state.completed.get(stage))
+            rows.append([stage, packed, newest, last, count, ranges_check(packed, last, count)])
+        return rows
 
     def restore(self, data: JSON, events: EventSource) -> Results:
         """The results `snapshot` wrote: attempts made from their events when first walked."""
         by_stage, completed = {}, {}
-        for stage, ranges, newest in data:
-            by_stage[stage] = from_events(self.name, unpack_ranges(ranges), events, _made)
+        for stage, ranges, newest, *totals in data:
+            packed = unpack_ranges(ranges, *totals)
+            by_stage[stage] = from_events(self.name, packed, events, _made)
             if newest is not None:
                 completed[stage] = from_events(self.name, [(newest, newest)], events, _made)
         return build(Results, {"by_stage": by_stage, "completed": completed})

@@ -23,11 +23,11 @@ from events.table import Lookup, as_rows, hub_of, implicit_route, initial_state,
 from events.values import build, maker
 from projections.base import EventSource, Projection, on
 from projections.deferred import (
-    PackedRanges,
     from_events,
-    pack_ranges,
+    packed_onto,
+    packed_versions,
+    ranges_check,
     unpack_ranges,
-    version_ranges,
 )
 from projections.immutable import PList
 from projections.interning import interned
@@ -225,7 +225,7 @@ class StateStack(Projection[Stack]):
             "table": sorted(
                 [source, outcome, dest] for (source, outcome), dest in state.table.items()
             ),
-            "ranges": pack_ranges(version_ranges(state.frame_list)),
+            **_ranges_json(*packed_versions(state.frame_list)),
             **_hub_json(state.hub),
         }
 
@@ -243,7 +243,9 @@ class StateStack(Projection[Stack]):
                 return _route_frame(hub.name, event)  # type: ignore[arg-type]
             return _frame(table, event)
 
-        frames = from_events(self.name, unpack_ranges(data["ranges"]), events, make)
+        totals = (data.get("last"), data.get("count"), data.get("check"))
+        ranges = unpack_ranges(data["ranges"], *totals)
+        frames = from_events(self.name, ranges, events, make)
         return _STACK(data["initial"], table, frames, hub)
 
 
@@ -270,6 +272,18 @@ def decode_frame(row: Sequence[Any]) -> Frame:
 def _hub(name: str | None, lone: frozenset[int]) -> Hub | None:
     """The stack's `Hub` of a table whose hub is `name` (None: the table declares none)."""
     return None if name is None else _HUB(name, lone)
+
+
+def _ranges_json(packed: str, last: int, count: int) -> dict[str, JSON]:
+    """A stack's frames' versions as its snapshot's ``ranges``, with their newest version and
+    count (``last``, ``count``): a restore then reads neither from the ranges' text, only
+    checks them against it (``check``)."""
+    return {
+        "ranges": packed,
+        "last": last,
+        "count": count,
+        "check": ranges_check(packed, last, count),
+    }
 
 
 def _hub_json(hub: Hub | None) -> dict[str, JSON]:
@@ -428,7 +442,7 @@ class StackShape:
 
     def snapshot(self) -> JSON:
         """`StateStack.snapshot` of the stack; the frames followed since are packed now."""
-        self._packed, self._last, self._count = _packed_onto(
+        self._packed, self._last, self._count = packed_onto(
             self._packed, self._last, self._count, self._versions
         )
         if self._hub is not None:
@@ -437,7 +451,7 @@ class StackShape:
         return {
             "initial": self.initial,
             "table": self._rows,
-            "ranges": self._packed,
+            **_ranges_json(self._packed, self._last, self._count),
             **_hub_json(None if self._hub is None else _HUB(self._hub, frozenset(self._lone))),
         }
 
@@ -479,57 +493,10 @@ class StackShape:
             self._lone.add(top)  # the outcome undone, the route it took stays
 
 
-def packed_versions(frames: PList[Frame]) -> tuple[str, int, int]:
-    """The versions of `frames` as `pack_ranges` packs them, the newest and how many.
-
-    A deferred tail (a restored snapshot) is not walked: its packed ranges are reused.
-    """
-    newest: list[int] = []
-    for frame, tail in frames.newest_cells():
-        if tail is not None:
-            about = tail.about
-            if isinstance(about, PackedRanges):
-                base = about.packed, about.last, about.versions
-            else:
-                ranges = list(about)
-                base = pack_ranges(ranges), ranges[-1][1] if ranges else 0, tail.size
-            return _packed_onto(*base, newest[::-1])
-        newest.append(frame.version)
-    return _packed_onto("", 0, 0, newest[::-1])
-
-
 def _new_versions() -> array[int]:
     """An empty list of versions, a machine word each (an int object each would be 4 times
     the size: a writer holds these for each live handle)."""
     return array("q")
-
-
-def _packed_onto(
-    packed: str, last: int, count: int, versions: Sequence[int]
-) -> tuple[str, int, int]:
-    """`packed` ranges (newest `last`, `count` versions) with `versions` (oldest first) after."""
-    if not versions:
-        return packed, last, count
-    ranges: list[tuple[int, int]] = []
-    for version in versions:
-        if ranges and ranges[-1][1] + 1 == version:
-            ranges[-1] = (ranges[-1][0], version)
-        else:
-            ranges.append((version, version))
-    count += len(versions)
-    if packed and ranges[0][0] == last + 1:  # the packed newest range goes on
-        start = packed.rfind(",") + 1
-        step, _, extra = packed[start:].partition("+")
-        low, high = ranges.pop(0)
-        packed = f"{packed[:start]}{step}+{int(extra or 0) + high - low + 1}"
-        last = high
-    parts = []
-    for low, high in ranges:
-        parts.append(str(low - last) if high == low else f"{low - last}+{high - low}")
-        last = high
-    if parts:
-        packed = ",".join([packed, *parts]) if packed else ",".join(parts)
-    return packed, last, count
 
 
 def _drop_newest(packed: str, last: int, count: int, drop: int) -> tuple[str, int, int]:

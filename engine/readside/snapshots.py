@@ -3,6 +3,10 @@
 Long runs keep snapshots of each projection every `interval` events, in the
 store (for new processes) and in memory (for the next question in this one),
 so reaching any point folds at most `interval` events, never the whole run.
+Stored snapshots are whole ones, spaced so that they take about as many bytes as
+the events they stand for, and between them deltas (`VIEW_GAP`): what changed since
+the whole one before, its long texts (a deep stack's packed versions) written as the
+part they share with it and what follows.
 A snapshot belongs to the projection's code fingerprint: new code, new snapshots.
 It also belongs to the store's erasure generation: once any process erased runs,
 an id may name a new run, so no snapshot taken before is used again.
@@ -19,9 +23,12 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 from uuid import UUID
 
+import attrs
+
 from engine.errors import InvalidArgument
 from engine.store.views import Views
-from projections import collector
+from events import JSON
+from projections import collector, deferred
 from projections.base import EventSource, Projection
 from projections.collector import collector_paused
 from projections.errors import ProjectionStateError
@@ -31,6 +38,24 @@ SNAPSHOT_INTERVAL = 500
 
 BYTES_PER_EVENT = 256
 """Stored snapshot bytes allowed per event they stand for (about an event's own size)."""
+
+VIEW_GAP = 4 * SNAPSHOT_INTERVAL
+"""The most events between two stored snapshots of a long run, where a delta fits the byte
+budget: whole snapshots spaced further apart (a deep stack's, by `BYTES_PER_EVENT`) get a
+delta every `VIEW_GAP` events between them, so a new process folds at most this many.
+
+A delta holds what changed since its whole snapshot (a deep stack: the frames since), so
+it is stored only if it takes at most `BYTES_PER_EVENT` per event since the snapshot
+before it: the stored bytes stay bounded as the whole snapshots' are, and a state that
+shares nothing with its last whole snapshot gets no delta."""
+
+DELTA_TAG = ":delta1"
+"""Appended to a projection's identity for its deltas: the whole snapshots' key (and format)
+is unchanged, and a new format of deltas takes a new tag, so none is ever misread."""
+
+SHARED_TEXT = 256
+"""A text of a snapshot sharing at least this many leading characters with the same text of
+its whole snapshot is stored in a delta as the count shared and what follows."""
 
 _log = logging.getLogger(__name__)
 _Key = tuple[int, UUID, str, str]
@@ -150,7 +175,7 @@ class TimeTravel:
         """
         self._follow(generation)
         key = (generation, run_id, projection.name, projection.identity())
-        start = self._start(key, projection, version)[0] if version >= self.interval else 0
+        start = self._start(key, projection, version).version if version >= self.interval else 0
         if version - start > most:
             return None
         return self._fold(key, projection, version)
@@ -195,12 +220,14 @@ class TimeTravel:
             if generation != self._generation:
                 self._memory.clear()
                 self._generation = generation
+                deferred.forget_packed()
 
     def _fold(self, key: _Key, projection: Projection[Any], version: int) -> Any:
         run_id = key[1]
-        start, state, stored_size = self._start(key, projection, version)
+        begun = self._start(key, projection, version)
+        start, state = begun.version, begun.state
         fresh: list[tuple[int, Any]] = []
-        storer = _Storer(self, key, projection, stored_size)
+        storer = _Storer(self, key, projection, begun.stored_size, begun.whole, start)
         apply, relevant = projection.apply, projection.relevant
         grid, interval = self.grid(projection), self.interval
         # A projection kept densely in memory goes on from its own state: its kept states
@@ -266,19 +293,48 @@ class TimeTravel:
             for version, state in states:
                 memory.add(version, state)
 
-    def _start(self, key: _Key, projection: Projection[Any], version: int) -> tuple[int, Any, int]:
+    def _start(self, key: _Key, projection: Projection[Any], version: int) -> _Start:
+        """Where a fold up to `version` starts: the nearest state in memory or stored."""
         with self._lock:
             start, state = self._snapshots(key).best(version) or (0, None)
-        size = 0
         if version - start >= self.interval and self._views is not None:
-            generation, run_id, name, identity = key
-            stored = self._views.snapshot(str(run_id), name, identity, generation, version)
-            if stored is not None and stored[0] > start:
-                start, size = stored[0], len(stored[1])
-                data = self._views.codec.unseal(stored[1])
-                state = projection.restore(data, self._events(key))
-                self._remember(key, [(start, state)])
-        return start, (projection.initial() if start == 0 else state), size
+            stored = self._stored(key, version)
+            if stored is not None and stored.version > start:
+                state = projection.restore(stored.state, self._events(key))
+                self._remember(key, [(stored.version, state)])
+                return attrs.evolve(stored, state=state)
+        return _Start(start, projection.initial() if start == 0 else state)
+
+    def _stored(self, key: _Key, version: int) -> _Start | None:
+        """The newest stored snapshot up to `version` (its JSON), whole or a delta."""
+        assert self._views is not None
+        generation, run_id, name, identity = key
+        views = self._views
+        whole = views.snapshot(str(run_id), name, identity, generation, version)
+        delta = views.snapshot(str(run_id), name, identity + DELTA_TAG, generation, version)
+        if delta is not None and (whole is None or delta[0] > whole[0]):
+            made = self._from_delta(key, delta)
+            if made is not None:
+                return made
+        if whole is None:
+            return None
+        data = views.codec.unseal(whole[1])
+        return _Start(whole[0], data, len(whole[1]), (whole[0], data))
+
+    def _from_delta(self, key: _Key, delta: tuple[int, bytes]) -> _Start | None:
+        """The snapshot a stored delta stands for; None if its whole snapshot is not there
+        as it was (then the whole one before it serves)."""
+        assert self._views is not None
+        generation, run_id, name, identity = key
+        codec = self._views.codec
+        change = codec.unseal(delta[1])
+        base = change["base"]
+        whole = self._views.snapshot(str(run_id), name, identity, generation, base)
+        if whole is None or whole[0] != base:
+            return None
+        data = codec.unseal(whole[1])
+        made = applied(change, data)
+        return None if made is None else _Start(delta[0], made, len(whole[1]), (base, data))
 
     def save(self, key: _Key, sealed: list[tuple[int, bytes]]) -> None:
         """Store snapshots; a store that refuses (read-only) only loses the speed-up."""
@@ -294,23 +350,37 @@ class TimeTravel:
 class _Storer:
     """Decides which snapshots of one fold are worth storing, and stores them.
 
-    A snapshot is stored every `spacing` events, and the spacing doubles while a
-    snapshot is larger than `BYTES_PER_EVENT` times it: stored snapshots then take
+    A whole snapshot is stored every `spacing` events, and the spacing doubles while
+    a snapshot is larger than `BYTES_PER_EVENT` times it: stored snapshots then take
     about as much room as the events they stand for, even for states that grow
     with the run (a deep stack), instead of a copy of the whole state every 500 events.
+    Between them, a delta every `VIEW_GAP` events (see there) against the last whole
+    one (`whole`: sealed in this fold, or the one the fold started from).
     """
 
     def __init__(
-        self, travel: TimeTravel, key: _Key, projection: Projection[Any], stored_size: int
+        self,
+        travel: TimeTravel,
+        key: _Key,
+        projection: Projection[Any],
+        stored_size: int,
+        whole: tuple[int, JSON] | None = None,
+        start: int = 0,
     ) -> None:
         self.travel, self.key, self.projection = travel, key, projection
         self.spacing = _spacing(travel.interval, stored_size)
         self.views = travel._views if travel._seals else None
         self.sealed: list[tuple[int, bytes]] = []
+        self.deltas: list[tuple[int, bytes]] = []
+        self.whole, self.previous = whole, start
 
     def offer(self, version: int, state: Any) -> Any:
-        """Seal a snapshot of `state` if one is due at `version`; its JSON, or None."""
-        if self.views is None or version % self.spacing:
+        """Seal a snapshot of `state` (whole or a delta) if one is due at `version`; its
+        JSON, or None."""
+        if self.views is None:
+            return None
+        whole = version % self.spacing == 0
+        if not whole and (version % VIEW_GAP or self.whole is None):
             return None
         try:
             snapshot = self.projection.snapshot(state)
@@ -318,7 +388,11 @@ class _Storer:
             _log.debug("%s has no JSON codec, so no stored snapshots: %s", self.key[2], error)
             self.views = None
             return None
-        self.seal(version, snapshot)
+        if whole:
+            self.seal(version, snapshot)
+            self.whole = (version, snapshot)
+        else:
+            self.seal_delta(version, snapshot)
         return snapshot
 
     def seal(self, version: int, snapshot: Any) -> None:
@@ -328,14 +402,109 @@ class _Storer:
         data = self.views.codec.seal(snapshot)
         self.sealed.append((version, data))
         self.spacing = _spacing(self.spacing, len(data))
+        self.previous = version
+
+    def seal_delta(self, version: int, snapshot: JSON) -> None:
+        """Seal `snapshot` as a delta against the last whole one, if it fits the byte budget."""
+        assert self.views is not None
+        assert self.whole is not None
+        base, whole = self.whole
+        change = delta(snapshot, whole)
+        if change is None:
+            return
+        data = self.views.codec.seal({"base": base, **change})
+        if len(data) <= BYTES_PER_EVENT * (version - self.previous):
+            self.deltas.append((version, data))
+            self.previous = version
 
     def flush(self) -> None:
-        """Store the chosen snapshots in one transaction (they total about the events' size)."""
+        """Store the chosen snapshots in one transaction each (whole ones, then deltas)."""
         self.travel.save(self.key, self.sealed)
-        self.sealed = []
+        generation, run_id, name, identity = self.key
+        self.travel.save((generation, run_id, name, identity + DELTA_TAG), self.deltas)
+        self.sealed, self.deltas = [], []
 
 
 def _spacing(spacing: int, size: int) -> int:
     while size > spacing * BYTES_PER_EVENT:
         spacing *= 2
     return spacing
+
+
+@attrs.frozen
+class _Start:
+    """A state a fold starts from: its version, the state (or stored JSON), and when it was
+    stored, the size of its whole snapshot and that snapshot (version, JSON)."""
+
+    version: int
+    state: Any
+    stored_size: int = 0
+    whole: tuple[int, JSON] | None = None
+
+
+def delta(data: JSON, whole: JSON) -> dict[str, JSON] | None:
+    """`data` as a change of `whole`: ``data`` with each long text it shares the start of with
+    the same text of `whole` emptied, and ``edits`` to make them again; None if none is shared.
+
+    An edit is ``[path, shared, length, rest]``: the text at `path` (keys and indexes) is the
+    first `shared` characters of `whole`'s, whose `length` it was, then `rest`.
+    """
+    edits: list[JSON] = []
+    holed = _holed(data, whole, [], edits)
+    return {"data": holed, "edits": edits} if edits else None
+
+
+def applied(change: JSON, whole: JSON) -> JSON | None:
+    """The JSON `delta` turned into `change`, from `whole`; None if `whole` is not the one it
+    was made from (a text at an edit's path of another length)."""
+    data = change["data"]
+    for path, shared, length, rest in change["edits"]:
+        text = _at(whole, path)
+        if not isinstance(text, str) or len(text) != length:
+            return None
+        if not path:
+            return text[:shared] + rest
+        _at(data, path[:-1])[path[-1]] = text[:shared] + rest
+    return data
+
+
+def _holed(value: JSON, whole: JSON, path: list[Any], edits: list[JSON]) -> JSON:
+    if isinstance(value, str):
+        if len(value) >= SHARED_TEXT and isinstance(whole, str):
+            shared = _shared(value, whole)
+            if shared >= SHARED_TEXT:
+                edits.append([list(path), shared, len(whole), value[shared:]])
+                return ""
+        return value
+    if isinstance(value, list) and isinstance(whole, list):
+        return [
+            _holed(item, whole[index] if index < len(whole) else None, [*path, index], edits)
+            for index, item in enumerate(value)
+        ]
+    if isinstance(value, dict) and isinstance(whole, dict):
+        return {k: _holed(item, whole.get(k), [*path, k], edits) for k, item in value.items()}
+    return value
+
+
+def _at(data: JSON, path: list[Any]) -> Any:
+    """The value at `path` in `data` (None where a key or index is missing)."""
+    for step in path:
+        if isinstance(data, dict) and isinstance(step, str):
+            data = data.get(step)
+        elif isinstance(data, list) and type(step) is int and 0 <= step < len(data):
+            data = data[step]
+        else:
+            return None
+    return data
+
+
+def _shared(text: str, other: str) -> int:
+    """How many leading characters `text` and `other` share (halving, compared in C)."""
+    low, high = 0, min(len(text), len(other)) + 1  # text[:low] is shared, text[:high] not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if text.startswith(other[low:middle], low):
+            low = middle
+        else:
+            high = middle
+    return low

@@ -18,6 +18,8 @@ from projections.deferred import (
     PackedRanges,
     from_events,
     pack_ranges,
+    packed_versions,
+    ranges_check,
     unpack_ranges,
     version_ranges,
 )
@@ -200,3 +202,132 @@ class TestNewestRanges:
         newest = itertools.islice(items.newest_first(), 3)
         assert [item.version for item in newest] == [400_000, 399_996, 399_992]
         assert items.nth_newest(FIRST_READ).version == 4 * (100_000 - FIRST_READ)
+
+
+class TestStoredTotals:
+    @given(_RANGES, st.integers(0, 40))
+    def test_packed_versions_of_a_list_are_its_ranges_packed_with_their_totals(
+        self, ranges: list[tuple[int, int]], newer: int
+    ) -> None:
+        """A list restored from packed ranges, with items pushed since, packs to its items'
+        versions, with the newest version and the count a recount would sum."""
+        items = from_events("stack", PackedRanges(pack_ranges(ranges)), Source(10_000), remade)
+        top = ranges[-1][1] if ranges else 0
+        for version in range(top + 1, top + 1 + newer):
+            items = items.push(Item(version))
+        packed, last, count = packed_versions(items)
+        recounted = PackedRanges(packed)
+        held = [v for low, high in recounted for v in range(low, high + 1)]
+        assert held == [item.version for item in items.to_tuple()]
+        assert (last, count) == (recounted.last, recounted.versions)
+
+    def test_a_snapshot_of_a_restored_list_does_not_unpack_it(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Packing a restored deep list (a snapshot taken after a restore) reuses its packed
+        text: no range is unpacked and its totals are not summed again."""
+        text = pack_ranges([(v, v) for v in range(4, 4 * 100_001, 4)])
+        check = ranges_check(text, 400_000, 100_000)
+        ranges = unpack_ranges(text, 400_000, 100_000, check)
+        items = from_events("stack", ranges, Source(1), remade)
+
+        def refused(text: str) -> Any:
+            raise AssertionError("the packed text was read again")
+
+        monkeypatch.setattr(deferred, "_unpack", refused)
+        monkeypatch.setattr(deferred, "_totals", refused)
+        assert packed_versions(items.push(Item(400_003))) == (text + ",3", 400_003, 100_001)
+
+    @given(_RANGES)
+    def test_ranges_unpacked_with_stored_totals_equal_those_recounted(
+        self, ranges: list[tuple[int, int]]
+    ) -> None:
+        """The old restore (totals summed from the text) and the new one (totals as stored)
+        give equal ranges, newest version, count and pages."""
+        text = pack_ranges(ranges)
+        old = unpack_ranges(text)
+        new = unpack_ranges(
+            text, old.last, old.versions, ranges_check(text, old.last, old.versions)
+        )
+        assert (new.last, new.versions, list(new)) == (old.last, old.versions, list(old))
+        assert new.newest(3)[0] == old.newest(3)[0]
+
+    @pytest.mark.parametrize(
+        ("last", "count", "check"),
+        [(5, None, None), (None, 2, None), (5, 2, None), (-1, 2, 0), (3, "2", 0), (3, 2, -1)],
+    )
+    def test_partial_or_bad_totals_are_refused(self, last: Any, count: Any, check: Any) -> None:
+        """Totals must come together with their check, as natural numbers: anything else is
+        one clear error."""
+        with pytest.raises(ProjectionStateError, match="last, count and check"):
+            unpack_ranges("1,2", last, count, check)
+
+    @given(_RANGES, st.integers(-3, 3), st.integers(-3, 3))
+    def test_totals_that_are_not_the_ranges_own_are_refused(
+        self, ranges: list[tuple[int, int]], more_last: int, more_count: int
+    ) -> None:
+        """Stored totals other than those of the text stored with them (tampered, or the text
+        made again on another base) are refused, never used to walk the ranges."""
+        text = pack_ranges(ranges)
+        right = PackedRanges(text)
+        last, count = right.last + more_last, right.versions + more_count
+        if (more_last, more_count) == (0, 0) or min(last, count) < 0:
+            return
+        with pytest.raises(ProjectionStateError, match="not those of the ranges"):
+            unpack_ranges(text, last, count, ranges_check(text, right.last, right.versions))
+        with pytest.raises(ProjectionStateError, match="not those of the ranges"):
+            unpack_ranges(text + ",1", last, count, ranges_check(text, last, count))
+
+    @given(_RANGES.filter(bool), st.integers(1, 3), st.integers(1, 5))
+    def test_a_walk_to_the_oldest_range_refuses_totals_not_their_own(
+        self, ranges: list[tuple[int, int]], more_last: int, most: int
+    ) -> None:
+        """Totals wrong from the start (a writer's mistake, which no check stored with them
+        can catch) are refused when the walk reaches the oldest range, not used to the end."""
+        text = pack_ranges(ranges)
+        right = PackedRanges(text)
+        for wrong in (
+            PackedRanges(text, right.last + more_last, right.versions),
+            PackedRanges(text, right.last, right.versions + more_last),
+        ):
+            rest: PackedRanges | None = wrong
+            with pytest.raises(ProjectionStateError, match="not their own"):
+                while rest is not None:
+                    rest = rest.newest(most)[1]
+
+    def test_a_list_grown_from_one_packed_lately_packs_only_its_new_items(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Packing a list pushed onto since it was last packed (a fold storing a view every few
+        thousand events) reads only the new items' versions, and gives what packing it
+        afresh gives."""
+        read: list[int] = []
+
+        class Counted:
+            """An item whose version reads are counted."""
+
+            def __init__(self, version: int) -> None:
+                self._version = version
+
+            @property
+            def version(self) -> int:
+                read.append(self._version)
+                return self._version
+
+        items = PList.of([Counted(v) for v in range(2, 2_002, 2)])
+        assert packed_versions(items) == (
+            pack_ranges([(v, v) for v in range(2, 2_002, 2)]),
+            2_000,
+            1_000,
+        )
+        read.clear()
+        grown = items.push(Counted(2_001)).push(Counted(2_005))
+        packed = packed_versions(grown)
+        assert sorted(read) == [2_001, 2_005]
+        monkeypatch.setattr(deferred, "_packed", {})
+        assert packed_versions(grown) == packed
+        assert packed == (
+            pack_ranges([*((v, v) for v in range(2, 2_000, 2)), (2_000, 2_001), (2_005, 2_005)]),
+            2_005,
+            1_002,
+        )
