@@ -76,6 +76,32 @@ class Datastore(PostgresDatastore):
                 self.pool.check()
             raise
 
+    @contextlib.contextmanager
+    def transaction(self, *, commit: bool = False) -> Iterator[Any]:
+        """A transaction's cursor (see `PostgresDatastore.transaction`); without `commit`, a
+        READ ONLY one, ended by COMMIT unless it fails.
+
+        eventsourcing ends a read by ROLLBACK, and psycopg forgets every statement it
+        has prepared on the connection at a ROLLBACK (it may have undone a PREPARE): each
+        read then cost a ``DEALLOCATE ALL`` and the next statements were parsed and planned
+        again. A READ ONLY transaction can write nothing, so its COMMIT keeps what a
+        ROLLBACK would, and the prepared statements.
+        """
+        from psycopg import pq
+
+        if commit:
+            with super().transaction(commit=True) as cursor:
+                yield cursor
+            return
+        with self.get_connection() as conn:
+            conn.read_only = True
+            try:
+                with conn.transaction():
+                    yield conn.cursor()
+            finally:
+                if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    conn.read_only = None
+
 
 def make_datastore(url: StoreURL) -> Datastore:
     """eventsourcing's pooled datastore for the store `url` names (its schema, libpq options)."""

@@ -1,6 +1,9 @@
-"""Which PostgreSQL errors are a lost connection, after which a read runs once more."""
+"""Which PostgreSQL errors are a lost connection, after which a read runs once more; read
+transactions that keep the connection's prepared statements."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -8,7 +11,8 @@ from eventsourcing.persistence import IntegrityError, InterfaceError, Operationa
 from psycopg import errors
 from psycopg_pool import PoolTimeout
 
-from engine.store.postgres.datastore import lost, read_retried
+from engine.store.postgres.datastore import Datastore, lost, read_retried
+from engine.store.urls import parse
 
 
 def wrapped(kind: type[Exception], cause: Exception) -> Exception:
@@ -86,3 +90,54 @@ class TestReadRetried:
         with pytest.raises(OperationalError):
             read_retried(timed_out)
         assert len(calls) == 3
+
+
+@pytest.fixture
+def one_connection(postgres_url: str) -> Iterator[Datastore]:
+    """A datastore whose pool holds one connection, so every transaction runs on it."""
+    url = parse(postgres_url)
+    datastore = Datastore(
+        dbname=url.dbname,
+        host=url.host,
+        port=url.port,
+        user=url.user,
+        password=url.password,
+        schema=url.options["schema"],
+        pool_size=1,
+        max_overflow=0,
+    )
+    yield datastore
+    datastore.close()
+
+
+def prepared(datastore: Datastore) -> int:
+    """How many statements the pool's one connection has prepared on the server."""
+    with datastore.get_connection() as conn:
+        return int(conn.execute("SELECT count(*) AS n FROM pg_prepared_statements").fetchone()["n"])
+
+
+class TestReadTransaction:
+    def test_a_read_keeps_the_statements_the_connection_prepared(
+        self, one_connection: Datastore
+    ) -> None:
+        """A read transaction ends without making psycopg deallocate its prepared statements."""
+        for _ in range(3):
+            with one_connection.transaction(commit=False) as cursor:
+                cursor.execute("SELECT 1 AS one", prepare=True)
+        assert prepared(one_connection) == 1
+
+    def test_a_read_can_write_nothing_and_leaves_the_connection_writable(
+        self, one_connection: Datastore
+    ) -> None:
+        """A write in a read transaction fails; the next write transaction commits."""
+        with (
+            pytest.raises(Exception) as refused,
+            one_connection.transaction(commit=False) as cursor,
+        ):
+            cursor.execute("CREATE TEMPORARY TABLE t (x int)")
+        assert isinstance(refused.value.__cause__, errors.ReadOnlySqlTransaction)
+        with one_connection.transaction(commit=True) as cursor:
+            cursor.execute("CREATE TEMPORARY TABLE t (x int)")
+            cursor.execute("INSERT INTO t VALUES (1)")
+        with one_connection.transaction(commit=False) as cursor:
+            assert cursor.execute("SELECT x FROM t").fetchall() == [{"x": 1}]
