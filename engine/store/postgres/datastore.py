@@ -77,6 +77,14 @@ class Datastore(PostgresDatastore):
             raise
 
     @contextlib.contextmanager
+    def statement(self) -> Iterator[Any]:
+        """A cursor (rows by column name) on a pooled connection outside a transaction, for a
+        read of one query: a transaction of its own, without a BEGIN and a COMMIT each a round
+        trip (the pool's connections are in autocommit)."""
+        with self.get_connection() as conn:
+            yield conn.cursor()
+
+    @contextlib.contextmanager
     def transaction(self, *, commit: bool = False) -> Iterator[Any]:
         """A transaction's cursor (see `PostgresDatastore.transaction`); without `commit`, a
         READ ONLY one, ended by COMMIT unless it fails.
