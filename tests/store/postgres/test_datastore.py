@@ -141,3 +141,13 @@ class TestReadTransaction:
             cursor.execute("INSERT INTO t VALUES (1)")
         with one_connection.transaction(commit=False) as cursor:
             assert cursor.execute("SELECT x FROM t").fetchall() == [{"x": 1}]
+
+    def test_a_read_of_one_query_runs_outside_a_transaction(
+        self, one_connection: Datastore
+    ) -> None:
+        """`statement` sends no BEGIN: the connection is idle again once its query answered."""
+        from psycopg import pq
+
+        with one_connection.statement() as cursor:
+            assert cursor.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+            assert cursor.connection.info.transaction_status == pq.TransactionStatus.IDLE
