@@ -142,25 +142,26 @@ class SQLViews(TrackingRecorder):
     @contextmanager
     def _transaction(self, *, commit: bool) -> Iterator[Any]:
         """A transaction of the views; a database refusal is a `StoreError` (kind by cause)."""
-        with self._classified(), self.datastore.transaction(commit=commit) as cursor:
-            yield cursor
+        try:
+            with self.datastore.transaction(commit=commit) as cursor:
+                yield cursor
+        except Exception as error:
+            refused = self._refused(error)
+            if refused is error:
+                raise
+            raise refused from error
 
     def _read(self, *, statements: int = 1) -> AbstractContextManager[Any]:
         """A cursor for a read of `statements` queries, in a transaction of its own (a server's
         subclass may run a read of one query without one: it is a transaction already)."""
         return self._transaction(commit=False)
 
-    @contextmanager
-    def _classified(self) -> Iterator[None]:
-        """A database refusal inside raised as a `StoreError` (kind by cause)."""
-        try:
-            yield
-        except StagetrailError:
-            raise
-        except Exception as error:
-            if not is_database_error(error):
-                raise
-            raise classify(self.url, error, "projection storage failed") from error
+    def _refused(self, error: Exception) -> Exception:
+        """`error` as the views raise it: a database refusal as a `StoreError` (kind by
+        cause), anything else as it is."""
+        if isinstance(error, StagetrailError) or not is_database_error(error):
+            return error
+        return classify(self.url, error, "projection storage failed")
 
     def create_table(self) -> None:
         """Create the tracking table (marked as eventsourcing marks it) and the views' tables."""

@@ -56,8 +56,14 @@ class PostgresViews(SQLViews):
 
     @contextlib.contextmanager
     def _one_query(self) -> Iterator[Any]:
-        with self._classified(), self.datastore.statement() as cursor:
-            yield cursor
+        try:
+            with self.datastore.statement() as cursor:
+                yield cursor
+        except Exception as error:
+            refused = self._refused(error)
+            if refused is error:
+                raise
+            raise refused from error
 
     def lost(self, error: BaseException | None) -> bool:
         """Whether `error` lost its connection (a pooled one terminated, or the server
