@@ -139,29 +139,28 @@ class SQLViews(TrackingRecorder):
         one may succeed (a file's database loses none)."""
         return False
 
-    @contextmanager
-    def _transaction(self, *, commit: bool) -> Iterator[Any]:
+    def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         """A transaction of the views; a database refusal is a `StoreError` (kind by cause)."""
-        try:
-            with self.datastore.transaction(commit=commit) as cursor:
-                yield cursor
-        except Exception as error:
-            refused = self._refused(error)
-            if refused is error:
-                raise
-            raise refused from error
+        return self._refusing(self.datastore.transaction(commit=commit))
 
     def _read(self, *, statements: int = 1) -> AbstractContextManager[Any]:
         """A cursor for a read of `statements` queries, in a transaction of its own (a server's
         subclass may run a read of one query without one: it is a transaction already)."""
         return self._transaction(commit=False)
 
-    def _refused(self, error: Exception) -> Exception:
-        """`error` as the views raise it: a database refusal as a `StoreError` (kind by
-        cause), anything else as it is."""
-        if isinstance(error, StagetrailError) or not is_database_error(error):
-            return error
-        return classify(self.url, error, "projection storage failed")
+    @contextmanager
+    def _refusing(self, cursors: AbstractContextManager[Any]) -> Iterator[Any]:
+        """The cursor of `cursors`; a database refusal is a `StoreError` (kind by cause),
+        anything else raised as it is."""
+        try:
+            with cursors as cursor:
+                yield cursor
+        except StagetrailError:
+            raise
+        except Exception as error:
+            if not is_database_error(error):
+                raise
+            raise classify(self.url, error, "projection storage failed") from error
 
     def create_table(self) -> None:
         """Create the tracking table (marked as eventsourcing marks it) and the views' tables."""

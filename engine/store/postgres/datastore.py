@@ -77,14 +77,6 @@ class Datastore(PostgresDatastore):
             raise
 
     @contextlib.contextmanager
-    def statement(self) -> Iterator[Any]:
-        """A cursor (rows by column name) on a pooled connection outside a transaction, for a
-        read of one query: a transaction of its own, without a BEGIN and a COMMIT each a round
-        trip (the pool's connections are in autocommit)."""
-        with self.get_connection() as conn:
-            yield conn.cursor()
-
-    @contextlib.contextmanager
     def transaction(self, *, commit: bool = False) -> Iterator[Any]:
         """A transaction's cursor (see `PostgresDatastore.transaction`); without `commit`, a
         READ ONLY one, ended by COMMIT unless it fails.
@@ -111,8 +103,9 @@ class Datastore(PostgresDatastore):
                     conn.read_only = None
 
 
-def make_datastore(url: StoreURL) -> Datastore:
-    """eventsourcing's pooled datastore for the store `url` names (its schema, libpq options)."""
+def make_datastore(url: StoreURL, *, pool_size: int = 2, max_overflow: int = 8) -> Datastore:
+    """eventsourcing's pooled datastore for the store `url` names (its schema, libpq options),
+    of `pool_size` connections kept and `max_overflow` more at most."""
     datastore = Datastore(
         dbname=url.dbname,
         host=url.host,
@@ -120,8 +113,8 @@ def make_datastore(url: StoreURL) -> Datastore:
         user=url.user,
         password=url.password,
         schema=schema_of(url),
-        pool_size=2,
-        max_overflow=8,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
         connect_timeout=float(timeout_of(url)),
     )
     # eventsourcing's datastore knows no libpq options; its pool passes these on.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -52,18 +51,8 @@ class PostgresViews(SQLViews):
         transaction of its own."""
         if statements > 1:
             return self._transaction(commit=False)
-        return self._one_query()
-
-    @contextlib.contextmanager
-    def _one_query(self) -> Iterator[Any]:
-        try:
-            with self.datastore.statement() as cursor:
-                yield cursor
-        except Exception as error:
-            refused = self._refused(error)
-            if refused is error:
-                raise
-            raise refused from error
+        # the pool's connections are in autocommit: a query out of a transaction is one
+        return self._refusing(self.datastore.cursor())
 
     def lost(self, error: BaseException | None) -> bool:
         """Whether `error` lost its connection (a pooled one terminated, or the server

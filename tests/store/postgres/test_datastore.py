@@ -1,5 +1,6 @@
 """Which PostgreSQL errors are a lost connection, after which a read runs once more; read
-transactions that keep the connection's prepared statements."""
+transactions that keep the connection's prepared statements; the views' reads of one query
+outside a transaction."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
-from psycopg import errors
+from psycopg import errors, pq
 from psycopg_pool import PoolTimeout
 
-from engine.store.postgres.datastore import Datastore, lost, read_retried
+from engine.store.errors import StoreError
+from engine.store.postgres.datastore import Datastore, lost, make_datastore, read_retried
+from engine.store.postgres.views import PostgresViews
 from engine.store.urls import parse
 
 
@@ -95,17 +98,7 @@ class TestReadRetried:
 @pytest.fixture
 def one_connection(postgres_url: str) -> Iterator[Datastore]:
     """A datastore whose pool holds one connection, so every transaction runs on it."""
-    url = parse(postgres_url)
-    datastore = Datastore(
-        dbname=url.dbname,
-        host=url.host,
-        port=url.port,
-        user=url.user,
-        password=url.password,
-        schema=url.options["schema"],
-        pool_size=1,
-        max_overflow=0,
-    )
+    datastore = make_datastore(parse(postgres_url), pool_size=1, max_overflow=0)
     yield datastore
     datastore.close()
 
@@ -142,12 +135,22 @@ class TestReadTransaction:
         with one_connection.transaction(commit=False) as cursor:
             assert cursor.execute("SELECT x FROM t").fetchall() == [{"x": 1}]
 
+
+class TestViewsRead:
     def test_a_read_of_one_query_runs_outside_a_transaction(
         self, one_connection: Datastore
     ) -> None:
-        """`statement` sends no BEGIN: the connection is idle again once its query answered."""
-        from psycopg import pq
-
-        with one_connection.statement() as cursor:
+        """The views read one query with no BEGIN, and more in a transaction of their own."""
+        views = PostgresViews(one_connection, "channel")
+        with views._read() as cursor:
             assert cursor.execute("SELECT 1 AS one").fetchone() == {"one": 1}
             assert cursor.connection.info.transaction_status == pq.TransactionStatus.IDLE
+        with views._read(statements=2) as cursor:
+            cursor.execute("SELECT 1 AS one")
+            assert cursor.connection.info.transaction_status == pq.TransactionStatus.INTRANS
+
+    def test_a_refused_read_of_one_query_is_a_store_error(self, one_connection: Datastore) -> None:
+        """A query the server refuses outside a transaction is a `StoreError`, as in one."""
+        views = PostgresViews(one_connection, "channel", "postgresql://store")
+        with pytest.raises(StoreError, match="projection storage failed"), views._read() as cursor:
+            cursor.execute("SELECT * FROM no_such_table")
