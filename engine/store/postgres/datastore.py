@@ -84,8 +84,9 @@ class Datastore(PostgresDatastore):
         eventsourcing ends a read by ROLLBACK, and psycopg forgets every statement it
         has prepared on the connection at a ROLLBACK (it may have undone a PREPARE): each
         read then cost a ``DEALLOCATE ALL`` and the next statements were parsed and planned
-        again. A READ ONLY transaction can write nothing, so its COMMIT keeps what a
-        ROLLBACK would, and the prepared statements.
+        again. A READ ONLY transaction writes no table but a temporary one, so its COMMIT
+        keeps what a ROLLBACK would, and the prepared statements (what else would outlive
+        it, a session's SET, a temporary table's rows, an ANALYZE, no read does).
         """
         from psycopg import pq
 
