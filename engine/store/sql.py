@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -89,6 +89,14 @@ def read_query(method: Callable[Concatenate[_V, _P], _R]) -> Callable[Concatenat
     return read
 
 
+def _chunks(items: Sequence[Any]) -> int:
+    """How many queries of `CHUNK` values read `items`."""
+    return -(-len(items) // CHUNK)
+
+
+CHUNK = 500
+"""Most keys (or names) one query of the views reads."""
+
 MIGRATION = "__migration__"
 """The tracking row eventsourcing's recorders mark a single-row tracking table with."""
 
@@ -131,11 +139,21 @@ class SQLViews(TrackingRecorder):
         one may succeed (a file's database loses none)."""
         return False
 
-    @contextmanager
-    def _transaction(self, *, commit: bool) -> Iterator[Any]:
+    def _transaction(self, *, commit: bool) -> AbstractContextManager[Any]:
         """A transaction of the views; a database refusal is a `StoreError` (kind by cause)."""
+        return self._refusing(self.datastore.transaction(commit=commit))
+
+    def _read(self, *, statements: int = 1) -> AbstractContextManager[Any]:
+        """A cursor for a read of `statements` queries, in a transaction of its own (a server's
+        subclass may run a read of one query without one: it is a transaction already)."""
+        return self._transaction(commit=False)
+
+    @contextmanager
+    def _refusing(self, cursors: AbstractContextManager[Any]) -> Iterator[Any]:
+        """The cursor of `cursors`; a database refusal is a `StoreError` (kind by cause),
+        anything else raised as it is."""
         try:
-            with self.datastore.transaction(commit=commit) as cursor:
+            with cursors as cursor:
                 yield cursor
         except StagetrailError:
             raise
@@ -169,7 +187,7 @@ class SQLViews(TrackingRecorder):
     @read_query
     def max_tracking_id(self, application_name: str) -> int | None:
         """The position recorded for `application_name` (None: none recorded)."""
-        with self._transaction(commit=False) as cursor:
+        with self._read() as cursor:
             cursor.execute(
                 self._sql(
                     "SELECT MAX(notification_id) AS id FROM {tracking} WHERE application_name=?"
@@ -239,7 +257,7 @@ class SQLViews(TrackingRecorder):
     @read_query
     def current(self) -> bool:
         """Whether the stored views have this program's shape (a read-only open cannot migrate)."""
-        with self._transaction(commit=False) as cursor:
+        with self._read() as cursor:
             return self._views_version(cursor) == VIEWS_VERSION
 
     def register(self, name: str, fingerprint: str) -> bool:
@@ -259,7 +277,7 @@ class SQLViews(TrackingRecorder):
     @read_query
     def fingerprint(self, name: str) -> str | None:
         """The code fingerprint `name`'s stored state was folded by (None: not registered)."""
-        with self._transaction(commit=False) as cursor:
+        with self._read() as cursor:
             cursor.execute(self._sql("SELECT fingerprint FROM {projections} WHERE name=?"), (name,))
             row = cursor.fetchone()
             return None if row is None else str(row["fingerprint"])
@@ -294,7 +312,7 @@ class SQLViews(TrackingRecorder):
     @read_query
     def resets(self) -> int:
         """How many times a projection of the store was reset (read before its position)."""
-        with self._transaction(commit=False) as cursor:
+        with self._read() as cursor:
             return read_counter(cursor, self._sql("{meta}"), RESETS)
 
     @read_query
@@ -307,14 +325,14 @@ class SQLViews(TrackingRecorder):
     @read_query
     def positions(self, names: Sequence[str]) -> dict[str, int]:
         """Each projection's position: the last notification id it has folded."""
-        with self._transaction(commit=False) as cursor:
+        with self._read(statements=_chunks(names)) as cursor:
             return self._positions(cursor, names)
 
     def _positions(self, cursor: Any, names: Sequence[str]) -> dict[str, int]:
         found = dict.fromkeys(names, 0)
         chosen = list(found)
-        for start in range(0, len(chosen), 500):
-            chunk = chosen[start : start + 500]
+        for start in range(0, len(chosen), CHUNK):
+            chunk = chosen[start : start + CHUNK]
             marks = ",".join("?" * len(chunk))
             query = (
                 "SELECT application_name AS name, notification_id FROM {tracking} "
@@ -330,13 +348,13 @@ class SQLViews(TrackingRecorder):
         """The stored (encoded) states of `name` for `keys`; missing keys are left out."""
         if not keys:
             return {}
-        with self._transaction(commit=False) as cursor:
+        with self._read(statements=_chunks(keys)) as cursor:
             return dict(self._load(cursor, name, list(keys)))
 
     def _load(self, cursor: Any, name: str, keys: list[str]) -> Iterator[tuple[str, Any]]:
         unseal = self.codec.unseal
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
+        for start in range(0, len(keys), CHUNK):
+            chunk = keys[start : start + CHUNK]
             marks = ",".join("?" * len(chunk))
             if name == "run_index":
                 query = f"SELECT run_id AS k, data AS v FROM {{runs}} WHERE run_id IN ({marks})"
@@ -486,7 +504,7 @@ class SQLViews(TrackingRecorder):
     @read_query
     def errors(self) -> dict[str, str | None]:
         """The last error of every registered projection (None when it is healthy)."""
-        with self._transaction(commit=False) as cursor:
+        with self._read() as cursor:
             cursor.execute(self._sql("SELECT name, last_error FROM {projections}"))
             rows = cursor.fetchall()
         unseal = self.codec.unseal
@@ -502,7 +520,7 @@ class SQLViews(TrackingRecorder):
             query, params = "SELECT data AS v FROM {runs}", []
         else:
             query, params = "SELECT state AS v FROM {states} WHERE name=?", [name]
-        with self._transaction(commit=False) as cursor:
+        with self._read() as cursor:
             cursor.execute(self._sql(query), params)
             rows = cursor.fetchall()
         unseal = self.codec.unseal
@@ -517,7 +535,7 @@ class SQLViews(TrackingRecorder):
         sql = (
             f"SELECT data FROM {{runs}}{where} ORDER BY started DESC, run_id DESC LIMIT ? OFFSET ?"
         )
-        with self._transaction(commit=False) as cursor:
+        with self._read() as cursor:
             cursor.execute(self._sql(sql), (*params, query.limit, query.offset))
             rows = cursor.fetchall()
         return [self.codec.unseal(row["data"]) for row in rows]
@@ -529,7 +547,7 @@ class SQLViews(TrackingRecorder):
             f"SELECT run_id FROM {{runs}} WHERE {self.prefix_match} "
             f"ORDER BY {self.prefix_order} LIMIT ?"
         )
-        with self._transaction(commit=False) as cursor:  # "~" sorts after every id character
+        with self._read() as cursor:  # "~" sorts after every id character
             cursor.execute(self._sql(sql), (prefix, prefix + "~", limit))
             return [str(row["run_id"]) for row in cursor.fetchall()]
 
@@ -538,7 +556,7 @@ class SQLViews(TrackingRecorder):
         self, run_id: str, projection: str, fingerprint: str, generation: int, version: int
     ) -> tuple[int, bytes] | None:
         """The newest stored snapshot (version, sealed state) of `generation` up to `version`."""
-        with self._transaction(commit=False) as cursor:
+        with self._read() as cursor:
             cursor.execute(
                 self._sql(
                     "SELECT version, state FROM {snapshots} WHERE run_id=? AND projection=? "

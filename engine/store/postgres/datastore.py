@@ -76,9 +76,37 @@ class Datastore(PostgresDatastore):
                 self.pool.check()
             raise
 
+    @contextlib.contextmanager
+    def transaction(self, *, commit: bool = False) -> Iterator[Any]:
+        """A transaction's cursor (see `PostgresDatastore.transaction`); without `commit`, a
+        READ ONLY one, ended by COMMIT unless it fails.
 
-def make_datastore(url: StoreURL) -> Datastore:
-    """eventsourcing's pooled datastore for the store `url` names (its schema, libpq options)."""
+        eventsourcing ends a read by ROLLBACK, and psycopg forgets every statement it
+        has prepared on the connection at a ROLLBACK (it may have undone a PREPARE): each
+        read then cost a ``DEALLOCATE ALL`` and the next statements were parsed and planned
+        again. A READ ONLY transaction writes no table but a temporary one, so its COMMIT
+        keeps what a ROLLBACK would, and the prepared statements (what else would outlive
+        it, a session's SET, a temporary table's rows, an ANALYZE, no read does).
+        """
+        from psycopg import pq
+
+        if commit:
+            with super().transaction(commit=True) as cursor:
+                yield cursor
+            return
+        with self.get_connection() as conn:
+            conn.read_only = True
+            try:
+                with conn.transaction():
+                    yield conn.cursor()
+            finally:
+                if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    conn.read_only = None
+
+
+def make_datastore(url: StoreURL, *, pool_size: int = 2, max_overflow: int = 8) -> Datastore:
+    """eventsourcing's pooled datastore for the store `url` names (its schema, libpq options),
+    of `pool_size` connections kept and `max_overflow` more at most."""
     datastore = Datastore(
         dbname=url.dbname,
         host=url.host,
@@ -86,8 +114,8 @@ def make_datastore(url: StoreURL) -> Datastore:
         user=url.user,
         password=url.password,
         schema=schema_of(url),
-        pool_size=2,
-        max_overflow=8,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
         connect_timeout=float(timeout_of(url)),
     )
     # eventsourcing's datastore knows no libpq options; its pool passes these on.

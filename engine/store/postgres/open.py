@@ -203,7 +203,7 @@ def stored_after(datastore: Any, run_id: UUID, position: int) -> int | None:
     ).format(Identifier(datastore.schema, meta.EVENTS_TABLE))
 
     def read() -> Any:
-        with datastore.transaction(commit=False) as cursor:
+        with datastore.cursor() as cursor:  # autocommit: no BEGIN, no COMMIT
             cursor.execute(statement, (run_id, position))
             return cursor.fetchone()
 
@@ -286,7 +286,7 @@ def read_generation(datastore: Any) -> int:
     """The store's erasure generation, as committed now."""
 
     def read() -> int:
-        with datastore.transaction(commit=False) as cursor:
+        with datastore.cursor() as cursor:  # autocommit: no BEGIN, no COMMIT
             return meta.read_generation(cursor, _meta_table(datastore))
 
     return read_retried(read)

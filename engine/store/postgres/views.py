@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from contextlib import AbstractContextManager
 from typing import Any
 
-from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
-from engine.store.postgres.datastore import lost
+from engine.store.postgres.datastore import Datastore, lost
 from engine.store.sql import NAMES, SQLViews
 
 TRACKING_TABLE = "stagetrail_tracking"
@@ -35,7 +35,7 @@ class PostgresViews(SQLViews):
         "    autovacuum_analyze_threshold = 1000,    autovacuum_analyze_scale_factor = 0.01)"
     )
 
-    def __init__(self, datastore: PostgresDatastore, channel: str, url: str = "-") -> None:
+    def __init__(self, datastore: Datastore, channel: str, url: str = "-") -> None:
         super().__init__(datastore, url)
         schema = datastore.schema
         self.names = {
@@ -45,6 +45,14 @@ class PostgresViews(SQLViews):
         self.tracking_table = f'"{schema}"."{TRACKING_TABLE}"'
         self._channel = channel
         self._listener: Any = None
+
+    def _read(self, *, statements: int = 1) -> AbstractContextManager[Any]:
+        """A read of one query outside a transaction (one round trip, not three); of more, in a
+        transaction of its own."""
+        if statements > 1:
+            return self._transaction(commit=False)
+        # the pool's connections are in autocommit: a query out of a transaction is one
+        return self._refusing(self.datastore.cursor())
 
     def lost(self, error: BaseException | None) -> bool:
         """Whether `error` lost its connection (a pooled one terminated, or the server

@@ -1,14 +1,21 @@
-"""Which PostgreSQL errors are a lost connection, after which a read runs once more."""
+"""Which PostgreSQL errors are a lost connection, after which a read runs once more; read
+transactions that keep the connection's prepared statements; the views' reads of one query
+outside a transaction."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
-from psycopg import errors
+from psycopg import errors, pq
 from psycopg_pool import PoolTimeout
 
-from engine.store.postgres.datastore import lost, read_retried
+from engine.store.errors import StoreError
+from engine.store.postgres.datastore import Datastore, lost, make_datastore, read_retried
+from engine.store.postgres.views import PostgresViews
+from engine.store.urls import parse
 
 
 def wrapped(kind: type[Exception], cause: Exception) -> Exception:
@@ -86,3 +93,64 @@ class TestReadRetried:
         with pytest.raises(OperationalError):
             read_retried(timed_out)
         assert len(calls) == 3
+
+
+@pytest.fixture
+def one_connection(postgres_url: str) -> Iterator[Datastore]:
+    """A datastore whose pool holds one connection, so every transaction runs on it."""
+    datastore = make_datastore(parse(postgres_url), pool_size=1, max_overflow=0)
+    yield datastore
+    datastore.close()
+
+
+def prepared(datastore: Datastore) -> int:
+    """How many statements the pool's one connection has prepared on the server."""
+    with datastore.get_connection() as conn:
+        return int(conn.execute("SELECT count(*) AS n FROM pg_prepared_statements").fetchone()["n"])
+
+
+class TestReadTransaction:
+    def test_a_read_keeps_the_statements_the_connection_prepared(
+        self, one_connection: Datastore
+    ) -> None:
+        """A read transaction ends without making psycopg deallocate its prepared statements."""
+        for _ in range(3):
+            with one_connection.transaction(commit=False) as cursor:
+                cursor.execute("SELECT 1 AS one", prepare=True)
+        assert prepared(one_connection) == 1
+
+    def test_a_read_can_write_nothing_and_leaves_the_connection_writable(
+        self, one_connection: Datastore
+    ) -> None:
+        """A write in a read transaction fails; the next write transaction commits."""
+        with (
+            pytest.raises(Exception) as refused,
+            one_connection.transaction(commit=False) as cursor,
+        ):
+            cursor.execute("CREATE TEMPORARY TABLE t (x int)")
+        assert isinstance(refused.value.__cause__, errors.ReadOnlySqlTransaction)
+        with one_connection.transaction(commit=True) as cursor:
+            cursor.execute("CREATE TEMPORARY TABLE t (x int)")
+            cursor.execute("INSERT INTO t VALUES (1)")
+        with one_connection.transaction(commit=False) as cursor:
+            assert cursor.execute("SELECT x FROM t").fetchall() == [{"x": 1}]
+
+
+class TestViewsRead:
+    def test_a_read_of_one_query_runs_outside_a_transaction(
+        self, one_connection: Datastore
+    ) -> None:
+        """The views read one query with no BEGIN, and more in a transaction of their own."""
+        views = PostgresViews(one_connection, "channel")
+        with views._read() as cursor:
+            assert cursor.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+            assert cursor.connection.info.transaction_status == pq.TransactionStatus.IDLE
+        with views._read(statements=2) as cursor:
+            cursor.execute("SELECT 1 AS one")
+            assert cursor.connection.info.transaction_status == pq.TransactionStatus.INTRANS
+
+    def test_a_refused_read_of_one_query_is_a_store_error(self, one_connection: Datastore) -> None:
+        """A query the server refuses outside a transaction is a `StoreError`, as in one."""
+        views = PostgresViews(one_connection, "channel", "postgresql://store")
+        with pytest.raises(StoreError, match="projection storage failed"), views._read() as cursor:
+            cursor.execute("SELECT * FROM no_such_table")
