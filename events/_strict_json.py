@@ -28,10 +28,11 @@ def strict_json(field: str, value: object) -> JSON:
     Raises:
         InvalidPayload: naming the field and the path of the first bad value.
     """
-    if type(value) in _SCALARS:
+    kind = type(value)
+    if kind in _SCALARS:
         return value
     try:
-        return _copy(value)
+        return _copy_dict(value) if kind is dict else _copy(value)
     except _NotJSON as bad:
         raise InvalidPayload(field, field + "".join(reversed(bad.steps)), bad.problem) from None
     except RecursionError:
@@ -65,7 +66,7 @@ def _copy_list(items: list[Any] | tuple[Any, ...]) -> JSON:
             append(item)
             continue
         try:
-            append(_copy(item))
+            append(_copy_list(item) if kind is list else _copy(item))
         except _NotJSON as bad:
             bad.steps.append(f"[{len(copied)}]")  # the index of the item that failed
             raise
@@ -92,20 +93,37 @@ def _subclass(value: object) -> JSON:
 
 
 def _copy_dict(value: dict[Any, Any]) -> JSON:
+    # Copied whole in C, then only a container value is replaced by its own copy (a
+    # key's value replaced while its dict is walked: the dict keeps its size).
+    copied = value.copy() if type(value) is dict else dict(value)
+    for key, item in copied.items():
+        if type(key) is not str:
+            return _rekeyed(value)
+        kind = type(item)
+        if kind in _SCALARS or (kind is float and item - item == 0.0):
+            continue
+        copied[key] = _value(key, item, kind)
+    return copied
+
+
+def _rekeyed(value: dict[Any, Any]) -> JSON:
+    """`_copy_dict` of a dict with a key that is not exactly a str: key by key, in order."""
     copied = {}
     for key, item in value.items():
         if type(key) is not str:
             key = _key(key)
-        kind = type(item)
-        if kind in _SCALARS or (kind is float and item - item == 0.0):
-            copied[key] = item
-            continue
-        try:
-            copied[key] = _copy(item)
-        except _NotJSON as bad:
-            bad.steps.append(f"[{key!r}]")
-            raise
+        copied[key] = _value(key, item, type(item))
     return copied
+
+
+def _value(key: str, item: Any, kind: type) -> JSON:
+    """A dict's value under `key` (of type `kind`) as strict JSON; a bad one is reported
+    under its key."""
+    try:
+        return _copy_list(item) if kind is list else _copy(item)
+    except _NotJSON as bad:
+        bad.steps.append(f"[{key!r}]")
+        raise
 
 
 def _key(key: object) -> str:
