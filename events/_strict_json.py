@@ -92,7 +92,7 @@ def _subclass(value: object) -> JSON:
     raise _NotJSON(f"is a {type(value).__name__}, which is not JSON")
 
 
-def _copy_dict(value: dict[Any, Any]) -> JSON:
+def _copy_dict(value: Any) -> JSON:
     # Copied whole in C, then only a container value is replaced by its own copy (a
     # key's value replaced while its dict is walked: the dict keeps its size).
     copied = value.copy() if type(value) is dict else dict(value)
