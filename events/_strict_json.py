@@ -66,7 +66,7 @@ def _copy_list(items: list[Any] | tuple[Any, ...]) -> JSON:
             append(item)
             continue
         try:
-            append(_copy_list(item) if kind is list else _copy(item))
+            append(_copy(item))
         except _NotJSON as bad:
             bad.steps.append(f"[{len(copied)}]")  # the index of the item that failed
             raise
@@ -86,7 +86,7 @@ def _subclass(value: object) -> JSON:
     if isinstance(value, float):
         return _copy(float.__float__(value))
     if isinstance(value, dict):
-        return _copy_dict(value)
+        return _rekeyed(value)  # through its own items(), as json.dumps reads it
     if isinstance(value, list | tuple):
         return _copy(list(value))
     raise _NotJSON(f"is a {type(value).__name__}, which is not JSON")
@@ -94,36 +94,37 @@ def _subclass(value: object) -> JSON:
 
 def _copy_dict(value: Any) -> JSON:
     # Copied whole in C, then only a container value is replaced by its own copy (a
-    # key's value replaced while its dict is walked: the dict keeps its size).
-    copied = value.copy() if type(value) is dict else dict(value)
+    # key's value replaced while its dict is walked: the dict keeps its size). Each level
+    # of nesting costs two frames (here and `_copy`), as in `_copy_list`: the depth
+    # refused as too deep is the same for both, within what the JSON encoder takes.
+    copied = value.copy()
     for key, item in copied.items():
         if type(key) is not str:
             return _rekeyed(value)
         kind = type(item)
         if kind in _SCALARS or (kind is float and item - item == 0.0):
             continue
-        copied[key] = _value(key, item, kind)
+        try:
+            copied[key] = _copy(item)
+        except _NotJSON as bad:
+            bad.steps.append(f"[{key!r}]")
+            raise
     return copied
 
 
 def _rekeyed(value: dict[Any, Any]) -> JSON:
-    """`_copy_dict` of a dict with a key that is not exactly a str: key by key, in order."""
+    """`_copy_dict` key by key, in order, through `value.items()`: a dict with a key that
+    is not exactly a str, or a dict subclass (its items() may not be its storage)."""
     copied = {}
     for key, item in value.items():
         if type(key) is not str:
             key = _key(key)
-        copied[key] = _value(key, item, type(item))
+        try:
+            copied[key] = _copy(item)
+        except _NotJSON as bad:
+            bad.steps.append(f"[{key!r}]")
+            raise
     return copied
-
-
-def _value(key: str, item: Any, kind: type) -> JSON:
-    """A dict's value under `key` (of type `kind`) as strict JSON; a bad one is reported
-    under its key."""
-    try:
-        return _copy_list(item) if kind is list else _copy(item)
-    except _NotJSON as bad:
-        bad.steps.append(f"[{key!r}]")
-        raise
 
 
 def _key(key: object) -> str:
