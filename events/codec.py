@@ -53,14 +53,13 @@ def _writer(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
     declared order, each through the class's encoder if it has one, then its class version
     past 1. One dict display per event: every recorded event is encoded here.
     """
-    names = [field.name for field in attrs.fields(cls)]
-    if not cls.encoders.keys() <= set(names):
-        return _unwritable(cls)
+    names = [field.name for field in attrs.fields(cls) if field.name not in ("run_id", "version")]
+    missing = [name for name in cls.encoders if name not in names]
+    if missing:
+        return _unwritable(missing[0])
     scope: dict[str, Any] = {}
     items = []
     for index, name in enumerate(names):
-        if name in ("run_id", "version"):
-            continue
         value = f"v.{name}"
         if name in cls.encoders:
             scope[f"encoder{index}"] = cls.encoders[name]
@@ -73,12 +72,11 @@ def _writer(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
     return scope["write"]  # type: ignore[no-any-return]
 
 
-def _unwritable(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
-    """The writer of a class with an encoder of no field: it names the field it lacks."""
-    missing = sorted(cls.encoders.keys() - {field.name for field in attrs.fields(cls)})
+def _unwritable(name: str) -> Callable[[Event], dict[str, Any]]:
+    """The writer of a class with an encoder of `name`, no stored field: it names it."""
 
     def write(event: Event) -> dict[str, Any]:
-        raise KeyError(missing[0])
+        raise KeyError(name)
 
     return write
 

@@ -512,6 +512,26 @@ class _NoSetitem(dict):  # type: ignore[type-arg]
         raise RuntimeError("read-only state")
 
 
+class TestStateWriter:
+    @pytest.mark.parametrize("name", ["renamed", "run_id", "version"])
+    def test_an_encoder_of_no_stored_field_fails_naming_it(self, name: str) -> None:
+        """An encoder of a field the class lacks, or of run_id or version (not stored), is
+        not dropped: encoding fails with the name."""
+
+        @attrs.frozen(kw_only=True)
+        class Misencoded(Event):
+            topic = "review:Misencoded"
+            encoders = {"value": str, name: str}
+            value: int = 0
+
+        try:
+            event = Misencoded(run_id=RUN, version=1, timestamp=WHEN)
+            with pytest.raises(KeyError, match=name):
+                events.encode(event)
+        finally:
+            EVENT_TYPES.pop("review:Misencoded", None)
+
+
 class TestTaskWrites:
     @pytest.mark.parametrize(
         "value",
