@@ -28,10 +28,11 @@ def strict_json(field: str, value: object) -> JSON:
     Raises:
         InvalidPayload: naming the field and the path of the first bad value.
     """
-    if type(value) in _SCALARS:
+    kind = type(value)
+    if kind in _SCALARS:
         return value
     try:
-        return _copy(value)
+        return _copy_dict(value) if kind is dict else _copy(value)
     except _NotJSON as bad:
         raise InvalidPayload(field, field + "".join(reversed(bad.steps)), bad.problem) from None
     except RecursionError:
@@ -85,21 +86,39 @@ def _subclass(value: object) -> JSON:
     if isinstance(value, float):
         return _copy(float.__float__(value))
     if isinstance(value, dict):
-        return _copy_dict(value)
+        return _rekeyed(value)  # through its own items(), as json.dumps reads it
     if isinstance(value, list | tuple):
         return _copy(list(value))
     raise _NotJSON(f"is a {type(value).__name__}, which is not JSON")
 
 
-def _copy_dict(value: dict[Any, Any]) -> JSON:
+def _copy_dict(value: Any) -> JSON:
+    # Copied whole in C, then only a container value is replaced by its own copy (a
+    # key's value replaced while its dict is walked: the dict keeps its size). Each level
+    # of nesting costs two frames (here and `_copy`), as in `_copy_list`: the depth
+    # refused as too deep is the same for both, within what the JSON encoder takes.
+    copied = value.copy()
+    for key, item in copied.items():
+        if type(key) is not str:
+            return _rekeyed(value)
+        kind = type(item)
+        if kind in _SCALARS or (kind is float and item - item == 0.0):
+            continue
+        try:
+            copied[key] = _copy(item)
+        except _NotJSON as bad:
+            bad.steps.append(f"[{key!r}]")
+            raise
+    return copied
+
+
+def _rekeyed(value: dict[Any, Any]) -> JSON:
+    """`_copy_dict` key by key, in order, through `value.items()`: a dict with a key that
+    is not exactly a str, or a dict subclass (its items() may not be its storage)."""
     copied = {}
     for key, item in value.items():
         if type(key) is not str:
             key = _key(key)
-        kind = type(item)
-        if kind in _SCALARS or (kind is float and item - item == 0.0):
-            copied[key] = item
-            continue
         try:
             copied[key] = _copy(item)
         except _NotJSON as bad:

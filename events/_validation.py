@@ -14,7 +14,7 @@ from uuid import UUID
 
 import attrs
 
-from events._strict_json import JSON, finite_number, strict_json
+from events._strict_json import _SCALARS, JSON, finite_number, strict_json
 from events.errors import InvalidEvent, InvalidPayload
 
 Converter = Callable[[Any, "attrs.Attribute[Any]"], Any]
@@ -33,6 +33,8 @@ def _wrong_type(field: attrs.Attribute[Any], value: object, expected: str) -> In
 
 
 def _json(value: object, field: attrs.Attribute[Any]) -> JSON:
+    if type(value) in _SCALARS:  # most payload fields: None, a str, a number
+        return value
     return strict_json(field.name, value)
 
 

@@ -17,7 +17,7 @@ import attrs
 
 from events.base import EVENT_TYPES, Event
 from events.errors import EventFormatError
-from events.values import build, fields_of, slot_setters, writable_twin
+from events.values import build, slot_setters, writable_twin
 
 # Bound once, at import: freezegun rebinds a module's `datetime` while time is frozen,
 # and a per-class reader made then would go on building its fake datetimes after it.
@@ -34,13 +34,51 @@ def encode(event: Event) -> tuple[str, dict[str, Any]]:
 def encode_timed(event: Event) -> tuple[str, dict[str, Any]]:
     """`encode`, the timestamp left a datetime: for an encoder that writes it as ISO 8601."""
     cls = type(event)
-    state = fields_of(event)
-    del state["run_id"], state["version"]
-    for name, encoder in cls.encoders.items():
-        state[name] = encoder(state[name])
+    write = _WRITERS.get(cls) or _writer_of(cls)
+    return cls.topic, write(event)
+
+
+_WRITERS: dict[type[Event], Callable[[Event], dict[str, Any]]] = {}
+"""`_writer` of each event class encoded so far, made once."""
+
+
+def _writer_of(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    """The class's state writer (`_writer`), made on its first encoding."""
+    write = _WRITERS[cls] = _writer(cls)
+    return write
+
+
+def _writer(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    """A function giving an event's stored state: its fields but run_id and version, in
+    declared order, each through the class's encoder if it has one, then its class version
+    past 1. One dict display per event: every recorded event is encoded here.
+    """
+    names = [field.name for field in attrs.fields(cls) if field.name not in ("run_id", "version")]
+    missing = [name for name in cls.encoders if name not in names]
+    if missing:
+        return _unwritable(missing[0])
+    scope: dict[str, Any] = {}
+    items = []
+    for index, name in enumerate(names):
+        value = f"v.{name}"
+        if name in cls.encoders:
+            scope[f"encoder{index}"] = cls.encoders[name]
+            value = f"encoder{index}({value})"
+        items.append(f"{name!r}: {value}")
     if cls.class_version > 1:
-        state["class_version"] = cls.class_version
-    return cls.topic, state
+        items.append(f"'class_version': {cls.class_version!r}")
+    lines = ["def write(v):", "    return {" + ", ".join(items) + "}"]
+    exec(compile("\n".join(lines), f"<state writer of {cls.__qualname__}>", "exec"), scope)
+    return scope["write"]  # type: ignore[no-any-return]
+
+
+def _unwritable(name: str) -> Callable[[Event], dict[str, Any]]:
+    """The writer of a class with an encoder of `name`, no stored field: it names it."""
+
+    def write(event: Event) -> dict[str, Any]:
+        raise KeyError(name)
+
+    return write
 
 
 def decode(topic: str, state: dict[str, Any], run_id: UUID, version: int) -> Event:

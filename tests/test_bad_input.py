@@ -41,6 +41,7 @@ from engine.errors import (
     RunAlreadyFinished,
     TaskError,
 )
+from events import NoteAdded
 from projections import StateStack
 from tests._helpers import REVIEW
 from tests.cli._helpers import invoke
@@ -432,6 +433,53 @@ CLI_CASES: list[tuple[str, tuple[str, ...], str]] = [
         "unknown option",
     ),
 ]
+
+
+def _nested(depth: int, kind: str) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value} if kind == "dict" else [value]
+    return value
+
+
+def _deepest_accepted(kind: str) -> int:
+    """The deepest `kind` nesting a note's value takes (refused past it: a binary search)."""
+    low, high = 1, 5000
+    while low + 1 < high:
+        middle = (low + high) // 2
+        try:
+            NoteAdded(run_id=uuid.uuid4(), version=1, key="k", value=_nested(middle, kind))
+        except InvalidPayload:
+            high = middle
+        else:
+            low = middle
+    return low
+
+
+class TestNesting:
+    @pytest.mark.parametrize("kind", ["list", "dict"])
+    def test_every_depth_a_note_takes_is_stored_and_read_back(
+        self, engine: Engine, kind: str
+    ) -> None:
+        """Up to the depth refused (one InvalidPayload), the store writes each value and reads
+        it back whole: no RecursionError while encoding or decoding a value one level less deep."""
+        run = start(engine)
+        kept, low, high = [], 1, 5000
+        while low + 1 < high:
+            middle = (low + high) // 2
+            try:
+                run.note("k", _nested(middle, kind))
+            except InvalidPayload:
+                high = middle
+            else:
+                kept.append(_nested(middle, kind))
+                low = middle
+        notes = [e.value for e in engine.store.stream(run.id) if isinstance(e, NoteAdded)]
+        assert notes == kept
+
+    def test_lists_and_dicts_nest_equally_deep(self) -> None:
+        """The depth refused does not depend on the kind of container nested."""
+        assert abs(_deepest_accepted("list") - _deepest_accepted("dict")) <= 1
 
 
 class TestCommandLine:

@@ -116,8 +116,8 @@ class Chain:
             link = _sha256(message).digest()[:LINK_BYTES]
         else:
             link = self._digest(message)
-        # %.22b drops the base64's padding
-        text = _b2a(link, newline=False).translate(_URLSAFE)
+        # %.22b drops the base64's padding and newline
+        text = _b2a(link).translate(_URLSAFE)
         return self._suffix % (len(body) - 1, body, text), link
 
     def _digest(self, message: bytes) -> bytes:
@@ -240,7 +240,7 @@ class Chain:
 
     def seal(self, body: bytes, link: bytes) -> bytes:
         """`body` (a JSON object) with `link` written in as its last member."""
-        text = _b2a(link, newline=False).translate(_URLSAFE)  # %.22b drops the padding
+        text = _b2a(link).translate(_URLSAFE)  # %.22b drops the padding and newline
         return self._suffix % (len(body) - 1, body, text)
 
 

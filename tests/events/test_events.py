@@ -147,6 +147,10 @@ class TestVocabulary:
         }
 
 
+class _Key(str):
+    """A str subclass used as a dict key: strict JSON holds its plain str."""
+
+
 class TestStrictJSON:
     @pytest.mark.parametrize(
         ("value", "path", "words"),
@@ -164,6 +168,9 @@ class TestStrictJSON:
             ((1, 2.5, {"s": {3}}), "result[2]['s']", "set"),
             (object(), "result", "object"),
             (datetime(2026, 1, 1, tzinfo=UTC), "result", "datetime"),
+            ({_Key("k"): 1, "a": math.nan, 2: "x"}, "result['a']", "nan"),
+            ({"a": 1, _Key("k"): [b"x"], 2: "x"}, "result['k'][0]", "bytes"),
+            ({"a": 1, _Key("k"): 2, 3: "x"}, "result", "int key 3"),
         ],
     )
     def test_non_json_values_are_refused_naming_the_field(
@@ -197,6 +204,16 @@ class TestStrictJSON:
         event = make(StageCompleted, result=result)
         result["pair"] = (3, 4)
         assert event.result == {"pair": [1, 2]}  # type: ignore[attr-defined]
+
+    def test_nested_containers_are_copied_at_every_depth(self) -> None:
+        """A dict in a list in a dict is the event's own: changing the caller's is not seen."""
+        inner = {"b": 1}
+        result = {"a": [inner], "n": 2, _Key("k"): (3,)}
+        event = make(StageCompleted, result=result)
+        inner["b"] = 9
+        result["n"] = 0
+        assert event.result == {"a": [{"b": 1}], "n": 2, "k": [3]}  # type: ignore[attr-defined]
+        assert [type(key) for key in event.result] == [str, str, str]  # type: ignore[attr-defined]
 
     @pytest.mark.parametrize("value", [None, True, 0, -3, 2.5, "", "x", [], {}, {"a": [None]}])
     def test_json_values_are_accepted(self, value: object) -> None:
@@ -493,6 +510,26 @@ class _NoSetitem(dict):  # type: ignore[type-arg]
 
     def __setitem__(self, key: object, value: object) -> None:
         raise RuntimeError("read-only state")
+
+
+class TestStateWriter:
+    @pytest.mark.parametrize("name", ["renamed", "run_id", "version"])
+    def test_an_encoder_of_no_stored_field_fails_naming_it(self, name: str) -> None:
+        """An encoder of a field the class lacks, or of run_id or version (not stored), is
+        not dropped: encoding fails with the name."""
+
+        @attrs.frozen(kw_only=True)
+        class Misencoded(Event):
+            topic = "review:Misencoded"
+            encoders = {"value": str, name: str}
+            value: int = 0
+
+        try:
+            event = Misencoded(run_id=RUN, version=1, timestamp=WHEN)
+            with pytest.raises(KeyError, match=name):
+                events.encode(event)
+        finally:
+            EVENT_TYPES.pop("review:Misencoded", None)
 
 
 class TestTaskWrites:

@@ -24,6 +24,7 @@ from eventsourcing.persistence import Notification, StoredEvent
 from engine.store import meta
 from engine.store.errors import StoreError
 from engine.store.sqlite.recorder import (
+    BLOB,
     SQLiteRecorder,
 )
 from engine.store.sqlite.writer import WriterConnection
@@ -96,15 +97,16 @@ class CompactRecorder(SQLiteRecorder):
         )
 
     def rows(self, stored_events: Sequence[StoredEvent]) -> list[Any]:
-        """The INSERT's parameters: each event's run key, version, topic id and state."""
+        """The INSERT's parameters: each event's run key, version, topic id and state (see
+        `BLOB`)."""
         params: list[Any] = []
         run_id: Any = None
         ids = self.topic_ids
         for stored in stored_events:
             if stored.originator_id is not run_id:  # a batch is mostly one run's: one key
                 run_id = stored.originator_id
-                key = _as_uuid(run_id).bytes
-            params += (key, stored.originator_version, ids[stored.topic], stored.state)
+                key = BLOB(_as_uuid(run_id).bytes)
+            params += (key, stored.originator_version, ids[stored.topic], BLOB(stored.state))
         return params
 
     def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
