@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import Pipeline
+from engine import Pipeline, Run
 
 WORK = Pipeline(
     "bench",
@@ -26,6 +26,14 @@ WORK = Pipeline(
 """A one-stage loop: every outcome is a real, checked transition that pushes a frame."""
 
 RESULT = {"changed_files": 3, "summary": "ok", "scores": [0.5, 0.75]}
+
+
+def record_outcomes(run: Run, count: int, per_batch: int) -> None:
+    """Record `count` completed outcomes of WORK's stage into `run`, `per_batch` a batch."""
+    for _ in range(count // per_batch):
+        with run.batch():
+            for _ in range(per_batch):
+                run.stage_completed("work", RESULT, duration=1.0)
 
 
 def scratch(name: str) -> Path:

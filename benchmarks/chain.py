@@ -39,7 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 from uuid import UUID, uuid4
 
-from benchmarks._common import RESULT, WORK, report, scratch
+from benchmarks._common import RESULT, WORK, record_outcomes, report, scratch
 from benchmarks.peers.stagetrail_runs import Stagetrail
 from benchmarks.scale import postgres_reachable, postgres_store
 from engine import Engine
@@ -73,11 +73,7 @@ def appended(count: int, linked: bool) -> int:
     with Engine(f"sqlite:///{scratch('chain.db')}") as engine:
         if not linked:
             engine.store.mapper.chain = NoLinks()
-        run = engine.start_run(WORK)
-        for _ in range(count // 100):
-            with run.batch():
-                for _ in range(100):
-                    run.stage_completed("work", RESULT, duration=1.0)
+        record_outcomes(engine.start_run(WORK), count, 100)
     return count
 
 
@@ -104,10 +100,7 @@ def long_run(count: int, key: str | None = None) -> tuple[str, UUID]:
     url = f"sqlite:///{scratch('long.db')}"
     with Engine(url, chain_key=key) as engine:
         run = engine.start_run(WORK)
-        for _ in range(count // 1000):
-            with run.batch():
-                for _ in range(1000):
-                    run.stage_completed("work", RESULT, duration=1.0)
+        record_outcomes(run, count, 1000)
         return url, run.id
 
 

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
-from benchmarks._common import RESULT, WORK, report
+from benchmarks._common import WORK, record_outcomes, report
 from benchmarks.scale import postgres_store
 from engine import Engine
 from engine.store.chain import Chain, split
@@ -232,10 +232,7 @@ def long_run(store: str | None, events: int) -> Iterator[tuple[str, UUID]]:
         return
     with postgres_store() as url, Engine(url) as engine:
         run = engine.start_run(WORK)
-        for _ in range(events // 1000):
-            with run.batch():
-                for _ in range(1000):
-                    run.stage_completed("work", RESULT, duration=1.0)
+        record_outcomes(run, events, 1000)
         yield url, run.id
 
 
