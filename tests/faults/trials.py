@@ -149,22 +149,24 @@ def victim(url: str, out: int, seed: int) -> None:
 
 def kill_one(url: str, seed: int, rng: random.Random) -> list[str]:
     """Fork a victim, kill it after a random delay; its report lines."""
+    name = _victim_name()  # here: in the forked child os.getpid() is the child's
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the victim
         os.close(read)
         try:
-            victim(_named(url), write, seed)
+            victim(_named(url, name), write, seed)
         finally:
             os._exit(1)
     os.close(write)
     with os.fdopen(read) as lines:
         assert lines.readline() == "ready\n", "the victim died before it was ready"
+        assert _backends(url, name) != 0, "the victim's backends do not carry its name"
         time.sleep(rng.uniform(0, MAX_DELAY))
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status), f"the victim ended on its own: {status}"
-        _server_done(url)
+        _server_done(url, name)
         return lines.read().splitlines()
 
 
@@ -173,30 +175,35 @@ def _victim_name() -> str:
     return f"stagetrail-victim-{os.getpid()}"
 
 
-def _named(url: str) -> str:
-    """The victim's store URL: on PostgreSQL its connections carry `_victim_name`."""
+def _named(url: str, name: str) -> str:
+    """The victim's store URL: on PostgreSQL its connections carry `name`."""
     if not url.startswith("postgresql"):
         return url
-    return f"{url}{'&' if '?' in url else '?'}application_name={_victim_name()}"
+    return f"{url}{'&' if '?' in url else '?'}application_name={name}"
 
 
-def _server_done(url: str) -> None:
+def _backends(url: str, name: str) -> int | None:
+    """How many PostgreSQL backends carry the application name `name` (None: SQLite)."""
+    if not url.startswith("postgresql"):
+        return None
+    import psycopg
+
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        return int(conn.execute(query, (name,)).fetchone()[0])  # type: ignore[index]
+
+
+def _server_done(url: str, name: str) -> None:
     """Wait until the killed victim's PostgreSQL backends have ended.
 
     A COMMIT the victim sent just before its kill is still carried out by its
     backend: the event is recorded, a moment after the victim died. The checker
     looks at the store once no such backend is left, as any later process would.
     """
-    if not url.startswith("postgresql"):
-        return
-    import psycopg
-
-    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
     deadline = time.monotonic() + 30
-    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
-        while conn.execute(query, (_victim_name(),)).fetchone()[0]:  # type: ignore[index]
-            assert time.monotonic() < deadline, "the killed victim's backends did not end"
-            time.sleep(0.01)
+    while _backends(url, name):
+        assert time.monotonic() < deadline, "the killed victim's backends did not end"
+        time.sleep(0.01)
 
 
 def where(lines: list[str]) -> str:
