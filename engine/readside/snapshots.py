@@ -313,7 +313,7 @@ class TimeTravel:
         whole = views.snapshot(str(run_id), name, identity, generation, version)
         delta = views.snapshot(str(run_id), name, identity + DELTA_TAG, generation, version)
         if delta is not None and (whole is None or delta[0] > whole[0]):
-            made = self._from_delta(key, delta)
+            made = self._from_delta(key, delta, whole)
             if made is not None:
                 return made
         if whole is None:
@@ -321,15 +321,21 @@ class TimeTravel:
         data = views.codec.unseal(whole[1])
         return _Start(whole[0], data, len(whole[1]), (whole[0], data))
 
-    def _from_delta(self, key: _Key, delta: tuple[int, bytes]) -> _Start | None:
+    def _from_delta(
+        self, key: _Key, delta: tuple[int, bytes], read: tuple[int, bytes] | None
+    ) -> _Start | None:
         """The snapshot a stored delta stands for; None if its whole snapshot is not there
-        as it was (then the whole one before it serves)."""
+        as it was (then the whole one before it serves). `read`: a whole snapshot already
+        read, used when it is the delta's base (it nearly always is) instead of reading it
+        again."""
         assert self._views is not None
         generation, run_id, name, identity = key
         codec = self._views.codec
         change = codec.unseal(delta[1])
         base = change["base"]
-        whole = self._views.snapshot(str(run_id), name, identity, generation, base)
+        whole = read
+        if whole is None or whole[0] != base:
+            whole = self._views.snapshot(str(run_id), name, identity, generation, base)
         if whole is None or whole[0] != base:
             return None
         data = codec.unseal(whole[1])
