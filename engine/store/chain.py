@@ -114,7 +114,7 @@ class Chain:
             self._format(run_id)
             run_bytes = self._run[2]
         # one join of the message's parts (the run's 16 bytes, and the topic with the NUL
-        # after it, made once): a %-format of them costs a quarter more
+        # after it, made once): a %-format of them costs a fifth more
         parts = (previous, run_bytes, _VERSION(version), _HEADS.get(topic) or _head(topic), body)
         if self._inner is None:
             link = _sha256(_join(parts)).digest()[:LINK_BYTES]
