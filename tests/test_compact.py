@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
 from starlette.testclient import TestClient
 
 from engine import Engine, Pipeline, RunNotFound
+from engine.cli import export_import
 from engine.cli.demo.code_review import REVIEW
-from engine.errors import ProjectionError, RunBeingErased, RunErased
+from engine.errors import ProjectionError, RunBeingErased, RunErased, RunErasedWhileRead
 from engine.run import Run
+from engine.store.event_store import PAGE, Store
 from engine.store.postgres import open as postgres_open
 from engine.ui import create_app
 from events import Event, RunFinished
@@ -450,6 +455,86 @@ class TestEraseBeganDuringAnExport:
         named = invoke(command, str(doomed), *arguments, "--store", shared_url)
         assert named.exit_code != 0  # a run named is still refused
         assert "being erased" in named.output
+
+
+def long_deleted_run(url: str) -> tuple[UUID, UUID]:
+    """A kept run of two events, and a deleted run a page and a bit long, not erased yet."""
+    with Engine(url) as engine:
+        kept = engine.start_run(LOOP)
+        kept.stage_failed("a", error="x")
+        doomed = engine.start_run(LOOP)
+        with doomed.batch():
+            for index in range(PAGE + 10):
+                doomed.note(f"n{index}", index)
+        doomed.finish("deleted")
+        return kept.id, doomed.id
+
+
+def erased_after_its_first_page(url: str, doomed: UUID, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stream of `doomed` is followed, once its first page is read, by a compaction of
+    the store by another engine (which erases the run) before the next page is read."""
+    streamed = Store.stream
+
+    def stream(store: Store, run_id: UUID, **pages: Any) -> Iterator[Event]:
+        events = streamed(store, run_id, **pages)
+        if run_id != doomed:
+            yield from events
+            return
+        for event in events:
+            yield event
+            if event.version == PAGE:
+                with Engine(url) as other:
+                    assert other.compact().runs == (doomed,)
+
+    monkeypatch.setattr(Store, "stream", stream)
+
+
+class TestEraseDuringAnExport:
+    def test_a_run_named_is_refused_and_none_of_it_written(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """A run named to export that a compaction erases between two of its pages is refused,
+        naming it, and no line of it is written (its first page, ending in a chain head,
+        would import as the whole run); the run before it is written whole."""
+        kept, doomed = long_deleted_run(shared_url)
+        erased_after_its_first_page(shared_url, doomed, monkeypatch)
+        exported = invoke("export", str(kept), str(doomed), "--store", shared_url)
+        assert exported.exit_code != 0
+        assert f"run {doomed} was deleted and erased" in exported.stderr
+        assert "while it was read" in exported.stderr
+        lines = exported.stdout.splitlines()
+        assert [json.loads(line)["run_id"] for line in lines] == [str(kept)] * 2
+        path = tmp_path / "export.jsonl"
+        path.write_text(exported.stdout)
+        with Engine(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
+            export_import.import_runs(copy, str(path), as_json=True)
+            assert copy.store.last(doomed) is None
+
+    def test_the_api_raises_run_erased_while_read(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, capsysbinary: Any
+    ) -> None:
+        """`export_runs` raises `RunErasedWhileRead` (a `RunErased`, a `LookupError`) with the
+        run and the first version it no longer found."""
+        _, doomed = long_deleted_run(shared_url)
+        erased_after_its_first_page(shared_url, doomed, monkeypatch)
+        with Engine(shared_url) as engine, pytest.raises(RunErasedWhileRead) as refused:
+            export_import.export_runs(engine, [doomed])
+        assert (refused.value.run_id, refused.value.version) == (doomed, PAGE + 1)
+        assert isinstance(refused.value, RunErased)
+        assert isinstance(refused.value, LookupError)
+        assert capsysbinary.readouterr().out == b""
+
+    def test_every_run_passes_over_it(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With --all, a run erased between two of its pages is passed over, none of it
+        written, and the other runs are exported."""
+        kept, doomed = long_deleted_run(shared_url)
+        erased_after_its_first_page(shared_url, doomed, monkeypatch)
+        exported = invoke("export", "--all", "--store", shared_url)
+        assert exported.exit_code == 0, exported.output
+        runs = {json.loads(line)["run_id"] for line in exported.stdout.splitlines()}
+        assert runs == {str(kept)}
 
 
 class TestStaleHandleAtTheEraseBoundary:
