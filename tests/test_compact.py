@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -17,12 +17,12 @@ from engine.cli import export_import
 from engine.cli.demo.code_review import REVIEW
 from engine.errors import ProjectionError, RunBeingErased, RunErased, RunErasedWhileRead
 from engine.run import Run
-from engine.store.event_store import PAGE, Store
+from engine.store.event_store import PAGE
 from engine.store.postgres import open as postgres_open
 from engine.ui import create_app
 from events import Event, RunFinished
 from projections import Projection, StateStack, TaskTable
-from tests._helpers import compact_killed_after_first_erase
+from tests._helpers import compact_killed_after_first_erase, erased_after_its_first_page
 from tests.audit.tampering import Rows
 from tests.cli._helpers import invoke
 
@@ -468,25 +468,6 @@ def long_deleted_run(url: str) -> tuple[UUID, UUID]:
                 doomed.note(f"n{index}", index)
         doomed.finish("deleted")
         return kept.id, doomed.id
-
-
-def erased_after_its_first_page(url: str, doomed: UUID, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every stream of `doomed` is followed, once its first page is read, by a compaction of
-    the store by another engine (which erases the run) before the next page is read."""
-    streamed = Store.stream
-
-    def stream(store: Store, run_id: UUID, **pages: Any) -> Iterator[Event]:
-        events = streamed(store, run_id, **pages)
-        if run_id != doomed:
-            yield from events
-            return
-        for event in events:
-            yield event
-            if event.version == PAGE:
-                with Engine(url) as other:
-                    assert other.compact().runs == (doomed,)
-
-    monkeypatch.setattr(Store, "stream", stream)
 
 
 class TestEraseDuringAnExport:
