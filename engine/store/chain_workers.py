@@ -15,10 +15,13 @@ neither the reading nor the hashing is left to one process.
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
+import os
+import signal
 from collections.abc import Generator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Protocol
+from concurrent.futures import Future, ProcessPoolExecutor, wait
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 import attrs
@@ -26,6 +29,15 @@ from eventsourcing.persistence import Cipher, Compressor
 
 from engine.store.chain import Chain, StoredRow, split
 from engine.store.mapper import opened
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+WORKER_TIMEOUT = 60.0
+"""Seconds a worker may take to answer for a page or range once the caller waits for it
+(a range of `engine.verify.RANGE` events takes well under one): one that neither answers
+nor dies by then is taken as hung (a read waiting on a lock, a stopped process)."""
 
 
 class ChainWorkers:
@@ -35,41 +47,92 @@ class ChainWorkers:
         chain: the chain to check with (a keyed one's derived key goes to the workers).
         run_id: the run whose pages are checked.
         workers: how many processes (started fresh: no connection or thread is inherited).
+        timeout: seconds `wait` waits for an answer before it stops every worker.
     """
 
     def __init__(
-        self, chain: Chain, run_id: UUID, workers: int, reading: RangeReading | None = None
+        self,
+        chain: Chain,
+        run_id: UUID,
+        workers: int,
+        reading: RangeReading | None = None,
+        *,
+        timeout: float = WORKER_TIMEOUT,
     ) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._pids: Any = context.SimpleQueue()  # each worker's, as it starts
         self._pool = ProcessPoolExecutor(
             workers,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=context,
             initializer=_begin,
-            initargs=(chain, run_id, reading),
+            initargs=(chain, run_id, reading, self._pids),
         )
         self.workers = workers
+        self.run_id = run_id
+        self.timeout = timeout
+        self._submitted: list[Future[Any]] = []
+        self.stopped = False
+        """Whether the workers were stopped (one did not answer in time): no more waits."""
+
+    def wait(self, future: Future[Any]) -> bool:
+        """Wait for `future` up to `timeout` seconds: whether it is done. When not, its worker
+        is taken as hung and every worker is stopped (`stop`): its pages and all those not
+        answered yet fail, for the caller to check itself, and no later wait waits."""
+        if not self.stopped and not wait([future], timeout=self.timeout).done:
+            self.stop()
+        return future.done()
+
+    def stop(self) -> None:
+        """Kill every worker (a hung one answers no request to end): the pool breaks, so its
+        pages not answered fail, and nothing more is sent to it."""
+        if self.stopped:
+            return
+        self.stopped = True
+        _log.warning(
+            "verify: a chain worker checking run %s did not answer within %s s: its %d "
+            "worker(s) were stopped and the pages they held are checked here",
+            self.run_id, self.timeout, self.workers,
+        )  # fmt: skip
+        while not self._pids.empty():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._pids.get(), _KILL)
 
     def submit(self, previous: bytes, version: int, rows: Sequence[StoredRow]) -> Future[int]:
         """Check `rows` (from `version` on, following the link `previous`) in a worker: how
         many of them follow on (`Chain.run_along`)."""
-        return self._pool.submit(_along, previous, version, rows)
+        return self._kept(self._pool.submit(_along, previous, version, rows))
 
     def submit_range(self, first: int, last: int) -> Future[Followed]:
         """Read and check versions `first` to `last` in a worker (`check_range`); needs the
         `reading` the pool was started with."""
-        return self._pool.submit(_range, first, last)
+        return self._kept(self._pool.submit(_range, first, last))
+
+    def _kept(self, future: Future[T]) -> Future[T]:
+        """`future`, among those `close` waits for while they run."""
+        self._submitted = [f for f in self._submitted if not f.done()]
+        self._submitted.append(future)
+        return future
 
     def close(self) -> None:
-        """Stop the workers, dropping pages not begun."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the workers, dropping pages not begun; a page still checked is waited for up
+        to `timeout` seconds (then every worker is stopped: `stop`), so closing never hangs."""
+        running = [f for f in self._submitted if not (f.cancel() or f.done())]
+        if running and not self.stopped and wait(running, timeout=self.timeout).not_done:
+            self.stop()
+        self._pool.shutdown(wait=not self.stopped, cancel_futures=True)
+        self._pids.close()
 
+
+_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # Windows has no SIGKILL
 
 _checking: tuple[Chain, UUID, RangeReading | None] | None = None
 """A worker's chain, run and reading (set when it starts)."""
 
 
-def _begin(chain: Chain, run_id: UUID, reading: RangeReading | None) -> None:
+def _begin(chain: Chain, run_id: UUID, reading: RangeReading | None, pids: Any) -> None:
     global _checking
     _checking = (chain, run_id, reading)
+    pids.put(os.getpid())  # so a hung worker can be stopped (the pool's own are private)
 
 
 def _along(previous: bytes, version: int, rows: Sequence[StoredRow]) -> int:
