@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -17,7 +17,7 @@ from engine.cli import export_import
 from engine.cli.demo.code_review import REVIEW
 from engine.errors import ProjectionError, RunBeingErased, RunErased, RunErasedWhileRead
 from engine.run import Run
-from engine.store.event_store import PAGE
+from engine.store.event_store import PAGE, Store
 from engine.store.postgres import open as postgres_open
 from engine.ui import create_app
 from events import Event, RunFinished
@@ -504,6 +504,31 @@ class TestEraseDuringAnExport:
         assert isinstance(refused.value, RunErased)
         assert isinstance(refused.value, LookupError)
         assert capsysbinary.readouterr().out == b""
+
+    def test_a_run_whose_id_names_a_new_run_by_its_second_page_is_refused(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run erased between two pages of its export, and its id given to a new run as
+        long before the next page is read, is refused: no export mixes the two runs."""
+        _, doomed = long_deleted_run(shared_url)
+        streamed = Store.stream
+
+        def reused(store: Store, run_id: UUID, **pages: Any) -> Iterator[Event]:
+            for event in streamed(store, run_id, **pages):
+                yield event
+                if event.version == PAGE:
+                    with Engine(shared_url) as other:
+                        assert other.compact().runs == (doomed,)
+                        run = other.start_run(LOOP, run_id=doomed)
+                        with run.batch():
+                            for index in range(PAGE + 20):
+                                run.note(f"new {index}", index)
+
+        monkeypatch.setattr(Store, "stream", reused)
+        exported = invoke("export", str(doomed), "--store", shared_url)
+        assert exported.exit_code != 0
+        assert f"run {doomed} was deleted and erased" in exported.stderr
+        assert exported.stdout == ""
 
     def test_every_run_passes_over_it(
         self, shared_url: str, monkeypatch: pytest.MonkeyPatch
