@@ -31,7 +31,7 @@ from engine.store.chain import Chain, StoredRow, split
 from engine.store.mapper import opened
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 WORKER_TIMEOUT = 60.0
@@ -107,7 +107,7 @@ class ChainWorkers:
         `reading` the pool was started with."""
         return self._kept(self._pool.submit(_range, first, last))
 
-    def _kept(self, future: Future[T]) -> Future[T]:
+    def _kept(self, future: Future[_T]) -> Future[_T]:
         """`future`, among those `close` waits for while they run."""
         self._submitted = [f for f in self._submitted if not f.done()]
         self._submitted.append(future)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import multiprocessing
 import os
 import pickle
+import signal
 from collections.abc import Callable, Iterator
 from uuid import UUID
 
@@ -150,6 +152,34 @@ class TestChainWorkers:
         finally:
             workers.close()
         assert chain.run_along(before[2], PAGE + 1, run_id, edited)[0] == 10
+
+
+class TestHungWorker:
+    def test_a_worker_that_stops_answering_is_killed_after_the_timeout(
+        self, long_run: tuple[Engine, UUID]
+    ) -> None:
+        """A worker that answered once, then is stopped (SIGSTOP: alive, answering nothing),
+        is waited for `timeout` seconds only: the page is reported not done, the worker is
+        killed, and closing the pool returns (before, a wait on it never ended)."""
+        engine, run_id = long_run
+        chain = engine.store.mapper.chain
+        first, second = list(engine.store.stored_rows(run_id))[:2]
+        before = split(first[-1][2])
+        assert before is not None
+        others = {child.pid for child in multiprocessing.active_children()}
+        workers = ChainWorkers(chain, run_id, 1, timeout=2)
+        try:
+            assert workers.submit(before[2], PAGE + 1, second).result() == PAGE  # it started
+            [worker] = [c for c in multiprocessing.active_children() if c.pid not in others]
+            assert worker.pid is not None
+            os.kill(worker.pid, signal.SIGSTOP)
+            page = workers.submit(before[2], PAGE + 1, second)
+            assert workers.wait(page) is False
+            assert workers.stopped
+            worker.join(60)  # killed: a stopped process ends on SIGKILL
+            assert worker.exitcode == -signal.SIGKILL
+        finally:
+            workers.close()
 
 
 class TestChainPickled:
