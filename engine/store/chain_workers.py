@@ -17,9 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
-import os
-import signal
-from collections.abc import Generator, Sequence
+import threading
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
@@ -59,18 +58,19 @@ class ChainWorkers:
         *,
         timeout: float = WORKER_TIMEOUT,
     ) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._pids: Any = context.SimpleQueue()  # each worker's, as it starts
         self._pool = ProcessPoolExecutor(
             workers,
-            mp_context=context,
+            mp_context=multiprocessing.get_context("spawn"),
             initializer=_begin,
-            initargs=(chain, run_id, reading, self._pids),
+            initargs=(chain, run_id, reading),
         )
         self.workers = workers
         self.run_id = run_id
         self.timeout = timeout
         self._submitted: list[Future[Any]] = []
+        self._started: list[multiprocessing.process.BaseProcess] = []
+        """The workers, as the pool starts them (on a submit): known before they run any
+        code of theirs, so one that hangs while it starts is stopped too."""
         self.stopped = False
         """Whether the workers were stopped (one did not answer in time): no more waits."""
 
@@ -93,22 +93,26 @@ class ChainWorkers:
             "worker(s) were stopped and the pages they held are checked here",
             self.run_id, self.timeout, self.workers,
         )  # fmt: skip
-        while not self._pids.empty():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self._pids.get(), _KILL)
+        for worker in self._started:
+            worker.kill()  # SIGKILL: a stopped process ends too (Windows: terminated)
 
     def submit(self, previous: bytes, version: int, rows: Sequence[StoredRow]) -> Future[int]:
         """Check `rows` (from `version` on, following the link `previous`) in a worker: how
         many of them follow on (`Chain.run_along`)."""
-        return self._kept(self._pool.submit(_along, previous, version, rows))
+        return self._kept(lambda: self._pool.submit(_along, previous, version, rows))
 
     def submit_range(self, first: int, last: int) -> Future[Followed]:
         """Read and check versions `first` to `last` in a worker (`check_range`); needs the
         `reading` the pool was started with."""
-        return self._kept(self._pool.submit(_range, first, last))
+        return self._kept(lambda: self._pool.submit(_range, first, last))
 
-    def _kept(self, future: Future[_T]) -> Future[_T]:
-        """`future`, among those `close` waits for while they run."""
+    def _kept(self, submit: Callable[[], Future[_T]]) -> Future[_T]:
+        """`submit`'s future, among those `close` waits for while they run; a worker the
+        pool starts for it (it starts them as work comes) among those `stop` kills."""
+        with _SPAWNING:  # no other pool of this process starts one meanwhile
+            before = set(multiprocessing.active_children())
+            future = submit()
+            self._started += set(multiprocessing.active_children()) - before
         self._submitted = [f for f in self._submitted if not f.done()]
         self._submitted.append(future)
         return future
@@ -120,19 +124,19 @@ class ChainWorkers:
         if running and not self.stopped and wait(running, timeout=self.timeout).not_done:
             self.stop()
         self._pool.shutdown(wait=not self.stopped, cancel_futures=True)
-        self._pids.close()
 
 
-_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # Windows has no SIGKILL
+_SPAWNING = threading.Lock()
+"""Held while a pool is given work (when it may start a worker), so the children that
+appear meanwhile are that pool's (`ChainWorkers._kept`)."""
 
 _checking: tuple[Chain, UUID, RangeReading | None] | None = None
 """A worker's chain, run and reading (set when it starts)."""
 
 
-def _begin(chain: Chain, run_id: UUID, reading: RangeReading | None, pids: Any) -> None:
+def _begin(chain: Chain, run_id: UUID, reading: RangeReading | None) -> None:
     global _checking
     _checking = (chain, run_id, reading)
-    pids.put(os.getpid())  # so a hung worker can be stopped (the pool's own are private)
 
 
 def _along(previous: bytes, version: int, rows: Sequence[StoredRow]) -> int:

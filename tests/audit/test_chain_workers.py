@@ -8,7 +8,10 @@ import multiprocessing
 import os
 import pickle
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -180,6 +183,63 @@ class TestHungWorker:
             assert worker.exitcode == -signal.SIGKILL
         finally:
             workers.close()
+
+
+_HUNG_AT_STARTUP = """
+import sys
+import threading
+import uuid
+
+if __name__ != "__main__":  # a worker importing this file (no main guard): hangs at startup
+    threading.Event().wait()
+
+from engine.store.chain import Chain
+from engine.store.chain_workers import ChainWorkers
+
+workers = ChainWorkers(Chain(), uuid.uuid4(), 1, timeout=1)
+page = workers.submit(b"", 1, [])
+import multiprocessing
+[worker] = multiprocessing.active_children()
+print(worker.pid, flush=True)
+answered = workers.wait(page)
+workers.close()
+print(answered, workers.stopped, flush=True)
+"""
+
+
+class TestHungAtStartup:
+    def test_a_worker_that_hangs_before_it_starts_is_killed_and_the_script_ends(
+        self, tmp_path: Path
+    ) -> None:
+        """A worker that hangs while it starts (a script without the main guard, which the
+        worker imports, waiting for ever) is killed after the timeout like any hung worker,
+        so the script ends and leaves no process behind (before, its pid was never known:
+        nothing was killed and the script waited for it at exit for ever)."""
+        script = tmp_path / "unguarded.py"
+        script.write_text(_HUNG_AT_STARTUP)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+        worker = 0
+        with subprocess.Popen(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
+        ) as process:
+            try:
+                worker = int(process.stdout.readline())  # type: ignore[union-attr]
+                out, _ = process.communicate(timeout=120)  # a guard against a hang only
+                left = _alive(worker)
+            finally:
+                for pid in (process.pid, worker) if worker > 0 else (process.pid,):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        assert (process.returncode, out.split(), left) == (0, ["False", "True"], False)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` is still there (not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class TestChainPickled:
