@@ -530,6 +530,42 @@ class TestEraseDuringAnExport:
         assert f"run {doomed} was deleted and erased" in exported.stderr
         assert exported.stdout == ""
 
+    def test_a_run_growing_while_another_is_erased_is_exported_whole(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """A run exported while a compaction erases another run between two of its pages,
+        and events are appended to it meanwhile, is not refused: it is written whole as
+        read, and imports."""
+        _, doomed = long_deleted_run(shared_url)
+        with Engine(shared_url) as engine:
+            grown = engine.start_run(LOOP)
+            with grown.batch():
+                for index in range(PAGE + 10):
+                    grown.note(f"n{index}", index)
+        streamed, done = Store.stream, []
+
+        def meanwhile(store: Store, run_id: UUID, **pages: Any) -> Iterator[Event]:
+            for event in streamed(store, run_id, **pages):
+                yield event
+                if run_id == grown.id and event.version == PAGE and not done:
+                    done.append(event)  # once: the other engine's reads stream it too
+                    with Engine(shared_url) as other:
+                        assert other.compact().runs == (doomed,)
+                        other.resume(grown.id).note("later", 1)
+
+        monkeypatch.setattr(Store, "stream", meanwhile)
+        exported = invoke("export", str(grown.id), "--store", shared_url)
+        assert exported.exit_code == 0, exported.output
+        versions = [json.loads(line)["version"] for line in exported.stdout.splitlines()]
+        assert len(versions) >= PAGE + 11
+        assert versions == list(range(1, len(versions) + 1))
+        path = tmp_path / "export.jsonl"
+        path.write_text(exported.stdout)
+        monkeypatch.undo()
+        with Engine(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
+            export_import.import_runs(copy, str(path), as_json=True)
+            assert len(copy.events(grown.id)) == len(versions)
+
     def test_every_run_passes_over_it(
         self, shared_url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -153,6 +153,26 @@ class TestErasedRunsAreNotServed:
             assert fresh.project(run_id, RetryCounts, at=AT) == expected
 
 
+class TestMemorySnapshotsAfterAnErase:
+    def test_a_save_read_before_an_erase_stores_nothing(self) -> None:
+        """The memory store, like SQLite and PostgreSQL, stores no snapshot saved in an
+        erasure generation older than its own: the erased run's state is not kept after
+        its erasure."""
+        run_id = uuid4()
+        with Engine("memory://") as engine:
+            erasable_run(engine, run_id)
+            stale = engine.store.codec.seal(RetryCounts().encode(RetryCounts().initial()))
+            identity = RetryCounts().identity()
+            erase(engine, run_id)
+            views = engine.store.views
+            assert views is not None
+            views.save_snapshots(str(run_id), "retry_counts", identity, 0, [(1000, stale)])
+            assert views.snapshot(str(run_id), "retry_counts", identity, 0, 1000) is None
+            fresh = engine.store.generation()
+            views.save_snapshots(str(run_id), "retry_counts", identity, fresh, [(1000, stale)])
+            assert views.snapshot(str(run_id), "retry_counts", identity, fresh, 1000) is not None
+
+
 def long_deleted_run(engine: Engine) -> UUID:
     """A deleted run of two pages and a bit of developer failures, not erased yet."""
     run = engine.start_run(REVIEW)
