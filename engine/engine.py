@@ -283,6 +283,8 @@ class Engine:
 
         Raises:
             RunNotFound: no such run.
+            RunErased: the run was erased by a compaction while it was folded
+                (`RunErasedWhileRead`), or is being erased (`RunBeingErased`).
             InvalidArgument: `at` is negative, not an int, or a naive datetime.
             ProjectionError: a handler failed (names the event and its version).
         """
