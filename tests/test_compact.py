@@ -542,7 +542,8 @@ class TestEraseDuringAnExport:
             with grown.batch():
                 for index in range(PAGE + 10):
                     grown.note(f"n{index}", index)
-        streamed, done = Store.stream, []
+        streamed = Store.stream
+        done: list[Event] = []
 
         def meanwhile(store: Store, run_id: UUID, **pages: Any) -> Iterator[Event]:
             for event in streamed(store, run_id, **pages):
