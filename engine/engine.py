@@ -283,6 +283,8 @@ class Engine:
 
         Raises:
             RunNotFound: no such run.
+            RunErased: the run was erased by a compaction while it was folded
+                (`RunErasedWhileRead`), or is being erased (`RunBeingErased`).
             InvalidArgument: `at` is negative, not an int, or a naive datetime.
             ProjectionError: a handler failed (names the event and its version).
         """
@@ -428,7 +430,12 @@ class Engine:
         return started, copies
 
     def verify(
-        self, run_id: UUID | str, *, chain_only: bool = False, workers: int | None = None
+        self,
+        run_id: UUID | str,
+        *,
+        chain_only: bool = False,
+        workers: int | None = None,
+        worker_timeout: float | None = None,
     ) -> VerifyReport:
         """Check the run's hash chain and re-fold it through the table stored in its
         `RunStarted` and every projection, reading its stored events a page at a time.
@@ -439,6 +446,10 @@ class Engine:
                 of 200,000 events or more beside this one (default none). They are started
                 with multiprocessing's ``spawn``: a script run as a file or ``-m`` that asks
                 for them must guard its entry with ``if __name__ == "__main__":``.
+            worker_timeout: seconds a worker may take to answer once waited for (default
+                `engine.verify.WORKER_TIMEOUT`, 60): one that neither answers nor dies by
+                then is taken as hung, every worker is stopped and the rest of the run is
+                checked here (the same report; a warning is logged).
 
         Returns:
             A report whose `problems` name each broken link, illegal event or failing
@@ -448,9 +459,18 @@ class Engine:
             RunNotFound: no such run (or it was erased while checked).
             RunBeingErased: the run is deleted and a compaction has begun erasing it
                 (before or while it was checked): its history is no longer whole.
-            InvalidArgument: `workers` is not a whole number from 0 to 64.
+            InvalidArgument: `workers` is not a whole number from 0 to 64, or
+                `worker_timeout` not a number of seconds above 0.
         """
-        from engine.verify import RunRanges, chain_workers, verify_chain, verify_stored
+        from engine.verify import (
+            RunRanges,
+            chain_workers,
+            verify_chain,
+            verify_stored,
+            worker_seconds,
+        )
+
+        timeout = worker_seconds(worker_timeout)
 
         rid = self._run_id(run_id)
         newest = self.store.last(rid)
@@ -468,7 +488,7 @@ class Engine:
                 ranges = RunRanges(reading, newest.version, after)
             chained = verify_chain(
                 rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
-                workers=helpers, ranges=ranges, plain=plain,
+                workers=helpers, ranges=ranges, plain=plain, worker_timeout=timeout,
             )  # fmt: skip
             return self._not_erased_meanwhile(rid, chained)
         registered = [self.projections.projection(n) for n in self.projections.names]

@@ -18,6 +18,7 @@ from engine.store.errors import ConcurrencyConflict as ConcurrencyConflict
 from engine.store.errors import OutcomeUnknown as OutcomeUnknown
 from engine.store.errors import RunBeingErased as RunBeingErased
 from engine.store.errors import RunErased as RunErased
+from engine.store.errors import RunErasedWhileRead as RunErasedWhileRead
 from engine.store.errors import StoreError as StoreError
 from engine.store.errors import StoreFull as StoreFull
 from engine.store.errors import StoreReadOnly as StoreReadOnly
@@ -62,6 +63,7 @@ __all__ = [
     "RunAlreadyFinished",
     "RunBeingErased",
     "RunErased",
+    "RunErasedWhileRead",
     "RunNotFound",
     "RunStopped",
     "StageGaveUp",

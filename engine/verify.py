@@ -8,6 +8,7 @@ deleted, inserted or moved breaks a link, and the report names the version.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,7 +23,13 @@ from engine.errors import InvalidArgument, PipelineError
 from engine.machine import replay
 from engine.pipeline import Pipeline
 from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, split
-from engine.store.chain_workers import ChainWorkers, Followed, RangeReading, check_range
+from engine.store.chain_workers import (
+    WORKER_TIMEOUT,
+    ChainWorkers,
+    Followed,
+    RangeReading,
+    check_range,
+)
 from engine.store.failures import is_database_error
 from engine.store.mapper import EventMapper
 from events import Event, EventFormatError, RunStarted, StagetrailError
@@ -134,6 +141,21 @@ def chain_workers(events: int, workers: int | None = None) -> int:
     return workers if events >= PARALLEL_FROM else 0
 
 
+def worker_seconds(timeout: float | None) -> float:
+    """`timeout` as the seconds a chain worker may take to answer (None: `WORKER_TIMEOUT`).
+
+    Raises:
+        InvalidArgument: `timeout` is not a number of seconds above 0.
+    """
+    if timeout is None:
+        return WORKER_TIMEOUT
+    if type(timeout) not in (int, float) or not 0 < timeout < math.inf:
+        raise InvalidArgument(
+            "worker_timeout", f"must be a number of seconds above 0, got {timeout!r}"
+        )
+    return float(timeout)
+
+
 def workers_setting() -> int | None:
     """``$STAGETRAIL_VERIFY_WORKERS`` as a number of workers (None: unset or blank).
 
@@ -168,6 +190,7 @@ def verify_chain(
     workers: int = 0,
     ranges: RunRanges | None = None,
     plain: bool = False,
+    worker_timeout: float = WORKER_TIMEOUT,
 ) -> VerifyReport:
     """Check a run's hash chain alone, a page of stored events (`StoredRow`s) at a time,
     decoding none.
@@ -177,10 +200,15 @@ def verify_chain(
     projections are `verify_stored`'s. With `workers`, that many worker processes check
     pages beside this one (`ChainCheck.pages`): the same report, sooner. With `ranges`,
     the run is read by ranges of versions, each streamed and checked on its own (`_Ranges`).
-    `must_link_from`, `key_problem` and `plain` are `verify_stored`'s.
+    A worker that neither answers nor dies within `worker_timeout` seconds once waited for
+    is taken as hung: every worker is stopped and what they held is checked here (the same
+    report; a warning is logged). `must_link_from`, `key_problem` and `plain` are
+    `verify_stored`'s.
     """
     links = ChainCheck(mapper.chain, run_id, must_link_from=must_link_from, plain=plain)
-    count = links.pages(pages, mapper, workers=workers, ranges=ranges)
+    count = links.pages(
+        pages, mapper, workers=workers, ranges=ranges, worker_timeout=worker_timeout
+    )
     return _with_chain(VerifyReport(run_id, count, ()), links, key_problem)
 
 
@@ -248,6 +276,7 @@ class ChainCheck:
         *,
         workers: int = 0,
         ranges: RunRanges | None = None,
+        worker_timeout: float = WORKER_TIMEOUT,
     ) -> int:
         """Check the links of a run's stored events, page by page; how many were checked.
 
@@ -257,13 +286,14 @@ class ChainCheck:
         decrypted or decompressed is a ``format`` problem. With `workers`, pages that
         follow on go to that many worker processes (`_Ahead`; with `ranges`, ranges of
         versions each worker reads itself: `_Ranges`), which cannot start processes falls
-        back to checking here.
+        back to checking here, as does a worker that does not answer within `worker_timeout`
+        seconds (`ChainWorkers.wait`).
         """
         if ranges is not None:
-            return _Ranges(self, ranges).pages(pages, mapper, workers)
+            return _Ranges(self, ranges, worker_timeout).pages(pages, mapper, workers)
         if workers > 0:
             try:
-                pool = ChainWorkers(self.chain, self.run_id, workers)
+                pool = ChainWorkers(self.chain, self.run_id, workers, timeout=worker_timeout)
             except OSError:
                 pool = None
             if pool is not None:
@@ -498,7 +528,7 @@ class _Ahead:
             if future is not None and not future.done() and not (wait and len(held) > keep):
                 return
             held.popleft()
-            if future is None or _followed(future) == len(rows):
+            if future is None or _followed(future, self.pool) == len(rows):
                 continue
             self.ahead = False
             self.check.restore(state)
@@ -540,9 +570,11 @@ class _Ranges:
     checking page by page gives, event for event.
     """
 
-    def __init__(self, check: ChainCheck, ranges: RunRanges) -> None:
+    def __init__(self, check: ChainCheck, ranges: RunRanges, timeout: float) -> None:
         self.check = check
         self.ranges = ranges
+        self.timeout = timeout
+        self.pool: ChainWorkers | None = None
         self.held: deque[tuple[Future[Followed] | Followed, int, int]] = deque()
         self.count = 0
 
@@ -567,9 +599,12 @@ class _Ranges:
         if workers > 0:
             try:
                 check, reading = self.check, self.ranges.reading
-                pool = ChainWorkers(check.chain, check.run_id, workers, reading)
+                pool = ChainWorkers(
+                    check.chain, check.run_id, workers, reading, timeout=self.timeout
+                )
             except OSError:
                 pool = None
+        self.pool = pool
         try:
             for first in range(self.check.expected, self.ranges.newest + 1, RANGE):
                 self._one(pool, first, min(first + RANGE - 1, self.ranges.newest))
@@ -614,7 +649,7 @@ class _Ranges:
             if isinstance(result, Future):
                 if not result.done() and not (wait and len(held) > keep):
                     return True
-                result = _ranged(result)
+                result = _ranged(result, self.pool)
             held.popleft()
             if result.before != check.previous or result.count != last - first + 1:
                 for future, _, _ in held:
@@ -634,8 +669,11 @@ class _Ranges:
         return self.count
 
 
-def _ranged(future: Future[Followed]) -> Followed:
-    """What a worker found of a range (none followed: the worker or its read failed)."""
+def _ranged(future: Future[Followed], pool: ChainWorkers | None) -> Followed:
+    """What a worker found of a range (none followed: the worker or its read failed, or it
+    did not answer in time: `ChainWorkers.wait`)."""
+    if pool is not None and not pool.wait(future):
+        return Followed(None, 0, b"")
     try:
         return future.result()
     except Exception:  # any failure of it: the range is read again here, which says why
@@ -646,8 +684,11 @@ _DEPTH = 2
 """Pages held per worker: one it checks, one waiting, so it never waits for this process."""
 
 
-def _followed(future: Future[int]) -> int:
-    """How many events of a page a worker found to follow on (0: the worker was lost)."""
+def _followed(future: Future[int], pool: ChainWorkers) -> int:
+    """How many events of a page a worker found to follow on (0: the worker was lost, or
+    did not answer in time: `ChainWorkers.wait`)."""
+    if not pool.wait(future):
+        return 0
     try:
         return future.result()
     except (BrokenExecutor, OSError):  # checked here instead

@@ -7,6 +7,8 @@ import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 import pytest
 from freezegun import freeze_time
@@ -15,7 +17,7 @@ from engine.cli.demo.code_review import REVIEW as CODE_REVIEW
 from engine.engine import Engine
 from engine.pipeline import Pipeline
 from engine.run import Run
-from events import DECIDED, StageCompleted, StageFailed
+from events import DECIDED, Event, StageCompleted, StageFailed
 from projections import Projection, on
 
 POSTGRES_URL = os.environ.get(
@@ -147,6 +149,32 @@ def compact_killed_after_first_erase(engine: Engine, monkeypatch: pytest.MonkeyP
     with pytest.raises(KeyboardInterrupt):
         engine.compact()
     monkeypatch.setattr(postgres_open, "_erase_some", first)
+
+
+def erased_after_its_first_page(
+    url: str, doomed: UUID, monkeypatch: pytest.MonkeyPatch, after: int | None = None
+) -> None:
+    """Every stream of `doomed` is followed, once its first page is read (or its event
+    `after`: once that is taken), by a compaction of the store by another engine (which
+    erases the run) before the next page is read."""
+    from engine.store.event_store import PAGE, Store
+
+    after = PAGE if after is None else after
+
+    streamed = Store.stream
+
+    def stream(store: Store, run_id: UUID, **pages: Any) -> Iterator[Event]:
+        events = streamed(store, run_id, **pages)
+        if run_id != doomed:
+            yield from events
+            return
+        for event in events:
+            yield event
+            if event.version == after:
+                with Engine(url) as other:
+                    assert other.compact().runs == (doomed,)
+
+    monkeypatch.setattr(Store, "stream", stream)
 
 
 class FailuresByType(Projection[dict[str, int]]):

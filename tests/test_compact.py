@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
 from starlette.testclient import TestClient
 
 from engine import Engine, Pipeline, RunNotFound
+from engine.cli import export_import
 from engine.cli.demo.code_review import REVIEW
-from engine.errors import ProjectionError, RunBeingErased, RunErased
+from engine.errors import ProjectionError, RunBeingErased, RunErased, RunErasedWhileRead
 from engine.run import Run
+from engine.store.event_store import PAGE, Store
 from engine.store.postgres import open as postgres_open
 from engine.ui import create_app
 from events import Event, RunFinished
 from projections import Projection, StateStack, TaskTable
-from tests._helpers import compact_killed_after_first_erase
+from tests._helpers import compact_killed_after_first_erase, erased_after_its_first_page
 from tests.audit.tampering import Rows
 from tests.cli._helpers import invoke
 
@@ -450,6 +455,129 @@ class TestEraseBeganDuringAnExport:
         named = invoke(command, str(doomed), *arguments, "--store", shared_url)
         assert named.exit_code != 0  # a run named is still refused
         assert "being erased" in named.output
+
+
+def long_deleted_run(url: str) -> tuple[UUID, UUID]:
+    """A kept run of two events, and a deleted run a page and a bit long, not erased yet."""
+    with Engine(url) as engine:
+        kept = engine.start_run(LOOP)
+        kept.stage_failed("a", error="x")
+        doomed = engine.start_run(LOOP)
+        with doomed.batch():
+            for index in range(PAGE + 10):
+                doomed.note(f"n{index}", index)
+        doomed.finish("deleted")
+        return kept.id, doomed.id
+
+
+class TestEraseDuringAnExport:
+    def test_a_run_named_is_refused_and_none_of_it_written(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """A run named to export that a compaction erases between two of its pages is refused,
+        naming it, and no line of it is written (its first page, ending in a chain head,
+        would import as the whole run); the run before it is written whole."""
+        kept, doomed = long_deleted_run(shared_url)
+        erased_after_its_first_page(shared_url, doomed, monkeypatch)
+        exported = invoke("export", str(kept), str(doomed), "--store", shared_url)
+        assert exported.exit_code != 0
+        assert f"run {doomed} was deleted and erased" in exported.stderr
+        assert "while it was read" in exported.stderr
+        lines = exported.stdout.splitlines()
+        assert [json.loads(line)["run_id"] for line in lines] == [str(kept)] * 2
+        path = tmp_path / "export.jsonl"
+        path.write_text(exported.stdout)
+        with Engine(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
+            export_import.import_runs(copy, str(path), as_json=True)
+            assert copy.store.last(doomed) is None
+
+    def test_the_api_raises_run_erased_while_read(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, capsysbinary: Any
+    ) -> None:
+        """`export_runs` raises `RunErasedWhileRead` (a `RunErased`, a `LookupError`) with the
+        run and the first version it no longer found."""
+        _, doomed = long_deleted_run(shared_url)
+        erased_after_its_first_page(shared_url, doomed, monkeypatch)
+        with Engine(shared_url) as engine, pytest.raises(RunErasedWhileRead) as refused:
+            export_import.export_runs(engine, [doomed])
+        assert (refused.value.run_id, refused.value.version) == (doomed, PAGE + 1)
+        assert isinstance(refused.value, RunErased)
+        assert isinstance(refused.value, LookupError)
+        assert capsysbinary.readouterr().out == b""
+
+    def test_a_run_whose_id_names_a_new_run_by_its_second_page_is_refused(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run erased between two pages of its export, and its id given to a new run as
+        long before the next page is read, is refused: no export mixes the two runs."""
+        _, doomed = long_deleted_run(shared_url)
+        streamed = Store.stream
+
+        def reused(store: Store, run_id: UUID, **pages: Any) -> Iterator[Event]:
+            for event in streamed(store, run_id, **pages):
+                yield event
+                if event.version == PAGE:
+                    with Engine(shared_url) as other:
+                        assert other.compact().runs == (doomed,)
+                        run = other.start_run(LOOP, run_id=doomed)
+                        with run.batch():
+                            for index in range(PAGE + 20):
+                                run.note(f"new {index}", index)
+
+        monkeypatch.setattr(Store, "stream", reused)
+        exported = invoke("export", str(doomed), "--store", shared_url)
+        assert exported.exit_code != 0
+        assert f"run {doomed} was deleted and erased" in exported.stderr
+        assert exported.stdout == ""
+
+    def test_a_run_growing_while_another_is_erased_is_exported_whole(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """A run exported while a compaction erases another run between two of its pages,
+        and events are appended to it meanwhile, is not refused: it is written whole as
+        read, and imports."""
+        _, doomed = long_deleted_run(shared_url)
+        with Engine(shared_url) as engine:
+            grown = engine.start_run(LOOP)
+            with grown.batch():
+                for index in range(PAGE + 10):
+                    grown.note(f"n{index}", index)
+        streamed = Store.stream
+        done: list[Event] = []
+
+        def meanwhile(store: Store, run_id: UUID, **pages: Any) -> Iterator[Event]:
+            for event in streamed(store, run_id, **pages):
+                yield event
+                if run_id == grown.id and event.version == PAGE and not done:
+                    done.append(event)  # once: the other engine's reads stream it too
+                    with Engine(shared_url) as other:
+                        assert other.compact().runs == (doomed,)
+                        other.resume(grown.id).note("later", 1)
+
+        monkeypatch.setattr(Store, "stream", meanwhile)
+        exported = invoke("export", str(grown.id), "--store", shared_url)
+        assert exported.exit_code == 0, exported.output
+        versions = [json.loads(line)["version"] for line in exported.stdout.splitlines()]
+        assert len(versions) >= PAGE + 11
+        assert versions == list(range(1, len(versions) + 1))
+        path = tmp_path / "export.jsonl"
+        path.write_text(exported.stdout)
+        monkeypatch.undo()
+        with Engine(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
+            export_import.import_runs(copy, str(path), as_json=True)
+            assert len(copy.events(grown.id)) == len(versions)
+
+    def test_every_run_passes_over_it(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With --all, a run erased between two of its pages is passed over, none of it
+        written, and the other runs are exported."""
+        kept, doomed = long_deleted_run(shared_url)
+        erased_after_its_first_page(shared_url, doomed, monkeypatch)
+        exported = invoke("export", "--all", "--store", shared_url)
+        assert exported.exit_code == 0, exported.output
+        runs = {json.loads(line)["run_id"] for line in exported.stdout.splitlines()}
+        assert runs == {str(kept)}
 
 
 class TestStaleHandleAtTheEraseBoundary:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from uuid import UUID
 
 import attrs
@@ -68,11 +68,18 @@ def _every_run(engine: Engine) -> list[tuple[UUID, int]]:
 def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
     """Write the runs' events (every run, oldest first, when None) to stdout.
 
-    With every run, one whose erase a compaction began after the listing is passed over
-    when reached, if none of its lines was written yet (a run longer than a page whose
-    erase begins while it is written still fails, its lines so far written).
+    Each run is read whole before any line of it is written (held in a temporary
+    file past `_HELD_IN_MEMORY` bytes), so a run erased while it is read is never
+    written in part, its last line carrying a chain head `import` would accept:
+    a run named is refused (`RunErasedWhileRead`, or `RunBeingErased`), the runs
+    before it written whole; with every run, one whose erase a compaction began
+    after the listing is passed over.
+
+    Raises:
+        RunNotFound: a run named is not in the store.
+        RunErased: a run named was erased, or began to be, while it was exported.
     """
-    from engine.errors import RunBeingErased
+    from engine.errors import RunErased
 
     if run_ids is None:
         chosen = _every_run(engine)
@@ -82,27 +89,75 @@ def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
     out = _utf8_stdout()
     try:
         for run_id, version in chosen:
-            batch: list[str] = []
-            head = Head(run_id)
             try:
-                for event in engine.store.stream(run_id):
-                    batch.append(head.add(export_line(event)))
-                    if len(batch) == 1001:  # the newest line waits: it may be the run's last
-                        out.write(("\n".join(batch[:-1]) + "\n").encode())
-                        progress.advance(len(batch) - 1)
-                        del batch[:-1]
-            except RunBeingErased:
-                if run_ids is not None or head.version > len(batch):
+                lines, count = _run_lines(engine, run_id, version)
+            except RunErased:
+                if run_ids is not None:
                     raise
                 progress.advance(version)
                 continue
-            if batch:
-                batch[-1] = head.on(batch[-1])
-                out.write(("\n".join(batch) + "\n").encode())
-                progress.advance(len(batch))
+            with lines:
+                shutil.copyfileobj(lines, out)
+            progress.advance(count)
         out.flush()
     finally:
         progress.close()
+
+
+_HELD_IN_MEMORY = 4 << 20
+"""Bytes of a run's export lines held in memory; a longer run's go to a temporary file."""
+
+
+def _run_lines(engine: Engine, run_id: UUID, version: int) -> tuple[BinaryIO, int]:
+    """The run's export lines, its last carrying its chain head, read whole (a file at its
+    start) and how many; `version`: the run's newest when it was chosen (0: not stored).
+
+    Raises:
+        RunNotFound: the run was not stored when chosen, nor is it now.
+        RunBeingErased: a compaction has begun erasing it.
+        RunErasedWhileRead: it was erased while it was read: fewer events than it had
+            when chosen, or (an erasure meanwhile) its first or last no longer stored.
+    """
+    from engine.errors import RunErasedWhileRead, RunNotFound
+
+    generation = engine.store.generation()
+    # Given back open (the caller copies it out): closed here only on a failure.
+    spool = tempfile.SpooledTemporaryFile(max_size=_HELD_IN_MEMORY)  # noqa: SIM115
+    try:
+        head, first, last = Head(run_id), "", ""
+        for event in engine.store.stream(run_id):
+            line = head.add(export_line(event))
+            if last:
+                spool.write((last + "\n").encode())
+            first, last = first or line, line
+        if not last and version == 0:
+            raise RunNotFound(run_id, engine.url)
+        if head.version < version:  # events gone between two pages
+            raise RunErasedWhileRead(run_id, head.version + 1)
+        if engine.store.generation() != generation:
+            _same_run(engine, run_id, (first, last), head.version)
+        spool.write((head.on(last) + "\n").encode())
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
+    return cast(BinaryIO, spool), head.version
+
+
+def _same_run(engine: Engine, run_id: UUID, ends: tuple[str, str], count: int) -> None:
+    """Refuse a run whose first or last exported event (`ends`, their lines) the store no
+    longer holds as read: runs were erased while it was read, perhaps it, its id reused.
+
+    Raises:
+        RunBeingErased: a compaction has begun erasing it.
+        RunErasedWhileRead: either event is gone or another.
+    """
+    from engine.errors import RunErasedWhileRead
+
+    for version, line in ((1, ends[0]), (count, ends[1])):
+        stored = engine.store.read(run_id, gt=version - 1, lte=version)
+        if [export_line(event) for event in stored] != [line]:
+            raise RunErasedWhileRead(run_id, version)
 
 
 class Head:

@@ -25,7 +25,7 @@ from uuid import UUID
 
 import attrs
 
-from engine.errors import InvalidArgument
+from engine.errors import InvalidArgument, RunErasedWhileRead
 from engine.store.views import Views
 from events import JSON
 from projections import collector, deferred
@@ -130,7 +130,9 @@ class TimeTravel:
         """
         identity = projection.identity()
         if version < self.grid(projection):  # no snapshot lies this low: nothing kept is used
-            return projection.fold(list(self._reader.stream(run_id, lte=version)))
+            events = list(self._reader.stream(run_id, lte=version))
+            _whole(run_id, events[-1].version if events else 0, version)
+            return projection.fold(events)
         while True:
             # Read before and after: an erasure in between (by any process) may have
             # given the id to another run while this fold read it, so fold again.
@@ -235,6 +237,7 @@ class TimeTravel:
         # of the versions of all its items (gigabytes over a fold of a million events).
         deferring = type(projection).restore is not Projection.restore and grid == interval
         left = every = collector.COLLECT_EVERY
+        event = None
         with collector_paused() as tick:
             for event in self._reader.stream(run_id, gt=start, lte=version):
                 if relevant(event):
@@ -255,6 +258,8 @@ class TimeTravel:
                 if not left:
                     tick()
                     left = every
+        # Before anything of the fold is kept or stored: events gone from under it.
+        _whole(run_id, start if event is None else event.version, version)
         if not fresh or fresh[-1][0] != version:
             fresh.append((version, state))  # the same question again: no fold at all
         self._remember(key, fresh)
@@ -289,6 +294,8 @@ class TimeTravel:
 
     def _remember(self, key: _Key, states: list[tuple[int, Any]]) -> None:
         with self._lock:
+            if key[0] < self._generation:  # read before an erasure another fold has seen
+                return
             memory = self._snapshots(key)
             for version, state in states:
                 memory.add(version, state)
@@ -351,6 +358,17 @@ class TimeTravel:
             self._views.save_snapshots(str(run_id), name, identity, generation, sealed)
         except Exception as error:  # any refusal of the database: answers stay correct
             _log.debug("snapshots of %s not stored: %s", key, error)
+
+
+def _whole(run_id: UUID, reached: int, version: int) -> None:
+    """Refuse a fold of the run up to `version` whose events ended at `reached` before it:
+    the run was erased while it was read (a long run is read a page at a time).
+
+    Raises:
+        RunErasedWhileRead: the first version the fold did not find.
+    """
+    if reached < version:
+        raise RunErasedWhileRead(run_id, reached + 1)
 
 
 class _Storer:

@@ -15,10 +15,12 @@ neither the reading nor the hashing is left to one process.
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
-from collections.abc import Generator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Protocol
+import threading
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, wait
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 import attrs
@@ -26,6 +28,15 @@ from eventsourcing.persistence import Cipher, Compressor
 
 from engine.store.chain import Chain, StoredRow, split
 from engine.store.mapper import opened
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+WORKER_TIMEOUT = 60.0
+"""Seconds a worker may take to answer for a page or range once the caller waits for it
+(a range of `engine.verify.RANGE` events takes well under one): one that neither answers
+nor dies by then is taken as hung (a read waiting on a lock, a stopped process)."""
 
 
 class ChainWorkers:
@@ -35,10 +46,17 @@ class ChainWorkers:
         chain: the chain to check with (a keyed one's derived key goes to the workers).
         run_id: the run whose pages are checked.
         workers: how many processes (started fresh: no connection or thread is inherited).
+        timeout: seconds `wait` waits for an answer before it stops every worker.
     """
 
     def __init__(
-        self, chain: Chain, run_id: UUID, workers: int, reading: RangeReading | None = None
+        self,
+        chain: Chain,
+        run_id: UUID,
+        workers: int,
+        reading: RangeReading | None = None,
+        *,
+        timeout: float = WORKER_TIMEOUT,
     ) -> None:
         self._pool = ProcessPoolExecutor(
             workers,
@@ -47,21 +65,70 @@ class ChainWorkers:
             initargs=(chain, run_id, reading),
         )
         self.workers = workers
+        self.run_id = run_id
+        self.timeout = timeout
+        self._submitted: list[Future[Any]] = []
+        self._started: list[multiprocessing.process.BaseProcess] = []
+        """The workers, as the pool starts them (on a submit): known before they run any
+        code of theirs, so one that hangs while it starts is stopped too."""
+        self.stopped = False
+        """Whether the workers were stopped (one did not answer in time): no more waits."""
+
+    def wait(self, future: Future[Any]) -> bool:
+        """Wait for `future` up to `timeout` seconds: whether it is done. When not, its worker
+        is taken as hung and every worker is stopped (`stop`): its pages and all those not
+        answered yet fail, for the caller to check itself, and no later wait waits."""
+        if not self.stopped and not wait([future], timeout=self.timeout).done:
+            self.stop()
+        return future.done()
+
+    def stop(self) -> None:
+        """Kill every worker (a hung one answers no request to end): the pool breaks, so its
+        pages not answered fail, and nothing more is sent to it."""
+        if self.stopped:
+            return
+        self.stopped = True
+        _log.warning(
+            "verify: a chain worker checking run %s did not answer within %s s: its %d "
+            "worker(s) were stopped and the pages they held are checked here",
+            self.run_id, self.timeout, self.workers,
+        )  # fmt: skip
+        for worker in self._started:
+            worker.kill()  # SIGKILL: a stopped process ends too (Windows: terminated)
 
     def submit(self, previous: bytes, version: int, rows: Sequence[StoredRow]) -> Future[int]:
         """Check `rows` (from `version` on, following the link `previous`) in a worker: how
         many of them follow on (`Chain.run_along`)."""
-        return self._pool.submit(_along, previous, version, rows)
+        return self._kept(lambda: self._pool.submit(_along, previous, version, rows))
 
     def submit_range(self, first: int, last: int) -> Future[Followed]:
         """Read and check versions `first` to `last` in a worker (`check_range`); needs the
         `reading` the pool was started with."""
-        return self._pool.submit(_range, first, last)
+        return self._kept(lambda: self._pool.submit(_range, first, last))
+
+    def _kept(self, submit: Callable[[], Future[_T]]) -> Future[_T]:
+        """`submit`'s future, among those `close` waits for while they run; a worker the
+        pool starts for it (it starts them as work comes) among those `stop` kills."""
+        with _SPAWNING:  # no other pool of this process starts one meanwhile
+            before = set(multiprocessing.active_children())
+            future = submit()
+            self._started += set(multiprocessing.active_children()) - before
+        self._submitted = [f for f in self._submitted if not f.done()]
+        self._submitted.append(future)
+        return future
 
     def close(self) -> None:
-        """Stop the workers, dropping pages not begun."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the workers, dropping pages not begun; a page still checked is waited for up
+        to `timeout` seconds (then every worker is stopped: `stop`), so closing never hangs."""
+        running = [f for f in self._submitted if not (f.cancel() or f.done())]
+        if running and not self.stopped and wait(running, timeout=self.timeout).not_done:
+            self.stop()
+        self._pool.shutdown(wait=not self.stopped, cancel_futures=True)
 
+
+_SPAWNING = threading.Lock()
+"""Held while a pool is given work (when it may start a worker), so the children that
+appear meanwhile are that pool's (`ChainWorkers._kept`)."""
 
 _checking: tuple[Chain, UUID, RangeReading | None] | None = None
 """A worker's chain, run and reading (set when it starts)."""

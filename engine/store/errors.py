@@ -76,6 +76,30 @@ class RunBeingErased(RunErased):
         )
 
 
+class RunErasedWhileRead(RunErased):
+    """The run was erased (`Engine.compact`) while it was read: no export or state of it.
+
+    A read of a long run takes several queries; one after the erase found its events
+    gone (or another run under its id). Rather than give what was read before as the
+    whole run (an export `import` would take as complete, a state of part of its
+    history), the reader refuses it.
+
+    Attributes:
+        run_id: the erased run.
+        version: the first version the read expected and no longer found.
+    """
+
+    def __init__(self, run_id: UUID, version: int) -> None:
+        self.run_id = run_id
+        self.version = version
+        LookupError.__init__(
+            self,
+            f"run {run_id} was deleted and erased from the store (compact) while it was "
+            f"read: its event {version} is gone (or the id names another run by now), so "
+            "nothing of it is given. The run no longer exists; read another.",
+        )
+
+
 class HeadMissing(PersistenceError):
     """A recorder's append found a run's event before the batch missing; nothing written."""
 

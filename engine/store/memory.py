@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -41,6 +41,8 @@ class MemoryViews(TrackingRecorder):
         self._states: dict[str, dict[str, Any]] = {}
         self._snapshots: dict[tuple[str, str, str, int], dict[int, bytes]] = {}
         self._resets = 0
+        self.generation: Callable[[], int] = lambda: 0
+        """The store's erasure generation now (the recorder's, set by `open_memory`)."""
 
     def register(self, name: str, fingerprint: str) -> bool:
         """Record a projection; reset it when its code changed (True if it did)."""
@@ -157,8 +159,11 @@ class MemoryViews(TrackingRecorder):
         generation: int,
         states: Sequence[tuple[int, bytes]],
     ) -> None:
-        """Store snapshots (version, sealed state) of one run's projection."""
+        """Store snapshots (version, sealed state) of one run's projection, read in
+        `generation`; nothing when runs were erased since (the run perhaps among them)."""
         with self._database_lock:
+            if generation != self.generation():  # `erase` forgets snapshots after counting
+                return
             key = (run_id, projection, fingerprint, generation)
             stored = self._snapshots.setdefault(key, {})
             for version, data in states:
@@ -339,11 +344,14 @@ def open_memory(settings: meta.AtRest) -> Backend:
     recorder, views = MemoryRecorder(), MemoryViews(codec)
 
     def erase(run_ids: Sequence[UUID]) -> int:
+        removed = recorder.erase(run_ids)  # counted first: no older snapshot is saved after
         views.erase_snapshots(run_ids)
-        return recorder.erase(run_ids)
+        return removed
 
     def generation() -> int:
         return recorder.generation
+
+    views.generation = generation
 
     chain = meta.read_chain(meta.chain_rows(settings, 0))
     return Backend(

@@ -248,9 +248,14 @@ def bump_generation(cursor: Any, table: str) -> None:
 
 def bump_counter(cursor: Any, table: str, key: str) -> None:
     """Count the meta `table`'s counter `key` up by one, inside the caller's transaction."""
-    cursor.execute(
-        f"INSERT INTO {table} (key, value) VALUES ('{key}', '0') ON CONFLICT (key) DO NOTHING"
-    )
+    add_counter(cursor, table, key)
     cursor.execute(
         f"UPDATE {table} SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = '{key}'"
+    )
+
+
+def add_counter(cursor: Any, table: str, key: str) -> None:
+    """Give the meta `table` its counter `key` (at 0) if it has none yet: a row to lock."""
+    cursor.execute(
+        f"INSERT INTO {table} (key, value) VALUES ('{key}', '0') ON CONFLICT (key) DO NOTHING"
     )

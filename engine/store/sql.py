@@ -24,7 +24,15 @@ from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
 from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.failures import classify, is_database_error
-from engine.store.meta import META_TABLE, RESETS, bump_counter, read_counter, read_generation
+from engine.store.meta import (
+    GENERATION,
+    META_TABLE,
+    RESETS,
+    add_counter,
+    bump_counter,
+    read_counter,
+    read_generation,
+)
 from engine.store.views import PageSave, RunQuery, label_text, run_columns
 from events.errors import StagetrailError
 from projections.errors import PositionMoved, ProjectionReplaced
@@ -576,15 +584,40 @@ class SQLViews(TrackingRecorder):
         generation: int,
         states: Sequence[tuple[int, bytes]],
     ) -> None:
-        """Store snapshots (version, sealed state) of a projection over one run."""
-        with self._transaction(commit=True) as cursor:
-            cursor.executemany(
-                self._sql(
-                    "INSERT INTO {snapshots} (run_id, projection, fingerprint, generation, "
-                    "version, state) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-                ),
-                [
-                    (run_id, projection, fingerprint, generation, version, state)
-                    for version, state in states
-                ],
-            )
+        """Store snapshots (version, sealed state) of a projection over one run, read in
+        `generation`; nothing when runs were erased since (the run perhaps among them)."""
+        try:
+            with self._transaction(commit=True) as cursor:
+                cursor.executemany(
+                    self._sql(
+                        "INSERT INTO {snapshots} (run_id, projection, fingerprint, generation, "
+                        "version, state) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                    ),
+                    [
+                        (run_id, projection, fingerprint, generation, version, state)
+                        for version, state in states
+                    ],
+                )
+                if self._generation_held(cursor) != generation:
+                    raise _Erased
+        except _Erased:
+            pass  # rolled back: an erased run's data is never stored after its erasure
+
+    generation_lock = ""
+    """What makes a read of the generation wait for an erase that counts one more until it
+    commits, and hold off one that has not begun until the reader's transaction ends."""
+
+    def _generation_held(self, cursor: Any) -> int:
+        """The store's erasure generation, read after this transaction's writes: an erase
+        either committed before (its generation read here) or commits after, deleting
+        what was written with the run's snapshots (it counts the generation first)."""
+        add_counter(cursor, self._sql("{meta}"), GENERATION)  # a row to lock
+        cursor.execute(
+            self._sql(f"SELECT value FROM {{meta}} WHERE key='{GENERATION}'{self.generation_lock}")
+        )
+        row = cursor.fetchone()
+        return int(row[0] if isinstance(row, tuple) else row["value"])
+
+
+class _Erased(Exception):
+    """Rolls back a write of run data read before an erasure (never raised out)."""

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from engine.store.meta import COMPACT, EVENTS_TABLE, LAYOUT, META_TABLE
+from engine.store.sql import NAMES
 from engine.store.sqlite.compact import TOPICS_TABLE
 from tests._helpers import POSTGRES_URL
 
@@ -107,6 +108,15 @@ class Rows:
                 ),
                 (self._id(run_id), version),
             )
+
+    def snapshots(self, run_id: UUID) -> int:
+        """How many snapshots of the run's projections the store holds, of any generation."""
+        with self._cursor() as conn:
+            row = conn.execute(
+                self._sql(f"SELECT count(*) FROM {NAMES['snapshots']} WHERE run_id = ?"),
+                (str(run_id),),
+            ).fetchone()
+        return int(row[0])
 
     def swap(self, run_id: UUID, first: int, second: int) -> None:
         """Exchange two events' topics and bytes: their versions stay where they were."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import multiprocessing
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -11,16 +12,18 @@ from uuid import UUID
 
 import pytest
 
+import engine.store.chain_workers as chain_workers
 import engine.store.postgres.ranges as ranges_module
 import engine.verify as verify
 from engine import Engine, Run
-from engine.errors import RunBeingErased
+from engine.errors import InvalidArgument, RunBeingErased
 from engine.store.chain import Chain
-from engine.store.chain_workers import Followed, RangeReading, check_range
+from engine.store.chain_workers import ChainWorkers, Followed, RangeReading, check_range
 from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
+from engine.store.meta import EVENTS_TABLE
 from engine.verify import RunRanges, VerifyReport, verify_chain
-from tests._helpers import REVIEW
+from tests._helpers import POSTGRES_URL, REVIEW
 from tests.audit.tampering import Rows
 
 KEY = "the writers' secret"
@@ -404,11 +407,11 @@ class TestChainRangesSecrets:
         seen: list[bytes] = []
         settled = verify._ranged
 
-        def looked(future: Future[Followed]) -> Followed:
+        def looked(future: Future[Followed], pool: ChainWorkers | None) -> Followed:
             for child in multiprocessing.active_children():
                 for part in ("cmdline", "environ"):
                     seen.append(Path(f"/proc/{child.pid}/{part}").read_bytes())
-            return settled(future)
+            return settled(future, pool)
 
         monkeypatch.setattr(verify, "_ranged", looked)
         for name in ("STAGETRAIL_CIPHER_KEY", "STAGETRAIL_CHAIN_KEY"):  # a worker inherits them
@@ -440,9 +443,16 @@ class _Waiting(Future[Followed]):
 class _StalledWorkers:
     """`ChainWorkers` whose worker answers nothing until waited for."""
 
-    def __init__(self, chain: Chain, run_id: UUID, workers: int, reading: RangeReading) -> None:
+    def __init__(
+        self, chain: Chain, run_id: UUID, workers: int, reading: RangeReading, timeout: float
+    ) -> None:
         self.workers = workers
         self.checking = (chain, run_id, reading)
+
+    def wait(self, future: _Waiting) -> bool:
+        """The answer, found when waited for (within any timeout)."""
+        future.result()
+        return True
 
     def submit_range(self, first: int, last: int) -> _Waiting:
         """A range the worker has not checked yet."""
@@ -475,3 +485,82 @@ class TestChainRangesHeld:
             assert report == paged(engine, run.id)
         assert len(held) > verify._HELD  # more ranges than may be held
         assert max(held) == verify._HELD + 1
+
+
+class _TableLock(logging.Handler):
+    """The events table of a PostgreSQL schema locked by a connection of the test (every read
+    of it waits), released when a chain worker is reported stopped (a warning logged)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(logging.WARNING)
+        import psycopg
+
+        self.schema = url.split("schema=", 1)[1]
+        self.connection = psycopg.connect(POSTGRES_URL)
+        self.records: list[logging.LogRecord] = []
+
+    def take(self) -> None:
+        """Lock the table until `release` (ACCESS EXCLUSIVE: reads wait too)."""
+        self.connection.execute(
+            f'LOCK TABLE "{self.schema}".{EVENTS_TABLE} IN ACCESS EXCLUSIVE MODE'
+        )
+
+    def release(self) -> None:
+        """End the lock's transaction."""
+        self.connection.rollback()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the record; release the lock (the worker was stopped: this process reads now)."""
+        self.records.append(record)
+        self.release()
+
+
+class TestChainRangesHungWorker:
+    def test_a_worker_whose_read_waits_on_a_lock_is_stopped_and_its_ranges_read_here(
+        self, postgres_url: str
+    ) -> None:
+        """A worker whose range read waits on a lock another connection holds neither answers
+        nor dies: after `worker_timeout` seconds every worker is stopped, a warning names the
+        run, and its ranges are read here: the report page by page gives (before, verify
+        waited for the worker for ever)."""
+        chain_logger = logging.getLogger(chain_workers.__name__)
+        with Engine(postgres_url) as engine:
+            run = written(engine, PAGE + 2 * RANGE)  # two ranges: both go to the one worker
+            store = engine.store
+            lock = _TableLock(postgres_url)
+            chain_logger.addHandler(lock)
+
+            def first_page_then_locked() -> Iterator[list[tuple[int, str, bytes]]]:
+                first = next(store.stored_rows(run.id))  # a query of its own, ended
+                lock.take()  # before any worker reads: each of its reads waits
+                yield first
+
+            reading = store.range_reading()
+            assert reading is not None
+            ranges = RunRanges(reading, PAGE + 2 * RANGE, lambda gt: store.stored_rows(run.id, gt))
+            try:
+                report = verify_chain(
+                    run.id, first_page_then_locked(), store.mapper,
+                    must_link_from=store.must_link_from(run.id), workers=1, ranges=ranges,
+                    worker_timeout=3,
+                )  # fmt: skip
+            finally:
+                chain_logger.removeHandler(lock)
+                lock.release()
+                lock.connection.close()
+            assert (report.ok, report.chain, report.events) == (True, "intact", PAGE + 2 * RANGE)
+            assert report == paged(engine, run.id)
+        [stopped] = lock.records
+        assert str(run.id) in stopped.getMessage()
+        assert "did not answer within 3" in stopped.getMessage()
+
+    def test_a_worker_timeout_must_be_seconds_above_zero(self, postgres_url: str) -> None:
+        """`Engine.verify` refuses a `worker_timeout` that is not a number of seconds above 0,
+        naming it."""
+        with Engine(postgres_url) as engine:
+            run = written(engine, 3)
+            for bad in (0, -1, float("inf"), float("nan"), "5", True):
+                with pytest.raises(InvalidArgument) as refused:
+                    engine.verify(run.id, chain_only=True, worker_timeout=bad)  # type: ignore[arg-type]
+                assert refused.value.argument == "worker_timeout"
+            assert engine.verify(run.id, chain_only=True, workers=1, worker_timeout=0.5).ok

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import multiprocessing
 import os
 import pickle
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -150,6 +155,91 @@ class TestChainWorkers:
         finally:
             workers.close()
         assert chain.run_along(before[2], PAGE + 1, run_id, edited)[0] == 10
+
+
+class TestHungWorker:
+    def test_a_worker_that_stops_answering_is_killed_after_the_timeout(
+        self, long_run: tuple[Engine, UUID]
+    ) -> None:
+        """A worker that answered once, then is stopped (SIGSTOP: alive, answering nothing),
+        is waited for `timeout` seconds only: the page is reported not done, the worker is
+        killed, and closing the pool returns (before, a wait on it never ended)."""
+        engine, run_id = long_run
+        chain = engine.store.mapper.chain
+        first, second = list(engine.store.stored_rows(run_id))[:2]
+        before = split(first[-1][2])
+        assert before is not None
+        others = {child.pid for child in multiprocessing.active_children()}
+        workers = ChainWorkers(chain, run_id, 1, timeout=2)
+        try:
+            assert workers.submit(before[2], PAGE + 1, second).result() == PAGE  # it started
+            [worker] = [c for c in multiprocessing.active_children() if c.pid not in others]
+            assert worker.pid is not None
+            os.kill(worker.pid, signal.SIGSTOP)
+            page = workers.submit(before[2], PAGE + 1, second)
+            assert workers.wait(page) is False
+            assert workers.stopped
+            worker.join(60)  # killed: a stopped process ends on SIGKILL
+            assert worker.exitcode == -signal.SIGKILL
+        finally:
+            workers.close()
+
+
+_HUNG_AT_STARTUP = """
+import sys
+import threading
+import uuid
+
+if __name__ != "__main__":  # a worker importing this file (no main guard): hangs at startup
+    threading.Event().wait()
+
+from engine.store.chain import Chain
+from engine.store.chain_workers import ChainWorkers
+
+workers = ChainWorkers(Chain(), uuid.uuid4(), 1, timeout=1)
+page = workers.submit(b"", 1, [])
+import multiprocessing
+[worker] = multiprocessing.active_children()
+print(worker.pid, flush=True)
+answered = workers.wait(page)
+workers.close()
+print(answered, workers.stopped, flush=True)
+"""
+
+
+class TestHungAtStartup:
+    def test_a_worker_that_hangs_before_it_starts_is_killed_and_the_script_ends(
+        self, tmp_path: Path
+    ) -> None:
+        """A worker that hangs while it starts (a script without the main guard, which the
+        worker imports, waiting for ever) is killed after the timeout like any hung worker,
+        so the script ends and leaves no process behind (before, its pid was never known:
+        nothing was killed and the script waited for it at exit for ever)."""
+        script = tmp_path / "unguarded.py"
+        script.write_text(_HUNG_AT_STARTUP)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+        worker = 0
+        with subprocess.Popen(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
+        ) as process:
+            try:
+                worker = int(process.stdout.readline())  # type: ignore[union-attr]
+                out, _ = process.communicate(timeout=120)  # a guard against a hang only
+                left = _alive(worker)
+            finally:
+                for pid in (process.pid, worker) if worker > 0 else (process.pid,):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        assert (process.returncode, out.split(), left) == (0, ["False", "True"], False)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` is still there (not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class TestChainPickled:

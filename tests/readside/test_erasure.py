@@ -9,9 +9,14 @@ import textwrap
 from typing import Any
 from uuid import UUID, uuid4
 
-from engine import Engine, Pipeline
+import pytest
+
+from engine import Engine, Pipeline, RunNotFound
+from engine.errors import RunErasedWhileRead
+from engine.store.event_store import PAGE
 from projections import FailurePatterns, RetryCounts, StageResults
-from tests._helpers import REVIEW
+from tests._helpers import REVIEW, erased_after_its_first_page
+from tests.audit.tampering import Rows
 
 AT = 1100
 """A version past two snapshot intervals of both runs."""
@@ -141,10 +146,79 @@ class TestErasedRunsAreNotServed:
             engine.store.views.save_snapshots(
                 str(run_id), "retry_counts", identity, 0, [(1000, stale)]
             )
+            assert Rows(shared_url).snapshots(run_id) == 0  # refused: read before the erase
             reused_run(engine, run_id)
         with Engine(shared_url) as fresh:
             expected = RetryCounts().fold(fresh.events(run_id)[:AT])
             assert fresh.project(run_id, RetryCounts, at=AT) == expected
+
+
+class TestMemorySnapshotsAfterAnErase:
+    def test_a_save_read_before_an_erase_stores_nothing(self) -> None:
+        """The memory store, like SQLite and PostgreSQL, stores no snapshot saved in an
+        erasure generation older than its own: the erased run's state is not kept after
+        its erasure."""
+        run_id = uuid4()
+        with Engine("memory://") as engine:
+            erasable_run(engine, run_id)
+            stale = engine.store.codec.seal(RetryCounts().encode(RetryCounts().initial()))
+            identity = RetryCounts().identity()
+            erase(engine, run_id)
+            views = engine.store.views
+            assert views is not None
+            views.save_snapshots(str(run_id), "retry_counts", identity, 0, [(1000, stale)])
+            assert views.snapshot(str(run_id), "retry_counts", identity, 0, 1000) is None
+            fresh = engine.store.generation()
+            views.save_snapshots(str(run_id), "retry_counts", identity, fresh, [(1000, stale)])
+            assert views.snapshot(str(run_id), "retry_counts", identity, fresh, 1000) is not None
+
+
+def long_deleted_run(engine: Engine) -> UUID:
+    """A deleted run of two pages and a bit of developer failures, not erased yet."""
+    run = engine.start_run(REVIEW)
+    run.stage_completed("project_analysis")
+    run.stage_completed("code_review")
+    with run.batch():
+        for attempt in range(2 * PAGE):
+            run.stage_failed("developer", error=f"old {attempt}", error_type="OldError")
+    run.finish("deleted")
+    return run.id
+
+
+class TestErasedWhileFolded:
+    def test_time_travel_refuses_it_and_stores_no_snapshot(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A fold of a run a compaction erases between two of its pages raises
+        `RunErasedWhileRead`, and no snapshot of what it read is left stored or served:
+        the next question finds no run."""
+        with Engine(shared_url) as engine:
+            doomed = long_deleted_run(engine)
+            erased_after_its_first_page(shared_url, doomed, monkeypatch)
+            with pytest.raises(RunErasedWhileRead) as refused:
+                engine.project(doomed, RetryCounts)
+            assert (refused.value.run_id, refused.value.version) == (doomed, PAGE + 1)
+            assert Rows(shared_url).snapshots(doomed) == 0
+            with pytest.raises(RunNotFound):
+                engine.project(doomed, RetryCounts)
+            with pytest.raises(RunNotFound):
+                engine.project(doomed, RetryCounts, at=PAGE)
+
+    def test_a_fold_read_whole_before_the_erase_stores_no_snapshot_after_it(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A fold that read the whole run before a compaction erased it stores none of its
+        snapshots after the erase (the store refuses a save read in an older generation),
+        and answers `RunErasedWhileRead`, never the empty state of a run no longer there."""
+        with Engine(shared_url) as engine:
+            doomed = long_deleted_run(engine)
+            newest = engine.store.last(doomed)
+            assert newest is not None
+            erased_after_its_first_page(shared_url, doomed, monkeypatch, after=newest.version)
+            with pytest.raises(RunErasedWhileRead) as refused:
+                engine.project(doomed, RetryCounts)
+            assert refused.value.run_id == doomed
+            assert Rows(shared_url).snapshots(doomed) == 0
 
 
 READER = textwrap.dedent(

@@ -27,6 +27,8 @@ class PostgresViews(SQLViews):
     """Byte order, whatever the database's collation (which may skip the hyphens)."""
     prefix_order = 'run_id COLLATE "C"'
     """The order of the byte-order index, so a prefix lookup reads only its range."""
+    generation_lock = " FOR SHARE"
+    """An erase locks the generation's row first (`meta.bump_generation`)."""
 
     tracking_definition = (  # eventsourcing's, as it created the table before
         "CREATE TABLE IF NOT EXISTS {tracking} (application_name text, notification_id bigint, "
