@@ -29,7 +29,7 @@ from projections.deferred import (
     ranges_check,
     unpack_ranges,
 )
-from projections.immutable import PList
+from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.interning import interned
 
 
@@ -126,7 +126,7 @@ class StateStack(Projection[Stack]):
 
     def initial(self) -> Stack:
         """An empty stack with no table."""
-        return _STACK(None, {}, PList(), None)
+        return _STACK(None, {}, Frames(), None)
 
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
@@ -145,37 +145,27 @@ class StateStack(Projection[Stack]):
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
         """Push a frame holding the stage's result."""
-        table = state.table
+        frames = state.frame_list
         if state.hub is not None:
             return _push(state, event)
-        # The common table, without a hub: one frame per outcome, made here (no call of
-        # `_frame` or `interned`): a fold of a long run pushes one per event.
-        stage, outcome = event.stage, event.outcome
-        stage = intern(stage) if stage.__class__ is str else stage
-        outcome = intern(outcome) if outcome.__class__ is str else outcome
-        frame = _FRAME(
-            table.get((stage, outcome), stage), stage, outcome, event.attempt, False,
-            event.result, None, None, event.duration, event.version, event.timestamp,
-        )  # fmt: skip
-        return _STACK(state.initial, table, state.frame_list.push(frame), None)
+        if frames.__class__ is not Frames:  # a decoded or restored stack's: rows go on top
+            frames = Frames.on(frames)
+        frames = frames.pushed(event, state.table, None, None)  # type: ignore[attr-defined]
+        return _STACK(state.initial, state.table, frames, None)
 
     @on(StageFailed)
     def failed(self, state: Stack, event: StageFailed) -> Stack:
         """Push a frame holding the stage's error."""
-        table = state.table
+        frames = state.frame_list
         if state.hub is not None:
             return _push(state, event)
-        stage, outcome = event.stage, event.outcome  # as `completed` makes its frame
-        stage = intern(stage) if stage.__class__ is str else stage
-        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        if frames.__class__ is not Frames:
+            frames = Frames.on(frames)
         error, error_type = event.error, event.error_type
         error = intern(error) if error.__class__ is str else error
         error_type = intern(error_type) if error_type.__class__ is str else error_type
-        frame = _FRAME(
-            table.get((stage, outcome), stage), stage, outcome, event.attempt, True, None,
-            error, error_type, event.duration, event.version, event.timestamp,
-        )  # fmt: skip
-        return _STACK(state.initial, table, state.frame_list.push(frame), None)
+        frames = frames.pushed(event, state.table, error, error_type)  # type: ignore[attr-defined]
+        return _STACK(state.initial, state.table, frames, None)
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
@@ -250,6 +240,8 @@ class StateStack(Projection[Stack]):
 
 
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))
+_WIDTH = len(_FIELDS)
+_new = object.__new__
 
 
 def encode_frame(frame: Frame) -> list[JSON]:
@@ -331,10 +323,63 @@ def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
     return _STACK(state.initial, table, frames.push(_frame(table, event)), hub)
 
 
-# Positional (`maker`), in the fields' declared order: a fold builds both per outcome.
+# Positional (`maker`), in the fields' declared order: a fold builds a stack per outcome.
 _FRAME = maker(Frame)
 _STACK = maker(Stack)
 _HUB = maker(Hub)
+
+
+class Frames(RowList[Frame]):
+    """A stack's frames, the newest kept as rows of their fields (`RowList`): a fold pushes
+    a row per outcome, and a frame is made from it when read."""
+
+    __slots__ = ()
+
+    fields = _FIELDS
+    version_at = _FIELDS.index("version")
+    make = staticmethod(_FRAME)
+
+    def pushed(
+        self, event: Any, table: Lookup, error: str | None, error_type: str | None
+    ) -> Frames:
+        """The frames with the one `event`'s outcome pushes (`error` given: a failure's).
+
+        A fold of a long run pushes one per event, so all of it is here, in one call:
+        the names and state of the newest row are taken again when its stage and outcome
+        are the event's (a loop's outcomes repeat them: no interning, no table lookup),
+        and the row goes at the end of the newest block when this list owns it
+        (`RowList.push_row`).
+        """
+        tip, used = self._tip, self._used
+        stage, outcome = event.stage, event.outcome
+        newest = used - _WIDTH  # where the newest row starts: state, stage, outcome, ...
+        if used and stage == tip[newest + 1] and outcome == tip[newest + 2]:
+            state, stage, outcome = tip[newest : newest + 3]
+        else:
+            stage = intern(stage) if stage.__class__ is str else stage
+            outcome = intern(outcome) if outcome.__class__ is str else outcome
+            state = table.get((stage, outcome), stage)
+        row: tuple[Any, ...]
+        if event.__class__ is StageCompleted:
+            row = (
+                state, stage, outcome, event.attempt, False, event.result, None, None,
+                event.duration, event.version, event.timestamp,
+            )  # fmt: skip
+        else:
+            row = (
+                state, stage, outcome, event.attempt, True, None, error, error_type,
+                event.duration, event.version, event.timestamp,
+            )  # fmt: skip
+        if used == _WIDTH * ROWS_PER_BLOCK or len(tip) != used:
+            return self.push_row(row)  # type: ignore[return-value]
+        tip.extend(row)  # at the block's end this list owns: no list went on from it
+        used += _WIDTH
+        if len(tip) != used:  # another list went on from this one at the same moment
+            return self.push_row(row)  # type: ignore[return-value]
+        pushed: Frames = _new(Frames)
+        pushed._cells, pushed._size, pushed._tip = self._cells, self._size + 1, tip
+        pushed._used, pushed._blocks = used, self._blocks
+        return pushed
 
 
 class StackShape:
