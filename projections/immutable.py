@@ -306,6 +306,24 @@ class RowList(PList[T]):
         below = self.below.pop(count - used // width)
         return self._with(below.cells, size, [], 0, None)
 
+    def parts(self) -> tuple[Cons[T], int, list[Any], int, Blocks]:
+        """The list's cells below its rows, its size, its newest block, the values of that
+        block it owns and its full blocks: for a fold that pushes rows in place
+        (`of_parts` makes the list back). A block whose end another list owns comes copied,
+        so rows appended to it are this list's alone."""
+        tip, used = self._tip, self._used
+        return self._cells, self._size, tip if len(tip) == used else tip[:used], used, self._blocks
+
+    @classmethod
+    def of_parts(
+        cls, cells: Cons[T], size: int, tip: list[Any], used: int, blocks: Blocks
+    ) -> RowList[T]:
+        """The list of `parts` (and of the rows pushed onto them since)."""
+        made: RowList[T] = _new(cls)
+        made._cells, made._size, made._tip = cells, size, tip
+        made._used, made._blocks = used, blocks
+        return made
+
     def _with(
         self, cells: Cons[T], size: int, tip: list[Any], used: int, blocks: Blocks
     ) -> RowList[T]:

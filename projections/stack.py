@@ -11,7 +11,7 @@ and its own, both made from its event.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from sys import intern
 from typing import Any
@@ -21,7 +21,8 @@ import attrs
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import Lookup, as_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, maker
-from projections.base import EventSource, Projection, on
+from projections.base import EventSource, Projection, narrowed, on
+from projections.collector import COLLECT_EVERY, FEW, collector_paused, no_tick
 from projections.deferred import (
     from_events,
     packed_onto,
@@ -29,6 +30,7 @@ from projections.deferred import (
     ranges_check,
     unpack_ranges,
 )
+from projections.errors import ProjectionError
 from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.interning import interned
 
@@ -167,6 +169,90 @@ class StateStack(Projection[Stack]):
         frames = frames.pushed(event, state.table, error, error_type)  # type: ignore[attr-defined]
         return _STACK(state.initial, state.table, frames, None)
 
+    def fold(self, events: Iterable[Event], state: Stack | None = None) -> Stack:
+        """`Projection.fold`, each outcome on a table without a hub pushed as a row in place.
+
+        The states between two events of a fold are nobody's but its own, so the outcomes
+        (nearly all of a run's events) go straight onto the newest block of rows
+        (`RowList`): no stack, frame list or frame made per event. Any other event, and an
+        outcome on a hub's table, goes to its handler, from the stack as `apply` makes it.
+        """
+        current = self.initial() if state is None else state
+        if type(events) is list and len(events) <= FEW:
+            return self._pushed_in_place(events, current, no_tick)
+        with collector_paused() as tick:
+            return self._pushed_in_place(narrowed(self, events), current, tick)
+
+    def _pushed_in_place(
+        self, events: Iterable[Event], current: Stack, tick: Callable[[], None]
+    ) -> Stack:
+        # One loop, its state in locals (the frames' `RowList.parts`, the newest row's
+        # names): a call per event would cost what the push does.
+        handlers, hub, left, every = self.handlers, current.hub, COLLECT_EVERY, COLLECT_EVERY
+        cap = _WIDTH * ROWS_PER_BLOCK
+        event: Any
+        stage: Any = _NO_NAME
+        outcome = state = error = error_type = None
+        table: Lookup = {}
+        tip: list[Any] = []
+        blocks: Any = None
+        pushing, cells, size, used = False, None, 0, 0
+        for event in events:
+            kind = event.__class__
+            if (kind is StageCompleted or kind is StageFailed) and hub is None:
+                if not pushing:
+                    cells, size, tip, used, blocks = Frames.on(current.frame_list).parts()
+                    pushing, table, stage = True, current.table, _NO_NAME
+                try:
+                    named, called = event.stage, event.outcome
+                    if named != stage or called != outcome:  # else the newest row's, again
+                        stage = intern(named) if named.__class__ is str else named
+                        outcome = intern(called) if called.__class__ is str else called
+                        state = table.get((stage, outcome), stage)
+                    if kind is StageCompleted:
+                        row: tuple[Any, ...] = (
+                            state, stage, outcome, event.attempt, False, event.result, None,
+                            None, event.duration, event.version, event.timestamp,
+                        )  # fmt: skip
+                    else:
+                        error, error_type = event.error, event.error_type
+                        error = intern(error) if error.__class__ is str else error
+                        error_type = (
+                            intern(error_type) if error_type.__class__ is str else error_type
+                        )
+                        row = (
+                            state, stage, outcome, event.attempt, True, None, error,
+                            error_type, event.duration, event.version, event.timestamp,
+                        )  # fmt: skip
+                    if used == cap:  # the newest block is full: it goes below, a new one starts
+                        blocks, tip, used = (tip, blocks), [], 0
+                    tip.extend(row)
+                    used += _WIDTH
+                    size += 1
+                    if len(tip) != used:  # another list went on from it at the same moment
+                        tip = tip[: used - _WIDTH] + list(row)
+                except Exception as failure:
+                    raise ProjectionError(self.name, event, failure) from failure
+            else:
+                handler = handlers.get(kind)
+                if handler is not None:
+                    if pushing:
+                        frames = Frames.of_parts(cells, size, tip, used, blocks)
+                        current, pushing = _STACK(current.initial, table, frames, None), False
+                    try:
+                        current = handler(self, current, event)
+                    except Exception as failure:
+                        raise ProjectionError(self.name, event, failure) from failure
+                    hub = current.hub
+            left -= 1
+            if not left:
+                tick()
+                left = every
+        if pushing:
+            frames = Frames.of_parts(cells, size, tip, used, blocks)
+            current = _STACK(current.initial, table, frames, None)
+        return current
+
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
         """Pop the newest `steps` frames (an implicit route left alone is noted: `Hub.lone`)."""
@@ -242,6 +328,8 @@ class StateStack(Projection[Stack]):
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))
 _WIDTH = len(_FIELDS)
 _new = object.__new__
+_NO_NAME = object()
+"""A stage no event names: a fold's newest row before its first."""
 
 
 def encode_frame(frame: Frame) -> list[JSON]:

@@ -547,3 +547,55 @@ class TestStackShape:
             tracemalloc.stop()
         assert shape.depth == frames
         assert held < 12 * frames
+
+
+class TestFoldInPlace:
+    @settings(max_examples=60, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["done", "fail", "back", "many"]),
+                st.sampled_from(["developer", "testing", "code_review"]),
+                st.integers(1, 4),
+            ),
+            max_size=20,
+        ),
+        st.booleans(),
+        st.integers(0, 20),
+    )
+    def test_a_fold_is_its_events_applied_one_at_a_time(
+        self, ops: list[tuple[str, str, int]], hub: bool, cut: int
+    ) -> None:
+        """`fold` (outcomes pushed as rows in place, across blocks) gives the stack, the
+        encoding and the snapshot that `apply` gives event by event, from the start or
+        from a decoded stack, and leaves the stack it went on from as it was."""
+        events: list[Event] = [started(hub_table(hub=hub).to_dict())]
+        for kind, stage, number in ops:
+            for _ in range(150 if kind == "many" else 1):
+                version = len(events) + 1
+                if kind == "back":
+                    events.append(back(version, number))
+                elif kind == "fail" or version % 7 == 0:
+                    events.append(fail(version, stage, f"e{number}", attempt=number))
+                else:
+                    events.append(done(version, stage, {"v": version}, attempt=number))
+        applied = PROJECTION.initial()
+        for event in events:
+            applied = PROJECTION.apply(applied, event)
+        assert PROJECTION.fold(events) == applied
+        assert PROJECTION.encode(PROJECTION.fold(events)) == PROJECTION.encode(applied)
+        assert PROJECTION.snapshot(PROJECTION.fold(events)) == PROJECTION.snapshot(applied)
+        start = PROJECTION.fold(events[: cut + 1])
+        before = PROJECTION.encode(start)
+        assert PROJECTION.fold(events[cut + 1 :], start) == applied
+        assert PROJECTION.fold(events[cut + 1 :], roundtrip(start)) == applied
+        assert PROJECTION.encode(start) == before
+
+    def test_a_failing_event_names_itself(self) -> None:
+        """An outcome the in-place push cannot take raises the handlers' `ProjectionError`."""
+        from events.values import build, fields_of
+        from projections.errors import ProjectionError
+
+        bad = build(StageCompleted, {**fields_of(done(70, "developer")), "outcome": ["odd"]})
+        with pytest.raises(ProjectionError, match="version 70"):
+            PROJECTION.fold([started(), *[done(v, "developer") for v in range(2, 70)], bad])
