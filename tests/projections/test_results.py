@@ -4,6 +4,9 @@ import json
 import uuid
 from typing import Any, TypeVar
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from events import (
     JSON,
     Event,
@@ -211,3 +214,51 @@ class TestRetryCounts:
         assert state.open_stage == "t"
         assert roundtrip(RETRIES, state) == state
         assert roundtrip(RETRIES, retries()) == retries()
+
+
+class TestFoldInPlace:
+    @settings(max_examples=60, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["done", "fail", "verdict", "many"]),
+                st.sampled_from(["build", "test"]),
+                st.integers(0, 3),
+            ),
+            max_size=20,
+        ),
+        st.integers(0, 20),
+    )
+    def test_a_fold_is_its_events_applied_one_at_a_time(
+        self, ops: list[tuple[str, str, int]], cut: int
+    ) -> None:
+        """`fold` (outcomes pushed as rows in place, across blocks and stages) gives the
+        results, latest results, encoding and snapshot that `apply` gives event by event,
+        from the start or from decoded results, and leaves those it went on from as they were."""
+        events: list[Event] = [start(1, "build")]
+        for kind, stage, number in ops:
+            for _ in range(150 if kind == "many" else 1):
+                version = len(events) + 1
+                if kind == "fail" or version % 7 == 0:
+                    events.append(fail(version, stage, f"e{number}", attempt=number + 1))
+                else:
+                    attempt = 0 if kind == "verdict" else number + 1
+                    events.append(done(version, stage, {"v": version}, attempt=attempt))
+        applied = RESULTS.initial()
+        for event in events:
+            applied = RESULTS.apply(applied, event)
+        folded = RESULTS.fold(events)
+        assert folded == applied
+        assert [folded.latest(s) for s in ("build", "test")] == [
+            applied.latest(s) for s in ("build", "test")
+        ]
+        assert RESULTS.encode(folded) == RESULTS.encode(applied)
+        assert RESULTS.snapshot(folded) == RESULTS.snapshot(applied)
+        begun = RESULTS.fold(events[: cut + 1])
+        before = RESULTS.encode(begun)
+        for start_from in (begun, roundtrip(RESULTS, begun)):
+            went_on = RESULTS.fold(events[cut + 1 :], start_from)
+            assert went_on == applied
+            assert went_on.latest("test") == applied.latest("test")
+            assert RESULTS.snapshot(went_on) == RESULTS.snapshot(applied)
+        assert RESULTS.encode(begun) == before
