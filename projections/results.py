@@ -1,7 +1,9 @@
 """Per-stage history of a run: every attempt's outcome, and how often stages were retried.
 
-`StageResults` keeps each stage's attempts in a persistent list (appending costs
-the same at any length); `RetryCounts` keeps only counters.
+`StageResults` keeps each stage's attempts in a persistent list (`Attempts`: the
+newest kept as rows of their fields, an attempt made when read; appending costs the
+same at any length, and a fold appends its outcomes' rows in place); `RetryCounts`
+keeps only counters.
 """
 
 from __future__ import annotations

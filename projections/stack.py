@@ -1,8 +1,10 @@
 """The pushdown stack of a run: one frame per stage outcome, popped by rollbacks.
 
 `StateStack` pushes a `Frame` for every `StageCompleted` / `StageFailed` and pops
-`steps` frames at `StateRolledBack`. Frames live in a persistent list, so a push
-or a pop costs the same however deep the stack is. An outcome that took a hub's
+`steps` frames at `StateRolledBack`. Frames live in a persistent list (`Frames`:
+the newest kept as rows of their fields, a frame made when read), so a push or a
+pop costs the same however deep the stack is; a fold pushes its outcomes' rows in
+place (`StateStack.fold`). An outcome that took a hub's
 implicit route (`events.table.implicit_route`) pushes two frames, as a recorded
 route and the outcome would: the route's (a decided outcome of the hub, attempt 0)
 and its own, both made from its event.
