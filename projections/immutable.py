@@ -272,7 +272,10 @@ class RowList(PList[T]):
         """A list with the item of `row` (its `fields`) appended as the newest."""
         tip, used, blocks = self._tip, self._used, self._blocks
         if used == len(row) * ROWS_PER_BLOCK:  # the block is full: it goes below, a new one starts
-            blocks = (tip if len(tip) == used else tip[:used], blocks)
+            # Sealed as a copy: a push from an older list, held up between taking this
+            # block and appending to it, may still append (then copy, its check failing);
+            # a block no list's newest is can never grow.
+            blocks = (tip[:used], blocks)
             tip, used = list(row), len(row)
         elif len(tip) == used:
             tip.extend(row)  # at the block's end this list owns: no list has gone on from it

@@ -227,7 +227,7 @@ class StateStack(Projection[Stack]):
                             error_type, event.duration, event.version, event.timestamp,
                         )  # fmt: skip
                     if used == cap:  # the newest block is full: it goes below, a new one starts
-                        blocks, tip, used = (tip, blocks), [], 0
+                        blocks, tip, used = (tip[:used], blocks), [], 0  # sealed: `push_row`
                     tip.extend(row)
                     used += _WIDTH
                     size += 1

@@ -4,6 +4,7 @@ import json
 import uuid
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,16 @@ from events import (
     StateRolledBack,
 )
 from projections.base import Projection
-from projections.results import Attempt, Results, Retries, RetryCounts, StageResults
+from projections.immutable import ROWS_PER_BLOCK
+from projections.results import (
+    Attempt,
+    Attempts,
+    Results,
+    Retries,
+    RetryCounts,
+    StageResults,
+)
+from tests._helpers import PausedThread
 
 RID = uuid.UUID(int=2)
 RESULTS = StageResults()
@@ -262,3 +272,47 @@ class TestFoldInPlace:
             assert went_on.latest("test") == applied.latest("test")
             assert RESULTS.snapshot(went_on) == RESULTS.snapshot(applied)
         assert RESULTS.encode(begun) == before
+
+
+def attempt_versions(state: Results, stage: str) -> list[int]:
+    """The versions of `stage`'s attempts, oldest first, as a walk of them reads them."""
+    attempts = state.attempts(stage)
+    assert len(attempts) == len(state.by_stage.get(stage, ()))
+    return [attempt.version for attempt in attempts]
+
+
+class TestThreadedPushes:
+    @pytest.mark.parametrize("late", ["apply", "fold"])
+    @pytest.mark.parametrize("meanwhile", ["apply", "fold"])
+    def test_a_push_held_up_before_its_append_never_changes_a_sealed_block(
+        self, late: str, meanwhile: str
+    ) -> None:
+        """A push from shared results held up between taking a stage's newest block and
+        appending to it, while another thread's pushes from the same results fill and seal
+        that block, leaves each of the three results with exactly their own attempts."""
+        shared = results(*[done(v, "build", v) for v in range(2, 12)])
+        late_event = done(5000, "build", 5000)
+        more = [done(v, "build", v) for v in range(12, 12 + ROWS_PER_BLOCK + 5)]
+        if late == "apply":
+            paused = PausedThread(
+                Attempts.pushed, "tip.extend(row)", lambda: RESULTS.apply(shared, late_event)
+            )
+        else:
+            paused = PausedThread(
+                StageResults._pushed_in_place,
+                "tip.extend(row)",
+                lambda: RESULTS.fold([late_event], shared),
+            )
+        paused.start()
+        went_on = shared
+        if meanwhile == "apply":
+            for event in more:
+                went_on = RESULTS.apply(went_on, event)
+        else:
+            went_on = RESULTS.fold(more, shared)
+        late_state = paused.finish()
+        assert attempt_versions(shared, "build") == list(range(2, 12))
+        assert attempt_versions(late_state, "build") == [*range(2, 12), 5000]
+        assert attempt_versions(went_on, "build") == list(range(2, 12 + len(more)))
+        assert [shared.latest("build"), late_state.latest("build")] == [11, 5000]
+        assert went_on.latest("build") == 11 + len(more)

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import lookup
-from projections.stack import Frame, Stack, StateStack
-from tests._helpers import REVIEW, hub_table
+from projections.immutable import ROWS_PER_BLOCK
+from projections.stack import Frame, Frames, Stack, StateStack
+from tests._helpers import REVIEW, PausedThread, hub_table
 
 RID = uuid.UUID(int=1)
 PROJECTION = StateStack()
@@ -599,3 +600,45 @@ class TestFoldInPlace:
         bad = build(StageCompleted, {**fields_of(done(70, "developer")), "outcome": ["odd"]})
         with pytest.raises(ProjectionError, match="version 70"):
             PROJECTION.fold([started(), *[done(v, "developer") for v in range(2, 70)], bad])
+
+
+def versions(state: Stack) -> list[int]:
+    """The versions of the stack's frames, oldest first, as a walk of them reads them."""
+    frames = state.frame_list.to_tuple()
+    assert len(frames) == state.depth
+    return [frame.version for frame in frames]
+
+
+class TestThreadedPushes:
+    @pytest.mark.parametrize("late", ["apply", "fold"])
+    @pytest.mark.parametrize("meanwhile", ["apply", "fold"])
+    def test_a_push_held_up_before_its_append_never_changes_a_sealed_block(
+        self, late: str, meanwhile: str
+    ) -> None:
+        """A push from a shared stack held up between taking its newest block and appending
+        to it, while another thread's pushes from the same stack fill and seal that block,
+        leaves each of the three stacks with exactly its own frames."""
+        shared = fold(started(), *[done(v, "developer") for v in range(2, 12)])
+        late_event = done(5000, "testing")
+        more = [done(v, "developer") for v in range(12, 12 + ROWS_PER_BLOCK + 5)]
+        if late == "apply":
+            paused = PausedThread(
+                Frames.pushed, "tip.extend(row)", lambda: PROJECTION.apply(shared, late_event)
+            )
+        else:
+            paused = PausedThread(
+                StateStack._pushed_in_place,
+                "tip.extend(row)",
+                lambda: PROJECTION.fold([late_event], shared),
+            )
+        paused.start()
+        went_on = shared
+        if meanwhile == "apply":
+            for event in more:
+                went_on = PROJECTION.apply(went_on, event)
+        else:
+            went_on = PROJECTION.fold(more, shared)
+        late_state = paused.finish()
+        assert versions(shared) == list(range(2, 12))
+        assert versions(late_state) == [*range(2, 12), 5000]
+        assert versions(went_on) == list(range(2, 12 + len(more)))
