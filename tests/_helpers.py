@@ -8,7 +8,7 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -258,3 +258,18 @@ class PausedThread:
             self.reached.set()
             self.resume.wait(10)
         return self._trace_line
+
+
+def switching_often(work: Callable[[int], None], seeds: Iterable[int]) -> None:
+    """`work(seed)` in a thread per seed, all at once, the interpreter switching between
+    them every microsecond (so that they interleave far more than they would)."""
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(seed,)) for seed in seeds]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switching)

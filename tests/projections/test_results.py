@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from typing import Any, TypeVar
 
@@ -27,7 +28,7 @@ from projections.results import (
     RetryCounts,
     StageResults,
 )
-from tests._helpers import PausedThread
+from tests._helpers import PausedThread, switching_often
 
 RID = uuid.UUID(int=2)
 RESULTS = StageResults()
@@ -316,3 +317,56 @@ class TestThreadedPushes:
         assert attempt_versions(went_on, "build") == list(range(2, 12 + len(more)))
         assert [shared.latest("build"), late_state.latest("build")] == [11, 5000]
         assert went_on.latest("build") == 11 + len(more)
+
+    def test_many_threads_going_on_from_shared_results_each_get_their_own_attempts(
+        self,
+    ) -> None:
+        """Threads appending outcomes of two stages (by `apply`, a listed fold and a streamed
+        one) to results any thread made before, switching every microsecond, each get the
+        attempts and latest results a list given the same steps holds, and no results
+        change after they were made."""
+        stages = ("build", "test")
+        shared = results(*[done(v, "build", v) for v in range(2, 100)])
+        made: list[tuple[Results, dict[str, list[int]], dict[str, int | None]]] = [
+            (shared, {"build": list(range(2, 100)), "test": []}, {"build": 99, "test": None})
+        ]
+        failures: list[BaseException] = []
+
+        def seen(state: Results) -> tuple[dict[str, list[int]], dict[str, int | None]]:
+            return (
+                {stage: attempt_versions(state, stage) for stage in stages},
+                {stage: state.latest(stage) for stage in stages},
+            )
+
+        def work(seed: int) -> None:
+            chance = random.Random(seed)
+            try:
+                for turn in range(12):
+                    state, expected, latest = made[chance.randrange(len(made))]
+                    expected, latest = {k: list(v) for k, v in expected.items()}, dict(latest)
+                    events: list[Event] = []
+                    for at in range(chance.randrange(1, 2 * ROWS_PER_BLOCK)):
+                        version = seed * 1_000_000 + turn * 1_000 + at
+                        stage = stages[chance.random() < 0.1]
+                        if chance.random() < 0.2:
+                            events.append(fail(version, stage))
+                        else:
+                            events.append(done(version, stage, version))
+                            latest[stage] = version
+                        expected[stage].append(version)
+                    how = chance.choice(["apply", "fold", "stream"])
+                    if how == "apply":
+                        for event in events:
+                            state = RESULTS.apply(state, event)
+                    else:
+                        state = RESULTS.fold(events if how == "fold" else iter(events), state)
+                    assert seen(state) == (expected, latest)
+                    made.append((state, expected, latest))
+            except BaseException as failure:  # handed to the test's thread
+                failures.append(failure)
+
+        switching_often(work, range(1, 9))
+        assert failures == []
+        assert len(made) == 1 + 8 * 12
+        for state, expected, latest in made:
+            assert seen(state) == (expected, latest)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gc
 import json
+import random
 import tracemalloc
 import uuid
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed
 from events.table import lookup
 from projections.immutable import ROWS_PER_BLOCK
 from projections.stack import Frame, Frames, Stack, StateStack
-from tests._helpers import REVIEW, PausedThread, hub_table
+from tests._helpers import REVIEW, PausedThread, hub_table, switching_often
 
 RID = uuid.UUID(int=1)
 PROJECTION = StateStack()
@@ -642,3 +643,44 @@ class TestThreadedPushes:
         assert versions(shared) == list(range(2, 12))
         assert versions(late_state) == [*range(2, 12), 5000]
         assert versions(went_on) == list(range(2, 12 + len(more)))
+
+    def test_many_threads_going_on_from_shared_stacks_each_get_their_own_frames(self) -> None:
+        """Threads pushing and popping (by `apply`, a listed fold and a streamed one) from
+        stacks any thread made before, switching every microsecond, each get the frames a
+        list of versions given the same steps holds, and no stack changes after it was made."""
+        shared = fold(started(), *[done(v, "developer") for v in range(2, 100)])
+        made: list[tuple[Stack, list[int]]] = [(shared, list(range(2, 100)))]
+        failures: list[BaseException] = []
+
+        def work(seed: int) -> None:
+            chance = random.Random(seed)
+            try:
+                for turn in range(12):
+                    state, expected = made[chance.randrange(len(made))]
+                    events: list[Event] = []
+                    expected = list(expected)
+                    for at in range(chance.randrange(1, 2 * ROWS_PER_BLOCK)):
+                        version = seed * 1_000_000 + turn * 1_000 + at
+                        if chance.random() < 0.05:
+                            steps = chance.randrange(1, 40)
+                            events.append(back(version, steps))
+                            del expected[len(expected) - min(steps, len(expected)) :]
+                        else:
+                            events.append(done(version, "developer"))
+                            expected.append(version)
+                    how = chance.choice(["apply", "fold", "stream"])
+                    if how == "apply":
+                        for event in events:
+                            state = PROJECTION.apply(state, event)
+                    else:
+                        state = PROJECTION.fold(events if how == "fold" else iter(events), state)
+                    assert versions(state) == expected
+                    made.append((state, expected))
+            except BaseException as failure:  # handed to the test's thread
+                failures.append(failure)
+
+        switching_often(work, range(1, 9))
+        assert failures == []
+        assert len(made) == 1 + 8 * 12
+        for state, expected in made:
+            assert versions(state) == expected
