@@ -16,7 +16,7 @@ import attrs
 
 from events import JSON, Event, StageCompleted, StageFailed, StageStarted
 from events.values import build, evolve, maker
-from projections.base import EventSource, Projection, narrowed, on
+from projections.base import EventSource, Projection, folds_with, narrowed, on
 from projections.collector import COLLECT_EVERY, FEW, collector_paused, no_tick
 from projections.deferred import (
     from_events,
@@ -116,6 +116,8 @@ class StageResults(Projection[Results]):
         of its attempts (`RowList`): no results, dicts or attempt made per event. Another
         stage's outcome (or another event) has the results made first, as `apply` would.
         """
+        if not folds_with(self, StageResults, StageCompleted, StageFailed):
+            return super().fold(events, state)  # a subclass takes outcomes its own way
         current = self.initial() if state is None else state
         if type(events) is list and len(events) <= FEW:
             return self._pushed_in_place(events, current, no_tick)

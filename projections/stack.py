@@ -23,7 +23,7 @@ import attrs
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import Lookup, as_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, maker
-from projections.base import EventSource, Projection, narrowed, on
+from projections.base import EventSource, Projection, folds_with, narrowed, on
 from projections.collector import COLLECT_EVERY, FEW, collector_paused, no_tick
 from projections.deferred import (
     from_events,
@@ -179,6 +179,8 @@ class StateStack(Projection[Stack]):
         (`RowList`): no stack, frame list or frame made per event. Any other event, and an
         outcome on a hub's table, goes to its handler, from the stack as `apply` makes it.
         """
+        if not folds_with(self, StateStack, StageCompleted, StageFailed):
+            return super().fold(events, state)  # a subclass takes outcomes its own way
         current = self.initial() if state is None else state
         if type(events) is list and len(events) <= FEW:
             return self._pushed_in_place(events, current, no_tick)

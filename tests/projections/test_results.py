@@ -18,7 +18,7 @@ from events import (
     StageStarted,
     StateRolledBack,
 )
-from projections.base import Projection
+from projections.base import Projection, on
 from projections.immutable import ROWS_PER_BLOCK
 from projections.results import (
     Attempt,
@@ -280,6 +280,31 @@ def attempt_versions(state: Results, stage: str) -> list[int]:
     attempts = state.attempts(stage)
     assert len(attempts) == len(state.by_stage.get(stage, ()))
     return [attempt.version for attempt in attempts]
+
+
+class TestFoldedItsOwnWay:
+    def test_a_subclass_handling_outcomes_its_own_way_folds_them_its_way(self) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the results' in-place push."""
+
+        class Unfailing(StageResults):
+            @on(StageFailed)
+            def failed(self, state: Results, event: StageFailed) -> Results:
+                return state  # failures are no attempts here
+
+        class Counting(StageResults):
+            def apply(self, state: Results, event: Event) -> Results:
+                if isinstance(event, StageFailed):
+                    return state
+                return super().apply(state, event)
+
+        events = [done(v, "build", v) if v % 3 else fail(v, "build") for v in range(2, 300)]
+        for projection in (Unfailing(), Counting()):
+            applied = projection.initial()
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert projection.fold(events) == applied
+            assert len(projection.fold(iter(events)).attempts("build")) == 199
 
 
 class TestThreadedPushes:

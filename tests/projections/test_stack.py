@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import lookup
+from projections.base import on
 from projections.immutable import ROWS_PER_BLOCK
 from projections.stack import Frame, Frames, Stack, StateStack
 from tests._helpers import REVIEW, PausedThread, hub_table, switching_often
@@ -592,6 +593,29 @@ class TestFoldInPlace:
         assert PROJECTION.fold(events[cut + 1 :], start) == applied
         assert PROJECTION.fold(events[cut + 1 :], roundtrip(start)) == applied
         assert PROJECTION.encode(start) == before
+
+    def test_a_subclass_handling_outcomes_its_own_way_folds_them_its_way(self) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the stack's in-place push."""
+
+        class Unfailing(StateStack):
+            @on(StageFailed)
+            def failed(self, state: Stack, event: StageFailed) -> Stack:
+                return state  # failures leave no frame
+
+        class Counting(StateStack):
+            def apply(self, state: Stack, event: Event) -> Stack:
+                if isinstance(event, StageFailed):
+                    return state
+                return super().apply(state, event)
+
+        events = [started(), *[(done if v % 3 else fail)(v, "developer") for v in range(2, 300)]]
+        for projection in (Unfailing(), Counting()):
+            applied = projection.initial()
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert projection.fold(events) == applied
+            assert projection.fold(iter(events)).depth == applied.depth == 199
 
     def test_a_failing_event_names_itself(self) -> None:
         """An outcome the in-place push cannot take raises the handlers' `ProjectionError`."""
