@@ -44,16 +44,21 @@ class Attempt:
     version: int
 
 
+def _newest_each(lists: Mapping[str, PList[Attempt]]) -> dict[str, Attempt | None]:
+    """Each list's newest attempt (what `Results.completed` is compared by)."""
+    return {stage: attempts.last for stage, attempts in lists.items()}
+
+
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Results:
     """Every stage's attempts, oldest first."""
 
     by_stage: Mapping[str, PList[Attempt]] = attrs.field(factory=dict)
-    completed: Mapping[str, PList[Attempt]] = attrs.field(factory=dict, eq=False)
+    completed: Mapping[str, PList[Attempt]] = attrs.field(factory=dict, eq=_newest_each)
     """Each stage's attempts as they were when its newest completed attempt was pushed (a list
     whose newest item is that attempt: a fold's, or a list of one made from its event when
     first read after a snapshot), so `latest` never walks the attempts of a stage that keeps
-    failing. Not compared: it is what `by_stage` says."""
+    failing. Compared by those newest attempts only (what `latest` answers), not walked."""
 
     @property
     def stages(self) -> tuple[str, ...]:

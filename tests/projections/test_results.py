@@ -19,7 +19,7 @@ from events import (
     StateRolledBack,
 )
 from projections.base import Projection, on
-from projections.immutable import ROWS_PER_BLOCK
+from projections.immutable import ROWS_PER_BLOCK, PList
 from projections.results import (
     Attempt,
     Attempts,
@@ -280,6 +280,19 @@ def attempt_versions(state: Results, stage: str) -> list[int]:
     attempts = state.attempts(stage)
     assert len(attempts) == len(state.by_stage.get(stage, ()))
     return [attempt.version for attempt in attempts]
+
+
+class TestResultsEquality:
+    def test_results_whose_latest_results_differ_are_not_equal(self) -> None:
+        """Results with the same attempts but another newest completed attempt kept for a
+        stage (one built without it) answer `latest` differently, so they are not equal."""
+        folded = results(done(2, "build", "first"), fail(3, "build"))
+        built = Results(folded.by_stage)
+        assert (folded.latest("build"), built.latest("build")) == ("first", None)
+        assert folded != built
+        assert folded == Results(
+            folded.by_stage, {"build": PList().push(folded.attempts("build")[0])}
+        )
 
 
 class TestFoldedItsOwnWay:
