@@ -135,13 +135,15 @@ class StateStack(Projection[Stack]):
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
         """Take the initial state and the transition lookup from the run's table."""
-        table = event.table
+        table, frames = event.table, state.frame_list
+        if len(frames):  # rows of another table's frames: a push must not take their states
+            frames = PList(frames.cells, len(frames))
         return build(
             Stack,
             {
                 "initial": initial_state(table),
                 "table": lookup(table),
-                "frame_list": state.frame_list,
+                "frame_list": frames,
                 "hub": _hub(hub_of(table), frozenset()),
             },
         )

@@ -617,6 +617,19 @@ class TestFoldInPlace:
             assert projection.fold(events) == applied
             assert projection.fold(iter(events)).depth == applied.depth == 199
 
+    def test_an_outcome_after_a_new_table_takes_its_state_from_it(self) -> None:
+        """After a second `RunStarted` (refused by the machine, not by a fold), an outcome
+        pushed by `apply` takes its frame's state from the new table, as `fold` does, not
+        from the newest frame of the same stage and outcome."""
+        table = REVIEW.to_dict()
+        ends = {**table, "transitions": [*table["transitions"], ["developer", "completed", "done"]]}
+        events = [started(), done(2, "developer"), started(ends), done(3, "developer")]
+        applied = PROJECTION.initial()
+        for event in events:
+            applied = PROJECTION.apply(applied, event)
+        assert [frame.state for frame in applied.frames] == ["testing", "done"]
+        assert PROJECTION.fold(events) == applied
+
     def test_a_failing_event_names_itself(self) -> None:
         """An outcome the in-place push cannot take raises the handlers' `ProjectionError`."""
         from events.values import build, fields_of
