@@ -327,6 +327,12 @@ class RowList(PList[T]):
         made._used, made._blocks = used, blocks
         return made
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (and copied) with its own rows only: its newest block may go on with the
+        # rows of lists pushed from it since, which it does not hold.
+        tip = self._tip[: self._used]
+        return (self.of_parts, (self._cells, self._size, tip, self._used, self._blocks))
+
     def _with(
         self, cells: Cons[T], size: int, tip: list[Any], used: int, blocks: Blocks
     ) -> RowList[T]:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import copy
 import gc
 import json
+import pickle
 import random
 import tracemalloc
 import uuid
@@ -629,6 +631,19 @@ class TestFoldInPlace:
             applied = PROJECTION.apply(applied, event)
         assert [frame.state for frame in applied.frames] == ["testing", "done"]
         assert PROJECTION.fold(events) == applied
+
+    def test_a_stack_pickled_holds_its_own_frames_only(self) -> None:
+        """A stack pickled after others were pushed from it holds none of their frames (they
+        share its newest block), and comes back equal and as able to go on."""
+        older = fold(started(), done(2, "developer", {"note": "kept"}))
+        newer = PROJECTION.apply(older, done(3, "developer", {"note": "pushed later"}))
+        data = pickle.dumps(older)
+        assert b"kept" in data
+        assert b"pushed later" not in data
+        assert pickle.loads(data) == older
+        assert PROJECTION.apply(pickle.loads(data), done(3, "developer", {"note": "x"})).depth == 2
+        assert copy.copy(older) == older
+        assert newer.depth == 2
 
     def test_a_failing_event_names_itself(self) -> None:
         """An outcome the in-place push cannot take raises the handlers' `ProjectionError`."""
