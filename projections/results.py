@@ -16,8 +16,8 @@ import attrs
 
 from events import JSON, Event, StageCompleted, StageFailed, StageStarted
 from events.values import build, evolve, maker
-from projections.base import EventSource, Projection, folds_with, narrowed, on
-from projections.collector import COLLECT_EVERY, FEW, collector_paused, no_tick
+from projections.base import EventSource, Projection, folded_by, folds_with, on
+from projections.collector import COLLECT_EVERY
 from projections.deferred import (
     from_events,
     packed_versions,
@@ -123,11 +123,7 @@ class StageResults(Projection[Results]):
         """
         if not folds_with(self, StageResults, StageCompleted, StageFailed):
             return super().fold(events, state)  # a subclass takes outcomes its own way
-        current = self.initial() if state is None else state
-        if type(events) is list and len(events) <= FEW:
-            return self._pushed_in_place(events, current, no_tick)
-        with collector_paused() as tick:
-            return self._pushed_in_place(narrowed(self, events), current, tick)
+        return folded_by(self, self._pushed_in_place, events, state)
 
     def _pushed_in_place(
         self, events: Iterable[Event], current: Results, tick: Callable[[], None]
