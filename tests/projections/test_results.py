@@ -290,9 +290,8 @@ class TestResultsEquality:
         built = Results(folded.by_stage)
         assert (folded.latest("build"), built.latest("build")) == ("first", None)
         assert folded != built
-        assert folded == Results(
-            folded.by_stage, {"build": PList().push(folded.attempts("build")[0])}
-        )
+        newest: PList[Attempt] = PList.of([folded.attempts("build")[0]])
+        assert folded == Results(folded.by_stage, {"build": newest})
 
 
 class TestFoldedItsOwnWay:
