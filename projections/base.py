@@ -326,6 +326,38 @@ def narrowed(projection: Projection[Any], events: Iterable[Event]) -> Iterable[E
     return events if topics is None else narrow(topics)
 
 
+def folds_with(projection: Projection[Any], owner: type[Projection[Any]], *kinds: type) -> bool:
+    """Whether `projection` takes events of `kinds` with `owner`'s handlers of them, through
+    `Projection.apply`: what a fold of `owner`'s taking them its own way (in one loop, not
+    by handler) needs, to give what `apply` event by event gives a subclass too.
+
+    A function, not a method, as `handled_topics` is.
+    """
+    if type(projection).apply is not Projection.apply or "handlers" in vars(projection):
+        return False
+    handlers, owned = projection.handlers, owner.handlers
+    return all(handlers.get(kind) is owned.get(kind) for kind in kinds)
+
+
+def folded_by(
+    projection: Projection[S],
+    loop: Callable[[Iterable[Event], S, Callable[[], None]], S],
+    events: Iterable[Event],
+    state: S | None,
+) -> S:
+    """`loop(events, state, tick)` as `Projection.fold` runs its own: from the initial state
+    when `state` is None, a long or streamed fold narrowed to the topics handled and with
+    the collector paused (`tick` counted down by `loop`), a short list's not.
+
+    A function, not a method, as `handled_topics` is.
+    """
+    current = projection.initial() if state is None else state
+    if type(events) is list and len(events) <= FEW:
+        return loop(events, current, no_tick)
+    with collector_paused() as tick:
+        return loop(narrowed(projection, events), current, tick)
+
+
 def _collect_handlers(cls: type) -> dict[type[Event], Callable[[Any, Any, Any], Any]]:
     handlers: dict[type[Event], Callable[[Any, Any, Any], Any]] = {}
     for klass in reversed(cls.__mro__):

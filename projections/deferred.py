@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar, overload
 from events import Event
 from projections.base import EventSource
 from projections.errors import ProjectionStateError
-from projections.immutable import Cons, Deferred, PList
+from projections.immutable import Cons, Deferred, PList, RowList
 
 ITEMS_PER_READ = 1000
 """Items a deferred list makes per read of their events, newest first."""
@@ -141,6 +141,8 @@ def packed_versions(items: PList[T]) -> tuple[str, int, int]:
     are reused, and only the items made since are packed onto them; so are the packed
     versions of a list packed lately (`PACKED_KEPT`) that this one grew from.
     """
+    if isinstance(items, RowList):
+        return packed_onto(*_packed_below_tip(items), items.tip_versions())
     newest: list[int] = []
     cells, base = items.cells, ("", 0, 0)
     while cells is not None:
@@ -162,6 +164,22 @@ def packed_versions(items: PList[T]) -> tuple[str, int, int]:
     if newest and items.cells is not None:
         with _packed_lock:
             _packed[id(items.cells)] = (items.cells, *packed)
+            while len(_packed) > PACKED_KEPT:
+                del _packed[next(iter(_packed))]
+    return packed
+
+
+def _packed_below_tip(items: RowList[T]) -> tuple[str, int, int]:
+    """`packed_versions` of a row list without its newest block: kept by its full blocks,
+    which never change, so a long fold's next snapshot packs only its newest block."""
+    blocks = items.blocks
+    known = None if blocks is None else _packed.get(id(blocks))
+    if known is not None and known[0] is blocks:
+        return known[1:]
+    packed = packed_onto(*packed_versions(items.below), items.block_versions())
+    if blocks is not None:
+        with _packed_lock:
+            _packed[id(blocks)] = (blocks, *packed)
             while len(_packed) > PACKED_KEPT:
                 del _packed[next(iter(_packed))]
     return packed

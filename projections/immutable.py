@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from immutables import Map
 
@@ -222,3 +222,209 @@ def _deferred_runs(runs: list[tuple[T, int]], size: int) -> Deferred[T]:
         return cells
 
     return Deferred(load, size, about=runs)
+
+
+ROWS_PER_BLOCK = 128
+"""Rows a `RowList` keeps in one block: a push after a pop copies at most this many."""
+
+
+class RowList(PList[T]):
+    """A `PList` keeping its newest items as rows of their fields, made into items when read.
+
+    A long fold pushes one item per event, and the cyclic collector walks every item it
+    keeps, over and over as they age: an item and its cons cell are two containers per
+    event. Here the items' fields go, a row after another, into one list per
+    `ROWS_PER_BLOCK` items (one container per block), and `make` builds an item from its
+    row when the list is read. The list stays a persistent value: a push appends to the
+    newest block only when this list owns its end (no list pushed from the same one did
+    yet), else it copies that block (at most `ROWS_PER_BLOCK` rows), so every list made
+    keeps the items it had. Items below the rows (a restored snapshot's deferred cells,
+    a list it was made `on`) stay `PList` cells.
+
+    A subclass per kind of item says how: `fields` (the row's, in `make`'s order) and
+    `make`; `version_at` is the index of the row's event version (for snapshots).
+    """
+
+    __slots__ = ("_blocks", "_tip", "_used")
+
+    fields: ClassVar[tuple[str, ...]] = ()
+    version_at: ClassVar[int] = 0
+
+    def __init__(self, cells: Cons[T] = None, size: int = 0) -> None:
+        super().__init__(cells, size)
+        self._tip: list[Any] = []  # the newest rows' fields, flat; this list owns `_used` of them
+        self._used = 0
+        self._blocks: Blocks = None  # the full blocks below, newest first
+
+    @staticmethod
+    def make(*row: Any) -> T:
+        """The item of `row` (a subclass's)."""
+        raise NotImplementedError
+
+    @classmethod
+    def on(cls, items: PList[T]) -> RowList[T]:
+        """A row list of `items` (themselves when they are one of this class)."""
+        if type(items) is cls:
+            return items
+        return cls(items.cells, len(items))
+
+    def push_row(self, row: tuple[Any, ...]) -> RowList[T]:
+        """A list with the item of `row` (its `fields`) appended as the newest."""
+        tip, used, blocks = self._tip, self._used, self._blocks
+        if used == len(row) * ROWS_PER_BLOCK:  # the block is full: it goes below, a new one starts
+            # Sealed as a copy: a push from an older list, held up between taking this
+            # block and appending to it, may still append (then copy, its check failing);
+            # a block no list's newest is can never grow.
+            blocks = (tip[:used], blocks)
+            tip, used = list(row), len(row)
+        elif len(tip) == used:
+            tip.extend(row)  # at the block's end this list owns: no list has gone on from it
+            used += len(row)
+            if len(tip) != used:  # another list went on from this one at the same moment
+                tip = tip[: used - len(row)]
+                tip.extend(row)
+        else:  # a list went on from this one already (a pop, then a push): its block is copied
+            tip = tip[:used]
+            tip.extend(row)
+            used += len(row)
+        pushed: RowList[T] = _new(self.__class__)
+        pushed._cells, pushed._size, pushed._tip = self._cells, self._size + 1, tip
+        pushed._used, pushed._blocks = used, blocks
+        return pushed
+
+    def push(self, item: T) -> RowList[T]:
+        """A list with `item` appended (as the newest)."""
+        return self.push_row(tuple([getattr(item, name) for name in self.fields]))
+
+    def pop(self, count: int = 1) -> RowList[T]:
+        """A list without its `count` newest items."""
+        count, width = min(count, self._size), len(self.fields)
+        size, tip, used, blocks = self._size - count, self._tip, self._used, self._blocks
+        while count * width > used and blocks is not None:
+            count -= used // width
+            tip, blocks = blocks
+            used = len(tip)
+        if count * width <= used:
+            return self._with(self._cells, size, tip, used - count * width, blocks)
+        below = self.below.pop(count - used // width)
+        return self._with(below.cells, size, [], 0, None)
+
+    def parts(self) -> tuple[Cons[T], int, list[Any], int, Blocks]:
+        """The list's cells below its rows, its size, its newest block, the values of that
+        block it owns and its full blocks: for a fold that pushes rows in place
+        (`of_parts` makes the list back). A block whose end another list owns comes copied,
+        so rows appended to it are this list's alone."""
+        tip, used = self._tip, self._used
+        return self._cells, self._size, tip if len(tip) == used else tip[:used], used, self._blocks
+
+    @classmethod
+    def of_parts(
+        cls, cells: Cons[T], size: int, tip: list[Any], used: int, blocks: Blocks
+    ) -> RowList[T]:
+        """The list of `parts` (and of the rows pushed onto them since)."""
+        made: RowList[T] = _new(cls)
+        made._cells, made._size, made._tip = cells, size, tip
+        made._used, made._blocks = used, blocks
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (and copied) with its own rows only: its newest block may go on with the
+        # rows of lists pushed from it since, which it does not hold.
+        tip = self._tip[: self._used]
+        return (self.of_parts, (self._cells, self._size, tip, self._used, self._blocks))
+
+    def _with(
+        self, cells: Cons[T], size: int, tip: list[Any], used: int, blocks: Blocks
+    ) -> RowList[T]:
+        made: RowList[T] = _new(self.__class__)
+        made._cells, made._size, made._tip = cells, size, tip
+        made._used, made._blocks = used, blocks
+        return made
+
+    def _rows_newest_first(self) -> Iterator[list[Any]]:
+        """Each row's fields, newest first."""
+        width = len(self.fields)
+        tip, used, blocks = self._tip, self._used, self._blocks
+        while True:
+            for end in range(used, 0, -width):
+                yield tip[end - width : end]
+            if blocks is None:
+                return
+            tip, blocks = blocks
+            used = len(tip)
+
+    @property
+    def below(self) -> PList[T]:
+        """The items below the rows, as a `PList` (a restored snapshot's deferred cells)."""
+        rows = self._used // max(len(self.fields), 1)
+        blocks = self._blocks
+        while blocks is not None:
+            rows += len(blocks[0]) // len(self.fields)
+            blocks = blocks[1]
+        return PList(self._cells, self._size - rows)
+
+    @property
+    def blocks(self) -> Blocks:
+        """The full blocks of rows below the newest, newest first (for incremental snapshots)."""
+        return self._blocks
+
+    def tip_versions(self) -> list[int]:
+        """The event versions of the newest block's rows, oldest first (no item made)."""
+        return self._tip[self.version_at : self._used : len(self.fields)]
+
+    def block_versions(self) -> list[int]:
+        """The event versions of the full blocks' rows, oldest first (no item made)."""
+        step, at = len(self.fields), self.version_at
+        parts, blocks = [], self._blocks
+        while blocks is not None:
+            parts.append(blocks[0][at::step])
+            blocks = blocks[1]
+        return [version for part in reversed(parts) for version in part]
+
+    @property
+    def cells(self) -> Cons[T]:
+        """The list's cells, newest first, its rows made into items."""
+        cells = self._cells
+        for row in reversed(list(self._rows_newest_first())):
+            cells = (self.make(*row), cells)
+        return cells
+
+    def nth_newest(self, index: int) -> T:
+        """The item `index` places from the newest (0: the newest).
+
+        Raises:
+            IndexError: the list holds `index` items or fewer.
+        """
+        if 0 <= index < self._size:
+            for at, item in enumerate(self.newest_first()):
+                if at == index:
+                    return item
+        raise IndexError(f"no item {index} places from the newest of {self._size}")
+
+    @property
+    def last(self) -> T | None:
+        """The newest item, or None when empty."""
+        used, width = self._used, len(self.fields)
+        if used:
+            return self.make(*self._tip[used - width : used])
+        if self._blocks is not None:
+            return self.make(*self._blocks[0][-width:])
+        return PList(self._cells, self._size).last
+
+    def newest_first(self) -> Iterator[T]:
+        """The items, newest first, without copying."""
+        make = self.make
+        for row in self._rows_newest_first():
+            yield make(*row)
+        yield from self.below.newest_first()
+
+    def newest_cells(self) -> Iterator[tuple[T, Deferred[T] | None]]:
+        """(item, None) for each item made, newest first, then (None, tail) at a deferred tail."""
+        make = self.make
+        for row in self._rows_newest_first():
+            yield make(*row), None
+        yield from self.below.newest_cells()
+
+
+Blocks: TypeAlias = "tuple[list[Any], Blocks] | None"
+"""A `RowList`'s full blocks of rows, newest first."""

@@ -1,20 +1,23 @@
 """Per-stage history of a run: every attempt's outcome, and how often stages were retried.
 
-`StageResults` keeps each stage's attempts in a persistent list (appending costs
-the same at any length); `RetryCounts` keeps only counters.
+`StageResults` keeps each stage's attempts in a persistent list (`Attempts`: the
+newest kept as rows of their fields, an attempt made when read; appending costs the
+same at any length, and a fold appends its outcomes' rows in place); `RetryCounts`
+keeps only counters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from sys import intern
 from typing import Any
 
 import attrs
 
-from events import JSON, StageCompleted, StageFailed, StageStarted
+from events import JSON, Event, StageCompleted, StageFailed, StageStarted
 from events.values import build, evolve, maker
-from projections.base import EventSource, Projection, on
+from projections.base import EventSource, Projection, folded_by, folds_with, on
+from projections.collector import COLLECT_EVERY
 from projections.deferred import (
     from_events,
     packed_versions,
@@ -22,7 +25,8 @@ from projections.deferred import (
     unpack_ranges,
     version_ranges,
 )
-from projections.immutable import PList
+from projections.errors import ProjectionError
+from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.interning import interned
 
 
@@ -40,14 +44,21 @@ class Attempt:
     version: int
 
 
+def _newest_each(lists: Mapping[str, PList[Attempt]]) -> dict[str, Attempt | None]:
+    """Each list's newest attempt (what `Results.completed` is compared by)."""
+    return {stage: attempts.last for stage, attempts in lists.items()}
+
+
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class Results:
     """Every stage's attempts, oldest first."""
 
     by_stage: Mapping[str, PList[Attempt]] = attrs.field(factory=dict)
-    completed: Mapping[str, PList[Attempt]] = attrs.field(factory=dict)
-    """Each stage's newest completed attempt (a list of one, made from its event when first
-    read after a snapshot), so `latest` never walks the attempts of a stage that keeps failing."""
+    completed: Mapping[str, PList[Attempt]] = attrs.field(factory=dict, eq=_newest_each)
+    """Each stage's attempts as they were when its newest completed attempt was pushed (a list
+    whose newest item is that attempt: a fold's, or a list of one made from its event when
+    first read after a snapshot), so `latest` never walks the attempts of a stage that keeps
+    failing. Compared by those newest attempts only (what `latest` answers), not walked."""
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -82,34 +93,117 @@ class StageResults(Projection[Results]):
         """Append a completed attempt to the stage's list (a routed verdict is none)."""
         if not event.attempt:
             return state
-        stage, outcome = event.stage, event.outcome
-        # `_attempt`, inline: a fold of a long run makes one attempt per event.
-        outcome = intern(outcome) if outcome.__class__ is str else outcome
-        attempt = _ATTEMPT(
-            event.attempt, outcome, False, event.result, None, None, event.duration,
-            event.version,
-        )  # fmt: skip
-        by_stage = state.by_stage
-        return _RESULTS(
-            {**by_stage, stage: by_stage.get(stage, _EMPTY).push(attempt)},
-            {**state.completed, stage: _EMPTY.push(attempt)},
-        )
+        by_stage, stage = state.by_stage, event.stage
+        attempts = by_stage.get(stage, _EMPTY)
+        if attempts.__class__ is not Attempts:  # a restored stage's or a new one's: rows on top
+            attempts = Attempts.on(attempts)
+        attempts = attempts.pushed(event, None, None)  # type: ignore[attr-defined]
+        return _RESULTS({**by_stage, stage: attempts}, {**state.completed, stage: attempts})
 
     @on(StageFailed)
     def failed(self, state: Results, event: StageFailed) -> Results:
         """Append a failed attempt to the stage's list."""
-        stage, outcome = event.stage, event.outcome  # as `completed` makes its attempt
-        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        by_stage, stage = state.by_stage, event.stage
+        attempts = by_stage.get(stage, _EMPTY)
+        if attempts.__class__ is not Attempts:
+            attempts = Attempts.on(attempts)
         error, error_type = event.error, event.error_type
         error = intern(error) if error.__class__ is str else error
         error_type = intern(error_type) if error_type.__class__ is str else error_type
-        attempt = _ATTEMPT(
-            event.attempt, outcome, True, None, error, error_type, event.duration, event.version
+        attempts = attempts.pushed(event, error, error_type)  # type: ignore[attr-defined]
+        return _RESULTS({**by_stage, stage: attempts}, state.completed)
+
+    def fold(self, events: Iterable[Event], state: Results | None = None) -> Results:
+        """`Projection.fold`, each outcome pushed as a row in place onto its stage's attempts.
+
+        The states between two events of a fold are nobody's but its own, so while the
+        outcomes are of one stage (a loop's), their rows go straight onto the newest block
+        of its attempts (`RowList`): no results, dicts or attempt made per event. Another
+        stage's outcome (or another event) has the results made first, as `apply` would.
+        """
+        if not folds_with(self, StageResults, StageCompleted, StageFailed):
+            return super().fold(events, state)  # a subclass takes outcomes its own way
+        return folded_by(self, self._pushed_in_place, events, state)
+
+    def _pushed_in_place(
+        self, events: Iterable[Event], current: Results, tick: Callable[[], None]
+    ) -> Results:
+        # One loop, its state in locals (the stage's `RowList.parts`, the newest row's
+        # outcome): a call per event would cost what the push does.
+        handlers, left, every, cap = (
+            self.handlers,
+            COLLECT_EVERY,
+            COLLECT_EVERY,
+            _WIDTH * ROWS_PER_BLOCK,
         )
-        by_stage = state.by_stage
-        return _RESULTS(
-            {**by_stage, stage: by_stage.get(stage, _EMPTY).push(attempt)}, state.completed
-        )
+        event: Any
+        stage: Any = _NO_NAME
+        outcome: Any = _NO_NAME
+        tip: list[Any] = []
+        blocks: Any = None
+        newest: Any = None  # the stage's parts when its newest completed attempt was pushed
+        cells, size, used = None, 0, 0
+        for event in events:
+            kind = event.__class__
+            if kind is StageCompleted or kind is StageFailed:
+                if kind is StageCompleted and not event.attempt:
+                    pass  # a routed verdict is no attempt
+                else:
+                    try:
+                        if event.stage != stage:  # another stage's: the results made first
+                            if stage is not _NO_NAME:
+                                current = _flushed(
+                                    current, stage, (cells, size, tip, used, blocks), newest
+                                )
+                            stage, outcome, newest = event.stage, _NO_NAME, None
+                            attempts = Attempts.on(current.by_stage.get(stage, _EMPTY))
+                            cells, size, tip, used, blocks = attempts.parts()
+                        called = event.outcome
+                        if called != outcome:  # else the newest row's, again
+                            outcome = intern(called) if called.__class__ is str else called
+                        if kind is StageCompleted:
+                            row: tuple[Any, ...] = (
+                                event.attempt, outcome, False, event.result, None, None,
+                                event.duration, event.version,
+                            )  # fmt: skip
+                        else:
+                            error, error_type = event.error, event.error_type
+                            error = intern(error) if error.__class__ is str else error
+                            error_type = (
+                                intern(error_type) if error_type.__class__ is str else error_type
+                            )
+                            row = (
+                                event.attempt, outcome, True, None, error, error_type,
+                                event.duration, event.version,
+                            )  # fmt: skip
+                        if used == cap:  # the newest block is full: it goes below, a new one starts
+                            blocks, tip, used = (tip[:used], blocks), [], 0  # sealed: `push_row`
+                        tip.extend(row)
+                        used += _WIDTH
+                        size += 1
+                        if len(tip) != used:  # another list went on from it at the same moment
+                            tip = tip[: used - _WIDTH] + list(row)
+                        if kind is StageCompleted:
+                            newest = (cells, size, tip, used, blocks)
+                    except Exception as failure:
+                        raise ProjectionError(self.name, event, failure) from failure
+            else:
+                handler = handlers.get(kind)
+                if handler is not None:
+                    if stage is not _NO_NAME:
+                        current = _flushed(current, stage, (cells, size, tip, used, blocks), newest)
+                        stage = _NO_NAME
+                    try:
+                        current = handler(self, current, event)
+                    except Exception as failure:
+                        raise ProjectionError(self.name, event, failure) from failure
+            left -= 1
+            if not left:
+                tick()
+                left = every
+        if stage is not _NO_NAME:
+            current = _flushed(current, stage, (cells, size, tip, used, blocks), newest)
+        return current
 
     def encode(self, state: Results) -> JSON:
         """Each stage's attempts as lists of JSON objects."""
@@ -156,6 +250,15 @@ class StageResults(Projection[Results]):
         return Results(by_stage, completed)
 
 
+def _flushed(results: Results, stage: str, parts: Any, newest: Any) -> Results:
+    """`results` with `stage`'s attempts those of `parts` (`RowList.parts`), and its newest
+    completed attempt the newest of `newest`'s, if given."""
+    completed = results.completed
+    if newest is not None:
+        completed = {**completed, stage: Attempts.of_parts(*newest)}
+    return _RESULTS({**results.by_stage, stage: Attempts.of_parts(*parts)}, completed)
+
+
 def _made(event: Any, index: int = 0, count: int = 1) -> Attempt:
     """The attempt an outcome appends (for a list made from its events: one each)."""
     if isinstance(event, StageFailed):
@@ -180,15 +283,66 @@ def _attempt(
 
 
 def _newest_version(newest: PList[Attempt] | None) -> int | None:
-    """The version of the attempt a list of one holds (not made if deferred), or None."""
+    """The version of the newest attempt of a list (not made if deferred), or None."""
+    if isinstance(newest, RowList) and newest.tip_versions():
+        return newest.tip_versions()[-1]
     ranges = [] if newest is None else version_ranges(newest)
     return ranges[-1][1] if ranges else None
 
 
 _EMPTY: PList[Any] = PList()
-# Positional (`maker`), in the fields' declared order: a fold builds both per outcome.
+# Positional (`maker`), in the fields' declared order: a fold builds results per outcome.
 _ATTEMPT = maker(Attempt)
 _RESULTS = maker(Results)
+_FIELDS = tuple(field.name for field in attrs.fields(Attempt))
+_WIDTH = len(_FIELDS)
+_new = object.__new__
+_NO_NAME: Any = object()
+"""A name no event gives: a fold's stage and outcome before its first."""
+
+
+class Attempts(RowList[Attempt]):
+    """A stage's attempts, the newest kept as rows of their fields (`RowList`): a fold pushes
+    a row per outcome, and an attempt is made from it when read."""
+
+    __slots__ = ()
+
+    fields = _FIELDS
+    version_at = _FIELDS.index("version")
+    make = staticmethod(_ATTEMPT)
+
+    def pushed(self, event: Any, error: str | None, error_type: str | None) -> Attempts:
+        """The attempts with `event`'s appended (`error` given: a failure's), in one call: the
+        newest row's outcome name taken again when it is the event's (a loop's repeats it:
+        no interning), the row put at the end of the newest block when this list owns it
+        (`RowList.push_row`)."""
+        tip, used = self._tip, self._used
+        outcome = event.outcome
+        if used and outcome == tip[used - _WIDTH + 1]:
+            outcome = tip[used - _WIDTH + 1]
+        elif outcome.__class__ is str:
+            outcome = intern(outcome)
+        row: tuple[Any, ...]
+        if event.__class__ is StageCompleted:
+            row = (
+                event.attempt, outcome, False, event.result, None, None, event.duration,
+                event.version,
+            )  # fmt: skip
+        else:
+            row = (
+                event.attempt, outcome, True, None, error, error_type, event.duration,
+                event.version,
+            )  # fmt: skip
+        if used == _WIDTH * ROWS_PER_BLOCK or len(tip) != used:
+            return self.push_row(row)  # type: ignore[return-value]
+        tip.extend(row)  # at the block's end this list owns: no list went on from it
+        used += _WIDTH
+        if len(tip) != used:  # another list went on from this one at the same moment
+            return self.push_row(row)  # type: ignore[return-value]
+        pushed: Attempts = _new(Attempts)
+        pushed._cells, pushed._size, pushed._tip = self._cells, self._size + 1, tip
+        pushed._used, pushed._blocks = used, self._blocks
+        return pushed
 
 
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin

@@ -1,8 +1,10 @@
 """The pushdown stack of a run: one frame per stage outcome, popped by rollbacks.
 
 `StateStack` pushes a `Frame` for every `StageCompleted` / `StageFailed` and pops
-`steps` frames at `StateRolledBack`. Frames live in a persistent list, so a push
-or a pop costs the same however deep the stack is. An outcome that took a hub's
+`steps` frames at `StateRolledBack`. Frames live in a persistent list (`Frames`:
+the newest kept as rows of their fields, a frame made when read), so a push or a
+pop costs the same however deep the stack is; a fold pushes its outcomes' rows in
+place (`StateStack.fold`). An outcome that took a hub's
 implicit route (`events.table.implicit_route`) pushes two frames, as a recorded
 route and the outcome would: the route's (a decided outcome of the hub, attempt 0)
 and its own, both made from its event.
@@ -11,7 +13,7 @@ and its own, both made from its event.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from sys import intern
 from typing import Any
@@ -21,7 +23,8 @@ import attrs
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import Lookup, as_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, maker
-from projections.base import EventSource, Projection, on
+from projections.base import EventSource, Projection, folded_by, folds_with, on
+from projections.collector import COLLECT_EVERY
 from projections.deferred import (
     from_events,
     packed_onto,
@@ -29,7 +32,8 @@ from projections.deferred import (
     ranges_check,
     unpack_ranges,
 )
-from projections.immutable import PList
+from projections.errors import ProjectionError
+from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.interning import interned
 
 
@@ -126,18 +130,20 @@ class StateStack(Projection[Stack]):
 
     def initial(self) -> Stack:
         """An empty stack with no table."""
-        return _STACK(None, {}, PList(), None)
+        return _STACK(None, {}, Frames(), None)
 
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
         """Take the initial state and the transition lookup from the run's table."""
-        table = event.table
+        table, frames = event.table, state.frame_list
+        if len(frames):  # rows of another table's frames: a push must not take their states
+            frames = PList(frames.cells, len(frames))
         return build(
             Stack,
             {
                 "initial": initial_state(table),
                 "table": lookup(table),
-                "frame_list": state.frame_list,
+                "frame_list": frames,
                 "hub": _hub(hub_of(table), frozenset()),
             },
         )
@@ -145,37 +151,109 @@ class StateStack(Projection[Stack]):
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
         """Push a frame holding the stage's result."""
-        table = state.table
+        frames = state.frame_list
         if state.hub is not None:
             return _push(state, event)
-        # The common table, without a hub: one frame per outcome, made here (no call of
-        # `_frame` or `interned`): a fold of a long run pushes one per event.
-        stage, outcome = event.stage, event.outcome
-        stage = intern(stage) if stage.__class__ is str else stage
-        outcome = intern(outcome) if outcome.__class__ is str else outcome
-        frame = _FRAME(
-            table.get((stage, outcome), stage), stage, outcome, event.attempt, False,
-            event.result, None, None, event.duration, event.version, event.timestamp,
-        )  # fmt: skip
-        return _STACK(state.initial, table, state.frame_list.push(frame), None)
+        if frames.__class__ is not Frames:  # a decoded or restored stack's: rows go on top
+            frames = Frames.on(frames)
+        frames = frames.pushed(event, state.table, None, None)  # type: ignore[attr-defined]
+        return _STACK(state.initial, state.table, frames, None)
 
     @on(StageFailed)
     def failed(self, state: Stack, event: StageFailed) -> Stack:
         """Push a frame holding the stage's error."""
-        table = state.table
+        frames = state.frame_list
         if state.hub is not None:
             return _push(state, event)
-        stage, outcome = event.stage, event.outcome  # as `completed` makes its frame
-        stage = intern(stage) if stage.__class__ is str else stage
-        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        if frames.__class__ is not Frames:
+            frames = Frames.on(frames)
         error, error_type = event.error, event.error_type
         error = intern(error) if error.__class__ is str else error
         error_type = intern(error_type) if error_type.__class__ is str else error_type
-        frame = _FRAME(
-            table.get((stage, outcome), stage), stage, outcome, event.attempt, True, None,
-            error, error_type, event.duration, event.version, event.timestamp,
-        )  # fmt: skip
-        return _STACK(state.initial, table, state.frame_list.push(frame), None)
+        frames = frames.pushed(event, state.table, error, error_type)  # type: ignore[attr-defined]
+        return _STACK(state.initial, state.table, frames, None)
+
+    def fold(self, events: Iterable[Event], state: Stack | None = None) -> Stack:
+        """`Projection.fold`, each outcome on a table without a hub pushed as a row in place.
+
+        The states between two events of a fold are nobody's but its own, so the outcomes
+        (nearly all of a run's events) go straight onto the newest block of rows
+        (`RowList`): no stack, frame list or frame made per event. Any other event, and an
+        outcome on a hub's table, goes to its handler, from the stack as `apply` makes it.
+        """
+        if not folds_with(self, StateStack, StageCompleted, StageFailed):
+            return super().fold(events, state)  # a subclass takes outcomes its own way
+        return folded_by(self, self._pushed_in_place, events, state)
+
+    def _pushed_in_place(
+        self, events: Iterable[Event], current: Stack, tick: Callable[[], None]
+    ) -> Stack:
+        # One loop, its state in locals (the frames' `RowList.parts`, the newest row's
+        # names): a call per event would cost what the push does.
+        handlers, hub, left, every = self.handlers, current.hub, COLLECT_EVERY, COLLECT_EVERY
+        cap = _WIDTH * ROWS_PER_BLOCK
+        event: Any
+        stage: Any = _NO_NAME
+        outcome = state = error = error_type = None
+        table: Lookup = {}
+        tip: list[Any] = []
+        blocks: Any = None
+        pushing, cells, size, used = False, None, 0, 0
+        for event in events:
+            kind = event.__class__
+            if (kind is StageCompleted or kind is StageFailed) and hub is None:
+                if not pushing:
+                    cells, size, tip, used, blocks = Frames.on(current.frame_list).parts()
+                    pushing, table, stage = True, current.table, _NO_NAME
+                try:
+                    named, called = event.stage, event.outcome
+                    if named != stage or called != outcome:  # else the newest row's, again
+                        stage = intern(named) if named.__class__ is str else named
+                        outcome = intern(called) if called.__class__ is str else called
+                        state = table.get((stage, outcome), stage)
+                    if kind is StageCompleted:
+                        row: tuple[Any, ...] = (
+                            state, stage, outcome, event.attempt, False, event.result, None,
+                            None, event.duration, event.version, event.timestamp,
+                        )  # fmt: skip
+                    else:
+                        error, error_type = event.error, event.error_type
+                        error = intern(error) if error.__class__ is str else error
+                        error_type = (
+                            intern(error_type) if error_type.__class__ is str else error_type
+                        )
+                        row = (
+                            state, stage, outcome, event.attempt, True, None, error,
+                            error_type, event.duration, event.version, event.timestamp,
+                        )  # fmt: skip
+                    if used == cap:  # the newest block is full: it goes below, a new one starts
+                        blocks, tip, used = (tip[:used], blocks), [], 0  # sealed: `push_row`
+                    tip.extend(row)
+                    used += _WIDTH
+                    size += 1
+                    if len(tip) != used:  # another list went on from it at the same moment
+                        tip = tip[: used - _WIDTH] + list(row)
+                except Exception as failure:
+                    raise ProjectionError(self.name, event, failure) from failure
+            else:
+                handler = handlers.get(kind)
+                if handler is not None:
+                    if pushing:
+                        frames = Frames.of_parts(cells, size, tip, used, blocks)
+                        current, pushing = _STACK(current.initial, table, frames, None), False
+                    try:
+                        current = handler(self, current, event)
+                    except Exception as failure:
+                        raise ProjectionError(self.name, event, failure) from failure
+                    hub = current.hub
+            left -= 1
+            if not left:
+                tick()
+                left = every
+        if pushing:
+            frames = Frames.of_parts(cells, size, tip, used, blocks)
+            current = _STACK(current.initial, table, frames, None)
+        return current
 
     @on(StateRolledBack)
     def rolled_back(self, state: Stack, event: StateRolledBack) -> Stack:
@@ -250,6 +328,10 @@ class StateStack(Projection[Stack]):
 
 
 _FIELDS = tuple(field.name for field in attrs.fields(Frame))
+_WIDTH = len(_FIELDS)
+_new = object.__new__
+_NO_NAME = object()
+"""A stage no event names: a fold's newest row before its first."""
 
 
 def encode_frame(frame: Frame) -> list[JSON]:
@@ -331,10 +413,63 @@ def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
     return _STACK(state.initial, table, frames.push(_frame(table, event)), hub)
 
 
-# Positional (`maker`), in the fields' declared order: a fold builds both per outcome.
+# Positional (`maker`), in the fields' declared order: a fold builds a stack per outcome.
 _FRAME = maker(Frame)
 _STACK = maker(Stack)
 _HUB = maker(Hub)
+
+
+class Frames(RowList[Frame]):
+    """A stack's frames, the newest kept as rows of their fields (`RowList`): a fold pushes
+    a row per outcome, and a frame is made from it when read."""
+
+    __slots__ = ()
+
+    fields = _FIELDS
+    version_at = _FIELDS.index("version")
+    make = staticmethod(_FRAME)
+
+    def pushed(
+        self, event: Any, table: Lookup, error: str | None, error_type: str | None
+    ) -> Frames:
+        """The frames with the one `event`'s outcome pushes (`error` given: a failure's).
+
+        A fold of a long run pushes one per event, so all of it is here, in one call:
+        the names and state of the newest row are taken again when its stage and outcome
+        are the event's (a loop's outcomes repeat them: no interning, no table lookup),
+        and the row goes at the end of the newest block when this list owns it
+        (`RowList.push_row`).
+        """
+        tip, used = self._tip, self._used
+        stage, outcome = event.stage, event.outcome
+        newest = used - _WIDTH  # where the newest row starts: state, stage, outcome, ...
+        if used and stage == tip[newest + 1] and outcome == tip[newest + 2]:
+            state, stage, outcome = tip[newest : newest + 3]
+        else:
+            stage = intern(stage) if stage.__class__ is str else stage
+            outcome = intern(outcome) if outcome.__class__ is str else outcome
+            state = table.get((stage, outcome), stage)
+        row: tuple[Any, ...]
+        if event.__class__ is StageCompleted:
+            row = (
+                state, stage, outcome, event.attempt, False, event.result, None, None,
+                event.duration, event.version, event.timestamp,
+            )  # fmt: skip
+        else:
+            row = (
+                state, stage, outcome, event.attempt, True, None, error, error_type,
+                event.duration, event.version, event.timestamp,
+            )  # fmt: skip
+        if used == _WIDTH * ROWS_PER_BLOCK or len(tip) != used:
+            return self.push_row(row)  # type: ignore[return-value]
+        tip.extend(row)  # at the block's end this list owns: no list went on from it
+        used += _WIDTH
+        if len(tip) != used:  # another list went on from this one at the same moment
+            return self.push_row(row)  # type: ignore[return-value]
+        pushed: Frames = _new(Frames)
+        pushed._cells, pushed._size, pushed._tip = self._cells, self._size + 1, tip
+        pushed._used, pushed._blocks = used, self._blocks
+        return pushed
 
 
 class StackShape:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import os
-from collections.abc import Iterator
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from uuid import UUID
 
@@ -233,3 +237,66 @@ def transcript_clock(start: str) -> Iterator[None]:
             yield
     finally:
         gc.enable()
+
+
+class PausedThread:
+    """A thread running `work` that stops once, on reaching the line of `function` holding
+    `text`, until `finish`: a race between that line and what the test does meanwhile,
+    played in a fixed order."""
+
+    def __init__(self, function: Callable[..., Any], text: str, work: Callable[[], Any]) -> None:
+        lines, first = inspect.getsourcelines(function)
+        self.line = first + next(at for at, line in enumerate(lines) if text in line)
+        self.code = function.__code__
+        self.reached, self.resume = threading.Event(), threading.Event()
+        self.result: Any = None
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(work,), daemon=True)
+
+    def start(self) -> PausedThread:
+        """Start the thread; return once it stopped at the line."""
+        self.thread.start()
+        assert self.reached.wait(10), "the thread never reached the line"
+        return self
+
+    def finish(self) -> Any:
+        """Let the thread go on; its work's result once it ended."""
+        self.resume.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+        if self.failure is not None:
+            raise self.failure
+        return self.result
+
+    def _run(self, work: Callable[[], Any]) -> None:
+        sys.settrace(self._trace)
+        try:
+            self.result = work()
+        except BaseException as failure:  # handed to `finish`
+            self.failure = failure
+        finally:
+            sys.settrace(None)
+
+    def _trace(self, frame: FrameType, event: str, arg: Any) -> Any:
+        return self._trace_line if frame.f_code is self.code else None
+
+    def _trace_line(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == self.line and not self.reached.is_set():
+            self.reached.set()
+            self.resume.wait(10)
+        return self._trace_line
+
+
+def switching_often(work: Callable[[int], None], seeds: Iterable[int]) -> None:
+    """`work(seed)` in a thread per seed, all at once, the interpreter switching between
+    them every microsecond (so that they interleave far more than they would)."""
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(seed,)) for seed in seeds]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switching)

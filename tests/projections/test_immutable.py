@@ -6,7 +6,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from projections.immutable import RUN_CELLS, Deferred, PList, PMap
+from projections.deferred import packed_versions
+from projections.immutable import ROWS_PER_BLOCK, RUN_CELLS, Deferred, PList, PMap, RowList
 
 updates = st.lists(
     st.tuples(st.text(min_size=1, max_size=6), st.sampled_from(["pending", "active", "done"])),
@@ -71,3 +72,78 @@ class TestDeferredCells:
         big = PList.of_runs([("a", 3 * RUN_CELLS)])
         assert big.pop(RUN_CELLS + 1).nth_newest(0) == "a"
         assert len(big.pop(RUN_CELLS + 1)) == 2 * RUN_CELLS - 1
+
+
+class Pair(tuple[int, str]):
+    """An item a `RowList` test keeps: a version and a name."""
+
+    @property
+    def version(self) -> int:
+        """Its event's version."""
+        return self[0]
+
+    @property
+    def name(self) -> str:
+        """Its name."""
+        return self[1]
+
+
+class Pairs(RowList[Pair]):
+    """Pairs kept as rows."""
+
+    __slots__ = ()
+    fields = ("version", "name")
+    version_at = 0
+
+    @staticmethod
+    def make(*row: Any) -> Pair:
+        """The pair of `row`."""
+        return Pair(row)
+
+
+row_ops = st.lists(
+    st.tuples(st.sampled_from(["push", "pop", "back"]), st.integers(0, 300)), max_size=60
+)
+
+
+class TestRowList:
+    @given(row_ops, st.integers(0, 3))
+    def test_every_list_made_keeps_its_items_like_a_tuple(
+        self, ops: list[tuple[str, int]], below: int
+    ) -> None:
+        """Pushes (of single rows and of runs past a block), pops and pushes onto older
+        lists leave every list made holding what a tuple given the same steps holds."""
+        start = Pairs.on(PList.of([Pair((n, "old")) for n in range(1, below + 1)]))
+        made: list[tuple[RowList[Pair], tuple[Pair, ...]]] = [(start, start.to_tuple())]
+        rows, expected = made[0]
+        version = 1000
+        for op, number in ops:
+            if op == "push":
+                for _ in range(number % (ROWS_PER_BLOCK + 40) + 1):
+                    version += 1
+                    rows = rows.push_row((version, f"n{version % 3}"))
+                    expected = (*expected, Pair((version, f"n{version % 3}")))
+            elif op == "pop":
+                rows, expected = rows.pop(number), expected[: max(len(expected) - number, 0)]
+            else:  # go on from a list made before
+                rows, expected = made[number % len(made)]
+            made.append((rows, expected))
+        for rows, expected in made:
+            assert rows.to_tuple() == expected
+            assert len(rows) == len(expected)
+            assert rows.last == (expected[-1] if expected else None)
+            assert rows == PList.of(list(expected))
+            assert packed_versions(rows) == packed_versions(PList.of(list(expected)))
+
+    def test_a_push_after_a_pop_leaves_the_popped_item_in_the_older_list(self) -> None:
+        """The newest block is shared until a list goes on from an older one: it is copied."""
+        three = Pairs().push_row((1, "a")).push_row((2, "b")).push_row((3, "c"))
+        other = three.pop(2).push_row((4, "d"))
+        assert [pair.version for pair in three.to_tuple()] == [1, 2, 3]
+        assert [pair.version for pair in other.to_tuple()] == [1, 4]
+
+    def test_items_are_made_from_their_rows_when_read(self) -> None:
+        """`push` takes an item's fields as its row; reads make an equal item."""
+        rows = Pairs().push(Pair((7, "x")))
+        assert rows.nth_newest(0) == Pair((7, "x"))
+        assert list(rows.newest_cells()) == [(Pair((7, "x")), None)]

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from typing import Any, TypeVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from events import (
     JSON,
@@ -13,8 +18,17 @@ from events import (
     StageStarted,
     StateRolledBack,
 )
-from projections.base import Projection
-from projections.results import Attempt, Results, Retries, RetryCounts, StageResults
+from projections.base import Projection, on
+from projections.immutable import ROWS_PER_BLOCK, PList
+from projections.results import (
+    Attempt,
+    Attempts,
+    Results,
+    Retries,
+    RetryCounts,
+    StageResults,
+)
+from tests._helpers import PausedThread, switching_often
 
 RID = uuid.UUID(int=2)
 RESULTS = StageResults()
@@ -211,3 +225,185 @@ class TestRetryCounts:
         assert state.open_stage == "t"
         assert roundtrip(RETRIES, state) == state
         assert roundtrip(RETRIES, retries()) == retries()
+
+
+class TestFoldInPlace:
+    @settings(max_examples=60, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["done", "fail", "verdict", "many"]),
+                st.sampled_from(["build", "test"]),
+                st.integers(0, 3),
+            ),
+            max_size=20,
+        ),
+        st.integers(0, 20),
+    )
+    def test_a_fold_is_its_events_applied_one_at_a_time(
+        self, ops: list[tuple[str, str, int]], cut: int
+    ) -> None:
+        """`fold` (outcomes pushed as rows in place, across blocks and stages) gives the
+        results, latest results, encoding and snapshot that `apply` gives event by event,
+        from the start or from decoded results, and leaves those it went on from as they were."""
+        events: list[Event] = [start(1, "build")]
+        for kind, stage, number in ops:
+            for _ in range(150 if kind == "many" else 1):
+                version = len(events) + 1
+                if kind == "fail" or version % 7 == 0:
+                    events.append(fail(version, stage, f"e{number}", attempt=number + 1))
+                else:
+                    attempt = 0 if kind == "verdict" else number + 1
+                    events.append(done(version, stage, {"v": version}, attempt=attempt))
+        applied = RESULTS.initial()
+        for event in events:
+            applied = RESULTS.apply(applied, event)
+        folded = RESULTS.fold(events)
+        assert folded == applied
+        assert [folded.latest(s) for s in ("build", "test")] == [
+            applied.latest(s) for s in ("build", "test")
+        ]
+        assert RESULTS.encode(folded) == RESULTS.encode(applied)
+        assert RESULTS.snapshot(folded) == RESULTS.snapshot(applied)
+        begun = RESULTS.fold(events[: cut + 1])
+        before = RESULTS.encode(begun)
+        for start_from in (begun, roundtrip(RESULTS, begun)):
+            went_on = RESULTS.fold(events[cut + 1 :], start_from)
+            assert went_on == applied
+            assert went_on.latest("test") == applied.latest("test")
+            assert RESULTS.snapshot(went_on) == RESULTS.snapshot(applied)
+        assert RESULTS.encode(begun) == before
+
+
+def attempt_versions(state: Results, stage: str) -> list[int]:
+    """The versions of `stage`'s attempts, oldest first, as a walk of them reads them."""
+    attempts = state.attempts(stage)
+    assert len(attempts) == len(state.by_stage.get(stage, ()))
+    return [attempt.version for attempt in attempts]
+
+
+class TestResultsEquality:
+    def test_results_whose_latest_results_differ_are_not_equal(self) -> None:
+        """Results with the same attempts but another newest completed attempt kept for a
+        stage (one built without it) answer `latest` differently, so they are not equal."""
+        folded = results(done(2, "build", "first"), fail(3, "build"))
+        built = Results(folded.by_stage)
+        assert (folded.latest("build"), built.latest("build")) == ("first", None)
+        assert folded != built
+        newest: PList[Attempt] = PList.of([folded.attempts("build")[0]])
+        assert folded == Results(folded.by_stage, {"build": newest})
+
+
+class TestFoldedItsOwnWay:
+    def test_a_subclass_handling_outcomes_its_own_way_folds_them_its_way(self) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the results' in-place push."""
+
+        class Unfailing(StageResults):
+            @on(StageFailed)
+            def failed(self, state: Results, event: StageFailed) -> Results:
+                return state  # failures are no attempts here
+
+        class Counting(StageResults):
+            def apply(self, state: Results, event: Event) -> Results:
+                if isinstance(event, StageFailed):
+                    return state
+                return super().apply(state, event)
+
+        events = [done(v, "build", v) if v % 3 else fail(v, "build") for v in range(2, 300)]
+        for projection in (Unfailing(), Counting()):
+            applied = projection.initial()
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert projection.fold(events) == applied
+            assert len(projection.fold(iter(events)).attempts("build")) == 199
+
+
+class TestThreadedPushes:
+    @pytest.mark.parametrize("late", ["apply", "fold"])
+    @pytest.mark.parametrize("meanwhile", ["apply", "fold"])
+    def test_a_push_held_up_before_its_append_never_changes_a_sealed_block(
+        self, late: str, meanwhile: str
+    ) -> None:
+        """A push from shared results held up between taking a stage's newest block and
+        appending to it, while another thread's pushes from the same results fill and seal
+        that block, leaves each of the three results with exactly their own attempts."""
+        shared = results(*[done(v, "build", v) for v in range(2, 12)])
+        late_event = done(5000, "build", 5000)
+        more = [done(v, "build", v) for v in range(12, 12 + ROWS_PER_BLOCK + 5)]
+        if late == "apply":
+            paused = PausedThread(
+                Attempts.pushed, "tip.extend(row)", lambda: RESULTS.apply(shared, late_event)
+            )
+        else:
+            paused = PausedThread(
+                StageResults._pushed_in_place,
+                "tip.extend(row)",
+                lambda: RESULTS.fold([late_event], shared),
+            )
+        paused.start()
+        went_on = shared
+        if meanwhile == "apply":
+            for event in more:
+                went_on = RESULTS.apply(went_on, event)
+        else:
+            went_on = RESULTS.fold(more, shared)
+        late_state = paused.finish()
+        assert attempt_versions(shared, "build") == list(range(2, 12))
+        assert attempt_versions(late_state, "build") == [*range(2, 12), 5000]
+        assert attempt_versions(went_on, "build") == list(range(2, 12 + len(more)))
+        assert [shared.latest("build"), late_state.latest("build")] == [11, 5000]
+        assert went_on.latest("build") == 11 + len(more)
+
+    def test_many_threads_going_on_from_shared_results_each_get_their_own_attempts(
+        self,
+    ) -> None:
+        """Threads appending outcomes of two stages (by `apply`, a listed fold and a streamed
+        one) to results any thread made before, switching every microsecond, each get the
+        attempts and latest results a list given the same steps holds, and no results
+        change after they were made."""
+        stages = ("build", "test")
+        shared = results(*[done(v, "build", v) for v in range(2, 100)])
+        made: list[tuple[Results, dict[str, list[int]], dict[str, int | None]]] = [
+            (shared, {"build": list(range(2, 100)), "test": []}, {"build": 99, "test": None})
+        ]
+        failures: list[BaseException] = []
+
+        def seen(state: Results) -> tuple[dict[str, list[int]], dict[str, int | None]]:
+            return (
+                {stage: attempt_versions(state, stage) for stage in stages},
+                {stage: state.latest(stage) for stage in stages},
+            )
+
+        def work(seed: int) -> None:
+            chance = random.Random(seed)
+            try:
+                for turn in range(12):
+                    state, expected, latest = made[chance.randrange(len(made))]
+                    expected, latest = {k: list(v) for k, v in expected.items()}, dict(latest)
+                    events: list[Event] = []
+                    for at in range(chance.randrange(1, 2 * ROWS_PER_BLOCK)):
+                        version = seed * 1_000_000 + turn * 1_000 + at
+                        stage = stages[chance.random() < 0.1]
+                        if chance.random() < 0.2:
+                            events.append(fail(version, stage))
+                        else:
+                            events.append(done(version, stage, version))
+                            latest[stage] = version
+                        expected[stage].append(version)
+                    how = chance.choice(["apply", "fold", "stream"])
+                    if how == "apply":
+                        for event in events:
+                            state = RESULTS.apply(state, event)
+                    else:
+                        state = RESULTS.fold(events if how == "fold" else iter(events), state)
+                    assert seen(state) == (expected, latest)
+                    made.append((state, expected, latest))
+            except BaseException as failure:  # handed to the test's thread
+                failures.append(failure)
+
+        switching_often(work, range(1, 9))
+        assert failures == []
+        assert len(made) == 1 + 8 * 12
+        for state, expected, latest in made:
+            assert seen(state) == (expected, latest)

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import copy
 import gc
 import json
+import pickle
+import random
 import tracemalloc
 import uuid
 from datetime import UTC, datetime
@@ -14,8 +17,10 @@ from hypothesis import strategies as st
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import lookup
-from projections.stack import Frame, Stack, StateStack
-from tests._helpers import REVIEW, hub_table
+from projections.base import on
+from projections.immutable import ROWS_PER_BLOCK
+from projections.stack import Frame, Frames, Stack, StateStack
+from tests._helpers import REVIEW, PausedThread, hub_table, switching_often
 
 RID = uuid.UUID(int=1)
 PROJECTION = StateStack()
@@ -547,3 +552,187 @@ class TestStackShape:
             tracemalloc.stop()
         assert shape.depth == frames
         assert held < 12 * frames
+
+
+class TestFoldInPlace:
+    @settings(max_examples=60, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["done", "fail", "back", "many"]),
+                st.sampled_from(["developer", "testing", "code_review"]),
+                st.integers(1, 4),
+            ),
+            max_size=20,
+        ),
+        st.booleans(),
+        st.integers(0, 20),
+    )
+    def test_a_fold_is_its_events_applied_one_at_a_time(
+        self, ops: list[tuple[str, str, int]], hub: bool, cut: int
+    ) -> None:
+        """`fold` (outcomes pushed as rows in place, across blocks) gives the stack, the
+        encoding and the snapshot that `apply` gives event by event, from the start or
+        from a decoded stack, and leaves the stack it went on from as it was."""
+        events: list[Event] = [started(hub_table(hub=hub).to_dict())]
+        for kind, stage, number in ops:
+            for _ in range(150 if kind == "many" else 1):
+                version = len(events) + 1
+                if kind == "back":
+                    events.append(back(version, number))
+                elif kind == "fail" or version % 7 == 0:
+                    events.append(fail(version, stage, f"e{number}", attempt=number))
+                else:
+                    events.append(done(version, stage, {"v": version}, attempt=number))
+        applied = PROJECTION.initial()
+        for event in events:
+            applied = PROJECTION.apply(applied, event)
+        assert PROJECTION.fold(events) == applied
+        assert PROJECTION.encode(PROJECTION.fold(events)) == PROJECTION.encode(applied)
+        assert PROJECTION.snapshot(PROJECTION.fold(events)) == PROJECTION.snapshot(applied)
+        start = PROJECTION.fold(events[: cut + 1])
+        before = PROJECTION.encode(start)
+        assert PROJECTION.fold(events[cut + 1 :], start) == applied
+        assert PROJECTION.fold(events[cut + 1 :], roundtrip(start)) == applied
+        assert PROJECTION.encode(start) == before
+
+    def test_a_subclass_handling_outcomes_its_own_way_folds_them_its_way(self) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the stack's in-place push."""
+
+        class Unfailing(StateStack):
+            @on(StageFailed)
+            def failed(self, state: Stack, event: StageFailed) -> Stack:
+                return state  # failures leave no frame
+
+        class Counting(StateStack):
+            def apply(self, state: Stack, event: Event) -> Stack:
+                if isinstance(event, StageFailed):
+                    return state
+                return super().apply(state, event)
+
+        events = [started(), *[(done if v % 3 else fail)(v, "developer") for v in range(2, 300)]]
+        for projection in (Unfailing(), Counting()):
+            applied = projection.initial()
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert projection.fold(events) == applied
+            assert projection.fold(iter(events)).depth == applied.depth == 199
+
+    def test_an_outcome_after_a_new_table_takes_its_state_from_it(self) -> None:
+        """After a second `RunStarted` (refused by the machine, not by a fold), an outcome
+        pushed by `apply` takes its frame's state from the new table, as `fold` does, not
+        from the newest frame of the same stage and outcome."""
+        table = REVIEW.to_dict()
+        ends = {**table, "transitions": [*table["transitions"], ["developer", "completed", "done"]]}
+        events = [started(), done(2, "developer"), started(ends), done(3, "developer")]
+        applied = PROJECTION.initial()
+        for event in events:
+            applied = PROJECTION.apply(applied, event)
+        assert [frame.state for frame in applied.frames] == ["testing", "done"]
+        assert PROJECTION.fold(events) == applied
+
+    def test_a_stack_pickled_holds_its_own_frames_only(self) -> None:
+        """A stack pickled after others were pushed from it holds none of their frames (they
+        share its newest block), and comes back equal and as able to go on."""
+        older = fold(started(), done(2, "developer", {"note": "kept"}))
+        newer = PROJECTION.apply(older, done(3, "developer", {"note": "pushed later"}))
+        data = pickle.dumps(older)
+        assert b"kept" in data
+        assert b"pushed later" not in data
+        assert pickle.loads(data) == older
+        assert PROJECTION.apply(pickle.loads(data), done(3, "developer", {"note": "x"})).depth == 2
+        assert copy.copy(older) == older
+        assert newer.depth == 2
+
+    def test_a_failing_event_names_itself(self) -> None:
+        """An outcome the in-place push cannot take raises the handlers' `ProjectionError`."""
+        from events.values import build, fields_of
+        from projections.errors import ProjectionError
+
+        bad = build(StageCompleted, {**fields_of(done(70, "developer")), "outcome": ["odd"]})
+        with pytest.raises(ProjectionError, match="version 70"):
+            PROJECTION.fold([started(), *[done(v, "developer") for v in range(2, 70)], bad])
+
+
+def versions(state: Stack) -> list[int]:
+    """The versions of the stack's frames, oldest first, as a walk of them reads them."""
+    frames = state.frame_list.to_tuple()
+    assert len(frames) == state.depth
+    return [frame.version for frame in frames]
+
+
+class TestThreadedPushes:
+    @pytest.mark.parametrize("late", ["apply", "fold"])
+    @pytest.mark.parametrize("meanwhile", ["apply", "fold"])
+    def test_a_push_held_up_before_its_append_never_changes_a_sealed_block(
+        self, late: str, meanwhile: str
+    ) -> None:
+        """A push from a shared stack held up between taking its newest block and appending
+        to it, while another thread's pushes from the same stack fill and seal that block,
+        leaves each of the three stacks with exactly its own frames."""
+        shared = fold(started(), *[done(v, "developer") for v in range(2, 12)])
+        late_event = done(5000, "testing")
+        more = [done(v, "developer") for v in range(12, 12 + ROWS_PER_BLOCK + 5)]
+        if late == "apply":
+            paused = PausedThread(
+                Frames.pushed, "tip.extend(row)", lambda: PROJECTION.apply(shared, late_event)
+            )
+        else:
+            paused = PausedThread(
+                StateStack._pushed_in_place,
+                "tip.extend(row)",
+                lambda: PROJECTION.fold([late_event], shared),
+            )
+        paused.start()
+        went_on = shared
+        if meanwhile == "apply":
+            for event in more:
+                went_on = PROJECTION.apply(went_on, event)
+        else:
+            went_on = PROJECTION.fold(more, shared)
+        late_state = paused.finish()
+        assert versions(shared) == list(range(2, 12))
+        assert versions(late_state) == [*range(2, 12), 5000]
+        assert versions(went_on) == list(range(2, 12 + len(more)))
+
+    def test_many_threads_going_on_from_shared_stacks_each_get_their_own_frames(self) -> None:
+        """Threads pushing and popping (by `apply`, a listed fold and a streamed one) from
+        stacks any thread made before, switching every microsecond, each get the frames a
+        list of versions given the same steps holds, and no stack changes after it was made."""
+        shared = fold(started(), *[done(v, "developer") for v in range(2, 100)])
+        made: list[tuple[Stack, list[int]]] = [(shared, list(range(2, 100)))]
+        failures: list[BaseException] = []
+
+        def work(seed: int) -> None:
+            chance = random.Random(seed)
+            try:
+                for turn in range(12):
+                    state, expected = made[chance.randrange(len(made))]
+                    events: list[Event] = []
+                    expected = list(expected)
+                    for at in range(chance.randrange(1, 2 * ROWS_PER_BLOCK)):
+                        version = seed * 1_000_000 + turn * 1_000 + at
+                        if chance.random() < 0.05:
+                            steps = chance.randrange(1, 40)
+                            events.append(back(version, steps))
+                            del expected[len(expected) - min(steps, len(expected)) :]
+                        else:
+                            events.append(done(version, "developer"))
+                            expected.append(version)
+                    how = chance.choice(["apply", "fold", "stream"])
+                    if how == "apply":
+                        for event in events:
+                            state = PROJECTION.apply(state, event)
+                    else:
+                        state = PROJECTION.fold(events if how == "fold" else iter(events), state)
+                    assert versions(state) == expected
+                    made.append((state, expected))
+            except BaseException as failure:  # handed to the test's thread
+                failures.append(failure)
+
+        switching_often(work, range(1, 9))
+        assert failures == []
+        assert len(made) == 1 + 8 * 12
+        for state, expected in made:
+            assert versions(state) == expected
