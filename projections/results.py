@@ -46,7 +46,10 @@ class Attempt:
 
 def _newest_each(lists: Mapping[str, PList[Attempt]]) -> dict[str, Attempt | None]:
     """Each list's newest attempt (what `Results.completed` is compared by)."""
-    return {stage: attempts.last for stage, attempts in lists.items()}
+    try:
+        return {stage: attempts.last for stage, attempts in lists.items()}
+    except AttributeError:  # not a map of attempt lists (a value made by hand): compared as is
+        return lists  # type: ignore[return-value]
 
 
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin

@@ -293,6 +293,11 @@ class TestResultsEquality:
         newest: PList[Attempt] = PList.of([folded.attempts("build")[0]])
         assert folded == Results(folded.by_stage, {"build": newest})
 
+    def test_results_made_by_hand_with_no_lists_compare_without_error(self) -> None:
+        """A `completed` that is not a map of attempt lists is compared as it is, not read."""
+        assert Results({}, None) == Results({}, None)  # type: ignore[arg-type]
+        assert Results({}, {"build": 1}) != Results({}, {"build": 2})  # type: ignore[dict-item]
+
 
 class TestFoldedItsOwnWay:
     def test_a_subclass_handling_outcomes_its_own_way_folds_them_its_way(self) -> None:
