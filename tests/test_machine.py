@@ -10,8 +10,9 @@ import attrs
 import pytest
 
 from engine import Engine, InvalidTransition, Pipeline, StagetrailError, machine
+from engine.errors import AttemptError
 from engine.machine import MachineFold, RunState, apply, replay, start
-from events import Event, RunStarted, StageCompleted
+from events import DECIDED, Event, RunStarted, StageCompleted
 from tests._helpers import REVIEW, hub_history, hub_table
 
 
@@ -183,6 +184,37 @@ class TestImplicitRoute:
         with pytest.raises(InvalidTransition, match="'odd'"):
             run.stage_completed("a", outcome="odd")
         assert (run.state, run.version) == ("hub", 1)
+
+    @pytest.mark.parametrize("explicit", [True, False])
+    def test_the_route_is_refused_while_an_attempt_of_the_hub_is_open(
+        self, engine: Engine, explicit: bool
+    ) -> None:
+        """With the hub's attempt open, a route from it, recorded or implicit, is refused."""
+        run = engine.start_run(hub_table(hub=True))
+        run.stage_started("hub")
+        with pytest.raises(AttemptError, match="attempt 1 of 'hub' is open"):
+            if explicit:
+                run.record(StageCompleted, stage="hub", attempt=DECIDED, outcome="a")
+            else:
+                run.stage_completed("a")
+        assert (run.state, run.version) == ("hub", 2)
+
+    def test_a_wrong_attempt_number_through_the_route_is_refused(self, engine: Engine) -> None:
+        """An outcome taking the route carries the attempt it would after a recorded route."""
+        run = engine.start_run(hub_table(hub=True))
+        run.stage_completed("a")
+        with pytest.raises(AttemptError, match="attempt 1 should be 2"):
+            run.record(StageCompleted, stage="a", attempt=1, outcome="completed")
+        run.record(StageCompleted, stage="a", attempt=2, outcome="completed")
+        assert (run.state, dict(run.machine.attempts)) == ("hub", {"a": 2})
+
+    def test_a_decided_outcome_can_take_the_route(self, engine: Engine) -> None:
+        """A decided outcome of a routed stage moves through the stage and counts no attempt."""
+        run = engine.start_run(hub_table(hub=True))
+        run.record(StageCompleted, stage="a", attempt=DECIDED, outcome="completed")
+        assert run.state == "hub"
+        assert run.machine.stack.to_tuple() == ("hub", "a")
+        assert dict(run.machine.attempts) == {}
 
 
 class TestMachineFoldIdentity:
