@@ -50,40 +50,6 @@ class _Key(str):
     """A str subclass: equal to the plain str, but not what JSON gives back."""
 
 
-class TestIsPlain:
-    @pytest.mark.parametrize(
-        "value",
-        [
-            {"text": "reply", "step": 2, "ok": True, "none": None},
-            ["a", 1, False, None],
-            {"n": 1.5, "inner": {"x": [1, "y"]}},
-            [[], {}, [0.25]],
-        ],
-        ids=["flat-dict", "flat-list", "nested-dict", "nested-list"],
-    )
-    def test_what_json_holds_exactly_is_plain(self, value: Any) -> None:
-        """Flat and nested containers of str, int, bool, None and finite floats are plain."""
-        assert skeleton.is_plain(value)
-
-    @pytest.mark.parametrize(
-        "value",
-        [
-            {"a": 1, 2: "b"},
-            {_Key("a"): 1},
-            {"a": _Key("b")},
-            ["a", (1,)],
-            [1, math.nan],
-            {"a": math.inf},
-            ["a", b"b"],
-            {"a": {"b": (1,)}},
-        ],
-        ids=["int-key", "str-subclass-key", "str-subclass", "tuple", "nan", "inf", "bytes", "deep"],
-    )
-    def test_a_flat_container_with_one_odd_item_is_not(self, value: Any) -> None:
-        """One key or item JSON would change, flat or nested, makes the container not plain."""
-        assert not skeleton.is_plain(value)
-
-
 class TestEncode:
     def test_a_child_is_stored_as_what_changed(self) -> None:
         """Only the versions that changed are stored, and they rebuild the child exactly."""

@@ -27,9 +27,6 @@ _FLAT = frozenset({str, int, float, bool, type(None)})
 """The types of a version (or any value JSON holds flat): equal and of the same type as the
 parent's plain one, it is plain too."""
 _NEW: Any = object()
-_FLAT_PLAIN = frozenset({str, int, bool, type(None)})
-"""The types plain wherever they are (a float is plain only when finite)."""
-_STR = frozenset({str})
 """A node the parent had not seen anything for."""
 
 
@@ -47,11 +44,9 @@ def is_plain(value: Any) -> bool:
     if kind is float:
         return math.isfinite(value)
     if kind is dict:
-        if {*map(type, value.values())} <= _FLAT_PLAIN and {*map(type, value)} <= _STR:
-            return True  # a flat dict (a node's reply, most metadata): its types seen in C
         return all(type(key) is str and is_plain(item) for key, item in value.items())
     if kind is list:
-        return {*map(type, value)} <= _FLAT_PLAIN or all(map(is_plain, value))
+        return all(map(is_plain, value))
     return False
 
 
@@ -157,6 +152,7 @@ def _seen_changed(now: Any, before: Any) -> dict[str, Any] | None:
     return seen
 
 
+_STR = frozenset({str})
 _VERSION_TYPES = frozenset({int, str})
 """The types LangGraph's versions take (a saver's own counter, or text): two equal of them
 are one type, as ``1 == 1.0 == True`` are not."""
