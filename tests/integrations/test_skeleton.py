@@ -126,23 +126,6 @@ class TestEncode:
         assert repr(decoded["channel_versions"]["log"]) == repr(after)
 
     @pytest.mark.parametrize(
-        ("before", "after"), [(1, 1.0), (1, True), (0, False), ("1", "1"), (3, 3)]
-    )
-    def test_a_node_that_saw_nothing_new_stores_nothing(self, before: Any, after: Any) -> None:
-        """A node's seen versions equal to its parent's, of the same types, are left out;
-        equal but of another type (``1 == 1.0 == True``), they are stored and come back so."""
-        parent = {**CHILD, "versions_seen": {"plan": {"branch:to:plan": before, "log": 2}}}
-        child = {**GRANDCHILD, "versions_seen": {"plan": {"branch:to:plan": after, "log": 2}}}
-        stored = skeleton.encode(child, parent)
-        assert stored is not None
-        same = type(before) is type(after)
-        assert stored["patch"].get("versions_seen") == (
-            None if same else {"plan": {"branch:to:plan": after}}
-        )
-        decoded = skeleton.decode(stored, parent)
-        assert repr(decoded["versions_seen"]) == repr(child["versions_seen"])
-
-    @pytest.mark.parametrize(
         "where", ["top", "channel_versions", "versions_seen", "seen by a node", "nested"]
     )
     def test_a_key_that_only_looks_like_the_parents_is_left_to_serde(self, where: str) -> None:

@@ -142,34 +142,12 @@ def _seen_changed(now: Any, before: Any) -> dict[str, Any] | None:
         if type(node) is not str:
             return None
         had = before.get(node, _NEW)
-        if _unchanged(versions, had):
-            continue
         changed = _changed(versions, {} if had is _NEW else had)
         if changed is None:
             return None
         if changed or had is _NEW:
             seen[node] = changed
     return seen
-
-
-_STR = frozenset({str})
-_VERSION_TYPES = frozenset({int, str})
-"""The types LangGraph's versions take (a saver's own counter, or text): two equal of them
-are one type, as ``1 == 1.0 == True`` are not."""
-
-
-def _unchanged(now: Any, before: Any) -> bool:
-    """Whether `_changed` would find nothing: equal dicts whose values are all ints or strs
-    (equal, they are then of one type each), checked in C; most nodes of a checkpoint saw
-    nothing new since its parent. False when unsure (`_changed` then looks entry by entry)."""
-    return (
-        type(now) is dict
-        and type(before) is dict
-        and now == before
-        and {*map(type, now.values())} <= _VERSION_TYPES
-        and {*map(type, before.values())} <= _VERSION_TYPES
-        and {*map(type, now)} <= _STR
-    )
 
 
 def _changed(now: Any, before: Any) -> dict[str, Any] | None:
