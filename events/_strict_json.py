@@ -58,17 +58,17 @@ def _copy(value: Any) -> JSON:
 
 
 def _copy_list(items: list[Any] | tuple[Any, ...]) -> JSON:
-    # Copied whole in C, then only a container item is replaced by its own copy: a
-    # scalar item costs its check, not an append too.
-    copied = list(items)
-    for index, item in enumerate(copied):
+    copied: list[Any] = []
+    append = copied.append
+    for item in items:
         kind = type(item)
         if kind in _SCALARS or (kind is float and item - item == 0.0):
+            append(item)
             continue
         try:
-            copied[index] = _copy(item)
+            append(_copy(item))
         except _NotJSON as bad:
-            bad.steps.append(f"[{index}]")  # the index of the item that failed
+            bad.steps.append(f"[{len(copied)}]")  # the index of the item that failed
             raise
     return copied
 
