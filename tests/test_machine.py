@@ -6,6 +6,7 @@ import inspect
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import attrs
 import pytest
@@ -255,7 +256,7 @@ class TestMachineFoldIdentity:
 # for error, on every table (`TestEqualsTheTwoStepRoute`).
 def two_step_apply(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
     """`apply` with main's outcome rule (the route built as a state of its own)."""
-    if type(event) not in (StageCompleted, StageFailed):
+    if not isinstance(event, StageCompleted | StageFailed):
         return apply(pipeline, state, event)
     if state.status is not None:
         raise RunAlreadyFinished(state.run_id, state.status)
@@ -354,7 +355,11 @@ def every_event(pipeline: Pipeline, state: RunState) -> Iterator[Event]:
     started, completed or failed with every outcome and attempts 0-3, rollbacks, a finish."""
     stages = [*pipeline.states, "nowhere"]
     outcomes = sorted({row[1] for row in pipeline.rows} | set(stages))
-    at = {"run_id": state.run_id, "version": state.version + 1, "timestamp": state.last_timestamp}
+    at: dict[str, Any] = {
+        "run_id": state.run_id,
+        "version": state.version + 1,
+        "timestamp": state.last_timestamp,
+    }
     for stage in stages:
         for attempt in range(1, 4):
             yield StageStarted(**at, stage=stage, attempt=attempt)
