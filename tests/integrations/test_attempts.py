@@ -389,7 +389,8 @@ class TestOrder:
         with Engine("memory://") as engine:
             graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
             config: RunnableConfig = {"configurable": {"thread_id": "late"}}
-            graph.invoke({"log": []}, config, durability=durability)
+            mode: dict[str, Any] = {"durability": durability}
+            graph.invoke({"log": []}, config, **mode)
             assert history(engine, "late")[:4] == [
                 ("CheckpointSaved", "-1"),
                 ("WritesSaved", "~__pregel_pull, __start__"),
