@@ -209,8 +209,7 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
             raise InvalidTransition(
                 state.state, event.outcome, pipeline.allowed(state.state), event.stage
             )
-        # The hub's implicit route, taken as a recorded one: a decided outcome of the hub.
-        return _outcome(pipeline, _decided(state, event, state.state, event.stage), event)
+        return _routed_outcome(pipeline, state, event)
     if event.attempt == DECIDED and type(event) is StageCompleted:
         return _decided(state, event, event.stage, dest)
     _check_attempt(state, event.stage, event.attempt)
@@ -224,6 +223,43 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
         last_timestamp=event.timestamp,
         stack=state.stack.push(state.state),
         attempts={**state.attempts, event.stage: event.attempt},
+        open_attempt=None,
+        opened_at=None,
+        tasks=state.tasks,
+        status=state.status,
+    )
+
+
+def _routed_outcome(
+    pipeline: Pipeline, state: RunState, event: StageCompleted | StageFailed
+) -> RunState:
+    """An outcome of `event.stage` recorded in the hub: the hub's implicit route to the stage
+    (a decided outcome of the hub), then the stage's own outcome, checked as two recorded
+    ones would be and built as one state (not the route's state, then the outcome's)."""
+    hub, stage = state.state, event.stage
+    if state.open_attempt is not None:  # what `_decided` refuses for the route
+        raise AttemptError(
+            state.run_id,
+            hub,
+            f"attempt {state.open_attempt} of {hub!r} is open; a decided outcome "
+            "(attempt 0) is recorded between attempts",
+        )
+    dest = pipeline.next_state(stage, event.outcome)
+    if dest is None:
+        raise InvalidTransition(stage, event.outcome, pipeline.allowed(stage), stage)
+    stack = state.stack.push(hub).push(stage)
+    if event.attempt == DECIDED and type(event) is StageCompleted:
+        return _stamp(state, event, state=dest, stack=stack)
+    # After the route, the stage's next attempt is the one it has here: no attempt is open.
+    _check_attempt(state, stage, event.attempt)
+    return _new_state(
+        run_id=state.run_id,
+        pipeline=state.pipeline,
+        state=dest,
+        version=event.version,
+        last_timestamp=event.timestamp,
+        stack=stack,
+        attempts={**state.attempts, stage: event.attempt},
         open_attempt=None,
         opened_at=None,
         tasks=state.tasks,

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import attrs
 import pytest
 
 from engine import Engine, InvalidTransition, Pipeline, StagetrailError, machine
+from engine.errors import AttemptError, RuleViolation, RunAlreadyFinished
 from engine.machine import MachineFold, RunState, apply, replay, start
-from events import Event, RunStarted, StageCompleted
+from events import (
+    DECIDED,
+    Event,
+    RunFinished,
+    RunStarted,
+    StageCompleted,
+    StageFailed,
+    StageStarted,
+    StateRolledBack,
+)
 from tests._helpers import REVIEW, hub_history, hub_table
 
 
@@ -184,6 +196,37 @@ class TestImplicitRoute:
             run.stage_completed("a", outcome="odd")
         assert (run.state, run.version) == ("hub", 1)
 
+    @pytest.mark.parametrize("explicit", [True, False])
+    def test_the_route_is_refused_while_an_attempt_of_the_hub_is_open(
+        self, engine: Engine, explicit: bool
+    ) -> None:
+        """With the hub's attempt open, a route from it, recorded or implicit, is refused."""
+        run = engine.start_run(hub_table(hub=True))
+        run.stage_started("hub")
+        with pytest.raises(AttemptError, match="attempt 1 of 'hub' is open"):
+            if explicit:
+                run.record(StageCompleted, stage="hub", attempt=DECIDED, outcome="a")
+            else:
+                run.stage_completed("a")
+        assert (run.state, run.version) == ("hub", 2)
+
+    def test_a_wrong_attempt_number_through_the_route_is_refused(self, engine: Engine) -> None:
+        """An outcome taking the route carries the attempt it would after a recorded route."""
+        run = engine.start_run(hub_table(hub=True))
+        run.stage_completed("a")
+        with pytest.raises(AttemptError, match="attempt 1 should be 2"):
+            run.record(StageCompleted, stage="a", attempt=1, outcome="completed")
+        run.record(StageCompleted, stage="a", attempt=2, outcome="completed")
+        assert (run.state, dict(run.machine.attempts)) == ("hub", {"a": 2})
+
+    def test_a_decided_outcome_can_take_the_route(self, engine: Engine) -> None:
+        """A decided outcome of a routed stage moves through the stage and counts no attempt."""
+        run = engine.start_run(hub_table(hub=True))
+        run.record(StageCompleted, stage="a", attempt=DECIDED, outcome="completed")
+        assert run.state == "hub"
+        assert run.machine.stack.to_tuple() == ("hub", "a")
+        assert dict(run.machine.attempts) == {}
+
 
 class TestMachineFoldIdentity:
     def test_a_change_to_the_table_semantics_gives_a_new_identity(
@@ -205,3 +248,180 @@ class TestMachineFoldIdentity:
         finally:
             machine._rules_identity.cache_clear()
         assert after != before
+
+
+# Main's rule for an outcome recorded before the hub's implicit route was built as one state
+# (commit 9c27b40): the route applied as a decided outcome of the hub, then the outcome applied
+# to that state. Kept verbatim as the reference `apply` must equal, state for state and error
+# for error, on every table (`TestEqualsTheTwoStepRoute`).
+def two_step_apply(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
+    """`apply` with main's outcome rule (the route built as a state of its own)."""
+    if not isinstance(event, StageCompleted | StageFailed):
+        return apply(pipeline, state, event)
+    if state.status is not None:
+        raise RunAlreadyFinished(state.run_id, state.status)
+    if event.version != state.version + 1:
+        raise RuleViolation(
+            state.run_id,
+            "version",
+            f"event version {event.version} does not follow version {state.version}",
+        )
+    return two_step_outcome(pipeline, state, event)
+
+
+def two_step_outcome(
+    pipeline: Pipeline, state: RunState, event: StageCompleted | StageFailed
+) -> RunState:
+    """Main's `_outcome`."""
+    dest = pipeline.next_state(state.state, event.outcome)
+    if event.stage != state.state or dest is None:
+        if not pipeline.routes_implicitly(state.state, event.stage):
+            raise InvalidTransition(
+                state.state, event.outcome, pipeline.allowed(state.state), event.stage
+            )
+        routed = two_step_decided(state, event, state.state, event.stage)
+        return two_step_outcome(pipeline, routed, event)
+    if event.attempt == DECIDED and type(event) is StageCompleted:
+        return two_step_decided(state, event, event.stage, dest)
+    expected = state.next_attempt(event.stage)
+    if event.attempt != expected:
+        raise AttemptError(
+            state.run_id,
+            event.stage,
+            f"stage {event.stage!r} attempt {event.attempt} should be {expected}",
+        )
+    return attrs.evolve(
+        state,
+        state=dest,
+        version=event.version,
+        last_timestamp=event.timestamp,
+        stack=state.stack.push(state.state),
+        attempts={**state.attempts, event.stage: event.attempt},
+        open_attempt=None,
+        opened_at=None,
+    )
+
+
+def two_step_decided(state: RunState, event: Event, stage: str, dest: str) -> RunState:
+    """Main's `_decided`."""
+    if state.open_attempt is not None:
+        raise AttemptError(
+            state.run_id,
+            stage,
+            f"attempt {state.open_attempt} of {stage!r} is open; a decided outcome "
+            "(attempt 0) is recorded between attempts",
+        )
+    return attrs.evolve(
+        state,
+        state=dest,
+        version=event.version,
+        last_timestamp=event.timestamp,
+        stack=state.stack.push(state.state),
+    )
+
+
+SPOKES = Pipeline(
+    "spokes",
+    initial="start",
+    transitions=[
+        ("start", "go", "h"),
+        ("h", "a", "a"),
+        ("h", "b", "b"),
+        ("h", "c", "b"),  # named for no stage of its own: no implicit route
+        ("h", "stop", "end"),
+        ("a", "completed", "h"),
+        ("a", "again", "a"),
+        ("a", "h", "h"),
+        ("a", "failed", "start"),
+        ("b", "completed", "end"),
+        ("b", "failed", "h"),
+    ],
+    final=["end"],
+    hub="h",
+)
+"""A hub that is not the initial state, a row named for no stage, a stage routing to itself
+and an outcome named as the hub."""
+
+TABLES = {
+    "hub": hub_table(hub=True),
+    "no hub": hub_table(hub=False),
+    "spokes": SPOKES,
+    "review": REVIEW,
+}
+
+
+def every_event(pipeline: Pipeline, state: RunState) -> Iterator[Event]:
+    """Each event that could be recorded next, legal or not: every stage (and one unknown)
+    started, completed or failed with every outcome and attempts 0-3, rollbacks, a finish."""
+    stages = [*pipeline.states, "nowhere"]
+    outcomes = sorted({row[1] for row in pipeline.rows} | set(stages))
+    at: dict[str, Any] = {
+        "run_id": state.run_id,
+        "version": state.version + 1,
+        "timestamp": state.last_timestamp,
+    }
+    for stage in stages:
+        for attempt in range(1, 4):
+            yield StageStarted(**at, stage=stage, attempt=attempt)
+        for outcome in outcomes:
+            yield StageCompleted(**at, stage=stage, attempt=0, outcome=outcome)
+            for attempt in range(1, 4):
+                yield StageCompleted(**at, stage=stage, attempt=attempt, outcome=outcome)
+                yield StageFailed(**at, stage=stage, attempt=attempt, outcome=outcome)
+    for steps in (1, 2, 3):
+        yield StateRolledBack(**at, steps=steps)
+    yield RunFinished(**at, status="succeeded")
+    yield StageCompleted(**{**at, "version": state.version + 2}, stage=state.state, attempt=1)
+
+
+def folded(
+    fold: Callable[[Pipeline, RunState, Event], RunState],
+    pipeline: Pipeline,
+    state: RunState,
+    event: Event,
+) -> RunState | tuple[type, str, dict[str, object]]:
+    """The state `fold` gives, or the error it raises as its type, message and facts."""
+    try:
+        return fold(pipeline, state, event)
+    except StagetrailError as error:
+        return type(error), str(error), dict(vars(error))
+
+
+def machine_key(state: RunState) -> tuple[object, ...]:
+    """A state less its version and time: states equal here have equal futures."""
+    return (
+        state.state,
+        state.stack.to_tuple(),
+        tuple(sorted(state.attempts.items())),
+        state.open_attempt,
+        state.status,
+    )
+
+
+class TestEqualsTheTwoStepRoute:
+    @pytest.mark.parametrize("name", list(TABLES))
+    def test_every_reachable_state_and_event(self, name: str) -> None:
+        """From every state reachable in three events, every next event, legal or not, gives
+        the state, or the error with the same type, message and facts, as main's rule."""
+        pipeline = TABLES[name]
+        first = RunStarted(
+            run_id=uuid.uuid4(), version=1, pipeline=pipeline.name, table=pipeline.to_dict()
+        )
+        frontier = [start(pipeline, first)]
+        seen = {machine_key(frontier[0])}
+        compared = routed = 0
+        for _ in range(3):
+            reached = []
+            for state in frontier:
+                for event in every_event(pipeline, state):
+                    new = folded(apply, pipeline, state, event)
+                    assert new == folded(two_step_apply, pipeline, state, event), event
+                    compared += 1
+                    if isinstance(new, RunState):
+                        routed += new.depth == state.depth + 2
+                        if machine_key(new) not in seen:
+                            seen.add(machine_key(new))
+                            reached.append(new)
+            frontier = reached
+        assert compared > 10_000
+        assert (routed > 0) == (pipeline.hub is not None)

@@ -50,6 +50,40 @@ class _Key(str):
     """A str subclass: equal to the plain str, but not what JSON gives back."""
 
 
+class TestIsPlain:
+    @pytest.mark.parametrize(
+        "value",
+        [
+            {"text": "reply", "step": 2, "ok": True, "none": None},
+            ["a", 1, False, None],
+            {"n": 1.5, "inner": {"x": [1, "y"]}},
+            [[], {}, [0.25]],
+        ],
+        ids=["flat-dict", "flat-list", "nested-dict", "nested-list"],
+    )
+    def test_what_json_holds_exactly_is_plain(self, value: Any) -> None:
+        """Flat and nested containers of str, int, bool, None and finite floats are plain."""
+        assert skeleton.is_plain(value)
+
+    @pytest.mark.parametrize(
+        "value",
+        [
+            {"a": 1, 2: "b"},
+            {_Key("a"): 1},
+            {"a": _Key("b")},
+            ["a", (1,)],
+            [1, math.nan],
+            {"a": math.inf},
+            ["a", b"b"],
+            {"a": {"b": (1,)}},
+        ],
+        ids=["int-key", "str-subclass-key", "str-subclass", "tuple", "nan", "inf", "bytes", "deep"],
+    )
+    def test_a_flat_container_with_one_odd_item_is_not(self, value: Any) -> None:
+        """One key or item JSON would change, flat or nested, makes the container not plain."""
+        assert not skeleton.is_plain(value)
+
+
 class TestEncode:
     def test_a_child_is_stored_as_what_changed(self) -> None:
         """Only the versions that changed are stored, and they rebuild the child exactly."""
@@ -124,6 +158,23 @@ class TestEncode:
         decoded = skeleton.decode(stored, parent)
         assert repr(decoded["x"]) == repr(after)
         assert repr(decoded["channel_versions"]["log"]) == repr(after)
+
+    @pytest.mark.parametrize(
+        ("before", "after"), [(1, 1.0), (1, True), (0, False), ("1", "1"), (3, 3)]
+    )
+    def test_a_node_that_saw_nothing_new_stores_nothing(self, before: Any, after: Any) -> None:
+        """A node's seen versions equal to its parent's, of the same types, are left out;
+        equal but of another type (``1 == 1.0 == True``), they are stored and come back so."""
+        parent = {**CHILD, "versions_seen": {"plan": {"branch:to:plan": before, "log": 2}}}
+        child = {**GRANDCHILD, "versions_seen": {"plan": {"branch:to:plan": after, "log": 2}}}
+        stored = skeleton.encode(child, parent)
+        assert stored is not None
+        same = type(before) is type(after)
+        assert stored["patch"].get("versions_seen") == (
+            None if same else {"plan": {"branch:to:plan": after}}
+        )
+        decoded = skeleton.decode(stored, parent)
+        assert repr(decoded["versions_seen"]) == repr(child["versions_seen"])
 
     @pytest.mark.parametrize(
         "where", ["top", "channel_versions", "versions_seen", "seen by a node", "nested"]
