@@ -14,6 +14,7 @@ import pytest
 from engine import Engine
 from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
+from engine.store.mapper import EventMapper
 from engine.store.meta import EVENTS_TABLE
 from events import Event, StageCompleted, StageFailed
 from projections import BUILT_INS, TaskTable, handled_topics
@@ -202,3 +203,23 @@ class TestUpcasting:
             assert list(engine.store.stream(run_id)) == alone
             for cls in BUILT_INS:
                 assert cls().fold(engine.store.stream(run_id)) == cls().fold(alone), cls.name
+
+
+class TestJoinedPages:
+    @pytest.mark.parametrize("layout", ["compact", "text"])
+    def test_a_page_the_database_joins_reads_as_its_rows_would(
+        self, tmp_path: Path, layout: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A stream read as pages SQLite joins into one JSON array gives the events a read of
+        rows gives, ints beyond 64 bits exact (that page read as rows), narrowed or not."""
+        url = f"sqlite:///{tmp_path / 'runs.db'}?layout={layout}"
+        with Engine(url) as engine:
+            run_id = recorded(engine)
+            engine.resume(run_id).stage_completed("work", {"big": 2**70, "neg": -(2**64)})
+            joined = list(engine.store.stream(run_id))
+            narrowed = list(engine.store.stream(run_id).narrowed({StageFailed.topic}))
+            monkeypatch.setattr(EventMapper, "reads_joined", False)
+            rows = list(engine.store.stream(run_id))
+        assert joined == rows
+        assert joined[-1].result == {"big": 2**70, "neg": -(2**64)}  # type: ignore[attr-defined]
+        assert narrowed == [event for event in rows if type(event) is StageFailed]

@@ -109,6 +109,15 @@ class CompactRecorder(SQLiteRecorder):
             params += (key, stored.originator_version, ids[stored.topic], BLOB(stored.state))
         return params
 
+    topics_table: ClassVar[str | None] = TOPICS_TABLE
+
+    def topics_of(self) -> Callable[[list[Any]], list[str]] | None:
+        """Topic ids read to topics (`topic_names`)."""
+        return self._named
+
+    def _named(self, ids: list[Any]) -> list[str]:
+        return list(map(self.topic_names.__getitem__, ids))
+
     def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
         """Rows as the compact table holds them, each topic id turned back into its topic."""
         names = self.topic_names

@@ -1,0 +1,123 @@
+"""A page of a run's events as one row: its states joined by SQLite into one JSON array.
+
+A stream reads a long run a page at a time. Read as rows, each row costs the
+`sqlite3` module a step that hands the GIL back and takes it again, and an int,
+a str and a bytes object, and the page's states are then copied again into one
+array for the JSON decoder. Here one ``SELECT`` aggregates the page instead:
+how many rows it holds and its first and last versions (the stream's hole check
+and its next page), and, of the rows of the topics asked for, their versions,
+their topics and their states joined by commas (each state one JSON document,
+so with brackets around it one JSON array) in one BLOB, with their total length.
+
+The rows are aggregated in the order the inner ``SELECT`` gives them (by
+version), which the versions read back are checked for: a page whose versions do
+not ascend, whose topics or lengths do not add up, is `None`, and the caller
+reads it as rows instead. Only for a store whose states are the JSON itself
+(no cipher, no compression): anything else is read as rows.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import attrs
+import orjson
+
+
+@attrs.frozen
+class JoinedPage:
+    """A page of a run's events, the wanted ones' states joined into one JSON array."""
+
+    count: int
+    """Rows in the page, of every topic (fewer than asked: the run's last page)."""
+    first: int | None
+    """The page's oldest version (None: no row)."""
+    last: int | None
+    """The page's newest version (None: no row)."""
+    rows: list[tuple[int, str]]
+    """The (version, topic) of each row of the topics asked for, oldest first."""
+    joined: bytes
+    """Their states as one JSON array, in the order of `rows` (``[]``: none)."""
+
+
+def statement(table: str, gt: bool, lte: bool, topics: int | None, topic_ids: str | None) -> str:
+    """The aggregating SELECT of one page (named parameters: key, gt, lte, limit, t0…).
+
+    Args:
+        topics: how many topics the rows are narrowed to (None: every topic).
+        topic_ids: the table of a compact store's topic ids (None: topics held as text).
+    """
+    return _statement(table, gt, lte, topics, topic_ids)
+
+
+@functools.cache
+def _statement(table: str, gt: bool, lte: bool, topics: int | None, topic_ids: str | None) -> str:
+    names = ",".join(f":t{index}" for index in range(topics or 0))
+    if topics is None:
+        wanted = "1"
+    elif not topics:
+        wanted = "0"
+    elif topic_ids is None:
+        wanted = f"topic IN ({names})"
+    else:  # evaluated once per statement: not correlated with the row
+        wanted = f"topic IN (SELECT id FROM {topic_ids} WHERE topic IN ({names}))"
+    inner = (
+        "SELECT originator_version AS v, topic AS t, state AS s"
+        + ("" if topics is None else f", {wanted} AS w")
+        + f" FROM {table}"
+        " WHERE originator_id=:key"
+        + (" AND originator_version>:gt" if gt else "")
+        + (" AND originator_version<=:lte" if lte else "")
+        + " ORDER BY originator_version ASC LIMIT :limit"
+    )
+    if topics is None:  # every row wanted: its first and last versions are those read
+        return (
+            "SELECT count(*), NULL, NULL, group_concat(v), group_concat(t),"
+            f" CAST(group_concat(s, ',') AS BLOB) FROM ({inner})"
+        )
+    return (
+        "SELECT count(*), min(v), max(v), group_concat(v) FILTER (WHERE w),"
+        " group_concat(t) FILTER (WHERE w), CAST(group_concat(s, ',') FILTER (WHERE w) AS BLOB)"
+        f" FROM ({inner})"
+    )
+
+
+def parameters(
+    key: str | bytes, gt: int | None, lte: int | None, limit: int, topics: Collection[str]
+) -> dict[str, Any]:
+    """The named parameters of `statement`."""
+    params: dict[str, Any] = {"key": key, "limit": limit}
+    if gt is not None:
+        params["gt"] = gt
+    if lte is not None:
+        params["lte"] = lte
+    for index, topic in enumerate(sorted(topics)):
+        params[f"t{index}"] = topic
+    return params
+
+
+def page_of(
+    row: Sequence[Any], names: Callable[[list[Any]], list[str]] | None
+) -> JoinedPage | None:
+    """The page the aggregating SELECT's one row describes, None where it does not add up.
+
+    Args:
+        names: turns the topic ids read into topics (None: they are topics already).
+    """
+    count, first, last, versions, topics, joined = row
+    if not count:
+        return JoinedPage(0, None, None, [], b"[]")
+    if versions is None:  # no row of the topics asked for
+        return JoinedPage(count, first, last, [], b"[]")
+    wanted = orjson.loads(f"[{versions}]")
+    if wanted != sorted(wanted):  # rows not aggregated in version order
+        return None
+    if first is None:  # every row wanted
+        first, last = wanted[0], wanted[-1]
+    held = topics.split(",") if names is None else names(orjson.loads(f"[{topics}]"))
+    if len(held) != len(wanted) or joined is None:  # a comma in a topic; no state (NULL)
+        return None
+    # A state missing (NULL) is found by the decoder: one JSON value fewer than rows.
+    return JoinedPage(count, first, last, list(zip(wanted, held, strict=True)), b"[%b]" % joined)
