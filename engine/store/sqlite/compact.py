@@ -15,7 +15,7 @@ loudly instead of writing text ids beside binary ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -109,7 +109,12 @@ class CompactRecorder(SQLiteRecorder):
             params += (key, stored.originator_version, ids[stored.topic], BLOB(stored.state))
         return params
 
-    topics_table: ClassVar[str | None] = TOPICS_TABLE
+    def topic_keys(self, topics: Collection[str]) -> list[Any]:
+        """The ids of `topics` in the topics table (read again: another process may have
+        added one since), those stored under no id left out."""
+        rows = self._read_topics()
+        self.topic_names.update(rows)
+        return sorted(key for key, topic in rows if topic in topics)
 
     def topics_of(self) -> Callable[[list[Any]], list[str]] | None:
         """Topic ids read to topics (`topic_names`)."""

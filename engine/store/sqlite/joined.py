@@ -19,7 +19,7 @@ reads it as rows instead. Only for a store whose states are the JSON itself
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -42,30 +42,22 @@ class JoinedPage:
     """Their states as one JSON array, in the order of `rows` (``[]``: none)."""
 
 
-def statement(table: str, gt: bool, lte: bool, topics: int | None, topic_ids: str | None) -> str:
+def statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
     """The aggregating SELECT of one page (named parameters: key, gt, lte, limit, t0…).
 
     Args:
-        topics: how many topics the rows are narrowed to (None: every topic).
-        topic_ids: the table of a compact store's topic ids (None: topics held as text).
+        topics: how many topic keys (what the topic column holds) the rows are narrowed
+            to (None: every topic).
     """
-    return _statement(table, gt, lte, topics, topic_ids)
+    return _statement(table, gt, lte, topics)
 
 
 @functools.cache
-def _statement(table: str, gt: bool, lte: bool, topics: int | None, topic_ids: str | None) -> str:
+def _statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
     names = ",".join(f":t{index}" for index in range(topics or 0))
-    if topics is None:
-        wanted = "1"
-    elif not topics:
-        wanted = "0"
-    elif topic_ids is None:
-        wanted = f"topic IN ({names})"
-    else:  # evaluated once per statement: not correlated with the row
-        wanted = f"topic IN (SELECT id FROM {topic_ids} WHERE topic IN ({names}))"
     inner = (
         "SELECT originator_version AS v, topic AS t, state AS s"
-        + ("" if topics is None else f", {wanted} AS w")
+        + ("" if topics is None else f", topic IN ({names}) AS w")
         + f" FROM {table}"
         " WHERE originator_id=:key"
         + (" AND originator_version>:gt" if gt else "")
@@ -85,15 +77,15 @@ def _statement(table: str, gt: bool, lte: bool, topics: int | None, topic_ids: s
 
 
 def parameters(
-    key: str | bytes, gt: int | None, lte: int | None, limit: int, topics: Collection[str]
+    key: str | bytes, gt: int | None, lte: int | None, limit: int, topics: Sequence[Any]
 ) -> dict[str, Any]:
-    """The named parameters of `statement`."""
+    """The named parameters of `statement` (`topics`: the topic keys the rows are narrowed to)."""
     params: dict[str, Any] = {"key": key, "limit": limit}
     if gt is not None:
         params["gt"] = gt
     if lte is not None:
         params["lte"] = lte
-    for index, topic in enumerate(sorted(topics)):
+    for index, topic in enumerate(topics):
         params[f"t{index}"] = topic
     return params
 

@@ -252,14 +252,11 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         topics: Collection[str] | None,
     ) -> JoinedPage | None:
         """A page read as one aggregated row (see `select_rows`' ``joined``)."""
-        statement = joined_statement(
-            self.events_table_name,
-            gt is not None,
-            lte is not None,
-            None if topics is None else len(topics),
-            self.topics_table,
-        )
-        params = parameters(self.run_key(run_id), gt, lte, limit, topics or ())
+        keys = None if topics is None else self.topic_keys(topics)
+        narrowed = None if keys is None else len(keys)
+        table = self.events_table_name
+        statement = joined_statement(table, gt is not None, lte is not None, narrowed)
+        params = parameters(self.run_key(run_id), gt, lte, limit, keys or ())
         connection = self.readers.borrow()
         try:
             if self._utf8 is None:  # group_concat reads a BLOB as text in this encoding
@@ -273,8 +270,9 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
             self.check_layout()
         return page_of(row, self.topics_of())
 
-    topics_table: ClassVar[str | None] = None
-    """The table of the topics' ids (None: rows hold their topics as text)."""
+    def topic_keys(self, topics: Collection[str]) -> list[Any]:
+        """What the events table's topic column holds for `topics` (here: the topics)."""
+        return sorted(topics)
 
     def topics_of(self) -> Callable[[list[Any]], list[str]] | None:
         """What turns the topic ids a page read into topics (None: it read topics)."""
