@@ -37,7 +37,7 @@ from events.values import build, evolve, maker
 from projections import collector
 from projections.base import Projection, on
 from projections.errors import ProjectionError
-from projections.immutable import PList, PMap
+from projections.immutable import Cons, PList, PMap
 from projections.interning import interned
 
 
@@ -313,7 +313,8 @@ class _Stretch:
     def __init__(self, start: Rounds) -> None:
         self.start, self.size = start, len(start.history)
         self.history, self.live = start.history.cells, start.live_rounds.cells
-        self.stages: dict[str, PList[Round]] = {}
+        self.stages: dict[str, tuple[Cons[Round], int]] = {}
+        """Each stage's live rounds grown (their cells and how many), by stage."""
 
     def record(self, event: StageCompleted | StageFailed) -> None:
         """Record the round of `event` as `_record` does."""
@@ -335,15 +336,16 @@ class _Stretch:
         stages = self.stages
         below = stages.get(stage)
         if below is None:
-            below = self.start.live_by_stage.get(stage, _NONE_LIVE)
-        stages[stage] = below.push(round_)
+            live = self.start.live_by_stage.get(stage, _NONE_LIVE)
+            below = (live.cells, len(live))
+        stages[stage] = ((round_, below[0]), below[1] + 1)
 
     def rounds(self) -> Rounds:
         """The rounds with the outcomes recorded."""
         start = self.start
         by_stage, added = start.live_by_stage, self.size - len(start.history)
-        for stage, rounds in self.stages.items():
-            by_stage = by_stage.set(stage, rounds)
+        for stage, (cells, size) in self.stages.items():
+            by_stage = by_stage.set(stage, PList(cells, size))
         return _ROUNDS(
             PList(self.history, self.size), start.marks,
             PList(self.live, len(start.live_rounds) + added), by_stage, start.hub,
