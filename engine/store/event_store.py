@@ -45,6 +45,9 @@ if TYPE_CHECKING:  # the workers' module (a process pool) is loaded only by a ch
 
 PAGE = 1000
 """Events read per query when streaming a run."""
+JOINED_FROM = 250
+"""The fewest events a stream reads as pages joined by the database (`Backend.joined_rows`):
+its query and topics cost a page ~30 µs more, each event read ~0.3 µs less than a row."""
 _Row = TypeVar("_Row")
 _UPGRADED = f"{UPGRADED}; nothing of this append was written"
 
@@ -534,6 +537,8 @@ class Store:
         """Each page of the run's rows, as an iterator building its events when taken."""
         decoded = self._mapper.decoded
         one_row = self._backend.joined_rows is not None and self._mapper.reads_joined
+        if lte is not None and lte - gt < JOINED_FROM:  # a short read: its rows cost less
+            one_row = False
         while True:
             page = self._joined(run_id, gt, lte, topics) if one_row else None
             if page is not None:
