@@ -108,9 +108,13 @@ class FastJSONTranscoder(JSONTranscoder):
         # One copy of the page: its brackets go on the first and last documents, which
         # are small, where `b"[" + joined + b"]"` copied the whole page twice more.
         parts = list(documents)
-        parts[0] = b"[" + parts[0]
-        parts[-1] = bytes(parts[-1]) + b"]"
-        return self.decode_array(b",".join(parts), len(documents))
+        try:
+            parts[0] = b"[" + parts[0]
+            parts[-1] = bytes(parts[-1]) + b"]"
+            joined = b",".join(parts)
+        except TypeError:  # a state NULL (None), edited by hand: `decode` alone names it
+            return None
+        return self.decode_array(joined, len(documents))
 
     def decode_array(self, joined: bytes, count: int) -> list[Any] | None:
         """Decode a JSON array of `count` documents (`decode_many`'s, or one a database

@@ -109,12 +109,14 @@ class CompactRecorder(SQLiteRecorder):
             params += (key, stored.originator_version, ids[stored.topic], BLOB(stored.state))
         return params
 
-    def topic_keys(self, topics: Collection[str]) -> list[Any]:
+    def topic_keys(self, topics: Collection[str]) -> tuple[list[Any], Any]:
         """The ids of `topics` in the topics table (read again: another process may have
-        added one since), those stored under no id left out."""
+        added one since), those stored under no id left out; and the newest id read (a
+        page read after it holding a newer one is read as rows: its topic may be wanted)."""
         rows = self._read_topics()
         self.topic_names.update(rows)
-        return sorted(key for key, topic in rows if topic in topics)
+        newest = max((key for key, _ in rows), default=0)
+        return sorted(key for key, topic in rows if topic in topics), newest
 
     def topics_of(self) -> Callable[[list[Any]], list[str]] | None:
         """Topic ids read to topics (`topic_names`)."""

@@ -7,12 +7,15 @@ array for the JSON decoder. Here one ``SELECT`` aggregates the page instead:
 how many rows it holds and its first and last versions (the stream's hole check
 and its next page), and, of the rows of the topics asked for, their versions,
 their topics and their states joined by commas (each state one JSON document,
-so with brackets around it one JSON array) in one BLOB, with their total length.
+so with brackets around it one JSON array) in one BLOB, with their total length;
+and the largest topic key of the page.
 
 The rows are aggregated in the order the inner ``SELECT`` gives them (by
 version), which the versions read back are checked for: a page whose versions do
-not ascend, whose topics or lengths do not add up, is `None`, and the caller
-reads it as rows instead. Only for a store whose states are the JSON itself
+not ascend, whose topics or lengths do not add up (a NULL or text state, which
+``group_concat`` skips or reads as characters), or that holds a topic key newer
+than those its narrowing was given (a compact store's topic added by another
+process between the two reads) is `None`, and the caller reads it as rows instead. Only for a store whose states are the JSON itself
 (no cipher, no compression): anything else is read as rows.
 """
 
@@ -67,12 +70,12 @@ def _statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
     if topics is None:  # every row wanted: its first and last versions are those read
         return (
             "SELECT count(*), NULL, NULL, group_concat(v), group_concat(t),"
-            f" CAST(group_concat(s, ',') AS BLOB) FROM ({inner})"
+            f" CAST(group_concat(s, ',') AS BLOB), sum(length(s)), NULL FROM ({inner})"
         )
     return (
         "SELECT count(*), min(v), max(v), group_concat(v) FILTER (WHERE w),"
-        " group_concat(t) FILTER (WHERE w), CAST(group_concat(s, ',') FILTER (WHERE w) AS BLOB)"
-        f" FROM ({inner})"
+        " group_concat(t) FILTER (WHERE w), CAST(group_concat(s, ',') FILTER (WHERE w) AS BLOB),"
+        f" sum(length(s)) FILTER (WHERE w), max(t) FROM ({inner})"
     )
 
 
@@ -91,25 +94,35 @@ def parameters(
 
 
 def page_of(
-    row: Sequence[Any], names: Callable[[list[Any]], list[str]] | None
+    row: Sequence[Any], names: Callable[[list[Any]], list[str]] | None, newest: Any = None
 ) -> JoinedPage | None:
     """The page the aggregating SELECT's one row describes, None where it does not add up.
 
     Args:
         names: turns the topic ids read into topics (None: they are topics already).
+        newest: the newest topic key the narrowing knew of (None: nothing to check).
     """
-    count, first, last, versions, topics, joined = row
+    count, first, last, versions, topics, joined, size, top = row
     if not count:
         return JoinedPage(0, None, None, [], b"[]")
+    if newest is not None and top is not None and top > newest:  # a topic added meanwhile
+        return None
     if versions is None:  # no row of the topics asked for
         return JoinedPage(count, first, last, [], b"[]")
-    wanted = orjson.loads(f"[{versions}]")
-    if wanted != sorted(wanted):  # rows not aggregated in version order
+    try:
+        wanted = orjson.loads(f"[{versions}]")
+        ascending = wanted == sorted(wanted)
+    except (orjson.JSONDecodeError, TypeError):  # a version not an integer (edited by hand)
+        return None
+    if not ascending:  # rows not aggregated in version order
         return None
     if first is None:  # every row wanted
         first, last = wanted[0], wanted[-1]
     held = topics.split(",") if names is None else names(orjson.loads(f"[{topics}]"))
-    if len(held) != len(wanted) or joined is None:  # a comma in a topic; no state (NULL)
+    if len(held) != len(wanted):  # a comma in a topic
         return None
-    # A state missing (NULL) is found by the decoder: one JSON value fewer than rows.
+    # A NULL state is skipped by group_concat, with its comma: two JSON values glued into one
+    # state elsewhere in the page ("1,2") would hide it from a count of values.
+    if joined is None or len(joined) != size + len(wanted) - 1:
+        return None
     return JoinedPage(count, first, last, list(zip(wanted, held, strict=True)), b"[%b]" % joined)

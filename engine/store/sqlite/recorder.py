@@ -24,6 +24,7 @@ a read that finds rows pays nothing.
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar, Literal, overload
 from uuid import UUID
@@ -252,7 +253,7 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         topics: Collection[str] | None,
     ) -> JoinedPage | None:
         """A page read as one aggregated row (see `select_rows`' ``joined``)."""
-        keys = None if topics is None else self.topic_keys(topics)
+        keys, newest = (None, None) if topics is None else self.topic_keys(topics)
         narrowed = None if keys is None else len(keys)
         table = self.events_table_name
         statement = joined_statement(table, gt is not None, lte is not None, narrowed)
@@ -262,17 +263,22 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
             if self._utf8 is None:  # group_concat reads a BLOB as text in this encoding
                 self._utf8 = connection.execute("PRAGMA encoding").fetchone()[0] == "UTF-8"
             row = connection.execute(statement, params).fetchone() if self._utf8 else None
+        except sqlite3.DataError as error:  # a page of large states longer than SQLite's
+            if error.sqlite_errorname != "SQLITE_TOOBIG":  # longest string: read as rows
+                raise
+            row = None
         finally:
             self.readers.give_back(connection)
         if row is None:
             return None
         if not row[0]:
             self.check_layout()
-        return page_of(row, self.topics_of())
+        return page_of(row, self.topics_of(), newest)
 
-    def topic_keys(self, topics: Collection[str]) -> list[Any]:
-        """What the events table's topic column holds for `topics` (here: the topics)."""
-        return sorted(topics)
+    def topic_keys(self, topics: Collection[str]) -> tuple[list[Any], Any]:
+        """What the events table's topic column holds for `topics` (here: the topics), and the
+        newest key it may hold that a read of them knows (None: every key is known)."""
+        return sorted(topics), None
 
     def topics_of(self) -> Callable[[list[Any]], list[str]] | None:
         """What turns the topic ids a page read into topics (None: it read topics)."""
