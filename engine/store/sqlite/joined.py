@@ -15,8 +15,9 @@ version), which the versions read back are checked for: a page whose versions do
 not ascend, whose topics or lengths do not add up (a NULL or text state, which
 ``group_concat`` skips or reads as characters), or that holds a topic key newer
 than those its narrowing was given (a compact store's topic added by another
-process between the two reads) is `None`, and the caller reads it as rows instead. Only for a store whose states are the JSON itself
-(no cipher, no compression): anything else is read as rows.
+process between the two reads) is `None`, and the caller reads it as rows instead.
+Only for a store whose states are the JSON itself (no cipher, no compression):
+anything else is read as rows.
 """
 
 from __future__ import annotations
