@@ -316,3 +316,22 @@ class TestFoldInStretches:
             assert (folded.rounds, folded.live) == (stepwise.rounds, stepwise.live)
             assert dict(folded.live_by_stage) == dict(stepwise.live_by_stage)
         assert len(stepwise.rounds) >= 6
+
+    @pytest.mark.parametrize("hub", [True, False])
+    def test_a_fold_from_restored_rounds_ends_where_apply_ends(
+        self, engine: Engine, hub: bool
+    ) -> None:
+        """A fold started from rounds restored from their snapshot (encoded, decoded) at any
+        version ends where `apply` event after event ends, live rounds by stage too."""
+        run = hub_history(engine, explicit=not hub, hub=hub)
+        run.rollback(2)
+        run.stage_completed("b", result={"n": 2})
+        events = engine.events(run.id)
+        whole = PROJECTION.initial()
+        for event in events:
+            whole = PROJECTION.apply(whole, event)
+        for cut in range(1, len(events)):
+            restored = PROJECTION.decode(PROJECTION.encode(PROJECTION.fold(events[:cut])))
+            folded = PROJECTION.fold(events[cut:], restored)
+            assert folded == whole
+            assert dict(folded.live_by_stage) == dict(whole.live_by_stage)

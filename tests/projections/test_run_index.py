@@ -277,3 +277,18 @@ class TestFold:
         with pytest.raises(ProjectionError) as raised:
             RunIndex().fold([events[0], broken])
         assert (raised.value.event_type, raised.value.version) == ("StageCompleted", 2)
+
+    @pytest.mark.parametrize("explicit", [True, False])
+    def test_a_fold_from_a_restored_summary_ends_where_apply_ends(
+        self, engine: Engine, explicit: bool
+    ) -> None:
+        """A fold started from a summary restored from its snapshot (encoded, decoded) at any
+        version ends where `apply` event after event ends."""
+        run = hub_history(engine, explicit=explicit)
+        run.rollback(2)
+        events = engine.events(run.id)
+        index = RunIndex()
+        whole = index.fold(events)
+        for cut in range(1, len(events)):
+            restored = index.decode(index.encode(index.fold(events[:cut])))
+            assert index.fold(events[cut:], restored) == whole
