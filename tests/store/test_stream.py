@@ -19,6 +19,7 @@ from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
 from engine.store.mapper import EventMapper
 from engine.store.meta import EVENTS_TABLE
+from engine.store.sqlite.recorder import SQLiteRecorder
 from events import Event, StageCompleted, StageFailed
 from projections import BUILT_INS, TaskTable, handled_topics
 from tests.store.test_lean_read import KEY, LOOP
@@ -380,7 +381,7 @@ class TestJoinedPagesAsRows:
                 run.stage_completed("work", {"r": result})
             joined, rows = _both_ways(engine, run.id, patch)
         assert joined == rows
-        assert [event.result["r"] for event in joined[1]] == results  # type: ignore[attr-defined]
+        assert [event.result["r"] for event in joined[1]] == results
 
     def test_a_topic_first_stored_between_the_two_reads_of_a_narrowed_page_is_read(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -393,6 +394,7 @@ class TestJoinedPagesAsRows:
             run = engine.start_run(LOOP)
             run.stage_completed("work", {})
             recorder = type(engine.store.recorder)
+            assert issubclass(recorder, SQLiteRecorder)
             keys = recorder.topic_keys
             appended: list[bool] = []
 
@@ -418,7 +420,9 @@ class TestJoinedPagesAsRows:
             for index in range(20):
                 run.stage_completed("work", {"pad": "x" * 400, "n": index})
             expected = _both_ways(engine, run.id, monkeypatch)[1]
-            readers = engine.store.recorder.readers
+            store_recorder = engine.store.recorder
+            assert isinstance(store_recorder, SQLiteRecorder)
+            readers = store_recorder.readers
             connection = readers.borrow()
             connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)  # a row fits, the page not
             readers.give_back(connection)
