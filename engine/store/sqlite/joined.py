@@ -7,15 +7,16 @@ array for the JSON decoder. Here one ``SELECT`` aggregates the page instead:
 how many rows it holds and its first and last versions (the stream's hole check
 and its next page), and, of the rows of the topics asked for, their versions,
 their topics and their states joined by commas (each state one JSON document,
-so with brackets around it one JSON array) in one BLOB, with their total length;
-and the largest topic key of the page.
+so with brackets around it one JSON array) in one BLOB, a NULL state as a NUL
+byte (``group_concat`` would skip it, and JSON holds no raw NUL: the decoder
+refuses the page); and the largest topic key of the page.
 
 The rows are aggregated in the order the inner ``SELECT`` gives them (by
 version), which the versions read back are checked for: a page whose versions do
-not ascend, whose topics or lengths do not add up (a NULL or text state, which
-``group_concat`` skips or reads as characters), or that holds a topic key newer
-than those its narrowing was given (a compact store's topic added by another
-process between the two reads) is `None`, and the caller reads it as rows instead.
+not ascend, whose topics do not add up, whose JSON the decoder refuses, or that
+holds a topic key newer than those its narrowing was given (a compact store's
+topic added by another process between the two reads) is `None`, and the caller
+reads it as rows instead.
 Only for a store whose states are the JSON itself (no cipher, no compression):
 anything else is read as rows.
 """
@@ -56,6 +57,12 @@ def statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
     return _statement(table, gt, lte, topics)
 
 
+_STATE = "ifnull(s, x'00')"
+"""A state as joined: a NULL one, which ``group_concat`` skips (with its comma: two JSON values
+glued into one state elsewhere in the page would hide it from a count of values), as a NUL
+byte, which no JSON holds raw (the page is then read as rows, which name it)."""
+
+
 @functools.cache
 def _statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
     names = ",".join(f":t{index}" for index in range(topics or 0))
@@ -71,12 +78,12 @@ def _statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
     if topics is None:  # every row wanted: its first and last versions are those read
         return (
             "SELECT count(*), NULL, NULL, group_concat(v), group_concat(t),"
-            f" CAST(group_concat(s, ',') AS BLOB), sum(length(s)), NULL FROM ({inner})"
+            f" CAST(group_concat({_STATE}, ',') AS BLOB), NULL FROM ({inner})"
         )
     return (
         "SELECT count(*), min(v), max(v), group_concat(v) FILTER (WHERE w),"
-        " group_concat(t) FILTER (WHERE w), CAST(group_concat(s, ',') FILTER (WHERE w) AS BLOB),"
-        f" sum(length(s)) FILTER (WHERE w), max(t) FROM ({inner})"
+        f" group_concat(t) FILTER (WHERE w), CAST(group_concat({_STATE}, ',') FILTER (WHERE w)"
+        f" AS BLOB), max(t) FROM ({inner})"
     )
 
 
@@ -103,7 +110,7 @@ def page_of(
         names: turns the topic ids read into topics (None: they are topics already).
         newest: the newest topic key the narrowing knew of (None: nothing to check).
     """
-    count, first, last, versions, topics, joined, size, top = row
+    count, first, last, versions, topics, joined, top = row
     if not count:
         return JoinedPage(0, None, None, [], b"[]")
     if newest is not None and top is not None and top > newest:  # a topic added meanwhile
@@ -122,8 +129,6 @@ def page_of(
     held = topics.split(",") if names is None else names(orjson.loads(f"[{topics}]"))
     if len(held) != len(wanted):  # a comma in a topic
         return None
-    # A NULL state is skipped by group_concat, with its comma: two JSON values glued into one
-    # state elsewhere in the page ("1,2") would hide it from a count of values.
-    if joined is None or len(joined) != size + len(wanted) - 1:
+    if joined is None:  # every state NULL
         return None
     return JoinedPage(count, first, last, list(zip(wanted, held, strict=True)), b"[%b]" % joined)
