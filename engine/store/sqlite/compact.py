@@ -67,6 +67,7 @@ class CompactRecorder(SQLiteRecorder):
     """`SQLiteRecorder` over the compact table: run ids as 16-byte BLOBs, topics as ids."""
 
     layout: ClassVar[str] = meta.COMPACT
+    topics_table: ClassVar[str | None] = TOPICS_TABLE
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

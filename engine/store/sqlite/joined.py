@@ -9,12 +9,13 @@ and its next page), and, of the rows of the topics asked for, their versions,
 their topics and their states joined by commas (each state one JSON document,
 so with brackets around it one JSON array) in one BLOB, a NULL state as a NUL
 byte (``group_concat`` would skip it, and JSON holds no raw NUL: the decoder
-refuses the page); and the largest topic key of the page.
+refuses the page); and, of a compact store, the newest topic id its topics
+table holds (one read in the statement's own snapshot, not one per row).
 
 The rows are aggregated in the order the inner ``SELECT`` gives them (by
 version), which the versions read back are checked for: a page whose versions do
 not ascend, whose topics do not add up, whose JSON the decoder refuses, or that
-holds a topic key newer than those its narrowing was given (a compact store's
+knows a topic id newer than those its narrowing was given (a compact store's
 topic added by another process between the two reads) is `None`, and the caller
 reads it as rows instead.
 Only for a store whose states are the JSON itself (no cipher, no compression):
@@ -47,14 +48,17 @@ class JoinedPage:
     """Their states as one JSON array, in the order of `rows` (``[]``: none)."""
 
 
-def statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
+def statement(
+    table: str, gt: bool, lte: bool, topics: int | None, topics_table: str | None = None
+) -> str:
     """The aggregating SELECT of one page (named parameters: key, gt, lte, limit, t0…).
 
     Args:
         topics: how many topic keys (what the topic column holds) the rows are narrowed
             to (None: every topic).
+        topics_table: a compact store's topic ids (the newest it holds read with the page).
     """
-    return _statement(table, gt, lte, topics)
+    return _statement(table, gt, lte, topics, topics_table)
 
 
 _STATE = "ifnull(s, x'00')"
@@ -64,8 +68,11 @@ byte, which no JSON holds raw (the page is then read as rows, which name it)."""
 
 
 @functools.cache
-def _statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
+def _statement(
+    table: str, gt: bool, lte: bool, topics: int | None, topics_table: str | None
+) -> str:
     names = ",".join(f":t{index}" for index in range(topics or 0))
+    newest = "NULL" if topics_table is None else f"(SELECT max(id) FROM {topics_table})"
     inner = (
         "SELECT originator_version AS v, topic AS t, state AS s"
         + ("" if topics is None else f", topic IN ({names}) AS w")
@@ -83,7 +90,7 @@ def _statement(table: str, gt: bool, lte: bool, topics: int | None) -> str:
     return (
         "SELECT count(*), min(v), max(v), group_concat(v) FILTER (WHERE w),"
         f" group_concat(t) FILTER (WHERE w), CAST(group_concat({_STATE}, ',') FILTER (WHERE w)"
-        f" AS BLOB), max(t) FROM ({inner})"
+        f" AS BLOB), {newest} FROM ({inner})"
     )
 
 

@@ -67,6 +67,8 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
 
     layout: ClassVar[str] = meta.TEXT
     """The events layout this recorder reads and writes."""
+    topics_table: ClassVar[str | None] = None
+    """The table of the events' topic ids (None: the events hold their topics as text)."""
 
     def __init__(
         self,
@@ -256,7 +258,9 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         keys, newest = (None, None) if topics is None else self.topic_keys(topics)
         narrowed = None if keys is None else len(keys)
         table = self.events_table_name
-        statement = joined_statement(table, gt is not None, lte is not None, narrowed)
+        statement = joined_statement(
+            table, gt is not None, lte is not None, narrowed, self.topics_table
+        )
         params = parameters(self.run_key(run_id), gt, lte, limit, keys or ())
         connection = self.readers.borrow()
         try:
