@@ -52,10 +52,10 @@ class Segment:
 
     def failed(self, run: str) -> Segment:
         """The segment with one more failure of `run`."""
-        if self.fails is None or (run not in self.fails and len(self.fails) >= SPREAD):
-            return Segment(self.completed_by, None, self.total + 1)
-        fails = {**self.fails, run: self.fails.get(run, 0) + 1}
-        return Segment(self.completed_by, fails, self.total + 1)
+        fails = self.fails
+        if fails is None or (run not in fails and len(fails) >= SPREAD):
+            return _SEGMENT(self.completed_by, None, self.total + 1)
+        return _SEGMENT(self.completed_by, {**fails, run: fails.get(run, 0) + 1}, self.total + 1)
 
     def without(self, run: str, unlisted: int) -> Segment:
         """The segment without `run`'s failures (`unlisted` of them where not by run)."""
@@ -157,11 +157,11 @@ class Failures:
             # the same run completing again with no failure between: forgetting any run
             # tells the two completions apart no more than one (a long loop's common case)
             return self
-        track = (*track, Segment(run, {}, 0))
+        track = (*track, _SEGMENT(run, {}, 0))
         cut = self.cut
         if len(track) > DEPTH:
             track, cut = track[1:], cut | {stage}
-        return Failures(  # not attrs.evolve, which costs twice as much on every completion
+        return _FAILURES(  # by position (`maker`): not __init__, nor attrs.evolve
             self.by_stage,
             self.by_error_type,
             {**self.streaks, stage: 0} if self.streaks.get(stage) else self.streaks,
@@ -209,6 +209,7 @@ class Failures:
 
 
 _FAILURES = maker(Failures)
+_SEGMENT = maker(Segment)
 
 
 def _bump(counts: Mapping[str, int], key: str) -> dict[str, int]:
@@ -268,9 +269,15 @@ class FailurePatterns(Projection[Failures]):
     @on(StageCompleted)
     def completed(self, state: Failures, event: StageCompleted) -> Failures:
         """End the stage's streak of failures (a routed verdict does not: the stage did not run)."""
-        if not event.attempt or event.stage not in state.tracks:  # never failed: no streak
+        if not event.attempt:
             return state
-        return state.completed(event.stage, _hex(event.run_id))
+        track = state.tracks.get(event.stage)
+        if track is None:  # never failed: no streak
+            return state
+        run, newest = _hex(event.run_id), track[-1]
+        if newest.total == 0 and newest.completed_by == run:  # `Failures.completed`'s own test,
+            return state  # inline: a long loop's run completing again and again
+        return state.completed(event.stage, run)
 
     def forget_run(self, state: Failures, run_id: UUID, events: Sequence[Event]) -> Failures:
         """`state` without the deleted run's failures and completions (see `Failures.without`)."""

@@ -16,17 +16,28 @@ attempt 0) and its own.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from sys import intern
 from typing import Any
 
 import attrs
 
-from events import DECIDED, JSON, RunStarted, StageCompleted, StageFailed, StateRolledBack
+from events import (
+    DECIDED,
+    JSON,
+    Event,
+    RunStarted,
+    StageCompleted,
+    StageFailed,
+    StateRolledBack,
+)
 from events.table import Lookup, as_rows, from_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, evolve, maker
+from projections import collector
 from projections.base import Projection, on
-from projections.immutable import PList, PMap
+from projections.errors import ProjectionError
+from projections.immutable import Cons, PList, PMap
 from projections.interning import interned
 
 
@@ -180,6 +191,33 @@ class RoundsTable(Projection[Rounds]):
             )
         return evolve(state, marks=marks, live_rounds=live, live_by_stage=by_stage)
 
+    def _fold(self, events: Iterable[Event], current: Rounds, tick: Callable[[], None]) -> Rounds:
+        """`Projection._fold`, each stretch of outcomes of a run without a hub recorded into
+        one `Rounds` at its end: its lists and its map of live rounds by stage are made once
+        per stretch, not once per outcome (a long loop's every event); each round is made as
+        `completed` and `failed` make it. The same state as `apply` event after event."""
+        apply = self.apply
+        left = every = collector.COLLECT_EVERY
+        stretch: _Stretch | None = None
+        for event in events:
+            kind = type(event)
+            if (kind is StageCompleted or kind is StageFailed) and current.hub is None:
+                if stretch is None:
+                    stretch = _Stretch(current)
+                try:
+                    stretch.record(event)  # type: ignore[arg-type]
+                except Exception as error:
+                    raise ProjectionError(self.name, event, error) from error
+            else:
+                if stretch is not None:
+                    current, stretch = stretch.rounds(), None
+                current = apply(current, event)
+            left -= 1
+            if not left:
+                tick()
+                left = every
+        return current if stretch is None else stretch.rounds()
+
     def encode(self, state: Rounds) -> JSON:
         """Every round as a JSON object, oldest first (timestamps in ISO 8601), and the hub."""
         return {
@@ -263,6 +301,55 @@ def _record(
         by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(round_)),
         hub,
     )
+
+
+class _Stretch:
+    """Outcomes recorded into `Rounds` without a hub (`RoundsTable._fold`), made when asked for:
+    the cells of its lists, and of each stage's list of live rounds, grown as `_record` grows
+    them."""
+
+    __slots__ = ("history", "live", "size", "stages", "start")
+
+    def __init__(self, start: Rounds) -> None:
+        self.start, self.size = start, len(start.history)
+        self.history, self.live = start.history.cells, start.live_rounds.cells
+        self.stages: dict[str, tuple[Cons[Round], int]] = {}
+        """Each stage's live rounds grown (their cells and how many), by stage."""
+
+    def record(self, event: StageCompleted | StageFailed) -> None:
+        """Record the round of `event` as `_record` does."""
+        stage, outcome = event.stage, event.outcome
+        stage = intern(stage) if stage.__class__ is str else stage
+        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        if event.__class__ is StageFailed:
+            result, error, error_type = None, event.error, event.error_type
+            if error is not None:
+                error, error_type = interned(error), interned(error_type)
+        else:
+            result, error, error_type = event.result, None, None  # type: ignore[union-attr]
+        self.size += 1
+        round_ = _ROUND(
+            self.size, stage, event.attempt, outcome, result, error, error_type, event.version,
+            event.timestamp, None,
+        )  # fmt: skip
+        self.history, self.live = (round_, self.history), (round_, self.live)
+        stages = self.stages
+        below = stages.get(stage)
+        if below is None:
+            live = self.start.live_by_stage.get(stage, _NONE_LIVE)
+            below = (live.cells, len(live))
+        stages[stage] = ((round_, below[0]), below[1] + 1)
+
+    def rounds(self) -> Rounds:
+        """The rounds with the outcomes recorded."""
+        start = self.start
+        by_stage, added = start.live_by_stage, self.size - len(start.history)
+        for stage, (cells, size) in self.stages.items():
+            by_stage = by_stage.set(stage, PList(cells, size))
+        return _ROUNDS(
+            PList(self.history, self.size), start.marks,
+            PList(self.live, len(start.live_rounds) + added), by_stage, start.hub,
+        )  # fmt: skip
 
 
 def _took_route(state: Rounds, hub: HubTable, stage: str) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -24,6 +24,7 @@ from events import (
 )
 from events.table import Lookup, as_rows, from_rows, lookup, took_implicit_route
 from events.values import evolve, maker
+from projections import collector
 from projections.base import EventSource, Projection, on
 from projections.errors import ProjectionError
 from projections.immutable import RUN_CELLS, Cons, Deferred, PList
@@ -213,6 +214,37 @@ class RunIndex(Projection["RunSummary | None"]):
         except Exception as error:
             raise ProjectionError(self.name, event, error) from error
 
+    def _fold(
+        self, events: Iterable[Event], current: RunSummary | None, tick: Callable[[], None]
+    ) -> RunSummary | None:
+        """`Projection._fold`, each stretch of outcomes of the run's current state folded into
+        one summary at its end: the summary, a value of 16 fields, is built once per stretch,
+        not once per outcome (a long loop's every event). The same state as `apply` event
+        after event (`outcome`'s arithmetic, inline); anything else goes to `apply`."""
+        apply = self.apply
+        left = every = collector.COLLECT_EVERY
+        stretch: _Stretch | None = None
+        for event in events:
+            kind = type(event)
+            if (kind is StageCompleted or kind is StageFailed) and current is not None:
+                if stretch is None:
+                    stretch = _Stretch(current)
+                try:
+                    taken = stretch.took(event, kind is StageFailed)  # type: ignore[arg-type]
+                except Exception as error:
+                    raise ProjectionError(self.name, event, error) from error
+                if not taken:  # a hub's implicit route: `outcome` itself
+                    current, stretch = apply(stretch.summary(), event), None
+            else:
+                if stretch is not None:
+                    current, stretch = stretch.summary(), None
+                current = apply(current, event)
+            left -= 1
+            if not left:
+                tick()
+                left = every
+        return current if stretch is None else stretch.summary()
+
     def settled(self, state: RunSummary | None) -> bool:
         """A finished run's summary changes only if it is deleted (`RunDeleted`), rarely."""
         return state is not None and state.finished is not None
@@ -351,6 +383,45 @@ class PackedRuns:
         if code is None and end <= 0:
             return items, None
         return items, PackedRuns(names, text, end=end, newest=code or "")
+
+
+class _Stretch:
+    """Outcomes folded into a summary (`RunIndex._fold`), the summary built when asked for."""
+
+    __slots__ = ("attempts", "cells", "failures", "last", "size", "start", "state", "status")
+
+    def __init__(self, start: RunSummary) -> None:
+        self.start, self.state, self.status = start, start.state, start.status
+        self.attempts, self.failures = start.attempts, start.failures
+        self.last: StageCompleted | StageFailed | None = None
+        self.cells, self.size = start.states.cells, len(start.states)
+
+    def took(self, event: StageCompleted | StageFailed, failed: bool) -> bool:
+        """Fold `event` as `RunIndex.outcome` does; False: its stage takes an implicit route
+        (left to `outcome`, nothing taken)."""
+        state, stage = self.state, event.stage
+        if stage != state and took_implicit_route(self.start.moves, state, stage):
+            return False
+        if failed and task_writes(event.details) is not None:  # type: ignore[union-attr]
+            self.status = "failed_resumable"
+        self.state = self.start.moves.get((state, event.outcome), state)
+        self.attempts += event.attempt > 0 and not stage.startswith("__")
+        self.failures += failed
+        self.cells, self.size = (state, self.cells), self.size + 1
+        self.last = event
+        return True
+
+    def summary(self) -> RunSummary:
+        """The summary after the outcomes taken."""
+        start, last = self.start, self.last
+        if last is None:
+            return start
+        states: PList[str] = PList(self.cells, self.size)
+        return _SUMMARY(
+            start.run_id, start.pipeline, self.status, self.state, start.started, last.timestamp,
+            last.version, start.finished, self.attempts, self.failures, start.labels,
+            start.parent_run_id, start.forked_from, start.reason, start.moves, states,
+        )  # fmt: skip
 
 
 def _touch(summary: RunSummary, event: Event, **changes: Any) -> RunSummary:

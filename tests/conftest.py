@@ -6,10 +6,16 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import freezegun
 import pytest
 
 from engine import Engine
 from tests._helpers import POSTGRES_URL, require_browser, require_postgres
+
+# A PostgreSQL pool's scheduler thread times its own stop: under frozen time it never stops,
+# and a thread left running keeps later long folds from slowing the collector down
+# (tests/projections/test_collector.py failed after tests/store/test_appended_bytes.py).
+freezegun.configure(extend_ignore_list=["psycopg_pool"])
 
 BACKENDS = ["memory", "sqlite", "postgres"]
 

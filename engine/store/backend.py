@@ -7,7 +7,7 @@ table, so a half-created store is still recognised as stagetrail's on the next o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
@@ -21,6 +21,7 @@ from engine.store.views import Views
 
 if TYPE_CHECKING:  # the workers' module (a process pool) is loaded only by a check by ranges
     from engine.store.chain_workers import RangeReader
+    from engine.store.sqlite.joined import JoinedPage
 
 
 class RowReader(Protocol):
@@ -49,6 +50,34 @@ def row_reader(recorder: Any) -> RowReader:
     return read
 
 
+class JoinedReader(Protocol):
+    """Reads a run's page as one `JoinedPage` (None: a page to read as rows instead)."""
+
+    def __call__(
+        self,
+        run_id: UUID,
+        topics: Collection[str] | None,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        limit: int | None = None,
+    ) -> JoinedPage | None:
+        """The page with `gt < version <= lte`, oldest first, `limit` rows, the states of
+        `topics`' rows joined (None: every topic)."""
+
+
+def joined_reader(recorder: Any) -> JoinedReader:
+    """`recorder.select_rows` with ``joined``, looked up at each read (as `row_reader`)."""
+
+    def read(run_id: UUID, topics: Collection[str] | None, **query: Any) -> JoinedPage | None:
+        page: JoinedPage | None = recorder.select_rows(
+            run_id, joined=True if topics is None else topics, **query
+        )
+        return page
+
+    return read
+
+
 @attrs.frozen
 class Backend:
     """An open recorder, the mapper for its bytes, and how to close them."""
@@ -73,6 +102,9 @@ class Backend:
     stored_rows: RowReader | None = attrs.field(default=None, kw_only=True)
     """A run's page as plain (version, topic, state) rows, `select_events`' arguments (None:
     the recorder reads `StoredEvent`s only)."""
+    joined_rows: JoinedReader | None = attrs.field(default=None, kw_only=True)
+    """A run's page as one `JoinedPage`, its states joined into one JSON array by the
+    database (None: the backend reads rows only)."""
     range_reader: Callable[[], RangeReader] | None = attrs.field(default=None, kw_only=True)
     """A new reader of a run's ranges of versions over a connection of its own (None: the
     backend reads pages through its recorder only)."""

@@ -31,7 +31,7 @@ from engine.store.errors import (
     StoreError,
 )
 from engine.store.failures import classify, is_database_error
-from engine.store.mapper import EventMapper
+from engine.store.mapper import EventMapper, NotJoined
 from engine.store.sqlite import open_sqlite
 from engine.store.sqlite import writable as sqlite_writable
 from engine.store.sqlite.recorder import UPGRADED
@@ -41,9 +41,13 @@ from events.storable import unstorable_field
 
 if TYPE_CHECKING:  # the workers' module (a process pool) is loaded only by a check by ranges
     from engine.store.chain_workers import RangeReading
+    from engine.store.sqlite.joined import JoinedPage
 
 PAGE = 1000
 """Events read per query when streaming a run."""
+JOINED_FROM = 250
+"""The fewest events a stream reads as pages joined by the database (`Backend.joined_rows`):
+its query and topics cost a page ~30 µs more, each event read ~0.3 µs less than a row."""
 _Row = TypeVar("_Row")
 _UPGRADED = f"{UPGRADED}; nothing of this append was written"
 
@@ -532,7 +536,22 @@ class Store:
     ) -> Iterator[Iterator[Event]]:
         """Each page of the run's rows, as an iterator building its events when taken."""
         decoded = self._mapper.decoded
+        one_row = self._backend.joined_rows is not None and self._mapper.reads_joined
+        if lte is not None and lte - gt < JOINED_FROM:  # a short read: its rows cost less
+            one_row = False
         while True:
+            page = self._joined(run_id, gt, lte, topics) if one_row else None
+            if page is not None:
+                try:
+                    events = decoded(run_id, page.rows, self._again, page.joined)
+                except NotJoined:  # read as rows below
+                    pass
+                else:
+                    yield events
+                    if page.count < PAGE:
+                        return
+                    gt = page.last  # type: ignore[assignment]  # a whole page has one
+                    continue
             rows = self._rows(run_id, gt=gt, lte=lte, limit=PAGE)
             wanted = rows if topics is None else _of_topics(rows, topics)
             try:
@@ -542,6 +561,36 @@ class Store:
             if len(rows) < PAGE:
                 return
             gt = rows[-1][0]
+
+    def _joined(
+        self, run_id: UUID, gt: int, lte: int | None, topics: frozenset[str] | None
+    ) -> JoinedPage | None:
+        """A page of the run read as one row (`Backend.joined_rows`), refused if it shows a
+        hole of the run's erasure; None: a page to read as rows."""
+        read = self._backend.joined_rows
+        assert read is not None  # asked only of a backend that reads joined pages
+        query = {"gt": gt, "lte": lte, "limit": PAGE}
+        try:
+            page = read(run_id, topics, **query)
+            if page is not None:
+                ends = [] if page.first is None else [page.first, page.last]
+                self._check_whole(run_id, ends, page.count, query)  # type: ignore[arg-type]
+        except (PersistenceError, sqlite3.Error) as error:
+            raise classify(self.url, error, "read failed") from error
+        return page
+
+    def _again(self, run_id: UUID, row: tuple[int, str]) -> Event:
+        """The event of a joined page's `row` (version, topic) its state could not be built
+        for: read again as its stored row and decoded alone (`_alone`), naming it if unreadable.
+
+        Raises:
+            StoreError: the event cannot be read (naming its run and version).
+        """
+        version = row[0]
+        found = self._rows(run_id, gt=version - 1, lte=version, limit=1)
+        if not found:  # gone since the page was read (erased)
+            raise StoreError(self.url, f"run {run_id} version {version}: no longer stored")
+        return self._alone(run_id, found[0])
 
     def _alone(self, run_id: UUID, row: StoredRow) -> Event:
         """A row decoded from its stored bytes alone (`EventMapper.alone`), an unreadable one

@@ -330,3 +330,21 @@ class TestEqualityAndRepr:
         assert repr(attrs.evolve(state, exact=False)) != repr(state)
         assert "tracks" not in repr(state)
         assert "tail" not in repr(state)
+
+
+class TestFoldSkipsUnchangingCompletions:
+    @pytest.mark.parametrize("seed", [1, 2, 3])
+    def test_a_fold_gives_the_state_apply_gives_event_after_event(self, seed: int) -> None:
+        """A fold (completions that change nothing skipped inline) ends where `apply` one
+        event at a time ends, its bookkeeping for forgetting runs too, at every length."""
+        events = history(seed, runs=3, steps=40)
+        projection, stepwise = FailurePatterns(), Failures()
+        for count, event in enumerate(events, 1):
+            stepwise = projection.apply(stepwise, event)
+            folded = projection.fold(events[:count])
+            assert folded == stepwise
+            assert (folded.tracks, folded.tail, folded.cut) == (
+                stepwise.tracks,
+                stepwise.tail,
+                stepwise.cut,
+            )

@@ -291,3 +291,47 @@ class TestImplicitRoute:
                 )
         assert views[0] == views[1]
         assert views[1][0] == ("hub", "a", 0, True)
+
+
+class TestFoldInStretches:
+    @pytest.mark.parametrize("hub", [True, False])
+    def test_a_fold_gives_the_rounds_apply_gives_event_after_event(
+        self, engine: Engine, hub: bool
+    ) -> None:
+        """A fold (stretches of outcomes recorded at once) ends where `apply` one event at a
+        time ends, through failures, rollbacks and a hub's implicit routes, at every length."""
+        run = hub_history(engine, explicit=not hub, hub=hub)
+        run.rollback(2)
+        if hub:
+            run.stage_failed("b", error="again", error_type="Boom")
+            run.stage_completed("b", result={"n": 1})
+            run.rollback(1)
+            run.stage_completed("b", result={"n": 2})
+        events = engine.events(run.id)
+        stepwise = PROJECTION.initial()
+        for count, event in enumerate(events, 1):
+            stepwise = PROJECTION.apply(stepwise, event)
+            folded = PROJECTION.fold(events[:count])
+            assert folded == stepwise
+            assert (folded.rounds, folded.live) == (stepwise.rounds, stepwise.live)
+            assert dict(folded.live_by_stage) == dict(stepwise.live_by_stage)
+        assert len(stepwise.rounds) >= 6
+
+    @pytest.mark.parametrize("hub", [True, False])
+    def test_a_fold_from_restored_rounds_ends_where_apply_ends(
+        self, engine: Engine, hub: bool
+    ) -> None:
+        """A fold started from rounds restored from their snapshot (encoded, decoded) at any
+        version ends where `apply` event after event ends, live rounds by stage too."""
+        run = hub_history(engine, explicit=not hub, hub=hub)
+        run.rollback(2)
+        run.stage_completed("b", result={"n": 2})
+        events = engine.events(run.id)
+        whole = PROJECTION.initial()
+        for event in events:
+            whole = PROJECTION.apply(whole, event)
+        for cut in range(1, len(events)):
+            restored = PROJECTION.decode(PROJECTION.encode(PROJECTION.fold(events[:cut])))
+            folded = PROJECTION.fold(events[cut:], restored)
+            assert folded == whole
+            assert dict(folded.live_by_stage) == dict(whole.live_by_stage)

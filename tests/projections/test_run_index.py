@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from engine import Engine, Pipeline
 from engine.errors import InvalidArgument
 from events import StateRolledBack
+from events.values import evolve
 from projections import RUNNING, RunIndex, RunSummary
+from projections.errors import ProjectionError
 from projections.immutable import PList
-from projections.run_index import _states, pack_states
+from projections.run_index import STATUS_NOTE, _states, pack_states
 from tests._helpers import REVIEW, hub_history
 
 OTHER = Pipeline(
@@ -238,3 +240,55 @@ class TestImplicitRoute:
             assert summary.state == run.state
         assert seen[0] == seen[1]
         assert seen[1][1:] == (4, 1)
+
+
+class TestFold:
+    @pytest.mark.parametrize("explicit", [True, False])
+    def test_a_fold_gives_the_summary_apply_gives_event_after_event(
+        self, engine: Engine, explicit: bool
+    ) -> None:
+        """A fold (stretches of outcomes summed up at once) ends where `apply` one event at a
+        time ends, through implicit routes, rollbacks, a pausing note, resumable failures."""
+        run = hub_history(engine, explicit=explicit)
+        run.rollback(2)
+        run.stage_failed("b", error="x", details={"task_id": "t", "writes": []})
+        run.stage_completed("b")
+        run.note(STATUS_NOTE, {"status": "waiting", "reason": "input"})
+        run.stage_completed("b_done")
+        run.finish("succeeded")
+        events = engine.events(run.id)
+        index, stepwise = RunIndex(), None
+        for count, event in enumerate(events, 1):
+            stepwise = index.apply(stepwise, event)
+            folded = index.fold(events[:count])
+            assert folded == stepwise
+            assert folded is not None
+            assert stepwise is not None
+            assert folded.states.to_tuple() == stepwise.states.to_tuple()
+        assert stepwise is not None
+        assert stepwise.status == "succeeded"
+
+    def test_a_failing_outcome_names_the_projection_and_event(self, engine: Engine) -> None:
+        """An outcome the fold cannot take fails as `apply` fails: a ProjectionError naming it."""
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", result={})
+        events = engine.events(run.id)
+        broken = evolve(events[1], attempt=None)  # as no check lets an event be made
+        with pytest.raises(ProjectionError) as raised:
+            RunIndex().fold([events[0], broken])
+        assert (raised.value.event_type, raised.value.version) == ("StageCompleted", 2)
+
+    @pytest.mark.parametrize("explicit", [True, False])
+    def test_a_fold_from_a_restored_summary_ends_where_apply_ends(
+        self, engine: Engine, explicit: bool
+    ) -> None:
+        """A fold started from a summary restored from its snapshot (encoded, decoded) at any
+        version ends where `apply` event after event ends."""
+        run = hub_history(engine, explicit=explicit)
+        run.rollback(2)
+        events = engine.events(run.id)
+        index = RunIndex()
+        whole = index.fold(events)
+        for cut in range(1, len(events)):
+            restored = index.decode(index.encode(index.fold(events[:cut])))
+            assert index.fold(events[cut:], restored) == whole

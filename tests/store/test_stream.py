@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine import Engine
 from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
+from engine.store.mapper import EventMapper
 from engine.store.meta import EVENTS_TABLE
+from engine.store.sqlite.recorder import SQLiteRecorder
 from events import Event, StageCompleted, StageFailed
 from projections import BUILT_INS, TaskTable, handled_topics
 from tests.store.test_lean_read import KEY, LOOP
@@ -202,3 +207,226 @@ class TestUpcasting:
             assert list(engine.store.stream(run_id)) == alone
             for cls in BUILT_INS:
                 assert cls().fold(engine.store.stream(run_id)) == cls().fold(alone), cls.name
+
+
+class TestJoinedPages:
+    @pytest.mark.parametrize("layout", ["compact", "text"])
+    def test_a_page_the_database_joins_reads_as_its_rows_would(
+        self, tmp_path: Path, layout: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A stream read as pages SQLite joins into one JSON array gives the events a read of
+        rows gives, ints beyond 64 bits exact (that page read as rows), narrowed or not."""
+        url = f"sqlite:///{tmp_path / 'runs.db'}?layout={layout}"
+        with Engine(url) as engine:
+            run_id = recorded(engine)
+            engine.resume(run_id).stage_completed("work", {"big": 2**70, "neg": -(2**64)})
+            joined = list(engine.store.stream(run_id))
+            narrowed = list(engine.store.stream(run_id).narrowed({StageFailed.topic}))
+            monkeypatch.setattr(EventMapper, "reads_joined", False)
+            rows = list(engine.store.stream(run_id))
+        assert joined == rows
+        assert joined[-1].result == {"big": 2**70, "neg": -(2**64)}  # type: ignore[attr-defined]
+        assert narrowed == [event for event in rows if type(event) is StageFailed]
+
+
+RAW_RESULTS = [
+    b'{"s":"a\\"b\\\\c\\n\\t\\u00e9\\ud83d\\ude00\\u2028\\/"}',
+    '{"k":"\u00e9\u4e2d\U0001f600"}'.encode(),
+    b'{"big":123456789012345678901234567890,"neg":-12345678901234567890}',
+    b'{"f":1e400}',
+    b'{"z":-0.0,"e":1E-7,"g":0.1,"h":1.0e+2}',
+    b'{"n":NaN}',
+    b'{"d":1,"d":2}',
+    b"[" * 1022 + b"1" + b"]" * 1022,
+    b"[" * 1023 + b"1" + b"]" * 1023,
+    b'"scalar"',
+    b'{ "x" : [ 1 , 2 ] }\n',
+    b'{"k":"\xff"}',
+    b'{"k":"\\ud800"}',
+]
+"""Results spliced into a stored state by hand: escapes, unicode, long ints, floats JSON's
+and orjson's readers differ on, duplicate keys, deep nesting, a scalar, blanks, bad UTF-8."""
+WHOLE_STATES: list[list[bytes | None]] = [
+    [None],
+    [b""],
+    [b"[]"],
+    [b"1"],
+    [None, b"{}}"],
+    [b"", b"{},{}"],
+    [None, b"GLUED"],
+    [b"GLUED", None],
+]
+"""States replacing those of versions 3 (and 4) whole; GLUED: version 5's state twice, with a
+comma between (two JSON values in one state, a NULL or empty one beside it)."""
+
+_STORABLE = st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")
+"""Characters a result may hold (the store refuses a NUL and a lone surrogate)."""
+
+
+def _outcome(engine: Engine, run_id: UUID, topics: frozenset[str] | None) -> Any:
+    """What a stream of the run gives: its events, or the type and text of its error."""
+    stream = engine.store.stream(run_id)
+    try:
+        return list(stream if topics is None else stream.narrowed(topics))
+    except Exception as error:  # compared, not hidden: both ways must fail alike
+        return (type(error).__name__, str(error))
+
+
+def _both_ways(
+    engine: Engine, run_id: UUID, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[Any], list[Any]]:
+    """Each stream (whole, narrowed) read as joined pages, then read as rows."""
+    narrowed = frozenset({StageCompleted.topic})
+    joined = [_outcome(engine, run_id, topics) for topics in (None, narrowed)]
+    with monkeypatch.context() as patch:
+        patch.setattr(EventMapper, "reads_joined", False)
+        rows = [_outcome(engine, run_id, topics) for topics in (None, narrowed)]
+    return joined, rows
+
+
+def _small_run(engine: Engine) -> UUID:
+    run = engine.start_run(LOOP)
+    for index in range(6):
+        run.stage_completed("work", {})
+        if index == 2:
+            run.stage_failed("work", "boom", error_type="Boom")
+    return run.id
+
+
+class TestJoinedPagesAsRows:
+    @pytest.mark.parametrize("layout", ["compact", "text"])
+    @pytest.mark.parametrize("raw", RAW_RESULTS)
+    def test_a_result_spliced_by_hand_reads_as_its_row_reads(
+        self, tmp_path: Path, layout: str, raw: bytes, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Stored JSON the serializer would not write reads joined as it reads row by row:
+        the same events, or the same error."""
+        path = tmp_path / "runs.db"
+        with Engine(f"sqlite:///{path}?layout={layout}") as engine:
+            run_id = _small_run(engine)
+            with sqlite3.connect(path) as db:
+                db.execute(
+                    f"UPDATE {EVENTS_TABLE} SET state=CAST(replace(CAST(state AS TEXT),"
+                    " '\"result\":{}', ?) AS BLOB) WHERE originator_version=3",
+                    (b'"result":' + raw,),
+                )
+            joined, rows = _both_ways(engine, run_id, monkeypatch)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(10_000)  # results nested 1,023 deep compared
+        try:
+            assert joined == rows
+        finally:
+            sys.setrecursionlimit(limit)
+        assert isinstance(rows[0], tuple) or len(rows[0]) == 8
+
+    @pytest.mark.parametrize("layout", ["compact", "text"])
+    @pytest.mark.parametrize("states", WHOLE_STATES)
+    def test_a_state_null_empty_or_glued_reads_as_its_row_reads(
+        self,
+        tmp_path: Path,
+        layout: str,
+        states: list[bytes | None],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A NULL, empty, non-object or glued state (a NULL beside two values in one state
+        adds up to as many values as rows) reads joined as row by row: here an error naming
+        the run and version, never another event's state."""
+        path = tmp_path / "runs.db"
+        with Engine(f"sqlite:///{path}?layout={layout}") as engine:
+            run_id = _small_run(engine)
+            with sqlite3.connect(path) as db:
+                (fifth,) = db.execute(
+                    f"SELECT state FROM {EVENTS_TABLE} WHERE originator_version=5"
+                ).fetchone()
+                for version, state in enumerate(states, 3):
+                    glued = None if state is None else state.replace(b"GLUED", fifth + b"," + fifth)
+                    db.execute(
+                        f"UPDATE {EVENTS_TABLE} SET state=? WHERE originator_version=?",
+                        (glued, version),
+                    )
+            joined, rows = _both_ways(engine, run_id, monkeypatch)
+        assert joined == rows
+        assert rows[0][0] == "StoreError"
+        assert f"run {run_id} version " in rows[0][1]
+
+    @given(
+        results=st.lists(
+            st.recursive(
+                st.none()
+                | st.booleans()
+                | st.integers()
+                | st.floats(allow_nan=False, allow_infinity=False)
+                | st.text(_STORABLE),
+                lambda inner: (
+                    st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(_STORABLE), inner, max_size=3)
+                ),
+                max_leaves=8,
+            ),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    @settings(
+        max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    def test_any_json_results_read_joined_as_row_by_row(
+        self, tmp_path_factory: pytest.TempPathFactory, results: list[Any]
+    ) -> None:
+        """Results of any JSON (escapes, unicode, ints beyond 64 bits, -0.0, tiny and huge
+        floats, nesting) read joined exactly as row by row, whole and narrowed."""
+        path = tmp_path_factory.mktemp("joined") / "runs.db"
+        with Engine(f"sqlite:///{path}") as engine, pytest.MonkeyPatch.context() as patch:
+            run = engine.start_run(LOOP)
+            for result in results:
+                run.stage_completed("work", {"r": result})
+            joined, rows = _both_ways(engine, run.id, patch)
+        assert joined == rows
+        assert [event.result["r"] for event in joined[1]] == results
+
+    def test_a_topic_first_stored_between_the_two_reads_of_a_narrowed_page_is_read(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A compact store's narrowed page reads its topics' ids, then the page: an event of
+        a wanted topic another process stores first in between is in the stream, not
+        dropped as a topic not asked for."""
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        with Engine(url) as engine, Engine(url) as other:
+            run = engine.start_run(LOOP)
+            run.stage_completed("work", {})
+            recorder = type(engine.store.recorder)
+            assert issubclass(recorder, SQLiteRecorder)
+            keys = recorder.topic_keys
+            appended: list[bool] = []
+
+            def then_appended(self: Any, topics: Any) -> Any:
+                found = keys(self, topics)
+                if not appended:
+                    appended.append(True)
+                    other.resume(run.id).stage_failed("work", "boom", error_type="Boom")
+                return found
+
+            monkeypatch.setattr(recorder, "topic_keys", then_appended)
+            failed = list(engine.store.stream(run.id).narrowed({StageFailed.topic}))
+        assert appended == [True]
+        assert [type(event) for event in failed] == [StageFailed]
+
+    def test_a_page_longer_than_sqlite_s_longest_string_reads_as_rows(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A page whose joined states SQLite cannot hold in one string (SQLITE_TOOBIG) is read
+        as rows, as before: not an error."""
+        with Engine(f"sqlite:///{tmp_path / 'runs.db'}") as engine:
+            run = engine.start_run(LOOP)
+            for index in range(20):
+                run.stage_completed("work", {"pad": "x" * 400, "n": index})
+            expected = _both_ways(engine, run.id, monkeypatch)[1]
+            store_recorder = engine.store.recorder
+            assert isinstance(store_recorder, SQLiteRecorder)
+            readers = store_recorder.readers
+            connection = readers.borrow()
+            connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)  # a row fits, the page not
+            readers.give_back(connection)
+            got = _outcome(engine, run.id, None)
+        assert got == expected[0]
+        assert len(got) == 21

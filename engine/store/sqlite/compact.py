@@ -15,7 +15,7 @@ loudly instead of writing text ids beside binary ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -67,6 +67,7 @@ class CompactRecorder(SQLiteRecorder):
     """`SQLiteRecorder` over the compact table: run ids as 16-byte BLOBs, topics as ids."""
 
     layout: ClassVar[str] = meta.COMPACT
+    topics_table: ClassVar[str | None] = TOPICS_TABLE
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -108,6 +109,22 @@ class CompactRecorder(SQLiteRecorder):
                 key = BLOB(_as_uuid(run_id).bytes)
             params += (key, stored.originator_version, ids[stored.topic], BLOB(stored.state))
         return params
+
+    def topic_keys(self, topics: Collection[str]) -> tuple[list[Any], Any]:
+        """The ids of `topics` in the topics table (read again: another process may have
+        added one since), those stored under no id left out; and the newest id read (a
+        page read after it holding a newer one is read as rows: its topic may be wanted)."""
+        rows = self._read_topics()
+        self.topic_names.update(rows)
+        newest = max((key for key, _ in rows), default=0)
+        return sorted(key for key, topic in rows if topic in topics), newest
+
+    def topics_of(self) -> Callable[[list[Any]], list[str]] | None:
+        """Topic ids read to topics (`topic_names`)."""
+        return self._named
+
+    def _named(self, ids: list[Any]) -> list[str]:
+        return list(map(self.topic_names.__getitem__, ids))
 
     def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
         """Rows as the compact table holds them, each topic id turned back into its topic."""

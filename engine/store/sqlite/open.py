@@ -20,7 +20,7 @@ from eventsourcing.persistence import PersistenceError
 from eventsourcing.sqlite import SQLiteDatastore
 
 from engine.store import meta
-from engine.store.backend import Backend, prepare_views, row_reader
+from engine.store.backend import Backend, joined_reader, prepare_views, row_reader
 from engine.store.codec import Codec
 from engine.store.errors import StoreError
 from engine.store.failures import classify
@@ -84,7 +84,7 @@ def open_sqlite(
     codec = found.codec(mapper)
     generation = functools.partial(read_generation, recorder.readers, recorder.writer)
     after = functools.partial(stored_after, recorder)
-    rows = row_reader(recorder)
+    rows, joined = row_reader(recorder), joined_reader(recorder)
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
     if read_only:
@@ -92,12 +92,14 @@ def open_sqlite(
         return Backend(
             recorder, mapper, close, views, read_only=True, codec=codec, generation=generation,
             chain=chain, stored_after=after, upgrade=upgrade, stored_rows=rows,
+            joined_rows=joined,
         )  # fmt: skip
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked), codec)
     erase = functools.partial(erase_runs, datastore, recorder, views is not None)
     return Backend(
         recorder, mapper, close, views, problem, erase, codec=codec, generation=generation,
         chain=chain, stored_after=after, upgrade=upgrade, stored_rows=rows,
+        joined_rows=joined,
     )  # fmt: skip
 
 

@@ -24,8 +24,9 @@ a read that finds rows pays nothing.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any, ClassVar
+import sqlite3
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, ClassVar, Literal, overload
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent
@@ -34,6 +35,8 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 from engine.store import meta
 from engine.store.errors import HeadMissing, StoreError
 from engine.store.sqlite.datastore import Datastore
+from engine.store.sqlite.joined import JoinedPage, page_of, parameters
+from engine.store.sqlite.joined import statement as joined_statement
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.writer import WriterConnection
 
@@ -64,6 +67,8 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
 
     layout: ClassVar[str] = meta.TEXT
     """The events layout this recorder reads and writes."""
+    topics_table: ClassVar[str | None] = None
+    """The table of the events' topic ids (None: the events hold their topics as text)."""
 
     def __init__(
         self,
@@ -76,6 +81,8 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
     ) -> None:
         super().__init__(datastore, events_table_name=events_table_name)
         self.readers = ReaderConnections(datastore.uri, timeout)
+        self._utf8: bool | None = None
+        """Whether the database holds its text as UTF-8 (None: not asked yet)."""
         self.writer = writer
         self.url = url or datastore.uri
 
@@ -178,6 +185,7 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         rows = self.select_rows(run_id, gt=gt, lte=lte, desc=desc, limit=limit)
         return [StoredEvent(run_id, version, topic, state) for version, topic, state in rows]
 
+    @overload
     def select_rows(
         self,
         run_id: UUID,
@@ -186,9 +194,42 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         lte: int | None = None,
         desc: bool = False,
         limit: int | None = None,
-    ) -> list[tuple[int, str, bytes]]:
+    ) -> list[tuple[int, str, bytes]]: ...
+
+    @overload
+    def select_rows(
+        self,
+        run_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+        joined: Collection[str] | Literal[True],
+    ) -> JoinedPage | None: ...
+
+    def select_rows(
+        self,
+        run_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+        joined: Collection[str] | bool = False,
+    ) -> list[tuple[int, str, bytes]] | JoinedPage | None:
         """`select_events`' rows as plain (version, topic, state) tuples: the lean read of a
-        streaming pass (the chain check), which needs no `StoredEvent` per row."""
+        streaming pass (the chain check), which needs no `StoredEvent` per row.
+
+        Args:
+            joined: read the page as one `JoinedPage` instead (ascending, `limit` given),
+                narrowed to these topics (True: every topic); its result None: a page
+                to read as rows (see `engine.store.sqlite.joined`).
+        """
+        if joined is not False:
+            assert limit is not None  # a stream's page: ascending, `limit` rows
+            assert not desc
+            return self._select_joined(run_id, gt, lte, limit, None if joined is True else joined)
         statement = select_statement(
             self.events_table_name, gt is not None, lte is not None, desc, limit is not None
         )
@@ -204,6 +245,48 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         if not rows:
             self.check_layout()
         return self.topics_named(rows)
+
+    def _select_joined(
+        self,
+        run_id: UUID,
+        gt: int | None,
+        lte: int | None,
+        limit: int,
+        topics: Collection[str] | None,
+    ) -> JoinedPage | None:
+        """A page read as one aggregated row (see `select_rows`' ``joined``)."""
+        keys, newest = (None, None) if topics is None else self.topic_keys(topics)
+        narrowed = None if keys is None else len(keys)
+        table = self.events_table_name
+        statement = joined_statement(
+            table, gt is not None, lte is not None, narrowed, self.topics_table
+        )
+        params = parameters(self.run_key(run_id), gt, lte, limit, keys or ())
+        connection = self.readers.borrow()
+        try:
+            if self._utf8 is None:  # group_concat reads a BLOB as text in this encoding
+                self._utf8 = connection.execute("PRAGMA encoding").fetchone()[0] == "UTF-8"
+            row = connection.execute(statement, params).fetchone() if self._utf8 else None
+        except sqlite3.DataError as error:  # a page of large states longer than SQLite's
+            if error.sqlite_errorname != "SQLITE_TOOBIG":  # longest string: read as rows
+                raise
+            row = None
+        finally:
+            self.readers.give_back(connection)
+        if row is None:
+            return None
+        if not row[0]:
+            self.check_layout()
+        return page_of(row, self.topics_of(), newest)
+
+    def topic_keys(self, topics: Collection[str]) -> tuple[list[Any], Any]:
+        """What the events table's topic column holds for `topics` (here: the topics), and the
+        newest key it may hold that a read of them knows (None: every key is known)."""
+        return sorted(topics), None
+
+    def topics_of(self) -> Callable[[list[Any]], list[str]] | None:
+        """What turns the topic ids a page read into topics (None: it read topics)."""
+        return None
 
     def topics_named(self, rows: list[Any]) -> list[tuple[int, str, bytes]]:
         """Rows as the events table holds them, each topic as its text (as this table has it)."""
