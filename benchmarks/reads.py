@@ -70,7 +70,9 @@ def _eventsourcing_rows(recorder: SQLiteRecorder) -> Callable[..., Any]:
     """eventsourcing's `select_events` on `recorder`, its `StoredEvent`s as the store's rows."""
     select = types.MethodType(SQLiteApplicationRecorder.select_events, recorder)
 
-    def rows(run_id: Any, **query: Any) -> list[tuple[int, str, bytes]]:
+    def rows(run_id: Any, **query: Any) -> list[tuple[int, str, bytes]] | None:
+        if query.pop("joined", False) is not False:
+            return None  # eventsourcing has no joined page: the store reads this one as rows
         return [(e.originator_version, e.topic, e.state) for e in select(run_id, **query)]
 
     return rows
