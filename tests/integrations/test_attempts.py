@@ -389,8 +389,7 @@ class TestOrder:
         with Engine("memory://") as engine:
             graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
             config: RunnableConfig = {"configurable": {"thread_id": "late"}}
-            mode: dict[str, Any] = {"durability": durability}
-            graph.invoke({"log": []}, config, **mode)
+            graph.invoke({"log": []}, config, durability=durability)
             assert history(engine, "late")[:4] == [
                 ("CheckpointSaved", "-1"),
                 ("WritesSaved", "~__pregel_pull, __start__"),
