@@ -8,7 +8,6 @@ import logging
 import operator
 import subprocess
 import sys
-import threading
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -21,7 +20,6 @@ from langgraph.types import RetryPolicy
 
 from engine import Engine
 from engine.integrations.langgraph import HUB, StagetrailSaver
-from engine.integrations.langgraph import saver as saver_module
 from engine.integrations.langgraph.attempts import RETRY_LOGGER
 from events import CheckpointSaved, RetryScheduled, StageCompleted, StageFailed, WritesSaved
 from projections import FailurePatterns, RetryCounts
@@ -358,41 +356,3 @@ class TestOrder:
                 assert all(engine.verify(run.run_id).ok for run in engine.runs())
         assert recorded["async"] == recorded["sync"]
         assert recorded["default"] == recorded["sync"]  # LangGraph's default is async
-
-    @pytest.mark.parametrize("durability", ["sync", "async"])
-    def test_writes_scheduled_late_still_precede_the_next_checkpoint(
-        self, monkeypatch: pytest.MonkeyPatch, durability: str
-    ) -> None:
-        """LangGraph saves a task's writes from its thread pool under every durability mode
-        (sync waits only for checkpoints): writes whose pool thread starts after the next
-        checkpoint's save has begun are still recorded before that checkpoint."""
-        # The checkpoint's wait for the writes of the nodes that ran is bounded; raised here
-        # so that the order below depends on the events, not on the host's load.
-        monkeypatch.setattr(saver_module, "_STRAGGLER_WAIT", 30.0)
-        next_checkpoint = threading.Event()
-        put, put_writes = StagetrailSaver.put, StagetrailSaver.put_writes
-
-        def late_put(self: StagetrailSaver, config: Any, checkpoint: Any, *rest: Any) -> Any:
-            if checkpoint["versions_seen"].get("__start__"):
-                next_checkpoint.set()  # the checkpoint the input's writes must precede
-            return put(self, config, checkpoint, *rest)
-
-        def late_writes(
-            self: StagetrailSaver, config: Any, writes: Any, task_id: str, task_path: str = ""
-        ) -> None:
-            if task_path.endswith("__start__"):
-                assert next_checkpoint.wait(30), "the next checkpoint was never saved"
-            put_writes(self, config, writes, task_id, task_path)
-
-        monkeypatch.setattr(StagetrailSaver, "put", late_put)
-        monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
-        with Engine("memory://") as engine:
-            graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
-            config: RunnableConfig = {"configurable": {"thread_id": "late"}}
-            graph.invoke({"log": []}, config, durability=durability)
-            assert history(engine, "late")[:4] == [
-                ("CheckpointSaved", "-1"),
-                ("WritesSaved", "~__pregel_pull, __start__"),
-                ("CheckpointSaved", "0"),
-                ("StageCompleted", "plan"),
-            ]

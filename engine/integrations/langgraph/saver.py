@@ -526,9 +526,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         idle = ns == "" and durability is not None and not _pending(checkpoint)
 
         parent_id = payload["parent_id"]
-        # Only a save from LangGraph's loop waits for the nodes that ran (see `_in_order`).
-        looped = durability is not None
-        ran = self._ran(thread_id, ns, parent_id, checkpoint) if looped else frozenset()
+        # Only a background save waits for the nodes that ran (see `_in_order`).
+        background = durability == "async"
+        ran = self._ran(thread_id, ns, parent_id, checkpoint) if background else frozenset()
         with self._in_order(config, thread_id, parent_id, writing=False, ran=ran), self._lock:
             self._append(thread_id, steps, create=True)
             self._saved_now(thread_id, ns, checkpoint["id"])  # in the same hold of the lock
@@ -628,19 +628,19 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         writing: bool,
         ran: frozenset[str] = frozenset(),
     ) -> contextlib.AbstractContextManager[None]:
-        """Record a save from LangGraph's loop in execution order.
+        """Record a background save in execution order (LangGraph's ``durability="async"``).
 
-        LangGraph hands a task's writes to a thread pool under every durability mode (with
-        ``"sync"`` it waits only for each checkpoint, with ``"async"`` for neither), so they
-        can arrive before the checkpoint they were made against, or after the next one.
-        Here a task's writes (`writing`) wait until their checkpoint is recorded, and a
-        checkpoint waits until the writes against its parent that are being recorded are
-        in, each at most `_ORDER_WAIT` seconds; and, at most
+        LangGraph then hands saves to a thread pool: checkpoints one after the other, but a
+        task's writes beside them, so they can arrive before the checkpoint they were made
+        against, or after the next one. Here a task's writes (`writing`) wait until their
+        checkpoint is recorded, and a checkpoint waits until the writes against its parent
+        that are being recorded are in, each at most `_ORDER_WAIT` seconds; and, at most
         `_STRAGGLER_WAIT` seconds, for the writes of the nodes that it says `ran` (a node
-        that wrote nothing sends none, so this wait is short). Direct calls (no loop) arrive
-        in order and never wait: nothing is done for them, not even a generator's context.
+        that wrote nothing sends none, so this wait is short). Sync saves
+        (``durability="sync"``, direct calls) arrive in order and never wait: nothing is
+        done for them, not even a generator's context.
         """
-        if _durability(config) is None:
+        if _durability(config) != "async":
             return _IN_ORDER_ALREADY
         return self._ordered(config, thread_id, checkpoint_id, writing=writing, ran=ran)
 
@@ -654,7 +654,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         writing: bool,
         ran: frozenset[str],
     ) -> Iterator[None]:
-        """`_in_order` for a loop's save: wait for what it must follow, then tell others."""
+        """`_in_order` for a background save: wait for what it must follow, then tell others."""
         ns = config["configurable"].get("checkpoint_ns", "")
         key = (thread_id, checkpoint_id)
         if writing:  # counted before waiting for the saver: a checkpoint after sees it
@@ -709,12 +709,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         return frozenset(node for node, versions in seen.items() if before.get(node) != versions)
 
     def _recorded(self, thread_id: str, ns: str, checkpoint_id: str | None) -> bool:
-        """Whether this saver has recorded the checkpoint lately, or the thread as it last
-        read it holds it (a checkpoint a resumed invocation loaded: no save of it comes)."""
-        if (thread_id, ns, checkpoint_id) in self._saved:
-            return True
-        thread = self._threads.get(thread_id)
-        return thread is not None and checkpoint_id in thread.checkpoints.get(ns, {})
+        """Whether this saver has recorded the checkpoint lately."""
+        return (thread_id, ns, checkpoint_id) in self._saved
 
     def _saved_now(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """Note a checkpoint this saver recorded (the newest `_SAVED` are kept)."""
