@@ -14,6 +14,9 @@ How many writers commit at once, and why followers still see one gap-free order:
   transactions that are not appends of this store). The rows it may read are
   therefore a prefix of the notification order: any lower id belongs to a
   transaction that has ended, so it is visible or will never be.
+- That bound can move back between two reads (which transactions it leaves out is
+  decided when the locks are read), so rows up to the newest head the recorder has
+  answered are read without it: their transactions had all ended then.
 
 An append is one statement where the store has its append function (`install_append`,
 created with the store or when an older one is first opened for writing): a call,
@@ -158,6 +161,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
         # store of the database (one per schema) would wake every other's followers.
         self.channel_name = f"stagetrail_{datastore.schema}"
         self.recovered = {"stored": 0, "absent": 0}
+        self._settled = 0  # the newest head answered: every row up to it is settled
         table = (Identifier(datastore.schema), Identifier(events_table_name))
         self._table = SQL("{0}.{1}").format(*table)
         self._horizon = SQL(HORIZON).format(Literal(f'"{datastore.schema}"."{events_table_name}"'))
@@ -493,8 +497,13 @@ class PostgresRecorder(PostgresApplicationRecorder):
         if topics:
             conditions.append(SQL("topic = ANY(%s)"))
             params.append(list(topics))
-        if self.concurrent:
-            conditions.append(SQL("{0} < {1}").format(Identifier(TX_COLUMN), self._horizon))
+        if self.concurrent:  # below a head answered, every transaction has ended
+            conditions.append(
+                SQL("(notification_id <= %s OR {0} < {1})").format(
+                    Identifier(TX_COLUMN), self._horizon
+                )
+            )
+            params.append(self._settled)
         statement = SQL(
             "SELECT notification_id, originator_id, originator_version, topic, state FROM {0}"
         ).format(self._table)
@@ -614,6 +623,10 @@ class PostgresRecorder(PostgresApplicationRecorder):
             slept, pause = slept + pause, min(pause * 2, 0.05)
             heads = self._heads()
             safe = heads[0]
+        # The horizon is no bound that only grows (a transaction that ended between a
+        # reader's snapshot and its look at the locks counts as an append in flight):
+        # what a head covered stays readable, whatever a later horizon says.
+        self._settled = max(self._settled, safe or 0)
         return safe
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)

@@ -227,6 +227,56 @@ class TestOtherTransactions:
                 conn.execute(f"DROP SCHEMA {other} CASCADE")
 
 
+class TestHorizonMovedBack:
+    """A transaction older than a safe head that looks like an append only later (one that
+    ended between a reader's snapshot and its look at the locks looks so too) lowers the
+    horizon of the next read below that head: what the head covered must still be read."""
+
+    def test_a_page_up_to_a_safe_head_holds_what_the_head_covered(
+        self, postgres_url: str
+    ) -> None:
+        """Events below a head the recorder answered are read even after an older
+        transaction takes a write lock on the events table."""
+        with connect() as busy, Engine(postgres_url) as engine:
+            busy.execute("BEGIN")
+            busy.execute("SELECT pg_current_xact_id()")  # older than the run's append
+            recorder: Any = engine.store.recorder
+            recorder.settle_seconds = 0.0
+            run = engine.start_run(REVIEW)
+            head = recorder.max_notification_id()
+            assert head == stored_ids(engine, run.id)[-1]
+            table = f"{schema_of(postgres_url)}.stagetrail_events"
+            busy.execute(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE")
+            page = recorder.select_notifications(start=0, limit=10, stop=head)
+            assert [n.id for n in page] == stored_ids(engine, run.id)
+            busy.execute("ROLLBACK")
+
+    def test_a_catch_up_never_passes_over_an_event_its_head_covered(
+        self, postgres_url: str
+    ) -> None:
+        """The run index folds a run whose events its head covered though the horizon moved
+        back between the head and the page: it lists the run, then and later."""
+        with connect() as busy, Engine(postgres_url) as writer, Engine(postgres_url) as reader:
+            busy.execute("BEGIN")
+            busy.execute("SELECT pg_current_xact_id()")
+            run = writer.start_run(REVIEW)
+            recorder: Any = reader.store.recorder
+            recorder.settle_seconds = 0.0
+            answer_head = recorder.max_notification_id
+            table = f"{schema_of(postgres_url)}.stagetrail_events"
+
+            def head_then_lock() -> int | None:
+                head = answer_head()
+                busy.execute(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE")
+                recorder.max_notification_id = answer_head  # once
+                return head
+
+            recorder.max_notification_id = head_then_lock
+            assert [summary.run_id for summary in reader.runs()] == [run.id]
+            busy.execute("ROLLBACK")
+            assert [summary.run_id for summary in reader.runs()] == [run.id]
+
+
 class TestTheSection:
     def _held(self, schema: str) -> int:
         """Sessions holding the append section's advisory lock of `schema`."""
