@@ -232,9 +232,7 @@ class TestHorizonMovedBack:
     ended between a reader's snapshot and its look at the locks looks so too) lowers the
     horizon of the next read below that head: what the head covered must still be read."""
 
-    def test_a_page_up_to_a_safe_head_holds_what_the_head_covered(
-        self, postgres_url: str
-    ) -> None:
+    def test_a_page_up_to_a_safe_head_holds_what_the_head_covered(self, postgres_url: str) -> None:
         """Events below a head the recorder answered are read even after an older
         transaction takes a write lock on the events table."""
         with connect() as busy, Engine(postgres_url) as engine:
@@ -266,7 +264,7 @@ class TestHorizonMovedBack:
             table = f"{schema_of(postgres_url)}.stagetrail_events"
 
             def head_then_lock() -> int | None:
-                head = answer_head()
+                head: int | None = answer_head()
                 busy.execute(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE")
                 recorder.max_notification_id = answer_head  # once
                 return head
