@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import Event, StageCompleted, StageFailed
-from projections.failures import DEPTH, FailurePatterns, Failures
+from projections.failures import DEPTH, SPREAD, FailurePatterns, Failures
 from projections.immutable import PMap
 
 RID = uuid.UUID(int=3)
@@ -348,3 +348,32 @@ class TestFoldSkipsUnchangingCompletions:
                 stepwise.tail,
                 stepwise.cut,
             )
+
+
+class TestStretchFold:
+    @pytest.mark.parametrize("seed", [4, 5])
+    def test_a_long_fold_of_many_runs_ends_where_apply_ends(self, seed: int) -> None:
+        """A fold of 600 outcomes of 40 runs (segments past `SPREAD` runs, tracks cut past
+        `DEPTH`, windows trimmed), from the start or from a state part-way, ends where `apply`
+        one event at a time ends, its bookkeeping too."""
+        events = history(seed, runs=40, steps=560)
+        burst = [uuid.UUID(int=1000 + n) for n in range(SPREAD + 1)]  # one past `SPREAD`
+        events.append(StageCompleted(run_id=burst[0], version=562, stage="a", attempt=1))
+        events += [fail(v, "a", run_id=burst[v % len(burst)]) for v in range(563, 602)]
+        projection, stepwise = FailurePatterns(), Failures()
+        states = [stepwise]
+        for event in events:
+            stepwise = projection.apply(stepwise, event)
+            states.append(stepwise)
+        assert any(s.fails is None for track in stepwise.tracks.values() for s in track)
+        assert stepwise.cut
+        for start in (0, 1, 37, 300):
+            folded = projection.fold(events[start:], states[start])
+            assert folded == stepwise
+            assert (folded.tracks, folded.tail, folded.cut) == (
+                stepwise.tracks,
+                stepwise.tail,
+                stepwise.cut,
+            )
+        for end in (1, 2, 64, 65, 599):
+            assert projection.fold(events[:end]) == states[end]
