@@ -19,6 +19,7 @@ from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
 from engine.store.mapper import EventMapper
 from engine.store.meta import EVENTS_TABLE
+from engine.store.sqlite import joined, recorder
 from engine.store.sqlite.recorder import SQLiteRecorder
 from events import Event, StageCompleted, StageFailed
 from projections import BUILT_INS, TaskTable, handled_topics
@@ -114,6 +115,30 @@ class TestNarrowing:
             narrowed = list(engine.store.stream(run_id).narrowed(kept))
         assert narrowed == events[1:]
         assert events[0].topic not in {event.topic for event in events[1:]}
+
+    @pytest.mark.parametrize("below", [64, 0])
+    def test_pages_narrowed_by_a_mask_or_an_in_list_give_the_same_events(
+        self, sqlite_url: str, below: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A narrowed stream gives every event of its topics, in order, whether its pages are
+        narrowed by a mask of topic ids or (ids not all below `joined.MASKED`) an IN list."""
+        monkeypatch.setattr(joined, "MASKED", below)
+        used: list[bool] = []
+        real = joined.statement
+
+        def statement(*args: Any) -> str:
+            used.append(args[-1])
+            return real(*args)
+
+        monkeypatch.setattr(recorder, "joined_statement", statement)
+        with Engine(sqlite_url) as engine:
+            run_id = recorded(engine)
+            events = read_eagerly(engine, run_id)
+            for kept in ({StageFailed.topic}, {StageCompleted.topic, StageFailed.topic}):
+                narrowed = list(engine.store.stream(run_id).narrowed(kept))
+                assert narrowed == [event for event in events if event.topic in kept]
+        assert used
+        assert set(used) == {below > 0}
 
     def test_a_fold_decodes_only_the_events_its_handlers_take(
         self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
