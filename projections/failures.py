@@ -22,7 +22,7 @@ import attrs
 
 from events import JSON, Event, StageCompleted, StageFailed
 from events.values import maker
-from projections.base import Projection, on
+from projections.base import Projection, folds_with, on
 from projections.immutable import PMap
 from projections.stretches import folded_in_stretches
 
@@ -287,6 +287,8 @@ class FailurePatterns(Projection[Failures]):
         """`Projection._fold`, each stretch of outcomes counted into mutable copies of the
         patterns (`_Stretch`), a `Failures` made once at its end rather than per failure.
         The same state as `apply` event after event (its bookkeeping too)."""
+        if not folds_with(self, FailurePatterns, StageCompleted, StageFailed):
+            return super()._fold(events, current, tick)  # a subclass takes outcomes its own way
         return folded_in_stretches(self.name, self.apply, _Stretch, events, current, tick)
 
     def forget_run(self, state: Failures, run_id: UUID, events: Sequence[Event]) -> Failures:
