@@ -24,7 +24,7 @@ from events import (
 )
 from events.table import Lookup, as_rows, from_rows, lookup, took_implicit_route
 from events.values import evolve, maker
-from projections.base import EventSource, Projection, on
+from projections.base import EventSource, Projection, folds_with, on
 from projections.errors import ProjectionError
 from projections.immutable import RUN_CELLS, Cons, Deferred, PList
 from projections.stretches import folded_in_stretches
@@ -221,6 +221,8 @@ class RunIndex(Projection["RunSummary | None"]):
         one summary at its end: the summary, a value of 16 fields, is built once per stretch,
         not once per outcome (a long loop's every event). The same state as `apply` event
         after event (`outcome`'s arithmetic, inline); anything else goes to `apply`."""
+        if not folds_with(self, RunIndex, StageCompleted, StageFailed):
+            return super()._fold(events, current, tick)  # a subclass takes outcomes its own way
         return folded_in_stretches(self.name, self.apply, _begun, events, current, tick)
 
     def settled(self, state: RunSummary | None) -> bool:
