@@ -14,6 +14,7 @@ from events import Event, NoteAdded, StageCompleted, StageFailed
 from projections.base import on
 from projections.failures import DEPTH, SPREAD, FailurePatterns, Failures
 from projections.immutable import PMap
+from tests._helpers import switching_often
 
 RID = uuid.UUID(int=3)
 OTHER = uuid.UUID(int=4)
@@ -381,13 +382,14 @@ class TestStretchFold:
 
 
 MOVE = st.tuples(
-    st.sampled_from(["fail", "fail", "fail", "done", "routed", "note", "delete"]),
+    st.sampled_from(["fail", "fail", "fail", "done", "routed", "note", "delete", "fails", "dones"]),
     st.integers(0, 2) | st.integers(0, SPREAD + 3),  # few runs, or past `SPREAD` of them
     st.integers(0, 1),
     st.integers(0, 1),
 )
 """One step of a history folded in stretches: an outcome (a routed verdict: attempt 0), an
-event no handler takes (cutting a stretch), or a run's deletion (`forget_run` as it comes)."""
+event no handler takes (cutting a stretch), a run's deletion (`forget_run` as it comes), or
+a burst: failures of more runs than `SPREAD`, completions of more runs than `DEPTH`."""
 
 
 def stepped(moves: list[tuple[str, int, int, int]]) -> tuple[list[Event], list[Failures]]:
@@ -398,6 +400,14 @@ def stepped(moves: list[tuple[str, int, int, int]]) -> tuple[list[Event], list[F
     events: list[Event] = []
     states = [PROJECTION.initial()]
     state = states[0]
+    bursts = {"fails": ("fail", SPREAD + 1), "dones": ("done", DEPTH + 1)}
+    moves = [
+        (bursts[kind][0], (run + offset) % len(ids), stage, error)
+        if kind in bursts
+        else (kind, run, stage, error)
+        for kind, run, stage, error in moves
+        for offset in range(bursts[kind][1] if kind in bursts else 1)
+    ]
     for kind, run, stage, error in moves:
         if kind == "delete":
             if own.get(run):
@@ -474,3 +484,25 @@ class TestStretchFoldProperty:
                 applied = projection.apply(applied, event)
             assert applied.total < sum(isinstance(event, StageFailed) for event in events)
             same(projection.fold(events), applied)
+
+    def test_folds_from_one_state_in_threads_each_give_what_apply_gives(self) -> None:
+        """Threads folding different outcomes from one shared state at once (the interpreter
+        switching between them all the time) each end where `apply` ends, the shared state
+        left as it was."""
+        shared = fold(*history(8, runs=SPREAD + 2, steps=200))
+        before = PROJECTION.encode(shared)
+        wrong: list[int] = []
+
+        def work(seed: int) -> None:
+            events = history(seed, runs=SPREAD + 2, steps=300)
+            applied = shared
+            for event in events:
+                applied = PROJECTION.apply(applied, event)
+            for _ in range(5):
+                folded = PROJECTION.fold(events, shared)
+                if folded != applied or PROJECTION.encode(folded) != PROJECTION.encode(applied):
+                    wrong.append(seed)
+
+        switching_often(work, range(4))
+        assert wrong == []
+        assert PROJECTION.encode(shared) == before
