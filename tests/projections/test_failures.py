@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import uuid
 from typing import Any
@@ -447,16 +448,18 @@ class TestStretchFoldProperty:
     def test_a_fold_from_any_state_gives_what_apply_gives_at_every_cut(
         self, moves: list[tuple[str, int, int, int]], data: st.DataObject
     ) -> None:
-        """From any state `apply` reached (or forgetting a run left, or a snapshot of it
-        restored), a fold of any stretch of the events after it ends where `apply` ends,
+        """From any state `apply` reached (or forgetting a run left, or a snapshot or pickle of
+        it restored), a fold of any stretch of the events after it ends where `apply` ends,
         and leaves the state it started from as it was."""
         events, states = stepped(moves)
         start = data.draw(st.integers(0, len(events)), "start")
         end = data.draw(st.integers(start, len(events)), "end")
         before = PROJECTION.encode(states[start])
-        for origin in (states[start], roundtrip(states[start])):
+        pickled = pickle.loads(pickle.dumps(states[start]))
+        for origin in (states[start], roundtrip(states[start]), pickled):
             same(PROJECTION.fold(events[start:end], origin), states[end])
             same(PROJECTION.fold(iter(events[start:end]), origin), states[end])
+        same(pickle.loads(pickle.dumps(PROJECTION.fold(events[start:end], pickled))), states[end])
         assert PROJECTION.encode(states[start]) == before
         if end < len(events):  # the state a fold made goes on as `apply`'s does
             made = PROJECTION.fold(events[start:end], states[start])
