@@ -14,15 +14,17 @@ says it is no longer `exact` and `Engine.compact` folds it again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 from uuid import UUID
 
 import attrs
 
 from events import JSON, Event, StageCompleted, StageFailed
 from events.values import maker
-from projections.base import Projection, on
+from projections.base import Projection, folds_with, on
 from projections.immutable import PMap
+from projections.stretches import folded_in_stretches
 
 Signature = tuple[str, str, str]
 """A failure's identity: (stage, error_type, error)."""
@@ -279,6 +281,16 @@ class FailurePatterns(Projection[Failures]):
             return state  # inline: a long loop's run completing again and again
         return state.completed(event.stage, run)
 
+    def _fold(
+        self, events: Iterable[Event], current: Failures, tick: Callable[[], None]
+    ) -> Failures:
+        """`Projection._fold`, each stretch of outcomes counted into mutable copies of the
+        patterns (`_Stretch`), a `Failures` made once at its end rather than per failure.
+        The same state as `apply` event after event (its bookkeeping too)."""
+        if not folds_with(self, FailurePatterns, StageCompleted, StageFailed):
+            return super()._fold(events, current, tick)  # a subclass takes outcomes its own way
+        return folded_in_stretches(self.name, self.apply, _Stretch, events, current, tick)
+
     def forget_run(self, state: Failures, run_id: UUID, events: Sequence[Event]) -> Failures:
         """`state` without the deleted run's failures and completions (see `Failures.without`)."""
         return state.without(run_id.hex, self.fold(events))
@@ -318,6 +330,130 @@ class FailurePatterns(Projection[Failures]):
             cut=frozenset(data["cut"]),
             tail=tuple((run, (stage, kind, error)) for run, stage, kind, error in data["tail"]),
         )
+
+
+class _Stretch:
+    """Outcomes counted into mutable copies of a `Failures` (`FailurePatterns._fold`): each
+    stage's newest segment kept open as ``[completed_by, fails, total]``, its ``fails`` this
+    stretch's own copy; the patterns made when asked for, as `Failures.failed` and
+    `Failures.completed` would have made them one outcome after another."""
+
+    __slots__ = (
+        "by_error_type", "by_stage", "cut", "open", "recent", "repeats", "runs", "signatures",
+        "start", "streaks", "tail", "total", "tracks",
+    )  # fmt: skip
+
+    def __init__(self, start: Failures) -> None:
+        self.start, self.total = start, start.total
+        self.by_stage, self.by_error_type = dict(start.by_stage), dict(start.by_error_type)
+        self.streaks, self.cut = dict(start.streaks), set(start.cut)
+        self.signatures, self.repeats = start.signatures.mutate(), start.repeats.mutate()
+        self.recent, self.tail = list(start.recent), list(start.tail)
+        self.tracks: dict[str, list[Any]] = {}
+        """Each stage's track touched: its segments as made, the newest of them open."""
+        self.open: set[str] = set()
+        """The stages whose newest segment is an open ``[completed_by, fails, total]``."""
+        self.runs: tuple[UUID | None, str] = (None, "")
+
+    def took(self, event: StageCompleted | StageFailed) -> bool:
+        """Count `event` as `FailurePatterns.failed` or `completed` would (always taken)."""
+        run_id = event.run_id
+        runs = self.runs
+        run = runs[1] if runs[0] is run_id else self._run(run_id)
+        if event.__class__ is StageFailed:
+            self._failed(event.stage, event.error_type, event.error, run)
+        elif event.attempt:
+            stage = event.stage
+            track = self.tracks.get(stage)
+            if track is not None and stage not in self.open:  # `_completed`'s test, inline:
+                newest = track[-1]  # a long loop's run completing again and again
+                if newest.total == 0 and newest.completed_by == run:
+                    return True
+            self._completed(stage, run)
+        return True
+
+    def _run(self, run_id: UUID) -> str:
+        run = _hex(run_id)
+        self.runs = (run_id, run)
+        return run
+
+    def _track(self, stage: str) -> list[Any] | None:
+        """The stage's track as this stretch grows it (None: the stage never failed)."""
+        track = self.tracks.get(stage)
+        if track is None:
+            kept = self.start.tracks.get(stage)
+            if not kept:
+                return None
+            track = self.tracks[stage] = list(kept)
+        return track
+
+    def _failed(self, stage: str, error_type: str, error: str, run: str) -> None:
+        signature = (stage, error_type, error)
+        seen = self.signatures.get(signature, 0) + 1
+        by_stage, by_error_type, streaks = self.by_stage, self.by_error_type, self.streaks
+        by_stage[stage] = by_stage.get(stage, 0) + 1
+        by_error_type[error_type] = by_error_type.get(error_type, 0) + 1
+        streaks[stage] = streaks.get(stage, 0) + 1
+        self.signatures[signature] = seen
+        if seen > 1:
+            self.repeats[signature] = seen
+        self.total += 1
+        recent, tail = self.recent, self.tail
+        recent.append(signature)
+        tail.append((run, signature))
+        if len(tail) > 2 * TAIL:  # bounded as the fold goes: the newest are all that is kept
+            del recent[:-RECENT], tail[:-TAIL]
+        track = self._track(stage)
+        if track is None:
+            track = self.tracks[stage] = [Segment(None, {}, 0)]
+        newest = track[-1]
+        if stage not in self.open:
+            fails = newest.fails
+            newest = track[-1] = [
+                newest.completed_by,
+                None if fails is None else dict(fails),
+                newest.total,
+            ]
+            self.open.add(stage)
+        fails = newest[1]
+        if fails is not None and (run in fails or len(fails) < SPREAD):
+            fails[run] = fails.get(run, 0) + 1
+        else:
+            newest[1] = None
+        newest[2] += 1
+
+    def _completed(self, stage: str, run: str) -> None:
+        track = self._track(stage)
+        if track is None:  # never failed: no streak
+            return
+        newest = track[-1]
+        if stage in self.open:
+            if newest[2] == 0 and newest[0] == run:  # the same run completing again
+                return
+            track[-1] = _SEGMENT(newest[0], newest[1], newest[2])
+            self.open.discard(stage)
+        elif newest.total == 0 and newest.completed_by == run:
+            return
+        track.append(_SEGMENT(run, {}, 0))
+        if len(track) > DEPTH:
+            del track[0]
+            self.cut.add(stage)
+        if self.streaks.get(stage):
+            self.streaks[stage] = 0
+
+    def made(self) -> Failures:
+        """The patterns after the outcomes counted."""
+        start, tracks = self.start, dict(self.start.tracks)
+        for stage, track in self.tracks.items():
+            if stage in self.open:
+                newest = track[-1]
+                track = [*track[:-1], _SEGMENT(newest[0], newest[1], newest[2])]
+            tracks[stage] = tuple(track)
+        return _FAILURES(
+            self.by_stage, self.by_error_type, self.streaks, self.signatures.finish(),
+            self.repeats.finish(), self.total, tuple(self.recent[-RECENT:]), start.exact,
+            tracks, frozenset(self.cut), tuple(self.tail[-TAIL:]),
+        )  # fmt: skip
 
 
 _last_hex: tuple[UUID | None, str] = (None, "")

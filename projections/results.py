@@ -315,10 +315,9 @@ class Attempts(RowList[Attempt]):
     make = staticmethod(_ATTEMPT)
 
     def pushed(self, event: Any, error: str | None, error_type: str | None) -> Attempts:
-        """The attempts with `event`'s appended (`error` given: a failure's), in one call: the
-        newest row's outcome name taken again when it is the event's (a loop's repeats it:
-        no interning), the row put at the end of the newest block when this list owns it
-        (`RowList.push_row`)."""
+        """The attempts with `event`'s appended (`error` given: a failure's): the newest row's
+        outcome name taken again when it is the event's (a loop's repeats it: no interning),
+        the row put at the end of the newest block when this list owns it (`RowList.push_row`)."""
         tip, used = self._tip, self._used
         outcome = event.outcome
         if used and outcome == tip[used - _WIDTH + 1]:
@@ -336,16 +335,7 @@ class Attempts(RowList[Attempt]):
                 event.attempt, outcome, True, None, error, error_type, event.duration,
                 event.version,
             )  # fmt: skip
-        if used == _WIDTH * ROWS_PER_BLOCK or len(tip) != used:
-            return self.push_row(row)  # type: ignore[return-value]
-        tip.extend(row)  # at the block's end this list owns: no list went on from it
-        used += _WIDTH
-        if len(tip) != used:  # another list went on from this one at the same moment
-            return self.push_row(row)  # type: ignore[return-value]
-        pushed: Attempts = _new(Attempts)
-        pushed._cells, pushed._size, pushed._tip = self._cells, self._size + 1, tip
-        pushed._used, pushed._blocks = used, self._blocks
-        return pushed
+        return self.push_row(row)  # type: ignore[return-value]
 
 
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin

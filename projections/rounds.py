@@ -34,11 +34,10 @@ from events import (
 )
 from events.table import Lookup, as_rows, from_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, evolve, maker
-from projections import collector
-from projections.base import Projection, on
-from projections.errors import ProjectionError
+from projections.base import Projection, folds_with, on
 from projections.immutable import Cons, PList, PMap
 from projections.interning import interned
+from projections.stretches import folded_in_stretches
 
 
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
@@ -196,27 +195,9 @@ class RoundsTable(Projection[Rounds]):
         one `Rounds` at its end: its lists and its map of live rounds by stage are made once
         per stretch, not once per outcome (a long loop's every event); each round is made as
         `completed` and `failed` make it. The same state as `apply` event after event."""
-        apply = self.apply
-        left = every = collector.COLLECT_EVERY
-        stretch: _Stretch | None = None
-        for event in events:
-            kind = type(event)
-            if (kind is StageCompleted or kind is StageFailed) and current.hub is None:
-                if stretch is None:
-                    stretch = _Stretch(current)
-                try:
-                    stretch.record(event)  # type: ignore[arg-type]
-                except Exception as error:
-                    raise ProjectionError(self.name, event, error) from error
-            else:
-                if stretch is not None:
-                    current, stretch = stretch.rounds(), None
-                current = apply(current, event)
-            left -= 1
-            if not left:
-                tick()
-                left = every
-        return current if stretch is None else stretch.rounds()
+        if not folds_with(self, RoundsTable, StageCompleted, StageFailed):
+            return super()._fold(events, current, tick)  # a subclass takes outcomes its own way
+        return folded_in_stretches(self.name, self.apply, _begun, events, current, tick)
 
     def encode(self, state: Rounds) -> JSON:
         """Every round as a JSON object, oldest first (timestamps in ISO 8601), and the hub."""
@@ -316,8 +297,8 @@ class _Stretch:
         self.stages: dict[str, tuple[Cons[Round], int]] = {}
         """Each stage's live rounds grown (their cells and how many), by stage."""
 
-    def record(self, event: StageCompleted | StageFailed) -> None:
-        """Record the round of `event` as `_record` does."""
+    def took(self, event: StageCompleted | StageFailed) -> bool:
+        """Record the round of `event` as `_record` does (always taken)."""
         stage, outcome = event.stage, event.outcome
         stage = intern(stage) if stage.__class__ is str else stage
         outcome = intern(outcome) if outcome.__class__ is str else outcome
@@ -339,8 +320,9 @@ class _Stretch:
             live = self.start.live_by_stage.get(stage, _NONE_LIVE)
             below = (live.cells, len(live))
         stages[stage] = ((round_, below[0]), below[1] + 1)
+        return True
 
-    def rounds(self) -> Rounds:
+    def made(self) -> Rounds:
         """The rounds with the outcomes recorded."""
         start = self.start
         by_stage, added = start.live_by_stage, self.size - len(start.history)
@@ -350,6 +332,11 @@ class _Stretch:
             PList(self.history, self.size), start.marks,
             PList(self.live, len(start.live_rounds) + added), by_stage, start.hub,
         )  # fmt: skip
+
+
+def _begun(rounds: Rounds) -> _Stretch | None:
+    """The stretch of outcomes from `rounds` (None: a hub's, whose handlers take each one)."""
+    return _Stretch(rounds) if rounds.hub is None else None
 
 
 def _took_route(state: Rounds, hub: HubTable, stage: str) -> bool:

@@ -24,10 +24,10 @@ from events import (
 )
 from events.table import Lookup, as_rows, from_rows, lookup, took_implicit_route
 from events.values import evolve, maker
-from projections import collector
-from projections.base import EventSource, Projection, on
+from projections.base import EventSource, Projection, folds_with, on
 from projections.errors import ProjectionError
 from projections.immutable import RUN_CELLS, Cons, Deferred, PList
+from projections.stretches import folded_in_stretches
 
 RUNNING = "running"
 """The status of a run that has not finished."""
@@ -221,29 +221,9 @@ class RunIndex(Projection["RunSummary | None"]):
         one summary at its end: the summary, a value of 16 fields, is built once per stretch,
         not once per outcome (a long loop's every event). The same state as `apply` event
         after event (`outcome`'s arithmetic, inline); anything else goes to `apply`."""
-        apply = self.apply
-        left = every = collector.COLLECT_EVERY
-        stretch: _Stretch | None = None
-        for event in events:
-            kind = type(event)
-            if (kind is StageCompleted or kind is StageFailed) and current is not None:
-                if stretch is None:
-                    stretch = _Stretch(current)
-                try:
-                    taken = stretch.took(event, kind is StageFailed)  # type: ignore[arg-type]
-                except Exception as error:
-                    raise ProjectionError(self.name, event, error) from error
-                if not taken:  # a hub's implicit route: `outcome` itself
-                    current, stretch = apply(stretch.summary(), event), None
-            else:
-                if stretch is not None:
-                    current, stretch = stretch.summary(), None
-                current = apply(current, event)
-            left -= 1
-            if not left:
-                tick()
-                left = every
-        return current if stretch is None else stretch.summary()
+        if not folds_with(self, RunIndex, StageCompleted, StageFailed):
+            return super()._fold(events, current, tick)  # a subclass takes outcomes its own way
+        return folded_in_stretches(self.name, self.apply, _begun, events, current, tick)
 
     def settled(self, state: RunSummary | None) -> bool:
         """A finished run's summary changes only if it is deleted (`RunDeleted`), rarely."""
@@ -396,12 +376,13 @@ class _Stretch:
         self.last: StageCompleted | StageFailed | None = None
         self.cells, self.size = start.states.cells, len(start.states)
 
-    def took(self, event: StageCompleted | StageFailed, failed: bool) -> bool:
+    def took(self, event: StageCompleted | StageFailed) -> bool:
         """Fold `event` as `RunIndex.outcome` does; False: its stage takes an implicit route
         (left to `outcome`, nothing taken)."""
         state, stage = self.state, event.stage
         if stage != state and took_implicit_route(self.start.moves, state, stage):
             return False
+        failed = event.__class__ is StageFailed
         if failed and task_writes(event.details) is not None:  # type: ignore[union-attr]
             self.status = "failed_resumable"
         self.state = self.start.moves.get((state, event.outcome), state)
@@ -411,7 +392,7 @@ class _Stretch:
         self.last = event
         return True
 
-    def summary(self) -> RunSummary:
+    def made(self) -> RunSummary:
         """The summary after the outcomes taken."""
         start, last = self.start, self.last
         if last is None:
@@ -422,6 +403,11 @@ class _Stretch:
             last.version, start.finished, self.attempts, self.failures, start.labels,
             start.parent_run_id, start.forked_from, start.reason, start.moves, states,
         )  # fmt: skip
+
+
+def _begun(summary: RunSummary | None) -> _Stretch | None:
+    """The stretch of outcomes from `summary` (None: no run started, `outcome` says so)."""
+    return None if summary is None else _Stretch(summary)
 
 
 def _touch(summary: RunSummary, event: Event, **changes: Any) -> RunSummary:

@@ -434,11 +434,10 @@ class Frames(RowList[Frame]):
     ) -> Frames:
         """The frames with the one `event`'s outcome pushes (`error` given: a failure's).
 
-        A fold of a long run pushes one per event, so all of it is here, in one call:
-        the names and state of the newest row are taken again when its stage and outcome
-        are the event's (a loop's outcomes repeat them: no interning, no table lookup),
-        and the row goes at the end of the newest block when this list owns it
-        (`RowList.push_row`).
+        `apply` pushes one per outcome: the names and state of the newest row are taken
+        again when its stage and outcome are the event's (a loop's outcomes repeat them: no
+        interning, no table lookup), and `RowList.push_row` puts the row at the end of the
+        newest block when this list owns it.
         """
         tip, used = self._tip, self._used
         stage, outcome = event.stage, event.outcome
@@ -460,16 +459,7 @@ class Frames(RowList[Frame]):
                 state, stage, outcome, event.attempt, True, None, error, error_type,
                 event.duration, event.version, event.timestamp,
             )  # fmt: skip
-        if used == _WIDTH * ROWS_PER_BLOCK or len(tip) != used:
-            return self.push_row(row)  # type: ignore[return-value]
-        tip.extend(row)  # at the block's end this list owns: no list went on from it
-        used += _WIDTH
-        if len(tip) != used:  # another list went on from this one at the same moment
-            return self.push_row(row)  # type: ignore[return-value]
-        pushed: Frames = _new(Frames)
-        pushed._cells, pushed._size, pushed._tip = self._cells, self._size + 1, tip
-        pushed._used, pushed._blocks = used, self._blocks
-        return pushed
+        return self.push_row(row)  # type: ignore[return-value]
 
 
 class StackShape:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import uuid
 from typing import Any
@@ -10,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events import Event, StageCompleted, StageFailed
-from projections.failures import DEPTH, FailurePatterns, Failures
+from events import Event, NoteAdded, StageCompleted, StageFailed
+from projections.base import on
+from projections.failures import DEPTH, SPREAD, FailurePatterns, Failures
 from projections.immutable import PMap
+from tests._helpers import switching_often
 
 RID = uuid.UUID(int=3)
 OTHER = uuid.UUID(int=4)
@@ -348,3 +351,161 @@ class TestFoldSkipsUnchangingCompletions:
                 stepwise.tail,
                 stepwise.cut,
             )
+
+
+class TestStretchFold:
+    @pytest.mark.parametrize("seed", [4, 5])
+    def test_a_long_fold_of_many_runs_ends_where_apply_ends(self, seed: int) -> None:
+        """A fold of 600 outcomes of 40 runs (segments past `SPREAD` runs, tracks cut past
+        `DEPTH`, windows trimmed), from the start or from a state part-way, ends where `apply`
+        one event at a time ends, its bookkeeping too."""
+        events = history(seed, runs=40, steps=560)
+        burst = [uuid.UUID(int=1000 + n) for n in range(SPREAD + 1)]  # one past `SPREAD`
+        events.append(StageCompleted(run_id=burst[0], version=562, stage="a", attempt=1))
+        events += [fail(v, "a", run_id=burst[v % len(burst)]) for v in range(563, 602)]
+        projection, stepwise = FailurePatterns(), Failures()
+        states = [stepwise]
+        for event in events:
+            stepwise = projection.apply(stepwise, event)
+            states.append(stepwise)
+        assert any(s.fails is None for track in stepwise.tracks.values() for s in track)
+        assert stepwise.cut
+        for start in (0, 1, 37, 300):
+            folded = projection.fold(events[start:], states[start])
+            assert folded == stepwise
+            assert (folded.tracks, folded.tail, folded.cut) == (
+                stepwise.tracks,
+                stepwise.tail,
+                stepwise.cut,
+            )
+        for end in (1, 2, 64, 65, 599):
+            assert projection.fold(events[:end]) == states[end]
+
+
+MOVE = st.tuples(
+    st.sampled_from(["fail", "fail", "fail", "done", "routed", "note", "delete", "fails", "dones"]),
+    st.integers(0, 2) | st.integers(0, SPREAD + 3),  # few runs, or past `SPREAD` of them
+    st.integers(0, 1),
+    st.integers(0, 1),
+)
+"""One step of a history folded in stretches: an outcome (a routed verdict: attempt 0), an
+event no handler takes (cutting a stretch), a run's deletion (`forget_run` as it comes), or
+a burst: failures of more runs than `SPREAD`, completions of more runs than `DEPTH`."""
+
+
+def stepped(moves: list[tuple[str, int, int, int]]) -> tuple[list[Event], list[Failures]]:
+    """The events of `moves` after the last deletion and the state `apply` gives before each
+    and after the last (from the state the deletion's `forget_run` left)."""
+    ids = [uuid.UUID(int=index + 1) for index in range(SPREAD + 4)]
+    own: dict[int, list[Event]] = {}
+    events: list[Event] = []
+    states = [PROJECTION.initial()]
+    state = states[0]
+    bursts = {"fails": ("fail", SPREAD + 1), "dones": ("done", DEPTH + 1)}
+    moves = [
+        (bursts[kind][0], (run + offset) % len(ids), stage, error)
+        if kind in bursts
+        else (kind, run, stage, error)
+        for kind, run, stage, error in moves
+        for offset in range(bursts[kind][1] if kind in bursts else 1)
+    ]
+    for kind, run, stage, error in moves:
+        if kind == "delete":
+            if own.get(run):
+                state = PROJECTION.forget_run(state, ids[run], own.pop(run))
+                events, states = [], [state]  # the folds checked start here
+            continue
+        version, name = len(own.get(run, [])) + 2, "ab"[stage]
+        event: Event
+        if kind == "fail":
+            event = fail(version, name, "xy"[error], "EF"[error], run_id=ids[run])
+        elif kind == "note":
+            event = NoteAdded(run_id=ids[run], version=version, key="k", value=1)
+        else:
+            attempt = 1 if kind == "done" else 0
+            event = StageCompleted(run_id=ids[run], version=version, stage=name, attempt=attempt)
+        own.setdefault(run, []).append(event)
+        events.append(event)
+        state = PROJECTION.apply(state, event)
+        states.append(state)
+    return events, states
+
+
+def same(folded: Failures, applied: Failures) -> None:
+    """`folded` is `applied`: its patterns and its bookkeeping for forgetting runs."""
+    assert folded == applied
+    assert (folded.tracks, folded.tail, folded.cut, folded.recent) == (
+        applied.tracks,
+        applied.tail,
+        applied.cut,
+        applied.recent,
+    )
+
+
+class TestStretchFoldProperty:
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(MOVE, max_size=160), st.data())
+    def test_a_fold_from_any_state_gives_what_apply_gives_at_every_cut(
+        self, moves: list[tuple[str, int, int, int]], data: st.DataObject
+    ) -> None:
+        """From any state `apply` reached (or forgetting a run left, or a snapshot or pickle of
+        it restored), a fold of any stretch of the events after it ends where `apply` ends,
+        and leaves the state it started from as it was."""
+        events, states = stepped(moves)
+        start = data.draw(st.integers(0, len(events)), "start")
+        end = data.draw(st.integers(start, len(events)), "end")
+        before = PROJECTION.encode(states[start])
+        pickled = pickle.loads(pickle.dumps(states[start]))
+        for origin in (states[start], roundtrip(states[start]), pickled):
+            same(PROJECTION.fold(events[start:end], origin), states[end])
+            same(PROJECTION.fold(iter(events[start:end]), origin), states[end])
+        same(pickle.loads(pickle.dumps(PROJECTION.fold(events[start:end], pickled))), states[end])
+        assert PROJECTION.encode(states[start]) == before
+        if end < len(events):  # the state a fold made goes on as `apply`'s does
+            made = PROJECTION.fold(events[start:end], states[start])
+            same(PROJECTION.fold(events[end:], made), states[-1])
+
+    def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(self) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the patterns' stretches."""
+
+        class Unfailing(FailurePatterns):
+            @on(StageFailed)
+            def failed(self, state: Failures, event: StageFailed) -> Failures:
+                return state  # failures not counted
+
+        class Counting(FailurePatterns):
+            def apply(self, state: Failures, event: Event) -> Failures:
+                if isinstance(event, StageFailed) and event.stage == "b":
+                    return state
+                return super().apply(state, event)
+
+        events = history(6, runs=5, steps=300)
+        for projection in (Unfailing(), Counting()):
+            applied = projection.initial()
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert applied.total < sum(isinstance(event, StageFailed) for event in events)
+            same(projection.fold(events), applied)
+
+    def test_folds_from_one_state_in_threads_each_give_what_apply_gives(self) -> None:
+        """Threads folding different outcomes from one shared state at once (the interpreter
+        switching between them all the time) each end where `apply` ends, the shared state
+        left as it was."""
+        shared = fold(*history(8, runs=SPREAD + 2, steps=200))
+        before = PROJECTION.encode(shared)
+        wrong: list[int] = []
+
+        def work(seed: int) -> None:
+            events = history(seed, runs=SPREAD + 2, steps=300)
+            applied = shared
+            for event in events:
+                applied = PROJECTION.apply(applied, event)
+            for _ in range(5):
+                folded = PROJECTION.fold(events, shared)
+                if folded != applied or PROJECTION.encode(folded) != PROJECTION.encode(applied):
+                    wrong.append(seed)
+
+        switching_often(work, range(4))
+        assert wrong == []
+        assert PROJECTION.encode(shared) == before

@@ -19,10 +19,9 @@ from events import (
     StateRolledBack,
 )
 from projections.base import Projection, on
-from projections.immutable import ROWS_PER_BLOCK, PList
+from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.results import (
     Attempt,
-    Attempts,
     Results,
     Retries,
     RetryCounts,
@@ -338,7 +337,7 @@ class TestThreadedPushes:
         more = [done(v, "build", v) for v in range(12, 12 + ROWS_PER_BLOCK + 5)]
         if late == "apply":
             paused = PausedThread(
-                Attempts.pushed, "tip.extend(row)", lambda: RESULTS.apply(shared, late_event)
+                RowList.push_row, "tip.extend(row)", lambda: RESULTS.apply(shared, late_event)
             )
         else:
             paused = PausedThread(

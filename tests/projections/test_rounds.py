@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from engine import Engine, Pipeline
 from events import JSON, Event, StageCompleted, StageFailed, StateRolledBack
 from projections import Round, Rounds, RoundsTable, StateStack
+from projections.base import on
 from projections.rounds import Rollback
 from tests._helpers import hub_history
 
@@ -294,6 +295,30 @@ class TestImplicitRoute:
 
 
 class TestFoldInStretches:
+    def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(self) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the rounds' stretches."""
+
+        class Unfailing(RoundsTable):
+            @on(StageFailed)
+            def failed(self, state: Rounds, event: StageFailed) -> Rounds:
+                return state  # failures make no round
+
+        class Counting(RoundsTable):
+            def apply(self, state: Rounds, event: Event) -> Rounds:
+                if isinstance(event, StageFailed):
+                    return state
+                return super().apply(state, event)
+
+        events = [(done if v % 3 else fail)(v, "round") for v in range(2, 300)]
+        for projection in (Unfailing(), Counting()):
+            applied = projection.initial()
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert len(applied.rounds) == 199
+            assert projection.fold(events) == applied
+            assert projection.fold(iter(events)).rounds == applied.rounds
+
     @pytest.mark.parametrize("hub", [True, False])
     def test_a_fold_gives_the_rounds_apply_gives_event_after_event(
         self, engine: Engine, hub: bool

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from engine import Engine, Pipeline
 from engine.errors import InvalidArgument
-from events import StateRolledBack
+from events import Event, StageCompleted, StageFailed, StateRolledBack
 from events.values import evolve
 from projections import RUNNING, RunIndex, RunSummary
+from projections.base import on
 from projections.errors import ProjectionError
 from projections.immutable import PList
 from projections.run_index import STATUS_NOTE, _states, pack_states
@@ -243,6 +244,39 @@ class TestImplicitRoute:
 
 
 class TestFold:
+    def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(
+        self, engine: Engine
+    ) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the summary's stretches."""
+
+        class Unfailing(RunIndex):
+            @on(StageCompleted, StageFailed)
+            def outcome(
+                self, summary: RunSummary | None, event: StageCompleted | StageFailed
+            ) -> RunSummary | None:
+                return summary  # outcomes move nothing
+
+        class Counting(RunIndex):
+            def apply(self, summary: RunSummary | None, event: Event) -> RunSummary | None:
+                if isinstance(event, StageFailed | StageCompleted):
+                    return summary
+                return super().apply(summary, event)
+
+        run = engine.start_run(OTHER)
+        for _ in range(40):
+            run.stage_failed("a", error="x")
+        run.stage_completed("a")
+        events = engine.events(run.id)
+        for projection in (Unfailing(), Counting()):
+            applied = None
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert applied is not None
+            assert applied.state == "a"
+            assert projection.fold(events) == applied
+            assert projection.fold(iter(events)) == applied
+
     @pytest.mark.parametrize("explicit", [True, False])
     def test_a_fold_gives_the_summary_apply_gives_event_after_event(
         self, engine: Engine, explicit: bool

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import lookup
 from projections.base import on
-from projections.immutable import ROWS_PER_BLOCK
-from projections.stack import Frame, Frames, Stack, StateStack
+from projections.immutable import ROWS_PER_BLOCK, RowList
+from projections.stack import Frame, Stack, StateStack
 from tests._helpers import REVIEW, PausedThread, hub_table, switching_often
 
 RID = uuid.UUID(int=1)
@@ -676,7 +676,7 @@ class TestThreadedPushes:
         more = [done(v, "developer") for v in range(12, 12 + ROWS_PER_BLOCK + 5)]
         if late == "apply":
             paused = PausedThread(
-                Frames.pushed, "tip.extend(row)", lambda: PROJECTION.apply(shared, late_event)
+                RowList.push_row, "tip.extend(row)", lambda: PROJECTION.apply(shared, late_event)
             )
         else:
             paused = PausedThread(

@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engine import Engine
@@ -19,6 +19,7 @@ from engine.store.errors import StoreError
 from engine.store.event_store import PAGE
 from engine.store.mapper import EventMapper
 from engine.store.meta import EVENTS_TABLE
+from engine.store.sqlite import compact, joined, recorder
 from engine.store.sqlite.recorder import SQLiteRecorder
 from events import Event, StageCompleted, StageFailed
 from projections import BUILT_INS, TaskTable, handled_topics
@@ -101,6 +102,10 @@ class TestStreamFolds:
         assert len(narrowed) == OUTCOMES
 
 
+EDGES = [-(2**40), -64, -63, -2, -1, 0, 1, 2, 61, 62, 63, 64, 65, 127, 128, 2**40]
+"""Topic ids at the edges of a mask's bits (a compact store's ids are positive)."""
+
+
 class TestNarrowing:
     def test_pages_all_or_partly_of_the_topics_give_those_events_in_order(
         self, sqlite_url: str
@@ -114,6 +119,66 @@ class TestNarrowing:
             narrowed = list(engine.store.stream(run_id).narrowed(kept))
         assert narrowed == events[1:]
         assert events[0].topic not in {event.topic for event in events[1:]}
+
+    @pytest.mark.parametrize("below", [64, 0])
+    def test_pages_narrowed_by_a_mask_or_an_in_list_give_the_same_events(
+        self, sqlite_url: str, below: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A narrowed stream gives every event of its topics, in order, whether its pages are
+        narrowed by a mask of topic ids or (ids not all below `joined.MASKED`) an IN list."""
+        monkeypatch.setattr(joined, "MASKED", below)
+        used: list[bool] = []
+        real = joined.statement
+
+        def statement(*args: Any) -> str:
+            used.append(args[-1])
+            return real(*args)
+
+        monkeypatch.setattr(recorder, "joined_statement", statement)
+        with Engine(sqlite_url) as engine:
+            run_id = recorded(engine)
+            events = read_eagerly(engine, run_id)
+            for kept in ({StageFailed.topic}, {StageCompleted.topic, StageFailed.topic}):
+                narrowed = list(engine.store.stream(run_id).narrowed(kept))
+                assert narrowed == [event for event in events if event.topic in kept]
+        assert used
+        assert set(used) == {below > 0}
+
+    @settings(max_examples=200, deadline=None)
+    @example(EDGES, {0, 1, 2, 62}).via("every edge, keys a mask holds")
+    @example(EDGES, {1, 63}).via("a key past the mask")
+    @example(EDGES, {-1, 2}).via("a negative key")
+    @given(
+        st.lists(st.sampled_from(EDGES) | st.integers(-2, 130), min_size=1, max_size=40),
+        st.sets(st.sampled_from(EDGES) | st.integers(-2, 70), max_size=6),
+    )
+    def test_a_mask_wants_the_rows_an_in_list_wants(
+        self, topics: list[int], keys: set[int]
+    ) -> None:
+        """A page narrowed by a mask (every key a topic id in 0…62) keeps the rows of exactly
+        the topic ids an IN list keeps, whatever ids the rows hold (62, 63, 64, far beyond,
+        negative); other keys are narrowed by the IN list."""
+        wanted = sorted(keys)
+        assert joined.masked(wanted) == all(0 <= key <= 62 for key in wanted)
+        connection = sqlite3.connect(":memory:")
+        for create in compact.create_statements(EVENTS_TABLE):
+            connection.execute(create)
+        run = bytes(16)
+        connection.executemany(
+            f"INSERT INTO {EVENTS_TABLE} VALUES (?, ?, ?, ?)",
+            [(run, version, topic, b"{}") for version, topic in enumerate(topics, 1)],
+        )
+        pages = []
+        for mask in {False, joined.masked(wanted)}:
+            statement = joined.statement(
+                EVENTS_TABLE, False, False, len(wanted), compact.TOPICS_TABLE, mask
+            )
+            params = joined.parameters(run, None, None, 100, wanted, mask)
+            pages.append(connection.execute(statement, params).fetchone())
+        connection.close()
+        held = [str(topic) for topic in topics if topic in keys]
+        assert {page[4] for page in pages} == {",".join(held) or None}
+        assert len(set(pages)) == 1
 
     def test_a_fold_decodes_only_the_events_its_handlers_take(
         self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch

@@ -35,7 +35,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 from engine.store import meta
 from engine.store.errors import HeadMissing, StoreError
 from engine.store.sqlite.datastore import Datastore
-from engine.store.sqlite.joined import JoinedPage, page_of, parameters
+from engine.store.sqlite.joined import JoinedPage, masked, page_of, parameters
 from engine.store.sqlite.joined import statement as joined_statement
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.writer import WriterConnection
@@ -257,11 +257,12 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         """A page read as one aggregated row (see `select_rows`' ``joined``)."""
         keys, newest = (None, None) if topics is None else self.topic_keys(topics)
         narrowed = None if keys is None else len(keys)
+        mask = keys is not None and masked(keys)
         table = self.events_table_name
         statement = joined_statement(
-            table, gt is not None, lte is not None, narrowed, self.topics_table
+            table, gt is not None, lte is not None, narrowed, self.topics_table, mask
         )
-        params = parameters(self.run_key(run_id), gt, lte, limit, keys or ())
+        params = parameters(self.run_key(run_id), gt, lte, limit, keys or (), mask)
         connection = self.readers.borrow()
         try:
             if self._utf8 is None:  # group_concat reads a BLOB as text in this encoding
