@@ -8,6 +8,8 @@ import logging
 import operator
 import subprocess
 import sys
+import threading
+import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -20,6 +22,7 @@ from langgraph.types import RetryPolicy
 
 from engine import Engine
 from engine.integrations.langgraph import HUB, StagetrailSaver
+from engine.integrations.langgraph import saver as saver_module
 from engine.integrations.langgraph.attempts import RETRY_LOGGER
 from events import CheckpointSaved, RetryScheduled, StageCompleted, StageFailed, WritesSaved
 from projections import FailurePatterns, RetryCounts
@@ -356,3 +359,73 @@ class TestOrder:
                 assert all(engine.verify(run.run_id).ok for run in engine.runs())
         assert recorded["async"] == recorded["sync"]
         assert recorded["default"] == recorded["sync"]  # LangGraph's default is async
+
+    @pytest.mark.parametrize("durability", ["sync", "async"])
+    def test_writes_scheduled_late_still_precede_the_next_checkpoint(
+        self, monkeypatch: pytest.MonkeyPatch, durability: str
+    ) -> None:
+        """LangGraph saves a task's writes from its thread pool under every durability mode
+        (sync waits only for checkpoints): writes whose pool thread starts after the next
+        checkpoint's save has begun are still recorded before that checkpoint."""
+        # The checkpoint's wait for the writes of the nodes that ran is bounded; raised here
+        # so that the order below depends on the events, not on the host's load.
+        monkeypatch.setattr(saver_module, "_ORDER_WAIT", 30.0)
+        next_checkpoint = threading.Event()
+        put, put_writes = StagetrailSaver.put, StagetrailSaver.put_writes
+
+        def late_put(self: StagetrailSaver, config: Any, checkpoint: Any, *rest: Any) -> Any:
+            if checkpoint["versions_seen"].get("__start__"):
+                next_checkpoint.set()  # the checkpoint the input's writes must precede
+            return put(self, config, checkpoint, *rest)
+
+        def late_writes(
+            self: StagetrailSaver, config: Any, writes: Any, task_id: str, task_path: str = ""
+        ) -> None:
+            if task_path.endswith("__start__"):
+                assert next_checkpoint.wait(30), "the next checkpoint was never saved"
+            put_writes(self, config, writes, task_id, task_path)
+
+        monkeypatch.setattr(StagetrailSaver, "put", late_put)
+        monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
+        with Engine("memory://") as engine:
+            graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
+            config: RunnableConfig = {"configurable": {"thread_id": "late"}}
+            mode: dict[str, Any] = {"durability": durability}
+            graph.invoke({"log": []}, config, **mode)
+            assert history(engine, "late")[:4] == [
+                ("CheckpointSaved", "-1"),
+                ("WritesSaved", "~__pregel_pull, __start__"),
+                ("CheckpointSaved", "0"),
+                ("StageCompleted", "plan"),
+            ]
+
+    @pytest.mark.parametrize("durability", ["sync", "async"])
+    def test_writes_whose_pool_thread_is_300_ms_late_still_read_in_order(
+        self, monkeypatch: pytest.MonkeyPatch, durability: str
+    ) -> None:
+        """Every task's writes reaching the saver 300 ms after LangGraph handed them to its
+        pool (the saver's bounds as shipped) still come before the next checkpoint."""
+        put_writes = StagetrailSaver.put_writes
+
+        def late_writes(
+            self: StagetrailSaver, config: Any, writes: Any, task_id: str, task_path: str = ""
+        ) -> None:
+            time.sleep(0.3)  # the pool thread is slow to start: not a timing assertion
+            put_writes(self, config, writes, task_id, task_path)
+
+        monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
+        with Engine("memory://") as engine:
+            graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
+            config: RunnableConfig = {"configurable": {"thread_id": "late"}}
+            mode: dict[str, Any] = {"durability": durability}
+            graph.invoke({"log": []}, config, **mode)
+            assert history(engine, "late") == [
+                ("CheckpointSaved", "-1"),
+                ("WritesSaved", "~__pregel_pull, __start__"),
+                ("CheckpointSaved", "0"),
+                ("StageCompleted", "plan"),
+                ("CheckpointSaved", "1"),
+                ("StageCompleted", "fetch"),
+                ("CheckpointSaved", "2"),
+                ("NoteAdded", ""),
+            ]
