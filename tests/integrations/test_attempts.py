@@ -18,7 +18,7 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy, interrupt
 
 from engine import Engine
 from engine.integrations.langgraph import HUB, StagetrailSaver
@@ -228,7 +228,7 @@ APP_LOGGING = {{
 }}
 {before}
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy, interrupt
 
 from engine import Engine
 from engine.integrations.langgraph import StagetrailSaver
@@ -429,3 +429,67 @@ class TestOrder:
                 ("CheckpointSaved", "2"),
                 ("NoteAdded", ""),
             ]
+
+    @pytest.mark.parametrize("durability", ["sync", "async"])
+    def test_resumed_writes_need_not_wait_when_other_threads_push_theirs_out(
+        self, monkeypatch: pytest.MonkeyPatch, durability: str
+    ) -> None:
+        """A resumed node's writes against the checkpoint its invocation loaded (a saver
+        started since) do not wait for a save of it that never comes, though the node kept
+        the saver busy with more threads than it caches meanwhile."""
+        # The wait, if taken, would last all of this: the invocation then never returns.
+        monkeypatch.setattr(saver_module, "_ORDER_WAIT", 30.0)
+        monkeypatch.setattr(saver_module, "_CACHED_THREADS", 2)
+        with Engine("memory://") as engine:
+            others = ["other-1", "other-2", "other-3"]
+            first = StagetrailSaver(engine)
+            side = retried_graph(0).compile(checkpointer=first)
+            for other in others:
+                side.invoke({"log": []}, {"configurable": {"thread_id": other}})
+            saver = StagetrailSaver(engine)  # the process restarted: it saved nothing yet
+
+            def ask(state: Log) -> dict[str, list[str]]:
+                answer = interrupt("go on?")
+                for other in others:  # other threads served by the saver meanwhile
+                    saver.get_tuple({"configurable": {"thread_id": other}})
+                return {"log": [str(answer)]}
+
+            builder = StateGraph(Log)
+            builder.add_node("ask", ask)
+            builder.add_edge(START, "ask")
+            builder.add_edge("ask", END)
+            config: RunnableConfig = {"configurable": {"thread_id": "asked"}}
+            builder.compile(checkpointer=first).invoke({"log": []}, config)
+            graph = builder.compile(checkpointer=saver)
+            mode: dict[str, Any] = {"durability": durability}
+            resumed = threading.Thread(
+                target=graph.invoke, args=(Command(resume="yes"), config), kwargs=mode
+            )
+            resumed.start()
+            resumed.join(10)  # far below the 30 s the wait would take: not a timing assertion
+            assert not resumed.is_alive(), "the resumed node's writes waited for a save"
+            assert graph.get_state(config).values == {"log": ["yes"]}
+
+    @pytest.mark.parametrize("durability", ["sync", "async"])
+    def test_a_command_starting_a_new_thread_does_not_wait_for_a_checkpoint(
+        self, monkeypatch: pytest.MonkeyPatch, durability: str
+    ) -> None:
+        """A `Command` that starts a thread at a node writes against the empty checkpoint
+        LangGraph makes up for a thread without one: no save of it comes, nothing waits."""
+        monkeypatch.setattr(saver_module, "_ORDER_WAIT", 30.0)  # a wait would take it all
+        builder = StateGraph(Log)
+        builder.add_node("plan", lambda state: {"log": ["plan"]})
+        builder.add_node("fetch", lambda state: {"log": ["fetch"]})
+        builder.add_edge(START, "plan")
+        builder.add_edge("plan", "fetch")
+        builder.add_edge("fetch", END)
+        with Engine("memory://") as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine))
+            config: RunnableConfig = {"configurable": {"thread_id": "started"}}
+            mode: dict[str, Any] = {"durability": durability}
+            start = Command(update={"log": ["given"]}, goto="fetch")
+            started = threading.Thread(target=graph.invoke, args=(start, config), kwargs=mode)
+            started.start()
+            started.join(10)  # far below the 30 s the wait would take: not a timing assertion
+            assert not started.is_alive(), "the command's writes waited for a save"
+            assert "fetch" in graph.get_state(config).values["log"]

@@ -100,6 +100,9 @@ _LOOP = "__pregel_runtime"
 """A key of the configs LangGraph's loop hands a checkpointer (absent from direct calls)."""
 _ORDER_WAIT = 2.0
 """The longest a save from LangGraph's loop waits for the ones it must follow (see `_in_order`)."""
+_NULL_TASK = "00000000-0000-0000-0000-000000000000"
+"""The task id of the writes LangGraph makes of an invocation's input `Command`, against the
+checkpoint it loaded (or, for a thread without one, an empty one it never saves)."""
 _BRANCH = "branch:to:"
 """The start of the channel of a graph's edge into a node (the node's name follows)."""
 _ORDERED = frozenset({"sync", "async"})
@@ -112,7 +115,7 @@ _SEEN_ALSO = frozenset({INTERRUPT, _BUMPS})
 _BUMP_MARK = "|"
 """What joins a node and a channel in LangGraph's marks of versions a snapshot bumped."""
 _SAVED = 4096
-"""Checkpoints a saver remembers having recorded, for the writes that must follow them."""
+"""Checkpoints a saver remembers having recorded or read, for the writes that must follow them."""
 _FRAMES = 8
 """How far up the calling frames the graph invoking a saver is looked for."""
 _RETRY_POLICY = {"langgraph": "RetryPolicy"}
@@ -127,6 +130,8 @@ _GAP_SCAN = 100_000
 _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
 _IN_ORDER_ALREADY = contextlib.nullcontext()
+_LOADED: Callable[[], bool] = functools.partial(bool, True)
+"""Whether the checkpoint that writes made on loading it are against is in: always."""
 """What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
@@ -274,7 +279,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self._changed = threading.Condition(self._lock)
         """Told of each checkpoint and write recorded: background saves wait on it for order."""
         self._saved: OrderedDict[tuple[str, str, str | None], None] = OrderedDict()
-        """The checkpoints this saver recorded lately: a task's writes wait for theirs."""
+        """The checkpoints this saver recorded or read lately: a task's writes wait for theirs."""
         self._counting = threading.Lock()
         self._writing: dict[tuple[str, str | None], int] = {}
         """(thread, checkpoint id) → task writes against it being recorded right now."""
@@ -297,7 +302,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             self._read_at[thread_id] = utc_now()
             return self._checkpoint(thread_id, ns, checkpoint_id)
 
-        return self._consistent(read)
+        found = self._consistent(read)
+        if found is not None:  # a checkpoint an invocation resumes from: no save of it comes
+            self._saved_now(thread_id, ns, found.checkpoint["id"])
+        return found
 
     def _learn_graph(self, thread_id: str, ns: str, caller: FrameType | None) -> None:
         """Note the nodes of the graph whose invocation is reading the thread, for its run.
@@ -591,7 +599,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         # Writes with output (or none at all), not only an error or interrupt, end the task.
         output = not writes or any(WRITES_IDX_MAP.get(ch, 0) >= 0 for ch, _ in writes)
         heard = task_path if output else None
-        with self._in_order(config, thread_id, checkpoint_id, writing=True, heard=heard):
+        # An input `Command`'s writes: made on loading, against no checkpoint still to come.
+        loaded = task_id == _NULL_TASK
+        with self._in_order(
+            config, thread_id, checkpoint_id, writing=True, heard=heard, loaded=loaded
+        ):
             self._append(thread_id, steps, create=True)
 
     def _outcome(
@@ -642,6 +654,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         writing: bool,
         ran: frozenset[str] = frozenset(),
         heard: str | None = None,
+        loaded: bool = False,
     ) -> contextlib.AbstractContextManager[None]:
         """Record a save from LangGraph's loop in execution order (``durability`` sync or async).
 
@@ -649,17 +662,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         only for each checkpoint, ``"async"`` for neither; checkpoints are saved one after
         the other), so they can arrive before the checkpoint they were made against, or
         after the next one. Here a task's writes (`writing`) wait until their checkpoint
-        is recorded; a checkpoint after a step waits until the writes of the nodes that
-        `ran` in it are in (every task that finishes sends writes, and LangGraph saves the
-        next checkpoint only once all of the step's tasks finished), and the writes against
-        its parent that are being recorded. A save waits only for what is missing, each at
-        most `_ORDER_WAIT` seconds; one that finds it all in does not wait at all. Direct
-        calls (no loop) and ``"exit"`` saves arrive in order: nothing is done for them,
-        not even a generator's context.
+        is recorded (not an input `Command`'s, made against the checkpoint LangGraph
+        `loaded`, or an empty one it never saves); a checkpoint after a step waits until
+        the writes of the nodes that `ran` in it are in (every task that finishes sends
+        writes, and LangGraph saves the next checkpoint only once all of the step's tasks
+        finished), and the writes against its parent that are being recorded. A save
+        waits only for what is missing, each at most `_ORDER_WAIT` seconds; one that finds
+        it all in does not wait at all. Direct calls (no loop) and ``"exit"`` saves arrive
+        in order: nothing is done for them, not even a generator's context.
         """
         if _durability(config) not in _ORDERED:
             return _IN_ORDER_ALREADY
-        return self._ordered(config, thread_id, checkpoint_id, writing, ran, heard)
+        return self._ordered(config, thread_id, checkpoint_id, writing, ran, heard, loaded)
 
     @contextlib.contextmanager
     def _ordered(
@@ -670,15 +684,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         writing: bool,
         ran: frozenset[str],
         heard: str | None,
+        loaded: bool,
     ) -> Iterator[None]:
         """`_in_order` for a loop's save: wait for what it must follow, then tell others
-        (the task path `heard` of writes with output, not only an error or interrupt)."""
+        (the task path `heard` of writes with output, not only an error or interrupt;
+        writes made on `loaded` checkpoint wait for nothing)."""
         ns = config["configurable"].get("checkpoint_ns", "")
         key = (thread_id, checkpoint_id)
         if writing:  # counted before waiting for the saver: a checkpoint after sees it
             with self._counting:
                 self._writing[key] = self._writing.get(key, 0) + 1
-            ready = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
+            recorded = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
+            ready: Callable[[], bool] = _LOADED if loaded else recorded
         else:
             time.sleep(0)  # let a pool thread that began a task's writes before this count them
             ready = functools.partial(self._followed, thread_id, ns, checkpoint_id, ran)
@@ -758,17 +775,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         )
 
     def _recorded(self, thread_id: str, ns: str, checkpoint_id: str | None) -> bool:
-        """Whether this saver has recorded the checkpoint lately, or the thread as it last
-        read it holds it (a checkpoint a resumed invocation loaded: no save of it comes)."""
+        """Whether this saver has recorded or read the checkpoint lately (one a resumed
+        invocation loaded: no save of it comes), or the thread as it last read it holds it."""
         if (thread_id, ns, checkpoint_id) in self._saved:
             return True
         thread = self._threads.get(thread_id)
         return thread is not None and checkpoint_id in thread.checkpoints.get(ns, {})
 
     def _saved_now(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        """Note a checkpoint this saver recorded (the newest `_SAVED` are kept)."""
+        """Note a checkpoint this saver recorded or read (the latest `_SAVED` are kept)."""
         with self._changed:
             self._saved[(thread_id, ns, checkpoint_id)] = None
+            self._saved.move_to_end((thread_id, ns, checkpoint_id))
             while len(self._saved) > _SAVED:
                 self._saved.popitem(last=False)
 
