@@ -340,6 +340,16 @@ def history(engine: Engine, thread_id: str) -> list[tuple[str, str]]:
     return shown
 
 
+def invoked_history(durability: str) -> list[tuple[str, str]]:
+    """The history of one invoke of `retried_graph` (no failure) under `durability`."""
+    with Engine("memory://") as engine:
+        graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
+        config: RunnableConfig = {"configurable": {"thread_id": "late"}}
+        mode: dict[str, Any] = {"durability": durability}
+        graph.invoke({"log": []}, config, **mode)
+        return history(engine, "late")
+
+
 class TestOrder:
     @pytest.mark.parametrize("failures", [0, 2])
     def test_async_durability_records_in_execution_order(
@@ -387,17 +397,12 @@ class TestOrder:
 
         monkeypatch.setattr(StagetrailSaver, "put", late_put)
         monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
-        with Engine("memory://") as engine:
-            graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
-            config: RunnableConfig = {"configurable": {"thread_id": "late"}}
-            mode: dict[str, Any] = {"durability": durability}
-            graph.invoke({"log": []}, config, **mode)
-            assert history(engine, "late")[:4] == [
-                ("CheckpointSaved", "-1"),
-                ("WritesSaved", "~__pregel_pull, __start__"),
-                ("CheckpointSaved", "0"),
-                ("StageCompleted", "plan"),
-            ]
+        assert invoked_history(durability)[:4] == [
+            ("CheckpointSaved", "-1"),
+            ("WritesSaved", "~__pregel_pull, __start__"),
+            ("CheckpointSaved", "0"),
+            ("StageCompleted", "plan"),
+        ]
 
     @pytest.mark.parametrize("durability", ["sync", "async"])
     def test_writes_whose_pool_thread_is_300_ms_late_still_read_in_order(
@@ -414,21 +419,16 @@ class TestOrder:
             put_writes(self, config, writes, task_id, task_path)
 
         monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
-        with Engine("memory://") as engine:
-            graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
-            config: RunnableConfig = {"configurable": {"thread_id": "late"}}
-            mode: dict[str, Any] = {"durability": durability}
-            graph.invoke({"log": []}, config, **mode)
-            assert history(engine, "late") == [
-                ("CheckpointSaved", "-1"),
-                ("WritesSaved", "~__pregel_pull, __start__"),
-                ("CheckpointSaved", "0"),
-                ("StageCompleted", "plan"),
-                ("CheckpointSaved", "1"),
-                ("StageCompleted", "fetch"),
-                ("CheckpointSaved", "2"),
-                ("NoteAdded", ""),
-            ]
+        assert invoked_history(durability) == [
+            ("CheckpointSaved", "-1"),
+            ("WritesSaved", "~__pregel_pull, __start__"),
+            ("CheckpointSaved", "0"),
+            ("StageCompleted", "plan"),
+            ("CheckpointSaved", "1"),
+            ("StageCompleted", "fetch"),
+            ("CheckpointSaved", "2"),
+            ("NoteAdded", ""),
+        ]
 
     @pytest.mark.parametrize("durability", ["sync", "async"])
     def test_resumed_writes_need_not_wait_when_other_threads_push_theirs_out(
