@@ -8,6 +8,8 @@ import logging
 import operator
 import subprocess
 import sys
+import threading
+import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -16,10 +18,11 @@ pytest.importorskip("langgraph", reason="needs the langgraph extra")
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy, interrupt
 
 from engine import Engine
 from engine.integrations.langgraph import HUB, StagetrailSaver
+from engine.integrations.langgraph import saver as saver_module
 from engine.integrations.langgraph.attempts import RETRY_LOGGER
 from events import CheckpointSaved, RetryScheduled, StageCompleted, StageFailed, WritesSaved
 from projections import FailurePatterns, RetryCounts
@@ -225,7 +228,7 @@ APP_LOGGING = {{
 }}
 {before}
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy, interrupt
 
 from engine import Engine
 from engine.integrations.langgraph import StagetrailSaver
@@ -337,6 +340,16 @@ def history(engine: Engine, thread_id: str) -> list[tuple[str, str]]:
     return shown
 
 
+def invoked_history(durability: str) -> list[tuple[str, str]]:
+    """The history of one invoke of `retried_graph` (no failure) under `durability`."""
+    with Engine("memory://") as engine:
+        graph = retried_graph(0).compile(checkpointer=StagetrailSaver(engine))
+        config: RunnableConfig = {"configurable": {"thread_id": "late"}}
+        mode: dict[str, Any] = {"durability": durability}
+        graph.invoke({"log": []}, config, **mode)
+        return history(engine, "late")
+
+
 class TestOrder:
     @pytest.mark.parametrize("failures", [0, 2])
     def test_async_durability_records_in_execution_order(
@@ -356,3 +369,127 @@ class TestOrder:
                 assert all(engine.verify(run.run_id).ok for run in engine.runs())
         assert recorded["async"] == recorded["sync"]
         assert recorded["default"] == recorded["sync"]  # LangGraph's default is async
+
+    @pytest.mark.parametrize("durability", ["sync", "async"])
+    def test_writes_scheduled_late_still_precede_the_next_checkpoint(
+        self, monkeypatch: pytest.MonkeyPatch, durability: str
+    ) -> None:
+        """LangGraph saves a task's writes from its thread pool under every durability mode
+        (sync waits only for checkpoints): writes whose pool thread starts after the next
+        checkpoint's save has begun are still recorded before that checkpoint."""
+        # The checkpoint's wait for the writes of the nodes that ran is bounded; raised here
+        # so that the order below depends on the events, not on the host's load.
+        monkeypatch.setattr(saver_module, "_ORDER_WAIT", 30.0)
+        next_checkpoint = threading.Event()
+        put, put_writes = StagetrailSaver.put, StagetrailSaver.put_writes
+
+        def late_put(self: StagetrailSaver, config: Any, checkpoint: Any, *rest: Any) -> Any:
+            if checkpoint["versions_seen"].get("__start__"):
+                next_checkpoint.set()  # the checkpoint the input's writes must precede
+            return put(self, config, checkpoint, *rest)
+
+        def late_writes(
+            self: StagetrailSaver, config: Any, writes: Any, task_id: str, task_path: str = ""
+        ) -> None:
+            if task_path.endswith("__start__"):
+                assert next_checkpoint.wait(30), "the next checkpoint was never saved"
+            put_writes(self, config, writes, task_id, task_path)
+
+        monkeypatch.setattr(StagetrailSaver, "put", late_put)
+        monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
+        assert invoked_history(durability)[:4] == [
+            ("CheckpointSaved", "-1"),
+            ("WritesSaved", "~__pregel_pull, __start__"),
+            ("CheckpointSaved", "0"),
+            ("StageCompleted", "plan"),
+        ]
+
+    @pytest.mark.parametrize("durability", ["sync", "async"])
+    def test_writes_whose_pool_thread_is_300_ms_late_still_read_in_order(
+        self, monkeypatch: pytest.MonkeyPatch, durability: str
+    ) -> None:
+        """Every task's writes reaching the saver 300 ms after LangGraph handed them to its
+        pool (the saver's bounds as shipped) still come before the next checkpoint."""
+        put_writes = StagetrailSaver.put_writes
+
+        def late_writes(
+            self: StagetrailSaver, config: Any, writes: Any, task_id: str, task_path: str = ""
+        ) -> None:
+            time.sleep(0.3)  # the pool thread is slow to start: not a timing assertion
+            put_writes(self, config, writes, task_id, task_path)
+
+        monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
+        assert invoked_history(durability) == [
+            ("CheckpointSaved", "-1"),
+            ("WritesSaved", "~__pregel_pull, __start__"),
+            ("CheckpointSaved", "0"),
+            ("StageCompleted", "plan"),
+            ("CheckpointSaved", "1"),
+            ("StageCompleted", "fetch"),
+            ("CheckpointSaved", "2"),
+            ("NoteAdded", ""),
+        ]
+
+    @pytest.mark.parametrize("durability", ["sync", "async"])
+    def test_resumed_writes_need_not_wait_when_other_threads_push_theirs_out(
+        self, monkeypatch: pytest.MonkeyPatch, durability: str
+    ) -> None:
+        """A resumed node's writes against the checkpoint its invocation loaded (a saver
+        started since) do not wait for a save of it that never comes, though the node kept
+        the saver busy with more threads than it caches meanwhile."""
+        # The wait, if taken, would last all of this: the invocation then never returns.
+        monkeypatch.setattr(saver_module, "_ORDER_WAIT", 30.0)
+        monkeypatch.setattr(saver_module, "_CACHED_THREADS", 2)
+        with Engine("memory://") as engine:
+            others = ["other-1", "other-2", "other-3"]
+            first = StagetrailSaver(engine)
+            side = retried_graph(0).compile(checkpointer=first)
+            for other in others:
+                side.invoke({"log": []}, {"configurable": {"thread_id": other}})
+            saver = StagetrailSaver(engine)  # the process restarted: it saved nothing yet
+
+            def ask(state: Log) -> dict[str, list[str]]:
+                answer = interrupt("go on?")
+                for other in others:  # other threads served by the saver meanwhile
+                    saver.get_tuple({"configurable": {"thread_id": other}})
+                return {"log": [str(answer)]}
+
+            builder = StateGraph(Log)
+            builder.add_node("ask", ask)
+            builder.add_edge(START, "ask")
+            builder.add_edge("ask", END)
+            config: RunnableConfig = {"configurable": {"thread_id": "asked"}}
+            builder.compile(checkpointer=first).invoke({"log": []}, config)
+            graph = builder.compile(checkpointer=saver)
+            mode: dict[str, Any] = {"durability": durability}
+            resumed = threading.Thread(
+                target=graph.invoke, args=(Command(resume="yes"), config), kwargs=mode
+            )
+            resumed.start()
+            resumed.join(10)  # far below the 30 s the wait would take: not a timing assertion
+            assert not resumed.is_alive(), "the resumed node's writes waited for a save"
+            assert graph.get_state(config).values == {"log": ["yes"]}
+
+    @pytest.mark.parametrize("durability", ["sync", "async"])
+    def test_a_command_starting_a_new_thread_does_not_wait_for_a_checkpoint(
+        self, monkeypatch: pytest.MonkeyPatch, durability: str
+    ) -> None:
+        """A `Command` that starts a thread at a node writes against the empty checkpoint
+        LangGraph makes up for a thread without one: no save of it comes, nothing waits."""
+        monkeypatch.setattr(saver_module, "_ORDER_WAIT", 30.0)  # a wait would take it all
+        builder = StateGraph(Log)
+        builder.add_node("plan", lambda state: {"log": ["plan"]})
+        builder.add_node("fetch", lambda state: {"log": ["fetch"]})
+        builder.add_edge(START, "plan")
+        builder.add_edge("plan", "fetch")
+        builder.add_edge("fetch", END)
+        with Engine("memory://") as engine:
+            graph = builder.compile(checkpointer=StagetrailSaver(engine))
+            config: RunnableConfig = {"configurable": {"thread_id": "started"}}
+            mode: dict[str, Any] = {"durability": durability}
+            start = Command(update={"log": ["given"]}, goto="fetch")
+            started = threading.Thread(target=graph.invoke, args=(start, config), kwargs=mode)
+            started.start()
+            started.join(10)  # far below the 30 s the wait would take: not a timing assertion
+            assert not started.is_alive(), "the command's writes waited for a save"
+            assert "fetch" in graph.get_state(config).values["log"]

@@ -99,13 +99,23 @@ invocation names one; its default is ``"async"``)."""
 _LOOP = "__pregel_runtime"
 """A key of the configs LangGraph's loop hands a checkpointer (absent from direct calls)."""
 _ORDER_WAIT = 2.0
-"""The longest a background save waits for the one it must follow (see `_in_order`)."""
+"""The longest a save from LangGraph's loop waits for the ones it must follow (see `_in_order`)."""
+_NULL_TASK = "00000000-0000-0000-0000-000000000000"
+"""The task id of the writes LangGraph makes of an invocation's input `Command`, against the
+checkpoint it loaded (or, for a thread without one, an empty one it never saves)."""
 _BRANCH = "branch:to:"
 """The start of the channel of a graph's edge into a node (the node's name follows)."""
-_STRAGGLER_WAIT = 0.05
-"""The longest a background checkpoint waits for the writes of a node that ran before it."""
+_ORDERED = frozenset({"sync", "async"})
+"""The durability modes under which LangGraph saves a task's writes from its thread pool
+during the invocation (``"exit"`` saves once, at the end): their saves are ordered."""
+_BUMPS = "__snapshot_bumps__"
+"""The key of ``versions_seen`` where LangGraph marks the versions a snapshot bumped."""
+_SEEN_ALSO = frozenset({INTERRUPT, _BUMPS})
+"""Keys of a checkpoint's ``versions_seen`` that name no task (LangGraph's bookkeeping)."""
+_BUMP_MARK = "|"
+"""What joins a node and a channel in LangGraph's marks of versions a snapshot bumped."""
 _SAVED = 4096
-"""Checkpoints a saver remembers having recorded, for the writes that must follow them."""
+"""Checkpoints a saver remembers having recorded or read, for the writes that must follow them."""
 _FRAMES = 8
 """How far up the calling frames the graph invoking a saver is looked for."""
 _RETRY_POLICY = {"langgraph": "RetryPolicy"}
@@ -120,6 +130,8 @@ _GAP_SCAN = 100_000
 _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
 _IN_ORDER_ALREADY = contextlib.nullcontext()
+_LOADED: Callable[[], bool] = functools.partial(bool, True)
+"""Whether the checkpoint that writes made on loading it are against is in: always."""
 """What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
@@ -267,10 +279,13 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         self._changed = threading.Condition(self._lock)
         """Told of each checkpoint and write recorded: background saves wait on it for order."""
         self._saved: OrderedDict[tuple[str, str, str | None], None] = OrderedDict()
-        """The checkpoints this saver recorded lately: a task's writes wait for theirs."""
+        """The checkpoints this saver recorded or read lately: a task's writes wait for theirs."""
         self._counting = threading.Lock()
         self._writing: dict[tuple[str, str | None], int] = {}
         """(thread, checkpoint id) → task writes against it being recorded right now."""
+        self._heard: OrderedDict[tuple[str, str, str | None], set[str]] = OrderedDict()
+        """The task paths whose output writes against a checkpoint came lately (the newest
+        `_SAVED` checkpoints): the writes a checkpoint after it waits for."""
         RETRIES.install()
 
     # -- reading ---------------------------------------------------------------------------
@@ -287,7 +302,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             self._read_at[thread_id] = utc_now()
             return self._checkpoint(thread_id, ns, checkpoint_id)
 
-        return self._consistent(read)
+        found = self._consistent(read)
+        if found is not None:  # a checkpoint an invocation resumes from: no save of it comes
+            self._saved_now(thread_id, ns, found.checkpoint["id"])
+        return found
 
     def _learn_graph(self, thread_id: str, ns: str, caller: FrameType | None) -> None:
         """Note the nodes of the graph whose invocation is reading the thread, for its run.
@@ -526,9 +544,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         idle = ns == "" and durability is not None and not _pending(checkpoint)
 
         parent_id = payload["parent_id"]
-        # Only a background save waits for the nodes that ran (see `_in_order`).
-        background = durability == "async"
-        ran = self._ran(thread_id, ns, parent_id, checkpoint) if background else frozenset()
+        # A save from LangGraph's loop after a step waits for the writes of the nodes that
+        # ran in it (see `_in_order`).
+        stepped = durability in _ORDERED and metadata.get("source") == "loop"
+        ran = self._ran(thread_id, ns, parent_id, checkpoint) if stepped else frozenset()
         with self._in_order(config, thread_id, parent_id, writing=False, ran=ran), self._lock:
             self._append(thread_id, steps, create=True)
             self._saved_now(thread_id, ns, checkpoint["id"])  # in the same hold of the lock
@@ -577,7 +596,14 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             waiting = [_paused("waiting", _interrupt_value(interrupts))] if asked else []
             return [_Knowing(_recorded(WritesSaved, namespace=ns, **saved), known), *waiting]
 
-        with self._in_order(config, thread_id, checkpoint_id, writing=True):
+        # Writes with output (or none at all), not only an error or interrupt, end the task.
+        output = not writes or any(WRITES_IDX_MAP.get(ch, 0) >= 0 for ch, _ in writes)
+        heard = task_path if output else None
+        # An input `Command`'s writes: made on loading, against no checkpoint still to come.
+        loaded = task_id == _NULL_TASK
+        with self._in_order(
+            config, thread_id, checkpoint_id, writing=True, heard=heard, loaded=loaded
+        ):
             self._append(thread_id, steps, create=True)
 
     def _outcome(
@@ -627,22 +653,27 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         *,
         writing: bool,
         ran: frozenset[str] = frozenset(),
+        heard: str | None = None,
+        loaded: bool = False,
     ) -> contextlib.AbstractContextManager[None]:
-        """Record a background save in execution order (LangGraph's ``durability="async"``).
+        """Record a save from LangGraph's loop in execution order (``durability`` sync or async).
 
-        LangGraph then hands saves to a thread pool: checkpoints one after the other, but a
-        task's writes beside them, so they can arrive before the checkpoint they were made
-        against, or after the next one. Here a task's writes (`writing`) wait until their
-        checkpoint is recorded, and a checkpoint waits until the writes against its parent
-        that are being recorded are in, each at most `_ORDER_WAIT` seconds; and, at most
-        `_STRAGGLER_WAIT` seconds, for the writes of the nodes that it says `ran` (a node
-        that wrote nothing sends none, so this wait is short). Sync saves
-        (``durability="sync"``, direct calls) arrive in order and never wait: nothing is
-        done for them, not even a generator's context.
+        LangGraph hands a task's writes to a thread pool under both modes (``"sync"`` waits
+        only for each checkpoint, ``"async"`` for neither; checkpoints are saved one after
+        the other), so they can arrive before the checkpoint they were made against, or
+        after the next one. Here a task's writes (`writing`) wait until their checkpoint
+        is recorded (not an input `Command`'s, made against the checkpoint LangGraph
+        `loaded`, or an empty one it never saves); a checkpoint after a step waits until
+        the writes of the nodes that `ran` in it are in (every task that finishes sends
+        writes, and LangGraph saves the next checkpoint only once all of the step's tasks
+        finished), and the writes against its parent that are being recorded. A save
+        waits only for what is missing, each at most `_ORDER_WAIT` seconds; one that finds
+        it all in does not wait at all. Direct calls (no loop) and ``"exit"`` saves arrive
+        in order: nothing is done for them, not even a generator's context.
         """
-        if _durability(config) != "async":
+        if _durability(config) not in _ORDERED:
             return _IN_ORDER_ALREADY
-        return self._ordered(config, thread_id, checkpoint_id, writing=writing, ran=ran)
+        return self._ordered(config, thread_id, checkpoint_id, writing, ran, heard, loaded)
 
     @contextlib.contextmanager
     def _ordered(
@@ -650,26 +681,26 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         config: RunnableConfig,
         thread_id: str,
         checkpoint_id: str | None,
-        *,
         writing: bool,
         ran: frozenset[str],
+        heard: str | None,
+        loaded: bool,
     ) -> Iterator[None]:
-        """`_in_order` for a background save: wait for what it must follow, then tell others."""
+        """`_in_order` for a loop's save: wait for what it must follow, then tell others
+        (the task path `heard` of writes with output, not only an error or interrupt;
+        writes made on `loaded` checkpoint wait for nothing)."""
         ns = config["configurable"].get("checkpoint_ns", "")
         key = (thread_id, checkpoint_id)
         if writing:  # counted before waiting for the saver: a checkpoint after sees it
             with self._counting:
                 self._writing[key] = self._writing.get(key, 0) + 1
+            recorded = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
+            ready: Callable[[], bool] = _LOADED if loaded else recorded
         else:
             time.sleep(0)  # let a pool thread that began a task's writes before this count them
+            ready = functools.partial(self._followed, thread_id, ns, checkpoint_id, ran)
         try:
-            with self._changed:
-                if writing:
-                    ready = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
-                else:
-                    ready = functools.partial(self._no_writes_into, key)
-                    in_yet = functools.partial(self._written, thread_id, ns, checkpoint_id, ran)
-                    self._changed.wait_for(lambda: ready() and in_yet(), _STRAGGLER_WAIT)
+            with self._changed:  # most often all is in: `ready` holds at once, no wait
                 self._changed.wait_for(ready, _ORDER_WAIT)
             yield
         finally:
@@ -679,43 +710,83 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                     if not self._writing[key]:
                         del self._writing[key]
             with self._changed:
+                if heard is not None:
+                    self._heard_from(thread_id, ns, checkpoint_id, heard)
                 self._changed.notify_all()
 
-    def _no_writes_into(self, key: tuple[str, str | None]) -> bool:
-        """Whether no task's writes against the checkpoint `key` names are being recorded."""
+    def _followed(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, ran: frozenset[str]
+    ) -> bool:
+        """Whether a checkpoint after `checkpoint_id` may be recorded: no task's writes
+        against its parent are being recorded, and those of every node that `ran` are in."""
         with self._counting:
-            return not self._writing.get(key)
+            if self._writing.get((thread_id, checkpoint_id)):
+                return False
+        return self._written(thread_id, ns, checkpoint_id, ran)
+
+    def _heard_from(self, thread_id: str, ns: str, checkpoint_id: str | None, path: str) -> None:
+        """Note that a task's output writes against the checkpoint came (under `_changed`)."""
+        key = (thread_id, ns, checkpoint_id)
+        heard = self._heard.get(key)
+        if heard is None:
+            heard = self._heard[key] = set()
+            while len(self._heard) > _SAVED:
+                self._heard.popitem(last=False)
+        heard.add(path)
 
     def _written(
         self, thread_id: str, ns: str, checkpoint_id: str | None, nodes: frozenset[str]
     ) -> bool:
-        """Whether every one of `nodes` has writes recorded against the checkpoint."""
-        thread = self._threads.get(thread_id)
-        if not nodes or thread is None or checkpoint_id is None:
+        """Whether every one of `nodes` has output writes (not only an error or interrupt:
+        a task retried or resumed sends them again) recorded against the checkpoint."""
+        if not nodes or checkpoint_id is None:
             return True
-        stored = thread.writes.get((ns, checkpoint_id), {}).values()
-        return nodes <= {path.removeprefix(_PULL) for _, _, _, path in stored}
+        heard = self._heard.get((thread_id, ns, checkpoint_id), ())
+        missing = [node for node in nodes if _PULL + node not in heard]
+        thread = self._threads.get(thread_id)
+        if not missing or thread is None:
+            return True
+        stored = thread.writes.get((ns, checkpoint_id), {})
+        done = {write[3] for (_, index), write in stored.items() if index >= 0}
+        return all(_PULL + node in done for node in missing)
 
     def _ran(
         self, thread_id: str, ns: str, parent_id: str | None, checkpoint: Checkpoint
     ) -> frozenset[str]:
-        """The nodes that ran in the step a checkpoint closes: those that saw new versions."""
+        """The nodes that ran in the step a checkpoint closes: those that saw new versions
+        (not those whose versions LangGraph advanced for a snapshot it bumped)."""
         thread = self._threads.get(thread_id)
         parent = None if thread is None else thread.skeleton(ns, parent_id or "")
         if parent is None:
             return frozenset()
         before = parent.get("versions_seen", {})
         seen = checkpoint.get("versions_seen", {})
-        return frozenset(node for node, versions in seen.items() if before.get(node) != versions)
+        bumped = seen.get(_BUMPS, {})
+        return frozenset(
+            node
+            for node, versions in seen.items()
+            if node not in _SEEN_ALSO
+            and before.get(node) != versions
+            and any(
+                version != before.get(node, {}).get(channel)
+                and (not bumped or bumped.get(f"{node}{_BUMP_MARK}{channel}") != version)
+                for channel, version in versions.items()
+            )
+        )
 
     def _recorded(self, thread_id: str, ns: str, checkpoint_id: str | None) -> bool:
-        """Whether this saver has recorded the checkpoint lately."""
-        return (thread_id, ns, checkpoint_id) in self._saved
+        """Whether this saver has recorded or read the checkpoint lately (one a resumed
+        invocation loaded: no save of it comes), or the thread as it last read it holds it."""
+        if (thread_id, ns, checkpoint_id) in self._saved:
+            return True
+        thread = self._threads.get(thread_id)
+        return thread is not None and checkpoint_id in thread.checkpoints.get(ns, {})
 
     def _saved_now(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        """Note a checkpoint this saver recorded (the newest `_SAVED` are kept)."""
+        """Note a checkpoint this saver recorded or read (the latest `_SAVED` are kept)."""
         with self._changed:
             self._saved[(thread_id, ns, checkpoint_id)] = None
+            self._saved.move_to_end((thread_id, ns, checkpoint_id))
             while len(self._saved) > _SAVED:
                 self._saved.popitem(last=False)
 
