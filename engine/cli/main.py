@@ -366,10 +366,22 @@ def upgrade(target: str | None, in_place: bool, store: str | None, as_json: bool
 @click.option(
     "--chain-only", is_flag=True, help="Check the hash chain alone (faster: nothing decoded)."
 )
+@click.option(
+    "--worker-timeout",
+    "worker_timeout",
+    default=None,
+    metavar="SECONDS",
+    help="Seconds a chain worker may take to answer before all are stopped (default 60).",
+)
 @store_option
 @json_option
 def verify(
-    run: str | None, everything: bool, chain_only: bool, store: str | None, as_json: bool
+    run: str | None,
+    everything: bool,
+    chain_only: bool,
+    worker_timeout: str | None,
+    store: str | None,
+    as_json: bool,
 ) -> None:
     """Re-check a run's hash chain and its table; exit 1 on problems.
 
@@ -378,16 +390,17 @@ def verify(
     (not with --chain-only).
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.verify import verify_all, verify_run
+    from engine.cli.verify import timeout_option, verify_all, verify_run
 
     if (run is None) == (not everything):
         raise click.UsageError("give a RUN or --all (not both)")
+    timeout = timeout_option(worker_timeout)
     with open_engine(store, read_only=True) as engine:
         if everything:
-            ok = verify_all(engine, as_json=as_json, chain_only=chain_only)
+            ok = verify_all(engine, as_json=as_json, chain_only=chain_only, timeout=timeout)
         else:
             rid = resolve_run(engine, str(run))
-            ok = verify_run(engine, rid, as_json=as_json, chain_only=chain_only)
+            ok = verify_run(engine, rid, as_json=as_json, chain_only=chain_only, timeout=timeout)
     if not ok:
         sys.exit(1)
 
