@@ -87,14 +87,16 @@ def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
         chosen = [(rid, _last_version(engine, rid)) for rid in dict.fromkeys(run_ids)]
     progress = ProgressBar("export", sum(version for _, version in chosen))
     out = _utf8_stdout()
+    generation = engine.store.generation()
     try:
         for run_id, version in chosen:
             try:
-                lines, count = _run_lines(engine, run_id, version)
+                lines, count, generation = _run_lines(engine, run_id, version, generation)
             except RunErased:
                 if run_ids is not None:
                     raise
                 progress.advance(version)
+                generation = engine.store.generation()
                 continue
             with lines:
                 shutil.copyfileobj(lines, out)
@@ -108,9 +110,17 @@ _HELD_IN_MEMORY = 4 << 20
 """Bytes of a run's export lines held in memory; a longer run's go to a temporary file."""
 
 
-def _run_lines(engine: Engine, run_id: UUID, version: int) -> tuple[BinaryIO, int]:
+def _run_lines(
+    engine: Engine, run_id: UUID, version: int, generation: int
+) -> tuple[BinaryIO, int, int]:
     """The run's export lines, its last carrying its chain head, read whole (a file at its
-    start) and how many; `version`: the run's newest when it was chosen (0: not stored).
+    start), how many, and the store's erasure generation read after them; `version`: the
+    run's newest when it was chosen (0: not stored); `generation`: one read before the run
+    was (the one the run before it ended with: one read a run, not two).
+
+    The generation only counts up, so one read earlier than the run's first page stands
+    for it: an erase since makes the one read after differ, and the run's ends are read
+    again (`_same_run`), as for an erase while it was read.
 
     Raises:
         RunNotFound: the run was not stored when chosen, nor is it now.
@@ -120,7 +130,6 @@ def _run_lines(engine: Engine, run_id: UUID, version: int) -> tuple[BinaryIO, in
     """
     from engine.errors import RunErasedWhileRead, RunNotFound
 
-    generation = engine.store.generation()
     # Given back open (the caller copies it out): closed here only on a failure.
     spool = tempfile.SpooledTemporaryFile(max_size=_HELD_IN_MEMORY)  # noqa: SIM115
     try:
@@ -134,14 +143,15 @@ def _run_lines(engine: Engine, run_id: UUID, version: int) -> tuple[BinaryIO, in
             raise RunNotFound(run_id, engine.url)
         if head.version < version:  # events gone between two pages
             raise RunErasedWhileRead(run_id, head.version + 1)
-        if engine.store.generation() != generation:
+        after = engine.store.generation()
+        if after != generation:
             _same_run(engine, run_id, (first, last), head.version)
         spool.write((head.on(last) + "\n").encode())
         spool.seek(0)
     except BaseException:
         spool.close()
         raise
-    return cast(BinaryIO, spool), head.version
+    return cast(BinaryIO, spool), head.version, after
 
 
 def _same_run(engine: Engine, run_id: UUID, ends: tuple[str, str], count: int) -> None:
