@@ -480,19 +480,25 @@ def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
 
 @main.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--unchained",
+    is_flag=True,
+    help="Import runs without a chain head (an older release's export), unchecked.",
+)
 @store_option
 @json_option
-def import_(file: str, store: str | None, as_json: bool) -> None:
+def import_(file: str, unchained: bool, store: str | None, as_json: bool) -> None:
     """Read runs from an export file, checked first.
 
     FILE is JSON Lines (- reads stdin). Nothing is written unless every line is valid;
     each run is written in one transaction; runs already there, identical, are skipped.
+    A run without a chain head is refused unless --unchained is given.
     """
     from engine.cli.common import open_engine
     from engine.cli.export_import import import_runs
 
     with open_engine(store, create=True) as engine:
-        import_runs(engine, file, as_json=as_json)
+        import_runs(engine, file, as_json=as_json, unchained=unchained)
 
 
 @main.command()
