@@ -3,7 +3,6 @@ projections; `--all` for every run of the store."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -160,22 +159,28 @@ def _problems(report: VerifyReport, limit: int) -> list[dict[str, Any]]:
 
 
 def timeout_option(text: str | None) -> float | None:
-    """``--worker-timeout``'s text as seconds above 0 (None: not given, the API's default).
+    """``--worker-timeout``'s text as seconds (None: not given, the API's default), by the
+    API's rule (`engine.verify.worker_seconds`).
 
     Raises:
-        BadOption: not a finite number of seconds above 0.
+        BadOption: not a number of seconds above 0, or past the longest wait a thread can
+            make (`MAX_WORKER_TIMEOUT`).
     """
+    from engine.errors import InvalidArgument
+    from engine.store.chain_workers import MAX_WORKER_TIMEOUT
+    from engine.verify import worker_seconds
+
     if text is None:
         return None
     try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds < math.inf:
+        return worker_seconds(float(text))
+    except (ValueError, InvalidArgument):
         raise BadOption(
-            "--worker-timeout", text, "give a number of seconds above 0, such as 60 or 2.5"
-        )
-    return seconds
+            "--worker-timeout",
+            text,
+            f"give a number of seconds above 0, such as 60 or 2.5 "
+            f"(at most {MAX_WORKER_TIMEOUT:.0f})",
+        ) from None
 
 
 def _workers() -> int:

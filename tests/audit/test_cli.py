@@ -167,12 +167,13 @@ class TestWorkerTimeoutOption:
         assert chain in ("intact", {"intact": 1})
         assert "did not answer within 1.0 s" in caplog.text
 
-    @pytest.mark.parametrize("bad", ["0", "-2", "abc", "nan", "inf", ""])
+    @pytest.mark.parametrize("bad", ["0", "-2", "abc", "nan", "inf", "", "1e10"])
     def test_a_bad_number_of_seconds_is_one_error_naming_the_option(
         self, shared_url: str, bad: str
     ) -> None:
-        """--worker-timeout that is not a finite number of seconds above 0 is refused before
-        the store is read: exit code 2, one error naming the option and the value."""
+        """--worker-timeout that is not a finite number of seconds above 0 (nor one past what a
+        wait can take: 1e10 crashed with OverflowError once a worker was waited for) is refused
+        before the store is read: exit code 2, one error naming the option and the value."""
         run_id = long_recorded(shared_url, 3)
         for target in (str(run_id), "--all"):
             result = invoke("verify", target, "--worker-timeout", bad, "--store", shared_url)
