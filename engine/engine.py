@@ -460,7 +460,8 @@ class Engine:
             RunBeingErased: the run is deleted and a compaction has begun erasing it
                 (before or while it was checked): its history is no longer whole.
             InvalidArgument: `workers` is not a whole number from 0 to 64, or
-                `worker_timeout` not a number of seconds above 0.
+                `worker_timeout` not a number of seconds above 0 and at most
+                `engine.verify.MAX_WORKER_TIMEOUT` (the longest wait a thread can make).
         """
         from engine.verify import (
             RunRanges,

@@ -8,7 +8,6 @@ deleted, inserted or moved breaks a link, and the report names the version.
 
 from __future__ import annotations
 
-import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,6 +23,7 @@ from engine.machine import replay
 from engine.pipeline import Pipeline
 from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, split
 from engine.store.chain_workers import (
+    MAX_WORKER_TIMEOUT,
     WORKER_TIMEOUT,
     ChainWorkers,
     Followed,
@@ -145,13 +145,16 @@ def worker_seconds(timeout: float | None) -> float:
     """`timeout` as the seconds a chain worker may take to answer (None: `WORKER_TIMEOUT`).
 
     Raises:
-        InvalidArgument: `timeout` is not a number of seconds above 0.
+        InvalidArgument: `timeout` is not a number of seconds above 0, or is more than
+            `MAX_WORKER_TIMEOUT` (the longest wait a thread can make).
     """
     if timeout is None:
         return WORKER_TIMEOUT
-    if type(timeout) not in (int, float) or not 0 < timeout < math.inf:
+    if type(timeout) not in (int, float) or not 0 < timeout <= MAX_WORKER_TIMEOUT:
         raise InvalidArgument(
-            "worker_timeout", f"must be a number of seconds above 0, got {timeout!r}"
+            "worker_timeout",
+            f"must be a number of seconds above 0 and at most {MAX_WORKER_TIMEOUT:.0f}, "
+            f"got {timeout!r}",
         )
     return float(timeout)
 

@@ -617,7 +617,7 @@ class TestImportOfAStoredRun:
             lines = [export_line(e) for e in engine.store.stream(uuid.UUID(run_id))]
         short_store = f"sqlite:///{tmp_path / 'short.db'}"
         (tmp_path / "prefix.jsonl").write_text("\n".join(lines[:2]) + "\n")
-        invoke("import", str(tmp_path / "prefix.jsonl"), "--store", short_store)
+        invoke("import", str(tmp_path / "prefix.jsonl"), "--unchained", "--store", short_store)
         (tmp_path / "full.jsonl").write_text("\n\n".join(lines) + "\n")  # blank lines between
         before = _store_snapshot(short_store)
         error = one_line_error("import", str(tmp_path / "full.jsonl"), "--store", short_store)

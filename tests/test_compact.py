@@ -580,6 +580,36 @@ class TestEraseDuringAnExport:
         assert runs == {str(kept)}
 
 
+class TestExportReadsTheGenerationOnce:
+    def test_every_run_reads_it_once_a_run(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`export --all` reads the store's erasure generation once a run, not before and
+        after each: the one read after a run stands for the next run's start (it only
+        counts up), so twice as many runs cost one read a run more."""
+        reads: list[int] = []
+        generation = Store.generation
+
+        def counted(store: Store) -> int:
+            reads.append(1)
+            return generation(store)
+
+        def exported(runs: int) -> int:
+            with Engine(shared_url) as engine:
+                for index in range(runs - len(engine.runs())):
+                    engine.start_run(LOOP).stage_failed("a", error=f"e{index}")
+            reads.clear()
+            monkeypatch.setattr(Store, "generation", counted)
+            result = invoke("export", "--all", "--store", shared_url)
+            monkeypatch.undo()
+            assert result.exit_code == 0, result.output
+            assert len({json.loads(line)["run_id"] for line in result.stdout.splitlines()}) == runs
+            return len(reads)
+
+        six = exported(6)
+        assert exported(12) - six == 6
+
+
 class TestStaleHandleAtTheEraseBoundary:
     def test_a_stale_handle_never_fills_the_hole_of_a_run_being_erased(
         self, shared_url: str

@@ -87,14 +87,16 @@ def export_runs(engine: Engine, run_ids: Sequence[UUID] | None) -> None:
         chosen = [(rid, _last_version(engine, rid)) for rid in dict.fromkeys(run_ids)]
     progress = ProgressBar("export", sum(version for _, version in chosen))
     out = _utf8_stdout()
+    generation = engine.store.generation()
     try:
         for run_id, version in chosen:
             try:
-                lines, count = _run_lines(engine, run_id, version)
+                lines, count, generation = _run_lines(engine, run_id, version, generation)
             except RunErased:
                 if run_ids is not None:
                     raise
                 progress.advance(version)
+                generation = engine.store.generation()
                 continue
             with lines:
                 shutil.copyfileobj(lines, out)
@@ -108,9 +110,17 @@ _HELD_IN_MEMORY = 4 << 20
 """Bytes of a run's export lines held in memory; a longer run's go to a temporary file."""
 
 
-def _run_lines(engine: Engine, run_id: UUID, version: int) -> tuple[BinaryIO, int]:
+def _run_lines(
+    engine: Engine, run_id: UUID, version: int, generation: int
+) -> tuple[BinaryIO, int, int]:
     """The run's export lines, its last carrying its chain head, read whole (a file at its
-    start) and how many; `version`: the run's newest when it was chosen (0: not stored).
+    start), how many, and the store's erasure generation read after them; `version`: the
+    run's newest when it was chosen (0: not stored); `generation`: one read before the run
+    was (the one the run before it ended with: one read a run, not two).
+
+    The generation only counts up, so one read earlier than the run's first page stands
+    for it: an erase since makes the one read after differ, and the run's ends are read
+    again (`_same_run`), as for an erase while it was read.
 
     Raises:
         RunNotFound: the run was not stored when chosen, nor is it now.
@@ -120,7 +130,6 @@ def _run_lines(engine: Engine, run_id: UUID, version: int) -> tuple[BinaryIO, in
     """
     from engine.errors import RunErasedWhileRead, RunNotFound
 
-    generation = engine.store.generation()
     # Given back open (the caller copies it out): closed here only on a failure.
     spool = tempfile.SpooledTemporaryFile(max_size=_HELD_IN_MEMORY)  # noqa: SIM115
     try:
@@ -134,14 +143,15 @@ def _run_lines(engine: Engine, run_id: UUID, version: int) -> tuple[BinaryIO, in
             raise RunNotFound(run_id, engine.url)
         if head.version < version:  # events gone between two pages
             raise RunErasedWhileRead(run_id, head.version + 1)
-        if engine.store.generation() != generation:
+        after = engine.store.generation()
+        if after != generation:
             _same_run(engine, run_id, (first, last), head.version)
         spool.write((head.on(last) + "\n").encode())
         spool.seek(0)
     except BaseException:
         spool.close()
         raise
-    return cast(BinaryIO, spool), head.version
+    return cast(BinaryIO, spool), head.version, after
 
 
 def _same_run(engine: Engine, run_id: UUID, ends: tuple[str, str], count: int) -> None:
@@ -217,12 +227,15 @@ class ImportReport:
     imported: tuple[UUID, ...]
     identical: tuple[UUID, ...]
     events: int
+    unchained: tuple[UUID, ...] = ()
+    """The runs imported without a chain head to check their lines against (``--unchained``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON: counts of every run, the ids of the first of each kind."""
         return {
             **listed("imported", self.imported),
             **listed("identical", self.identical),
+            **listed("unchained", self.unchained),
             "events": self.events,
         }
 
@@ -242,50 +255,94 @@ def _seekable(path: str) -> Iterator[str]:
         os.unlink(copy)
 
 
-def import_runs(engine: Engine, path: str, *, as_json: bool) -> None:
-    """Check every run of the file, then write the new ones, each in one transaction."""
+def import_runs(engine: Engine, path: str, *, as_json: bool, unchained: bool = False) -> None:
+    """Check every run of the file, then write the new ones, each in one transaction; a new
+    run without a chain head (an older release's export) only with `unchained`.
+
+    Raises:
+        BadImportLine: a line is invalid, a run's lines do not match its chain head, or
+            (without `unchained`) a new run has none.
+    """
     with _seekable(path) as source:
-        report = _import(engine, source)
+        report = _import(engine, source, unchained=unchained)
     if as_json:
         print_json(report.to_json())
         return
     out = Output()
     out.line(f"imported {len(report.imported)} run(s), {report.events} events, into {engine.url}")
+    if report.unchained:
+        out.line(
+            f"{len(report.unchained)} of them with chain: none (exported before chaining), "
+            f"their lines not checked against a head: {_first_five(report.unchained)}",
+            "yellow",
+        )
     if report.identical:
-        listed = ", ".join(short(run_id) for run_id in report.identical[:5])
-        more = len(report.identical) - 5
-        listed += f" and {more} more" if more > 0 else ""
+        listed = _first_five(report.identical)
         out.line(f"{len(report.identical)} run(s) already there with identical events: {listed}")
 
 
-def _import(engine: Engine, path: str) -> ImportReport:
-    """Check the whole file first (rules, tables, and that the store can keep every
-    event), then write: nothing in the file can stop the import half-way.
+def _first_five(run_ids: Sequence[UUID]) -> str:
+    """The first five runs' short ids, and how many more."""
+    listed = ", ".join(short(run_id) for run_id in run_ids[:5])
+    more = len(run_ids) - 5
+    return listed + (f" and {more} more" if more > 0 else "")
+
+
+def _import(engine: Engine, path: str, *, unchained: bool) -> ImportReport:
+    """Check the whole file first (rules, tables, chain heads, and that the store can keep
+    every event), then write: nothing in the file can stop the import half-way.
 
     The file is read twice, one run at a time, so memory holds one run, not the file.
     """
     size = os.path.getsize(path)
     new: set[UUID] = set()
     identical: list[UUID] = []
-    headless: list[Chunk] = []
+    headless: Chunk | None = None
+    """The file's first run without a head (only the first is kept: memory holds one run)."""
+    unchecked: list[UUID] = []
+    """The new runs without a head: those the import would write unchecked."""
+    first_unchecked: Chunk | None = None
     headed = False
     progress = ProgressBar("check", size)
     try:
         for chunk in read_chunks(path, progress.advance):
             headed = headed or chunk.head is not None
-            if chunk.head is None:
-                headless.append(chunk)
+            if chunk.head is None and headless is None:
+                headless = chunk
             if _already_there(engine, chunk):
                 identical.append(chunk.run_id)
             else:
                 check_storable(chunk, lambda event: engine.store.serialize(event, b""))
                 check_head(chunk)
                 new.add(chunk.run_id)
+                if chunk.head is None:
+                    unchecked.append(chunk.run_id)
+                    first_unchecked = first_unchecked or chunk
     finally:
         progress.close()
-    if headed and headless:
-        _cut_short(headless[0])
-    return _write(engine, path, new, identical)
+    if headed and headless is not None:
+        _cut_short(headless)
+    if first_unchecked is not None and not unchained:
+        _unchained(first_unchecked, len(unchecked))
+    report = _write(engine, path, new, identical)
+    return attrs.evolve(report, unchained=tuple(unchecked))
+
+
+def _unchained(chunk: Chunk, runs: int) -> None:
+    """Refuse a file of runs without chain heads (`runs` new ones, `chunk` the first): their
+    lines cannot be checked, and the target store would link them anew as intact.
+
+    Raises:
+        BadImportLine: at the first such run's last line.
+    """
+    others = f" (and {runs - 1} other run(s) of the file)" if runs > 1 else ""
+    raise BadImportLine(
+        chunk.lines[-1],
+        "chain",
+        f"run {chunk.run_id}{others} has no chain head on its last line: chain: none "
+        "(exported before chaining, or the file cut short or its head removed), so its "
+        "lines cannot be checked; give --unchained to import such runs unchecked",
+    )
 
 
 def _cut_short(chunk: Chunk) -> None:

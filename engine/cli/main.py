@@ -366,10 +366,22 @@ def upgrade(target: str | None, in_place: bool, store: str | None, as_json: bool
 @click.option(
     "--chain-only", is_flag=True, help="Check the hash chain alone (faster: nothing decoded)."
 )
+@click.option(
+    "--worker-timeout",
+    "worker_timeout",
+    default=None,
+    metavar="SECONDS",
+    help="Seconds a chain worker may take to answer before all are stopped (default 60).",
+)
 @store_option
 @json_option
 def verify(
-    run: str | None, everything: bool, chain_only: bool, store: str | None, as_json: bool
+    run: str | None,
+    everything: bool,
+    chain_only: bool,
+    worker_timeout: str | None,
+    store: str | None,
+    as_json: bool,
 ) -> None:
     """Re-check a run's hash chain and its table; exit 1 on problems.
 
@@ -378,16 +390,17 @@ def verify(
     (not with --chain-only).
     """
     from engine.cli.common import open_engine, resolve_run
-    from engine.cli.verify import verify_all, verify_run
+    from engine.cli.verify import timeout_option, verify_all, verify_run
 
     if (run is None) == (not everything):
         raise click.UsageError("give a RUN or --all (not both)")
+    timeout = timeout_option(worker_timeout)
     with open_engine(store, read_only=True) as engine:
         if everything:
-            ok = verify_all(engine, as_json=as_json, chain_only=chain_only)
+            ok = verify_all(engine, as_json=as_json, chain_only=chain_only, timeout=timeout)
         else:
             rid = resolve_run(engine, str(run))
-            ok = verify_run(engine, rid, as_json=as_json, chain_only=chain_only)
+            ok = verify_run(engine, rid, as_json=as_json, chain_only=chain_only, timeout=timeout)
     if not ok:
         sys.exit(1)
 
@@ -467,19 +480,25 @@ def export_(runs: tuple[str, ...], everything: bool, store: str | None) -> None:
 
 @main.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--unchained",
+    is_flag=True,
+    help="Import runs without a chain head (an older release's export), unchecked.",
+)
 @store_option
 @json_option
-def import_(file: str, store: str | None, as_json: bool) -> None:
+def import_(file: str, unchained: bool, store: str | None, as_json: bool) -> None:
     """Read runs from an export file, checked first.
 
     FILE is JSON Lines (- reads stdin). Nothing is written unless every line is valid;
     each run is written in one transaction; runs already there, identical, are skipped.
+    A run without a chain head is refused unless --unchained is given.
     """
     from engine.cli.common import open_engine
     from engine.cli.export_import import import_runs
 
     with open_engine(store, create=True) as engine:
-        import_runs(engine, file, as_json=as_json)
+        import_runs(engine, file, as_json=as_json, unchained=unchained)
 
 
 @main.command()

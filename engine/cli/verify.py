@@ -7,7 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from engine.cli.common import Output, ProgressBar, print_json, short
+from engine.cli.common import BadOption, Output, ProgressBar, print_json, short
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -20,10 +20,19 @@ LISTED_JSON = 1000
 """Runs with problems `--all --json` lists, problems of one run with --json (the rest counted)."""
 
 
-def verify_run(engine: Engine, run_id: UUID, *, as_json: bool, chain_only: bool = False) -> bool:
-    """Verify the run (its chain alone with `chain_only`); print the report; return whether
-    it is sound."""
-    report = engine.verify(run_id, chain_only=chain_only, workers=_workers())
+def verify_run(
+    engine: Engine,
+    run_id: UUID,
+    *,
+    as_json: bool,
+    chain_only: bool = False,
+    timeout: float | None = None,
+) -> bool:
+    """Verify the run (its chain alone with `chain_only`, workers waited for up to `timeout`
+    seconds); print the report; return whether it is sound."""
+    report = engine.verify(
+        run_id, chain_only=chain_only, workers=_workers(), worker_timeout=timeout
+    )
     if as_json:
         problems = _problems(report, LISTED_JSON)
         print_json(
@@ -47,10 +56,13 @@ def verify_run(engine: Engine, run_id: UUID, *, as_json: bool, chain_only: bool 
     return False
 
 
-def verify_all(engine: Engine, *, as_json: bool, chain_only: bool = False) -> bool:
-    """Verify every run of the store (their chains alone with `chain_only`), oldest first;
-    print a summary and the runs with problems. A run a compaction erases (or has begun
-    to) before it is checked is left out: it is no longer the store's."""
+def verify_all(
+    engine: Engine, *, as_json: bool, chain_only: bool = False, timeout: float | None = None
+) -> bool:
+    """Verify every run of the store (their chains alone with `chain_only`, workers waited for
+    up to `timeout` seconds), oldest first; print a summary and the runs with problems. A
+    run a compaction erases (or has begun to) before it is checked is left out: it is no
+    longer the store's."""
     from engine.errors import RunErased, RunNotFound
 
     listed = list(reversed(engine.runs(limit=_EVERY_RUN)))
@@ -61,7 +73,12 @@ def verify_all(engine: Engine, *, as_json: bool, chain_only: bool = False) -> bo
     try:
         for summary in listed:
             try:
-                report = engine.verify(summary.run_id, chain_only=chain_only, workers=_workers())
+                report = engine.verify(
+                    summary.run_id,
+                    chain_only=chain_only,
+                    workers=_workers(),
+                    worker_timeout=timeout,
+                )
             except (RunErased, RunNotFound):
                 progress.advance(1)
                 continue
@@ -139,6 +156,31 @@ def _problems(report: VerifyReport, limit: int) -> list[dict[str, Any]]:
         {"version": p.version, "check": p.check, "message": p.message}
         for p in report.problems[:limit]
     ]
+
+
+def timeout_option(text: str | None) -> float | None:
+    """``--worker-timeout``'s text as seconds (None: not given, the API's default), by the
+    API's rule (`engine.verify.worker_seconds`).
+
+    Raises:
+        BadOption: not a number of seconds above 0, or past the longest wait a thread can
+            make (`MAX_WORKER_TIMEOUT`).
+    """
+    from engine.errors import InvalidArgument
+    from engine.store.chain_workers import MAX_WORKER_TIMEOUT
+    from engine.verify import worker_seconds
+
+    if text is None:
+        return None
+    try:
+        return worker_seconds(float(text))
+    except (ValueError, InvalidArgument):
+        raise BadOption(
+            "--worker-timeout",
+            text,
+            f"give a number of seconds above 0, such as 60 or 2.5 "
+            f"(at most {MAX_WORKER_TIMEOUT:.0f})",
+        ) from None
 
 
 def _workers() -> int:

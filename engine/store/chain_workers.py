@@ -38,6 +38,9 @@ WORKER_TIMEOUT = 60.0
 (a range of `engine.verify.RANGE` events takes well under one): one that neither answers
 nor dies by then is taken as hung (a read waiting on a lock, a stopped process)."""
 
+MAX_WORKER_TIMEOUT = threading.TIMEOUT_MAX
+"""The most seconds a worker may be given: a longer wait cannot be made (OverflowError)."""
+
 
 class ChainWorkers:
     """Worker processes checking pages of run `run_id`'s chain in `chain`'s mode.

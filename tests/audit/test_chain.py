@@ -9,7 +9,7 @@ import random
 import shutil
 import string
 from pathlib import Path
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -219,6 +219,21 @@ class TestRunAlongAgainstFollows:
         for _ in range(300):
             rows = self.page(chain, draw)
             assert chain.run_along(b"", 1, self.RUN, rows) == self.followed(chain, rows)
+
+
+class TestRunAlongTopics:
+    @pytest.mark.parametrize("key", [None, b"k"], ids=["plain", "keyed"])
+    def test_a_topic_changed_to_its_neighbours_breaks_there(self, key: bytes | None) -> None:
+        """Rows whose topics alternate (each a new str, as a driver gives) follow on; a row
+        given the topic of the row before it (the one `run_along` last read) stops there."""
+        chain, run_id, previous, rows = Chain(key), uuid4(), b"", []
+        for version in range(1, 9):
+            topic = "t:A" if version % 3 else "t:B"
+            data, previous = chain.sealed(previous, run_id, version, topic, b'{"v":1}')
+            rows.append((version, "".join(topic), data))
+        assert chain.run_along(b"", 1, run_id, rows)[0] == 8
+        rows[3] = (4, "t:B", rows[3][2])  # version 4 was t:A; version 3 is t:B
+        assert chain.run_along(b"", 1, run_id, rows)[0] == 3
 
 
 class TestEveryByte:

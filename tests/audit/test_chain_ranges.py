@@ -555,11 +555,11 @@ class TestChainRangesHungWorker:
         assert "did not answer within 3" in stopped.getMessage()
 
     def test_a_worker_timeout_must_be_seconds_above_zero(self, postgres_url: str) -> None:
-        """`Engine.verify` refuses a `worker_timeout` that is not a number of seconds above 0,
-        naming it."""
+        """`Engine.verify` refuses a `worker_timeout` that is not a number of seconds above 0, or
+        is past the longest wait a thread can make (`threading.TIMEOUT_MAX`), naming it."""
         with Engine(postgres_url) as engine:
             run = written(engine, 3)
-            for bad in (0, -1, float("inf"), float("nan"), "5", True):
+            for bad in (0, -1, float("inf"), float("nan"), "5", True, 1e10):
                 with pytest.raises(InvalidArgument) as refused:
                     engine.verify(run.id, chain_only=True, worker_timeout=bad)  # type: ignore[arg-type]
                 assert refused.value.argument == "worker_timeout"

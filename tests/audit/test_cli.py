@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
+import signal
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 import pytest
 
 from engine import Engine
+from engine.store.event_store import PAGE
+from tests._helpers import REVIEW
 from tests.audit.tampering import Rows
 from tests.audit.test_chain import DATA, recorded
 from tests.cli._helpers import as_json, fails, invoke, ok
@@ -108,3 +116,67 @@ class TestVerifyCommand:
         assert as_json("verify", str(run_id), "--store", sqlite_url)["chain"] == "unchecked"
         assert "not checked" in ok("verify", str(run_id), "--store", sqlite_url)
         assert fails("verify", "nope", "--store", sqlite_url)
+
+
+def long_recorded(url: str, events: int) -> UUID:
+    """A run of `events` events (a few pages) in the store at `url`."""
+    with Engine(url) as engine:
+        run = engine.start_run(REVIEW)
+        with run.batch():
+            for index in range(events - 1):
+                run.note("step", f"s{index}")
+        return run.id
+
+
+class TestWorkerTimeoutOption:
+    @pytest.mark.parametrize("command", [("RUN",), ("--all",)])
+    def test_a_stopped_worker_is_given_up_after_the_seconds_given(
+        self,
+        shared_url: str,
+        monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture,
+        command: tuple[str, ...],
+    ) -> None:
+        """--worker-timeout 1 waits one second for a worker stopped before it answers (SIGSTOP:
+        alive, answering nothing), not the default 60: the worker is killed and the run is
+        checked here, intact, the warning naming the seconds given."""
+        from engine import verify as verify_module
+        from engine.store.chain_workers import ChainWorkers
+
+        run_id = long_recorded(shared_url, 3 * PAGE + 10)
+        monkeypatch.setattr(verify_module, "PARALLEL_FROM", 1)
+        monkeypatch.setattr(verify_module, "RANGE", PAGE)  # PostgreSQL: ranges from 2 pages
+        waited = ChainWorkers.wait
+
+        def stopped_first(workers: ChainWorkers, future: Future[Any]) -> bool:
+            for worker in workers._started:
+                if worker.pid is not None and worker.is_alive():
+                    os.kill(worker.pid, signal.SIGSTOP)
+            return waited(workers, future)
+
+        monkeypatch.setattr(ChainWorkers, "wait", stopped_first)
+        target = str(run_id) if command == ("RUN",) else "--all"
+        with caplog.at_level(logging.WARNING, "engine.store.chain_workers"):
+            result = invoke(
+                "verify", target, "--chain-only", "--worker-timeout", "1", "--json",
+                "--store", shared_url, env={"STAGETRAIL_VERIFY_WORKERS": "1"},
+            )  # fmt: skip
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        data = json.loads(result.stdout)
+        chain = data["chain"] if command == ("RUN",) else data["chains"]
+        assert chain in ("intact", {"intact": 1})
+        assert "did not answer within 1.0 s" in caplog.text
+
+    @pytest.mark.parametrize("bad", ["0", "-2", "abc", "nan", "inf", "", "1e10"])
+    def test_a_bad_number_of_seconds_is_one_error_naming_the_option(
+        self, shared_url: str, bad: str
+    ) -> None:
+        """--worker-timeout that is not a finite number of seconds above 0 (nor one past what a
+        wait can take: 1e10 crashed with OverflowError once a worker was waited for) is refused
+        before the store is read: exit code 2, one error naming the option and the value."""
+        run_id = long_recorded(shared_url, 3)
+        for target in (str(run_id), "--all"):
+            result = invoke("verify", target, "--worker-timeout", bad, "--store", shared_url)
+            assert result.exit_code == 2, result.output
+            assert f"--worker-timeout {bad!r}: give a number of seconds above 0" in (result.stderr)
+            assert result.stdout == ""

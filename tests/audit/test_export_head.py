@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from engine import Engine
 from tests.audit.test_chain import recorded
 from tests.cli._helpers import invoke, ok
@@ -92,3 +94,69 @@ class TestExportHead:
         assert "has no chain head on its last line while other runs of the file do" in error
         with Engine(target) as engine:
             assert engine.runs() == []
+
+
+def without_heads(lines: list[str]) -> list[str]:
+    """`lines` as an older release exported them: no `chain` key on any line."""
+    stripped = []
+    for line in lines:
+        data = json.loads(line)
+        data.pop("chain", None)
+        stripped.append(json.dumps(data))
+    return stripped
+
+
+class TestUnchainedImport:
+    @pytest.mark.parametrize("runs", [1, 2])
+    def test_runs_without_heads_are_refused_unless_asked(
+        self, tmp_path: Path, shared_url: str, runs: int
+    ) -> None:
+        """An export whose runs carry no chain head (one run, or every run: an older release's
+        export, or heads removed) is refused, naming the first such run in verify's words for
+        old stores, nothing imported; --unchained imports it and reports those runs."""
+        _, lines = exported(tmp_path)
+        lines = without_heads(lines[: 8 * runs])
+        path = tmp_path / "old.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        refused = invoke("import", str(path), "--store", shared_url)
+        assert refused.exit_code == 2
+        run_id = json.loads(lines[0])["run_id"]
+        assert f"line 8, field chain: run {run_id}" in refused.stderr
+        assert "has no chain head on its last line: chain: none (exported before chaining" in (
+            refused.stderr
+        )
+        assert "--unchained" in refused.stderr
+        with Engine(shared_url) as engine:
+            assert engine.runs() == []
+        report = json.loads(ok("import", str(path), "--unchained", "--json", "--store", shared_url))
+        ids = [json.loads(lines[8 * index])["run_id"] for index in range(runs)]
+        assert (report["imported"], report["unchained"], report["events"]) == (ids, ids, 8 * runs)
+        with Engine(shared_url) as engine:
+            assert len(engine.runs()) == runs
+
+    def test_the_text_report_names_the_unchained_runs(
+        self, tmp_path: Path, shared_url: str
+    ) -> None:
+        """Imported with --unchained, the runs are named as having no chain: none checked."""
+        _, lines = exported(tmp_path)
+        path = tmp_path / "old.jsonl"
+        path.write_text("\n".join(without_heads(lines[:8])) + "\n")
+        out = ok("import", str(path), "--unchained", "--store", shared_url)
+        assert "imported 1 run(s), 8 events" in out
+        short = json.loads(lines[0])["run_id"][:8]
+        assert "1 of them with chain: none (exported before chaining)" in out
+        assert f"not checked against a head: {short}" in out
+
+    def test_a_headless_run_already_stored_is_no_reason_to_refuse(
+        self, tmp_path: Path, shared_url: str
+    ) -> None:
+        """A headless run the store already holds, identical, is skipped, as before: only
+        runs the import would write unchecked need --unchained."""
+        _, lines = exported(tmp_path)
+        path = tmp_path / "old.jsonl"
+        path.write_text("\n".join(without_heads(lines)) + "\n")
+        ok("import", str(path), "--unchained", "--store", shared_url)
+        again = json.loads(ok("import", str(path), "--json", "--store", shared_url))
+        assert (again["imported_count"], again["identical_count"], again["unchained"]) == (
+            0, 2, [],
+        )  # fmt: skip

@@ -225,10 +225,11 @@ class TestRefusedOnlyByTheStore:
         bigger = url + "?max_event_bytes=2000000"
         assert "does not match" in fails("import", str(path), "--store", bigger)  # its chain head
         # A file without heads (none on any run: a head on some runs but not one is a
-        # file cut short) is imported unchecked.
+        # file cut short) is refused, and imported unchecked when asked (--unchained).
         lines = [edit(line, chain=None) if '"chain"' in line else line for line in lines]
         path.write_text("\n".join(lines) + "\n")
-        ok("import", str(path), "--store", bigger)
+        assert "has no chain head" in fails("import", str(path), "--store", bigger)
+        ok("import", str(path), "--unchained", "--store", bigger)
         assert count_events(url) == len(lines)
 
     @pytest.mark.parametrize("where", ["line", "result"])
