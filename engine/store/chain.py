@@ -184,7 +184,7 @@ class Chain:
         self, previous: bytes, version: int, run_id: UUID, rows: Iterable[StoredRow]
     ) -> tuple[int, bytes]:
         """`run_along` of plain links: SHA-256 of each message."""
-        first, tail, suffix = version, self._mark + _TAIL_TEXT, _SUFFIX
+        first, tail, suffix, size = version, self._mark + _TAIL_TEXT, _SUFFIX, LINK_BYTES
         message, pack, sha256, b2a, urlsafe = (
             _cut_format(run_id),
             _VERSION,
@@ -199,7 +199,8 @@ class Chain:
             if topic != named:
                 named, topic_bytes = topic, _TOPICS.get(topic) or _topic(topic)
             cut = len(data) - suffix
-            link = sha256(message % (previous, pack(version), topic_bytes, cut, data)).digest()[:16]
+            text = message % (previous, pack(version), topic_bytes, cut, data)
+            link = sha256(text).digest()[:size]
             if cut <= 0 or not data.endswith(tail % b2a(link).translate(urlsafe)):
                 break
             previous, version = link, version + 1
@@ -209,10 +210,11 @@ class Chain:
         self, previous: bytes, version: int, run_id: UUID, rows: Iterable[StoredRow]
     ) -> tuple[int, bytes]:
         """`run_along` of keyed links: HMAC-SHA256 as `_digest` computes it (RFC 2104)."""
-        first, tail, suffix, inner, outer = (
+        first, tail, suffix, size, inner, outer = (
             version,
             self._mark + _TAIL_TEXT,
             _SUFFIX,
+            LINK_BYTES,
             self._inner.copy,
             self._outer.copy,
         )
@@ -226,7 +228,7 @@ class Chain:
             hashed.update(message % (previous, pack(version), topic_bytes, cut, data))
             tagged = outer()
             tagged.update(hashed.digest())
-            link = tagged.digest()[:16]
+            link = tagged.digest()[:size]
             if cut <= 0 or not data.endswith(tail % b2a(link).translate(urlsafe)):
                 break
             previous, version = link, version + 1
