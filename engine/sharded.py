@@ -248,10 +248,18 @@ class ShardedEngine:
         return self.layout.new_id(first.pipeline, merged)
 
     def verify(
-        self, run_id: UUID | str, *, chain_only: bool = False, workers: int | None = None
+        self,
+        run_id: UUID | str,
+        *,
+        chain_only: bool = False,
+        workers: int | None = None,
+        worker_timeout: float | None = None,
     ) -> VerifyReport:
         """`Engine.verify` in the run's shard."""
-        return self.shard_of(run_id).verify(run_id, chain_only=chain_only, workers=workers)
+        shard = self.shard_of(run_id)
+        return shard.verify(
+            run_id, chain_only=chain_only, workers=workers, worker_timeout=worker_timeout
+        )
 
     def resume(self, run_id: UUID | str, *, tree: bool = False) -> Run:
         """`Engine.resume`; with `tree`, each unfinished descendant in its own shard."""

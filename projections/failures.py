@@ -288,7 +288,7 @@ class FailurePatterns(Projection[Failures]):
         patterns (`_Stretch`), a `Failures` made once at its end rather than per failure.
         The same state as `apply` event after event (its bookkeeping too)."""
         if not folds_with(self, FailurePatterns, StageCompleted, StageFailed):
-            return super()._fold(events, current, tick)  # a subclass takes outcomes its own way
+            return Projection._fold(self, events, current, tick)  # a subclass: its own way
         return folded_in_stretches(self.name, self.apply, _Stretch, events, current, tick)
 
     def forget_run(self, state: Failures, run_id: UUID, events: Sequence[Event]) -> Failures:

@@ -196,7 +196,7 @@ class RoundsTable(Projection[Rounds]):
         per stretch, not once per outcome (a long loop's every event); each round is made as
         `completed` and `failed` make it. The same state as `apply` event after event."""
         if not folds_with(self, RoundsTable, StageCompleted, StageFailed):
-            return super()._fold(events, current, tick)  # a subclass takes outcomes its own way
+            return Projection._fold(self, events, current, tick)  # a subclass: its own way
         return folded_in_stretches(self.name, self.apply, _begun, events, current, tick)
 
     def encode(self, state: Rounds) -> JSON:

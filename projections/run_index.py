@@ -222,7 +222,7 @@ class RunIndex(Projection["RunSummary | None"]):
         not once per outcome (a long loop's every event). The same state as `apply` event
         after event (`outcome`'s arithmetic, inline); anything else goes to `apply`."""
         if not folds_with(self, RunIndex, StageCompleted, StageFailed):
-            return super()._fold(events, current, tick)  # a subclass takes outcomes its own way
+            return Projection._fold(self, events, current, tick)  # a subclass: its own way
         return folded_in_stretches(self.name, self.apply, _begun, events, current, tick)
 
     def settled(self, state: RunSummary | None) -> bool:

@@ -353,12 +353,16 @@ class TestCommands:
         assert "events 1 to 2" in ok("replay", str(child.id), "--store", url)
 
     def test_verify_checks_a_run_in_its_shard(self, sharded: ShardedEngine) -> None:
-        """``verify`` and ``verify --chain-only`` over a shards: URL check the run in its shard."""
+        """``verify`` (``--chain-only``, ``--worker-timeout``, ``--all``) over a shards: URL
+        checks the run in its shard."""
         run = record_review(sharded, "C-7")  # type: ignore[arg-type]
-        for extra in ([], ["--chain-only"]):
-            result = invoke("verify", str(run.id), "--store", sharded.url, *extra)
-            assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+        timeout = ["--worker-timeout", "5"]
+        for target in ([str(run.id)], ["--all"]):
+            for extra in ([], ["--chain-only"], timeout, ["--chain-only", *timeout]):
+                result = invoke("verify", *target, "--store", sharded.url, *extra)
+                assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
         assert sharded.verify(run.id, chain_only=True, workers=0).chain == "intact"
+        assert sharded.verify(run.id, chain_only=True, worker_timeout=5).chain == "intact"
 
     def test_export_and_import_move_runs_to_a_layout_of_more_shards(self, tmp_path: Path) -> None:
         """Runs exported from 2 shards and imported into 3 land where the new layout puts them."""
