@@ -130,9 +130,9 @@ _GAP_SCAN = 100_000
 _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
 _IN_ORDER_ALREADY = contextlib.nullcontext()
+"""What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
 _LOADED: Callable[[], bool] = functools.partial(bool, True)
 """Whether the checkpoint that writes made on loading it are against is in: always."""
-"""What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
