@@ -213,16 +213,23 @@ def _outcome(pipeline: Pipeline, state: RunState, event: StageCompleted | StageF
     if event.attempt == DECIDED and type(event) is StageCompleted:
         return _decided(state, event, event.stage, dest)
     _check_attempt(state, event.stage, event.attempt)
-    # Made by field, not by `_stamp`'s evolve (a dict of changes looked up per field):
-    # every outcome recorded or loaded comes through here.
+    return _attempt_ended(state, event, event.stage, dest, state.stack.push(state.state))
+
+
+def _attempt_ended(
+    state: RunState, event: StageCompleted | StageFailed, stage: str, dest: str, stack: PList[str]
+) -> RunState:
+    """The state after an attempt of `stage` ended in `dest`, `stack` its new stack (no
+    attempt open). Made by field, not by `_stamp`'s evolve (a dict of changes looked up per
+    field): every outcome recorded or loaded comes through here."""
     return _new_state(
         run_id=state.run_id,
         pipeline=state.pipeline,
         state=dest,
         version=event.version,
         last_timestamp=event.timestamp,
-        stack=state.stack.push(state.state),
-        attempts={**state.attempts, event.stage: event.attempt},
+        stack=stack,
+        attempts={**state.attempts, stage: event.attempt},
         open_attempt=None,
         opened_at=None,
         tasks=state.tasks,
@@ -252,19 +259,7 @@ def _routed_outcome(
         return _stamp(state, event, state=dest, stack=stack)
     # After the route, the stage's next attempt is the one it has here: no attempt is open.
     _check_attempt(state, stage, event.attempt)
-    return _new_state(
-        run_id=state.run_id,
-        pipeline=state.pipeline,
-        state=dest,
-        version=event.version,
-        last_timestamp=event.timestamp,
-        stack=stack,
-        attempts={**state.attempts, stage: event.attempt},
-        open_attempt=None,
-        opened_at=None,
-        tasks=state.tasks,
-        status=state.status,
-    )
+    return _attempt_ended(state, event, stage, dest, stack)
 
 
 def _decided(state: RunState, event: Event, stage: str, dest: str) -> RunState:

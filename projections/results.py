@@ -111,8 +111,8 @@ class StageResults(Projection[Results]):
         if attempts.__class__ is not Attempts:
             attempts = Attempts.on(attempts)
         error, error_type = event.error, event.error_type
-        error = intern(error) if error.__class__ is str else error
-        error_type = intern(error_type) if error_type.__class__ is str else error_type
+        error = interned(error)
+        error_type = interned(error_type)
         attempts = attempts.pushed(event, error, error_type)  # type: ignore[attr-defined]
         return _RESULTS({**by_stage, stage: attempts}, state.completed)
 
@@ -171,10 +171,8 @@ class StageResults(Projection[Results]):
                             )  # fmt: skip
                         else:
                             error, error_type = event.error, event.error_type
-                            error = intern(error) if error.__class__ is str else error
-                            error_type = (
-                                intern(error_type) if error_type.__class__ is str else error_type
-                            )
+                            error = interned(error)
+                            error_type = interned(error_type)
                             row = (
                                 event.attempt, outcome, True, None, error, error_type,
                                 event.duration, event.version,

@@ -168,8 +168,8 @@ class StateStack(Projection[Stack]):
         if frames.__class__ is not Frames:
             frames = Frames.on(frames)
         error, error_type = event.error, event.error_type
-        error = intern(error) if error.__class__ is str else error
-        error_type = intern(error_type) if error_type.__class__ is str else error_type
+        error = interned(error)
+        error_type = interned(error_type)
         frames = frames.pushed(event, state.table, error, error_type)  # type: ignore[attr-defined]
         return _STACK(state.initial, state.table, frames, None)
 
@@ -218,10 +218,8 @@ class StateStack(Projection[Stack]):
                         )  # fmt: skip
                     else:
                         error, error_type = event.error, event.error_type
-                        error = intern(error) if error.__class__ is str else error
-                        error_type = (
-                            intern(error_type) if error_type.__class__ is str else error_type
-                        )
+                        error = interned(error)
+                        error_type = interned(error_type)
                         row = (
                             state, stage, outcome, event.attempt, True, None, error,
                             error_type, event.duration, event.version, event.timestamp,
