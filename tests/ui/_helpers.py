@@ -116,6 +116,19 @@ SHOWN_ROWS = "rows => rows.map(row => Array.from(row.cells, cell => cell.textCon
 """Playwright: the text of every cell of every row matched."""
 
 
+UNCOVERED_BAR = "#gantt rect.bar >> nth=-1"
+"""Playwright: the timeline's last bar, drawn over any it meets. A short attempt's bar is grown
+to the left of its end, over the end of the bar before it in its row: the pointer at the middle
+of a bar drawn earlier can be over the next one instead (and make that one's tooltip)."""
+
+
+def pointer_off_the_timeline(page: Any) -> None:
+    """Rest the pointer at the page's top left corner, off the timeline. A window drawn under a
+    resting pointer gets a pointerover from the browser, as for a user: the bar or marker now
+    under it makes its tooltip, without the pointer moving."""
+    page.mouse.move(0, 0)
+
+
 def move_slider(page: Any, version: int) -> None:
     """Set the slider to `version` and wait until the page has drawn that version."""
     page.fill("#slider", str(version))

@@ -19,8 +19,10 @@ from tests.ui._helpers import (
     HOSTILE_RESULT,
     HOSTILE_STAGE,
     SHOWN_ROWS,
+    UNCOVERED_BAR,
     Stocked,
     move_slider,
+    pointer_off_the_timeline,
     record_long,
     stack_rows,
     stocked_fixtures,
@@ -351,10 +353,11 @@ class TestRunPage:
         page.goto(f"{viewer.base}/runs/{run_id}")
         page.wait_for_selector("body[data-ready='1']", state="attached")
         for version in (1403, 10):
+            pointer_off_the_timeline(page)
             move_slider(page, version)
             assert page.locator("#gantt [data-version] title").count() == 0
-            bar = page.locator("#gantt rect.bar").nth(5)
-            bar.hover(force=True)
+            bar = page.locator(UNCOVERED_BAR)
+            bar.hover()
             label = bar.get_attribute("aria-label")
             assert "attempt" in (label or "")
             assert bar.locator("title").text_content() == label
@@ -434,6 +437,7 @@ class TestRunPage:
         page.wait_for_selector("body[data-ready='1']", state="attached")
         for version in (None, 10):
             if version is not None:
+                pointer_off_the_timeline(page)
                 move_slider(page, version)
                 assert page.inner_text("#window-span") == f"1\u2013{WINDOW}"
             assert (
@@ -446,8 +450,8 @@ class TestRunPage:
             assert page.eval_on_selector("#gantt", "svg => svg.namespaceURI") == (
                 "http://www.w3.org/2000/svg"
             )
-            bar = page.locator("#gantt rect.bar").first
-            bar.hover(force=True)
+            bar = page.locator(UNCOVERED_BAR)
+            bar.hover()
             label = bar.get_attribute("aria-label") or ""
             assert label.split(" attempt ")[0] in names
             assert bar.locator("title").text_content() == label
