@@ -433,7 +433,7 @@ class RetryCounts(Projection[Retries]):
         The same state as `apply` event after event."""
         if not folds_with(self, RetryCounts, StageCompleted, StageFailed):
             return Projection._fold(self, events, current, tick)  # a subclass: its own way
-        return folded_in_stretches(self.name, self.apply, _Counting, events, current, tick)
+        return folded_in_stretches(self.name, self.apply, _counting, events, current, tick)
 
     def encode(self, state: Retries) -> JSON:
         """The counters as a JSON object."""
@@ -446,6 +446,17 @@ class RetryCounts(Projection[Retries]):
     def decode(self, data: JSON) -> Retries:
         """The counters `encode` turned into `data`."""
         return Retries(**{**data, "last_failed": frozenset(data["last_failed"])})
+
+
+def _counting(start: Retries) -> _Counting | None:
+    """The stretch of outcomes from `start` (None: `apply` takes this outcome): not from
+    counters `Retries.end` may keep as they are, a subclass of `Retries` or counts in a
+    mapping other than a dict, which a stretch's copies would not be."""
+    if start.__class__ is not Retries:
+        return None
+    if start.attempt_counts.__class__ is not dict or start.retry_counts.__class__ is not dict:
+        return None
+    return _Counting(start)
 
 
 class _Counting:

@@ -5,6 +5,7 @@ import random
 import uuid
 from typing import Any, TypeVar
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from events import (
     StateRolledBack,
 )
 from projections.base import Projection, on
-from projections.immutable import ROWS_PER_BLOCK, PList, RowList
+from projections.immutable import ROWS_PER_BLOCK, PList, PMap, RowList
 from projections.results import (
     Attempt,
     Results,
@@ -251,6 +252,11 @@ def retry_history(steps: list[tuple[str, str]]) -> list[Event]:
     return events
 
 
+@attrs.frozen(weakref_slot=False)
+class KeptRetries(Retries):
+    """A subclass of the counters, kept by `Retries.end` closing a started attempt."""
+
+
 class TestRetryCountsFold:
     @settings(max_examples=150, deadline=None)
     @given(st.lists(RETRY_STEP, max_size=30), st.data())
@@ -299,6 +305,27 @@ class TestRetryCountsFold:
                 applied = projection.apply(applied, event)
             assert projection.fold(events) == applied
             assert projection.fold(iter(events)).attempts("build") == 240
+
+    @pytest.mark.parametrize(
+        ("start_state", "outcome"),
+        [
+            (KeptRetries(), done(2, "build", attempt=0)),
+            (KeptRetries(open_stage="build"), done(2, "build")),
+            (KeptRetries(open_stage="build"), fail(2, "build")),
+            (Retries(attempt_counts=PMap({"build": 1}), open_stage="build"), done(2, "build")),
+            (Retries(retry_counts=PMap({"build": 1}), open_stage="build"), fail(2, "build")),
+        ],
+    )
+    def test_a_fold_from_a_state_apply_keeps_as_it_is_gives_what_apply_gives(
+        self, start_state: Retries, outcome: Event
+    ) -> None:
+        """From a state whose counters `apply` keeps as they are (a subclass of `Retries`, a
+        mapping other than a dict), a fold gives the very state `apply` gives, its class too."""
+        applied = RETRIES.apply(start_state, outcome)
+        for events in ([outcome], iter([outcome])):
+            folded = RETRIES.fold(events, start_state)
+            assert type(folded) is type(applied)
+            assert folded == applied
 
 
 class TestFoldInPlace:
