@@ -328,12 +328,13 @@ def narrowed(projection: Projection[Any], events: Iterable[Event]) -> Iterable[E
 
 def folds_with(projection: Projection[Any], owner: type[Projection[Any]], *kinds: type) -> bool:
     """Whether `projection` takes events of `kinds` with `owner`'s handlers of them, through
-    `Projection.apply`: what a fold of `owner`'s taking them its own way (in one loop, not
-    by handler) needs, to give what `apply` event by event gives a subclass too.
+    `owner`'s `apply` (`Projection.apply`, or one of `owner`'s own, as `RunIndex`'s): what a
+    fold of `owner`'s taking them its own way (in one loop, not by handler) needs, to give
+    what `apply` event by event gives a subclass too.
 
     A function, not a method, as `handled_topics` is.
     """
-    if type(projection).apply is not Projection.apply or "handlers" in vars(projection):
+    if type(projection).apply is not owner.apply or "handlers" in vars(projection):
         return False
     handlers, owned = projection.handlers, owner.handlers
     return all(handlers.get(kind) is owned.get(kind) for kind in kinds)

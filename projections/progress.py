@@ -7,13 +7,15 @@ stuck, or stop with a partial success.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import attrs
 
-from events import JSON, ProgressObserved, StageCompleted, StageFailed
+from events import JSON, Event, ProgressObserved, StageCompleted, StageFailed
 from events.values import maker
-from projections.base import Projection, on
+from projections.base import Projection, folds_with, on
+from projections.stretches import folded_in_stretches
 
 DECISIONS = ("continue", "stuck", "partial")
 """What `Progress.evaluate` may decide."""
@@ -169,6 +171,16 @@ class ProgressState(Projection[Progress]):
         """Fold an observation of what changed."""
         return state.observed(event)
 
+    def _fold(
+        self, events: Iterable[Event], current: Progress, tick: Callable[[], None]
+    ) -> Progress:
+        """`Projection._fold`, each stretch of outcomes counted (`_Stepping`), the counters
+        made once at its end rather than per outcome. The same state as `apply` event after
+        event."""
+        if not folds_with(self, ProgressState, StageCompleted, StageFailed):
+            return Projection._fold(self, events, current, tick)  # a subclass: its own way
+        return folded_in_stretches(self.name, self.apply, _Stepping, events, current, tick)
+
     def encode(self, state: Progress) -> JSON:
         """The counters as a JSON object."""
         return attrs.asdict(state)
@@ -176,3 +188,34 @@ class ProgressState(Projection[Progress]):
     def decode(self, data: JSON) -> Progress:
         """The counters `encode` turned into `data`."""
         return Progress(**data)
+
+
+class _Stepping:
+    """Outcomes counted as steps from a `Progress` (`ProgressState._fold`), the counters made
+    when asked for, as `ProgressState.step` would have made them one outcome after another."""
+
+    __slots__ = ("start", "steps")
+
+    def __init__(self, start: Progress) -> None:
+        self.start, self.steps = start, 0
+
+    def took(self, event: StageCompleted | StageFailed) -> bool:
+        """Count `event` as a step as `ProgressState.step` would (always taken)."""
+        if event.attempt:  # not a routed verdict: a stage ran
+            self.steps += 1
+        return True
+
+    def made(self) -> Progress:
+        """The counters after the outcomes counted (the state it began from if none was a step)."""
+        start = self.start
+        if not self.steps:
+            return start
+        return _PROGRESS(
+            start.total_steps + self.steps,
+            start.last_progress_step,
+            start.consecutive_no_ops,
+            start.same_error_count,
+            start.last_test_signature,
+            start.last_diagnostics_signature,
+            start.functional_ok,
+        )

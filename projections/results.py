@@ -28,6 +28,7 @@ from projections.deferred import (
 from projections.errors import ProjectionError
 from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.interning import interned
+from projections.stretches import folded_in_stretches
 
 
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
@@ -426,6 +427,14 @@ class RetryCounts(Projection[Retries]):
         """Close the stage's attempt as failed (counting one if it was not started)."""
         return state.end(event.stage, failed=True)
 
+    def _fold(self, events: Iterable[Event], current: Retries, tick: Callable[[], None]) -> Retries:
+        """`Projection._fold`, each stretch of outcomes counted into mutable copies of the
+        counters (`_Counting`), a `Retries` made once at its end rather than per outcome.
+        The same state as `apply` event after event."""
+        if not folds_with(self, RetryCounts, StageCompleted, StageFailed):
+            return Projection._fold(self, events, current, tick)  # a subclass: its own way
+        return folded_in_stretches(self.name, self.apply, _counting, events, current, tick)
+
     def encode(self, state: Retries) -> JSON:
         """The counters as a JSON object."""
         data: dict[str, Any] = attrs.asdict(state, recurse=False)
@@ -437,3 +446,51 @@ class RetryCounts(Projection[Retries]):
     def decode(self, data: JSON) -> Retries:
         """The counters `encode` turned into `data`."""
         return Retries(**{**data, "last_failed": frozenset(data["last_failed"])})
+
+
+def _counting(start: Retries) -> _Counting | None:
+    """The stretch of outcomes from `start` (None: `apply` takes this outcome): not from
+    counters `Retries.end` may keep as they are, a subclass of `Retries` or counts in a
+    mapping other than a dict, which a stretch's copies would not be."""
+    if start.__class__ is not Retries:
+        return None
+    if start.attempt_counts.__class__ is not dict or start.retry_counts.__class__ is not dict:
+        return None
+    return _Counting(start)
+
+
+class _Counting:
+    """Outcomes counted into mutable copies of a `Retries` (`RetryCounts._fold`), the counters
+    made when asked for, as `Retries.end` would have made them one outcome after another."""
+
+    __slots__ = ("attempts", "failed", "open", "retries", "total")
+
+    def __init__(self, start: Retries) -> None:
+        self.attempts, self.retries = dict(start.attempt_counts), dict(start.retry_counts)
+        self.failed = set(start.last_failed)
+        self.open, self.total = start.open_stage, start.total_attempts
+
+    def took(self, event: StageCompleted | StageFailed) -> bool:
+        """Count `event` as `RetryCounts.completed` or `failed` would (always taken)."""
+        failed = event.__class__ is StageFailed
+        if not (failed or event.attempt):  # a routed verdict closes no attempt
+            return True
+        stage = event.stage
+        if self.open == stage:  # its started attempt closed
+            self.open = None
+        else:  # recorded without a start: an attempt of its own (a retry if the last failed)
+            attempts = self.attempts
+            attempts[stage] = attempts.get(stage, 0) + 1
+            self.total += 1
+            if stage in self.failed:
+                retries = self.retries
+                retries[stage] = retries.get(stage, 0) + 1
+        if failed:
+            self.failed.add(stage)
+        else:
+            self.failed.discard(stage)
+        return True
+
+    def made(self) -> Retries:
+        """The counters after the outcomes counted."""
+        return _RETRIES(self.attempts, self.retries, frozenset(self.failed), self.open, self.total)

@@ -35,7 +35,7 @@ from events import (
 from events.table import Lookup, as_rows, from_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, evolve, maker
 from projections.base import Projection, folds_with, on
-from projections.immutable import Cons, PList, PMap
+from projections.immutable import ROWS_PER_BLOCK, PList, PMap, RowList
 from projections.interning import interned
 from projections.stretches import folded_in_stretches
 
@@ -262,8 +262,6 @@ def _record(
     hub = state.hub
     if hub is not None and event.stage != hub.name and _took_route(state, hub, event.stage):
         state = _route(state, hub.name, event)
-    history, by_stage = state.history, state.live_by_stage
-    number = len(history) + 1
     # Names and error text interned (inline: this runs per outcome): a long run's rounds
     # repeat a few of them, and each event read brings its own copy of each.
     stage, outcome = event.stage, event.outcome
@@ -271,67 +269,134 @@ def _record(
     outcome = intern(outcome) if outcome.__class__ is str else outcome
     if error is not None:
         error, error_type = interned(error), interned(error_type)
-    round_ = _ROUND(
-        number, stage, event.attempt, outcome, result, error, error_type, event.version,
-        event.timestamp, None,
+    row = (
+        len(state.history) + 1, stage, event.attempt, outcome, result, error, error_type,
+        event.version, event.timestamp, None,
     )  # fmt: skip
-    return _ROUNDS(
-        history.push(round_),
-        state.marks,
-        state.live_rounds.push(round_),
-        by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(round_)),
-        hub,
-    )
+    return _added(state, row)
 
 
 class _Stretch:
     """Outcomes recorded into `Rounds` without a hub (`RoundsTable._fold`), made when asked for:
-    the cells of its lists, and of each stage's list of live rounds, grown as `_record` grows
-    them."""
+    each round's row (as `_record` makes it) put in a buffer, and the buffer's rows pushed a
+    block at a time in place onto the newest blocks of the lists the rounds go in
+    (`RoundList`); no round, list or cell made per outcome."""
 
-    __slots__ = ("history", "live", "size", "stages", "start")
+    __slots__ = ("first", "history", "live", "mixed", "names", "number", "rows", "stages", "start")
 
     def __init__(self, start: Rounds) -> None:
-        self.start, self.size = start, len(start.history)
-        self.history, self.live = start.history.cells, start.live_rounds.cells
-        self.stages: dict[str, tuple[Cons[Round], int]] = {}
-        """Each stage's live rounds grown (their cells and how many), by stage."""
+        self.start, self.number = start, len(start.history)
+        self.history, self.live = _Growing(start.history), _Growing(start.live_rounds)
+        self.stages: dict[str, _Growing] = {}
+        """Each stage's live rounds grown, by stage."""
+        self.rows: list[Any] = []
+        """The rows not pushed yet, flat (at most a block of them)."""
+        self.names: tuple[Any, Any] = (_NO_NAME, _NO_NAME)
+        """The newest round's stage and outcome (interned): a loop's repeat them."""
+        self.first: Any = _NO_NAME
+        """The stage of the buffer's first row."""
+        self.mixed = False
+        """Whether the buffer holds rows of more than one stage."""
 
     def took(self, event: StageCompleted | StageFailed) -> bool:
         """Record the round of `event` as `_record` does (always taken)."""
         stage, outcome = event.stage, event.outcome
-        stage = intern(stage) if stage.__class__ is str else stage
-        outcome = intern(outcome) if outcome.__class__ is str else outcome
+        names = self.names
+        if stage == names[0] and outcome == names[1]:  # the newest round's: no interning
+            stage, outcome = names
+        else:
+            stage = intern(stage) if stage.__class__ is str else stage
+            outcome = intern(outcome) if outcome.__class__ is str else outcome
+            self.names = (stage, outcome)
+        if stage != self.first:
+            if self.first is _NO_NAME:
+                self.first = stage
+            else:
+                self.mixed = True
         if event.__class__ is StageFailed:
             result, error, error_type = None, event.error, event.error_type
             if error is not None:
                 error, error_type = interned(error), interned(error_type)
         else:
             result, error, error_type = event.result, None, None  # type: ignore[union-attr]
-        self.size += 1
-        round_ = _ROUND(
-            self.size, stage, event.attempt, outcome, result, error, error_type, event.version,
+        self.number = number = self.number + 1
+        rows = self.rows
+        rows += (
+            number, stage, event.attempt, outcome, result, error, error_type, event.version,
             event.timestamp, None,
         )  # fmt: skip
-        self.history, self.live = (round_, self.history), (round_, self.live)
-        stages = self.stages
-        below = stages.get(stage)
-        if below is None:
-            live = self.start.live_by_stage.get(stage, _NONE_LIVE)
-            below = (live.cells, len(live))
-        stages[stage] = ((round_, below[0]), below[1] + 1)
+        if len(rows) == _BLOCK:
+            self._flush()
         return True
+
+    def _flush(self) -> None:
+        """Push the buffer's rows onto every list their rounds go in, and empty it."""
+        rows = self.rows
+        if not rows:
+            return
+        self.history.extend(rows)
+        self.live.extend(rows)
+        if self.mixed:
+            parts: dict[Any, list[Any]] = {}
+            for at in range(0, len(rows), _WIDTH):
+                parts.setdefault(rows[at + 1], []).extend(rows[at : at + _WIDTH])
+        else:
+            parts = {self.first: rows}
+        stages = self.stages
+        for stage, part in parts.items():
+            growing = stages.get(stage)
+            if growing is None:
+                live = self.start.live_by_stage.get(stage, _NONE_LIVE)
+                growing = stages[stage] = _Growing(live)
+            growing.extend(part)
+        self.rows, self.first, self.mixed = [], _NO_NAME, False
 
     def made(self) -> Rounds:
         """The rounds with the outcomes recorded."""
+        self._flush()
         start = self.start
-        by_stage, added = start.live_by_stage, self.size - len(start.history)
-        for stage, (cells, size) in self.stages.items():
-            by_stage = by_stage.set(stage, PList(cells, size))
-        return _ROUNDS(
-            PList(self.history, self.size), start.marks,
-            PList(self.live, len(start.live_rounds) + added), by_stage, start.hub,
-        )  # fmt: skip
+        by_stage = start.live_by_stage
+        for stage, growing in self.stages.items():
+            by_stage = by_stage.set(stage, growing.made())
+        return _ROUNDS(self.history.made(), start.marks, self.live.made(), by_stage, start.hub)
+
+
+class _Growing:
+    """A list of rounds a stretch pushes rows onto in place (`RowList.parts`), made back
+    into a `RoundList` when asked for."""
+
+    __slots__ = ("blocks", "cells", "size", "tip", "used")
+
+    def __init__(self, rounds: PList[Round]) -> None:
+        self.cells, self.size, self.tip, self.used, self.blocks = RoundList.on(rounds).parts()
+
+    def extend(self, rows: list[Any]) -> None:
+        """Push the rounds of `rows` (their fields, flat, at most a block of them), oldest
+        first, as `RowList.push_row` pushes each."""
+        tip, used, blocks = self.tip, self.used, self.blocks
+        count = len(rows)
+        room = _BLOCK - used
+        if count > room:  # the newest block fills up: it goes below, a new one starts
+            if room:
+                tip = self._extended(tip, used, rows[:room])
+            blocks, tip, used = (tip[:_BLOCK], blocks), [], 0  # sealed as `push_row` seals
+            rows = rows[room:]
+        self.tip = self._extended(tip, used, rows)
+        self.used, self.blocks = used + len(rows), blocks
+        self.size += count // _WIDTH
+
+    @staticmethod
+    def _extended(tip: list[Any], used: int, rows: list[Any]) -> list[Any]:
+        """`tip` (`used` values of it this list's) with `rows` after them: appended in place
+        while this list owns its end, else a copy."""
+        tip.extend(rows)
+        if len(tip) != used + len(rows):  # another list went on from it at the same moment
+            tip = tip[:used] + rows
+        return tip
+
+    def made(self) -> PList[Round]:
+        """The list with the rounds pushed."""
+        return RoundList.of_parts(self.cells, self.size, self.tip, self.used, self.blocks)
 
 
 def _begun(rounds: Rounds) -> _Stretch | None:
@@ -356,21 +421,21 @@ def _hub_table(data: Any) -> HubTable | None:
 def _route(state: Rounds, hub: str, event: StageCompleted | StageFailed) -> Rounds:
     """`state` with the round of `hub`'s implicit route that `event` took (a decided outcome)."""
     number, stage = len(state.history) + 1, interned(event.stage)
-    round_ = _ROUND(
+    row = (
         number, interned(hub), DECIDED, stage, None, None, None, event.version, event.timestamp,
         None,
     )  # fmt: skip
-    return _added(state, round_)
+    return _added(state, row)
 
 
-def _added(state: Rounds, round_: Round) -> Rounds:
-    """`state` with `round_` recorded, the newest live round."""
-    by_stage, stage = state.live_by_stage, round_.stage
+def _added(state: Rounds, row: tuple[Any, ...]) -> Rounds:
+    """`state` with the round of `row` (its fields) recorded, the newest live round."""
+    by_stage, stage = state.live_by_stage, row[1]
     return _ROUNDS(
-        state.history.push(round_),
+        RoundList.on(state.history).push_row(row),
         state.marks,
-        state.live_rounds.push(round_),
-        by_stage.set(stage, by_stage.get(stage, _NONE_LIVE).push(round_)),
+        RoundList.on(state.live_rounds).push_row(row),
+        by_stage.set(stage, RoundList.on(by_stage.get(stage, _NONE_LIVE)).push_row(row)),
         state.hub,
     )
 
@@ -384,3 +449,20 @@ def _marked(round_: Round, mark: Rollback) -> Round:
 _ROUND = maker(Round)
 _ROUNDS = maker(Rounds)
 _NONE_LIVE: PList[Round] = PList()
+_FIELDS = tuple(field.name for field in attrs.fields(Round))
+_WIDTH = len(_FIELDS)
+_BLOCK = _WIDTH * ROWS_PER_BLOCK
+"""The values of a full block of rows."""
+_NO_NAME: Any = object()
+"""A name no event gives: a stretch's newest stage and outcome before its first."""
+
+
+class RoundList(RowList[Round]):
+    """Rounds, the newest kept as rows of their fields (`RowList`): a fold pushes a row per
+    outcome onto each list the round is in, and a round is made from it when read."""
+
+    __slots__ = ()
+
+    fields = _FIELDS
+    version_at = _FIELDS.index("version")
+    make = staticmethod(_ROUND)

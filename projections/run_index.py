@@ -368,13 +368,20 @@ class PackedRuns:
 class _Stretch:
     """Outcomes folded into a summary (`RunIndex._fold`), the summary built when asked for."""
 
-    __slots__ = ("attempts", "cells", "failures", "last", "size", "start", "state", "status")
+    __slots__ = (
+        "attempts", "cells", "failures", "last", "move", "own", "size", "start", "state",
+        "status",
+    )  # fmt: skip
 
     def __init__(self, start: RunSummary) -> None:
         self.start, self.state, self.status = start, start.state, start.status
         self.attempts, self.failures = start.attempts, start.failures
         self.last: StageCompleted | StageFailed | None = None
         self.cells, self.size = start.states.cells, len(start.states)
+        self.move: tuple[Any, Any, Any] = (_NO_NAME, _NO_NAME, None)
+        """The newest outcome's state, outcome and the state they moved to: a loop's repeat."""
+        self.own: tuple[Any, bool] = (_NO_NAME, False)
+        """The newest outcome's stage, and whether it is no framework's own (``__…``)."""
 
     def took(self, event: StageCompleted | StageFailed) -> bool:
         """Fold `event` as `RunIndex.outcome` does; False: its stage takes an implicit route
@@ -385,8 +392,16 @@ class _Stretch:
         failed = event.__class__ is StageFailed
         if failed and task_writes(event.details) is not None:  # type: ignore[union-attr]
             self.status = "failed_resumable"
-        self.state = self.start.moves.get((state, event.outcome), state)
-        self.attempts += event.attempt > 0 and not stage.startswith("__")
+        outcome, move = event.outcome, self.move
+        if state == move[0] and outcome == move[1]:  # the newest outcome's move, again
+            self.state = move[2]
+        else:
+            self.state = self.start.moves.get((state, outcome), state)
+            self.move = (state, outcome, self.state)
+        own = self.own
+        if stage != own[0]:
+            own = self.own = (stage, not stage.startswith("__"))
+        self.attempts += event.attempt > 0 and own[1]
         self.failures += failed
         self.cells, self.size = (state, self.cells), self.size + 1
         self.last = event
@@ -403,6 +418,10 @@ class _Stretch:
             last.version, start.finished, self.attempts, self.failures, start.labels,
             start.parent_run_id, start.forked_from, start.reason, start.moves, states,
         )  # fmt: skip
+
+
+_NO_NAME: Any = object()
+"""A name no event gives: a stretch's newest state, outcome and stage before its first."""
 
 
 def _begun(summary: RunSummary | None) -> _Stretch | None:

@@ -6,9 +6,12 @@ from typing import Any
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import ProgressPolicy
 from events import Event, ProgressObserved, StageCompleted, StageFailed, StageStarted
+from projections.base import on
 from projections.progress import Progress, ProgressState, Verdict
 
 RID = uuid.UUID(int=5)
@@ -228,6 +231,79 @@ class TestProgressState:
     def test_scope_is_run(self) -> None:
         """Persistent use keeps one state per run."""
         assert ProgressState.scope == "run"
+
+
+STEP = st.sampled_from(["done", "done", "fail", "verdict", "start", "seen", "change", "many"])
+"""One step of a history `ProgressState` folds in stretches: an outcome, a routed verdict
+(attempt 0), an event no handler takes, an observation (cutting a stretch), 70 outcomes."""
+
+
+def progress_history(steps: list[str]) -> list[Event]:
+    """The events of `steps`, versions from 2."""
+    events: list[Event] = []
+    for kind in steps:
+        for index in range(70 if kind == "many" else 1):
+            version = len(events) + 2
+            if kind == "fail" or (kind == "many" and index % 7 == 6):
+                events.append(fail(version))
+            elif kind == "verdict":
+                events.append(StageCompleted(run_id=RID, version=version, stage="d", attempt=0))
+            elif kind == "start":
+                events.append(StageStarted(run_id=RID, version=version, stage="d", attempt=1))
+            elif kind in ("seen", "change"):
+                changed = [f"f{version}"] if kind == "change" else 0
+                events.append(seen(version, changed_files=changed, test_signature="t"))
+            else:
+                events.append(done(version))
+    return events
+
+
+class TestStretchFold:
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(STEP, max_size=30), st.data())
+    def test_a_fold_from_any_state_gives_what_apply_gives(
+        self, steps: list[str], data: st.DataObject
+    ) -> None:
+        """From any state `apply` reached (or its JSON round trip), a fold of any stretch of
+        the events after it (a list or an iterator) gives the counters `apply` gives event by
+        event."""
+        events = progress_history(steps)
+        states = [PROJECTION.initial()]
+        for event in events:
+            states.append(PROJECTION.apply(states[-1], event))
+        begin = data.draw(st.integers(0, len(events)), "begin")
+        end = data.draw(st.integers(begin, len(events)), "end")
+        for origin in (states[begin], roundtrip(states[begin])):
+            for given_events in (events[begin:end], iter(events[begin:end])):
+                folded = PROJECTION.fold(given_events, origin)
+                assert folded == states[end]
+                assert PROJECTION.encode(folded) == PROJECTION.encode(states[end])
+        if end < len(events):  # the counters a fold made go on as `apply`'s do
+            made = PROJECTION.fold(events[begin:end], states[begin])
+            assert PROJECTION.fold(events[end:], made) == states[-1]
+
+    def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(self) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the counters' stretches."""
+
+        class Unfailing(ProgressState):
+            @on(StageFailed)
+            def failed(self, state: Progress, event: StageFailed) -> Progress:
+                return state  # failures are no steps here
+
+        class Counting(ProgressState):
+            def apply(self, state: Progress, event: Event) -> Progress:
+                if isinstance(event, StageFailed):
+                    return state
+                return super().apply(state, event)
+
+        events = progress_history(["many"] * 4)
+        for projection in (Unfailing(), Counting()):
+            applied = projection.initial()
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert projection.fold(events) == applied
+            assert projection.fold(iter(events)).total_steps == 240
 
 
 def loop(steps: int, no_ops: int, same_error: int, functional_ok: bool | None = None) -> Progress:

@@ -5,6 +5,7 @@ import random
 import uuid
 from typing import Any, TypeVar
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from events import (
     StateRolledBack,
 )
 from projections.base import Projection, on
-from projections.immutable import ROWS_PER_BLOCK, PList, RowList
+from projections.immutable import ROWS_PER_BLOCK, PList, PMap, RowList
 from projections.results import (
     Attempt,
     Results,
@@ -224,6 +225,107 @@ class TestRetryCounts:
         assert state.open_stage == "t"
         assert roundtrip(RETRIES, state) == state
         assert roundtrip(RETRIES, retries()) == retries()
+
+
+RETRY_STEP = st.tuples(
+    st.sampled_from(["start", "done", "done", "fail", "fail", "verdict", "note", "many"]),
+    st.sampled_from(["build", "test", "lint"]),
+)
+"""One step of a history `RetryCounts` folds in stretches: a start (cutting a stretch), an
+outcome, a routed verdict (attempt 0), an event no handler takes, or 70 outcomes of a loop."""
+
+
+def retry_history(steps: list[tuple[str, str]]) -> list[Event]:
+    """The events of `steps`, versions from 2 (a `many` step: outcomes, one in 7 failed)."""
+    events: list[Event] = []
+    for kind, stage in steps:
+        for index in range(70 if kind == "many" else 1):
+            version = len(events) + 2
+            if kind == "start":
+                events.append(start(version, stage))
+            elif kind == "fail" or (kind == "many" and index % 7 == 6):
+                events.append(fail(version, stage))
+            elif kind == "note":
+                events.append(ProgressObserved(run_id=RID, version=version))
+            else:
+                events.append(done(version, stage, attempt=0 if kind == "verdict" else 1))
+    return events
+
+
+@attrs.frozen(weakref_slot=False)
+class KeptRetries(Retries):
+    """A subclass of the counters, kept by `Retries.end` closing a started attempt."""
+
+
+class TestRetryCountsFold:
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(RETRY_STEP, max_size=30), st.data())
+    def test_a_fold_from_any_state_gives_what_apply_gives(
+        self, steps: list[tuple[str, str]], data: st.DataObject
+    ) -> None:
+        """From any state `apply` reached (or its JSON round trip), a fold of any stretch of
+        the events after it (a list or an iterator) gives the counters `apply` gives event by
+        event, and leaves the state it went on from as it was."""
+        events = retry_history(steps)
+        states = [RETRIES.initial()]
+        for event in events:
+            states.append(RETRIES.apply(states[-1], event))
+        begin = data.draw(st.integers(0, len(events)), "begin")
+        end = data.draw(st.integers(begin, len(events)), "end")
+        before = RETRIES.encode(states[begin])
+        for origin in (states[begin], roundtrip(RETRIES, states[begin])):
+            for given_events in (events[begin:end], iter(events[begin:end])):
+                folded = RETRIES.fold(given_events, origin)
+                assert folded == states[end]
+                assert RETRIES.encode(folded) == RETRIES.encode(states[end])
+        assert RETRIES.encode(states[begin]) == before
+        if end < len(events):  # the counters a fold made go on as `apply`'s do
+            made = RETRIES.fold(events[begin:end], states[begin])
+            assert RETRIES.fold(events[end:], made) == states[-1]
+
+    def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(self) -> None:
+        """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
+        `apply` event by event does, not with the counters' stretches."""
+
+        class Unfailing(RetryCounts):
+            @on(StageFailed)
+            def failed(self, state: Retries, event: StageFailed) -> Retries:
+                return state  # failures are no attempts here
+
+        class Counting(RetryCounts):
+            def apply(self, state: Retries, event: Event) -> Retries:
+                if isinstance(event, StageFailed):
+                    return state
+                return super().apply(state, event)
+
+        events = retry_history([("many", "build")] * 4)
+        for projection in (Unfailing(), Counting()):
+            applied = projection.initial()
+            for event in events:
+                applied = projection.apply(applied, event)
+            assert projection.fold(events) == applied
+            assert projection.fold(iter(events)).attempts("build") == 240
+
+    @pytest.mark.parametrize(
+        ("start_state", "outcome"),
+        [
+            (KeptRetries(), done(2, "build", attempt=0)),
+            (KeptRetries(open_stage="build"), done(2, "build")),
+            (KeptRetries(open_stage="build"), fail(2, "build")),
+            (Retries(attempt_counts=PMap({"build": 1}), open_stage="build"), done(2, "build")),
+            (Retries(retry_counts=PMap({"build": 1}), open_stage="build"), fail(2, "build")),
+        ],
+    )
+    def test_a_fold_from_a_state_apply_keeps_as_it_is_gives_what_apply_gives(
+        self, start_state: Retries, outcome: Event
+    ) -> None:
+        """From a state whose counters `apply` keeps as they are (a subclass of `Retries`, a
+        mapping other than a dict), a fold gives the very state `apply` gives, its class too."""
+        applied = RETRIES.apply(start_state, outcome)
+        for events in ([outcome], iter([outcome])):
+            folded = RETRIES.fold(events, start_state)
+            assert type(folded) is type(applied)
+            assert folded == applied
 
 
 class TestFoldInPlace:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -10,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import Engine, Pipeline
-from events import JSON, Event, StageCompleted, StageFailed, StateRolledBack
+from events import JSON, Event, NoteAdded, StageCompleted, StageFailed, StateRolledBack
 from projections import Round, Rounds, RoundsTable, StateStack
 from projections.base import on
 from projections.rounds import Rollback
-from tests._helpers import hub_history
+from tests._helpers import hub_history, switching_often
 
 RID = uuid.UUID(int=7)
 PROJECTION = RoundsTable()
@@ -360,3 +361,97 @@ class TestFoldInStretches:
             folded = PROJECTION.fold(events[cut:], restored)
             assert folded == whole
             assert dict(folded.live_by_stage) == dict(whole.live_by_stage)
+
+
+ROUND_STEP = st.tuples(
+    st.sampled_from(["done", "done", "fail", "back", "note", "many"]),
+    st.sampled_from(["a", "b"]),
+    st.integers(1, 4),
+)
+"""One step of a history `RoundsTable` folds in stretches: an outcome, a rollback of 1 to 4
+steps or an event no handler takes (each cutting a stretch), or 150 outcomes of a loop (past
+a block of rows, `ROWS_PER_BLOCK`)."""
+
+
+def rounds_history(steps: list[tuple[str, str, int]]) -> list[Event]:
+    """The events of `steps`, versions from 2 (a `many` step: outcomes, one in 7 failed)."""
+    events: list[Event] = []
+    for kind, stage, count in steps:
+        for index in range(150 if kind == "many" else 1):
+            version = len(events) + 2
+            if kind == "back":
+                events.append(back(version, count, f"r{count}"))
+            elif kind == "note":
+                events.append(NoteAdded(run_id=RID, version=version, key="k", value=count))
+            elif kind == "fail" or (kind == "many" and index % 7 == 6):
+                events.append(fail(version, stage, f"e{count}", attempt=count))
+            else:
+                events.append(done(version, stage, {"n": version}, attempt=count))
+    return events
+
+
+def same_rounds(folded: Rounds, applied: Rounds) -> None:
+    """`folded` holds what `applied` holds: every round, the live ones, by stage, its JSON."""
+    assert folded == applied
+    assert (folded.rounds, folded.live) == (applied.rounds, applied.live)
+    assert dict(folded.live_by_stage) == dict(applied.live_by_stage)
+    assert PROJECTION.encode(folded) == PROJECTION.encode(applied)
+
+
+class TestRowsFold:
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(ROUND_STEP, max_size=12), st.data())
+    def test_a_fold_from_any_state_gives_what_apply_gives(
+        self, steps: list[tuple[str, str, int]], data: st.DataObject
+    ) -> None:
+        """From any state `apply` reached (or its JSON round trip, or a pickle of it), a fold
+        of any stretch of the events after it (a list or an iterator; rounds pushed as rows,
+        across blocks) ends where `apply` ends, and leaves the state it began from as it was,
+        however often a fold or `apply` goes on from it."""
+        events = rounds_history(steps)
+        states = [PROJECTION.initial()]
+        for event in events:
+            states.append(PROJECTION.apply(states[-1], event))
+        begin = data.draw(st.integers(0, len(events)), "begin")
+        end = data.draw(st.integers(begin, len(events)), "end")
+        before = PROJECTION.encode(states[begin])
+        pickled = pickle.loads(pickle.dumps(states[begin]))
+        for origin in (states[begin], roundtrip(states[begin]), pickled, states[begin]):
+            same_rounds(PROJECTION.fold(events[begin:end], origin), states[end])
+            same_rounds(PROJECTION.fold(iter(events[begin:end]), origin), states[end])
+        assert PROJECTION.encode(states[begin]) == before
+        made = PROJECTION.fold(events[begin:end], states[begin])
+        same_rounds(pickle.loads(pickle.dumps(made)), states[end])
+        if end < len(events):  # the rounds a fold made go on as `apply`'s do, either way
+            same_rounds(PROJECTION.fold(events[end:], made), states[-1])
+            applied = made
+            for event in events[end:]:
+                applied = PROJECTION.apply(applied, event)
+            same_rounds(applied, states[-1])
+        same_rounds(made, states[end])
+
+    def test_folds_going_on_from_one_state_in_threads_each_give_what_apply_gives(self) -> None:
+        """Threads folding different outcomes from one shared state at once (the interpreter
+        switching between them all the time) each end where `apply` ends, the shared state
+        left as it was."""
+        shared = PROJECTION.fold(rounds_history([("many", "a", 1), ("back", "a", 3)]))
+        before = PROJECTION.encode(shared)
+        wrong: list[object] = []
+
+        def work(seed: int) -> None:
+            try:
+                steps = [("many", "ab"[seed % 2], seed), ("fail", "b", seed), ("many", "a", 1)]
+                events = rounds_history(steps)
+                applied = shared
+                for event in events:
+                    applied = PROJECTION.apply(applied, event)
+                for _ in range(5):
+                    folded = PROJECTION.fold(events, shared)
+                    if folded != applied or PROJECTION.encode(folded) != PROJECTION.encode(applied):
+                        wrong.append(seed)
+            except BaseException as failure:  # handed to the test's thread
+                wrong.append(failure)
+
+        switching_often(work, range(1, 5))
+        assert wrong == []
+        assert PROJECTION.encode(shared) == before

@@ -7,15 +7,15 @@ from typing import Any
 import attrs
 import pytest
 from freezegun import freeze_time
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import Engine, Pipeline
 from engine.errors import InvalidArgument
-from events import Event, StageCompleted, StageFailed, StateRolledBack
+from events import Event, NoteAdded, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.values import evolve
 from projections import RUNNING, RunIndex, RunSummary
-from projections.base import on
+from projections.base import folds_with, on
 from projections.errors import ProjectionError
 from projections.immutable import PList
 from projections.run_index import STATUS_NOTE, _states, pack_states
@@ -326,3 +326,84 @@ class TestFold:
         for cut in range(1, len(events)):
             restored = index.decode(index.encode(index.fold(events[:cut])))
             assert index.fold(events[cut:], restored) == whole
+
+
+MOVES = Pipeline(
+    "moves",
+    initial="a",
+    transitions=[
+        ("a", "completed", "b"),
+        ("a", "failed", "a"),
+        ("a", "again", "a"),
+        ("b", "completed", "a"),
+        ("b", "failed", "b"),
+        ("b", "again", "a"),
+        ("b", "stop", "end"),
+    ],
+    final=["end"],
+)
+"""A table whose outcomes of one state move a run to different states."""
+OUTCOME = st.tuples(
+    st.sampled_from(["done", "done", "fail", "verdict", "note"]),
+    st.sampled_from(["a", "b", "__graph__"]),
+    st.sampled_from(["completed", "again", "failed"]),
+)
+"""One event of a run of `MOVES`: an outcome (a routed verdict: attempt 0), of a stage or a
+framework's own, or an event no handler takes (cutting a stretch)."""
+
+
+def moves_history(steps: list[tuple[str, str, str]]) -> list[Event]:
+    """A run of `MOVES`: its start, then `steps`."""
+    run_id, at = uuid.UUID(int=26), T0
+    events: list[Event] = [
+        RunStarted(run_id=run_id, version=1, timestamp=at, pipeline="moves", table=MOVES.to_dict())
+    ]
+    for kind, stage, outcome in steps:
+        common: dict[str, Any] = {
+            "run_id": run_id, "version": len(events) + 1, "timestamp": at + timedelta(len(events))
+        }  # fmt: skip
+        if kind == "note":
+            events.append(NoteAdded(**common, key="k", value=1))
+        elif kind == "fail":
+            events.append(StageFailed(**common, stage=stage, attempt=1, outcome=outcome))
+        else:
+            attempt = 0 if kind == "verdict" else 1
+            events.append(StageCompleted(**common, stage=stage, attempt=attempt, outcome=outcome))
+    return events
+
+
+class TestStretchFoldProperty:
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(OUTCOME, max_size=40), st.data())
+    def test_a_fold_from_any_state_gives_what_apply_gives(
+        self, steps: list[tuple[str, str, str]], data: st.DataObject
+    ) -> None:
+        """From any summary `apply` reached, a fold of any stretch of the events after it
+        (outcomes of one state moving the run to different states, framework stages, verdicts)
+        gives the summary `apply` gives event by event, its states and attempts too."""
+        events = moves_history(steps)
+        projection = RunIndex()
+        states: list[RunSummary | None] = [projection.initial()]
+        for event in events:
+            states.append(projection.apply(states[-1], event))
+        begin = data.draw(st.integers(0, len(events)), "begin")
+        end = data.draw(st.integers(begin, len(events)), "end")
+        for given_events in (events[begin:end], iter(events[begin:end])):
+            folded = projection.fold(given_events, states[begin])
+            assert folded == states[end]
+            if folded is not None:
+                assert folded.states == states[end].states  # type: ignore[union-attr]
+                assert projection.encode(folded) == projection.encode(states[end])
+
+    def test_its_own_apply_leaves_its_fold_to_its_stretches_and_a_subclass_s_does_not(
+        self,
+    ) -> None:
+        """`RunIndex`'s own `apply` (every event moves the version) keeps its fold taking
+        outcomes in stretches; a subclass's `apply` takes them its own way."""
+
+        class Own(RunIndex):
+            def apply(self, state: RunSummary | None, event: Event) -> RunSummary | None:
+                return super().apply(state, event)
+
+        assert folds_with(RunIndex(), RunIndex, StageCompleted, StageFailed)
+        assert not folds_with(Own(), RunIndex, StageCompleted, StageFailed)
