@@ -289,7 +289,7 @@ class FailurePatterns(Projection[Failures]):
         The same state as `apply` event after event (its bookkeeping too)."""
         if not folds_with(self, FailurePatterns, StageCompleted, StageFailed):
             return Projection._fold(self, events, current, tick)  # a subclass: its own way
-        return folded_in_stretches(self.name, self.apply, _Stretch, events, current, tick)
+        return folded_in_stretches(self.name, self.apply, _stretch, events, current, tick)
 
     def forget_run(self, state: Failures, run_id: UUID, events: Sequence[Event]) -> Failures:
         """`state` without the deleted run's failures and completions (see `Failures.without`)."""
@@ -330,6 +330,19 @@ class FailurePatterns(Projection[Failures]):
             cut=frozenset(data["cut"]),
             tail=tuple((run, (stage, kind, error)) for run, stage, kind, error in data["tail"]),
         )
+
+
+def _stretch(start: Failures) -> _Stretch | None:
+    """The stretch of outcomes from `start` (None: `apply` takes this outcome): not from
+    patterns `Failures` may keep as they are (a verdict, a completion that changes nothing),
+    a subclass of `Failures` or counts in a mapping other than a dict, which the stretch's
+    copies would not be."""
+    if start.__class__ is not Failures:
+        return None
+    for counts in (start.by_stage, start.by_error_type, start.streaks, start.tracks):
+        if counts.__class__ is not dict:
+            return None
+    return _Stretch(start)
 
 
 class _Stretch:

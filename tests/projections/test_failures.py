@@ -22,6 +22,11 @@ OTHER = uuid.UUID(int=4)
 PROJECTION = FailurePatterns()
 
 
+@attrs.frozen(eq=False)
+class KeptFailures(Failures):
+    """A user's own patterns class: `apply` keeps it where an outcome changes nothing."""
+
+
 def done(version: int, stage: str) -> StageCompleted:
     return StageCompleted(run_id=RID, version=version, stage=stage, attempt=1)
 
@@ -487,6 +492,27 @@ class TestStretchFoldProperty:
                 applied = projection.apply(applied, event)
             assert applied.total < sum(isinstance(event, StageFailed) for event in events)
             same(projection.fold(events), applied)
+
+    @pytest.mark.parametrize(
+        ("start_state", "outcome"),
+        [
+            (KeptFailures(), StageCompleted(run_id=RID, version=2, stage="b", attempt=0)),
+            (KeptFailures(), done(2, "b")),
+            (KeptFailures(), fail(2, "b")),
+            (Failures(by_stage=PMap({"b": 1}), tracks={}), done(2, "b")),
+            (Failures(streaks=PMap()), StageCompleted(run_id=RID, version=2, stage="b", attempt=0)),
+        ],
+    )
+    def test_a_fold_from_a_state_apply_keeps_as_it_is_gives_what_apply_gives(
+        self, start_state: Failures, outcome: Event
+    ) -> None:
+        """From a state whose patterns `apply` keeps as they are (a subclass of `Failures`, a
+        mapping other than a dict), a fold gives the very state `apply` gives, its class too."""
+        applied = PROJECTION.apply(start_state, outcome)
+        for events in ([outcome], iter([outcome])):
+            folded = PROJECTION.fold(events, start_state)
+            assert type(folded) is type(applied)
+            assert folded == applied
 
     def test_folds_from_one_state_in_threads_each_give_what_apply_gives(self) -> None:
         """Threads folding different outcomes from one shared state at once (the interpreter
