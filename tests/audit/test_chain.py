@@ -220,6 +220,28 @@ class TestRunAlongAgainstFollows:
             rows = self.page(chain, draw)
             assert chain.run_along(b"", 1, self.RUN, rows) == self.followed(chain, rows)
 
+    @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
+    @pytest.mark.parametrize("at", [0, 7, 8, 9, 71, 72, 73, 583, 584, 699])
+    def test_a_long_page_breaks_where_one_event_at_a_time_does(
+        self, secret: bytes | None, at: int
+    ) -> None:
+        """On a page of 700 rows (`run_along` compares them a chunk at a time, chunks of 8,
+        64, 512), a row's body, link text, mark or closing byte edited, at the edges of
+        chunks too, stops it where `follows` one by one stops, on the same link."""
+        chain, previous, rows = Chain(secret), b"", []
+        for version in range(1, 701):
+            body = b'{"v":%d}' % version
+            data, previous = chain.sealed(previous, self.RUN, version, "t:X", body)
+            rows.append((version, "t:X", data))
+        assert chain.run_along(b"", 1, self.RUN, rows) == (700, previous)
+        version, topic, data = rows[at]
+        for place in (2, -10, -25, -26, -2, -1):  # body, link text (3), mark's mode, close
+            edited = data[:place] + b"#" + data[place:][1:]
+            tampered = [*rows[:at], (version, topic, edited), *rows[at + 1 :]]
+            found = chain.run_along(b"", 1, self.RUN, tampered)
+            assert found == self.followed(chain, tampered), place
+            assert found[0] == at, place
+
 
 class TestRunAlongTopics:
     @pytest.mark.parametrize("key", [None, b"k"], ids=["plain", "keyed"])
