@@ -273,7 +273,8 @@ def import_runs(engine: Engine, path: str, *, as_json: bool, unchained: bool = F
     if report.unchained:
         out.line(
             f"{len(report.unchained)} of them with chain: none (exported before chaining), "
-            f"their lines not checked against a head: {_first_five(report.unchained)}",
+            f"their lines not checked against a head: {_first_five(report.unchained)}; "
+            "linked anew here, so verify counts them intact from now on: keep this list",
             "yellow",
         )
     if report.identical:

@@ -151,6 +151,8 @@ class TestUnchainedImport:
         short = json.loads(lines[0])["run_id"][:8]
         assert "1 of them with chain: none (exported before chaining)" in out
         assert f"not checked against a head: {short}" in out
+        # verify --all counts them intact afterwards (linked anew): the report says so
+        assert "linked anew here, so verify counts them intact from now on" in out
 
     def test_a_headless_run_already_stored_is_no_reason_to_refuse(
         self, tmp_path: Path, shared_url: str
