@@ -273,7 +273,8 @@ def import_runs(engine: Engine, path: str, *, as_json: bool, unchained: bool = F
     if report.unchained:
         out.line(
             f"{len(report.unchained)} of them with chain: none (exported before chaining), "
-            f"their lines not checked against a head: {_first_five(report.unchained)}",
+            f"their lines not checked against a head: {_first_five(report.unchained)}; "
+            "linked anew here, so verify counts them intact from now on: keep this list",
             "yellow",
         )
     if report.identical:
@@ -297,18 +298,19 @@ def _import(engine: Engine, path: str, *, unchained: bool) -> ImportReport:
     size = os.path.getsize(path)
     new: set[UUID] = set()
     identical: list[UUID] = []
-    headless: Chunk | None = None
-    """The file's first run without a head (only the first is kept: memory holds one run)."""
+    headless: tuple[UUID, int] | None = None
+    """The file's first run without a head and its last line: all a refusal names (a run's
+    events are not held past its check: memory holds one run)."""
     unchecked: list[UUID] = []
     """The new runs without a head: those the import would write unchecked."""
-    first_unchecked: Chunk | None = None
+    first_unchecked: tuple[UUID, int] | None = None
     headed = False
     progress = ProgressBar("check", size)
     try:
         for chunk in read_chunks(path, progress.advance):
             headed = headed or chunk.head is not None
             if chunk.head is None and headless is None:
-                headless = chunk
+                headless = (chunk.run_id, chunk.lines[-1])
             if _already_there(engine, chunk):
                 identical.append(chunk.run_id)
             else:
@@ -317,36 +319,37 @@ def _import(engine: Engine, path: str, *, unchained: bool) -> ImportReport:
                 new.add(chunk.run_id)
                 if chunk.head is None:
                     unchecked.append(chunk.run_id)
-                    first_unchecked = first_unchecked or chunk
+                    first_unchecked = first_unchecked or (chunk.run_id, chunk.lines[-1])
     finally:
         progress.close()
     if headed and headless is not None:
-        _cut_short(headless)
+        _cut_short(*headless)
     if first_unchecked is not None and not unchained:
-        _unchained(first_unchecked, len(unchecked))
+        _unchained(*first_unchecked, len(unchecked))
     report = _write(engine, path, new, identical)
     return attrs.evolve(report, unchained=tuple(unchecked))
 
 
-def _unchained(chunk: Chunk, runs: int) -> None:
-    """Refuse a file of runs without chain heads (`runs` new ones, `chunk` the first): their
-    lines cannot be checked, and the target store would link them anew as intact.
+def _unchained(run_id: UUID, line: int, runs: int) -> None:
+    """Refuse a file of runs without chain heads (`runs` new ones, `run_id` the first, ending on
+    line `line`): their lines cannot be checked, and the target store would link them anew.
 
     Raises:
         BadImportLine: at the first such run's last line.
     """
     others = f" (and {runs - 1} other run(s) of the file)" if runs > 1 else ""
     raise BadImportLine(
-        chunk.lines[-1],
+        line,
         "chain",
-        f"run {chunk.run_id}{others} has no chain head on its last line: chain: none "
+        f"run {run_id}{others} has no chain head on its last line: chain: none "
         "(exported before chaining, or the file cut short or its head removed), so its "
         "lines cannot be checked; give --unchained to import such runs unchecked",
     )
 
 
-def _cut_short(chunk: Chunk) -> None:
-    """Refuse a file whose runs carry chain heads but for `chunk`: its end was lost.
+def _cut_short(run_id: UUID, line: int) -> None:
+    """Refuse a file whose runs carry chain heads but for run `run_id` (its last line `line`):
+    its end was lost.
 
     An export ends each run's last line with its head, and writes lines in batches,
     so a file cut short (an interrupted `export > file`) ends on a whole line of a
@@ -356,9 +359,9 @@ def _cut_short(chunk: Chunk) -> None:
         BadImportLine: at the run's last line.
     """
     raise BadImportLine(
-        chunk.lines[-1],
+        line,
         "chain",
-        f"run {chunk.run_id} has no chain head on its last line while other runs of the "
+        f"run {run_id} has no chain head on its last line while other runs of the "
         "file do: the file was cut short (an interrupted export?) or its run edited",
     )
 

@@ -9,12 +9,13 @@ import random
 import shutil
 import string
 from pathlib import Path
+from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 
 from engine import ConcurrencyConflict, Engine
-from engine.store.chain import Chain, split
+from engine.store.chain import Chain, StoredRow, split
 from engine.store.event_store import PAGE
 from engine.verify import ChainCheck
 from events import StageCompleted
@@ -219,6 +220,202 @@ class TestRunAlongAgainstFollows:
         for _ in range(300):
             rows = self.page(chain, draw)
             assert chain.run_along(b"", 1, self.RUN, rows) == self.followed(chain, rows)
+
+    @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
+    @pytest.mark.parametrize("at", [0, 1, 2, 7, 8, 9, 10, 71, 72, 73, 74, 583, 584, 585, 699])
+    def test_a_long_page_breaks_where_one_event_at_a_time_does(
+        self, secret: bytes | None, at: int
+    ) -> None:
+        """On a page of 700 rows (`run_along` compares them a chunk at a time, chunks of 1,
+        8, 64, 512), a row's body, link text, mark or closing byte edited, at the edges of
+        chunks too, stops it where `follows` one by one stops, on the same link."""
+        chain, previous, rows = Chain(secret), b"", []
+        for version in range(1, 701):
+            body = b'{"v":%d}' % version
+            data, previous = chain.sealed(previous, self.RUN, version, "t:X", body)
+            rows.append((version, "t:X", data))
+        assert chain.run_along(b"", 1, self.RUN, rows) == (700, previous)
+        version, topic, data = rows[at]
+        for place in (2, -10, -25, -26, -2, -1):  # body, link text (3), mark's mode, close
+            edited = data[:place] + b"#" + data[place:][1:]
+            tampered = [*rows[:at], (version, topic, edited), *rows[at + 1 :]]
+            found = chain.run_along(b"", 1, self.RUN, tampered)
+            assert found == self.followed(chain, tampered), place
+            assert found[0] == at, place
+
+
+def one_by_one(
+    chain: Chain, previous: bytes, version: int, run_id: UUID, rows: list[StoredRow], start: int
+) -> tuple[int, bytes]:
+    """How many `rows` from `start` follow on through `follows`, one row at a time (versions
+    from `version`, links from `previous`), and the last link: what `run_along` must give."""
+    count = 0
+    for row_version, topic, data in rows[start:]:
+        link = chain.follows(previous, run_id, row_version, topic, data)
+        if row_version != version + count or not link:
+            break
+        previous, count = link, count + 1
+    return count, previous
+
+
+class TestRunAlongTampered:
+    """`run_along` against `follows` one row at a time over random tamperings of pages of
+    every length (chunks' edges included), read from random offsets, in every mode."""
+
+    RUN = TestLinkFormat.RUN
+    KINDS = ("edit", "tail", "cut", "short", "drop", "insert", "swap", "mode", "gap",
+             "not last", "other run", "other chain", "shift", "topic")  # fmt: skip
+
+    def sealed(self, chain: Chain, draw: random.Random) -> tuple[bytes, int, list[StoredRow]]:
+        """A page of 1 to 700 sealed rows with random bodies and topics, continuing a run
+        from a random version and link: the link before it, its first version, its rows."""
+        before, first = draw.choice([b"", draw.randbytes(16)]), draw.randint(1, 3000)
+        count = draw.choice(
+            [1, 2, draw.randint(1, 20), draw.randint(1, 80), draw.randint(500, 700)]
+        )
+        previous, rows = before, []
+        for version in range(first, first + count):
+            text = "".join(draw.choice('ab%"\\}{,') for _ in range(draw.randint(0, 40)))
+            topic = draw.choice(["t:X", "t:Y", "%s"])
+            data, previous = chain.sealed(
+                previous, self.RUN, version, topic, b'{"v":"%b"}' % text.encode()
+            )
+            rows.append((version, topic, data))
+        return before, first, rows
+
+    def tamper(
+        self, chain: Chain, others: list[Chain], rows: list[StoredRow], draw: random.Random
+    ) -> None:
+        """One tampering a database writer could do, at a random row; versions stay strictly
+        increasing, as a store returns them (a deleted event leaves a gap)."""
+        index = draw.randrange(len(rows))
+        version, topic, data = rows[index]
+        kind = draw.choice(self.KINDS)
+        if kind == "edit":
+            at = draw.randrange(max(1, len(data)))
+            rows[index] = (
+                version,
+                topic,
+                data[:at] + bytes([draw.randrange(256)]) + data[at + 1 :],
+            )
+        elif kind == "tail":  # a byte of the link's member, or just before it
+            at = max(0, len(data) - draw.randint(1, 33))
+            rows[index] = (version, topic, data[:at] + b"#" + data[at + 1 :])
+        elif kind == "cut":
+            rows[index] = (version, topic, data[: draw.randrange(max(1, len(data)))])
+        elif kind == "short":  # too short to hold a link, its start or its end kept
+            kept = draw.randint(0, 31)
+            rows[index] = (
+                version,
+                topic,
+                data[-kept:] if kept and draw.random() < 0.5 else data[:kept],
+            )
+        elif kind == "drop":
+            del rows[index]
+        elif kind == "gap":
+            moved = draw.choice([1, 2, 1000])
+            rows[index:] = [(v + moved, t, d) for v, t, d in rows[index:]]
+        elif kind == "insert":  # an event linked on its own, the versions after it renumbered
+            new = chain.sealed(b"", self.RUN, version, topic, b'{"n":1}')[0]
+            rows[index:] = [(version, topic, new)] + [(v + 1, t, d) for v, t, d in rows[index:]]
+        elif kind == "swap" and index:  # two events' contents exchanged, versions in place
+            earlier, earlier_topic, earlier_data = rows[index - 1]
+            rows[index - 1 : index + 1] = [
+                (earlier, topic, data),
+                (version, earlier_topic, earlier_data),
+            ]
+        elif kind == "mode":
+            other = b"k" if chain.mode == "s" else b"s"
+            rows[index] = (
+                version,
+                topic,
+                data[:-31] + data[-31:].replace(b'"_c":"' + chain.mode.encode(), b'"_c":"' + other),
+            )
+        elif kind == "not last":
+            rows[index] = (version, topic, data[:-1] + b',"z":1}')
+        elif kind in ("other run", "other chain"):  # linked right, but in another run or chain
+            writer, run_id = (
+                (chain, UUID(int=7)) if kind == "other run" else (draw.choice(others), self.RUN)
+            )
+            rows[index] = (
+                version,
+                topic,
+                writer.sealed(b"", run_id, version, topic, data[:-31] + b"}")[0],
+            )
+        elif kind == "shift" and index + 1 < len(rows):  # bytes moved from a row's end to the next
+            moved, (after, after_topic, after_data) = draw.randint(1, 5), rows[index + 1]
+            rows[index : index + 2] = [
+                (version, topic, data[:-moved]),
+                (after, after_topic, data[-moved:] + after_data),
+            ]
+        elif kind == "topic":
+            rows[index] = (version, draw.choice(["t:X", "t:Y", "%s", "t:Z"]), data)
+
+    @pytest.mark.parametrize("seed", range(4))
+    def test_random_tamperings_follow_as_far_as_one_row_at_a_time(self, seed: int) -> None:
+        """On 500 random pages (plain, keyed under two keys; none to three tamperings; from
+        their first row or a random one, an empty rest included), `run_along` follows as
+        many rows as `follows` one by one and returns the same last link."""
+        draw = random.Random(seed)
+        chains = [Chain(None), Chain(b"k1"), Chain(b"k2")]
+        for _ in range(500):
+            chain = draw.choice(chains)
+            before, first, rows = self.sealed(chain, draw)
+            for _ in range(draw.choice([0, 1, 1, 2, 3])):
+                if rows:
+                    self.tamper(chain, [c for c in chains if c is not chain], rows, draw)
+            start = draw.randint(0, len(rows)) if draw.random() < 0.3 else 0
+            previous, version = before, first
+            if start:  # from where a caller stands: the link and version one by one reached
+                previous, version = (
+                    one_by_one(chain, before, first, self.RUN, rows[:start], 0)[1],
+                    first + start,
+                )
+            expected = one_by_one(chain, previous, version, self.RUN, rows, start)
+            assert chain.run_along(previous, version, self.RUN, rows, start) == expected
+
+
+class TestRunAlongCost:
+    """A break costs `run_along` no more links than checking event by event would."""
+
+    RUN = TestLinkFormat.RUN
+
+    @pytest.fixture
+    def links_computed(self, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+        """Each call's count of links `run_along` computed (plain or keyed)."""
+        counts: list[int] = []
+        for name in ("_links_plain", "_links_keyed"):
+            computing = getattr(Chain, name)
+
+            def counted(self: Chain, *args: Any, computing: Any = computing) -> list[bytes]:
+                links: list[bytes] = computing(self, *args)
+                counts.append(len(links))
+                return links
+
+            monkeypatch.setattr(Chain, name, counted)
+        return counts
+
+    @pytest.mark.parametrize(
+        ("writer", "reader", "edited"),
+        [(KEY.encode(), None, False), (None, KEY.encode(), False), (None, None, True)],
+        ids=["keyed-read-without-key", "plain-read-with-key", "every-event-edited"],
+    )
+    def test_a_run_broken_at_every_event_costs_a_link_an_event(
+        self, writer: bytes | None, reader: bytes | None, edited: bool, links_computed: list[int]
+    ) -> None:
+        """A page whose every event fails to follow on (keyed links read without the key,
+        plain ones read with it, every body edited) is checked computing at most one link
+        an event in `run_along`, as one event at a time would, not a chunk's worth each."""
+        chain, previous, rows = Chain(writer), b"", []
+        for version in range(1, 201):
+            data, previous = chain.sealed(previous, self.RUN, version, "t:X", b'{"v":1}')
+            rows.append((version, "t:X", data.replace(b'{"v":1', b'{"v":2') if edited else data))
+        check = ChainCheck(Chain(reader), self.RUN)
+        check.page(rows)
+        assert (check.unchecked, len(check.problems)) == (
+            (True, 0) if reader is None and not edited else (False, 200)
+        )
+        assert sum(links_computed) <= len(rows), sum(links_computed)
 
 
 class TestRunAlongTopics:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from engine import Engine
+from engine.cli.export_import import import_runs
+from engine.cli.import_check import BadImportLine
+from tests._helpers import REVIEW
 from tests.audit.test_chain import recorded
 from tests.cli._helpers import invoke, ok
 
@@ -146,6 +151,8 @@ class TestUnchainedImport:
         short = json.loads(lines[0])["run_id"][:8]
         assert "1 of them with chain: none (exported before chaining)" in out
         assert f"not checked against a head: {short}" in out
+        # verify --all counts them intact afterwards (linked anew): the report says so
+        assert "linked anew here, so verify counts them intact from now on" in out
 
     def test_a_headless_run_already_stored_is_no_reason_to_refuse(
         self, tmp_path: Path, shared_url: str
@@ -160,3 +167,51 @@ class TestUnchainedImport:
         assert (again["imported_count"], again["identical_count"], again["unchained"]) == (
             0, 2, [],
         )  # fmt: skip
+
+
+def large_runs(tmp_path: Path, runs: int) -> list[list[str]]:
+    """Export lines of `runs` runs of 200 notes of 5,000 characters each, run by run."""
+    url = f"sqlite:///{tmp_path / 'large.db'}"
+    with Engine(url) as engine:
+        for _ in range(runs):
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(200):
+                    run.note("step", f"{index:05d}" + "x" * 5000)
+    lines = ok("export", "--all", "--store", url).splitlines()
+    return [lines[start : start + 201] for start in range(0, len(lines), 201)]
+
+
+def held_at_refusal(engine: Engine, path: Path, lines: list[str]) -> int:
+    """Bytes the check pass of importing `lines` into `engine` still holds when it refuses
+    them: what its frame keeps (the error's traceback keeps it) once the file is read."""
+    path.write_text("\n".join(lines) + "\n")
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadImportLine) as refusal:
+            import_runs(engine, str(path), as_json=True)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+        del refusal
+        gc.collect()
+        return held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+
+
+class TestImportMemory:
+    def test_a_refused_file_holds_one_run_at_a_time(self, tmp_path: Path) -> None:
+        """Checking a file whose first headless run is already stored and a second is new
+        holds one run at a time, not those two as well: only their ids are kept to refuse it."""
+        stored, new, headed = large_runs(tmp_path, 3)
+        target = f"sqlite:///{tmp_path / 'target.db'}"
+        (tmp_path / "stored.jsonl").write_text("\n".join(without_heads(stored)) + "\n")
+        ok("import", str(tmp_path / "stored.jsonl"), "--unchained", "--store", target)
+        with Engine(target) as engine:
+            one = held_at_refusal(engine, tmp_path / "two.jsonl", without_heads(new) + headed)
+            both = held_at_refusal(
+                engine, tmp_path / "three.jsonl", without_heads(stored + new) + headed
+            )
+        # it held the first headless run and the first new one besides the last run read:
+        # two runs and the last (the first headless run is the new one) against three
+        assert both < 1.2 * one, (both, one)
