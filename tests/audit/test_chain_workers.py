@@ -180,6 +180,12 @@ class TestHungWorker:
             assert workers.wait(page) is False
             assert workers.stopped
             worker.join(60)  # killed: a stopped process ends on SIGKILL
+            for _ in range(600):
+                if worker.exitcode is not None:
+                    break
+                # the pool's own thread may be reaping it this instant: the status is then
+                # set on the process by that thread, and this join's wait found no child
+                worker.join(0.1)
             assert worker.exitcode == -signal.SIGKILL
         finally:
             workers.close()
