@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import Event, NoteAdded, StageCompleted, StageFailed
-from projections.base import on
 from projections.failures import DEPTH, SPREAD, FailurePatterns, Failures
 from projections.immutable import PMap
 from tests._helpers import switching_often
+from tests.projections._own_way import applied, ignoring
 
 RID = uuid.UUID(int=3)
 OTHER = uuid.UUID(int=4)
@@ -473,25 +473,11 @@ class TestStretchFoldProperty:
     def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(self) -> None:
         """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
         `apply` event by event does, not with the patterns' stretches."""
-
-        class Unfailing(FailurePatterns):
-            @on(StageFailed)
-            def failed(self, state: Failures, event: StageFailed) -> Failures:
-                return state  # failures not counted
-
-        class Counting(FailurePatterns):
-            def apply(self, state: Failures, event: Event) -> Failures:
-                if isinstance(event, StageFailed) and event.stage == "b":
-                    return state
-                return super().apply(state, event)
-
         events = history(6, runs=5, steps=300)
-        for projection in (Unfailing(), Counting()):
-            applied = projection.initial()
-            for event in events:
-                applied = projection.apply(applied, event)
-            assert applied.total < sum(isinstance(event, StageFailed) for event in events)
-            same(projection.fold(events), applied)
+        for projection in ignoring(FailurePatterns, StageFailed):
+            state = applied(projection, events)
+            assert state.total == 0 < sum(isinstance(event, StageFailed) for event in events)
+            same(projection.fold(events), state)
 
     @pytest.mark.parametrize(
         ("start_state", "outcome"),

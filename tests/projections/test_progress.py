@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from engine import ProgressPolicy
 from events import Event, ProgressObserved, StageCompleted, StageFailed, StageStarted
-from projections.base import on
 from projections.progress import Progress, ProgressState, Verdict
+from tests.projections._own_way import applied, ignoring
 
 RID = uuid.UUID(int=5)
 PROJECTION = ProgressState()
@@ -285,24 +285,9 @@ class TestStretchFold:
     def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(self) -> None:
         """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
         `apply` event by event does, not with the counters' stretches."""
-
-        class Unfailing(ProgressState):
-            @on(StageFailed)
-            def failed(self, state: Progress, event: StageFailed) -> Progress:
-                return state  # failures are no steps here
-
-        class Counting(ProgressState):
-            def apply(self, state: Progress, event: Event) -> Progress:
-                if isinstance(event, StageFailed):
-                    return state
-                return super().apply(state, event)
-
         events = progress_history(["many"] * 4)
-        for projection in (Unfailing(), Counting()):
-            applied = projection.initial()
-            for event in events:
-                applied = projection.apply(applied, event)
-            assert projection.fold(events) == applied
+        for projection in ignoring(ProgressState, StageFailed):
+            assert projection.fold(events) == applied(projection, events)
             assert projection.fold(iter(events)).total_steps == 240
 
 

@@ -19,7 +19,7 @@ from events import (
     StageStarted,
     StateRolledBack,
 )
-from projections.base import Projection, on
+from projections.base import Projection
 from projections.immutable import ROWS_PER_BLOCK, PList, PMap, RowList
 from projections.results import (
     Attempt,
@@ -29,6 +29,7 @@ from projections.results import (
     StageResults,
 )
 from tests._helpers import PausedThread, switching_often
+from tests.projections._own_way import applied, ignoring
 
 RID = uuid.UUID(int=2)
 RESULTS = StageResults()
@@ -286,24 +287,9 @@ class TestRetryCountsFold:
     def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(self) -> None:
         """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
         `apply` event by event does, not with the counters' stretches."""
-
-        class Unfailing(RetryCounts):
-            @on(StageFailed)
-            def failed(self, state: Retries, event: StageFailed) -> Retries:
-                return state  # failures are no attempts here
-
-        class Counting(RetryCounts):
-            def apply(self, state: Retries, event: Event) -> Retries:
-                if isinstance(event, StageFailed):
-                    return state
-                return super().apply(state, event)
-
         events = retry_history([("many", "build")] * 4)
-        for projection in (Unfailing(), Counting()):
-            applied = projection.initial()
-            for event in events:
-                applied = projection.apply(applied, event)
-            assert projection.fold(events) == applied
+        for projection in ignoring(RetryCounts, StageFailed):
+            assert projection.fold(events) == applied(projection, events)
             assert projection.fold(iter(events)).attempts("build") == 240
 
     @pytest.mark.parametrize(
@@ -404,24 +390,9 @@ class TestFoldedItsOwnWay:
     def test_a_subclass_handling_outcomes_its_own_way_folds_them_its_way(self) -> None:
         """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
         `apply` event by event does, not with the results' in-place push."""
-
-        class Unfailing(StageResults):
-            @on(StageFailed)
-            def failed(self, state: Results, event: StageFailed) -> Results:
-                return state  # failures are no attempts here
-
-        class Counting(StageResults):
-            def apply(self, state: Results, event: Event) -> Results:
-                if isinstance(event, StageFailed):
-                    return state
-                return super().apply(state, event)
-
         events = [done(v, "build", v) if v % 3 else fail(v, "build") for v in range(2, 300)]
-        for projection in (Unfailing(), Counting()):
-            applied = projection.initial()
-            for event in events:
-                applied = projection.apply(applied, event)
-            assert projection.fold(events) == applied
+        for projection in ignoring(StageResults, StageFailed):
+            assert projection.fold(events) == applied(projection, events)
             assert len(projection.fold(iter(events)).attempts("build")) == 199
 
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from engine import Engine, Pipeline
 from events import JSON, Event, NoteAdded, StageCompleted, StageFailed, StateRolledBack
 from projections import Round, Rounds, RoundsTable, StateStack
-from projections.base import on
 from projections.rounds import Rollback
 from tests._helpers import hub_history, switching_often
+from tests.projections._own_way import applied, ignoring
 
 RID = uuid.UUID(int=7)
 PROJECTION = RoundsTable()
@@ -299,26 +299,12 @@ class TestFoldInStretches:
     def test_a_subclass_taking_outcomes_its_own_way_folds_them_its_way(self) -> None:
         """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
         `apply` event by event does, not with the rounds' stretches."""
-
-        class Unfailing(RoundsTable):
-            @on(StageFailed)
-            def failed(self, state: Rounds, event: StageFailed) -> Rounds:
-                return state  # failures make no round
-
-        class Counting(RoundsTable):
-            def apply(self, state: Rounds, event: Event) -> Rounds:
-                if isinstance(event, StageFailed):
-                    return state
-                return super().apply(state, event)
-
         events = [(done if v % 3 else fail)(v, "round") for v in range(2, 300)]
-        for projection in (Unfailing(), Counting()):
-            applied = projection.initial()
-            for event in events:
-                applied = projection.apply(applied, event)
-            assert len(applied.rounds) == 199
-            assert projection.fold(events) == applied
-            assert projection.fold(iter(events)).rounds == applied.rounds
+        for projection in ignoring(RoundsTable, StageFailed):
+            state = applied(projection, events)
+            assert len(state.rounds) == 199
+            assert projection.fold(events) == state
+            assert projection.fold(iter(events)).rounds == state.rounds
 
     @pytest.mark.parametrize("hub", [True, False])
     def test_a_fold_gives_the_rounds_apply_gives_event_after_event(

@@ -15,11 +15,12 @@ from engine.errors import InvalidArgument
 from events import Event, NoteAdded, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.values import evolve
 from projections import RUNNING, RunIndex, RunSummary
-from projections.base import folds_with, on
+from projections.base import folds_with
 from projections.errors import ProjectionError
 from projections.immutable import PList
 from projections.run_index import STATUS_NOTE, _states, pack_states
 from tests._helpers import REVIEW, hub_history
+from tests.projections._own_way import applied, ignoring
 
 OTHER = Pipeline(
     "other", initial="a", transitions=[("a", "completed", "b"), ("a", "failed", "a")], final=["b"]
@@ -249,33 +250,17 @@ class TestFold:
     ) -> None:
         """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
         `apply` event by event does, not with the summary's stretches."""
-
-        class Unfailing(RunIndex):
-            @on(StageCompleted, StageFailed)
-            def outcome(
-                self, summary: RunSummary | None, event: StageCompleted | StageFailed
-            ) -> RunSummary | None:
-                return summary  # outcomes move nothing
-
-        class Counting(RunIndex):
-            def apply(self, summary: RunSummary | None, event: Event) -> RunSummary | None:
-                if isinstance(event, StageFailed | StageCompleted):
-                    return summary
-                return super().apply(summary, event)
-
         run = engine.start_run(OTHER)
         for _ in range(40):
             run.stage_failed("a", error="x")
         run.stage_completed("a")
         events = engine.events(run.id)
-        for projection in (Unfailing(), Counting()):
-            applied = None
-            for event in events:
-                applied = projection.apply(applied, event)
-            assert applied is not None
-            assert applied.state == "a"
-            assert projection.fold(events) == applied
-            assert projection.fold(iter(events)) == applied
+        for projection in ignoring(RunIndex, StageCompleted, StageFailed):
+            state = applied(projection, events)
+            assert state is not None
+            assert state.state == "a"  # outcomes moved nothing
+            assert projection.fold(events) == state
+            assert projection.fold(iter(events)) == state
 
     @pytest.mark.parametrize("explicit", [True, False])
     def test_a_fold_gives_the_summary_apply_gives_event_after_event(

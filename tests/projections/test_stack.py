@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.table import lookup
-from projections.base import on
 from projections.immutable import ROWS_PER_BLOCK, RowList
 from projections.stack import Frame, Stack, StateStack
 from tests._helpers import REVIEW, PausedThread, hub_table, switching_often
+from tests.projections._own_way import applied, ignoring
 
 RID = uuid.UUID(int=1)
 PROJECTION = StateStack()
@@ -599,25 +599,11 @@ class TestFoldInPlace:
     def test_a_subclass_handling_outcomes_its_own_way_folds_them_its_way(self) -> None:
         """A subclass whose own handler (or `apply`) takes outcomes folds them with it, as
         `apply` event by event does, not with the stack's in-place push."""
-
-        class Unfailing(StateStack):
-            @on(StageFailed)
-            def failed(self, state: Stack, event: StageFailed) -> Stack:
-                return state  # failures leave no frame
-
-        class Counting(StateStack):
-            def apply(self, state: Stack, event: Event) -> Stack:
-                if isinstance(event, StageFailed):
-                    return state
-                return super().apply(state, event)
-
         events = [started(), *[(done if v % 3 else fail)(v, "developer") for v in range(2, 300)]]
-        for projection in (Unfailing(), Counting()):
-            applied = projection.initial()
-            for event in events:
-                applied = projection.apply(applied, event)
-            assert projection.fold(events) == applied
-            assert projection.fold(iter(events)).depth == applied.depth == 199
+        for projection in ignoring(StateStack, StageFailed):
+            state = applied(projection, events)
+            assert projection.fold(events) == state
+            assert projection.fold(iter(events)).depth == state.depth == 199
 
     def test_an_outcome_after_a_new_table_takes_its_state_from_it(self) -> None:
         """After a second `RunStarted` (refused by the machine, not by a fold), an outcome
