@@ -34,3 +34,13 @@ def applied(projection: Projection[Any], events: Iterable[Event], state: Any = N
     for event in events:
         state = projection.apply(state, event)
     return state
+
+
+def assert_folds_as_applied(projection: Projection[Any], start: Any, outcome: Event) -> None:
+    """A fold of `outcome` from `start` (a list of it, and an iterator) gives the very state
+    `apply` gives: equal to it, and of its class."""
+    expected = projection.apply(start, outcome)
+    for events in ([outcome], iter([outcome])):
+        folded = projection.fold(events, start)
+        assert type(folded) is type(expected)
+        assert folded == expected

@@ -15,7 +15,7 @@ from events import Event, NoteAdded, StageCompleted, StageFailed
 from projections.failures import DEPTH, SPREAD, FailurePatterns, Failures
 from projections.immutable import PMap
 from tests._helpers import switching_often
-from tests.projections._own_way import applied, ignoring
+from tests.projections._own_way import applied, assert_folds_as_applied, ignoring
 
 RID = uuid.UUID(int=3)
 OTHER = uuid.UUID(int=4)
@@ -494,11 +494,7 @@ class TestStretchFoldProperty:
     ) -> None:
         """From a state whose patterns `apply` keeps as they are (a subclass of `Failures`, a
         mapping other than a dict), a fold gives the very state `apply` gives, its class too."""
-        applied = PROJECTION.apply(start_state, outcome)
-        for events in ([outcome], iter([outcome])):
-            folded = PROJECTION.fold(events, start_state)
-            assert type(folded) is type(applied)
-            assert folded == applied
+        assert_folds_as_applied(PROJECTION, start_state, outcome)
 
     def test_folds_from_one_state_in_threads_each_give_what_apply_gives(self) -> None:
         """Threads folding different outcomes from one shared state at once (the interpreter

@@ -29,7 +29,7 @@ from projections.results import (
     StageResults,
 )
 from tests._helpers import PausedThread, switching_often
-from tests.projections._own_way import applied, ignoring
+from tests.projections._own_way import applied, assert_folds_as_applied, ignoring
 
 RID = uuid.UUID(int=2)
 RESULTS = StageResults()
@@ -307,11 +307,7 @@ class TestRetryCountsFold:
     ) -> None:
         """From a state whose counters `apply` keeps as they are (a subclass of `Retries`, a
         mapping other than a dict), a fold gives the very state `apply` gives, its class too."""
-        applied = RETRIES.apply(start_state, outcome)
-        for events in ([outcome], iter([outcome])):
-            folded = RETRIES.fold(events, start_state)
-            assert type(folded) is type(applied)
-            assert folded == applied
+        assert_folds_as_applied(RETRIES, start_state, outcome)
 
 
 class TestFoldInPlace:
