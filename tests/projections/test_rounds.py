@@ -428,12 +428,11 @@ class TestRowsFold:
             try:
                 steps = [("many", "ab"[seed % 2], seed), ("fail", "b", seed), ("many", "a", 1)]
                 events = rounds_history(steps)
-                applied = shared
-                for event in events:
-                    applied = PROJECTION.apply(applied, event)
+                expected = applied(PROJECTION, events, shared)
                 for _ in range(5):
                     folded = PROJECTION.fold(events, shared)
-                    if folded != applied or PROJECTION.encode(folded) != PROJECTION.encode(applied):
+                    encoded = PROJECTION.encode(folded)
+                    if folded != expected or encoded != PROJECTION.encode(expected):
                         wrong.append(seed)
             except BaseException as failure:  # handed to the test's thread
                 wrong.append(failure)
