@@ -24,7 +24,7 @@ from events import JSON, Event, StageCompleted, StageFailed
 from events.values import maker
 from projections.base import Projection, folds_with, on
 from projections.immutable import PMap
-from projections.stretches import folded_in_stretches
+from projections.stretches import folded_in_stretches, plain
 
 Signature = tuple[str, str, str]
 """A failure's identity: (stage, error_type, error)."""
@@ -333,15 +333,10 @@ class FailurePatterns(Projection[Failures]):
 
 
 def _stretch(start: Failures) -> _Stretch | None:
-    """The stretch of outcomes from `start` (None: `apply` takes this outcome): not from
-    patterns `Failures` may keep as they are (a verdict, a completion that changes nothing),
-    a subclass of `Failures` or counts in a mapping other than a dict, which the stretch's
-    copies would not be."""
-    if start.__class__ is not Failures:
+    """The stretch of outcomes from `start` (None: `apply` takes this outcome, from patterns
+    it may keep as they are: see `plain`)."""
+    if not plain(start, Failures, start.by_stage, start.by_error_type, start.streaks, start.tracks):
         return None
-    for counts in (start.by_stage, start.by_error_type, start.streaks, start.tracks):
-        if counts.__class__ is not dict:
-            return None
     return _Stretch(start)
 
 

@@ -28,7 +28,7 @@ from projections.deferred import (
 from projections.errors import ProjectionError
 from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.interning import interned
-from projections.stretches import folded_in_stretches
+from projections.stretches import folded_in_stretches, plain
 
 
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
@@ -449,12 +449,9 @@ class RetryCounts(Projection[Retries]):
 
 
 def _counting(start: Retries) -> _Counting | None:
-    """The stretch of outcomes from `start` (None: `apply` takes this outcome): not from
-    counters `Retries.end` may keep as they are, a subclass of `Retries` or counts in a
-    mapping other than a dict, which a stretch's copies would not be."""
-    if start.__class__ is not Retries:
-        return None
-    if start.attempt_counts.__class__ is not dict or start.retry_counts.__class__ is not dict:
+    """The stretch of outcomes from `start` (None: `apply` takes this outcome, from counters
+    `Retries.end` may keep as they are: see `plain`)."""
+    if not plain(start, Retries, start.attempt_counts, start.retry_counts):
         return None
     return _Counting(start)
 

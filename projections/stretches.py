@@ -31,6 +31,14 @@ class Stretch(Protocol[S_co]):
         """The state after the outcomes taken."""
 
 
+def plain(state: object, cls: type, *mappings: object) -> bool:
+    """Whether `state` is a `cls` itself, each of its `mappings` a dict: a state a stretch's
+    copies remake as they were. From any other (a subclass, counts in another mapping) a
+    stretch would end in another class where `apply` keeps the state as it is (a verdict, an
+    outcome that changes nothing), so its projection's `begun` leaves it to `apply`."""
+    return state.__class__ is cls and all(mapping.__class__ is dict for mapping in mappings)
+
+
 def folded_in_stretches(
     name: str,
     apply: Callable[[S, Event], S],
