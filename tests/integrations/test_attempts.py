@@ -340,6 +340,19 @@ def history(engine: Engine, thread_id: str) -> list[tuple[str, str]]:
     return shown
 
 
+IN_ORDER = [
+    ("CheckpointSaved", "-1"),
+    ("WritesSaved", "~__pregel_pull, __start__"),
+    ("CheckpointSaved", "0"),
+    ("StageCompleted", "plan"),
+    ("CheckpointSaved", "1"),
+    ("StageCompleted", "fetch"),
+    ("CheckpointSaved", "2"),
+    ("NoteAdded", ""),
+]
+"""`invoked_history` in execution order: what either durability must record."""
+
+
 def invoked_history(durability: str) -> list[tuple[str, str]]:
     """The history of one invoke of `retried_graph` (no failure) under `durability`."""
     with Engine("memory://") as engine:
@@ -397,12 +410,7 @@ class TestOrder:
 
         monkeypatch.setattr(StagetrailSaver, "put", late_put)
         monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
-        assert invoked_history(durability)[:4] == [
-            ("CheckpointSaved", "-1"),
-            ("WritesSaved", "~__pregel_pull, __start__"),
-            ("CheckpointSaved", "0"),
-            ("StageCompleted", "plan"),
-        ]
+        assert invoked_history(durability)[:4] == IN_ORDER[:4]
 
     @pytest.mark.parametrize("durability", ["sync", "async"])
     def test_writes_whose_pool_thread_is_300_ms_late_still_read_in_order(
@@ -419,16 +427,7 @@ class TestOrder:
             put_writes(self, config, writes, task_id, task_path)
 
         monkeypatch.setattr(StagetrailSaver, "put_writes", late_writes)
-        assert invoked_history(durability) == [
-            ("CheckpointSaved", "-1"),
-            ("WritesSaved", "~__pregel_pull, __start__"),
-            ("CheckpointSaved", "0"),
-            ("StageCompleted", "plan"),
-            ("CheckpointSaved", "1"),
-            ("StageCompleted", "fetch"),
-            ("CheckpointSaved", "2"),
-            ("NoteAdded", ""),
-        ]
+        assert invoked_history(durability) == IN_ORDER
 
     @pytest.mark.parametrize("durability", ["sync", "async"])
     def test_resumed_writes_need_not_wait_when_other_threads_push_theirs_out(
