@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from marshal import dumps, loads
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from immutables import Map
@@ -241,14 +242,21 @@ class RowList(PList[T]):
     keeps the items it had. Items below the rows (a restored snapshot's deferred cells,
     a list it was made `on`) stay `PList` cells.
 
+    A full block is sealed as a tuple, and a row holds no container of its own (a JSON
+    field kept `frozen`, see `frozen_at`): so a sealed block holds atoms only, which the
+    collector stops tracking at its next collection, and a long fold leaves no heap it
+    walks again and again (nor a value per row it touches doing so).
+
     A subclass per kind of item says how: `fields` (the row's, in `make`'s order) and
-    `make`; `version_at` is the index of the row's event version (for snapshots).
+    `make`; `version_at` is the index of the row's event version (for snapshots);
+    `frozen_at` that of a JSON field kept `frozen` (-1: none), that `make` takes `thawed`.
     """
 
     __slots__ = ("_blocks", "_tip", "_used")
 
     fields: ClassVar[tuple[str, ...]] = ()
     version_at: ClassVar[int] = 0
+    frozen_at: ClassVar[int] = -1
 
     def __init__(self, cells: Cons[T] = None, size: int = 0) -> None:
         super().__init__(cells, size)
@@ -274,8 +282,8 @@ class RowList(PList[T]):
         if used == len(row) * ROWS_PER_BLOCK:  # the block is full: it goes below, a new one starts
             # Sealed as a copy: a push from an older list, held up between taking this
             # block and appending to it, may still append (then copy, its check failing);
-            # a block no list's newest is can never grow.
-            blocks = (tip[:used], blocks)
+            # a block no list's newest is can never grow. A tuple: the collector's to drop.
+            blocks = (tuple(tip[:used]), blocks)
             tip, used = list(row), len(row)
         elif len(tip) == used:
             tip.extend(row)  # at the block's end this list owns: no list has gone on from it
@@ -294,7 +302,11 @@ class RowList(PList[T]):
 
     def push(self, item: T) -> RowList[T]:
         """A list with `item` appended (as the newest)."""
-        return self.push_row(tuple([getattr(item, name) for name in self.fields]))
+        row = [getattr(item, name) for name in self.fields]
+        at = self.frozen_at
+        if at >= 0:
+            row[at] = frozen(row[at])
+        return self.push_row(tuple(row))
 
     def pop(self, count: int = 1) -> RowList[T]:
         """A list without its `count` newest items."""
@@ -305,6 +317,8 @@ class RowList(PList[T]):
             tip, blocks = blocks
             used = len(tip)
         if count * width <= used:
+            if tip.__class__ is tuple:  # a sealed block, the newest again: a list of its own
+                tip = list(tip[: used - count * width])
             return self._with(self._cells, size, tip, used - count * width, blocks)
         below = self.below.pop(count - used // width)
         return self._with(below.cells, size, [], 0, None)
@@ -426,5 +440,27 @@ class RowList(PList[T]):
         yield from self.below.newest_cells()
 
 
-Blocks: TypeAlias = "tuple[list[Any], Blocks] | None"
+Blocks: TypeAlias = "tuple[tuple[Any, ...], Blocks] | None"
 """A `RowList`'s full blocks of rows, newest first."""
+
+
+def frozen(value: Any) -> Any:
+    """A JSON value as a row keeps it: a dict or a list as `marshal` bytes (no container for
+    the cyclic collector to walk, nor objects in it to touch), anything else as it is.
+
+    Strict JSON (dicts, lists, str, int, float, bool, None: what an event's JSON field holds)
+    is what marshal copies exactly, types and all; bytes are frozen too, so that `thawed`
+    never mistakes a value for frozen. A value marshal refuses is kept as it is.
+    """
+    kind = value.__class__
+    if kind is dict or kind is list or kind is bytes:
+        try:
+            return dumps(value)
+        except ValueError:  # an object marshal does not copy (not JSON): kept as it is
+            return value
+    return value
+
+
+def thawed(value: Any) -> Any:
+    """The value `frozen` kept: a dict or list made anew (a copy of its own each time)."""
+    return loads(value) if value.__class__ is bytes else value
