@@ -8,7 +8,7 @@ would make long runs quadratic; these structures copy a small part instead.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from marshal import dumps, loads
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
@@ -242,14 +242,15 @@ class RowList(PList[T]):
     keeps the items it had. Items below the rows (a restored snapshot's deferred cells,
     a list it was made `on`) stay `PList` cells.
 
-    A full block is sealed as a tuple, and a row holds no container of its own (a JSON
-    field kept `frozen`, see `frozen_at`): so a sealed block holds atoms only, which the
-    collector stops tracking at its next collection, and a long fold leaves no heap it
-    walks again and again (nor a value per row it touches doing so).
+    A full block is `sealed` as a tuple, its rows' JSON field (`frozen_at`: a result, a
+    dict or list the cyclic collector would walk, and every object in it) taken out of
+    them into one `marshal` string for the block: a sealed block then holds atoms only,
+    which the collector stops tracking at its next collection, so a long fold leaves no
+    heap it walks again and again. Reading a sealed block makes its JSON values anew.
 
     A subclass per kind of item says how: `fields` (the row's, in `make`'s order) and
-    `make`; `version_at` is the index of the row's event version (for snapshots);
-    `frozen_at` that of a JSON field kept `frozen` (-1: none), that `make` takes `thawed`.
+    `make`; `version_at` is the index of the row's event version (for snapshots),
+    `frozen_at` that of its JSON field (-1: none).
     """
 
     __slots__ = ("_blocks", "_tip", "_used")
@@ -282,8 +283,8 @@ class RowList(PList[T]):
         if used == len(row) * ROWS_PER_BLOCK:  # the block is full: it goes below, a new one starts
             # Sealed as a copy: a push from an older list, held up between taking this
             # block and appending to it, may still append (then copy, its check failing);
-            # a block no list's newest is can never grow. A tuple: the collector's to drop.
-            blocks = (tuple(tip[:used]), blocks)
+            # a block no list's newest is can never grow.
+            blocks = self.sealed(tip[:used], blocks)
             tip, used = list(row), len(row)
         elif len(tip) == used:
             tip.extend(row)  # at the block's end this list owns: no list has gone on from it
@@ -300,25 +301,49 @@ class RowList(PList[T]):
         pushed._used, pushed._blocks = used, blocks
         return pushed
 
+    @classmethod
+    def sealed(cls, rows: list[Any], blocks: Blocks) -> Blocks:
+        """`blocks` with the full block `rows` (a copy of the list's own, taken) on top: a
+        tuple, the values of its JSON field in one marshal string beside it (None where
+        marshal refuses one: not JSON, kept as it is)."""
+        at, packed = cls.frozen_at, None
+        if at >= 0:
+            width = len(cls.fields)
+            try:
+                # Strict JSON is what marshal copies exactly, types and all; format 4 shares
+                # an object met twice in the block as the rows did (and repeated keys).
+                packed = dumps(rows[at::width])
+            except ValueError:
+                pass
+            else:
+                rows[at::width] = [None] * (len(rows) // width)
+        return (tuple(rows), blocks, packed)
+
+    def _thawed(self, blocks: tuple[tuple[Any, ...], Blocks, bytes | None]) -> Sequence[Any]:
+        """The rows of the newest of `blocks` as they were pushed (JSON values made anew)."""
+        rows, _, packed = blocks
+        if packed is None:
+            return rows
+        thawed = list(rows)
+        thawed[self.frozen_at :: len(self.fields)] = loads(packed)
+        return thawed
+
     def push(self, item: T) -> RowList[T]:
         """A list with `item` appended (as the newest)."""
-        row = [getattr(item, name) for name in self.fields]
-        at = self.frozen_at
-        if at >= 0:
-            row[at] = frozen(row[at])
-        return self.push_row(tuple(row))
+        return self.push_row(tuple([getattr(item, name) for name in self.fields]))
 
     def pop(self, count: int = 1) -> RowList[T]:
         """A list without its `count` newest items."""
         count, width = min(count, self._size), len(self.fields)
         size, tip, used, blocks = self._size - count, self._tip, self._used, self._blocks
+        sealed = None
         while count * width > used and blocks is not None:
             count -= used // width
-            tip, blocks = blocks
-            used = len(tip)
+            sealed, blocks = blocks, blocks[1]
+            used = len(sealed[0])
         if count * width <= used:
-            if tip.__class__ is tuple:  # a sealed block, the newest again: a list of its own
-                tip = list(tip[: used - count * width])
+            if sealed is not None:  # the newest again: its rows as pushed, a list of its own
+                tip = list(self._thawed(sealed)[: used - count * width])
             return self._with(self._cells, size, tip, used - count * width, blocks)
         below = self.below.pop(count - used // width)
         return self._with(below.cells, size, [], 0, None)
@@ -364,7 +389,7 @@ class RowList(PList[T]):
                 yield tip[end - width : end]
             if blocks is None:
                 return
-            tip, blocks = blocks
+            tip, blocks = self._thawed(blocks), blocks[1]
             used = len(tip)
 
     @property
@@ -422,7 +447,7 @@ class RowList(PList[T]):
         if used:
             return self.make(*self._tip[used - width : used])
         if self._blocks is not None:
-            return self.make(*self._blocks[0][-width:])
+            return self.make(*self._thawed(self._blocks)[-width:])
         return PList(self._cells, self._size).last
 
     def newest_first(self) -> Iterator[T]:
@@ -440,27 +465,6 @@ class RowList(PList[T]):
         yield from self.below.newest_cells()
 
 
-Blocks: TypeAlias = "tuple[tuple[Any, ...], Blocks] | None"
-"""A `RowList`'s full blocks of rows, newest first."""
-
-
-def frozen(value: Any) -> Any:
-    """A JSON value as a row keeps it: a dict or a list as `marshal` bytes (no container for
-    the cyclic collector to walk, nor objects in it to touch), anything else as it is.
-
-    Strict JSON (dicts, lists, str, int, float, bool, None: what an event's JSON field holds)
-    is what marshal copies exactly, types and all; bytes are frozen too, so that `thawed`
-    never mistakes a value for frozen. A value marshal refuses is kept as it is.
-    """
-    kind = value.__class__
-    if kind is dict or kind is list or kind is bytes:
-        try:
-            return dumps(value)
-        except ValueError:  # an object marshal does not copy (not JSON): kept as it is
-            return value
-    return value
-
-
-def thawed(value: Any) -> Any:
-    """The value `frozen` kept: a dict or list made anew (a copy of its own each time)."""
-    return loads(value) if value.__class__ is bytes else value
+Blocks: TypeAlias = "tuple[tuple[Any, ...], Blocks, bytes | None] | None"
+"""A `RowList`'s full blocks of rows, newest first: each `RowList.sealed`, its JSON values
+apart (or None)."""

@@ -26,7 +26,7 @@ from projections.deferred import (
     version_ranges,
 )
 from projections.errors import ProjectionError
-from projections.immutable import ROWS_PER_BLOCK, PList, RowList, frozen, thawed
+from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.interning import interned
 from projections.stretches import folded_in_stretches, plain
 
@@ -167,7 +167,7 @@ class StageResults(Projection[Results]):
                             outcome = intern(called) if called.__class__ is str else called
                         if kind is StageCompleted:
                             row: tuple[Any, ...] = (
-                                event.attempt, outcome, False, frozen(event.result), None, None,
+                                event.attempt, outcome, False, event.result, None, None,
                                 event.duration, event.version,
                             )  # fmt: skip
                         else:
@@ -179,7 +179,7 @@ class StageResults(Projection[Results]):
                                 event.duration, event.version,
                             )  # fmt: skip
                         if used == cap:  # the newest block is full: it goes below, a new one starts
-                            blocks, tip, used = (tuple(tip[:used]), blocks), [], 0  # `push_row`'s
+                            blocks, tip, used = Attempts.sealed(tip[:used], blocks), [], 0
                         tip.extend(row)
                         used += _WIDTH
                         size += 1
@@ -303,14 +303,6 @@ _NO_NAME: Any = object()
 """A name no event gives: a fold's stage and outcome before its first."""
 
 
-def _thawed_attempt(
-    attempt: int, outcome: str, failed: bool, result: Any, error: str | None,
-    error_type: str | None, duration: float, version: int,
-) -> Attempt:  # fmt: skip
-    """The attempt of a row of `Attempts`, its result thawed (a dict or list is kept `frozen`)."""
-    return _ATTEMPT(attempt, outcome, failed, thawed(result), error, error_type, duration, version)
-
-
 class Attempts(RowList[Attempt]):
     """A stage's attempts, the newest kept as rows of their fields (`RowList`): a fold pushes
     a row per outcome, and an attempt is made from it when read."""
@@ -320,7 +312,7 @@ class Attempts(RowList[Attempt]):
     fields = _FIELDS
     version_at = _FIELDS.index("version")
     frozen_at = _FIELDS.index("result")
-    make = staticmethod(_thawed_attempt)
+    make = staticmethod(_ATTEMPT)
 
     def pushed(self, event: Any, error: str | None, error_type: str | None) -> Attempts:
         """The attempts with `event`'s appended (`error` given: a failure's): the newest row's
@@ -335,8 +327,8 @@ class Attempts(RowList[Attempt]):
         row: tuple[Any, ...]
         if event.__class__ is StageCompleted:
             row = (
-                event.attempt, outcome, False, frozen(event.result), None, None,
-                event.duration, event.version,
+                event.attempt, outcome, False, event.result, None, None, event.duration,
+                event.version,
             )  # fmt: skip
         else:
             row = (

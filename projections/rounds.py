@@ -35,7 +35,7 @@ from events import (
 from events.table import Lookup, as_rows, from_rows, hub_of, implicit_route, initial_state, lookup
 from events.values import build, evolve, maker
 from projections.base import Projection, folds_with, on
-from projections.immutable import ROWS_PER_BLOCK, PList, PMap, RowList, frozen, thawed
+from projections.immutable import ROWS_PER_BLOCK, PList, PMap, RowList
 from projections.interning import interned
 from projections.stretches import folded_in_stretches
 
@@ -270,7 +270,7 @@ def _record(
     if error is not None:
         error, error_type = interned(error), interned(error_type)
     row = (
-        len(state.history) + 1, stage, event.attempt, outcome, frozen(result), error, error_type,
+        len(state.history) + 1, stage, event.attempt, outcome, result, error, error_type,
         event.version, event.timestamp, None,
     )  # fmt: skip
     return _added(state, row)
@@ -318,7 +318,7 @@ class _Stretch:
             if error is not None:
                 error, error_type = interned(error), interned(error_type)
         else:
-            result, error, error_type = frozen(event.result), None, None  # type: ignore[union-attr]
+            result, error, error_type = event.result, None, None  # type: ignore[union-attr]
         self.number = number = self.number + 1
         rows = self.rows
         rows += (
@@ -379,7 +379,7 @@ class _Growing:
         if count > room:  # the newest block fills up: it goes below, a new one starts
             if room:
                 tip = self._extended(tip, used, rows[:room])
-            blocks, tip, used = (tuple(tip[:_BLOCK]), blocks), [], 0  # as `push_row` seals
+            blocks, tip, used = RoundList.sealed(tip[:_BLOCK], blocks), [], 0
             rows = rows[room:]
         self.tip = self._extended(tip, used, rows)
         self.used, self.blocks = used + len(rows), blocks
@@ -457,17 +457,6 @@ _NO_NAME: Any = object()
 """A name no event gives: a stretch's newest stage and outcome before its first."""
 
 
-def _thawed_round(
-    number: int, stage: str, attempt: int, outcome: str, result: Any, error: str | None,
-    error_type: str | None, version: int, timestamp: datetime, rolled_back: Rollback | None,
-) -> Round:  # fmt: skip
-    """The round of a row of `RoundList`, its result thawed (a dict or list is kept `frozen`)."""
-    return _ROUND(
-        number, stage, attempt, outcome, thawed(result), error, error_type, version, timestamp,
-        rolled_back,
-    )  # fmt: skip
-
-
 class RoundList(RowList[Round]):
     """Rounds, the newest kept as rows of their fields (`RowList`): a fold pushes a row per
     outcome onto each list the round is in, and a round is made from it when read."""
@@ -477,4 +466,4 @@ class RoundList(RowList[Round]):
     fields = _FIELDS
     version_at = _FIELDS.index("version")
     frozen_at = _FIELDS.index("result")
-    make = staticmethod(_thawed_round)
+    make = staticmethod(_ROUND)

@@ -33,7 +33,7 @@ from projections.deferred import (
     unpack_ranges,
 )
 from projections.errors import ProjectionError
-from projections.immutable import ROWS_PER_BLOCK, PList, RowList, frozen, thawed
+from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 from projections.interning import interned
 
 
@@ -213,8 +213,8 @@ class StateStack(Projection[Stack]):
                         state = table.get((stage, outcome), stage)
                     if kind is StageCompleted:
                         row: tuple[Any, ...] = (
-                            state, stage, outcome, event.attempt, False, frozen(event.result),
-                            None, None, event.duration, event.version, event.timestamp,
+                            state, stage, outcome, event.attempt, False, event.result, None,
+                            None, event.duration, event.version, event.timestamp,
                         )  # fmt: skip
                     else:
                         error, error_type = event.error, event.error_type
@@ -225,7 +225,7 @@ class StateStack(Projection[Stack]):
                             error_type, event.duration, event.version, event.timestamp,
                         )  # fmt: skip
                     if used == cap:  # the newest block is full: it goes below, a new one starts
-                        blocks, tip, used = (tuple(tip[:used]), blocks), [], 0  # `push_row`'s
+                        blocks, tip, used = Frames.sealed(tip[:used], blocks), [], 0
                     tip.extend(row)
                     used += _WIDTH
                     size += 1
@@ -417,18 +417,6 @@ _STACK = maker(Stack)
 _HUB = maker(Hub)
 
 
-def _thawed_frame(
-    state: str, stage: str, outcome: str, attempt: int, failed: bool, result: Any,
-    error: str | None, error_type: str | None, duration: float, version: int,
-    timestamp: datetime,
-) -> Frame:  # fmt: skip
-    """The frame of a row of `Frames`, its result thawed (a dict or list is kept `frozen`)."""
-    return _FRAME(
-        state, stage, outcome, attempt, failed, thawed(result), error, error_type, duration,
-        version, timestamp,
-    )  # fmt: skip
-
-
 class Frames(RowList[Frame]):
     """A stack's frames, the newest kept as rows of their fields (`RowList`): a fold pushes
     a row per outcome, and a frame is made from it when read."""
@@ -438,7 +426,7 @@ class Frames(RowList[Frame]):
     fields = _FIELDS
     version_at = _FIELDS.index("version")
     frozen_at = _FIELDS.index("result")
-    make = staticmethod(_thawed_frame)
+    make = staticmethod(_FRAME)
 
     def pushed(
         self, event: Any, table: Lookup, error: str | None, error_type: str | None
@@ -462,7 +450,7 @@ class Frames(RowList[Frame]):
         row: tuple[Any, ...]
         if event.__class__ is StageCompleted:
             row = (
-                state, stage, outcome, event.attempt, False, frozen(event.result), None, None,
+                state, stage, outcome, event.attempt, False, event.result, None, None,
                 event.duration, event.version, event.timestamp,
             )  # fmt: skip
         else:
