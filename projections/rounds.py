@@ -282,11 +282,16 @@ class _Stretch:
     block at a time in place onto the newest blocks of the lists the rounds go in
     (`RoundList`); no round, list or cell made per outcome."""
 
-    __slots__ = ("first", "history", "live", "mixed", "names", "number", "rows", "stages", "start")
+    __slots__ = (
+        "first", "history", "live", "mixed", "names", "number", "rows", "seal", "stages", "start",
+    )  # fmt: skip
 
     def __init__(self, start: Rounds) -> None:
         self.start, self.number = start, len(start.history)
-        self.history, self.live = _Growing(start.history), _Growing(start.live_rounds)
+        self.seal: list[Any] = [None, None]
+        """The rows of the block a list of the stretch sealed last, and what it sealed."""
+        self.history = _Growing(start.history, self.seal)
+        self.live = _Growing(start.live_rounds, self.seal)
         self.stages: dict[str, _Growing] = {}
         """Each stage's live rounds grown, by stage."""
         self.rows: list[Any] = []
@@ -347,7 +352,7 @@ class _Stretch:
             growing = stages.get(stage)
             if growing is None:
                 live = self.start.live_by_stage.get(stage, _NONE_LIVE)
-                growing = stages[stage] = _Growing(live)
+                growing = stages[stage] = _Growing(live, self.seal)
             growing.extend(part)
         self.rows, self.first, self.mixed = [], _NO_NAME, False
 
@@ -365,10 +370,11 @@ class _Growing:
     """A list of rounds a stretch pushes rows onto in place (`RowList.parts`), made back
     into a `RoundList` when asked for."""
 
-    __slots__ = ("blocks", "cells", "size", "tip", "used")
+    __slots__ = ("blocks", "cells", "seal", "size", "tip", "used")
 
-    def __init__(self, rounds: PList[Round]) -> None:
+    def __init__(self, rounds: PList[Round], seal: list[Any]) -> None:
         self.cells, self.size, self.tip, self.used, self.blocks = RoundList.on(rounds).parts()
+        self.seal = seal  # the stretch's: its lists mostly seal the same rows (`sealed`)
 
     def extend(self, rows: list[Any]) -> None:
         """Push the rounds of `rows` (their fields, flat, at most a block of them), oldest
@@ -379,11 +385,22 @@ class _Growing:
         if count > room:  # the newest block fills up: it goes below, a new one starts
             if room:
                 tip = self._extended(tip, used, rows[:room])
-            blocks, tip, used = RoundList.sealed(tip[:_BLOCK], blocks), [], 0
+            blocks, tip, used = self.sealed(tip[:_BLOCK], blocks), [], 0
             rows = rows[room:]
         self.tip = self._extended(tip, used, rows)
         self.used, self.blocks = used + len(rows), blocks
         self.size += count // _WIDTH
+
+    def sealed(self, full: list[Any], blocks: Any) -> Any:
+        """`blocks` with the block of rows `full` sealed on top (`RowList.sealed`): the
+        stretch's lists push the same rows (all its rounds, the live ones, a loop's stage's),
+        so a block another of them sealed from equal rows (the same events') is shared."""
+        seal = self.seal
+        if full == seal[0]:
+            rows, _, packed = seal[1]
+            return (rows, blocks, packed)
+        seal[0], seal[1] = full, RoundList.sealed(full[:], blocks)
+        return seal[1]
 
     @staticmethod
     def _extended(tip: list[Any], used: int, rows: list[Any]) -> list[Any]:
