@@ -380,10 +380,11 @@ class RowList(PList[T]):
         made._used, made._blocks = used, blocks
         return made
 
-    def _rows_newest_first(self) -> Iterator[list[Any]]:
+    def _rows_newest_first(self) -> Iterator[Sequence[Any]]:
         """Each row's fields, newest first."""
         width = len(self.fields)
-        tip, used, blocks = self._tip, self._used, self._blocks
+        tip: Sequence[Any] = self._tip
+        used, blocks = self._used, self._blocks
         while True:
             for end in range(used, 0, -width):
                 yield tip[end - width : end]

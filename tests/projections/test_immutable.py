@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import gc
 import itertools
+import pickle
 from typing import Any
 
 from hypothesis import given
@@ -147,3 +149,107 @@ class TestRowList:
         rows = Pairs().push(Pair((7, "x")))
         assert rows.nth_newest(0) == Pair((7, "x"))
         assert list(rows.newest_cells()) == [(Pair((7, "x")), None)]
+
+
+class Note(tuple[int, Any]):
+    """An item a `RowList` test keeps: a version and a JSON value."""
+
+    @property
+    def version(self) -> int:
+        """Its event's version."""
+        return self[0]
+
+    @property
+    def value(self) -> Any:
+        """Its JSON value."""
+        return self[1]
+
+
+class Notes(RowList[Note]):
+    """Notes kept as rows, their JSON values frozen in sealed blocks."""
+
+    __slots__ = ()
+    fields = ("version", "value")
+    version_at = 0
+    frozen_at = 1
+
+    @staticmethod
+    def make(*row: Any) -> Note:
+        """The note of `row`."""
+        return Note(row)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=6,
+)
+
+
+def blocks_of(rows: RowList[Any]) -> list[Any]:
+    """The sealed blocks of `rows`, newest first."""
+    found, blocks = [], rows.blocks
+    while blocks is not None:
+        found.append(blocks)
+        blocks = blocks[1]
+    return found
+
+
+class TestFrozenRows:
+    @given(st.lists(st.tuples(st.sampled_from(["push", "pop", "back"]), json_values), max_size=30))
+    def test_every_list_made_keeps_its_json_values_like_a_tuple(
+        self, ops: list[tuple[str, Any]]
+    ) -> None:
+        """Pushes of JSON values (each past a block), pops into sealed blocks and pushes onto
+        older lists leave every list made holding what a tuple given the same steps holds, of
+        the same types, pickled and unpickled too."""
+        rows: RowList[Note] = Notes()
+        expected: tuple[Note, ...] = ()
+        made = [(rows, expected)]
+        version = 0
+        for op, value in ops:
+            if op == "push":
+                for _ in range(ROWS_PER_BLOCK + 3):
+                    version += 1
+                    rows = rows.push_row((version, value))
+                    expected = (*expected, Note((version, value)))
+            elif op == "pop":
+                count = len(repr(value)) * 11
+                rows, expected = rows.pop(count), expected[: max(len(expected) - count, 0)]
+            else:
+                rows, expected = made[len(repr(value)) % len(made)]
+            made.append((rows, expected))
+        for rows, expected in made:
+            for copy in (rows, pickle.loads(pickle.dumps(rows))):
+                items = copy.to_tuple()
+                assert items == expected
+                assert repr(items) == repr(expected)  # 1 stays 1, never 1.0 or True
+                assert copy.last == (expected[-1] if expected else None)
+                assert packed_versions(copy) == packed_versions(PList.of(list(expected)))
+
+    def test_sealed_blocks_leave_the_collectors_care_and_read_as_fresh_copies(self) -> None:
+        """A sealed block of rows holding dicts and lists holds atoms only: the collector
+        stops tracking its rows; each read makes the values anew, equal to those pushed."""
+        value = {"files": 3, "scores": [0.5, 0.75], "ok": True}
+        rows: RowList[Note] = Notes()
+        for version in range(1, 3 * ROWS_PER_BLOCK + 2):
+            rows = rows.push_row((version, value if version % 2 else [version, None]))
+        gc.collect()
+        sealed = blocks_of(rows)
+        assert len(sealed) == 3
+        assert not any(gc.is_tracked(block[0]) for block in sealed)
+        oldest = rows.nth_newest(len(rows) - 1)
+        assert oldest.value == value
+        assert oldest.value is not value
+        assert oldest.value is not rows.nth_newest(len(rows) - 1).value
+
+    def test_a_block_holding_what_marshal_refuses_is_kept_as_pushed(self) -> None:
+        """A value marshal does not copy (no JSON) stays in its sealed block as it is."""
+        odd = [object()]
+        rows: RowList[Note] = Notes()
+        for version in range(1, ROWS_PER_BLOCK + 2):
+            rows = rows.push_row((version, odd if version == 5 else {"n": version}))
+        (block,) = blocks_of(rows)
+        assert block[2] is None
+        assert rows.nth_newest(len(rows) - 5).value is odd
+        assert rows.nth_newest(len(rows) - 6).value == {"n": 6}

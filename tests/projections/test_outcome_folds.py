@@ -3,12 +3,16 @@ against plain lists, and through their snapshots and encodings and on."""
 
 from __future__ import annotations
 
+import gc
 import json
+import pickle
+import random
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,9 +20,11 @@ from events import Event, RunStarted, StageCompleted, StageFailed, StateRolledBa
 from events.table import lookup
 from projections import Attempt, Frame, Round, RoundsTable, StageResults, StateStack
 from projections.base import Projection
+from projections.immutable import ROWS_PER_BLOCK
 from projections.rounds import Rollback, encode_round
 from projections.stack import encode_frame
 from tests._helpers import hub_table
+from tests.projections._own_way import applied
 
 RID = uuid.UUID(int=26)
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -193,3 +199,58 @@ class TestOutcomeFolds:
             for again in onwards(projection, events, cut):
                 assert again == whole
                 assert projection.encode(again) == projection.encode(whole)
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_long_folds_with_json_results_match_plain_lists_across_sealed_blocks(
+        self, seed: int
+    ) -> None:
+        """Runs of several blocks of outcomes whose results are dicts and lists, rollbacks
+        reaching into sealed blocks: each fold is `apply`'s and the plain lists', pickled too,
+        and the rows of its sealed blocks are no container the collector tracks."""
+        chance = random.Random(seed)
+        steps = [
+            (
+                chance.choice(["done"] * 19 + ["fail"] * 5 + ["back"]),
+                chance.choice(["a", "a", "a", "b"]),
+                chance.choice(OUTCOMES),
+                chance.randint(0, 2),
+                chance.randint(1, ROWS_PER_BLOCK // 5),
+            )
+            for _ in range(8 * ROWS_PER_BLOCK)
+        ]
+        events = [
+            attrs.evolve(event, result=[{"n": event.version, "s": ["x", 0.5]}, event.version])
+            if isinstance(event, StageCompleted) and event.version % 2
+            else event
+            for event in history(chance.choice(["strict", "none"]), steps)
+        ]
+        frames, attempts, every = modelled(events)
+        stack, results, rounds = StateStack(), StageResults(), RoundsTable()
+        for projection in (stack, results, rounds):
+            folded = projection.fold(events)
+            assert folded == applied(projection, events)
+            assert pickle.loads(pickle.dumps(folded)) == folded
+        folded_stack = stack.fold(iter(events))
+        assert folded_stack.frames == tuple(frames)
+        folded_results = results.fold(iter(events))
+        for stage, found in attempts.items():
+            assert folded_results.attempts(stage) == tuple(found)
+        folded_rounds = rounds.fold(iter(events))
+        assert folded_rounds.rounds == tuple(every)
+        assert RoundsTable().encode(folded_rounds)["rounds"] == strict(
+            list(map(encode_round, every))
+        )
+        gc.collect()
+        lists = [folded_stack.frame_list, folded_rounds.history, *folded_results.by_stage.values()]
+        blocks = [lists_blocks for rows in lists for lists_blocks in sealed_rows(rows)]
+        assert blocks
+        assert not any(gc.is_tracked(rows) for rows in blocks)
+
+
+def sealed_rows(rows: Any) -> list[Any]:
+    """The rows of each sealed block of a `RowList`, newest first."""
+    found, blocks = [], rows.blocks
+    while blocks is not None:
+        found.append(blocks[0])
+        blocks = blocks[1]
+    return found
