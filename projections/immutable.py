@@ -303,16 +303,16 @@ class RowList(PList[T]):
 
     @classmethod
     def sealed(cls, rows: list[Any], blocks: Blocks) -> Blocks:
-        """`blocks` with the full block `rows` (a copy of the list's own, taken) on top: a
-        tuple, the values of its JSON field in one marshal string beside it (None where
-        marshal refuses one: not JSON, kept as it is)."""
+        """`blocks` with the full block `rows` on top: a tuple, the values of its JSON field
+        in one marshal string beside it (None where marshal refuses one: not JSON, kept as
+        it is). `rows` is a copy the caller gives up: its JSON slots are emptied."""
         at, packed = cls.frozen_at, None
         if at >= 0:
             width = len(cls.fields)
             try:
                 # Strict JSON is what marshal copies exactly, types and all; format 4 shares
                 # an object met twice in the block as the rows did (and repeated keys).
-                packed = dumps(rows[at::width])
+                packed = dumps(rows[at::width], 4)
             except ValueError:
                 pass
             else:
