@@ -375,6 +375,91 @@ class TestRunAlongTampered:
             assert chain.run_along(previous, version, self.RUN, rows, start) == expected
 
 
+class TestStoredAlong:
+    """`run_along`'s chunks of 64 rows or more go through `_stored_along` (each row's link
+    over the link stored in the row before); a break inside one is named where checking
+    one row after another names it."""
+
+    RUN = TestLinkFormat.RUN
+    AT = 300
+    """A row in the middle of the page's 512-row chunk (rows 73 to 584)."""
+
+    @pytest.fixture
+    def held(self, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+        """Each chunk `_stored_along` was given: its length, and whether it held."""
+        seen: list[tuple[int, bool]] = []
+        along = Chain._stored_along
+
+        def spied(chain: Chain, *args: Any) -> bytes | None:
+            link = along(chain, *args)
+            seen.append((len(args[-1]), link is not None))
+            return link
+
+        monkeypatch.setattr(Chain, "_stored_along", spied)
+        return seen
+
+    def page(self, chain: Chain) -> tuple[bytes, list[StoredRow]]:
+        """700 sealed rows of alternating topics from version 1: the last link, the rows."""
+        previous, rows = b"", []
+        for version in range(1, 701):
+            topic = "t:X" if version % 3 else "%s"
+            data, previous = chain.sealed(previous, self.RUN, version, topic, b'{"v":%d}' % version)
+            rows.append((version, topic, data))
+        return previous, rows
+
+    @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
+    def test_an_intact_page_is_held_chunk_by_chunk(
+        self, secret: bytes | None, held: list[tuple[int, bool]]
+    ) -> None:
+        """An intact 700-row page follows to its end, its chunks of 64, 512 and 115 rows
+        each held by `_stored_along`."""
+        chain = Chain(secret)
+        last, rows = self.page(chain)
+        assert chain.run_along(b"", 1, self.RUN, rows) == (700, last)
+        assert held == [(64, True), (512, True), (115, True)]
+
+    @pytest.mark.parametrize("secret", [None, KEY.encode()], ids=["plain", "keyed"])
+    @pytest.mark.parametrize("kind", ["edited", "deleted", "inserted", "reordered", "relinked"])
+    def test_a_break_inside_a_big_chunk_is_named_at_its_row(
+        self, secret: bytes | None, kind: str, held: list[tuple[int, bool]]
+    ) -> None:
+        """A row of the 512-row chunk edited, deleted (a gap), a row inserted before it (its
+        own link, the versions after renumbered), it and the next swapped, or edited with its
+        link recomputed: `_stored_along` does not hold the chunk (a deleted row's gap ends the
+        rows checked at once before it), and `run_along` stops at that row (the recomputed
+        one: the row after it) as `follows` one row at a time does, on the same link."""
+        chain = Chain(secret)
+        _, rows = self.page(chain)
+        version, topic, data = rows[self.AT]
+        if kind == "edited":
+            rows[self.AT] = (version, topic, data.replace(b'{"v":', b'{"w":'))
+        elif kind == "deleted":
+            del rows[self.AT]
+        elif kind == "inserted":
+            new = chain.sealed(b"", self.RUN, version, topic, b'{"n":1}')[0]
+            rows[self.AT :] = [
+                (version, topic, new),
+                *((v + 1, t, d) for v, t, d in rows[self.AT :]),
+            ]
+        elif kind == "reordered":
+            after, after_topic, after_data = rows[self.AT + 1]
+            rows[self.AT : self.AT + 2] = [(version, after_topic, after_data), (after, topic, data)]
+        else:  # linked anew over the link before it: the row after it no longer follows
+            before = split(rows[self.AT - 1][2])
+            assert before is not None
+            body = b'{"v":-%d}' % version
+            rows[self.AT] = (
+                version,
+                topic,
+                chain.sealed(before[2], self.RUN, version, topic, body)[0],
+            )
+        found = chain.run_along(b"", 1, self.RUN, rows)
+        assert found == one_by_one(chain, b"", 1, self.RUN, rows, 0)
+        assert found[0] == (self.AT + 1 if kind == "relinked" else self.AT)
+        # a gap ends the rows `run_along` checks at once: the ones before it are held
+        assert held == [(64, True), (227, True) if kind == "deleted" else (512, False)]
+
+
 class TestRunAlongCost:
     """A break costs `run_along` no more links than checking event by event would."""
 
@@ -702,6 +787,44 @@ class TestChainAlone:
             assert [p.version for p in alone.problems] == [PAGE + 1, PAGE + 500]
             assert alone.events == 2 * PAGE + 100
             assert [v for v, _ in chain_problems(engine, run.id)] == [PAGE + 1, PAGE + 500]
+
+    @pytest.mark.parametrize(
+        ("tampering", "expected"),
+        [
+            ("edited", [301]),
+            ("deleted", [301]),
+            ("inserted", [301, 302]),
+            ("reordered", [301, 302, 303]),
+        ],
+    )
+    def test_a_break_inside_a_pages_big_chunk_is_named(
+        self, shared_url: str, tampering: str, expected: list[int]
+    ) -> None:
+        """A row in the middle of a page's 512-row chunk (versions 74 to 585 of the first
+        page, which `_stored_along` checks at once) edited, deleted, replaced by a copy of the
+        event before it, or swapped with the next is named at its versions (and the next
+        row's, whose link no longer follows the stored one before it), alone and in the
+        whole verify, in SQLite and PostgreSQL."""
+        with Engine(shared_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(PAGE + 199):
+                    run.note("step", f"s{index}")
+            rows = Rows(shared_url)
+            if tampering == "edited":
+                topic, state = rows.get(run.id, 301)
+                rows.put(run.id, 301, topic, state.replace(b'"s', b'"S', 1))
+            elif tampering == "deleted":
+                rows.delete(run.id, 301)
+            elif tampering == "inserted":
+                rows.delete(run.id, 301)
+                rows.insert(run.id, 301, *rows.get(run.id, 300))
+            else:
+                rows.swap(run.id, 301, 302)
+            alone = engine.verify(run.id, chain_only=True)
+            assert sorted({p.version for p in alone.problems}) == expected
+            assert alone.chain == "broken"
+            assert sorted({v for v, _ in chain_problems(engine, run.id)}) == expected
 
     def test_an_encrypted_store_is_checked_through_its_cipher(self, sqlite_url: str) -> None:
         """Links are read after decryption; an event that no longer decrypts is a format
