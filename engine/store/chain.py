@@ -20,7 +20,6 @@ import hashlib
 import hmac
 import operator
 import struct
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from itertools import repeat
@@ -189,7 +188,7 @@ class Chain:
         while done < count:
             chunk = rows[start + done : start + min(done + size, count)]
             last = None
-            if len(chunk) >= _MAPPED_FROM:
+            if len(chunk) >= _MAPPED_FROM and self._inner is None:  # keyed: see `_stored_along`
                 last = self._stored_along(previous, version + done, run_id, chunk)
             if last is not None:  # every row of the chunk holds its link
                 done, previous = done + len(chunk), last
@@ -207,10 +206,10 @@ class Chain:
     def _stored_along(
         self, previous: bytes, version: int, run_id: UUID, rows: Sequence[StoredRow]
     ) -> bytes | None:
-        """The link of the last of `rows` (from `version` on) when every one of them holds,
-        in this mode, the link of its message over the link *stored* in the row before it
-        (the first: over `previous`), else None (`run_along` then checks them one after
-        another, which names the row that breaks).
+        """The link of the last of `rows` (from `version` on) when every one of them holds
+        the plain link of its message over the link *stored* in the row before it (the
+        first: over `previous`), else None (`run_along` then checks them one after another,
+        which names the row that breaks).
 
         Checking a chain computes each row's link from the one before, which ties row to
         row; here the stored links stand in for the computed ones, so the rows do not depend
@@ -229,6 +228,11 @@ class Chain:
         `_held` holds them all, S(i) = L(i) for every i, so M(i) = L(i) = S(i) and this holds
         them too. So None means the check one row after another stops inside `rows`, where
         `run_along` then looks for the break with it.
+
+        Plain links only: a keyed link's two hashes from copies of the key's pads, mapped
+        over a chunk, held a list of hash objects a row and cost more than the loop
+        (`_links_keyed`, callgrind +5 % a row), and `hmac.digest` (the same bytes, RFC 2104)
+        takes the key in again for every message, twice the time a row.
         """
         count = len(rows)
         datas = list(map(_DATA, rows))
@@ -260,7 +264,7 @@ class Chain:
                 strict=False,  # one link more than rows: the last row's is not a message's
             ),
         )
-        digests = self._digests(messages, count)
+        digests = map(_HASH_DIGEST, map(_sha256, messages))
         links = _splitter(_DIGEST_HEAD, count)(_join(digests))
         return links[-1] if links == stored else None
 
@@ -282,17 +286,6 @@ class Chain:
         if decoded[_AFTER_LINK::_DECODED] != bytes(count):  # a text `seal` would not write
             return None
         return decoded
-
-    def _digests(self, messages: Iterable[bytes], count: int) -> Iterable[bytes]:
-        """The SHA-256 (or, keyed, HMAC-SHA256, as `_digest` computes it) of each of the
-        `count` `messages`, whole."""
-        if self._inner is None:
-            return map(_HASH_DIGEST, map(_sha256, messages))
-        hashed = list(map(_HASH_COPY, repeat(self._inner, count)))
-        deque(map(_HASH_UPDATE, hashed, messages), 0)
-        tagged = list(map(_HASH_COPY, repeat(self._outer, count)))
-        deque(map(_HASH_UPDATE, tagged, map(_HASH_DIGEST, hashed)), 0)
-        return map(_HASH_DIGEST, tagged)
 
     def _held(self, rows: Sequence[StoredRow], links: list[bytes]) -> int:
         """How many of `rows`, from the first, end with their link of `links` (one a row, up
@@ -405,11 +398,11 @@ _VERSION = struct.Struct(">Q").pack
 """A version as the 8 big-endian bytes a link's message holds."""
 _MAPPED_FROM = 64
 """The fewest rows of a chunk `Chain._stored_along` checks: its few dozen calls a chunk cost
-what a row's Python loop saves over some 40 rows."""
+what the loop costs more over some 40 rows."""
 _TOPIC = operator.itemgetter(1)
 _MOD, _SUB = operator.mod, operator.sub
 _HASH = type(_sha256())
-_HASH_COPY, _HASH_UPDATE, _HASH_DIGEST = _HASH.copy, _HASH.update, _HASH.digest
+_HASH_DIGEST = _HASH.digest
 _MARKS = (*range(len(_OPEN) + 1), _SUFFIX - 2, _SUFFIX - 1)
 """Where in an event's last bytes its member's name and mode, and the object's close, are."""
 _ZERO_LETTER = b"A"
