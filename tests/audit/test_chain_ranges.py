@@ -61,7 +61,9 @@ STORES = {
 }
 
 
-BACKENDS = ("postgres", "sqlite")
+BACKENDS = ("postgres", "sqlite", "sqlite-text")
+"""PostgreSQL, a SQLite file, and one of the layout written before compact storage (run ids
+as hex text, topics in full)."""
 
 
 @pytest.fixture(
@@ -69,13 +71,15 @@ BACKENDS = ("postgres", "sqlite")
     ids=[f"{backend}-{store}" for backend in BACKENDS for store in STORES],
 )
 def long_run(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, str, UUID]]:
-    """A run of six pages and a bit in PostgreSQL or a SQLite file: plain links, keyed, or
-    compressed and encrypted; its engine and its store's URL (what `Rows` edits)."""
+    """A run of six pages and a bit in PostgreSQL or a SQLite file (either layout): plain
+    links, keyed, or compressed and encrypted; its engine and its store's URL (what `Rows`
+    edits)."""
     backend, store = request.param
     options, chain_key, cipher_key = STORES[store]
-    if backend == "sqlite":
+    if backend.startswith("sqlite"):
         url = f"sqlite:///{tmp_path / 'ranges.db'}"
-        options = options.replace("&", "?", 1)
+        layout = "?layout=text&" if backend == "sqlite-text" else "?"
+        options = layout + options.removeprefix("&") if options else layout.rstrip("?&")
     else:
         url = str(request.getfixturevalue("postgres_url"))
     with Engine(url + options, chain_key=chain_key, cipher_key=cipher_key) as engine:
