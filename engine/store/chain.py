@@ -21,8 +21,6 @@ import hmac
 import operator
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
-from itertools import repeat
 from typing import Any, TypeAlias
 from uuid import UUID
 
@@ -187,13 +185,6 @@ class Chain:
         done, size = 0, _FIRST_CHUNK
         while done < count:
             chunk = rows[start + done : start + min(done + size, count)]
-            last = None
-            if len(chunk) >= _MAPPED_FROM and self._inner is None:  # keyed: see `_stored_along`
-                last = self._stored_along(previous, version + done, run_id, chunk)
-            if last is not None:  # every row of the chunk holds its link
-                done, previous = done + len(chunk), last
-                size *= 8
-                continue
             computed = links(previous, version + done, run_id, chunk)
             held = self._held(chunk, computed)
             if held:
@@ -202,90 +193,6 @@ class Chain:
                 break
             size *= 8
         return done, previous
-
-    def _stored_along(
-        self, previous: bytes, version: int, run_id: UUID, rows: Sequence[StoredRow]
-    ) -> bytes | None:
-        """The link of the last of `rows` (from `version` on) when every one of them holds
-        the plain link of its message over the link *stored* in the row before it (the
-        first: over `previous`), else None (`run_along` then checks them one after another,
-        which names the row that breaks).
-
-        Checking a chain computes each row's link from the one before, which ties row to
-        row; here the stored links stand in for the computed ones, so the rows do not depend
-        on each other and each step runs over the whole chunk in C (`map`), not in a Python
-        loop: the stored link texts decoded by one base64 call, the messages, their hashes.
-        It says the same as the one-after-another check (`_links_plain` and `_held`), by
-        induction over the rows: let L(i) be the link that check computes for row i
-        (L(-1) = `previous`, L(i) the link of row i's message over L(i - 1)), S(i) the link
-        row i stores (S(-1) = `previous`) and M(i) the link of row i's message over S(i - 1).
-        If every S(i) = M(i) (what this checks), then S(i) = L(i) for every i: M(0) = L(0),
-        as both follow `previous`; and S(i - 1) = L(i - 1) makes M(i) = L(i), hence
-        S(i) = L(i). So every row holds the very link the check computes, written as `seal`
-        writes it (the tail's other bytes compared; a text decodes strictly, and four
-        groups of base64 letters decode one-to-one, the bits after the link's 16 bytes
-        checked zero): `_held` would hold them all, ending on the same link. Conversely, if
-        `_held` holds them all, S(i) = L(i) for every i, so M(i) = L(i) = S(i) and this holds
-        them too. So None means the check one row after another stops inside `rows`, where
-        `run_along` then looks for the break with it.
-
-        Plain links only: a keyed link's two hashes from copies of the key's pads, mapped
-        over a chunk, held a list of hash objects a row and cost more than the loop
-        (`_links_keyed`, callgrind +5 % a row), and `hmac.digest` (the same bytes, RFC 2104)
-        takes the key in again for every message, twice the time a row.
-        """
-        count = len(rows)
-        datas = list(map(_DATA, rows))
-        lengths = list(map(len, datas))
-        if len(previous) != LINK_BYTES or min(lengths) <= _SUFFIX:  # a run's first, a short row
-            return None
-        decoded = self._stored_links(datas)
-        if decoded is None:
-            return None
-        stored = _splitter(_STORED_LINK, count)(decoded)
-        topics = list(map(_TOPIC, rows))
-        first = topics[0]
-        if topics.count(first) == count:  # a run's rows mostly share a topic
-            topic_bytes: Iterable[bytes] = repeat(_TOPICS.get(first) or _topic(first), count)
-        else:
-            for topic in set(topics):
-                _topic(topic)
-            topic_bytes = map(_TOPICS.__getitem__, topics)
-        versions = _splitter(b"8s", count)(_packer(count)(*range(version, version + count)))
-        messages = map(
-            _MOD,
-            repeat(_cut_format(run_id)),
-            zip(
-                (previous, *stored),
-                versions,
-                topic_bytes,
-                map(_SUB, lengths, repeat(_SUFFIX)),
-                datas,
-                strict=False,  # one link more than rows: the last row's is not a message's
-            ),
-        )
-        digests = map(_HASH_DIGEST, map(_sha256, messages))
-        links = _splitter(_DIGEST_HEAD, count)(_join(digests))
-        return links[-1] if links == stored else None
-
-    def _stored_links(self, datas: Sequence[bytes]) -> bytes | None:
-        """The links stored in the JSON `datas`, each a row's 6 zero bytes, its 16 bytes and
-        2 zero bytes, decoded at once; None if a row's last bytes are not a link in this
-        mode as `seal` writes them (its marks, its text in URL-safe base64 letters, the bits
-        after the link zero)."""
-        count = len(datas)
-        tails = bytearray(_join(map(_LAST, datas)))
-        for place in _MARKS:  # the member's name, mode and close: then letters decoding to 0
-            if tails[place::_SUFFIX] != self._blank[place : place + 1] * count:
-                return None
-            tails[place::_SUFFIX] = _ZERO_LETTER * count
-        try:
-            decoded = binascii.a2b_base64(tails.translate(_STANDARD), strict_mode=True)
-        except binascii.Error:  # a letter outside the alphabet (or "+", "/": not URL-safe)
-            return None
-        if decoded[_AFTER_LINK::_DECODED] != bytes(count):  # a text `seal` would not write
-            return None
-        return decoded
 
     def _held(self, rows: Sequence[StoredRow], links: list[bytes]) -> int:
         """How many of `rows`, from the first, end with their link of `links` (one a row, up
@@ -396,40 +303,6 @@ _PADDED_TEXT = _LINK_TEXT + 2
 22nd holds no bit of the padding), then "AA"."""
 _VERSION = struct.Struct(">Q").pack
 """A version as the 8 big-endian bytes a link's message holds."""
-_MAPPED_FROM = 64
-"""The fewest rows of a chunk `Chain._stored_along` checks: its few dozen calls a chunk cost
-what the loop costs more over some 40 rows."""
-_TOPIC = operator.itemgetter(1)
-_MOD, _SUB = operator.mod, operator.sub
-_HASH = type(_sha256())
-_HASH_DIGEST = _HASH.digest
-_MARKS = (*range(len(_OPEN) + 1), _SUFFIX - 2, _SUFFIX - 1)
-"""Where in an event's last bytes its member's name and mode, and the object's close, are."""
-_ZERO_LETTER = b"A"
-"""The base64 letter of six zero bits."""
-_STANDARD = bytes.maketrans(b"-_+/", b"+/!!")
-"""URL-safe base64 to the standard alphabet `a2b_base64` reads, "+" and "/" (which `seal`
-never writes) to a byte it refuses."""
-_DECODED = _SUFFIX * 3 // 4
-_AFTER_LINK = (len(_OPEN) + 1) * 3 // 4 + LINK_BYTES
-"""An event's last bytes decoded (its marks as "A"s): 24 bytes, the link's from the 7th on,
-then the bits of its text's last letter past the link, and a zero byte."""
-_STORED_LINK = b"%dx%ds%dx" % (_AFTER_LINK - LINK_BYTES, LINK_BYTES, _DECODED - _AFTER_LINK)
-_DIGEST_HEAD = b"%ds%dx" % (LINK_BYTES, _sha256().digest_size - LINK_BYTES)
-"""`struct` formats of one decoded link, and of a link's bytes in its whole digest."""
-
-
-@lru_cache(maxsize=64)
-def _splitter(each: bytes, count: int) -> Callable[[bytes], tuple[bytes, ...]]:
-    """Unpacks `count` items of the `struct` format `each` from one bytes (a chunk's sizes
-    repeat page after page, so each is compiled once)."""
-    return struct.Struct(each * count).unpack
-
-
-@lru_cache(maxsize=64)
-def _packer(count: int) -> Callable[..., bytes]:
-    """Packs `count` versions as `_VERSION` does, one after another."""
-    return struct.Struct(f">{count}Q").pack
 
 
 def _pads(derived: bytes | None) -> tuple[Any, Any]:
