@@ -8,7 +8,7 @@ The workers only say how far a page follows on; the caller decides what a page
 that does not means (`engine.verify.ChainCheck`), exactly as without workers.
 
 Where the store can read a run by ranges of versions over connections of their own
-(`RangeReading`: PostgreSQL), a worker reads its range itself (`check_range`), so
+(`RangeReading`: PostgreSQL, SQLite), a worker reads its range itself (`check_range`), so
 neither the reading nor the hashing is left to one process.
 """
 

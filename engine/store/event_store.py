@@ -295,7 +295,7 @@ class Store:
 
     def range_reading(self) -> RangeReading | None:
         """How another connection (or process) reads this store's runs by ranges of versions,
-        decoding them as this store does; None where the backend cannot (SQLite, memory)."""
+        decoding them as this store does; None where the backend cannot (memory)."""
         reader = self._backend.range_reader
         if reader is None:
             return None

@@ -703,6 +703,44 @@ class TestChainAlone:
             assert alone.events == 2 * PAGE + 100
             assert [v for v, _ in chain_problems(engine, run.id)] == [PAGE + 1, PAGE + 500]
 
+    @pytest.mark.parametrize(
+        ("tampering", "expected"),
+        [
+            ("edited", [301]),
+            ("deleted", [301]),
+            ("inserted", [301, 302]),
+            ("reordered", [301, 302, 303]),
+        ],
+    )
+    def test_a_break_inside_a_pages_big_chunk_is_named(
+        self, shared_url: str, tampering: str, expected: list[int]
+    ) -> None:
+        """A row in the middle of a page's 512-row chunk (versions 74 to 585 of the first
+        page, which `_stored_along` checks at once) edited, deleted, replaced by a copy of the
+        event before it, or swapped with the next is named at its versions (and the next
+        row's, whose link no longer follows the stored one before it), alone and in the
+        whole verify, in SQLite and PostgreSQL."""
+        with Engine(shared_url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(PAGE + 199):
+                    run.note("step", f"s{index}")
+            rows = Rows(shared_url)
+            if tampering == "edited":
+                topic, state = rows.get(run.id, 301)
+                rows.put(run.id, 301, topic, state.replace(b'"s', b'"S', 1))
+            elif tampering == "deleted":
+                rows.delete(run.id, 301)
+            elif tampering == "inserted":
+                rows.delete(run.id, 301)
+                rows.insert(run.id, 301, *rows.get(run.id, 300))
+            else:
+                rows.swap(run.id, 301, 302)
+            alone = engine.verify(run.id, chain_only=True)
+            assert sorted({p.version for p in alone.problems}) == expected
+            assert alone.chain == "broken"
+            assert sorted({v for v, _ in chain_problems(engine, run.id)}) == expected
+
     def test_an_encrypted_store_is_checked_through_its_cipher(self, sqlite_url: str) -> None:
         """Links are read after decryption; an event that no longer decrypts is a format
         problem at its version."""

@@ -1,4 +1,5 @@
-"""A PostgreSQL run's chain checked by ranges of versions: the report page by page gives."""
+"""A PostgreSQL or SQLite run's chain checked by ranges of versions: the report page by page
+gives."""
 
 from __future__ import annotations
 
@@ -60,20 +61,34 @@ STORES = {
 }
 
 
-@pytest.fixture(params=list(STORES), ids=list(STORES))
-def long_run(
-    request: pytest.FixtureRequest, postgres_url: str
-) -> Iterator[tuple[Engine, str, UUID]]:
-    """A PostgreSQL run of six pages and a bit: plain links, keyed, or compressed and
-    encrypted; its engine and its schema's URL (what `Rows` edits)."""
-    options, chain_key, cipher_key = STORES[request.param]
-    with Engine(postgres_url + options, chain_key=chain_key, cipher_key=cipher_key) as engine:
+BACKENDS = ("postgres", "sqlite", "sqlite-text")
+"""PostgreSQL, a SQLite file, and one of the layout written before compact storage (run ids
+as hex text, topics in full)."""
+
+
+@pytest.fixture(
+    params=[(backend, store) for backend in BACKENDS for store in STORES],
+    ids=[f"{backend}-{store}" for backend in BACKENDS for store in STORES],
+)
+def long_run(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, str, UUID]]:
+    """A run of six pages and a bit in PostgreSQL or a SQLite file (either layout): plain
+    links, keyed, or compressed and encrypted; its engine and its store's URL (what `Rows`
+    edits)."""
+    backend, store = request.param
+    options, chain_key, cipher_key = STORES[store]
+    if backend.startswith("sqlite"):
+        url = f"sqlite:///{tmp_path / 'ranges.db'}"
+        layout = "?layout=text&" if backend == "sqlite-text" else "?"
+        options = layout + options.removeprefix("&") if options else layout.rstrip("?&")
+    else:
+        url = str(request.getfixturevalue("postgres_url"))
+    with Engine(url + options, chain_key=chain_key, cipher_key=cipher_key) as engine:
         run = engine.start_run(REVIEW)
         for start in range(0, EVENTS - 1, 500):
             with run.batch():
                 for index in range(start, min(start + 500, EVENTS - 1)):
                     run.note("step", f"s{index}")
-        yield engine, postgres_url, run.id
+        yield engine, url, run.id
 
 
 def written(engine: Engine, events: int = EVENTS) -> Run:
@@ -189,10 +204,10 @@ class TestChainRanges:
         assert checked_here == [(1001, 2500), (2501, 4000), (4001, 5500), (5501, EVENTS)]
         assert resumed == [EVENTS]  # every range followed on: only what is past the newest
 
-    def test_engine_verify_reads_postgresql_by_ranges(
+    def test_engine_verify_reads_by_ranges(
         self, long_run: tuple[Engine, str, UUID], checked_here: list[tuple[int, int]]
     ) -> None:
-        """`Engine.verify(chain_only=True)` on PostgreSQL checks the run by ranges."""
+        """`Engine.verify(chain_only=True)` on PostgreSQL and SQLite checks the run by ranges."""
         engine, _, run_id = long_run
         report = engine.verify(run_id, chain_only=True)
         assert (report.ok, report.chain, report.events) == (True, "intact", EVENTS)

@@ -27,6 +27,7 @@ from engine.store.failures import classify
 from engine.store.sql import NAMES
 from engine.store.sqlite.compact import CompactRecorder
 from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
+from engine.store.sqlite.ranges import RangeReader
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.recorder import UPGRADED, SQLiteRecorder
 from engine.store.sqlite.views import SQLiteViews
@@ -85,6 +86,9 @@ def open_sqlite(
     generation = functools.partial(read_generation, recorder.readers, recorder.writer)
     after = functools.partial(stored_after, recorder)
     rows, joined = row_reader(recorder), joined_reader(recorder)
+    ranges = functools.partial(
+        RangeReader, url.path, recorder.events_table_name, recorder.topics_table
+    )
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
     if read_only:
@@ -92,14 +96,14 @@ def open_sqlite(
         return Backend(
             recorder, mapper, close, views, read_only=True, codec=codec, generation=generation,
             chain=chain, stored_after=after, upgrade=upgrade, stored_rows=rows,
-            joined_rows=joined,
+            joined_rows=joined, range_reader=ranges,
         )  # fmt: skip
     views, problem = prepare_views(lambda: SQLiteViews(datastore, url.masked), codec)
     erase = functools.partial(erase_runs, datastore, recorder, views is not None)
     return Backend(
         recorder, mapper, close, views, problem, erase, codec=codec, generation=generation,
         chain=chain, stored_after=after, upgrade=upgrade, stored_rows=rows,
-        joined_rows=joined,
+        joined_rows=joined, range_reader=ranges,
     )  # fmt: skip
 
 
