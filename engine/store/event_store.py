@@ -48,13 +48,6 @@ PAGE = 1000
 JOINED_FROM = 250
 """The fewest events a stream reads as pages joined by the database (`Backend.joined_rows`):
 its query and topics cost a page ~30 µs more, each event read ~0.3 µs less than a row."""
-JOINED_PAGE = 200
-"""Events per page joined by the database (a SQLite stream's). A page's decoded states live
-until its last event is built: 1,000 of them (~3,000 dicts and lists, ~1.5 MB) filled the
-collector's young generation several times a page (each pass promoting them, a full
-collection every few pages) and spilled the CPU's cache; 200 do neither for events of a
-few nested values, and a local query more per 200 events costs less (stream alone ~15 %
-faster, ~7 % fewer instructions per event)."""
 _Row = TypeVar("_Row")
 _UPGRADED = f"{UPGRADED}; nothing of this append was written"
 
@@ -555,7 +548,7 @@ class Store:
                     pass
                 else:
                     yield events
-                    if page.count < JOINED_PAGE:
+                    if page.count < PAGE:
                         return
                     gt = page.last  # type: ignore[assignment]  # a whole page has one
                     continue
@@ -576,7 +569,7 @@ class Store:
         hole of the run's erasure; None: a page to read as rows."""
         read = self._backend.joined_rows
         assert read is not None  # asked only of a backend that reads joined pages
-        query = {"gt": gt, "lte": lte, "limit": JOINED_PAGE}
+        query = {"gt": gt, "lte": lte, "limit": PAGE}
         try:
             page = read(run_id, topics, **query)
             if page is not None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from engine import Engine
 from engine.store.errors import StoreError
-from engine.store.event_store import JOINED_PAGE, PAGE
+from engine.store.event_store import PAGE
 from engine.store.mapper import EventMapper
 from engine.store.meta import EVENTS_TABLE
 from engine.store.sqlite import compact, joined, recorder
@@ -229,11 +229,11 @@ class TestLaziness:
             monkeypatch.setattr(recorder, "select_rows", counted)
             stream = engine.store.stream(run_id)
             assert reads == []
-            for _ in range(JOINED_PAGE):  # SQLite's pages: joined by the database
+            for _ in range(PAGE):
                 next(stream)
             assert reads == [0]
             next(stream)
-            assert reads == [0, JOINED_PAGE]
+            assert reads == [0, PAGE]
 
     def test_an_unreadable_event_fails_the_stream_where_it_is_reached(self, tmp_path: Path) -> None:
         """The events before an unreadable one are given; it fails naming its run and version."""
