@@ -123,7 +123,8 @@ def _twin(cls: type) -> type | None:
         object.__setattr__(probe, "__class__", twin)  # dropped as a twin: no `cls.__del__`
     except TypeError:  # a layout (or metaclass) Python does not let one become the other
         return None
-    if twin.__new__ is not object.__new__:  # `twin()` would run a base's own `__new__`
+    new: object = twin.__new__
+    if new is not object.__new__:  # `twin()` would run a base's own `__new__`
         return None
     return twin
 
