@@ -390,10 +390,20 @@ class TestOrder:
     ) -> None:
         """A loop's checkpoint lets pool threads starting writes go first by ``sched_yield``,
         never ``time.sleep(0)`` (which waits out the kernel's timer slack each time)."""
-        yields, sleeps = [], []
-        monkeypatch.setattr(saver_module, "_YIELD", lambda: yields.append(os.sched_yield()))
+        yields: list[bool] = []
+        sleeps: list[float] = []
         real_sleep = time.sleep
-        monkeypatch.setattr(time, "sleep", lambda s: (sleeps.append(s), real_sleep(s)))
+
+        def yielding() -> None:
+            yields.append(True)
+            os.sched_yield()
+
+        def sleeping(seconds: float) -> None:
+            sleeps.append(seconds)
+            real_sleep(seconds)
+
+        monkeypatch.setattr(saver_module, "_YIELD", yielding)
+        monkeypatch.setattr(time, "sleep", sleeping)
         assert invoked_history("sync") == IN_ORDER
         assert yields, "no checkpoint yielded to the pool"
         assert 0 not in sleeps
