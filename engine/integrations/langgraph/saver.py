@@ -135,10 +135,10 @@ _IN_ORDER_ALREADY = contextlib.nullcontext()
 _LOADED: Callable[[], bool] = functools.partial(bool, True)
 """Whether the checkpoint that writes made on loading it are against is in: always."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
+"""A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 _YIELD: Callable[[], object] = getattr(os, "sched_yield", functools.partial(time.sleep, 0))
 """Give the GIL to a thread waiting for it: ``sched_yield`` costs a microsecond or two where
 ``time.sleep(0)`` waits out the kernel's timer slack (50 µs and more, each checkpoint)."""
-"""A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 
 _T = TypeVar("_T")
 
