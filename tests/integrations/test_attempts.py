@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import operator
+import os
 import subprocess
 import sys
 import threading
@@ -382,6 +383,30 @@ class TestOrder:
                 assert all(engine.verify(run.run_id).ok for run in engine.runs())
         assert recorded["async"] == recorded["sync"]
         assert recorded["default"] == recorded["sync"]  # LangGraph's default is async
+
+    @pytest.mark.skipif(not hasattr(os, "sched_yield"), reason="no sched_yield on this OS")
+    def test_a_checkpoint_yields_to_pool_threads_without_sleeping(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A loop's checkpoint lets pool threads starting writes go first by ``sched_yield``,
+        never ``time.sleep(0)`` (which waits out the kernel's timer slack each time)."""
+        yields: list[bool] = []
+        sleeps: list[float] = []
+        real_sleep = time.sleep
+
+        def yielding() -> None:
+            yields.append(True)
+            os.sched_yield()
+
+        def sleeping(seconds: float) -> None:
+            sleeps.append(seconds)
+            real_sleep(seconds)
+
+        monkeypatch.setattr(saver_module, "_YIELD", yielding)
+        monkeypatch.setattr(time, "sleep", sleeping)
+        assert invoked_history("sync") == IN_ORDER
+        assert yields, "no checkpoint yielded to the pool"
+        assert 0 not in sleeps
 
     @pytest.mark.parametrize("durability", ["sync", "async"])
     def test_writes_scheduled_late_still_precede_the_next_checkpoint(
