@@ -251,7 +251,7 @@ def _class_reader(cls: type[Event]) -> Any:
     scope: dict[str, Any] = {
         "new": object.__new__, "cls": cls, "twin": twin, "parse": _parse_time, "slow": _slow,
     }  # fmt: skip
-    body = [f"          v = new({'cls' if twin is None else 'twin'})"]
+    body = ["          v = new(cls)" if twin is None else "          v = twin()"]
     for index, (name, setter) in enumerate(slot_setters(cls).items()):
         scope[f"set{index}"] = setter
         if name == "run_id":

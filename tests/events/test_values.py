@@ -242,7 +242,34 @@ class Finalized:
         Finalized.finalized.append(getattr(self, "x", -1))
 
 
+class Counting:
+    """A slotted base with a `__new__` of its own, counting the values made."""
+
+    __slots__ = ()
+    made = 0
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        Counting.made += 1
+        return super().__new__(cls)
+
+
+@attrs.frozen(weakref_slot=False)
+class UnderNew(Counting):
+    """A frozen value whose base runs its own `__new__`."""
+
+    x: int
+
+
 class TestTwinGuards:
+    def test_a_base_with_its_own_new_gets_no_twin(self) -> None:
+        """A class whose base has a `__new__` of its own has no twin (made by calling it, the
+        twin would run that `__new__`); its values are built all the same, through the slot
+        setters, and no `__new__` of the base runs for them."""
+        assert writable_twin(UnderNew) is None
+        before = Counting.made
+        assert maker(UnderNew)(x=3) == UnderNew(x=3)
+        assert Counting.made == before + 1  # the constructor's own, not the maker's
+
     def test_a_class_of_its_own_metaclass_gets_no_twin(self) -> None:
         """A class whose metaclass is not `type` has no twin, so the metaclass makes (and
         registers) no class beside the user's; its values are built all the same."""
