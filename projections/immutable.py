@@ -330,7 +330,14 @@ class RowList(PList[T]):
 
     def push(self, item: T) -> RowList[T]:
         """A list with `item` appended (as the newest)."""
-        return self.push_row(tuple([getattr(item, name) for name in self.fields]))
+        row = tuple([getattr(item, name) for name in self.fields])
+        at = self.frozen_at
+        if at < 0 or _json_exactly(row[at]):
+            return self.push_row(row)
+        # An item made by hand, its value no strict JSON: a sealed block would give it back
+        # as marshal copies it (a bytearray as bytes, a NaN unequal to the one pushed), so
+        # it stays the item pushed, in a cell, the rows below made into cells too.
+        return self.__class__((item, self.cells), self._size + 1)
 
     def pop(self, count: int = 1) -> RowList[T]:
         """A list without its `count` newest items."""
@@ -464,6 +471,28 @@ class RowList(PList[T]):
         for row in self._rows_newest_first():
             yield make(*row), None
         yield from self.below.newest_cells()
+
+
+def _json_exactly(value: Any) -> bool:
+    """Whether `value` is strict JSON of exact types (None, bool, int, str, a float not NaN,
+    lists, dicts of str keys): what marshal gives back equal, types and all."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return True
+    if kind is float:
+        return value == value  # type: ignore[no-any-return]
+    try:
+        if kind is list:
+            return all(map(_json_exactly, value))
+        if kind is dict:
+            keys = all(type(key) is str for key in value)
+            return keys and all(map(_json_exactly, value.values()))
+    except RecursionError:  # nested too deeply (or holding itself): kept as it is
+        pass
+    return False
+
+
+_ATOMS = frozenset({str, int, bool, type(None)})
 
 
 Blocks: TypeAlias = "tuple[tuple[Any, ...], Blocks, bytes | None] | None"
