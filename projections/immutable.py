@@ -240,7 +240,8 @@ class RowList(PList[T]):
     newest block only when this list owns its end (no list pushed from the same one did
     yet), else it copies that block (at most `ROWS_PER_BLOCK` rows), so every list made
     keeps the items it had. Items below the rows (a restored snapshot's deferred cells,
-    a list it was made `on`) stay `PList` cells.
+    a list it was made `on`, an item `push`ed by hand whose value is no strict JSON, and
+    the rows below it) stay `PList` cells.
 
     A full block is `sealed` as a tuple, its rows' JSON field (`frozen_at`: a result, a
     dict or list the cyclic collector would walk, and every object in it) taken out of
