@@ -240,7 +240,8 @@ class RowList(PList[T]):
     newest block only when this list owns its end (no list pushed from the same one did
     yet), else it copies that block (at most `ROWS_PER_BLOCK` rows), so every list made
     keeps the items it had. Items below the rows (a restored snapshot's deferred cells,
-    a list it was made `on`) stay `PList` cells.
+    a list it was made `on`, an item `push`ed by hand whose value is no strict JSON, and
+    the rows below it) stay `PList` cells.
 
     A full block is `sealed` as a tuple, its rows' JSON field (`frozen_at`: a result, a
     dict or list the cyclic collector would walk, and every object in it) taken out of
@@ -330,7 +331,14 @@ class RowList(PList[T]):
 
     def push(self, item: T) -> RowList[T]:
         """A list with `item` appended (as the newest)."""
-        return self.push_row(tuple([getattr(item, name) for name in self.fields]))
+        row = tuple([getattr(item, name) for name in self.fields])
+        at = self.frozen_at
+        if at < 0 or _json_exactly(row[at]):
+            return self.push_row(row)
+        # An item made by hand, its value no strict JSON: a sealed block would give it back
+        # as marshal copies it (a bytearray as bytes, a NaN unequal to the one pushed), so
+        # it stays the item pushed, in a cell, the rows below made into cells too.
+        return self.__class__((item, self.cells), self._size + 1)
 
     def pop(self, count: int = 1) -> RowList[T]:
         """A list without its `count` newest items."""
@@ -464,6 +472,28 @@ class RowList(PList[T]):
         for row in self._rows_newest_first():
             yield make(*row), None
         yield from self.below.newest_cells()
+
+
+def _json_exactly(value: Any) -> bool:
+    """Whether `value` is strict JSON of exact types (None, bool, int, str, a float not NaN,
+    lists, dicts of str keys): what marshal gives back equal, types and all."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return True
+    if kind is float:
+        return value == value  # type: ignore[no-any-return]
+    try:
+        if kind is list:
+            return all(map(_json_exactly, value))
+        if kind is dict:
+            keys = all(type(key) is str for key in value)
+            return keys and all(map(_json_exactly, value.values()))
+    except RecursionError:  # nested too deeply (or holding itself): kept as it is
+        pass
+    return False
+
+
+_ATOMS = frozenset({str, int, bool, type(None)})
 
 
 Blocks: TypeAlias = "tuple[tuple[Any, ...], Blocks, bytes | None] | None"

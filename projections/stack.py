@@ -402,13 +402,22 @@ def _frame(table: Lookup, event: Any) -> Frame:
 def _push(state: Stack, event: StageCompleted | StageFailed) -> Stack:
     hub, table = state.hub, state.table
     if hub is None:  # the common table, without a hub: one frame per outcome
-        return _STACK(state.initial, table, state.frame_list.push(_frame(table, event)), None)
+        return _STACK(state.initial, table, _on_top(state.frame_list, _frame(table, event)), None)
     frames, name = state.frame_list, hub.name
     if event.stage != name:
         routed_to = table.get((name, event.stage))
         if implicit_route(name, state.current or "", event.stage, routed_to):
-            frames = frames.push(_route_frame(name, event))  # the route it took, first
-    return _STACK(state.initial, table, frames.push(_frame(table, event)), hub)
+            frames = _on_top(frames, _route_frame(name, event))  # the route it took, first
+    return _STACK(state.initial, table, _on_top(frames, _frame(table, event)), hub)
+
+
+def _on_top(frames: PList[Frame], frame: Frame) -> PList[Frame]:
+    """`frames` with an outcome's `frame` pushed: as its row onto rows, unchecked (its result
+    is its event's, strict JSON), where `RowList.push` would check a frame made by hand."""
+    if frames.__class__ is not Frames:
+        return frames.push(frame)
+    row = tuple([getattr(frame, name) for name in _FIELDS])
+    return frames.push_row(row)
 
 
 # Positional (`maker`), in the fields' declared order: a fold builds a stack per outcome.

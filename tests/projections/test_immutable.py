@@ -3,8 +3,10 @@ from __future__ import annotations
 import gc
 import itertools
 import pickle
+from array import array
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -253,3 +255,21 @@ class TestFrozenRows:
         assert block[2] is None
         assert rows.nth_newest(len(rows) - 5).value is odd
         assert rows.nth_newest(len(rows) - 6).value == {"n": 6}
+
+    @pytest.mark.parametrize(
+        "odd", [bytearray(b"x"), memoryview(b"y"), array("b", [1]), [float("nan")], {"n": [b"z"]}]
+    )
+    def test_a_hand_made_item_marshal_would_not_give_back_is_kept_as_pushed(self, odd: Any) -> None:
+        """An item pushed by hand whose value marshal would give back changed (a buffer as
+        bytes, a NaN as another, unequal to it) is read back as the very value pushed, its
+        list equal to itself, past sealed blocks on either side."""
+        rows: RowList[Note] = Notes()
+        for version in range(1, 3 * ROWS_PER_BLOCK + 3):
+            note = Note((version, odd if version == ROWS_PER_BLOCK + 5 else {"n": version}))
+            rows = rows.push(note)
+        items = rows.to_tuple()
+        assert items[ROWS_PER_BLOCK + 4].value is odd
+        assert [item.value for item in items[:4]] == [{"n": n} for n in range(1, 5)]
+        assert items == tuple(Note((note.version, note.value)) for note in items)
+        assert rows == rows
+        assert isinstance(rows.push_row((9999, None)), Notes)

@@ -19,7 +19,7 @@ from events import (
     StageStarted,
     StateRolledBack,
 )
-from projections.base import Projection
+from projections.base import Projection, on
 from projections.immutable import ROWS_PER_BLOCK, PList, PMap, RowList
 from projections.results import (
     Attempt,
@@ -390,6 +390,34 @@ class TestFoldedItsOwnWay:
         for projection in ignoring(StageResults, StageFailed):
             assert projection.fold(events) == applied(projection, events)
             assert len(projection.fold(iter(events)).attempts("build")) == 199
+
+    def test_a_subclass_pushing_attempts_made_by_hand_keeps_their_results_as_made(
+        self,
+    ) -> None:
+        """A subclass that pushes an attempt of its own making onto a stage's attempts (here
+        holding bytes to be filled in, a bytearray) reads it back as made, its type and
+        object kept, after blocks of outcomes sealed above it."""
+
+        class Drafts(StageResults):
+            """Results that note a draft buffer beside each failed attempt."""
+
+            @on(StageFailed)
+            def failed(self, state: Results, event: StageFailed) -> Results:
+                """The failure, then a draft attempt holding a buffer."""
+                state = super().failed(state, event)
+                attempts = state.by_stage[event.stage].push(
+                    Attempt(0, "draft", False, bytearray(b"todo"), None, None, 0.0, event.version)
+                )
+                return Results({**state.by_stage, event.stage: attempts}, state.completed)
+
+        events = [
+            fail(v, "build") if v == 5 else done(v, "build", {"n": v})
+            for v in range(2, 3 * ROWS_PER_BLOCK)
+        ]
+        for state in (Drafts().fold(events), applied(Drafts(), events)):
+            draft = [a for a in state.attempts("build") if a.outcome == "draft"]
+            assert [type(a.result) for a in draft] == [bytearray]
+            assert state == state
 
 
 class TestThreadedPushes:
