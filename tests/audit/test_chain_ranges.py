@@ -4,8 +4,10 @@ gives."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import multiprocessing
+import sqlite3
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -411,6 +413,34 @@ class TestChainRangesErased:
                 engine.verify(run.id, chain_only=True)
             assert refused.value.run_id == run.id
             assert checked == [1001, 2501, 4001, 5501]  # the hole is found in the last range
+
+
+class TestChainRangesSQLiteFile:
+    def test_a_store_opened_by_a_relative_path_is_read_from_that_file(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A SQLite store opened by a relative path is read by ranges from the file it opened
+        after the working directory changed, not from a file of the same name there (here an
+        untampered copy, which made an edited run intact)."""
+        opened, elsewhere = tmp_path / "opened", tmp_path / "elsewhere"
+        opened.mkdir()
+        elsewhere.mkdir()
+        monkeypatch.chdir(opened)
+        with Engine("sqlite:///ranges.db") as engine:
+            run = written(engine)
+            with (
+                contextlib.closing(sqlite3.connect(opened / "ranges.db")) as source,
+                contextlib.closing(sqlite3.connect(elsewhere / "ranges.db")) as copy,
+            ):
+                source.backup(copy)
+            edit(Rows(f"sqlite:///{opened / 'ranges.db'}"), run.id, PAGE + RANGE + 9)
+            monkeypatch.chdir(elsewhere)
+            report = engine.verify(run.id, chain_only=True)
+            assert (report.chain, [p.version for p in report.problems]) == (
+                "broken",
+                [PAGE + RANGE + 9],
+            )
+            assert report == paged(engine, run.id)
 
 
 class TestChainRangesSecrets:
