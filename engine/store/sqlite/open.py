@@ -86,9 +86,9 @@ def open_sqlite(
     generation = functools.partial(read_generation, recorder.readers, recorder.writer)
     after = functools.partial(stored_after, recorder)
     rows, joined = row_reader(recorder), joined_reader(recorder)
-    ranges = functools.partial(
-        RangeReader, url.path, recorder.events_table_name, recorder.topics_table
-    )
+    # The file as opened now: a later change of the working directory must not move it.
+    path = os.path.abspath(url.path)
+    ranges = functools.partial(RangeReader, path, recorder.events_table_name, recorder.topics_table)
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
     if read_only:

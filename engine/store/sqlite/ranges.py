@@ -10,7 +10,6 @@ connection, as a reading connection of the store does (`read_only_uri`).
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Generator
 from typing import Any
@@ -25,14 +24,15 @@ class RangeReader:
     """Streams the rows of a run's versions `first` to `last` from the SQLite file `path`.
 
     Args:
-        path: the store's file.
+        path: the store's file, absolute (as the store opened it: a relative one would be
+            resolved against the working directory of each read).
         table: its events table.
         topics: its table of topic ids (a compact store: run ids as 16 bytes, topics as ids),
             or None (run ids as hex text, topics in full).
     """
 
     def __init__(self, path: str, table: str, topics: str | None) -> None:
-        self.path = os.path.abspath(path)  # a worker resolves it as this process does
+        self.path = path
         self.table = table
         self.topics = topics
         self._connection: sqlite3.Connection | None = None
