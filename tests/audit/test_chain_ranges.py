@@ -442,6 +442,30 @@ class TestChainRangesSQLiteFile:
             )
             assert report == paged(engine, run.id)
 
+    def test_a_store_file_replaced_since_it_was_opened_is_not_read_by_ranges(
+        self, tmp_path: Path
+    ) -> None:
+        """A store whose file was replaced since it was opened (here by an untampered copy)
+        is not read by ranges from the new file, in this process or a worker: the report is
+        the one page by page gives of the file the store holds open, not a mix of both."""
+        path, clean = tmp_path / "ranges.db", tmp_path / "clean.db"
+        with Engine(f"sqlite:///{path}") as engine:
+            run = written(engine)
+            assert engine.verify(run.id, chain_only=True).ok  # a reading connection kept open
+            with (
+                contextlib.closing(sqlite3.connect(path)) as source,
+                contextlib.closing(sqlite3.connect(clean)) as copy,
+            ):
+                source.backup(copy)
+            edit(Rows(f"sqlite:///{path}"), run.id, PAGE + RANGE + 9)
+            with contextlib.closing(sqlite3.connect(path)) as folded:
+                folded.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            clean.replace(path)
+            expected = paged(engine, run.id)
+            assert [p.version for p in expected.problems] == [PAGE + RANGE + 9]
+            assert engine.verify(run.id, chain_only=True) == expected
+            assert ranged(engine, run.id, workers=1) == expected
+
 
 class TestChainRangesSecrets:
     def test_a_workers_command_line_and_environment_hold_no_key(
