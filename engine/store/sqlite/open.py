@@ -27,7 +27,7 @@ from engine.store.failures import classify
 from engine.store.sql import NAMES
 from engine.store.sqlite.compact import CompactRecorder
 from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
-from engine.store.sqlite.ranges import RangeReader
+from engine.store.sqlite.ranges import RangeReader, identity
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.recorder import UPGRADED, SQLiteRecorder
 from engine.store.sqlite.views import SQLiteViews
@@ -86,9 +86,12 @@ def open_sqlite(
     generation = functools.partial(read_generation, recorder.readers, recorder.writer)
     after = functools.partial(stored_after, recorder)
     rows, joined = row_reader(recorder), joined_reader(recorder)
-    # The file as opened now: a later change of the working directory must not move it.
+    # The file as opened now: a later change of directory, or another file put there, is not it.
     path = os.path.abspath(url.path)
-    ranges = functools.partial(RangeReader, path, recorder.events_table_name, recorder.topics_table)
+    ranges = functools.partial(
+        RangeReader, path, recorder.events_table_name, recorder.topics_table,
+        url=url.masked, file=identity(path),
+    )  # fmt: skip
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
     if read_only:
