@@ -467,6 +467,29 @@ class TestChainRangesSQLiteFile:
             assert ranged(engine, run.id, workers=1) == expected
 
 
+class TestChainRangesShortRuns:
+    def test_a_run_shorter_than_a_range_makes_no_reading(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`Engine.verify(chain_only=True)` of a run shorter than a range makes no range
+        reading (it would read page by page anyway): `verify --all` over many small runs
+        pays nothing for ranges."""
+        with Engine(sqlite_url) as engine:
+            made: list[object] = []
+            make = engine.store.range_reading
+
+            def counted() -> RangeReading | None:
+                made.append(None)
+                return make()
+
+            monkeypatch.setattr(engine.store, "range_reading", counted)
+            short, long = written(engine, 5), written(engine, PAGE + RANGE)
+            assert engine.verify(short.id, chain_only=True).ok
+            assert made == []
+            assert engine.verify(long.id, chain_only=True).ok
+            assert len(made) == 1
+
+
 class TestChainRangesSecrets:
     def test_a_workers_command_line_and_environment_hold_no_key(
         self, postgres_url: str, monkeypatch: pytest.MonkeyPatch
