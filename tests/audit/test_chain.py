@@ -716,7 +716,7 @@ class TestChainAlone:
         self, shared_url: str, tampering: str, expected: list[int]
     ) -> None:
         """A row in the middle of a page's 512-row chunk (versions 74 to 585 of the first
-        page, which `_stored_along` checks at once) edited, deleted, replaced by a copy of the
+        page, whose links `Chain.run_along` compares at once) edited, deleted, replaced by a copy of the
         event before it, or swapped with the next is named at its versions (and the next
         row's, whose link no longer follows the stored one before it), alone and in the
         whole verify, in SQLite and PostgreSQL."""
