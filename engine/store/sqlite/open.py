@@ -74,10 +74,13 @@ def open_sqlite(
         if not read_only:
             recorder.create_table()
         chain = _settle_chain(datastore, url, found, read_only=read_only)
+        # The file as opened: a later change of directory, or another file put there, is not it.
+        path = os.path.abspath(url.path)
+        file = identity(path)
     except StoreError:
         datastore.close()
         raise
-    except (sqlite3.Error, PersistenceError) as error:
+    except (sqlite3.Error, PersistenceError, OSError) as error:
         datastore.close()
         raise classify(url.masked, error, "cannot open the store") from error
     close = functools.partial(_close, recorder, datastore)
@@ -86,11 +89,9 @@ def open_sqlite(
     generation = functools.partial(read_generation, recorder.readers, recorder.writer)
     after = functools.partial(stored_after, recorder)
     rows, joined = row_reader(recorder), joined_reader(recorder)
-    # The file as opened now: a later change of directory, or another file put there, is not it.
-    path = os.path.abspath(url.path)
     ranges = functools.partial(
         RangeReader, path, recorder.events_table_name, recorder.topics_table,
-        url=url.masked, file=identity(path),
+        url=url.masked, file=file,
     )  # fmt: skip
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
