@@ -464,6 +464,7 @@ class Engine:
                 `engine.verify.MAX_WORKER_TIMEOUT` (the longest wait a thread can make).
         """
         from engine.verify import (
+            RANGE,
             RunRanges,
             chain_workers,
             verify_chain,
@@ -482,7 +483,8 @@ class Engine:
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         plain = self.store.chain_record is not None and self.store.chain_record.mode == "plain"
         if chain_only:
-            reading = self.store.range_reading()
+            # A run shorter than a range is read page by page: none of a reading to make.
+            reading = self.store.range_reading() if newest.version >= RANGE else None
             ranges = None
             if reading is not None:
                 after = functools.partial(self.store.stored_rows, rid)

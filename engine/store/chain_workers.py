@@ -218,7 +218,8 @@ def check_range(
     first event that does not.
 
     Raises:
-        StoreError, psycopg.Error: the read failed (the caller checks the range itself).
+        StoreError, sqlite3.Error, psycopg.Error: the read failed (the caller checks the
+            range itself).
     """
     pages = reading.reader.pages(run_id, first - 1, last, RANGE_PAGE)
     before: bytes | None = None

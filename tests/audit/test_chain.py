@@ -715,11 +715,11 @@ class TestChainAlone:
     def test_a_break_inside_a_pages_big_chunk_is_named(
         self, shared_url: str, tampering: str, expected: list[int]
     ) -> None:
-        """A row in the middle of a page's 512-row chunk (versions 74 to 585 of the first
-        page, which `_stored_along` checks at once) edited, deleted, replaced by a copy of the
-        event before it, or swapped with the next is named at its versions (and the next
-        row's, whose link no longer follows the stored one before it), alone and in the
-        whole verify, in SQLite and PostgreSQL."""
+        """A row in the middle of a page's 512-row chunk (versions 75 to 586 of the first
+        page, whose links `Chain.run_along` compares at once) edited, deleted, replaced by a
+        copy of the event before it, or swapped with the next is named at its versions (and
+        the next row's, whose link no longer follows the stored one before it), alone and in
+        the whole verify, in SQLite and PostgreSQL."""
         with Engine(shared_url) as engine:
             run = engine.start_run(REVIEW)
             with run.batch():

@@ -4,8 +4,10 @@ gives."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import multiprocessing
+import sqlite3
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -411,6 +413,81 @@ class TestChainRangesErased:
                 engine.verify(run.id, chain_only=True)
             assert refused.value.run_id == run.id
             assert checked == [1001, 2501, 4001, 5501]  # the hole is found in the last range
+
+
+class TestChainRangesSQLiteFile:
+    def test_a_store_opened_by_a_relative_path_is_read_from_that_file(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A SQLite store opened by a relative path is read by ranges from the file it opened
+        after the working directory changed, not from a file of the same name there (here an
+        untampered copy, which made an edited run intact)."""
+        opened, elsewhere = tmp_path / "opened", tmp_path / "elsewhere"
+        opened.mkdir()
+        elsewhere.mkdir()
+        monkeypatch.chdir(opened)
+        with Engine("sqlite:///ranges.db") as engine:
+            run = written(engine)
+            with (
+                contextlib.closing(sqlite3.connect(opened / "ranges.db")) as source,
+                contextlib.closing(sqlite3.connect(elsewhere / "ranges.db")) as copy,
+            ):
+                source.backup(copy)
+            edit(Rows(f"sqlite:///{opened / 'ranges.db'}"), run.id, PAGE + RANGE + 9)
+            monkeypatch.chdir(elsewhere)
+            report = engine.verify(run.id, chain_only=True)
+            assert (report.chain, [p.version for p in report.problems]) == (
+                "broken",
+                [PAGE + RANGE + 9],
+            )
+            assert report == paged(engine, run.id)
+
+    def test_a_store_file_replaced_since_it_was_opened_is_not_read_by_ranges(
+        self, tmp_path: Path
+    ) -> None:
+        """A store whose file was replaced since it was opened (here by an untampered copy)
+        is not read by ranges from the new file, in this process or a worker: the report is
+        the one page by page gives of the file the store holds open, not a mix of both."""
+        path, clean = tmp_path / "ranges.db", tmp_path / "clean.db"
+        with Engine(f"sqlite:///{path}") as engine:
+            run = written(engine)
+            assert engine.verify(run.id, chain_only=True).ok  # a reading connection kept open
+            with (
+                contextlib.closing(sqlite3.connect(path)) as source,
+                contextlib.closing(sqlite3.connect(clean)) as copy,
+            ):
+                source.backup(copy)
+            edit(Rows(f"sqlite:///{path}"), run.id, PAGE + RANGE + 9)
+            with contextlib.closing(sqlite3.connect(path)) as folded:
+                folded.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            clean.replace(path)
+            expected = paged(engine, run.id)
+            assert [p.version for p in expected.problems] == [PAGE + RANGE + 9]
+            assert engine.verify(run.id, chain_only=True) == expected
+            assert ranged(engine, run.id, workers=1) == expected
+
+
+class TestChainRangesShortRuns:
+    def test_a_run_shorter_than_a_range_makes_no_reading(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`Engine.verify(chain_only=True)` of a run shorter than a range makes no range
+        reading (it would read page by page anyway): `verify --all` over many small runs
+        pays nothing for ranges."""
+        with Engine(sqlite_url) as engine:
+            made: list[object] = []
+            make = engine.store.range_reading
+
+            def counted() -> RangeReading | None:
+                made.append(None)
+                return make()
+
+            monkeypatch.setattr(engine.store, "range_reading", counted)
+            short, long = written(engine, 5), written(engine, PAGE + RANGE)
+            assert engine.verify(short.id, chain_only=True).ok
+            assert made == []
+            assert engine.verify(long.id, chain_only=True).ok
+            assert len(made) == 1
 
 
 class TestChainRangesSecrets:

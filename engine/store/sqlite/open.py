@@ -27,7 +27,7 @@ from engine.store.failures import classify
 from engine.store.sql import NAMES
 from engine.store.sqlite.compact import CompactRecorder
 from engine.store.sqlite.datastore import LOCK_TIMEOUT, Datastore, read_only_uri
-from engine.store.sqlite.ranges import RangeReader
+from engine.store.sqlite.ranges import RangeReader, identity
 from engine.store.sqlite.readers import ReaderConnections
 from engine.store.sqlite.recorder import UPGRADED, SQLiteRecorder
 from engine.store.sqlite.views import SQLiteViews
@@ -74,10 +74,13 @@ def open_sqlite(
         if not read_only:
             recorder.create_table()
         chain = _settle_chain(datastore, url, found, read_only=read_only)
+        # The file as opened: a later change of directory, or another file put there, is not it.
+        path = os.path.abspath(url.path)
+        file = identity(path)
     except StoreError:
         datastore.close()
         raise
-    except (sqlite3.Error, PersistenceError) as error:
+    except (sqlite3.Error, PersistenceError, OSError) as error:
         datastore.close()
         raise classify(url.masked, error, "cannot open the store") from error
     close = functools.partial(_close, recorder, datastore)
@@ -87,8 +90,9 @@ def open_sqlite(
     after = functools.partial(stored_after, recorder)
     rows, joined = row_reader(recorder), joined_reader(recorder)
     ranges = functools.partial(
-        RangeReader, url.path, recorder.events_table_name, recorder.topics_table
-    )
+        RangeReader, path, recorder.events_table_name, recorder.topics_table,
+        url=url.masked, file=file,
+    )  # fmt: skip
     # Offered for an older store, unless the text layout is what the URL or environment asks.
     upgrade = UPGRADE if found.layout == meta.TEXT != settings.layout else ""
     if read_only:

@@ -205,6 +205,25 @@ class TestRefusals:
         assert result.exit_code == 0, result.stderr  # reads need no room
         assert json.loads(result.stdout)[0]["run_id"] == str(run.id)
 
+    def test_a_file_gone_as_it_is_opened_is_one_store_error(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A store file gone by the time its identity is taken (removed as it was opened, for
+        its ranges: `engine.store.sqlite.ranges.identity`) is one StoreError naming the store."""
+        import engine.store.sqlite.open as sqlite_open
+
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        with Engine(url):
+            pass
+
+        def gone(path: str) -> tuple[int, int]:
+            raise FileNotFoundError(2, "No such file or directory", path)
+
+        monkeypatch.setattr(sqlite_open, "identity", gone)
+        with pytest.raises(StoreError, match="cannot open the store") as refused:
+            Engine(url)
+        assert refused.value.url == url
+
     def test_a_read_only_file_system_is_one_line(self, tiny_mount: Path) -> None:
         """A store on a file system remounted read-only reads, and refuses appends clearly."""
         url = f"sqlite:///{tiny_mount / 'runs.db'}"
