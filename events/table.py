@@ -217,6 +217,13 @@ def lookup(table: JSON) -> dict[tuple[str, str], str]:
     """
     if type(table) is not dict and not isinstance(table, Mapping):  # dict: no ABC check
         return {}
+    get = table.get
+    read = (get("initial"), get("final"), get("states"), get("transitions"))
+    last = _LAST  # one pair, replaced whole: a thread reads one table's parts and expansion
+    # The newest table again (a run's, read by every fold of it): compared as it is, in C,
+    # with no key built. Equal parts give an equal `_table_key`: the same expansion.
+    if read == last[0]:
+        return dict(last[1])
     key = _table_key(table)
     known = _LOOKUPS.get(key) if key is not None else None
     if known is None:
@@ -225,11 +232,44 @@ def lookup(table: JSON) -> dict[tuple[str, str], str]:
             if len(_LOOKUPS) >= _LOOKUPS_KEPT:
                 _LOOKUPS.clear()
             _LOOKUPS[key] = known
+    if key is not None:
+        _keep_last(read, known)
     return dict(known)
 
 
 _LOOKUPS: dict[Any, dict[tuple[str, str], str]] = {}
 _LOOKUPS_KEPT = 256
+_LAST: tuple[Any, dict[tuple[str, str], str]] = (None, {})
+"""`lookup`'s newest table: a copy of the parts it read (None: none kept) and its expansion."""
+
+
+def _keep_last(read: tuple[Any, ...], known: dict[tuple[str, str], str]) -> None:
+    global _LAST
+    copied = _json_copy(read)
+    if copied is not None:
+        _LAST = (copied, known)
+
+
+def _json_copy(read: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A copy of a table's parts (initial, final, states, transitions) that no change to
+    the table reaches, or None where they are not JSON's lists of text (not kept)."""
+    initial, final, states, transitions = read
+    if not (initial is None or type(initial) is str):
+        return None
+    if not all(part is None or _texts(part) for part in (final, states)):
+        return None
+    if not (transitions is None or (type(transitions) is list and all(map(_texts, transitions)))):
+        return None
+    rows = None if transitions is None else [list(row) for row in transitions]
+    return initial, _copied(final), _copied(states), rows
+
+
+def _texts(part: object) -> bool:
+    return type(part) is list and all(type(item) is str for item in part)
+
+
+def _copied(part: list[str] | None) -> list[str] | None:
+    return None if part is None else list(part)
 
 
 def _table_key(table: Mapping[str, Any]) -> Any:
