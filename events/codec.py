@@ -168,7 +168,9 @@ def read_each(
     if len(rows) != len(states):
         raise ValueError(f"{len(rows)} rows but {len(states)} states")
     # per call: a topic may have a new class
-    readers = _PageReaders(run_id, alone, _NO_KEY if extra is None else extra)
+    readers = _PageReaders()  # its fields set here: no `__init__` of ours to call per page
+    readers.run_id, readers.alone = run_id, alone
+    readers.extra = _NO_KEY if extra is None else extra
     return map(call, map(readers.__getitem__, map(_TOPIC, rows)), states, rows)
 
 
@@ -184,9 +186,11 @@ class _PageReaders(dict[str, _Read]):
     `EVENT_TYPES` once a page, since a topic may be given a class (or another class) after
     an earlier read."""
 
-    def __init__(self, run_id: UUID, alone: Alone | None, extra: str | None) -> None:
-        super().__init__()
-        self.run_id, self.alone, self.extra = run_id, alone, extra
+    __slots__ = ("alone", "extra", "run_id")  # no `__dict__` made per page
+
+    run_id: UUID
+    alone: Alone | None
+    extra: str | None
 
     def __missing__(self, topic: str) -> _Read:
         cls = EVENT_TYPES.get(topic)

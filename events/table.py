@@ -217,29 +217,66 @@ def lookup(table: JSON) -> dict[tuple[str, str], str]:
     """
     if type(table) is not dict and not isinstance(table, Mapping):  # dict: no ABC check
         return {}
-    key = _table_key(table)
-    known = _LOOKUPS.get(key) if key is not None else None
-    if known is None:
-        known = _expanded(table)
-        if key is not None:
-            if len(_LOOKUPS) >= _LOOKUPS_KEPT:
-                _LOOKUPS.clear()
-            _LOOKUPS[key] = known
-    return dict(known)
+    global _LAST
+    get = table.get
+    read = (get("initial"), get("final"), get("states"), get("transitions"))
+    last = _LAST  # one pair, replaced whole: a thread reads one table's parts and expansion
+    # The newest table again (a run's, read by every fold of it): compared as it is, in C,
+    # with no key built. Equal parts give an equal `_table_key`: the same expansion.
+    if read == last[0]:
+        return dict(last[1])
+    key = _table_key(read)
+    if key is None:
+        return _expanded(table)
+    kept = _LOOKUPS.get(key)
+    if kept is None:
+        if len(_LOOKUPS) >= _LOOKUPS_KEPT:
+            _LOOKUPS.clear()
+        kept = _LOOKUPS[key] = (_json_copy(read), _expanded(table))
+    if kept[0] is not None:
+        _LAST = kept
+    return dict(kept[1])
 
 
-_LOOKUPS: dict[Any, dict[tuple[str, str], str]] = {}
+_Kept = tuple[Any, dict[tuple[str, str], str]]
+"""A table's parts as `lookup` copied them (None: not kept) and its expansion."""
+_LOOKUPS: dict[Any, _Kept] = {}
 _LOOKUPS_KEPT = 256
+_LAST: _Kept = (None, {})
+"""`lookup`'s newest table (a copy made once per key kept, not per look-up)."""
 
 
-def _table_key(table: Mapping[str, Any]) -> Any:
-    """A hashable form of what `lookup` reads from a table, or None for odd tables."""
+def _json_copy(read: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A copy of a table's parts (initial, final, states, transitions) that no change to
+    the table reaches, or None where a part is not a list (not kept). Asked only of parts
+    `_table_key` keyed (each row hashable): a part or row of another type than the list
+    copied never equals its copy, so the next look-up only misses."""
+    initial, final, states, transitions = read
+    if not (
+        (final is None or type(final) is list)
+        and (states is None or type(states) is list)
+        and (transitions is None or type(transitions) is list)
+    ):
+        return None
+    rows = None if transitions is None else list(map(list, transitions))
+    return (
+        initial,
+        None if final is None else list(final),
+        None if states is None else list(states),
+        rows,
+    )
+
+
+def _table_key(read: tuple[Any, ...]) -> Any:
+    """A hashable form of what `lookup` reads from a table (its initial, final, states and
+    transitions), or None for odd tables."""
+    initial, final, states, transitions = read
     try:
         key = (
-            table.get("initial"),
-            tuple(table.get("final") or ()),
-            tuple(table.get("states") or ()),
-            tuple(map(tuple, table.get("transitions") or ())),
+            initial,
+            tuple(final or ()),
+            tuple(states or ()),
+            tuple(map(tuple, transitions or ())),
         )
         hash(key)
         return key

@@ -14,6 +14,7 @@ import linecache
 import re
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
+from operator import is_
 from types import CodeType
 from typing import Any, ClassVar, Generic, TypeVar
 from uuid import UUID
@@ -337,7 +338,8 @@ def folds_with(projection: Projection[Any], owner: type[Projection[Any]], *kinds
     if type(projection).apply is not owner.apply or "handlers" in vars(projection):
         return False
     handlers, owned = projection.handlers, owner.handlers
-    return all(handlers.get(kind) is owned.get(kind) for kind in kinds)
+    # maps, not a generator: asked by every fold, no frame of ours per kind
+    return all(map(is_, map(handlers.get, kinds), map(owned.get, kinds)))
 
 
 def folded_by(

@@ -138,15 +138,7 @@ class StateStack(Projection[Stack]):
         table, frames = event.table, state.frame_list
         if len(frames):  # rows of another table's frames: a push must not take their states
             frames = PList(frames.cells, len(frames))
-        return build(
-            Stack,
-            {
-                "initial": initial_state(table),
-                "table": lookup(table),
-                "frame_list": frames,
-                "hub": _hub(hub_of(table), frozenset()),
-            },
-        )
+        return _STACK(initial_state(table), lookup(table), frames, _hub(hub_of(table), frozenset()))
 
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:

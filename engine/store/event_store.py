@@ -622,7 +622,7 @@ class Store:
         assert read is not None  # asked only of a backend that reads rows
         try:
             found = read(run_id, **query)
-            ends = [row[0] for row in (*found[:1], *found[-1:])]
+            ends = (found[0][0], found[-1][0]) if found else ()
             self._check_whole(run_id, ends, len(found), query)
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error

@@ -108,6 +108,27 @@ class TestLookup:
         assert lookup(None) == {}
         assert lookup({"transitions": [["a", "ok"], 3, ["a", "ok", "b"]]}) == {("a", "ok"): "b"}
 
+    def test_same_table_again_read_as_it_is_now(self) -> None:
+        """A table looked up again after a change in place (a row, `initial` where `states`
+        is missing) gives its new expansion, and the copy given back is the caller's own."""
+        table: dict[str, Any] = {"initial": "a", "final": ["z"], "transitions": [["a", "ok", "b"]]}
+        first = lookup(table)
+        first[("a", "ok")] = "mutated"
+        assert lookup(table) == {("a", "ok"): "b"}
+        table["transitions"][0][2] = "c"
+        assert lookup(table) == {("a", "ok"): "c"}
+        table["transitions"].append(["*", "x", "z"])
+        assert lookup(table) == {("a", "ok"): "c", ("a", "x"): "z", ("c", "x"): "z"}
+        table["initial"] = "q"
+        assert lookup(table) == {
+            ("a", "ok"): "c",
+            ("a", "x"): "z",
+            ("c", "x"): "z",
+            ("q", "x"): "z",
+        }
+        moved = {("a", "ok"): "c", ("a", "x"): "z", ("q", "x"): "z", ("z", "x"): "z"}
+        assert lookup(dict(table, final=["c"])) == moved
+
 
 class TestStateStack:
     def test_initial_state_is_empty(self) -> None:

@@ -368,8 +368,10 @@ def _held(table: str, states: bool) -> str:
 
 
 @functools.cache
+@functools.lru_cache(maxsize=256)  # a few tables, 16 shapes each: one text per shape
 def select_statement(table: str, gt: bool, lte: bool, desc: bool, limit: bool) -> str:
-    """The SELECT for one shape of query (its parameters: run id, gt, lte, limit)."""
+    """The SELECT for one shape of query (its parameters: run id, gt, lte, limit): the same
+    text object each time, its hash kept (sqlite3's statement cache looks it up by it)."""
     return (
         f"SELECT originator_version, topic, state FROM {table} WHERE originator_id=?"
         + (" AND originator_version>?" if gt else "")
