@@ -367,8 +367,7 @@ def _held(table: str, states: bool) -> str:
     return f"h.originator_id=? AND h.originator_version=? AND coalesce(h.state=?, 1) AND {newest}"
 
 
-@functools.cache
-@functools.lru_cache(maxsize=256)  # a few tables, 16 shapes each: one text per shape
+@functools.cache  # a few tables, 16 shapes each: one text per shape
 def select_statement(table: str, gt: bool, lte: bool, desc: bool, limit: bool) -> str:
     """The SELECT for one shape of query (its parameters: run id, gt, lte, limit): the same
     text object each time, its hash kept (sqlite3's statement cache looks it up by it)."""
