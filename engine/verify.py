@@ -31,7 +31,7 @@ from engine.store.chain_workers import (
     check_range,
 )
 from engine.store.failures import is_database_error
-from engine.store.mapper import EventMapper
+from engine.store.mapper import EventMapper, not_bytes
 from events import Event, EventFormatError, RunStarted, StagetrailError
 from projections import Projection, ProjectionError
 
@@ -372,7 +372,8 @@ class ChainCheck:
                 try:
                     yield mapper.from_json(StoredEvent(self.run_id, version, topic, data), data)
                 except EventFormatError as error:
-                    self._unreadable(version, error)
+                    if isinstance(data, bytes):  # a state that is not: `page` reported it
+                        self._unreadable(version, error)
 
     def readable(self, page: Sequence[StoredRow], mapper: EventMapper) -> Sequence[StoredRow]:
         """The page's events that can be decrypted and decompressed, each with its JSON."""
@@ -380,6 +381,9 @@ class ChainCheck:
             return page
         rows = []
         for version, topic, state in page:
+            if not isinstance(state, bytes):  # edited in the database: `check` reports it
+                rows.append((version, topic, state))
+                continue
             try:
                 data = mapper.json_of(StoredEvent(self.run_id, version, topic, state))
             except EventFormatError as error:
@@ -409,6 +413,9 @@ class ChainCheck:
 
     def check(self, version: int, topic: str, data: bytes) -> None:
         """Check the link of one stored event whose JSON (decrypted, decompressed) is `data`."""
+        if not isinstance(data, bytes):
+            self._not_bytes(version, data)
+            return
         if version == self.expected and self.chained_from is not None:
             link = self.chain.follows(self.previous, self.run_id, version, topic, data)
             if link:  # the common case: the link is there and right
@@ -416,6 +423,17 @@ class ChainCheck:
                 self._head = (self.chain.mode, link)
                 return
         self._check(version, topic, data)
+
+    def _not_bytes(self, version: int, data: object) -> None:
+        """A row whose stored state is not bytes (NULL, text: edited in the database): it
+        cannot be read, and its link is unknown, so the chain is broken there (the next
+        event's link is then compared with none, and breaks too)."""
+        what = not_bytes(data)
+        self.problems.append(Problem(version, "format", f"{what} (edited in the database)"))
+        if self.chained_from is not None or self._must_link(version):
+            self._broken(version, f"{what}: its link cannot be read; it was edited")
+        if type(version) is int:
+            self.expected, self.previous = version + 1, b""
 
     def _check(self, version: int, topic: str, data: bytes) -> None:
         gap = version != self.expected

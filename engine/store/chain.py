@@ -185,8 +185,15 @@ class Chain:
         done, size = 0, _FIRST_CHUNK
         while done < count:
             chunk = rows[start + done : start + min(done + size, count)]
-            computed = links(previous, version + done, run_id, chunk)
-            held = self._held(chunk, computed)
+            try:
+                computed = links(previous, version + done, run_id, chunk)
+                held = self._held(chunk, computed)
+            except TypeError:  # a stored state that is no bytes (edited): followed up to it
+                stored = _stored(chunk)
+                if stored == len(chunk):
+                    raise
+                count = done + stored
+                continue
             if held:
                 done, previous = done + held, computed[held - 1]
             if held < len(chunk):
@@ -363,6 +370,14 @@ def _consecutive(rows: Sequence[StoredRow], start: int, version: int) -> int:
     return done
 
 
+def _stored(rows: Sequence[StoredRow]) -> int:
+    """How many of `rows`, from the first, hold their stored JSON as bytes."""
+    count = 0
+    while count < len(rows) and isinstance(rows[count][2], bytes):
+        count += 1
+    return count
+
+
 def _head(topic: str) -> bytes:
     """The topic's bytes and the NUL after them, as a link's message holds them (made once)."""
     encoded = _HEADS.get(topic)
@@ -387,8 +402,8 @@ def split(data: bytes) -> tuple[bytes, str, bytes] | None:
     decoding skips characters outside its alphabet and the last character's unused
     bits, so other texts decode to the same link, and an event edited there would pass.
     """
-    if len(data) <= _SUFFIX or not data.endswith(_CLOSE):
-        return None
+    if not isinstance(data, bytes) or len(data) <= _SUFFIX or not data.endswith(_CLOSE):
+        return None  # no bytes: a state edited to NULL or text in the database
     start = len(data) - _SUFFIX
     if data[start : start + len(_OPEN)] != _OPEN:
         return None

@@ -1,0 +1,90 @@
+"""Event rows whose columns hold another type than stagetrail writes (a state that is NULL or
+text, a version that is not a whole number): `verify` names the version, every other read
+refuses the run with one error naming it (issue 29)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import Engine, StoreError
+from engine.store.event_store import PAGE
+from tests._helpers import REVIEW
+from tests.audit.tampering import Rows
+from tests.audit.test_chain import recorded
+from tests.cli._helpers import invoke
+
+LAYOUTS = ("sqlite", "sqlite-text", "postgres")
+
+
+@pytest.fixture(params=LAYOUTS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """A store's URL and the URL `Rows` edits: PostgreSQL, or a SQLite file of either layout."""
+    if request.param == "postgres":
+        url = str(request.getfixturevalue("postgres_url"))
+        return url, url
+    path = f"sqlite:///{tmp_path / 'runs.db'}"
+    return path + ("?layout=text" if request.param == "sqlite-text" else ""), path
+
+
+class TestAStateThatIsNoBytes:
+    """A row's state set to NULL (or, in SQLite, to text): reported, never a TypeError."""
+
+    @pytest.mark.parametrize("kind", ["NULL", "text"])
+    def test_verify_names_its_version(self, store: tuple[str, str], kind: str) -> None:
+        """The whole verify and the chain alone report the event unreadable and the chain
+        broken at its version; the events before and after it are checked."""
+        url, edited = store
+        if kind == "text" and url.startswith("postgres"):
+            pytest.skip("a bytea column holds no text")
+        with Engine(url) as engine:
+            run_id = recorded(engine)
+            rows = Rows(edited)
+            topic, state = rows.get(run_id, 3)
+            rows.put(run_id, 3, topic, None if kind == "NULL" else state.decode())  # type: ignore[arg-type]
+            for report in (engine.verify(run_id), engine.verify(run_id, chain_only=True)):
+                assert report.chain == "broken"
+                assert report.problems[0].version == 3
+                found = {(p.version, p.check) for p in report.problems}
+                assert {(3, "chain"), (3, "format")} <= found
+                assert kind in next(p.message for p in report.problems if p.check == "format")
+                assert all(p.version >= 3 for p in report.problems)
+
+    def test_in_a_long_page_it_is_named(self, store: tuple[str, str]) -> None:
+        """A NULL state in the middle of a page's big chunk is named at its version, alone
+        and in the whole verify, and nothing after it is reported broken but the next."""
+        url, edited = store
+        with Engine(url) as engine:
+            run = engine.start_run(REVIEW)
+            with run.batch():
+                for index in range(PAGE + 199):
+                    run.note("step", f"s{index}")
+            rows = Rows(edited)
+            topic, _ = rows.get(run.id, 301)
+            rows.put(run.id, 301, topic, None)  # type: ignore[arg-type]
+            for report in (engine.verify(run.id), engine.verify(run.id, chain_only=True)):
+                assert report.chain == "broken"
+                assert {p.version for p in report.problems} <= {301, 302}
+                assert (301, "format") in {(p.version, p.check) for p in report.problems}
+
+    def test_reading_it_is_one_clear_store_error(self, store: tuple[str, str]) -> None:
+        """`events` and `load` raise a `StoreError` naming the run, the version and NULL."""
+        url, edited = store
+        with Engine(url) as engine:
+            run_id = recorded(engine)
+            engine.projections.catch_up()
+            rows = Rows(edited)
+            topic, _ = rows.get(run_id, 3)
+            rows.put(run_id, 3, topic, None)  # type: ignore[arg-type]
+            for read in (engine.events, engine.load):
+                with pytest.raises(StoreError) as refused:
+                    read(run_id)
+                message = str(refused.value)
+                assert f"run {run_id} version 3" in message
+                assert "NULL" in message
+                assert "TypeError" not in message
+            shown = invoke("show", str(run_id), "--store", url)
+            assert shown.exit_code != 0
+            assert f"run {run_id} version 3" in shown.output
+            assert "NULL" in shown.output
