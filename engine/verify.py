@@ -436,6 +436,9 @@ class ChainCheck:
             self.expected, self.previous = version + 1, b""
 
     def _check(self, version: int, topic: str, data: bytes) -> None:
+        if type(version) is not int:
+            self._misnumbered(version, topic, data)
+            return
         gap = version != self.expected
         if gap:  # its link cannot match either: one problem, at the first missing version
             self._broken(self.expected, _missing(self.expected, version))
@@ -454,6 +457,23 @@ class ChainCheck:
             self.chained_from = version
         if not gap:
             self._link(version, topic, body, mode, link)
+        self.previous = link
+
+    def _misnumbered(self, version: object, topic: str, data: bytes) -> None:
+        """A row whose version is not a whole number (SQLite keeps 3.5 as it is): the chain
+        breaks at the version expected there, and the row's stored link stands for that
+        version's (as after a missing event), so the events after it are checked on."""
+        expected = self.expected
+        self._broken(expected, f"the event after version {expected - 1} has version "
+                     f"{version!r}, not a whole number: its row was edited")  # fmt: skip
+        parts = split(data)
+        self.expected = expected + 1
+        if parts is None:
+            self.previous = b""
+            return
+        _, mode, link = parts
+        self._head = (mode, link)
+        self.chained_from = expected if self.chained_from is None else self.chained_from
         self.previous = link
 
     def _link(self, version: int, topic: str, body: bytes, mode: str, link: bytes) -> None:

@@ -232,18 +232,18 @@ class Chain:
         self, previous: bytes, version: int, run_id: UUID, rows: Iterable[StoredRow]
     ) -> list[bytes]:
         """The links `rows` must hold to follow `previous` from `version` on (plain SHA-256),
-        up to the first row too short to hold one."""
+        up to the first row too short to hold one or not of the version expected."""
         links: list[bytes] = []
         suffix, size, add = _SUFFIX, LINK_BYTES, links.append
         message, pack, sha256 = _cut_format(run_id), _VERSION, _sha256
         # a run's rows mostly share a topic: a str compare where a driver gives a new str
         # a row costs less than looking its bytes up each time
         named, topic_bytes = "", b""
-        for _, topic, data in rows:
+        for stored, topic, data in rows:
             if topic != named:
                 named, topic_bytes = topic, _TOPICS.get(topic) or _topic(topic)
             cut = len(data) - suffix
-            if cut <= 0:
+            if cut <= 0 or stored != version:  # a version edited to a number not whole: a break
                 break
             text = message % (previous, pack(version), topic_bytes, cut, data)
             previous = sha256(text).digest()[:size]
@@ -260,11 +260,11 @@ class Chain:
         inner, outer = self._inner.copy, self._outer.copy
         message, pack = _cut_format(run_id), _VERSION
         named, topic_bytes = "", b""  # as `_links_plain`
-        for _, topic, data in rows:
+        for stored, topic, data in rows:
             if topic != named:
                 named, topic_bytes = topic, _TOPICS.get(topic) or _topic(topic)
             cut = len(data) - suffix
-            if cut <= 0:
+            if cut <= 0 or stored != version:
                 break
             hashed = inner()
             hashed.update(message % (previous, pack(version), topic_bytes, cut, data))
@@ -354,10 +354,14 @@ def _cut_format(run_id: UUID) -> bytes:
 
 
 def _consecutive(rows: Sequence[StoredRow], start: int, version: int) -> int:
-    """How many of `rows` from `start` on have the versions `version`, `version` + 1, ...
+    """How many of `rows` from `start` on have the versions `version`, `version` + 1, ...,
+    as far as the first and last say (the links compare each row's: `_links_plain`).
 
     A store returns a run's events in version order, each version once, so the first
-    and last decide for a whole page; anything else is counted one by one.
+    and last decide for a whole page of whole numbers; but SQLite keeps a version edited
+    to one that is not whole (3.5) as it is, between its neighbours, so `_links_plain`
+    stops at a row whose version is not the one its link's message packs. Anything else
+    is counted one by one.
     """
     count = len(rows) - start
     if count <= 0:

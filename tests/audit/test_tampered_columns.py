@@ -88,3 +88,26 @@ class TestAStateThatIsNoBytes:
             assert shown.exit_code != 0
             assert f"run {run_id} version 3" in shown.output
             assert "NULL" in shown.output
+
+
+class TestAVersionThatIsNoWholeNumber:
+    """SQLite keeps a version set to 3.5 as REAL: the chain breaks there, it is not intact."""
+
+    @pytest.mark.parametrize("events", [8, PAGE + 199])
+    def test_the_chain_breaks_at_its_version(self, tmp_path: Path, events: int) -> None:
+        """A version in the middle of a page edited to a number that is not whole breaks the
+        chain at the version it replaced, alone and in the whole verify, either layout."""
+        for layout in ("compact", "text"):
+            path = f"sqlite:///{tmp_path / f'{layout}.db'}"
+            with Engine(f"{path}?layout={layout}") as engine:
+                run = engine.start_run(REVIEW)
+                with run.batch():
+                    for index in range(events - 1):
+                        run.note("step", f"s{index}")
+                middle = events // 2
+                Rows(path).renumber(run.id, middle, middle + 0.5)
+                for report in (engine.verify(run.id), engine.verify(run.id, chain_only=True)):
+                    assert report.chain == "broken", layout
+                    chain = [p for p in report.problems if p.check == "chain"]
+                    assert [p.version for p in chain] == [middle], layout
+                    assert str(middle + 0.5) in chain[0].message
