@@ -21,7 +21,7 @@ from eventsourcing.persistence import StoredEvent
 from engine.errors import InvalidArgument, PipelineError
 from engine.machine import replay
 from engine.pipeline import Pipeline
-from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, split
+from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, holds_bytes, split
 from engine.store.chain_workers import (
     MAX_WORKER_TIMEOUT,
     WORKER_TIMEOUT,
@@ -372,7 +372,7 @@ class ChainCheck:
                 try:
                     yield mapper.from_json(StoredEvent(self.run_id, version, topic, data), data)
                 except EventFormatError as error:
-                    if isinstance(data, bytes):  # a state that is not: `page` reported it
+                    if holds_bytes(data):  # a state that is not: `page` reported it
                         self._unreadable(version, error)
 
     def readable(self, page: Sequence[StoredRow], mapper: EventMapper) -> Sequence[StoredRow]:
@@ -381,7 +381,7 @@ class ChainCheck:
             return page
         rows = []
         for version, topic, state in page:
-            if not isinstance(state, bytes):  # edited in the database: `check` reports it
+            if not holds_bytes(state):  # edited in the database: `check` reports it
                 rows.append((version, topic, state))
                 continue
             try:
@@ -413,7 +413,7 @@ class ChainCheck:
 
     def check(self, version: int, topic: str, data: bytes) -> None:
         """Check the link of one stored event whose JSON (decrypted, decompressed) is `data`."""
-        if not isinstance(data, bytes):
+        if not holds_bytes(data):
             self._not_bytes(version, data)
             return
         if version == self.expected and self.chained_from is not None:

@@ -374,10 +374,17 @@ def _consecutive(rows: Sequence[StoredRow], start: int, version: int) -> int:
     return done
 
 
+def holds_bytes(data: object) -> bool:
+    """Whether a row's stored state is bytes, as stagetrail writes it: not NULL, text or a
+    number a database edit put there (a row's type says bytes; the database says what it
+    holds)."""
+    return isinstance(data, bytes)
+
+
 def _stored(rows: Sequence[StoredRow]) -> int:
     """How many of `rows`, from the first, hold their stored JSON as bytes."""
     count = 0
-    while count < len(rows) and isinstance(rows[count][2], bytes):
+    while count < len(rows) and holds_bytes(rows[count][2]):
         count += 1
     return count
 
@@ -406,7 +413,7 @@ def split(data: bytes) -> tuple[bytes, str, bytes] | None:
     decoding skips characters outside its alphabet and the last character's unused
     bits, so other texts decode to the same link, and an event edited there would pass.
     """
-    if not isinstance(data, bytes) or len(data) <= _SUFFIX or not data.endswith(_CLOSE):
+    if not holds_bytes(data) or len(data) <= _SUFFIX or not data.endswith(_CLOSE):
         return None  # no bytes: a state edited to NULL or text in the database
     start = len(data) - _SUFFIX
     if data[start : start + len(_OPEN)] != _OPEN:
