@@ -4,12 +4,17 @@ refuses the run with one error naming it (issue 29)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 import pytest
 
 from engine import Engine, StoreError
-from engine.store.event_store import PAGE
+from engine.errors import RunErasedWhileRead
+from engine.store.chain import StoredRow
+from engine.store.event_store import PAGE, Store
 from tests._helpers import REVIEW
 from tests.audit.tampering import Rows
 from tests.audit.test_chain import recorded
@@ -111,3 +116,57 @@ class TestAVersionThatIsNoWholeNumber:
                     chain = [p for p in report.problems if p.check == "chain"]
                     assert [p.version for p in chain] == [middle], layout
                     assert str(middle + 0.5) in chain[0].message
+
+
+def erased_after_the_first_page(url: str, doomed: UUID, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of `doomed`'s stored rows is followed, once its first page is read, by a
+    compaction of the store by another engine (which erases the run)."""
+    rows = Store.stored_rows
+
+    def erasing(store: Store, run_id: UUID, gt: int = 0) -> Iterator[list[StoredRow]]:
+        for number, page in enumerate(rows(store, run_id, gt)):
+            yield page
+            if run_id == doomed and number == 0:
+                with Engine(url) as other:
+                    assert other.compact().runs == (doomed,)
+
+    monkeypatch.setattr(Store, "stored_rows", erasing)
+
+
+class TestErasedWhileVerified:
+    @pytest.mark.parametrize("chain_only", [False, True], ids=["whole", "chain-only"])
+    def test_it_is_refused_not_passed(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, chain_only: bool
+    ) -> None:
+        """A deleted run a compaction erases after verify read its first page is refused with
+        `RunErasedWhileRead` naming the first version it no longer found, as a fold is, never
+        reported sound with only the events read."""
+        with Engine(shared_url) as engine:
+            doomed = engine.start_run(REVIEW)
+            with doomed.batch():
+                for index in range(PAGE + 10):
+                    doomed.note("step", f"s{index}")
+            doomed.finish("deleted")
+            erased_after_the_first_page(shared_url, doomed.id, monkeypatch)
+            with pytest.raises(RunErasedWhileRead) as refused:
+                engine.verify(doomed.id, chain_only=chain_only)
+            assert (refused.value.run_id, refused.value.version) == (doomed.id, PAGE + 1)
+
+    def test_a_run_not_deleted_reads_its_newest_once(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A sound run that is not deleted is verified with one read of its newest event:
+        only a deleted run can be erased while it is checked."""
+        with Engine(sqlite_url) as engine:
+            run_id = recorded(engine)
+            reads: list[Any] = []
+            newest = Store.newest
+
+            def counted(store: Store, run: UUID) -> Any:
+                reads.append(run)
+                return newest(store, run)
+
+            monkeypatch.setattr(Store, "newest", counted)
+            assert engine.verify(run_id).ok
+            assert engine.verify(run_id, chain_only=True).ok
+            assert reads == [run_id, run_id]
