@@ -481,17 +481,19 @@ class Engine:
         newest = self.store.last(rid)
         if newest is None:
             raise RunNotFound(rid, self.url)
-        helpers = chain_workers(newest.version, workers)  # refused even without `chain_only`
+        # a version edited to text sorts last in SQLite: the check reports that row
+        upto = newest.version if type(newest.version) is int else 0
+        helpers = chain_workers(upto, workers)  # refused even without `chain_only`
         pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         plain = self.store.chain_record is not None and self.store.chain_record.mode == "plain"
         if chain_only:
             # A run shorter than a range is read page by page: none of a reading to make.
-            reading = self.store.range_reading() if newest.version >= RANGE else None
+            reading = self.store.range_reading() if upto >= RANGE else None
             ranges = None
             if reading is not None:
                 after = functools.partial(self.store.stored_rows, rid)
-                ranges = RunRanges(reading, newest.version, after)
+                ranges = RunRanges(reading, upto, after)
             chained = verify_chain(
                 rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
                 workers=helpers, ranges=ranges, plain=plain, worker_timeout=timeout,
@@ -521,7 +523,8 @@ class Engine:
         problems or fewer events than `newest` (a run deleted while checked), never for a
         sound run that is not deleted.
         """
-        if report.ok and report.events >= newest.version and not deletes(newest):
+        whole = type(newest.version) is int and report.events >= newest.version
+        if report.ok and whole and not deletes(newest):
             return report
         now = self.store.last(run_id)  # RunBeingErased: its erasure has begun
         if now is None or (deletes(newest) and now != newest):

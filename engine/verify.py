@@ -8,6 +8,7 @@ deleted, inserted or moved breaks a link, and the report names the version.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -217,7 +218,7 @@ def verify_chain(
 
 def _with_chain(report: VerifyReport, links: ChainCheck, key_problem: str | None) -> VerifyReport:
     """`report` with the chain's verdict and problems (sorted by version) added."""
-    problems = sorted((*links.problems, *report.problems), key=lambda p: p.version)
+    problems = sorted((*links.problems, *report.problems), key=_place)
     if key_problem is not None:
         problems.insert(0, Problem(0, "chain key", key_problem))
     return attrs.evolve(
@@ -227,6 +228,12 @@ def _with_chain(report: VerifyReport, links: ChainCheck, key_problem: str | None
         head=links.head,
         chained_from=links.chained_from,
     )
+
+
+def _place(problem: Problem) -> float:
+    """Where `problem` sorts: by its version, one edited to text or bytes after all."""
+    version: object = problem.version
+    return version if isinstance(version, (int, float)) else math.inf
 
 
 class ChainCheck:
@@ -429,6 +436,8 @@ class ChainCheck:
         cannot be read, and its link is unknown, so the chain is broken there (the next
         event's link is then compared with none, and breaks too)."""
         what = not_bytes(data)
+        if type(version) is int and version != self.expected:  # events missing before it
+            self._broken(self.expected, _missing(self.expected, version))
         self.problems.append(Problem(version, "format", f"{what} (edited in the database)"))
         if self.chained_from is not None or self._must_link(version):
             self._broken(version, f"{what}: its link cannot be read; it was edited")

@@ -117,6 +117,23 @@ class TestAVersionThatIsNoWholeNumber:
                     assert [p.version for p in chain] == [middle], layout
                     assert str(middle + 0.5) in chain[0].message
 
+    @pytest.mark.parametrize("new", ["abc", b"\x01"], ids=["text", "blob"])
+    def test_a_version_edited_to_text_is_reported(self, tmp_path: Path, new: object) -> None:
+        """A version edited to text or a blob (kept as is, sorted after every number) is
+        reported where it is missing and where it is read, never a TypeError, whatever
+        newest event it makes of the run."""
+        for layout in ("compact", "text"):
+            path = f"sqlite:///{tmp_path / f'{layout}.db'}"
+            with Engine(f"{path}?layout={layout}") as engine:
+                run_id = recorded(engine)
+                Rows(path).renumber(run_id, 3, new)
+                alone = engine.verify(run_id, chain_only=True)
+                assert alone.chain == "broken", layout
+                assert [p.version for p in alone.problems] == [3, 9], layout
+                assert repr(new) in alone.problems[1].message
+                whole = engine.verify(run_id)
+                assert (whole.chain, whole.problems[0].version) == ("broken", 3), layout
+
 
 def erased_after_the_first_page(url: str, doomed: UUID, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every read of `doomed`'s stored rows is followed, once its first page is read, by a
