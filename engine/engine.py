@@ -27,11 +27,12 @@ from engine.errors import (
     RunAlreadyExists,
     RunAlreadyFinished,
     RunBeingErased,
+    RunErasedWhileRead,
     RunNotFound,
     StoreError,
 )
 from engine.pipeline import Pipeline
-from engine.readside import Projections, ReadOnlyViews, TimeTravel
+from engine.readside import Projections, ReadOnlyViews, TimeTravel, deletes
 from engine.store import ChainKeyMismatch, Store, StoreFull, StoreReadOnly, urls, writable
 from engine.store.views import NoViews, RunQuery, Views
 from events import INTERRUPTED, JSON, Event, RunDeleted, RunFinished, RunStarted, utc_now
@@ -456,7 +457,9 @@ class Engine:
             projection by version.
 
         Raises:
-            RunNotFound: no such run (or it was erased while checked).
+            RunNotFound: no such run.
+            RunErasedWhileRead: the run was deleted and erased by a compaction while it was
+                checked (or its id names another run by now).
             RunBeingErased: the run is deleted and a compaction has begun erasing it
                 (before or while it was checked): its history is no longer whole.
             InvalidArgument: `workers` is not a whole number from 0 to 64, or
@@ -478,22 +481,24 @@ class Engine:
         newest = self.store.last(rid)
         if newest is None:
             raise RunNotFound(rid, self.url)
-        helpers = chain_workers(newest.version, workers)  # refused even without `chain_only`
+        # a version edited to text sorts last in SQLite: the check reports that row
+        upto = newest.version if type(newest.version) is int else 0
+        helpers = chain_workers(upto, workers)  # refused even without `chain_only`
         pages, mapper = self.store.stored_rows(rid), self.store.mapper
         linked_from, key_problem = self.store.must_link_from(rid), self.store.chain_key_problem()
         plain = self.store.chain_record is not None and self.store.chain_record.mode == "plain"
         if chain_only:
             # A run shorter than a range is read page by page: none of a reading to make.
-            reading = self.store.range_reading() if newest.version >= RANGE else None
+            reading = self.store.range_reading() if upto >= RANGE else None
             ranges = None
             if reading is not None:
                 after = functools.partial(self.store.stored_rows, rid)
-                ranges = RunRanges(reading, newest.version, after)
+                ranges = RunRanges(reading, upto, after)
             chained = verify_chain(
                 rid, pages, mapper, must_link_from=linked_from, key_problem=key_problem,
                 workers=helpers, ranges=ranges, plain=plain, worker_timeout=timeout,
             )  # fmt: skip
-            return self._not_erased_meanwhile(rid, chained)
+            return self._not_erased_meanwhile(rid, newest, chained)
         registered = [self.projections.projection(n) for n in self.projections.names]
         report = verify_stored(
             rid,
@@ -504,13 +509,26 @@ class Engine:
             key_problem=key_problem,
             plain=plain,
         )
-        return self._not_erased_meanwhile(rid, report)
+        return self._not_erased_meanwhile(rid, newest, report)
 
-    def _not_erased_meanwhile(self, run_id: UUID, report: VerifyReport) -> VerifyReport:
-        """`report`, unless its problems are a compaction's: the run's erasure began while
-        it was checked (then `RunBeingErased`, or `RunNotFound` once it is gone)."""
-        if not report.ok and self.store.last(run_id) is None:
-            raise RunNotFound(run_id, self.url)
+    def _not_erased_meanwhile(
+        self, run_id: UUID, newest: Event, report: VerifyReport
+    ) -> VerifyReport:
+        """`report`, unless the run's erasure began while it was checked: then
+        `RunBeingErased`, or `RunErasedWhileRead` once it is gone (or its id names another
+        run), as a fold refuses it, rather than a report of the events read before.
+
+        A compaction erases only deleted runs, whose `newest` event (read before the check)
+        is their deletion: the store is asked again for those, and for a report with
+        problems or fewer events than `newest` (a run deleted while checked), never for a
+        sound run that is not deleted.
+        """
+        whole = type(newest.version) is int and report.events >= newest.version
+        if report.ok and whole and not deletes(newest):
+            return report
+        now = self.store.last(run_id)  # RunBeingErased: its erasure has begun
+        if now is None or (deletes(newest) and now != newest):
+            raise RunErasedWhileRead(run_id, report.events + 1)
         return report
 
     def compact(self, *, batch: int = 200) -> Compacted:

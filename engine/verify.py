@@ -8,6 +8,7 @@ deleted, inserted or moved breaks a link, and the report names the version.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,7 +22,7 @@ from eventsourcing.persistence import StoredEvent
 from engine.errors import InvalidArgument, PipelineError
 from engine.machine import replay
 from engine.pipeline import Pipeline
-from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, split
+from engine.store.chain import KEYED, PLAIN, Chain, StoredRow, holds_bytes, split
 from engine.store.chain_workers import (
     MAX_WORKER_TIMEOUT,
     WORKER_TIMEOUT,
@@ -31,7 +32,7 @@ from engine.store.chain_workers import (
     check_range,
 )
 from engine.store.failures import is_database_error
-from engine.store.mapper import EventMapper
+from engine.store.mapper import EventMapper, not_bytes
 from events import Event, EventFormatError, RunStarted, StagetrailError
 from projections import Projection, ProjectionError
 
@@ -217,7 +218,7 @@ def verify_chain(
 
 def _with_chain(report: VerifyReport, links: ChainCheck, key_problem: str | None) -> VerifyReport:
     """`report` with the chain's verdict and problems (sorted by version) added."""
-    problems = sorted((*links.problems, *report.problems), key=lambda p: p.version)
+    problems = sorted((*links.problems, *report.problems), key=_place)
     if key_problem is not None:
         problems.insert(0, Problem(0, "chain key", key_problem))
     return attrs.evolve(
@@ -227,6 +228,12 @@ def _with_chain(report: VerifyReport, links: ChainCheck, key_problem: str | None
         head=links.head,
         chained_from=links.chained_from,
     )
+
+
+def _place(problem: Problem) -> float:
+    """Where `problem` sorts: by its version, one edited to text or bytes after all."""
+    version: object = problem.version
+    return version if isinstance(version, (int, float)) else math.inf
 
 
 class ChainCheck:
@@ -372,7 +379,8 @@ class ChainCheck:
                 try:
                     yield mapper.from_json(StoredEvent(self.run_id, version, topic, data), data)
                 except EventFormatError as error:
-                    self._unreadable(version, error)
+                    if holds_bytes(data):  # a state that is not: `page` reported it
+                        self._unreadable(version, error)
 
     def readable(self, page: Sequence[StoredRow], mapper: EventMapper) -> Sequence[StoredRow]:
         """The page's events that can be decrypted and decompressed, each with its JSON."""
@@ -380,6 +388,9 @@ class ChainCheck:
             return page
         rows = []
         for version, topic, state in page:
+            if not holds_bytes(state):  # edited in the database: `check` reports it
+                rows.append((version, topic, state))
+                continue
             try:
                 data = mapper.json_of(StoredEvent(self.run_id, version, topic, state))
             except EventFormatError as error:
@@ -409,6 +420,9 @@ class ChainCheck:
 
     def check(self, version: int, topic: str, data: bytes) -> None:
         """Check the link of one stored event whose JSON (decrypted, decompressed) is `data`."""
+        if not holds_bytes(data):
+            self._not_bytes(version, data)
+            return
         if version == self.expected and self.chained_from is not None:
             link = self.chain.follows(self.previous, self.run_id, version, topic, data)
             if link:  # the common case: the link is there and right
@@ -417,7 +431,23 @@ class ChainCheck:
                 return
         self._check(version, topic, data)
 
+    def _not_bytes(self, version: int, data: object) -> None:
+        """A row whose stored state is not bytes (NULL, text: edited in the database): it
+        cannot be read, and its link is unknown, so the chain is broken there (the next
+        event's link is then compared with none, and breaks too)."""
+        what = not_bytes(data)
+        if type(version) is int and version != self.expected:  # events missing before it
+            self._broken(self.expected, _missing(self.expected, version))
+        self.problems.append(Problem(version, "format", f"{what} (edited in the database)"))
+        if self.chained_from is not None or self._must_link(version):
+            self._broken(version, f"{what}: its link cannot be read; it was edited")
+        if type(version) is int:
+            self.expected, self.previous = version + 1, b""
+
     def _check(self, version: int, topic: str, data: bytes) -> None:
+        if type(version) is not int:
+            self._misnumbered(version, topic, data)
+            return
         gap = version != self.expected
         if gap:  # its link cannot match either: one problem, at the first missing version
             self._broken(self.expected, _missing(self.expected, version))
@@ -436,6 +466,23 @@ class ChainCheck:
             self.chained_from = version
         if not gap:
             self._link(version, topic, body, mode, link)
+        self.previous = link
+
+    def _misnumbered(self, version: object, topic: str, data: bytes) -> None:
+        """A row whose version is not a whole number (SQLite keeps 3.5 as it is): the chain
+        breaks at the version expected there, and the row's stored link stands for that
+        version's (as after a missing event), so the events after it are checked on."""
+        expected = self.expected
+        self._broken(expected, f"the event after version {expected - 1} has version "
+                     f"{version!r}, not a whole number: its row was edited")  # fmt: skip
+        parts = split(data)
+        self.expected = expected + 1
+        if parts is None:
+            self.previous = b""
+            return
+        _, mode, link = parts
+        self._head = (mode, link)
+        self.chained_from = expected if self.chained_from is None else self.chained_from
         self.previous = link
 
     def _link(self, version: int, topic: str, body: bytes, mode: str, link: bytes) -> None:

@@ -14,11 +14,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from engine.readside.overlay import ReadOnlyViews
-from engine.readside.persistent import Projections, ProjectionStatus
+from engine.readside.persistent import Projections, ProjectionStatus, deletes
 from engine.readside.snapshots import SNAPSHOT_INTERVAL, TimeTravel
 
 __all__ = [
     "KEEP_INTERVAL",
+    "deletes",
     "kept_projections",
     "Projections",
     "ProjectionStatus",

@@ -185,8 +185,15 @@ class Chain:
         done, size = 0, _FIRST_CHUNK
         while done < count:
             chunk = rows[start + done : start + min(done + size, count)]
-            computed = links(previous, version + done, run_id, chunk)
-            held = self._held(chunk, computed)
+            try:
+                computed = links(previous, version + done, run_id, chunk)
+                held = self._held(chunk, computed)
+            except TypeError:  # a stored state that is no bytes (edited): followed up to it
+                stored = _stored(chunk)
+                if stored == len(chunk):
+                    raise
+                count = done + stored
+                continue
             if held:
                 done, previous = done + held, computed[held - 1]
             if held < len(chunk):
@@ -225,18 +232,18 @@ class Chain:
         self, previous: bytes, version: int, run_id: UUID, rows: Iterable[StoredRow]
     ) -> list[bytes]:
         """The links `rows` must hold to follow `previous` from `version` on (plain SHA-256),
-        up to the first row too short to hold one."""
+        up to the first row too short to hold one or not of the version expected."""
         links: list[bytes] = []
         suffix, size, add = _SUFFIX, LINK_BYTES, links.append
         message, pack, sha256 = _cut_format(run_id), _VERSION, _sha256
         # a run's rows mostly share a topic: a str compare where a driver gives a new str
         # a row costs less than looking its bytes up each time
         named, topic_bytes = "", b""
-        for _, topic, data in rows:
+        for stored, topic, data in rows:
             if topic != named:
                 named, topic_bytes = topic, _TOPICS.get(topic) or _topic(topic)
             cut = len(data) - suffix
-            if cut <= 0:
+            if cut <= 0 or stored != version:  # a version edited to a number not whole: a break
                 break
             text = message % (previous, pack(version), topic_bytes, cut, data)
             previous = sha256(text).digest()[:size]
@@ -253,11 +260,11 @@ class Chain:
         inner, outer = self._inner.copy, self._outer.copy
         message, pack = _cut_format(run_id), _VERSION
         named, topic_bytes = "", b""  # as `_links_plain`
-        for _, topic, data in rows:
+        for stored, topic, data in rows:
             if topic != named:
                 named, topic_bytes = topic, _TOPICS.get(topic) or _topic(topic)
             cut = len(data) - suffix
-            if cut <= 0:
+            if cut <= 0 or stored != version:
                 break
             hashed = inner()
             hashed.update(message % (previous, pack(version), topic_bytes, cut, data))
@@ -347,10 +354,14 @@ def _cut_format(run_id: UUID) -> bytes:
 
 
 def _consecutive(rows: Sequence[StoredRow], start: int, version: int) -> int:
-    """How many of `rows` from `start` on have the versions `version`, `version` + 1, ...
+    """How many of `rows` from `start` on have the versions `version`, `version` + 1, ...,
+    as far as the first and last say (the links compare each row's: `_links_plain`).
 
     A store returns a run's events in version order, each version once, so the first
-    and last decide for a whole page; anything else is counted one by one.
+    and last decide for a whole page of whole numbers; but SQLite keeps a version edited
+    to one that is not whole (3.5) as it is, between its neighbours, so `_links_plain`
+    stops at a row whose version is not the one its link's message packs. Anything else
+    is counted one by one.
     """
     count = len(rows) - start
     if count <= 0:
@@ -361,6 +372,21 @@ def _consecutive(rows: Sequence[StoredRow], start: int, version: int) -> int:
     while done < count and rows[start + done][0] == version + done:
         done += 1
     return done
+
+
+def holds_bytes(data: object) -> bool:
+    """Whether a row's stored state is bytes, as stagetrail writes it: not NULL, text or a
+    number a database edit put there (a row's type says bytes; the database says what it
+    holds)."""
+    return isinstance(data, bytes)
+
+
+def _stored(rows: Sequence[StoredRow]) -> int:
+    """How many of `rows`, from the first, hold their stored JSON as bytes."""
+    count = 0
+    while count < len(rows) and holds_bytes(rows[count][2]):
+        count += 1
+    return count
 
 
 def _head(topic: str) -> bytes:
@@ -387,8 +413,8 @@ def split(data: bytes) -> tuple[bytes, str, bytes] | None:
     decoding skips characters outside its alphabet and the last character's unused
     bits, so other texts decode to the same link, and an event edited there would pass.
     """
-    if len(data) <= _SUFFIX or not data.endswith(_CLOSE):
-        return None
+    if not holds_bytes(data) or len(data) <= _SUFFIX or not data.endswith(_CLOSE):
+        return None  # no bytes: a state edited to NULL or text in the database
     start = len(data) - _SUFFIX
     if data[start : start + len(_OPEN)] != _OPEN:
         return None

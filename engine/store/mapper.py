@@ -156,6 +156,25 @@ def opened(cipher: Cipher | None, compressor: Compressor | None, data: bytes) ->
     return bytes(data)
 
 
+def not_bytes(state: object) -> str:
+    """What is wrong with a stored state that is not bytes (a row edited in the database):
+    it is NULL, text, a number, another type."""
+    if state is None:
+        return "its stored state is NULL, not bytes"
+    if isinstance(state, str):
+        return "its stored state is text, not bytes"
+    if isinstance(state, (int, float)):
+        return f"its stored state is a number ({state!r}), not bytes"
+    return f"its stored state is a {type(state).__name__}, not bytes"
+
+
+def _why(state: object, error: Exception) -> str:
+    """The reason a state cannot be read: not bytes, else what `error` says."""
+    if isinstance(state, (bytes, bytearray, memoryview)):
+        return f"{type(error).__name__}: {error}"
+    return not_bytes(state)
+
+
 class EventMapper(Mapper[UUID]):
     """Converts stagetrail events to eventsourcing `StoredEvent`s and back.
 
@@ -236,7 +255,7 @@ class EventMapper(Mapper[UUID]):
         try:
             return opened(self.cipher, self.compressor, stored_event.state)
         except Exception as error:  # the cipher and codecs raise assorted types
-            raise self._unreadable(stored_event, f"{type(error).__name__}: {error}") from error
+            raise self._unreadable(stored_event, _why(stored_event.state, error)) from error
 
     def from_json(self, stored_event: StoredEvent, data: bytes) -> Event:
         """The event whose stored JSON (`json_of`) is `data`, upcast.
@@ -247,7 +266,7 @@ class EventMapper(Mapper[UUID]):
         try:
             state = self.transcoder.decode(data)
         except Exception as error:  # the codecs raise assorted types
-            raise self._unreadable(stored_event, f"{type(error).__name__}: {error}") from error
+            raise self._unreadable(stored_event, _why(data, error)) from error
         if type(state) is dict:
             state.pop(FIELD, None)  # the link is the store's, not the event's
         run_id = stored_event.originator_id

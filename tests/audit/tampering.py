@@ -154,3 +154,14 @@ class Rows:
             ).fetchall()
             rows = conn.execute(f"SELECT key, value FROM {META_TABLE} ORDER BY key").fetchall()
         return [tuple(e) for e in events], [tuple(r) for r in rows]
+
+    def renumber(self, run_id: UUID, version: int, new: object) -> None:
+        """Set one event's version to `new` (SQLite keeps a number that is not whole as REAL)."""
+        with self._cursor() as conn:
+            conn.execute(
+                self._sql(
+                    f"UPDATE {EVENTS_TABLE} SET originator_version = ? "
+                    "WHERE originator_id = ? AND originator_version = ?"
+                ),
+                (new, self._id(run_id), version),
+            )
