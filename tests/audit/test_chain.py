@@ -14,7 +14,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from engine import ConcurrencyConflict, Engine
+from engine import ConcurrencyConflict, Engine, Run
 from engine.store.chain import Chain, StoredRow, split
 from engine.store.event_store import PAGE
 from engine.verify import ChainCheck
@@ -37,6 +37,15 @@ def recorded(engine: Engine) -> UUID:
     run.stage_completed("developer", result={"patch": "q"})
     run.finish("failed", reason="given up")
     return run.id
+
+
+def noted(engine: Engine, count: int) -> Run:
+    """A run of `count` notes after its start, recorded in one batch (still running)."""
+    run = engine.start_run(REVIEW)
+    with run.batch():
+        for index in range(count):
+            run.note("step", f"s{index}")
+    return run
 
 
 def chain_problems(engine: Engine, run_id: UUID) -> list[tuple[int, str]]:
@@ -721,10 +730,7 @@ class TestChainAlone:
         the next row's, whose link no longer follows the stored one before it), alone and in
         the whole verify, in SQLite and PostgreSQL."""
         with Engine(shared_url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(PAGE + 199):
-                    run.note("step", f"s{index}")
+            run = noted(engine, PAGE + 199)
             rows = Rows(shared_url)
             if tampering == "edited":
                 topic, state = rows.get(run.id, 301)

@@ -17,7 +17,7 @@ from engine.store.chain import StoredRow
 from engine.store.event_store import PAGE, Store
 from tests._helpers import REVIEW
 from tests.audit.tampering import Rows
-from tests.audit.test_chain import recorded
+from tests.audit.test_chain import noted, recorded
 from tests.cli._helpers import invoke
 
 LAYOUTS = ("sqlite", "sqlite-text", "postgres")
@@ -64,10 +64,7 @@ class TestAStateThatIsNoBytes:
         and in the whole verify, and nothing after it is reported broken but the next."""
         url, edited = store
         with Engine(url) as engine:
-            run = engine.start_run(REVIEW)
-            with run.batch():
-                for index in range(PAGE + 199):
-                    run.note("step", f"s{index}")
+            run = noted(engine, PAGE + 199)
             rows = Rows(edited)
             topic, _ = rows.get(run.id, 301)
             rows.put(run.id, 301, topic, None)  # type: ignore[arg-type]
@@ -162,10 +159,7 @@ class TestErasedWhileVerified:
         `RunErasedWhileRead` naming the first version it no longer found, as a fold is, never
         reported sound with only the events read."""
         with Engine(shared_url) as engine:
-            doomed = engine.start_run(REVIEW)
-            with doomed.batch():
-                for index in range(PAGE + 10):
-                    doomed.note("step", f"s{index}")
+            doomed = noted(engine, PAGE + 10)
             doomed.finish("deleted")
             erased_after_the_first_page(shared_url, doomed.id, monkeypatch)
             with pytest.raises(RunErasedWhileRead) as refused:
