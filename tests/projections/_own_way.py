@@ -36,6 +36,14 @@ def applied(projection: Projection[Any], events: Iterable[Event], state: Any = N
     return state
 
 
+def prefixes(projection: Projection[Any], events: Iterable[Event]) -> list[Any]:
+    """The state after each event, applied one at a time (index 0: the initial state)."""
+    states = [projection.initial()]
+    for event in events:
+        states.append(projection.apply(states[-1], event))
+    return states
+
+
 def assert_folds_as_applied(projection: Projection[Any], start: Any, outcome: Event) -> None:
     """A fold of `outcome` from `start` (a list of it, and an iterator) gives the very state
     `apply` gives: equal to it, and of its class."""

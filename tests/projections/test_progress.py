@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from engine import ProgressPolicy
 from events import Event, ProgressObserved, StageCompleted, StageFailed, StageStarted
 from projections.progress import Progress, ProgressState, Verdict
-from tests.projections._own_way import applied, ignoring
+from tests.projections._own_way import applied, ignoring, prefixes
 
 RID = uuid.UUID(int=5)
 PROJECTION = ProgressState()
@@ -268,9 +268,7 @@ class TestStretchFold:
         the events after it (a list or an iterator) gives the counters `apply` gives event by
         event."""
         events = progress_history(steps)
-        states = [PROJECTION.initial()]
-        for event in events:
-            states.append(PROJECTION.apply(states[-1], event))
+        states = prefixes(PROJECTION, events)
         begin = data.draw(st.integers(0, len(events)), "begin")
         end = data.draw(st.integers(begin, len(events)), "end")
         for origin in (states[begin], roundtrip(states[begin])):

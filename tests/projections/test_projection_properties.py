@@ -18,6 +18,7 @@ from engine.readside import TimeTravel
 from events import Event
 from projections import BUILT_INS, Projection
 from tests._helpers import POSTGRES_URL, REVIEW, require_postgres
+from tests.projections._own_way import prefixes
 
 ACTIONS = st.lists(
     st.tuples(
@@ -97,14 +98,6 @@ def record(engine: Engine, steps: list[tuple[str, str, int]]) -> tuple[dict[str,
         with contextlib.suppress(StagetrailError):
             recorded.append(act(runs[which], action, number))
     return runs, recorded
-
-
-def prefixes(projection: Projection[Any], events: list[Event]) -> list[Any]:
-    """The state after each event, folded incrementally (index 0: before any)."""
-    states = [projection.initial()]
-    for event in events:
-        states.append(projection.apply(states[-1], event))
-    return states
 
 
 def persistent(engine: Engine, projection: Projection[Any], run: Run) -> Any:

@@ -29,7 +29,7 @@ from projections.results import (
     StageResults,
 )
 from tests._helpers import PausedThread, switching_often
-from tests.projections._own_way import applied, assert_folds_as_applied, ignoring
+from tests.projections._own_way import applied, assert_folds_as_applied, ignoring, prefixes
 
 RID = uuid.UUID(int=2)
 RESULTS = StageResults()
@@ -268,9 +268,7 @@ class TestRetryCountsFold:
         the events after it (a list or an iterator) gives the counters `apply` gives event by
         event, and leaves the state it went on from as it was."""
         events = retry_history(steps)
-        states = [RETRIES.initial()]
-        for event in events:
-            states.append(RETRIES.apply(states[-1], event))
+        states = prefixes(RETRIES, events)
         begin = data.draw(st.integers(0, len(events)), "begin")
         end = data.draw(st.integers(begin, len(events)), "end")
         before = RETRIES.encode(states[begin])

@@ -15,7 +15,7 @@ from events import JSON, Event, NoteAdded, StageCompleted, StageFailed, StateRol
 from projections import Round, Rounds, RoundsTable, StateStack
 from projections.rounds import Rollback
 from tests._helpers import hub_history, switching_often
-from tests.projections._own_way import applied, ignoring
+from tests.projections._own_way import applied, ignoring, prefixes
 
 RID = uuid.UUID(int=7)
 PROJECTION = RoundsTable()
@@ -395,9 +395,7 @@ class TestRowsFold:
         across blocks) ends where `apply` ends, and leaves the state it began from as it was,
         however often a fold or `apply` goes on from it."""
         events = rounds_history(steps)
-        states = [PROJECTION.initial()]
-        for event in events:
-            states.append(PROJECTION.apply(states[-1], event))
+        states = prefixes(PROJECTION, events)
         begin = data.draw(st.integers(0, len(events)), "begin")
         end = data.draw(st.integers(begin, len(events)), "end")
         before = PROJECTION.encode(states[begin])

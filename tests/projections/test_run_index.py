@@ -20,7 +20,7 @@ from projections.errors import ProjectionError
 from projections.immutable import PList
 from projections.run_index import STATUS_NOTE, _states, pack_states
 from tests._helpers import REVIEW, hub_history
-from tests.projections._own_way import applied, ignoring
+from tests.projections._own_way import applied, ignoring, prefixes
 
 OTHER = Pipeline(
     "other", initial="a", transitions=[("a", "completed", "b"), ("a", "failed", "a")], final=["b"]
@@ -368,9 +368,7 @@ class TestStretchFoldProperty:
         gives the summary `apply` gives event by event, its states and attempts too."""
         events = moves_history(steps)
         projection = RunIndex()
-        states: list[RunSummary | None] = [projection.initial()]
-        for event in events:
-            states.append(projection.apply(states[-1], event))
+        states: list[RunSummary | None] = prefixes(projection, events)
         begin = data.draw(st.integers(0, len(events)), "begin")
         end = data.draw(st.integers(begin, len(events)), "end")
         for given_events in (events[begin:end], iter(events[begin:end])):
