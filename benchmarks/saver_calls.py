@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from benchmarks import langgraph as graph_bench
 from benchmarks._common import report, scratch
@@ -189,10 +190,13 @@ def stagetrail(path: Path) -> Replayer:
 
 def sqlite(path: Path) -> Replayer:
     connection = sqlite3.connect(path, check_same_thread=False)
-    return Replayer("sqlite", graph_bench.SqliteSaver(connection))
+    return Replayer("sqlite", SqliteSaver(connection))
 
 
-SAVERS: dict[str, Callable[[Path], Replayer]] = {"StagetrailSaver": stagetrail, "SqliteSaver": sqlite}
+SAVERS: dict[str, Callable[[Path], Replayer]] = {
+    "StagetrailSaver": stagetrail,
+    "SqliteSaver": sqlite,
+}
 
 
 def cpu_per_step(replayer: Replayer, calls: list[Call], threads: int) -> float:
@@ -245,17 +249,17 @@ def stored_rows(path: Path) -> Iterator[str]:
         tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         for (table,) in sorted(tables.fetchall()):
             rows = connection.execute(f'SELECT * FROM "{table}"')
-            yield from sorted(
-                f"{table}: "
-                + " | ".join(value.hex() if isinstance(value, bytes) else repr(value) for value in row)
-                for row in rows
-            )
+            yield from sorted(f"{table}: " + " | ".join(map(_text, row)) for row in rows)
     finally:
         connection.close()
 
 
+def _text(value: object) -> str:
+    return value.hex() if isinstance(value, bytes) else repr(value)
+
+
 def write_events(calls: list[Call], threads: int, out: Path) -> None:
-    """Replay `threads` threads on `StagetrailSaver` under a frozen clock; write the store's rows."""
+    """Replay `threads` threads on `StagetrailSaver` under a frozen clock; write its rows."""
     from freezegun import freeze_time  # the dev extra's: only this mode needs it
 
     path = scratch("events.db")

@@ -132,8 +132,6 @@ _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
 _IN_ORDER_ALREADY = contextlib.nullcontext()
 """What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
-_LOADED: Callable[[], bool] = functools.partial(bool, True)
-"""Whether the checkpoint that writes made on loading it are against is in: always."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 _YIELD: Callable[[], object] = getattr(os, "sched_yield", functools.partial(time.sleep, 0))
@@ -281,7 +279,11 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         """The store's erasure generation the caches above were filled in."""
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        """Told of each checkpoint and write recorded: background saves wait on it for order."""
+        """Told of each checkpoint and write recorded while a background save waits on it."""
+        self._last_run: Run | None = None
+        """The run handle of the saver's last append, which the next one to that thread takes."""
+        self._waiting = 0
+        """Saves waiting on `_changed` for those they follow (changed under `_lock` only)."""
         self._saved: OrderedDict[tuple[str, str, str | None], None] = OrderedDict()
         """The checkpoints this saver recorded or read lately: a task's writes wait for theirs."""
         self._counting = threading.Lock()
@@ -419,6 +421,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             self._threads.clear()
             self._free.clear()
             self._read_at.clear()
+            self._last_run = None
             self._generation = generation
         return generation
 
@@ -552,7 +555,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         # ran in it (see `_in_order`).
         stepped = durability in _ORDERED and metadata.get("source") == "loop"
         ran = self._ran(thread_id, ns, parent_id, checkpoint) if stepped else frozenset()
-        with self._in_order(config, thread_id, parent_id, writing=False, ran=ran), self._lock:
+        turn = self._in_order(durability, thread_id, ns, parent_id, writing=False, ran=ran)
+        with turn, self._lock:
             self._append(thread_id, steps, create=True)
             self._saved_now(thread_id, ns, checkpoint["id"])  # in the same hold of the lock
         return _config(thread_id, ns, checkpoint["id"])
@@ -605,8 +609,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         heard = task_path if output else None
         # An input `Command`'s writes: made on loading, against no checkpoint still to come.
         loaded = task_id == _NULL_TASK
+        durability = _durability(config)
         with self._in_order(
-            config, thread_id, checkpoint_id, writing=True, heard=heard, loaded=loaded
+            durability, thread_id, ns, checkpoint_id, writing=True, heard=heard, loaded=loaded
         ):
             self._append(thread_id, steps, create=True)
 
@@ -651,8 +656,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _in_order(
         self,
-        config: RunnableConfig,
+        durability: str | None,
         thread_id: str,
+        ns: str,
         checkpoint_id: str | None,
         *,
         writing: bool,
@@ -673,49 +679,55 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         finished), and the writes against its parent that are being recorded. A save
         waits only for what is missing, each at most `_ORDER_WAIT` seconds; one that finds
         it all in does not wait at all. Direct calls (no loop) and ``"exit"`` saves arrive
-        in order: nothing is done for them, not even a generator's context.
+        in order: nothing is done for them. Once recorded, a save tells the others (the
+        task path `heard` of writes with output, not only an error or interrupt).
         """
-        if _durability(config) not in _ORDERED:
+        if durability not in _ORDERED:
             return _IN_ORDER_ALREADY
-        return self._ordered(config, thread_id, checkpoint_id, writing, ran, heard, loaded)
+        return _Turn(self, thread_id, ns, checkpoint_id, writing, ran, heard, loaded)
 
-    @contextlib.contextmanager
-    def _ordered(
-        self,
-        config: RunnableConfig,
-        thread_id: str,
-        checkpoint_id: str | None,
-        writing: bool,
-        ran: frozenset[str],
-        heard: str | None,
-        loaded: bool,
-    ) -> Iterator[None]:
-        """`_in_order` for a loop's save: wait for what it must follow, then tell others
-        (the task path `heard` of writes with output, not only an error or interrupt;
-        writes made on `loaded` checkpoint wait for nothing)."""
-        ns = config["configurable"].get("checkpoint_ns", "")
-        key = (thread_id, checkpoint_id)
-        if writing:  # counted before waiting for the saver: a checkpoint after sees it
+    def _wait_turn(self, turn: _Turn) -> None:
+        """Count a task's writes as being recorded; wait until what the save follows is in.
+
+        Most often all is in: the check holds at once, under the lock, and nothing waits
+        (no condition, no partial). A save that must wait is counted in `_waiting`, so
+        the others tell the condition only when someone waits on it.
+        """
+        thread_id, ns, checkpoint_id = turn.thread_id, turn.ns, turn.checkpoint_id
+        if turn.writing:  # counted before waiting for the saver: a checkpoint after sees it
+            key = (thread_id, checkpoint_id)
             with self._counting:
                 self._writing[key] = self._writing.get(key, 0) + 1
-            recorded = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
-            ready: Callable[[], bool] = _LOADED if loaded else recorded
+            if turn.loaded:
+                return
+            ready = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
         else:
             _YIELD()  # let a pool thread that began a task's writes before this count them
-            ready = functools.partial(self._followed, thread_id, ns, checkpoint_id, ran)
-        try:
-            with self._changed:  # most often all is in: `ready` holds at once, no wait
+            ready = functools.partial(self._followed, thread_id, ns, checkpoint_id, turn.ran)
+        with self._lock:
+            if ready():
+                return
+            self._waiting += 1
+            try:
                 self._changed.wait_for(ready, _ORDER_WAIT)
-            yield
-        finally:
-            if writing:
-                with self._counting:
-                    self._writing[key] -= 1
-                    if not self._writing[key]:
-                        del self._writing[key]
-            with self._changed:
-                if heard is not None:
-                    self._heard_from(thread_id, ns, checkpoint_id, heard)
+            finally:
+                self._waiting -= 1
+
+    def _end_turn(self, turn: _Turn) -> None:
+        """A save is recorded (or failed): uncount its writes, note them heard, tell waiters."""
+        thread_id, checkpoint_id = turn.thread_id, turn.checkpoint_id
+        if turn.writing:
+            key = (thread_id, checkpoint_id)
+            with self._counting:
+                left = self._writing[key] - 1
+                if left:
+                    self._writing[key] = left
+                else:
+                    del self._writing[key]
+        with self._lock:
+            if turn.heard is not None:
+                self._heard_from(thread_id, turn.ns, checkpoint_id, turn.heard)
+            if self._waiting:
                 self._changed.notify_all()
 
     def _followed(
@@ -850,13 +862,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if not steps:
             return True
         if run is None:
-            run = Run(
-                self.engine.store,
-                thread.pipeline,
-                thread.machine,
-                link=thread.link,
-                head=thread.head,
-            )
+            run = self._writer(thread)
         recorded: list[tuple[Event, RunState, Known | None]] = []
         try:
             with run.batch():
@@ -869,9 +875,28 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return False
         for event, machine, known in recorded:
             thread.fold(event, machine, known)
-        thread.link, thread.head = unit_of(run).stored_link, unit_of(run).stored_head
+        work = unit_of(run)
+        thread.link, thread.head = work.stored_link, work.stored_head
+        self._last_run = run
         self._remember(thread)
         return True
+
+    def _writer(self, thread: Thread) -> Run:
+        """A run handle on the thread as this saver knows it: the one of the saver's last
+        append when that was to this thread and nothing was folded into it since (a thread's
+        saves most often follow one another), else a new one."""
+        run = self._last_run
+        if run is not None:
+            work = unit_of(run)
+            if (
+                work.state is thread.machine
+                and work.stored_link is thread.link
+                and work.stored_head is thread.head
+            ):
+                return run
+        return Run(
+            self.engine.store, thread.pipeline, thread.machine, link=thread.link, head=thread.head
+        )
 
     def _start(self, thread_id: str) -> tuple[Thread, Run]:
         """The thread's next run, its `RunStarted` written with the run's first batch."""
@@ -1354,6 +1379,40 @@ def _retry(node: str, attempt: Retried) -> Step:
         )
 
     return record
+
+
+class _Turn:
+    """A loop's save in execution order (see `StagetrailSaver._in_order`): entered, it waits
+    for what the save follows; left, it tells the saves that follow it."""
+
+    __slots__ = ("checkpoint_id", "heard", "loaded", "ns", "ran", "saver", "thread_id", "writing")
+
+    def __init__(
+        self,
+        saver: StagetrailSaver,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        writing: bool,
+        ran: frozenset[str],
+        heard: str | None,
+        loaded: bool,
+    ) -> None:
+        self.saver, self.thread_id, self.ns = saver, thread_id, ns
+        self.checkpoint_id, self.writing, self.ran = checkpoint_id, writing, ran
+        self.heard, self.loaded = heard, loaded
+
+    def __enter__(self) -> None:
+        """Wait for the saves this one follows (counted first when it is a task's writes)."""
+        try:
+            self.saver._wait_turn(self)
+        except BaseException:
+            self.saver._end_turn(self)
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        """Tell the saves that follow this one."""
+        self.saver._end_turn(self)
 
 
 class _Knowing:
