@@ -500,9 +500,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         # The id is the event's checkpoint_id, and a blob's version is most often the
         # skeleton's: neither is stored twice.
         skeleton = {k: v for k, v in checkpoint.items() if k not in _NOT_IN_SKELETON}
-        values = checkpoint["channel_values"]
+        values, dumps = checkpoint["channel_values"], self.serde.dumps_typed
         dumped = {
-            ch: (str(version), self._typed(values[ch]) if ch in values else _EMPTY)
+            ch: (str(version), dumps(values[ch]) if ch in values else _EMPTY)
             for ch, version in new_versions.items()
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -541,9 +541,10 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 for (ch, (version, value)), form in zip(dumped.items(), encoded, strict=True)
             }
             stored = plain or self._dump(skeleton)
-            saved = _recorded(CheckpointSaved, **payload, checkpoint=stored, blobs=blobs)
-            known = _Knowing(saved, Known([value for _, value in dumped.values()], frozen))
-            return [known, _paused("idle")] if idle else [known]
+            known = Known([value for _, value in dumped.values()], frozen)
+            fields = {**payload, "checkpoint": stored, "blobs": blobs}
+            saved = _Record(CheckpointSaved, fields, known)
+            return [saved, _paused("idle")] if idle else [saved]
 
         durability = _durability(config)
         # At the graph's end (no node left to run) the thread reads idle until resumed (as
@@ -579,7 +580,8 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         retried = RETRIES.take(task_id) if ns == "" and task_path.startswith(_PULL) else []
 
         # Serialised before the lock, while another save may hold it through a commit.
-        typed = [(index, ch, self._typed(value)) for index, ch, value in indexed]
+        dumps = self.serde.dumps_typed
+        typed = [(index, ch, dumps(value)) for index, ch, value in indexed]
         encoded = [[index, ch, *_encoded(value)] for index, ch, value in typed]
 
         def steps(thread: Thread) -> Steps:
@@ -602,7 +604,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 return [*outcome[:-1], _Knowing(outcome[-1], known)]
             asked = interrupts and ns == ""
             waiting = [_paused("waiting", _interrupt_value(interrupts))] if asked else []
-            return [_Knowing(_recorded(WritesSaved, namespace=ns, **saved), known), *waiting]
+            return [_Record(WritesSaved, {"namespace": ns, **saved}, known), *waiting]
 
         # Writes with output (or none at all), not only an error or interrupt, end the task.
         output = not writes or any(WRITES_IDX_MAP.get(ch, 0) >= 0 for ch, _ in writes)
@@ -778,17 +780,19 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         before = parent.get("versions_seen", {})
         seen = checkpoint.get("versions_seen", {})
         bumped = seen.get(_BUMPS, {})
-        return frozenset(
-            node
-            for node, versions in seen.items()
-            if node not in _SEEN_ALSO
-            and before.get(node) != versions
-            and any(
-                version != before.get(node, {}).get(channel)
-                and (not bumped or bumped.get(f"{node}{_BUMP_MARK}{channel}") != version)
-                for channel, version in versions.items()
-            )
-        )
+        ran = []
+        for node, versions in seen.items():  # a loop, not generators: once per checkpoint
+            had = before.get(node)
+            if had == versions or node in _SEEN_ALSO:
+                continue
+            had = had or {}
+            for channel, version in versions.items():
+                if version != had.get(channel) and (
+                    not bumped or bumped.get(f"{node}{_BUMP_MARK}{channel}") != version
+                ):
+                    ran.append(node)
+                    break
+        return frozenset(ran)
 
     def _recorded(self, thread_id: str, ns: str, checkpoint_id: str | None) -> bool:
         """Whether this saver has recorded or read the checkpoint lately (one a resumed
@@ -864,18 +868,24 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         if run is None:
             run = self._writer(thread)
         recorded: list[tuple[Event, RunState, Known | None]] = []
+        work = unit_of(run)
         try:
             with run.batch():
                 for step in steps:
-                    known = step.known if type(step) is _Knowing else None
-                    recorded.append((step(run), run.machine, known))
+                    known = None
+                    if type(step) is _Record:  # most events: recorded here, not by a closure
+                        event, known = run.record(step.kind, **step.fields), step.known
+                    elif type(step) is _Knowing:
+                        event, known = step.step(run), step.known
+                    else:
+                        event = step(run)
+                    recorded.append((event, work.state, known))
         except (ConcurrencyConflict, RunErased):  # another writer appended, or took the new
             # run's id; or the run was erased since it was read (another may have its id)
             self._forget(thread_id)
             return False
         for event, machine, known in recorded:
             thread.fold(event, machine, known)
-        work = unit_of(run)
         thread.link, thread.head = work.stored_link, work.stored_head
         self._last_run = run
         self._remember(thread)
@@ -1235,10 +1245,6 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
             return self._load(saved.metadata)
         return thread.copies(saved.namespace, saved.checkpoint_id)[1]
 
-    def _typed(self, value: Any) -> Typed:
-        """The value through LangGraph's serde: its type tag and bytes."""
-        return self.serde.dumps_typed(value)
-
     def _load(self, stored: Any) -> Any:
         return self.serde.loads_typed(serde_form(*stored))
 
@@ -1428,9 +1434,23 @@ class _Knowing:
         return self.step(run)
 
 
+class _Record:
+    """A step that records one event of `kind` with `fields` through `Run.record`, with what
+    the saver holds of its values, if anything (see `Known`)."""
+
+    __slots__ = ("fields", "kind", "known")
+
+    def __init__(self, kind: type[Event], fields: dict[str, Any], known: Known | None = None):
+        self.kind, self.fields, self.known = kind, fields, known
+
+    def __call__(self, run: Run) -> Event:
+        """Record the event."""
+        return run.record(self.kind, **self.fields)
+
+
 def _recorded(kind: type[Event], **payload: Any) -> Step:
     """A step that records one event of `kind` with `payload` through `Run.record`."""
-    return lambda run: run.record(kind, **payload)
+    return _Record(kind, payload)
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
