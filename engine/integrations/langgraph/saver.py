@@ -702,12 +702,18 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
                 self._writing[key] = self._writing.get(key, 0) + 1
             if turn.loaded:
                 return
+            with self._lock:
+                if self._recorded(thread_id, ns, checkpoint_id):
+                    return
             ready = functools.partial(self._recorded, thread_id, ns, checkpoint_id)
         else:
             _YIELD()  # let a pool thread that began a task's writes before this count them
+            with self._lock:
+                if self._followed(thread_id, ns, checkpoint_id, turn.ran):
+                    return
             ready = functools.partial(self._followed, thread_id, ns, checkpoint_id, turn.ran)
         with self._lock:
-            if ready():
+            if ready():  # it may have come in between
                 return
             self._waiting += 1
             try:
@@ -804,7 +810,7 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
 
     def _saved_now(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """Note a checkpoint this saver recorded or read (the latest `_SAVED` are kept)."""
-        with self._changed:
+        with self._lock:  # the condition's
             self._saved[(thread_id, ns, checkpoint_id)] = None
             self._saved.move_to_end((thread_id, ns, checkpoint_id))
             while len(self._saved) > _SAVED:

@@ -177,14 +177,15 @@ class Thread:
             None if isinstance(stored, dict) else (stored[0], stored[1]),
             None if isinstance(metadata, dict) else (metadata[0], metadata[1]),
         )
+        # The skeleton rebuilt from the event's own copy of what was stored (a private copy,
+        # its validator's) on the parent's: it shares nothing the caller holds.
+        parent = self.skeleton(ns, event.parent_id or "")
+        plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
+        if plain is not None:
+            plain.setdefault("id", event.checkpoint_id)  # stored once, as the event's
         if known is not None and known.frozen is not None:
             frozen = known.frozen
-            plain = marshal.loads(frozen)[0]  # a copy of its own, as `decode` gives
         else:
-            parent = self.skeleton(ns, event.parent_id or "")
-            plain = skeleton.decode(stored, parent) if isinstance(stored, dict) else None
-            if plain is not None:
-                plain.setdefault("id", event.checkpoint_id)  # stored once, as the event's
             plain_metadata = metadata["json"] if isinstance(metadata, dict) else None
             # Plain JSON holds only what marshal copies exactly: dict, list, str, numbers.
             frozen = marshal.dumps((plain, plain_metadata))
