@@ -21,7 +21,8 @@ For callgrind, ``--saver NAME`` replays one saver only, and the replays are
 bracketed by ``os.getppid()`` and ``os.getpgrp()``: run it under
 ``valgrind --tool=callgrind --zero-before=os_getppid --dump-before=os_getpgrp``
 and the first dump holds the replays' instructions alone (divide by
-``--replays`` times the super-steps per thread, printed). ``--calls FILE``
+``--replays`` times the super-steps per thread, printed); with ``--graph``, the
+marks hold the graph itself run on that saver (LangGraph's work too). ``--calls FILE``
 saves the captured calls (pickle) on first use and replays that file after,
 and ``--events FILE`` replays under a frozen clock and writes every row the
 store holds, so two versions of the saver can be compared byte for byte.
@@ -242,6 +243,19 @@ def marked(replayer: Replayer, calls: list[Call], replays: int) -> None:
     print(f"{replayer.name}: {replays} replays x {STEPS} super-steps between the marks")
 
 
+def graph_marked(name: str, threads: int) -> None:
+    """The RetryPolicy graph of `benchmarks.langgraph` itself on one saver, `threads` threads
+    between the callgrind marks (LangGraph's own work included), after two to warm up."""
+    graph_bench.MODE["retry"] = True
+    make = graph_bench.stagetrail_saver if name == "StagetrailSaver" else graph_bench.sqlite_saver
+    side = graph_bench.Side(f"graph-{name}", make)
+    side.runs(2)
+    os.getppid()
+    side.runs(threads)
+    os.getpgrp()
+    print(f"{name}: {threads} threads x {STEPS} super-steps of the graph between the marks")
+
+
 def stored_rows(path: Path) -> Iterator[str]:
     """Every row of every table of a SQLite file, as text (bytes in hex), sorted, table by table."""
     connection = sqlite3.connect(path)
@@ -288,6 +302,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument("--saver", choices=sorted(SAVERS), help="replay one saver, for callgrind")
     parser.add_argument("--replays", type=int, default=20, help="threads replayed with --saver")
+    parser.add_argument("--graph", action="store_true", help="with --saver: run the graph itself")
     parser.add_argument("--calls", type=Path, help="a pickle of the calls: read, or written")
     parser.add_argument("--events", type=Path, help="write the store's rows after replays here")
     return parser.parse_args()
@@ -298,6 +313,9 @@ def main() -> None:
     calls = the_calls(args.calls)
     if args.events is not None:
         write_events(calls, 3, args.events)
+        return
+    if args.saver is not None and args.graph:
+        graph_marked(args.saver, args.replays)
         return
     if args.saver is not None:
         marked(SAVERS[args.saver](scratch(f"{args.saver}.db")), calls, args.replays)
