@@ -132,6 +132,8 @@ _CACHED_THREADS = 256
 """Threads whose fold a saver keeps between calls; others are read again from the store."""
 _IN_ORDER_ALREADY = contextlib.nullcontext()
 """What a save that never waits for another is recorded in (see `StagetrailSaver._in_order`)."""
+_ONE_EVENT = contextlib.nullcontext()
+"""What a save of one event is recorded in: its record is its own transaction."""
 _NOT_IN_SKELETON = frozenset({"channel_values", "id"})
 """A checkpoint's keys kept elsewhere: its values as blobs, its id as the event's."""
 _YIELD: Callable[[], object] = getattr(os, "sched_yield", functools.partial(time.sleep, 0))
@@ -876,7 +878,9 @@ class StagetrailSaver(BaseCheckpointSaver[str]):
         recorded: list[tuple[Event, RunState, Known | None]] = []
         work = unit_of(run)
         try:
-            with run.batch():
+            # One event is a transaction of its own (what is pending, a deferred start too,
+            # written with it): no batch around it.
+            with run.batch() if len(steps) > 1 else _ONE_EVENT:
                 for step in steps:
                     known = None
                     if type(step) is _Record:  # most events: recorded here, not by a closure
