@@ -171,6 +171,18 @@ class TestBenchmarks:
         assert all(row["SqliteSaver"] > 0 and row["StagetrailSaver"] > 0 for row in rows)
         assert all(isinstance(row["met"], bool) for row in rows)
 
+    def test_saver_calls_benchmark_replays_both_savers(self) -> None:
+        """benchmarks.saver_calls --quick replays LangGraph's captured calls on both savers."""
+        pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph extra")
+        rows = json.loads(quick_run("saver_calls").stdout)["results"]
+        assert [row["case"] for row in rows] == [
+            "saver CPU per super-step (µs), RetryPolicy calls replayed"
+        ]
+        assert rows[0]["SqliteSaver"] > 0
+        assert rows[0]["StagetrailSaver"] > 0
+        assert rows[0]["super-steps per thread"] == 8
+        assert rows[0]["calls per thread"] >= 8  # a read, and a save per super-step at least
+
 
 class TestCompare:
     def test_compare_reports_every_installed_system(self) -> None:
