@@ -289,8 +289,14 @@ class Engine:
             InvalidArgument: `at` is negative, not an int, or a naive datetime.
             ProjectionError: a handler failed (names the event and its version).
         """
-        rid = self._run_id(run_id)
-        instance = as_projection(projection)
+        # The common arguments (a UUID, a projection class) checked inline: a point-in-time
+        # read of a short run is a few dozen calls, two of them these.
+        rid = run_id if type(run_id) is UUID else self._run_id(run_id)
+        instance = (
+            projection()
+            if type(projection) is type and issubclass(projection, Projection)
+            else as_projection(projection)
+        )
         if tree:
             return instance.fold(self._tree_events(rid, at))
         if type(at) is int and 0 < at < self._time_travel.grid(instance):

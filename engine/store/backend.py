@@ -43,8 +43,18 @@ def row_reader(recorder: Any) -> RowReader:
     """`recorder.select_rows`, looked up at each read: the recorder's own method, as
     `select_events` is (a subclass's, or one observed), reads every page."""
 
-    def read(run_id: UUID, **query: Any) -> list[tuple[int, str, bytes]]:
-        rows: list[tuple[int, str, bytes]] = recorder.select_rows(run_id, **query)
+    def read(
+        run_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> list[tuple[int, str, bytes]]:
+        # Keywords named, not `**query`: no dict of them made per read.
+        rows: list[tuple[int, str, bytes]] = recorder.select_rows(
+            run_id, gt=gt, lte=lte, desc=desc, limit=limit
+        )
         return rows
 
     return read

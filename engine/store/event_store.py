@@ -426,24 +426,32 @@ class Store:
             RunBeingErased: the read found versions missing where the run's erasure has
                 begun (see `erasure_begun`).
         """
-        return self._get(run_id, topics, gt=gt, lte=lte, limit=limit)
+        return self._get(run_id, topics, gt, lte, limit)
 
     def _get(
-        self, run_id: UUID, topics: Collection[str] | None = None, **query: Any
+        self,
+        run_id: UUID,
+        topics: Collection[str] | None = None,
+        gt: int | None = None,
+        lte: int | None = None,
+        limit: int | None = None,
+        desc: bool = False,
     ) -> list[Event]:
+        # The query's bounds passed as they are, not as a dict of keywords: a point-in-time
+        # read of a short run is a few dozen calls, a dict of arguments each a cost of note.
         given: object = run_id
         if not isinstance(given, UUID):  # an id given as text, as the recorders accept it
             run_id = UUID(str(given))
         try:
             mapper = self._mapper
             if self._backend.stored_rows is not None:  # the lean read: no `StoredEvent` each
-                found = self._rows(run_id, **query)
+                found = self._rows(run_id, gt, lte, limit, desc)
                 if topics is not None:
                     found = [row for row in found if row[1] in topics]
                 return mapper.from_rows(run_id, found)
-            stored = self.recorder.select_events(run_id, **query)
+            stored = self.recorder.select_events(run_id, gt=gt, lte=lte, desc=desc, limit=limit)
             ends = [event.originator_version for event in (*stored[:1], *stored[-1:])]
-            self._check_whole(run_id, ends, len(stored), query)
+            self._check_whole(run_id, ends, len(stored), gt, lte, limit, desc)
             if topics is not None:
                 stored = [event for event in stored if event.topic in topics]
             return mapper.to_domain_events(stored)
@@ -453,7 +461,14 @@ class Store:
             raise classify(self.url, error, "read failed") from error
 
     def _check_whole(
-        self, run_id: UUID, ends: Sequence[int], count: int, query: Mapping[str, Any]
+        self,
+        run_id: UUID,
+        ends: Sequence[int],
+        count: int,
+        gt: int | None,
+        lte: int | None,
+        limit: int | None,
+        desc: bool = False,
     ) -> None:
         """Refuse a run being erased where an ascending read (`count` versions, the first and
         last of them `ends`, empty: none) shows a hole: versions not consecutive from `gt` + 1,
@@ -463,11 +478,10 @@ class Store:
         Raises:
             RunBeingErased: the run's erasure has begun.
         """
-        if query.get("desc") or not (count or query.get("lte") is not None):
+        if desc or not (count or lte is not None):
             return
         span = (ends[0], ends[-1]) if ends else None
-        start = (query.get("gt") or 0) + 1
-        lte, limit = query.get("lte"), query.get("limit")
+        start = (gt or 0) + 1
         whole = span is None or (span[0] == start and span[1] - start == count - 1)
         short = lte is not None and (start - 1 if span is None else span[1]) < lte
         if whole and not (short and (limit is None or count < limit)):
@@ -569,12 +583,11 @@ class Store:
         hole of the run's erasure; None: a page to read as rows."""
         read = self._backend.joined_rows
         assert read is not None  # asked only of a backend that reads joined pages
-        query = {"gt": gt, "lte": lte, "limit": PAGE}
         try:
-            page = read(run_id, topics, **query)
+            page = read(run_id, topics, gt=gt, lte=lte, limit=PAGE)
             if page is not None:
                 ends = [] if page.first is None else [page.first, page.last]
-                self._check_whole(run_id, ends, page.count, query)  # type: ignore[arg-type]
+                self._check_whole(run_id, ends, page.count, gt, lte, PAGE)  # type: ignore[arg-type]
         except (PersistenceError, sqlite3.Error) as error:
             raise classify(self.url, error, "read failed") from error
         return page
@@ -615,15 +628,22 @@ class Store:
                 return
             gt = page[-1].version
 
-    def _rows(self, run_id: UUID, **query: Any) -> list[StoredRow]:
+    def _rows(
+        self,
+        run_id: UUID,
+        gt: int | None = None,
+        lte: int | None = None,
+        limit: int | None = None,
+        desc: bool = False,
+    ) -> list[StoredRow]:
         """A page of the run's plain rows (the lean read of `read` and `stream`), refused if it
         shows a hole of the run's erasure."""
         read = self._backend.stored_rows
         assert read is not None  # asked only of a backend that reads rows
         try:
-            found = read(run_id, **query)
+            found = read(run_id, gt=gt, lte=lte, desc=desc, limit=limit)
             ends = (found[0][0], found[-1][0]) if found else ()
-            self._check_whole(run_id, ends, len(found), query)
+            self._check_whole(run_id, ends, len(found), gt, lte, limit, desc)
         except EventFormatError as error:
             raise StoreError(self.url, str(error)) from error
         except (PersistenceError, sqlite3.Error) as error:

@@ -105,16 +105,21 @@ class FastJSONTranscoder(JSONTranscoder):
         """
         if not documents:
             return []
+        return self.decode_parts(list(documents))
+
+    def decode_parts(self, parts: list[bytes]) -> list[Any] | None:
+        """`decode_many` of a list of at least one document that is the caller's to change
+        (its first and last are replaced): no copy of it made."""
+        count = len(parts)
         # One copy of the page: its brackets go on the first and last documents, which
         # are small, where `b"[" + joined + b"]"` copied the whole page twice more.
-        parts = list(documents)
         try:
             parts[0] = b"[" + parts[0]
             parts[-1] = bytes(parts[-1]) + b"]"
             joined = b",".join(parts)
         except TypeError:  # a state NULL (None), edited by hand: `decode` alone names it
             return None
-        return self.decode_array(joined, len(documents))
+        return self.decode_array(joined, count)
 
     def decode_array(self, joined: bytes, count: int) -> list[Any] | None:
         """Decode a JSON array of `count` documents (`decode_many`'s, or one a database
@@ -326,7 +331,7 @@ class EventMapper(Mapper[UUID]):
                 documents = list(map(self._opened, documents))
             except Exception:  # the cipher and codecs raise assorted types: one by one says which
                 return self._one_by_one(run_id, rows)
-        states = transcoder.decode_many(documents)
+        states = transcoder.decode_parts(documents)  # the list is its own: no copy of it
         if states is None:
             return self._one_by_one(run_id, rows)
         try:  # the link is the store's, not the event's: ignored as each is decoded
@@ -375,7 +380,7 @@ class EventMapper(Mapper[UUID]):
                 documents = list(map(self._opened, documents))
             except Exception:  # the cipher and codecs raise assorted types: one by one says which
                 return iter(self._one_by_one(run_id, rows))
-        states = transcoder.decode_many(documents)
+        states = transcoder.decode_parts(documents)  # the list is its own: no copy of it
         if states is None:
             return iter(self._one_by_one(run_id, rows))
         return read_each(rows, states, run_id, FIELD, alone or self.alone)

@@ -114,7 +114,7 @@ def _statement(
 
 
 def parameters(
-    key: str | bytes,
+    key: str | bytes | bytearray,
     gt: int | None,
     lte: int | None,
     limit: int,

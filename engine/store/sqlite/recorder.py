@@ -86,7 +86,7 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         self.writer = writer
         self.url = url or datastore.uri
 
-    def run_key(self, run_id: UUID) -> str | bytes:
+    def run_key(self, run_id: UUID) -> str | bytes | bytearray:
         """What the events table holds for `run_id`: its 32 hex characters."""
         return run_id.hex
 
