@@ -205,6 +205,23 @@ def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 values = st.recursive(scalars, _containers, max_leaves=20)
 
 
+def _long_containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Containers long enough to be copied through orjson first (`_LONG` items or more)."""
+    lists = st.lists(children, min_size=8, max_size=10)
+    dicts = st.dictionaries(st.text(max_size=3), children, min_size=8, max_size=10)
+    return st.one_of(lists, dicts, _containers(children))
+
+
+plain = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+)
+long_values = st.recursive(st.one_of(plain, scalars), _long_containers, max_leaves=60)
+
+
 def _outcome(convert: Any, value: object) -> tuple[str, Any]:
     try:
         return "value", _typed(convert(value))
@@ -230,6 +247,14 @@ class TestAgainstTheReplacedVersion:
             lambda v: _before("result", v), value
         )
 
+    @settings(max_examples=400, deadline=None)
+    @given(long_values)
+    def test_long_containers_give_the_same_value_or_the_same_error(self, value: Any) -> None:
+        """Containers of 8 or more items (copied through orjson first) come out as before."""
+        assert _outcome(lambda v: strict_json("result", v), value) == _outcome(
+            lambda v: _before("result", v), value
+        )
+
     @settings(max_examples=300, deadline=None)
     @given(values)
     def test_an_event_field_holds_what_the_replaced_version_gave(self, value: Any) -> None:
@@ -239,7 +264,7 @@ class TestAgainstTheReplacedVersion:
         )
 
     @settings(max_examples=300, deadline=None)
-    @given(values)
+    @given(st.one_of(values, long_values))
     def test_the_copy_shares_no_container_with_the_input(self, value: Any) -> None:
         """No list or dict of the stored copy is one of the caller's."""
         try:
