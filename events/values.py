@@ -219,8 +219,8 @@ def constructor(cls: type[T]) -> Callable[..., T]:
     """`cls`'s own ``__init__`` as a function making the value, filling a writable twin: each
     field through the same converter (the same checks and errors), default and factory, the
     same keyword parameters; no frozen ``__setattr__`` call per field. `cls` itself where
-    that could differ: a validator, a pre- or post-init hook, a field outside ``__init__``,
-    a factory taking the instance, or no twin.
+    that could differ: an ``__init__`` not attrs' own, a validator, a pre- or post-init hook,
+    a field outside ``__init__``, a factory taking the instance, or no twin.
 
     For the hot paths that record an event: every new event is made through here.
     """
@@ -241,6 +241,9 @@ def _constructor(cls: type) -> Callable[..., Any]:
         return cls
     if "_attrs_cached_hash" in getattr(cls, "__slots__", ()):
         return cls  # attrs' __init__ also clears the hash cache
+    code = getattr(vars(cls).get("__init__"), "__code__", None)
+    if code is None or not code.co_filename.startswith("<attrs generated"):
+        return cls  # an __init__ of the class's own (or one attrs names otherwise)
     scope: dict[str, Any] = {"_m_twin": twin, "_m_cls": cls, "_m_nothing": attrs.NOTHING}
     parameters, lines = ["*"], []
     for index, field in enumerate(fields):

@@ -455,7 +455,8 @@ class TestConstructor:
                 assert _behaviour(made(**chosen)) == _behaviour(cls(**chosen)), cls
 
     def test_a_class_whose_init_does_more_is_its_own_constructor(self) -> None:
-        """A validator, a post-init hook or a factory taking the instance: the class itself."""
+        """A validator, a post-init hook, a factory taking the instance or an ``__init__`` of
+        its own: the class itself."""
 
         @attrs.frozen(kw_only=True)
         class Validated:
@@ -472,8 +473,16 @@ class TestConstructor:
         class SelfMade:
             grade: int = attrs.field(default=attrs.Factory(lambda self: 1, takes_self=True))
 
-        for cls in (Validated, Hooked, SelfMade):
+        @attrs.frozen(kw_only=True, init=False)
+        class OwnInit:
+            grade: int
+
+            def __init__(self, grade: str) -> None:
+                self.__attrs_init__(grade=int(grade))
+
+        for cls in (Validated, Hooked, SelfMade, OwnInit):
             assert constructor(cls) is cls
+        assert constructor(OwnInit)(grade="2") == OwnInit(grade="2")
 
     def test_its_errors_name_the_class_as_init_does(self) -> None:
         """A missing or unknown keyword reads as the class's ``__init__`` says it."""
