@@ -16,6 +16,9 @@ classes of one layout). A plain assignment is a specialised store, where a descr
 instructions instead of ~6,400. The twin is made by calling it (``object``'s own
 ``__new__`` and ``__init__``, nothing of the class's): ~500 instructions fewer than
 ``object.__new__(twin)``, whose wrapper checks and slices its arguments each call.
+
+A value not yet trusted (an event being recorded) is made by `constructor`: the class's
+``__init__`` as a function of the same checks, filling a twin the same way.
 """
 
 from __future__ import annotations
