@@ -24,7 +24,6 @@ from engine.pipeline import Pipeline
 from engine.store import Store
 from engine.store.errors import RunErased
 from events import (
-    EVENT_TYPES,
     JSON,
     BudgetSpent,
     Event,
@@ -124,17 +123,16 @@ class Run:
         """Record that an attempt of the current stage began (`timeout`: seconds it may take)."""
         work = self._work
         head, pending = work.state, work.pending
-        return self._append(
-            _STARTED(
-                run_id=head.run_id,
-                version=head.version + 1,
-                timestamp=self._now(),
-                stage=stage,
-                attempt=head.next_attempt(stage),
-                committed_with=pending[0].originator_version if pending else None,
-                timeout=timeout,
-            )
+        started: StageStarted = (_MADE.get(StageStarted) or _made(StageStarted))(
+            run_id=head.run_id,
+            version=head.version + 1,
+            timestamp=self._now(),
+            stage=stage,
+            attempt=head.next_attempt(stage),
+            committed_with=pending[0].originator_version if pending else None,
+            timeout=timeout,
         )
+        return self._append(started)
 
     def stage_completed(
         self,
@@ -157,18 +155,17 @@ class Run:
                 nothing is appended.
         """
         head = self._work.state  # built inline, not via record: this is the hot path
-        return self._append(
-            _COMPLETED(
-                run_id=head.run_id,
-                version=head.version + 1,
-                timestamp=self._now(),
-                stage=stage,
-                attempt=head.next_attempt(stage),
-                outcome=outcome,
-                result=result,
-                duration=self._duration(duration),
-            )
+        completed: StageCompleted = (_MADE.get(StageCompleted) or _made(StageCompleted))(
+            run_id=head.run_id,
+            version=head.version + 1,
+            timestamp=self._now(),
+            stage=stage,
+            attempt=head.next_attempt(stage),
+            outcome=outcome,
+            result=result,
+            duration=self._duration(duration),
         )
+        return self._append(completed)
 
     def stage_failed(
         self,
@@ -307,7 +304,7 @@ class Run:
             InvalidTransition, RuleViolation, InvalidPayload: nothing is recorded.
         """
         head = self._work.state
-        make = _MADE.get(kind) or constructor(kind)
+        make = _MADE.get(kind) or _made(kind)
         event: E = make(
             run_id=head.run_id, version=head.version + 1, timestamp=self._now(), **payload
         )
@@ -345,12 +342,17 @@ class Run:
         )
 
 
-_COMPLETED, _STARTED = constructor(StageCompleted), constructor(StageStarted)
-_MADE: dict[type[Event], Callable[..., Any]] = {
-    kind: constructor(kind) for kind in EVENT_TYPES.values()
-}
-"""Each event class's `constructor` (the same checks as the class's own ``__init__``): one
-frozen ``__setattr__`` call fewer per field of every recorded event."""
+_MADE: dict[type[Event], Callable[..., Any]] = {}
+"""Each event class's `constructor` (the same checks as the class's own ``__init__``; one
+frozen ``__setattr__`` call fewer per field of every recorded event), made on the class's
+first record: not at import, which every command pays (~0.3 ms a class)."""
+
+
+def _made(kind: type[Event]) -> Callable[..., Any]:
+    made = _MADE[kind] = constructor(kind)
+    return made
+
+
 _ABANDONED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 _abandoned_any = False  # a plain flag: the append hot path checks it, not the WeakSet
 
