@@ -5,21 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import orjson
-
 from events.errors import InvalidPayload
 
 JSON = Any
 """A strict JSON value: None, bool, int, finite float, str, list, dict[str, JSON]."""
 
 _SCALARS = frozenset({str, int, bool, type(None)})
-_EXACT = (
-    orjson.OPT_PASSTHROUGH_SUBCLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-)
-"""What orjson may write itself when `_round_trip` copies: plain JSON types (a subclass,
-a datetime or a dataclass goes to `_refuse`)."""
 
 
 class _NotJSON(Exception):
@@ -48,32 +39,6 @@ def strict_json(field: str, value: object) -> JSON:
         raise InvalidPayload(field, field, "is nested too deeply (or contains itself)") from None
 
 
-def _round_trip(value: dict[Any, Any] | list[Any]) -> JSON:
-    """`value` written and read back by orjson, when that gives a value equal to it, else None
-    (the walk below decides: it converts, or refuses naming the path).
-
-    The copy of a payload of plain JSON (most), in C: orjson refuses a key that is not a
-    str, an int beyond 64 bits, a lone surrogate, a subclass and anything else not plain
-    JSON, and the comparison catches the rest it writes its own way (NaN or an infinity
-    read back as None, a tuple as a list, a UUID or an Enum member as its value).
-    """
-    try:
-        copied = _loads(_dumps(value, default=_refuse, option=_EXACT))
-    except (TypeError, ValueError):  # orjson's errors subclass these
-        return None
-    return copied if copied == value else None
-
-
-def _refuse(value: object) -> Any:
-    raise TypeError(type(value).__name__)
-
-
-_dumps, _loads = orjson.dumps, orjson.loads
-_LONG = 8
-"""Items from which a container is copied by `_round_trip` first: below, its fixed cost
-(~0.3 µs) is more than the walk's."""
-
-
 def _copy(value: Any) -> JSON:
     # The path to a bad value is built only once one is found (`_NotJSON.steps`):
     # every payload of every append walks through here.
@@ -93,27 +58,17 @@ def _copy(value: Any) -> JSON:
 
 
 def _copy_list(items: list[Any] | tuple[Any, ...]) -> JSON:
-    # Copied whole in C; a row of scalars (most lists) costs its type checks, no append or
-    # index per item. Else each container item is replaced by its own copy, as in `_copy_dict`.
-    if len(items) >= _LONG and type(items) is list:  # a tuple comes back a list: unequal
-        whole = _round_trip(items)
-        if whole is not None:
-            return whole
-    copied = list(items)
-    for item in copied:
-        kind = type(item)
-        if not (kind in _SCALARS or (kind is float and item - item == 0.0)):
-            break
-    else:
-        return copied
-    for index, item in enumerate(copied):
+    copied: list[Any] = []
+    append = copied.append
+    for item in items:
         kind = type(item)
         if kind in _SCALARS or (kind is float and item - item == 0.0):
+            append(item)
             continue
         try:
-            copied[index] = _copy(item)
+            append(_copy(item))
         except _NotJSON as bad:
-            bad.steps.append(f"[{index}]")  # the index of the item that failed
+            bad.steps.append(f"[{len(copied)}]")  # the index of the item that failed
             raise
     return copied
 
@@ -142,10 +97,6 @@ def _copy_dict(value: Any) -> JSON:
     # key's value replaced while its dict is walked: the dict keeps its size). Each level
     # of nesting costs two frames (here and `_copy`), as in `_copy_list`: the depth
     # refused as too deep is the same for both, within what the JSON encoder takes.
-    if len(value) >= _LONG:
-        whole = _round_trip(value)
-        if whole is not None:
-            return whole
     copied = value.copy()
     for key, item in copied.items():
         if type(key) is not str:
