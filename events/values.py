@@ -17,8 +17,9 @@ instructions instead of ~6,400. The twin is made by calling it (``object``'s own
 ``__new__`` and ``__init__``, nothing of the class's): ~500 instructions fewer than
 ``object.__new__(twin)``, whose wrapper checks and slices its arguments each call.
 
-A value not yet trusted (an event being recorded) is made by `constructor`: the class's
-``__init__`` as a function of the same checks, filling a twin the same way.
+A value not yet trusted (one of stagetrail's own events being recorded) is made by
+`init_function`: the class's ``__init__`` as a function of the same checks, filling a twin
+the same way.
 """
 
 from __future__ import annotations
@@ -218,38 +219,34 @@ def _slot(cls: type, name: str) -> Any:
     raise TypeError(f"{cls.__qualname__}.{name} is not a slot: declare the class slots=True")
 
 
-def constructor(cls: type[T]) -> Callable[..., T]:
-    """`cls`'s own ``__init__`` as a function making the value, filling a writable twin: each
+def init_function(cls: type[T]) -> Callable[..., T]:
+    """`cls`'s ``__init__`` as a function making the value, filling a writable twin: each
     field through the same converter (the same checks and errors), default and factory, the
-    same keyword parameters; no frozen ``__setattr__`` call per field. `cls` itself where
-    that could differ: an ``__init__`` not attrs' own, a validator, a pre- or post-init hook,
-    a field outside ``__init__``, a factory taking the instance, or no twin.
+    same keyword parameters; no frozen ``__setattr__`` call per field.
 
-    For the hot paths that record an event: every new event is made through here.
+    Only for a class known to keep to what this replicates (stagetrail's own event classes,
+    `events.recording.BUILT_IN_EVENTS`, pinned by a test): the ``__init__`` attrs generates
+    from its fields, no ``cache_hash``, no validator or pre- or post-init hook. What
+    attrs' public API shows otherwise (a validator, a hook, a field outside ``__init__`` or
+    renamed, a factory taking the instance, no twin) gives `cls` itself.
     """
-    made = _CONSTRUCTORS.get(cls)
+    made = _INIT_FUNCTIONS.get(cls)
     if made is None:
-        made = _CONSTRUCTORS[cls] = _constructor(cls)
+        made = _INIT_FUNCTIONS[cls] = _init_function(cls)
     return made
 
 
-_CONSTRUCTORS: dict[type, Callable[..., Any]] = {}
+_INIT_FUNCTIONS: dict[type, Callable[..., Any]] = {}
 
 
-def _constructor(cls: type) -> Callable[..., Any]:
+def _init_function(cls: type) -> Callable[..., Any]:
     twin = writable_twin(cls)
-    fields = attrs.fields(cls)
     hooks = ("__attrs_pre_init__", "__attrs_post_init__")
     if twin is None or any(hasattr(cls, hook) for hook in hooks):
         return cls
-    if "_attrs_cached_hash" in getattr(cls, "__slots__", ()):
-        return cls  # attrs' __init__ also clears the hash cache
-    code = getattr(vars(cls).get("__init__"), "__code__", None)
-    if code is None or not code.co_filename.startswith("<attrs generated"):
-        return cls  # an __init__ of the class's own (or one attrs names otherwise)
     scope: dict[str, Any] = {"_m_twin": twin, "_m_cls": cls, "_m_nothing": attrs.NOTHING}
     parameters, lines = ["*"], []
-    for index, field in enumerate(fields):
+    for index, field in enumerate(attrs.fields(cls)):
         plain = _field_lines(field, index, scope)
         if plain is None:
             return cls
