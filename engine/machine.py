@@ -165,7 +165,22 @@ def _stamp(current: RunState, event: Event, /, **changes: Any) -> RunState:
 
 
 def _unchanged(pipeline: Pipeline, state: RunState, event: Event) -> RunState:
-    return _stamp(state, event)
+    """The state stamped with `event`'s version and time. Made by field, not by `_stamp`'s
+    evolve (as `_attempt_ended`): every event the rules leave be (a checkpoint, a retry's
+    decision, a note) comes through here, a saver's checkpoint on every step."""
+    return _new_state(
+        run_id=state.run_id,
+        pipeline=state.pipeline,
+        state=state.state,
+        version=event.version,
+        last_timestamp=event.timestamp,
+        stack=state.stack,
+        attempts=state.attempts,
+        open_attempt=state.open_attempt,
+        opened_at=state.opened_at,
+        tasks=state.tasks,
+        status=state.status,
+    )
 
 
 def _second_start(pipeline: Pipeline, state: RunState, event: Event) -> RunState:

@@ -16,6 +16,10 @@ classes of one layout). A plain assignment is a specialised store, where a descr
 instructions instead of ~6,400. The twin is made by calling it (``object``'s own
 ``__new__`` and ``__init__``, nothing of the class's): ~500 instructions fewer than
 ``object.__new__(twin)``, whose wrapper checks and slices its arguments each call.
+
+A value not yet trusted (one of stagetrail's own events being recorded) is made by
+`init_function`: the class's ``__init__`` as a function of the same checks, filling a twin
+the same way.
 """
 
 from __future__ import annotations
@@ -213,3 +217,87 @@ def _slot(cls: type, name: str) -> Any:
         if slot is not None and hasattr(slot, "__set__"):
             return slot
     raise TypeError(f"{cls.__qualname__}.{name} is not a slot: declare the class slots=True")
+
+
+def init_function(cls: type[T]) -> Callable[..., T]:
+    """`cls`'s ``__init__`` as a function making the value, filling a writable twin: each
+    field through the same converter (the same checks and errors), default and factory, the
+    same keyword parameters; no frozen ``__setattr__`` call per field.
+
+    Only for a class known to keep to what this replicates (stagetrail's own event classes,
+    `events.recording.BUILT_IN_EVENTS`, pinned by a test): the ``__init__`` attrs generates
+    from its fields, no ``cache_hash``, no validator or pre- or post-init hook. What
+    attrs' public API shows otherwise (a validator, a hook, a field outside ``__init__`` or
+    renamed, a factory taking the instance, no twin) gives `cls` itself.
+    """
+    made = _INIT_FUNCTIONS.get(cls)
+    if made is None:
+        made = _INIT_FUNCTIONS[cls] = _init_function(cls)
+    return made
+
+
+_INIT_FUNCTIONS: dict[type, Callable[..., Any]] = {}
+
+
+def _init_function(cls: type) -> Callable[..., Any]:
+    twin = writable_twin(cls)
+    hooks = ("__attrs_pre_init__", "__attrs_post_init__")
+    if twin is None or any(hasattr(cls, hook) for hook in hooks):
+        return cls
+    scope: dict[str, Any] = {"_m_twin": twin, "_m_cls": cls, "_m_nothing": attrs.NOTHING}
+    parameters, lines = ["*"], []
+    for index, field in enumerate(attrs.fields(cls)):
+        plain = _field_lines(field, index, scope)
+        if plain is None:
+            return cls
+        parameters.append(plain[0])
+        lines += plain[1]
+    if any(parameter.startswith("_m_") for parameter in parameters):
+        return cls  # a field named as the function's own names: not worth a rename
+    source = [
+        f"def __init__({', '.join(parameters)}):",
+        "    _m_v = _m_twin()",
+        *lines,
+        "    _m_v.__class__ = _m_cls",
+        "    return _m_v",
+    ]
+    exec(compile("\n".join(source), f"<constructor of {cls.__qualname__}>", "exec"), scope)
+    made: Callable[..., Any] = scope["__init__"]
+    made.__qualname__ = f"{cls.__qualname__}.__init__"  # its TypeErrors read as attrs' do
+    return made
+
+
+def _field_lines(
+    field: attrs.Attribute[Any], index: int, scope: dict[str, Any]
+) -> tuple[str, list[str]] | None:
+    """One field's parameter and lines of `_constructor`'s function, or None: not plain."""
+    if not field.init or field.validator is not None or field.alias != field.name:
+        return None
+    name, value = field.name, field.alias
+    lines = []
+    default: Any = field.default
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        if default.takes_self:
+            return None
+        scope[f"_m_factory{index}"] = default.factory
+        parameter = f"{name}=_m_nothing"
+        lines.append(f"    if {name} is _m_nothing: {name} = _m_factory{index}()")
+    elif default is attrs.NOTHING:
+        parameter = name
+    else:
+        scope[f"_m_default{index}"] = default
+        parameter = f"{name}=_m_default{index}"
+    converter: Any = field.converter
+    if type(converter) is attrs.Converter:
+        held: Any = converter  # attrs' stub declares none of what a Converter holds
+        if held.takes_self:
+            return None
+        scope[f"_m_convert{index}"] = held.converter
+        scope[f"_m_field{index}"] = field
+        arguments = f"{value}, _m_field{index}" if held.takes_field else value
+        value = f"_m_convert{index}({arguments})"
+    elif converter is not None:
+        scope[f"_m_convert{index}"] = converter
+        value = f"_m_convert{index}({value})"
+    lines.append(f"    _m_v.{name} = {value}")
+    return parameter, lines

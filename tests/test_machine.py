@@ -6,6 +6,7 @@ import inspect
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -16,7 +17,11 @@ from engine.errors import AttemptError, RuleViolation, RunAlreadyFinished
 from engine.machine import MachineFold, RunState, apply, replay, start
 from events import (
     DECIDED,
+    EVENT_TYPES,
+    CheckpointSaved,
     Event,
+    NoteAdded,
+    RetryScheduled,
     RunFinished,
     RunStarted,
     StageCompleted,
@@ -24,6 +29,7 @@ from events import (
     StageStarted,
     StateRolledBack,
 )
+from projections.immutable import PList, PMap
 from tests._helpers import REVIEW, hub_history, hub_table
 
 
@@ -425,3 +431,51 @@ class TestEqualsTheTwoStepRoute:
             frontier = reached
         assert compared > 10_000
         assert (routed > 0) == (pipeline.hub is not None)
+
+
+class TestUnchangedStamp:
+    def test_an_event_the_rules_leave_be_stamps_the_state_as_evolve_would(self) -> None:
+        """A note, a checkpoint, a retry's decision or a user's own kind gives the state
+        `attrs.evolve` gives with its version and time: every field (each set off its
+        default here) the same object, the same type."""
+        when = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
+        state = RunState(
+            run_id=uuid.uuid4(),
+            pipeline="review",
+            state="developer",
+            version=7,
+            last_timestamp=when,
+            stack=PList[str]().push("project_analysis").push("code_review"),
+            attempts={"developer": 2},
+            open_attempt=3,
+            opened_at=when,
+            tasks=PMap({"t1": "active"}),
+            status=None,
+        )
+        pipeline = REVIEW
+        later: dict[str, Any] = {
+            "run_id": state.run_id,
+            "version": 8,
+            "timestamp": datetime(2027, 1, 1, tzinfo=UTC),
+        }
+
+        @attrs.frozen(kw_only=True)
+        class Audited(Event):
+            topic = "user:Audited"
+            grade: int = 0
+
+        try:
+            for event in (
+                NoteAdded(**later, key="k", value=[1]),
+                RetryScheduled(**later, stage="developer", delay=1.0, attempt=3),
+                CheckpointSaved(**later, checkpoint_id="c", checkpoint={}, metadata={}),
+                Audited(**later),
+            ):
+                stamped = apply(pipeline, state, event)
+                expected = attrs.evolve(state, version=8, last_timestamp=event.timestamp)
+                assert type(stamped) is RunState
+                assert stamped == expected
+                for field in attrs.fields(RunState):
+                    assert getattr(stamped, field.name) is getattr(expected, field.name), field
+        finally:
+            del EVENT_TYPES[Audited.topic]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import enum
 import math
+import uuid
 from collections import OrderedDict
+from datetime import UTC, date, datetime, time
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -169,6 +172,63 @@ class _Odd:
 
 _ODD = _Odd()
 
+
+class _Matching(enum.Enum):
+    """A plain Enum member equal to its value: not JSON (orjson would write its value)."""
+
+    ONE = 1
+
+    def __eq__(self, other: object) -> bool:
+        return bool(other == self.value)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+class _FloatValued(int, enum.Enum):
+    """An int member whose value is a float equal to it: its int is what is stored."""
+
+    THREE = 3
+
+    def __new__(cls, number: int) -> _FloatValued:
+        member = int.__new__(cls, number)
+        member._value_ = float(number)
+        return member
+
+    def __repr__(self) -> str:  # enum's own reads the value as an int
+        return f"{type(self).__name__}.{self.name}"
+
+
+class _BoolValued(int, enum.Enum):
+    """An int member whose value is a bool equal to it: its int is what is stored."""
+
+    ONE = 1
+
+    def __new__(cls, number: int) -> _BoolValued:
+        member = int.__new__(cls, number)
+        member._value_ = bool(number)
+        return member
+
+    def __repr__(self) -> str:  # enum's own reads the value as an int
+        return f"{type(self).__name__}.{self.name}"
+
+
+_CORNERS = [
+    _Matching.ONE,
+    _FloatValued.THREE,
+    _BoolValued.ONE,
+    uuid.UUID(int=1),
+    datetime(2020, 1, 1, tzinfo=UTC),
+    date(2020, 1, 1),
+    time(1),
+    -0.0,
+    2**64 - 1,
+    2**64,
+    (1, 2),
+]
+"""Values a JSON library writes its own way (an Enum member as its value, a UUID or a time
+as a str, a tuple as a list): each must give exactly what the walk gives."""
+
 scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -180,6 +240,7 @@ scalars = st.one_of(
     st.integers().map(_Whole),
     st.floats().map(_Real),
     st.sampled_from([_Level.LOW, _Colour.RED, b"x", bytearray(b"y"), _ODD, 1j, {1}]),
+    st.sampled_from(_CORNERS),
 )
 keys = st.one_of(
     st.text(max_size=3),
@@ -203,6 +264,23 @@ def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 values = st.recursive(scalars, _containers, max_leaves=20)
+
+
+def _long_containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Containers of 8 or more items (where a whole-container fast path would start)."""
+    lists = st.lists(children, min_size=8, max_size=10)
+    dicts = st.dictionaries(st.text(max_size=3), children, min_size=8, max_size=10)
+    return st.one_of(lists, dicts, _containers(children))
+
+
+plain = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+)
+long_values = st.recursive(st.one_of(plain, scalars), _long_containers, max_leaves=60)
 
 
 def _outcome(convert: Any, value: object) -> tuple[str, Any]:
@@ -230,6 +308,14 @@ class TestAgainstTheReplacedVersion:
             lambda v: _before("result", v), value
         )
 
+    @settings(max_examples=400, deadline=None)
+    @given(long_values)
+    def test_long_containers_give_the_same_value_or_the_same_error(self, value: Any) -> None:
+        """Containers of 8 or more items come out as before."""
+        assert _outcome(lambda v: strict_json("result", v), value) == _outcome(
+            lambda v: _before("result", v), value
+        )
+
     @settings(max_examples=300, deadline=None)
     @given(values)
     def test_an_event_field_holds_what_the_replaced_version_gave(self, value: Any) -> None:
@@ -239,7 +325,7 @@ class TestAgainstTheReplacedVersion:
         )
 
     @settings(max_examples=300, deadline=None)
-    @given(values)
+    @given(st.one_of(values, long_values))
     def test_the_copy_shares_no_container_with_the_input(self, value: Any) -> None:
         """No list or dict of the stored copy is one of the caller's."""
         try:
@@ -248,6 +334,24 @@ class TestAgainstTheReplacedVersion:
             return
         theirs = set(map(id, _containers_in(value)))
         assert not [part for part in _containers_in(copied) if id(part) in theirs]
+
+
+class TestCorners:
+    @pytest.mark.parametrize("odd", _CORNERS, ids=repr)
+    def test_an_odd_item_deep_in_a_long_container_gives_the_walks_result(self, odd: Any) -> None:
+        """An odd item in, or nested in, a list or dict of 8+ plain items gives the replaced
+        version's copy (same types: an int enum member's int, not its float or bool value) or
+        its error (a plain Enum member equal to its value is refused)."""
+        row = list(range(8))
+        for value in (
+            [*row, odd],
+            [*row, [odd]],
+            {str(index): index for index in row} | {"odd": odd},
+            {str(index): [index] for index in row} | {"odd": {"in": odd}},
+        ):
+            assert _outcome(lambda v: strict_json("result", v), value) == _outcome(
+                lambda v: _before("result", v), value
+            )
 
 
 def _containers_in(value: Any) -> list[Any]:

@@ -10,18 +10,29 @@ import pkgutil
 import sys
 import weakref
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, ClassVar
 from uuid import uuid4
 
 import attrs
 import pytest
+from freezegun import freeze_time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import projections
 from events import EVENT_TYPES, Event, StageCompleted
 from events.codec import encode, read_each
-from events.values import build, evolve, fields_of, maker, slot_setters, writable_twin
+from events.recording import BUILT_IN_EVENTS
+from events.values import (
+    build,
+    evolve,
+    fields_of,
+    init_function,
+    maker,
+    slot_setters,
+    writable_twin,
+)
 from projections import Attempt, Frame, Results, Retries, Round, Rounds, RunSummary, Stack
 
 RUN = uuid4()
@@ -419,3 +430,65 @@ class TestUserEventClasses:
         finally:
             for topic in set(EVENT_TYPES) - set(before):
                 del EVENT_TYPES[topic]
+
+
+class TestInitFunction:
+    @settings(max_examples=40, deadline=None)
+    @given(st.data())
+    def test_each_built_in_event_class_made_as_its_init_makes_it_or_refused_alike(
+        self, data: st.DataObject
+    ) -> None:
+        """Random field values (good and bad) give each of stagetrail's own event classes'
+        `init_function` the event its own ``__init__`` gives, behaving alike (its hash
+        too), or the same error word for word."""
+        for cls in sorted(BUILT_IN_EVENTS, key=lambda cls: cls.__name__):
+            made = init_function(cls)
+            assert made is not cls, cls
+            names = [field.name for field in attrs.fields(cls)]
+            chosen: dict[str, Any] = {"run_id": RUN, "version": 1, "timestamp": WHEN}
+            chosen |= {  # the time given: a default of now would differ between the two
+                name: data.draw(st.one_of(PAYLOADS, st.just(RUN)), label=name)
+                for name in names
+                if name != "timestamp" and data.draw(st.booleans(), label=f"give {name}")
+            }
+            expected, built = _outcome(partial(cls, **chosen)), _outcome(partial(made, **chosen))
+            assert built == expected, cls
+            if expected[0] == "gave":
+                assert made(**chosen) == cls(**chosen), cls
+                assert _behaviour(made(**chosen)) == _behaviour(cls(**chosen)), cls
+
+    def test_a_class_whose_init_does_more_by_attrs_api_is_itself(self) -> None:
+        """A validator, a post-init hook or a factory taking the instance (what attrs' public
+        API shows): the class itself."""
+
+        @attrs.frozen(kw_only=True)
+        class Validated:
+            grade: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+        @attrs.frozen(kw_only=True)
+        class Hooked:
+            grade: int = 0
+
+            def __attrs_post_init__(self) -> None:
+                """Runs after the fields are set."""
+
+        @attrs.frozen(kw_only=True)
+        class SelfMade:
+            grade: int = attrs.field(default=attrs.Factory(lambda self: 1, takes_self=True))
+
+        for cls in (Validated, Hooked, SelfMade):
+            assert init_function(cls) is cls
+
+    def test_its_errors_name_the_class_as_init_does(self) -> None:
+        """A missing or unknown keyword reads as the class's ``__init__`` says it."""
+        made = init_function(StageCompleted)
+        for chosen in ({"run_id": RUN, "version": 1}, {"surprise": 1}):
+            assert _outcome(partial(made, **chosen)) == _outcome(partial(StageCompleted, **chosen))
+
+    def test_a_default_made_by_a_factory_is_made_for_each_value(self) -> None:
+        """The time left out is the factory's (now), as the class's ``__init__`` makes it."""
+        made = init_function(StageCompleted)
+        fields: dict[str, Any] = {"run_id": RUN, "version": 1, "stage": "s"}
+        with freeze_time(WHEN):
+            assert made(**fields, attempt=1) == StageCompleted(**fields, attempt=1)
+            assert made(**fields, attempt=1).timestamp == WHEN

@@ -217,3 +217,37 @@ class TestChainedEvents:
             expected = chain.link(b"q" * 16, run.id, event.version, stored.topic, body)
             assert link == expected
             assert stored.state == chain.seal(body, expected)
+
+
+class TestNulCheck:
+    """`EventMapper`'s NUL check (a backslash looked for first): exact for every placement."""
+
+    @pytest.mark.parametrize(
+        ("text", "refused"),
+        [
+            ("\x00", True),  # its escape is the first backslash
+            ("\\\x00", True),  # after an escaped backslash
+            ("\\\\\x00", True),
+            ("a\\b\x00", True),  # a backslash well before it
+            ('"\x00', True),
+            ("\\u0000", False),  # the six characters, written after an escaped backslash
+            ("\\\\u0000", False),
+            ("\\", False),
+            ("plain", False),
+        ],
+    )
+    def test_a_nul_anywhere_is_refused_and_its_spelling_kept(
+        self, text: str, refused: bool
+    ) -> None:
+        """A NUL in a result is refused (nothing appended) wherever it stands after
+        backslashes; the text backslash-u-0000 (no NUL) is stored and reads back."""
+        with Engine("memory://") as engine:
+            run = engine.start_run(REVIEW)
+            before = len(engine.events(run.id))
+            if refused:
+                with pytest.raises(InvalidPayload, match=r"result\['t'\]"):
+                    run.stage_completed("project_analysis", {"t": text})
+                assert len(engine.events(run.id)) == before
+            else:
+                run.stage_completed("project_analysis", {"t": text})
+                assert engine.events(run.id)[-1].result == {"t": text}  # type: ignore[attr-defined]
