@@ -1068,3 +1068,165 @@ class TestAgainstAFreshSaver:
             assert wrong == []
             assert reads
             assert list(reader.list(config("t"))) == []
+
+
+def loop_config(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    """A config as LangGraph's loop hands it under ``durability="sync"`` (its saves ordered)."""
+    configurable: dict[str, Any] = {
+        "thread_id": thread_id,
+        "checkpoint_ns": "",
+        "__pregel_runtime": object(),
+        "__pregel_durability": "sync",
+    }
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def loop_checkpoint(checkpoint_id: str, step: int) -> Any:
+    """A checkpoint the loop would save at `step`, channel ``v`` at version ``step + 2``."""
+    checkpoint: Any = {**empty_checkpoint(), "id": checkpoint_id}
+    checkpoint["channel_versions"] = {"v": step + 2}
+    checkpoint["channel_values"] = {"v": f"v{step}"}
+    return checkpoint
+
+
+class TestTurns:
+    def test_writes_waiting_for_their_checkpoint_wake_once_it_is_recorded(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A task's writes that reach the saver before their checkpoint wait on the saver's
+        condition, are woken by that checkpoint's save (not by the bound on the wait), and
+        leave no save counted as waiting or writing."""
+        monkeypatch.setattr(saver_module, "_ORDER_WAIT", 30.0)  # a missed wake-up takes it all
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            first = put_input(saver, "t")["configurable"]["checkpoint_id"]
+            later = "1ef00000-0000-6000-8000-0000000000aa"
+            waits = threading.Event()
+            wait_for = saver._changed.wait_for
+
+            def waiting(predicate: Callable[[], bool], timeout: float) -> bool:
+                waits.set()  # called under the lock: the checkpoint's save comes after
+                return wait_for(predicate, timeout)
+
+            monkeypatch.setattr(saver._changed, "wait_for", waiting)
+            writes = threading.Thread(
+                target=saver.put_writes,
+                args=(loop_config("t", later), [("v", "x")], "task", "~__pregel_pull, a"),
+            )
+            writes.start()
+            assert waits.wait(10), "the writes did not wait for their checkpoint"
+            saver.put(loop_config("t", first), loop_checkpoint(later, 0), {"source": "loop"}, {})
+            writes.join(10)  # far below the 30 s a missed wake-up would take
+            assert not writes.is_alive(), "the checkpoint's save did not wake the writes"
+            assert saver._waiting == 0
+            assert saver._writing == {}
+            (run,) = engine.runs()
+            kinds = [type(event).__name__ for event in engine.events(run.run_id)]
+            # the checkpoint (at the graph's end: its idle note with it), then the node's outcome
+            saved = ["RunStarted", "CheckpointSaved", "CheckpointSaved", "NoteAdded"]
+            assert kinds == [*saved, "StageCompleted"]
+
+    def test_a_wait_that_ends_unsatisfied_or_raises_leaves_nothing_counted(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Writes whose checkpoint never comes are recorded once the wait's bound passes, and
+        a wait that raises ends the save: neither leaves a save counted as waiting or writing."""
+        monkeypatch.setattr(saver_module, "_ORDER_WAIT", 0.01)
+        with Engine("memory://") as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            put_input(saver, "t")
+            never = "1ef00000-0000-6000-8000-0000000000bb"
+            saver.put_writes(loop_config("t", never), [("v", "x")], "late", "~__pregel_pull, a")
+            assert (saver._waiting, saver._writing) == (0, {})
+            asked: list[int] = []
+
+            def failing(*_: Any) -> bool:
+                asked.append(1)
+                if len(asked) > 2:  # the checks before the wait pass, the one in it raises
+                    raise KeyboardInterrupt
+                return False
+
+            monkeypatch.setattr(saver, "_recorded", failing)
+            with pytest.raises(KeyboardInterrupt):
+                saver.put_writes(loop_config("t", never), [("v", "y")], "gone", "")
+            assert (saver._waiting, saver._writing) == (0, {})
+
+
+class TestReusedRunHandle:
+    def test_a_saver_appends_on_the_store_after_another_saver_appended(
+        self, store_url: str
+    ) -> None:
+        """Two savers take turns on a thread: each one's put after the other's is built on
+        what the store holds (not on the handle of its own last append), the chain whole."""
+        with Engine(store_url) as engine:
+            savers = [StagetrailSaver(engine, ["a"]), StagetrailSaver(engine, ["a"])]
+            parent = config("t")
+            for step, saver in enumerate([0, 0, 1, 0, 1, 1, 0]):
+                parent = put_value(savers[saver], parent, f"v{step}", step)
+            (run,) = engine.runs()
+            assert engine.verify(run.run_id).ok
+            for reader in (*savers, StagetrailSaver(engine, ["a"])):
+                listed = [t.checkpoint["channel_values"]["v"] for t in reader.list(config("t"))]
+                assert listed == [f"v{step}" for step in reversed(range(7))]
+
+    @pytest.mark.parametrize("stored", [False, True], ids=["not-written", "written"])
+    def test_a_put_after_a_write_that_failed_follows_what_the_store_holds(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch, stored: bool
+    ) -> None:
+        """A put whose write fails (before the store took it, or after) raises; the next put
+        on the same thread follows what the store holds, and the saver serves it all."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            parent = put_value(saver, config("t"), "v0", 0)
+            parent = put_value(saver, parent, "v1", 1)
+            write = engine.store.write
+
+            def failing(*args: Any, **kwargs: Any) -> Any:
+                monkeypatch.setattr(engine.store, "write", write)
+                if stored:
+                    write(*args, **kwargs)
+                raise StoreError(store_url, "the connection dropped")
+
+            monkeypatch.setattr(engine.store, "write", failing)
+            with pytest.raises(StoreError, match="dropped"):
+                put_value(saver, parent, "v2", 2)
+            put_value(saver, parent, "v3", 3)
+            expected = ["v3", "v2", "v1", "v0"] if stored else ["v3", "v1", "v0"]
+            (run,) = engine.runs()
+            assert engine.verify(run.run_id).ok
+            for reader in (saver, StagetrailSaver(engine, ["a"])):
+                listed = [t.checkpoint["channel_values"]["v"] for t in reader.list(config("t"))]
+                assert listed == expected
+
+    def test_an_append_that_raised_midway_leaves_nothing_for_the_next(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A graph's last checkpoint (recorded with its thread's idle note, in one batch)
+        whose note raises stores nothing of it; the next put on the thread stores its own
+        checkpoint alone, no leftover of the one that raised."""
+        with Engine(store_url) as engine:
+            saver = StagetrailSaver(engine, ["a"])
+            parent = put_value(saver, config("t"), "v0", 0)
+
+            def raising(status: str, reason: Any = None) -> Callable[[Any], Any]:
+                def step(run: Any) -> Any:
+                    raise RuntimeError(f"no {status} note")
+
+                return step
+
+            monkeypatch.setattr(saver_module, "_paused", raising)
+            done: Any = {**empty_checkpoint(), "channel_versions": {"v": 2}}
+            done["channel_values"] = {"v": "v1"}
+            with pytest.raises(RuntimeError, match="no idle note"):
+                saver.put(loop_config("t", parent["configurable"]["checkpoint_id"]), done, {}, {})
+            monkeypatch.undo()
+            put_value(saver, parent, "v2", 2)
+            (run,) = engine.runs()
+            kinds = [type(event).__name__ for event in engine.events(run.run_id)]
+            assert kinds == ["RunStarted", "CheckpointSaved", "CheckpointSaved"]
+            assert engine.verify(run.run_id).ok
+            for reader in (saver, StagetrailSaver(engine, ["a"])):
+                listed = [t.checkpoint["channel_values"]["v"] for t in reader.list(config("t"))]
+                assert listed == ["v2", "v0"]
