@@ -175,7 +175,11 @@ class StateStack(Projection[Stack]):
         (`RowList`): no stack, frame list or frame made per event. Any other event, and an
         outcome on a hub's table, goes to its handler, from the stack as `apply` makes it.
         """
-        if not folds_with(self, StateStack, StageCompleted, StageFailed):
+        # A `StateStack` itself, its handlers the class's, takes outcomes with them: asked
+        # of a subclass only (every fold of a short run starts here).
+        if (type(self) is not StateStack or "handlers" in vars(self)) and not folds_with(
+            self, StateStack, StageCompleted, StageFailed
+        ):
             return super().fold(events, state)  # a subclass takes outcomes its own way
         return folded_by(self, self._pushed_in_place, events, state)
 
