@@ -86,6 +86,19 @@ class TestFastJSONTranscoder:
         assert type(decoded["n"][0]) is int
         assert decoded["n"][0] == value
 
+    @pytest.mark.parametrize("shift", range(8))
+    @pytest.mark.parametrize("value", [10**18, 2**64, -(2**63) - 1, 10**40])
+    def test_a_long_int_at_any_offset_reads_back_as_that_int(self, shift: int, value: int) -> None:
+        """A long int among floats of sixteen digits and timestamps, at any byte offset (the
+        long-digit check samples every fourth byte first), decodes exactly, alone or in a page."""
+        transcoder = FastJSONTranscoder()
+        filler = {"t": "2026-11-28T04:24:19.180479+00:00", "d": 7.1409999691240955e-6}
+        state = {"p": "x" * shift, **filler, "n": value, "e": [filler, 0.1234567890123456]}
+        data = transcoder.encode(state)
+        for decoded in (transcoder.decode(data), *(transcoder.decode_many([data, data]) or [])):
+            assert decoded == state
+            assert type(decoded["n"]) is int
+
     def test_floats_read_back_bit_for_bit(self) -> None:
         """Random doubles written by either encoder decode to the very same bits."""
         transcoder, rng = FastJSONTranscoder(), random.Random(23)
