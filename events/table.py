@@ -291,6 +291,19 @@ def _expanded(table: Mapping[str, Any]) -> dict[tuple[str, str], str]:
     return {(source, outcome): dest for source, outcome, dest in expand(rows, states, final)}
 
 
+def read_table(table: JSON) -> tuple[str | None, dict[tuple[str, str], str], str | None]:
+    """A stored table's initial state, lookup and hub (`initial_state`, `lookup`, `hub_of`) in
+    one call: what a fold takes from a run's `RunStarted`."""
+    if type(table) is not dict and not isinstance(table, Mapping):  # dict: no ABC check
+        return None, {}, None
+    initial, hub = table.get("initial"), table.get("hub")
+    return (
+        initial if isinstance(initial, str) else None,
+        lookup(table),
+        hub if isinstance(hub, str) else None,
+    )
+
+
 def initial_state(table: JSON) -> str | None:
     """The initial state a stored table names, or None when it names none."""
     mapping = type(table) is dict or isinstance(table, Mapping)  # dict: no ABC check

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from events.table import Lookup, as_rows, hub_of, implicit_route, initial_state, lookup
+from events.table import Lookup, as_rows, implicit_route, read_table
 from events.values import build, maker
 from projections.base import EventSource, Projection, folded_by, folds_with, on
 from projections.collector import COLLECT_EVERY
@@ -137,10 +137,11 @@ class StateStack(Projection[Stack]):
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
         """Take the initial state and the transition lookup from the run's table."""
-        table, frames = event.table, state.frame_list
+        frames = state.frame_list
         if len(frames):  # rows of another table's frames: a push must not take their states
             frames = PList(frames.cells, len(frames))
-        return _STACK(initial_state(table), lookup(table), frames, _hub(hub_of(table), frozenset()))
+        initial, moves, hub = read_table(event.table)
+        return _STACK(initial, moves, frames, None if hub is None else _HUB(hub, frozenset()))
 
     @on(StageCompleted)
     def completed(self, state: Stack, event: StageCompleted) -> Stack:
@@ -529,8 +530,8 @@ class StackShape:
     @classmethod
     def started(cls, event: RunStarted) -> StackShape:
         """The shape of a run's stack right after its `RunStarted`: no frame."""
-        table = event.table
-        return cls(initial_state(table), lookup(table), _hub(hub_of(table), frozenset()))
+        initial, moves, hub = read_table(event.table)
+        return cls(initial, moves, _hub(hub, frozenset()))
 
     @classmethod
     def of(cls, stack: Stack, version: int) -> StackShape:

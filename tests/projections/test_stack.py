@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from events.table import lookup
+from events.table import hub_of, initial_state, lookup, read_table
 from projections.immutable import ROWS_PER_BLOCK, RowList
 from projections.stack import Frame, Stack, StateStack
 from tests._helpers import REVIEW, PausedThread, hub_table, switching_often
@@ -107,6 +107,20 @@ class TestLookup:
         """A table that is not an object, or has malformed rows, never raises."""
         assert lookup(None) == {}
         assert lookup({"transitions": [["a", "ok"], 3, ["a", "ok", "b"]]}) == {("a", "ok"): "b"}
+
+    @pytest.mark.parametrize(
+        "table",
+        [
+            None,
+            [],
+            {},
+            {"initial": 3, "hub": ["h"], "transitions": [["a", "ok", "b"]]},
+            {"initial": "a", "hub": "h", "final": ["z"], "transitions": [["a", "ok", "z"]]},
+        ],
+    )
+    def test_read_table_is_initial_state_lookup_and_hub_of(self, table: Any) -> None:
+        """`read_table` gives what `initial_state`, `lookup` and `hub_of` give one by one."""
+        assert read_table(table) == (initial_state(table), lookup(table), hub_of(table))
 
     def test_same_table_again_read_as_it_is_now(self) -> None:
         """A table looked up again after a change in place (a row, `initial` where `states`
