@@ -220,29 +220,36 @@ def lookup(table: JSON) -> dict[tuple[str, str], str]:
     global _LAST
     get = table.get
     read = (get("initial"), get("final"), get("states"), get("transitions"))
-    last = _LAST  # one pair, replaced whole: a thread reads one table's parts and expansion
+    last = _LAST  # one triple, replaced whole: a thread reads one table's parts and expansion
+    kept = last[0]
     # The newest table again (a run's, read by every fold of it): compared as it is, in C,
-    # with no key built. Equal parts give an equal `_table_key`: the same expansion.
-    if read == last[0]:
+    # with no key built. Equal parts give an equal `_table_key`: the same expansion. Where
+    # it has no "*" row, its rows and final states make it (its states given: none derived
+    # from its initial state), whatever its states are: only those are compared.
+    if last[2] and read[3] == kept[3] and read[1] == kept[1] and read[2]:
+        return dict(last[1])
+    if read == kept:
         return dict(last[1])
     key = _table_key(read)
     if key is None:
         return _expanded(table)
-    kept = _LOOKUPS.get(key)
-    if kept is None:
+    found = _LOOKUPS.get(key)
+    if found is None:
         if len(_LOOKUPS) >= _LOOKUPS_KEPT:
             _LOOKUPS.clear()
-        kept = _LOOKUPS[key] = (_json_copy(read), _expanded(table))
-    if kept[0] is not None:
-        _LAST = kept
-    return dict(kept[1])
+        parts = _json_copy(read)
+        found = _LOOKUPS[key] = (parts, _expanded(table), parts is not None and _rows_only(parts))
+    if found[0] is not None:
+        _LAST = found
+    return dict(found[1])
 
 
-_Kept = tuple[Any, dict[tuple[str, str], str]]
-"""A table's parts as `lookup` copied them (None: not kept) and its expansion."""
+_Kept = tuple[Any, dict[tuple[str, str], str], bool]
+"""A table's parts as `lookup` copied them (None: not kept), its expansion, and whether its
+rows alone make it (`_rows_only`)."""
 _LOOKUPS: dict[Any, _Kept] = {}
 _LOOKUPS_KEPT = 256
-_LAST: _Kept = (None, {})
+_LAST: _Kept = (None, {}, False)
 """`lookup`'s newest table (a copy made once per key kept, not per look-up)."""
 
 
@@ -265,6 +272,14 @@ def _json_copy(read: tuple[Any, ...]) -> tuple[Any, ...] | None:
         None if states is None else list(states),
         rows,
     )
+
+
+def _rows_only(parts: tuple[Any, ...]) -> bool:
+    """Whether a table's expansion is its rows alone, whatever its initial state and its
+    states where it names some (`_json_copy`'s parts): it has rows (a list), none of them a
+    `"*"` row."""
+    rows = parts[3]
+    return type(rows) is list and not any(_is_row(row) and row[0] == ANY for row in rows)
 
 
 def _table_key(read: tuple[Any, ...]) -> Any:

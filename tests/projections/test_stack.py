@@ -122,6 +122,20 @@ class TestLookup:
         """`read_table` gives what `initial_state`, `lookup` and `hub_of` give one by one."""
         assert read_table(table) == (initial_state(table), lookup(table), hub_of(table))
 
+    def test_a_table_without_star_rows_reads_as_its_rows_whatever_its_states(self) -> None:
+        """Tables of the same rows, no `"*"` row, give their rows' lookup whatever states and
+        initial state they name; a `"*"` row then expands over each table's own states."""
+        rows = [["a", "ok", "b"], ["b", "ok", "z"]]
+        moves = {("a", "ok"): "b", ("b", "ok"): "z"}
+        for states in (["a", "b", "z"], ["a", "b", "q", "z"], ["z", "b", "a"]):
+            table = {"initial": states[0], "final": ["z"], "states": states, "transitions": rows}
+            assert lookup(table) == moves
+        starred = [*rows, ["*", "x", "z"]]
+        for states in (["a", "b", "z"], ["a", "b", "q", "z"]):
+            table = {"initial": "a", "final": ["z"], "states": states, "transitions": starred}
+            expected = moves | {(state, "x"): "z" for state in states if state != "z"}
+            assert lookup(table) == expected
+
     def test_same_table_again_read_as_it_is_now(self) -> None:
         """A table looked up again after a change in place (a row, `initial` where `states`
         is missing) gives its new expansion, and the copy given back is the caller's own."""
