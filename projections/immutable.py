@@ -261,7 +261,10 @@ class RowList(PList[T]):
     frozen_at: ClassVar[int] = -1
 
     def __init__(self, cells: Cons[T] = None, size: int = 0) -> None:
-        super().__init__(cells, size)
+        # `PList`'s slots set here, not by its `__init__`: one call less for every empty
+        # list (each fold of a stack starts with one, a short point-in-time read among them).
+        self._cells = cells
+        self._size = size
         self._tip: list[Any] = []  # the newest rows' fields, flat; this list owns `_used` of them
         self._used = 0
         self._blocks: Blocks = None  # the full blocks below, newest first

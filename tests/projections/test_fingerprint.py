@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import projections
 from engine import Engine
 from projections import Projection
 from tests._helpers import REVIEW
@@ -184,3 +185,26 @@ class TestFingerprint:
             status = {entry.name: entry for entry in third.projections.status()}["failures"]
             assert status.position == 0
             assert third.projections.get("failures") == 4
+
+
+SHIPPED = {
+    "FailurePatterns": "c67891c6b49c8d9c",
+    "ProgressState": "540d7795bc727fb2",
+    "RetryCounts": "f266ecd51f23cdff",
+    "RoundsTable": "71247b1acd728cb7",
+    "RunIndex": "e67569b1fd44d884",
+    "StageResults": "42c570fbc7d0a872",
+    "StateStack": "297ec5d71b1fc194",
+    "TaskTable": "f18f4f7963c7a98c",
+}
+"""The shipped projections' fingerprints (as of 909f60c): a change makes every stored
+snapshot and persistent state of that projection stale, so it is made on purpose only
+(its commit says so and updates this table)."""
+
+
+class TestShippedFingerprints:
+    def test_the_shipped_projections_keep_their_fingerprints(self) -> None:
+        """A speed change that keeps a projection's logic keeps its fingerprint, so stored
+        snapshots and states of it are still served (no silent refold of every run)."""
+        found = {name: getattr(projections, name).fingerprint() for name in SHIPPED}
+        assert found == SHIPPED
