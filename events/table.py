@@ -287,12 +287,12 @@ def _table_key(read: tuple[Any, ...]) -> Any:
     transitions), or None for odd tables."""
     initial, final, states, transitions = read
     try:
-        key = (
-            initial,
-            tuple(final or ()),
-            tuple(states or ()),
-            tuple(map(tuple, transitions or ())),
-        )
+        rows = tuple(map(tuple, transitions or ()))
+        # A row that is no list or tuple ("abc") is skipped, yet keys (and copies, see
+        # `_json_copy`) as the row of its items would: such a table is not kept.
+        if not all(isinstance(row, list | tuple) for row in transitions or ()):
+            return None
+        key = (initial, tuple(final or ()), tuple(states or ()), rows)
         hash(key)
         return key
     except TypeError:  # an unhashable or non-iterable part: not worth caching

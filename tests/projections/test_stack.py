@@ -160,7 +160,7 @@ class TestLookup:
 
 _NAMES = st.sampled_from(["a", "b", "z", "*", "ok", "x"])
 _ROW = st.lists(_NAMES, min_size=3, max_size=3) | st.sampled_from(
-    [["a", "ok"], 3, ("a", "ok", "b")]
+    [["a", "ok"], 3, ("a", "ok", "b"), "abz", "*xz"]
 )
 _STATES: st.SearchStrategy[Any] = (
     st.none() | st.just([]) | st.just("ab") | st.lists(_NAMES.filter(lambda n: n != "*"))
@@ -205,6 +205,18 @@ class TestLookupKept:
                 except Exception as error:
                     found = type(error)
                 assert found == _expected(variant), variant
+
+    def test_a_row_spelled_as_text_is_not_taken_for_a_row_of_its_letters(self) -> None:
+        """A table whose one row is the text "abc" (no row: skipped) is not kept as a table
+        of the row ["a", "b", "c"]: a table of that row, under the same or other states and
+        initial state, reads its row, not the text table's empty lookup."""
+        states = ["a", "b", "c", "z"]
+        text = {"initial": "a", "final": ["z"], "states": states, "transitions": ["abc"]}
+        row = {**text, "transitions": [["a", "b", "c"]]}
+        other = {**row, "initial": "q", "states": [*states, "q"]}
+        for table in (row, other):
+            assert lookup(text) == {}
+            assert lookup(table) == {("a", "b"): "c"}
 
     def test_a_star_row_table_after_a_rows_only_one_of_the_same_final_states(self) -> None:
         """A table of the same final states whose rows differ by one `"*"` row, or one whose
