@@ -299,7 +299,11 @@ class Engine:
         )
         if tree:
             return instance.fold(self._tree_events(rid, at))
-        if type(at) is int and 0 < at < self._time_travel.grid(instance):
+        travel = self._time_travel
+        # `grid` of a projection keeping no states of its own (nearly all) inline.
+        if type(at) is int and 0 < at < (
+            travel.interval if getattr(instance, "kept_every", 0) == 0 else travel.grid(instance)
+        ):
             # No snapshot lies below the first interval: one read and a fold, without
             # the newest event (a read of its own) or the snapshot bookkeeping; only
             # the events the projection handles are decoded. A run being erased is
@@ -317,7 +321,7 @@ class Engine:
             if at is None
             else arguments.version_at(self.store, rid, at, last.version, "at")
         )
-        state: S = self._time_travel.project(rid, instance, version)
+        state: S = travel.project(rid, instance, version)
         return state
 
     def tree(self, run_id: UUID | str) -> list[UUID]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
+from itertools import repeat
 from operator import call, itemgetter
 from typing import Any
 from uuid import UUID
@@ -156,7 +157,8 @@ def read_each(
     by `decode` (upcast); a state `decode` refuses goes to `alone` with its row, which
     reads it again from what is stored and names the event that is wrong (None: the
     `EventFormatError` is raised). The iterator is C's `map` calling one reader per
-    event: no generator of ours per event.
+    event, the page given to each (`_PageReaders`): no generator of ours per event, no
+    reader bound to a page.
 
     Args:
         extra: a key a state may hold beside its fields (the store's own), ignored.
@@ -171,20 +173,20 @@ def read_each(
     readers = _PageReaders()  # its fields set here: no `__init__` of ours to call per page
     readers.run_id, readers.alone = run_id, alone
     readers.extra = _NO_KEY if extra is None else extra
-    return map(call, map(readers.__getitem__, map(_TOPIC, rows)), states, rows)
+    return map(call, map(readers.__getitem__, map(_TOPIC, rows)), states, rows, repeat(readers))
 
 
 _TOPIC = itemgetter(1)
 _NO_KEY: Any = object()
 """`extra` where there is none: a key no state holds (None may be one), so none is ignored."""
-_Read = Callable[[Any, tuple[Any, ...]], Event]
-"""A page's reader of one topic: `(state, row) -> event`."""
+_Read = Callable[[Any, tuple[Any, ...], "_PageReaders"], Event]
+"""A reader of one topic: `(state, row, page) -> event`, the run and the rest from `page`."""
 
 
 class _PageReaders(dict[str, _Read]):
-    """One page's reader of each topic, bound to its run when first asked for: looked up in
-    `EVENT_TYPES` once a page, since a topic may be given a class (or another class) after
-    an earlier read."""
+    """One page's reader of each topic (a class's, `_class_reader`), and what the readers
+    take from the page (its run, `alone`, `extra`): looked up in `EVENT_TYPES` once a page,
+    since a topic may be given a class (or another class) after an earlier read."""
 
     __slots__ = ("alone", "extra", "run_id")  # no `__dict__` made per page
 
@@ -194,14 +196,7 @@ class _PageReaders(dict[str, _Read]):
 
     def __missing__(self, topic: str) -> _Read:
         cls = EVENT_TYPES.get(topic)
-        bind: Any
-        if cls is None:
-            bind = _slow_only
-        else:
-            bind = _CLASS_READERS.get(cls)
-            if bind is None:
-                bind = _CLASS_READERS[cls] = _class_reader(cls)
-        read: _Read = bind(self.run_id, self.alone, topic, self.extra)
+        read = _slow_only if cls is None else _CLASS_READERS.get(cls) or _reader_of(cls)
         self[topic] = read
         return read
 
@@ -225,22 +220,24 @@ def _slow(
         return alone(run_id, row)
 
 
-def _slow_only(run_id: UUID, alone: Alone | None, topic: str, extra: str | None) -> _Read:
-    """The page reader of a topic no class is stored under (`decode` names it)."""
-
-    def read(state: Any, row: tuple[Any, ...]) -> Event:
-        return _slow(topic, state, run_id, row, alone, extra)
-
-    return read
+def _slow_only(state: Any, row: tuple[Any, ...], page: _PageReaders) -> Event:
+    """The reader of a topic no class is stored under (`decode` names it)."""
+    return _slow(row[1], state, page.run_id, row, page.alone, page.extra)
 
 
-_CLASS_READERS: dict[type[Event], Any] = {}
+_CLASS_READERS: dict[type[Event], _Read] = {}
 """`_class_reader` of each event class read so far, made once."""
 
 
-def _class_reader(cls: type[Event]) -> Any:
-    """A function binding a page's `(run_id, alone, topic, extra)` to the class's reader
-    `(state, row) -> event` for `read_each`: the one code generator of the event readers.
+def _reader_of(cls: type[Event]) -> _Read:
+    """The class's reader (`_class_reader`), made on its first read."""
+    read = _CLASS_READERS[cls] = _class_reader(cls)
+    return read
+
+
+def _class_reader(cls: type[Event]) -> _Read:
+    """The class's reader `(state, row, page) -> event` for `read_each`, the run and the
+    rest taken from `page` (`_PageReaders`): the one code generator of the event readers.
 
     The reader builds the event, its slots set in its own body (no call of `maker` per
     event; in its writable twin, `writable_twin`, where it has one), when `state` holds
@@ -255,11 +252,11 @@ def _class_reader(cls: type[Event]) -> Any:
     scope: dict[str, Any] = {
         "new": object.__new__, "cls": cls, "twin": twin, "parse": _parse_time, "slow": _slow,
     }  # fmt: skip
-    body = ["          v = new(cls)" if twin is None else "          v = twin()"]
+    body = ["        v = new(cls)" if twin is None else "        v = twin()"]
     for index, (name, setter) in enumerate(slot_setters(cls).items()):
         scope[f"set{index}"] = setter
         if name == "run_id":
-            value = "run_id"
+            value = "page.run_id"
         elif name == "version":
             value = "row[0]"
         elif name == "timestamp":
@@ -270,33 +267,31 @@ def _class_reader(cls: type[Event]) -> Any:
         else:
             value = f"state[{name!r}]"
         body.append(
-            f"          set{index}(v, {value})" if twin is None else f"          v.{name} = {value}"
+            f"        set{index}(v, {value})" if twin is None else f"        v.{name} = {value}"
         )
     if twin is not None:
-        body.append("          v.__class__ = cls")
+        body.append("        v.__class__ = cls")
     # As many keys as stored fields, or one more that is `extra`, each field read by name:
     # so no other key can be there.
-    check = f"(n == {keys} or (n == {keys + 1} and extra in state))"
+    check = f"(n == {keys} or (n == {keys + 1} and page.extra in state))"
     if later:  # `_upcast`'s test: the stored version is this int (not 2.0, not True)
         check += (
             f" and (stored := state.get('class_version')).__class__ is int and stored == {later}"
         )
     lines = [
-        "def bind(run_id, alone, topic, extra):",
-        "  def read(state, row):",
-        "    if state.__class__ is dict:",
-        "      n = len(state)",
-        f"      if {check}:",
-        "        try:",
+        "def read(state, row, page):",
+        "  if state.__class__ is dict:",
+        "    n = len(state)",
+        f"    if {check}:",
+        "      try:",
         *body,
-        "          return v",
-        "        except (LookupError, TypeError, ValueError, AttributeError):",
-        "          pass",
-        "    return slow(topic, state, run_id, row, alone, extra)",
-        "  return read",
+        "        return v",
+        "      except (LookupError, TypeError, ValueError, AttributeError):",
+        "        pass",
+        "  return slow(row[1], state, page.run_id, row, page.alone, page.extra)",
     ]
     exec(compile("\n".join(lines), f"<reader of {cls.__qualname__}>", "exec"), scope)
-    return scope["bind"]
+    return scope["read"]  # type: ignore[no-any-return]
 
 
 _STORED_FIELDS: dict[type[Event], frozenset[str]] = {}

@@ -220,29 +220,36 @@ def lookup(table: JSON) -> dict[tuple[str, str], str]:
     global _LAST
     get = table.get
     read = (get("initial"), get("final"), get("states"), get("transitions"))
-    last = _LAST  # one pair, replaced whole: a thread reads one table's parts and expansion
+    last = _LAST  # one triple, replaced whole: a thread reads one table's parts and expansion
+    kept = last[0]
     # The newest table again (a run's, read by every fold of it): compared as it is, in C,
-    # with no key built. Equal parts give an equal `_table_key`: the same expansion.
-    if read == last[0]:
+    # with no key built. Equal parts give an equal `_table_key`: the same expansion. Where
+    # it has no "*" row, its rows and final states make it (its states given: none derived
+    # from its initial state), whatever its states are: only those are compared.
+    if last[2] and read[3] == kept[3] and read[1] == kept[1] and read[2]:
+        return dict(last[1])
+    if read == kept:
         return dict(last[1])
     key = _table_key(read)
     if key is None:
         return _expanded(table)
-    kept = _LOOKUPS.get(key)
-    if kept is None:
+    found = _LOOKUPS.get(key)
+    if found is None:
         if len(_LOOKUPS) >= _LOOKUPS_KEPT:
             _LOOKUPS.clear()
-        kept = _LOOKUPS[key] = (_json_copy(read), _expanded(table))
-    if kept[0] is not None:
-        _LAST = kept
-    return dict(kept[1])
+        parts = _json_copy(read)
+        found = _LOOKUPS[key] = (parts, _expanded(table), parts is not None and _rows_only(parts))
+    if found[0] is not None:
+        _LAST = found
+    return dict(found[1])
 
 
-_Kept = tuple[Any, dict[tuple[str, str], str]]
-"""A table's parts as `lookup` copied them (None: not kept) and its expansion."""
+_Kept = tuple[Any, dict[tuple[str, str], str], bool]
+"""A table's parts as `lookup` copied them (None: not kept), its expansion, and whether its
+rows alone make it (`_rows_only`)."""
 _LOOKUPS: dict[Any, _Kept] = {}
 _LOOKUPS_KEPT = 256
-_LAST: _Kept = (None, {})
+_LAST: _Kept = (None, {}, False)
 """`lookup`'s newest table (a copy made once per key kept, not per look-up)."""
 
 
@@ -267,17 +274,25 @@ def _json_copy(read: tuple[Any, ...]) -> tuple[Any, ...] | None:
     )
 
 
+def _rows_only(parts: tuple[Any, ...]) -> bool:
+    """Whether a table's expansion is its rows alone, whatever its initial state and its
+    states where it names some (`_json_copy`'s parts): it has rows (a list), none of them a
+    `"*"` row."""
+    rows = parts[3]
+    return type(rows) is list and not any(_is_row(row) and row[0] == ANY for row in rows)
+
+
 def _table_key(read: tuple[Any, ...]) -> Any:
     """A hashable form of what `lookup` reads from a table (its initial, final, states and
     transitions), or None for odd tables."""
     initial, final, states, transitions = read
     try:
-        key = (
-            initial,
-            tuple(final or ()),
-            tuple(states or ()),
-            tuple(map(tuple, transitions or ())),
-        )
+        rows = tuple(map(tuple, transitions or ()))
+        # A row that is no list or tuple ("abc") is skipped, yet keys (and copies, see
+        # `_json_copy`) as the row of its items would: such a table is not kept.
+        if not all(isinstance(row, list | tuple) for row in transitions or ()):
+            return None
+        key = (initial, tuple(final or ()), tuple(states or ()), rows)
         hash(key)
         return key
     except TypeError:  # an unhashable or non-iterable part: not worth caching
@@ -289,6 +304,19 @@ def _expanded(table: Mapping[str, Any]) -> dict[tuple[str, str], str]:
     final = tuple(table.get("final") or ())
     states = table.get("states") or derive_states(initial_state(table), rows, final)
     return {(source, outcome): dest for source, outcome, dest in expand(rows, states, final)}
+
+
+def read_table(table: JSON) -> tuple[str | None, dict[tuple[str, str], str], str | None]:
+    """A stored table's initial state, lookup and hub (`initial_state`, `lookup`, `hub_of`) in
+    one call: what a fold takes from a run's `RunStarted`."""
+    if type(table) is not dict and not isinstance(table, Mapping):  # dict: no ABC check
+        return None, {}, None
+    initial, hub = table.get("initial"), table.get("hub")
+    return (
+        initial if isinstance(initial, str) else None,
+        lookup(table),
+        hub if isinstance(hub, str) else None,
+    )
 
 
 def initial_state(table: JSON) -> str | None:

@@ -335,7 +335,10 @@ def folds_with(projection: Projection[Any], owner: type[Projection[Any]], *kinds
 
     A function, not a method, as `handled_topics` is.
     """
-    if type(projection).apply is not owner.apply or "handlers" in vars(projection):
+    own = "handlers" in vars(projection)
+    if type(projection) is owner and not own:  # `owner` itself (every fold of a short run)
+        return True
+    if type(projection).apply is not owner.apply or own:
         return False
     handlers, owned = projection.handlers, owner.handlers
     # maps, not a generator: asked by every fold, no frame of ours per kind

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from events.table import Lookup, as_rows, hub_of, implicit_route, initial_state, lookup
+from events.table import Lookup, as_rows, hub_of, implicit_route, initial_state, lookup, read_table
 from events.values import build, maker
 from projections.base import EventSource, Projection, folded_by, folds_with, on
 from projections.collector import COLLECT_EVERY
@@ -137,6 +137,7 @@ class StateStack(Projection[Stack]):
     @on(RunStarted)
     def started(self, state: Stack, event: RunStarted) -> Stack:
         """Take the initial state and the transition lookup from the run's table."""
+        # As shipped, not `read_table`: this method's code is part of the fingerprint.
         table, frames = event.table, state.frame_list
         if len(frames):  # rows of another table's frames: a push must not take their states
             frames = PList(frames.cells, len(frames))
@@ -175,6 +176,8 @@ class StateStack(Projection[Stack]):
         (`RowList`): no stack, frame list or frame made per event. Any other event, and an
         outcome on a hub's table, goes to its handler, from the stack as `apply` makes it.
         """
+        # As shipped (this method's code is part of the fingerprint): `folds_with` answers a
+        # `StateStack` itself first, with no look at the handlers.
         if not folds_with(self, StateStack, StageCompleted, StageFailed):
             return super().fold(events, state)  # a subclass takes outcomes its own way
         return folded_by(self, self._pushed_in_place, events, state)
@@ -525,8 +528,8 @@ class StackShape:
     @classmethod
     def started(cls, event: RunStarted) -> StackShape:
         """The shape of a run's stack right after its `RunStarted`: no frame."""
-        table = event.table
-        return cls(initial_state(table), lookup(table), _hub(hub_of(table), frozenset()))
+        initial, moves, hub = read_table(event.table)
+        return cls(initial, moves, _hub(hub, frozenset()))
 
     @classmethod
     def of(cls, stack: Stack, version: int) -> StackShape:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import DECIDED, JSON, Event, RunStarted, StageCompleted, StageFailed, StateRolledBack
-from events.table import lookup
+from events.table import derive_states, expand, hub_of, initial_state, lookup, read_table
 from projections.immutable import ROWS_PER_BLOCK, RowList
 from projections.stack import Frame, Stack, StateStack
 from tests._helpers import REVIEW, PausedThread, hub_table, switching_often
@@ -108,6 +108,34 @@ class TestLookup:
         assert lookup(None) == {}
         assert lookup({"transitions": [["a", "ok"], 3, ["a", "ok", "b"]]}) == {("a", "ok"): "b"}
 
+    @pytest.mark.parametrize(
+        "table",
+        [
+            None,
+            [],
+            {},
+            {"initial": 3, "hub": ["h"], "transitions": [["a", "ok", "b"]]},
+            {"initial": "a", "hub": "h", "final": ["z"], "transitions": [["a", "ok", "z"]]},
+        ],
+    )
+    def test_read_table_is_initial_state_lookup_and_hub_of(self, table: Any) -> None:
+        """`read_table` gives what `initial_state`, `lookup` and `hub_of` give one by one."""
+        assert read_table(table) == (initial_state(table), lookup(table), hub_of(table))
+
+    def test_a_table_without_star_rows_reads_as_its_rows_whatever_its_states(self) -> None:
+        """Tables of the same rows, no `"*"` row, give their rows' lookup whatever states and
+        initial state they name; a `"*"` row then expands over each table's own states."""
+        rows = [["a", "ok", "b"], ["b", "ok", "z"]]
+        moves = {("a", "ok"): "b", ("b", "ok"): "z"}
+        for states in (["a", "b", "z"], ["a", "b", "q", "z"], ["z", "b", "a"]):
+            table = {"initial": states[0], "final": ["z"], "states": states, "transitions": rows}
+            assert lookup(table) == moves
+        starred = [*rows, ["*", "x", "z"]]
+        for states in (["a", "b", "z"], ["a", "b", "q", "z"]):
+            table = {"initial": "a", "final": ["z"], "states": states, "transitions": starred}
+            expected = moves | {(state, "x"): "z" for state in states if state != "z"}
+            assert lookup(table) == expected
+
     def test_same_table_again_read_as_it_is_now(self) -> None:
         """A table looked up again after a change in place (a row, `initial` where `states`
         is missing) gives its new expansion, and the copy given back is the caller's own."""
@@ -128,6 +156,86 @@ class TestLookup:
         }
         moved = {("a", "ok"): "c", ("a", "x"): "z", ("q", "x"): "z", ("z", "x"): "z"}
         assert lookup(dict(table, final=["c"])) == moved
+
+
+_NAMES = st.sampled_from(["a", "b", "z", "*", "ok", "x"])
+_ROW = st.lists(_NAMES, min_size=3, max_size=3) | st.sampled_from(
+    [["a", "ok"], 3, ("a", "ok", "b"), "abz", "*xz"]
+)
+_STATES: st.SearchStrategy[Any] = (
+    st.none() | st.just([]) | st.just("ab") | st.lists(_NAMES.filter(lambda n: n != "*"))
+)
+_TABLE = st.fixed_dictionaries(
+    {
+        "initial": st.none() | _NAMES | st.just(3),
+        "final": st.none() | st.just(["z"]) | st.just(["b", "z"]) | st.just(5) | st.just(("z",)),
+        "states": _STATES,
+        "transitions": st.none() | st.lists(_ROW, max_size=4),
+    }
+)
+
+
+def _expected(table: dict[str, Any]) -> Any:
+    """A table's lookup made afresh (no look-up kept): its rows, `"*"` rows expanded over its
+    states (or those it names), or the error that raises."""
+    try:
+        rows = [
+            (row[0], row[1], row[2])
+            for row in table.get("transitions") or ()
+            if isinstance(row, list | tuple) and len(row) == 3 and all(type(x) is str for x in row)
+        ]
+        final = tuple(table.get("final") or ())
+        states = table.get("states") or derive_states(initial_state(table), rows, final)
+        return {(source, outcome): dest for source, outcome, dest in expand(rows, states, final)}
+    except Exception as error:
+        return type(error)
+
+
+class TestLookupKept:
+    @settings(max_examples=1500, deadline=None)
+    @given(st.lists(_TABLE, min_size=1, max_size=5), st.randoms(use_true_random=False))
+    def test_tables_in_a_row_each_read_afresh(self, tables: list[Any], rng: Any) -> None:
+        """Tables looked up one after another (some the same rows and final states under
+        other states, initial state or `"*"` rows) each give their own lookup, or the error
+        their lookup made afresh raises."""
+        for table in tables:
+            for variant in (table, {**table, "states": rng.choice([["q"], ["a", "z"], None])}):
+                try:
+                    found: Any = lookup(variant)
+                except Exception as error:
+                    found = type(error)
+                assert found == _expected(variant), variant
+
+    def test_a_row_spelled_as_text_is_not_taken_for_a_row_of_its_letters(self) -> None:
+        """A table whose one row is the text "abc" (no row: skipped) is not kept as a table
+        of the row ["a", "b", "c"]: a table of that row, under the same or other states and
+        initial state, reads its row, not the text table's empty lookup."""
+        states = ["a", "b", "c", "z"]
+        text = {"initial": "a", "final": ["z"], "states": states, "transitions": ["abc"]}
+        row = {**text, "transitions": [["a", "b", "c"]]}
+        other = {**row, "initial": "q", "states": [*states, "q"]}
+        for table in (row, other):
+            assert lookup(text) == {}
+            assert lookup(table) == {("a", "b"): "c"}
+
+    def test_a_star_row_table_after_a_rows_only_one_of_the_same_final_states(self) -> None:
+        """A table of the same final states whose rows differ by one `"*"` row, or one whose
+        rows are the same but spelled as tuples, is not taken for the table read before."""
+        rows = [["a", "ok", "b"], ["b", "ok", "z"]]
+        base = {"initial": "a", "final": ["z"], "states": ["a", "b", "z"], "transitions": rows}
+        assert lookup(base) == {("a", "ok"): "b", ("b", "ok"): "z"}
+        starred = {**base, "transitions": [*rows, ["*", "x", "z"]]}
+        assert lookup(starred) == {
+            ("a", "ok"): "b",
+            ("b", "ok"): "z",
+            ("a", "x"): "z",
+            ("b", "x"): "z",
+        }
+        assert lookup(base) == {("a", "ok"): "b", ("b", "ok"): "z"}
+        other_final = {**base, "final": ["b", "z"]}
+        assert lookup(other_final) == {("a", "ok"): "b", ("b", "ok"): "z"}
+        with pytest.raises(TypeError):
+            lookup({**base, "final": 5})  # as before: a final that is no list of states
 
 
 class TestStateStack:

@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import JSONTranscoder
 from freezegun import freeze_time
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import Engine
 from engine.errors import InvalidPayload
+from engine.store import mapper
 from engine.store.chain import Chain
 from engine.store.mapper import FastJSONTranscoder
 from events.codec import encode
@@ -85,6 +88,19 @@ class TestFastJSONTranscoder:
         decoded = FastJSONTranscoder().decode(f'{{"n":[{value}]}}'.encode())
         assert type(decoded["n"][0]) is int
         assert decoded["n"][0] == value
+
+    @pytest.mark.parametrize("shift", range(8))
+    @pytest.mark.parametrize("value", [10**18, 2**64, -(2**63) - 1, 10**40])
+    def test_a_long_int_at_any_offset_reads_back_as_that_int(self, shift: int, value: int) -> None:
+        """A long int among floats of sixteen digits and timestamps, at any byte offset (the
+        long-digit check samples every fourth byte first), decodes exactly, alone or in a page."""
+        transcoder = FastJSONTranscoder()
+        filler = {"t": "2026-11-28T04:24:19.180479+00:00", "d": 7.1409999691240955e-6}
+        state = {"p": "x" * shift, **filler, "n": value, "e": [filler, 0.1234567890123456]}
+        data = transcoder.encode(state)
+        for decoded in (transcoder.decode(data), *(transcoder.decode_many([data, data]) or [])):
+            assert decoded == state
+            assert type(decoded["n"]) is int
 
     def test_floats_read_back_bit_for_bit(self) -> None:
         """Random doubles written by either encoder decode to the very same bits."""
@@ -251,3 +267,73 @@ class TestNulCheck:
             else:
                 run.stage_completed("project_analysis", {"t": text})
                 assert engine.events(run.id)[-1].result == {"t": text}  # type: ignore[attr-defined]
+
+
+_OLD_TABLE = bytes(48 if byte in b"0123456789" else 32 for byte in range(256))
+
+
+def _old_long_digits(data: bytes) -> bool:
+    """The long-digit check as it was before the sampled one: every byte translated."""
+    return data.translate(_OLD_TABLE).find(b"0" * 19) != -1
+
+
+_BYTES = st.sampled_from(
+    [b"0", b"7", b"9", b"-", b".", b"e", b'"', b",", b"[", b"]", b":", b" ", b"\xc3\xa9", b"T"]
+)
+
+
+class TestLongDigits:
+    """The sampled long-digit check (every fourth byte first) finds what the full one found."""
+
+    @settings(max_examples=3000, deadline=None)
+    @given(st.lists(_BYTES | st.integers(1, 40).map(lambda n: b"5" * n), max_size=40))
+    def test_sampled_check_agrees_with_the_full_check(self, parts: list[bytes]) -> None:
+        """On bytes of digit runs of any length among JSON's other bytes, both checks agree."""
+        data = b"".join(parts)
+        assert mapper._long_digits(data) == _old_long_digits(data)
+
+    def test_every_run_length_at_every_offset_beside_decoys(self) -> None:
+        """A run of 17 to 23 digits at each offset, with or without decoy runs of up to 18
+        digits before and after it (sampled digits side by side that are no long run), is
+        found exactly when it is 19 digits or more."""
+        for run in range(17, 24):
+            for offset in range(9):
+                for before, after in [(0, 0), (16, 0), (0, 16), (18, 18), (15, 7)]:
+                    decoy_a = (b"1" * before + b",") if before else b""
+                    decoy_b = (b"," + b"2" * after) if after else b""
+                    data = b"x" * offset + decoy_a + b"-" + b"3" * run + decoy_b + b"]"
+                    assert mapper._long_digits(data) == (run >= 19), (run, offset, before, after)
+
+    def test_every_placement_of_digits_in_short_bytes(self) -> None:
+        """Every pattern of digits and other bytes up to 21 bytes long (and at its end, after
+        every 3-byte prefix): the sampled check is the full one."""
+        for length in range(19, 22):
+            for bits in range(1 << length):
+                if bits.bit_count() < 19:
+                    continue
+                data = bytes(48 if bits >> i & 1 else 32 for i in range(length))
+                for prefix in (b"", b"x", b"xx", b"xxx"):
+                    assert mapper._long_digits(prefix + data) == _old_long_digits(prefix + data)
+
+    @pytest.mark.parametrize("value", [10**18, 10**19 - 1, 2**64, -(2**64), 10**19, -(10**25)])
+    @pytest.mark.parametrize("where", ["first", "last", "key", "string", "join"])
+    def test_a_long_int_anywhere_decodes_exactly(self, value: int, where: str) -> None:
+        """A long int first, last, beside a key of its digits, in a string, or right where two
+        documents of a page are joined, reads back exactly, alone and in a page."""
+        transcoder = FastJSONTranscoder()
+        pad = {"t": "2026-11-28T04:24:19.180479+00:00", "d": 7.1409999691240955e-6}
+        cases: dict[str, list[Any]] = {
+            "first": [[value, pad], [pad]],
+            "last": [[pad], [pad, value]],
+            "key": [{str(value): value, **pad}, pad],
+            "string": [{"s": f"id{value}x", **pad}, pad],
+            "join": [[pad, value], [value, pad]],
+        }
+        states = cases[where]
+        documents = [transcoder.encode(state) for state in states]
+        for document, state in zip(documents, states, strict=True):
+            decoded = transcoder.decode(document)
+            assert decoded == state
+            assert repr(decoded) == repr(state)  # an int, not a float equal to it
+        page = transcoder.decode_many(documents)
+        assert page is None or repr(page) == repr(states)

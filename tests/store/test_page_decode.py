@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -338,6 +339,35 @@ class TestReadEach:
         read = read_each(rows, states, run_id, "_link", alone)
         with pytest.raises(EventFormatError, match="version 1 unreadable"):
             next(read)
+
+    def test_pages_read_side_by_side_keep_their_own_run_alone_and_key(self) -> None:
+        """Two pages of different runs, read in turns, build each event with its own page's
+        run id, skip only its own store key, and send a refused state to its own `alone`."""
+        with Engine("memory://") as engine:
+            first_id, rows, events = self.page(engine)
+            second_id, other_rows, other_events = self.page(engine)
+        first = [{**encode(event)[1], "_a": 1} for event in events]
+        second = [{**encode(event)[1], "_b": 1} for event in other_events]
+        seen: dict[str, list[object]] = {"first": [], "second": []}
+
+        def alone_of(name: str, given: list[Event]) -> Any:
+            def alone(run_id: uuid.UUID, row: tuple[object, ...]) -> Event:
+                seen[name].append((run_id, row[0]))
+                return given[int(str(row[0])) - 1]
+
+            return alone
+
+        pages = [
+            read_each(rows, first, first_id, "_a", alone_of("first", events)),
+            read_each(other_rows, second, second_id, "_a", alone_of("second", other_events)),
+        ]
+        read: list[list[Event]] = [[], []]
+        for _ in rows:
+            for index, page in enumerate(pages):
+                read[index].append(next(page))
+        assert read == [events, other_events]
+        assert {event.run_id for event in read[1]} == {second_id}
+        assert seen == {"first": [], "second": [(second_id, row[0]) for row in other_rows]}
 
     def test_rows_and_states_of_different_lengths_are_refused(self) -> None:
         """Fewer states than rows is a caller's error, said at once (not a short stream)."""
