@@ -304,12 +304,16 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--replays", type=int, default=20, help="threads replayed with --saver")
     parser.add_argument("--graph", action="store_true", help="with --saver: run the graph itself")
     parser.add_argument("--calls", type=Path, help="a pickle of the calls: read, or written")
-    parser.add_argument("--events", type=Path, help="write the store's rows after replays here")
+    parser.add_argument(
+        "--events", type=Path, help="write the store's rows after replays to this new file"
+    )
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse()
+    if args.events is not None and args.events.exists():  # never another's file overwritten
+        raise SystemExit(f"--events: {args.events} exists; name a new file")
     calls = the_calls(args.calls)
     if args.events is not None:
         write_events(calls, 3, args.events)

@@ -183,6 +183,16 @@ class TestBenchmarks:
         assert rows[0]["super-steps per thread"] == 8
         assert rows[0]["calls per thread"] >= 8  # a read, and a save per super-step at least
 
+    def test_saver_calls_never_overwrites_an_events_file(self, tmp_path: Path) -> None:
+        """benchmarks.saver_calls --events refuses a file that exists and leaves it as it was."""
+        kept = tmp_path / "rows.txt"
+        kept.write_text("someone's rows\n")
+        command = [sys.executable, "-m", "benchmarks.saver_calls", "--events", str(kept)]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 1
+        assert "exists" in done.stderr
+        assert kept.read_text() == "someone's rows\n"
+
 
 class TestCompare:
     def test_compare_reports_every_installed_system(self) -> None:
