@@ -270,7 +270,7 @@ def _init_function(cls: type) -> Callable[..., Any]:
 def _field_lines(
     field: attrs.Attribute[Any], index: int, scope: dict[str, Any]
 ) -> tuple[str, list[str]] | None:
-    """One field's parameter and lines of `_constructor`'s function, or None: not plain."""
+    """One field's parameter and lines of `_init_function`'s function, or None: not plain."""
     if not field.init or field.validator is not None or field.alias != field.name:
         return None
     name, value = field.name, field.alias
