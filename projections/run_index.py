@@ -311,12 +311,16 @@ def pack_states(runs: Iterable[tuple[str, int]]) -> tuple[list[str], str]:
 
     Each run is ``i`` (name `i`, once) or ``i*n`` (`n` times), comma-separated.
     """
+    # Each distinct run coded once, in the order runs first come (so names are numbered
+    # in the order they first come): a stack of states alternating between a few holds
+    # as many runs as states, and a persistent index packs it again after every page.
+    runs = list(runs)
+    coded: dict[tuple[str, int], Any] = dict.fromkeys(runs)
     names: dict[str, int] = {}
-    codes = []
-    for name, count in runs:
+    for name, count in coded:
         index = names.setdefault(name, len(names))
-        codes.append(str(index) if count == 1 else f"{index}*{count}")
-    return list(names), ",".join(codes)
+        coded[name, count] = str(index) if count == 1 else f"{index}*{count}"
+    return list(names), ",".join(map(coded.__getitem__, runs))
 
 
 class PackedRuns:
@@ -340,9 +344,12 @@ class PackedRuns:
         codes = text.split(",") if text else []
         if self.newest_code:
             codes.append(self.newest_code)
-        for code in codes:
+        # Each distinct code read once: a long stack repeats a few (`pack_states`).
+        runs: dict[str, tuple[str, int]] = {}
+        for code in dict.fromkeys(codes):
             index, _, count = code.partition("*")
-            yield names[int(index)], int(count) if count else 1
+            runs[code] = names[int(index)], int(count) if count else 1
+        return map(runs.__getitem__, codes)
 
     def newest(self, most: int) -> tuple[list[str], PackedRuns | None]:
         """The newest `most` states (newest first) and the runs below them (None: none),

@@ -227,14 +227,14 @@ class Projections:
         ids = [notification.id for notification in notifications]
         self._learn_pipelines(events)
         gone = self._deleted_runs(group, events)
-        saves = []
+        saves, carried = [], {}
         for name in group:
-            save, error = self._fold(name, events, ids, start, end, gone)
+            save, error, carried[name] = self._fold(name, events, ids, start, end, gone)
             if save is not None:
                 saves.append(attrs.evolve(save, generation=generation, resets=resets))
             if error is not None:
                 failures[name] = error
-        self._commit(saves)
+        self._commit(saves, carried)
         for name, failure in failures.items():
             if name in group:  # kept after the commit, which clears last errors
                 self.views.record_error(name, str(failure))
@@ -282,12 +282,33 @@ class Projections:
         for name in names:
             self._cache.pop(name, None)
 
-    def _commit(self, saves: list[PageSave]) -> None:
+    def _commit(self, saves: list[PageSave], carried: dict[str, set[str]]) -> None:
         if saves:
             self.views.commit(saves)
         for save in saves:
             self._remember(save.name, save.end)
             self._evict_settled(save)
+            self._keep_as_stored(save, carried[save.name])
+
+    def _keep_as_stored(self, save: PageSave, carried: set[str]) -> None:
+        """Cache the states of `carried` (touched, kept from an earlier page) as `save` stored
+        them, the way the next page would load them in a fresh process.
+
+        A state folded page after page holds everything pushed since it was loaded (a run's
+        whole stack of states, a cell per outcome): encoding it again at every page would
+        walk all of it, quadratic in the run's length, and keep it in memory. Decoded from
+        what was stored, its older part is what the encoding made of it (`RunIndex`: a
+        deferred stack whose packed runs are known without walking it). A state loaded at
+        this page's start is decoded already: only its new part is walked.
+        """
+        projection = self._registered[save.name]
+        _, cached = self._cache[save.name]
+        for key in carried:
+            if key in cached and key in save.states:
+                try:
+                    cached[key] = projection.decode(save.states[key])
+                except Exception:  # the next page loads it, and says what is wrong with it
+                    del cached[key]
 
     def _evict_settled(self, save: PageSave) -> None:
         """Drop cached states that can no longer change; a large cache slows every page."""
@@ -307,11 +328,14 @@ class Projections:
         start: int,
         end: int,
         gone: dict[UUID, list[Event]],
-    ) -> tuple[PageSave | None, ProjectionError | ProjectionStateError | None]:
-        """Fold a page into `name`; on a handler error, keep what came before the event."""
+    ) -> tuple[PageSave | None, ProjectionError | ProjectionStateError | None, set[str]]:
+        """Fold a page into `name`; on a handler error, keep what came before the event.
+
+        Also returns the keys touched whose states were cached before the page (not loaded).
+        """
         projection = self._registered[name]
         keys = self._keys(projection, events)
-        states = self._states(name, projection, keys, start)
+        states, loaded = self._states(name, projection, keys, start)
         touched: set[str] = set()
         reached, error = end, None
         forgetting = _forgetting(projection)
@@ -336,15 +360,16 @@ class Projections:
                 projection.deliver(folded)
             except Exception as failure:  # nothing of the page is kept: it comes again
                 self._cache.pop(name, None)
-                return None, ProjectionError(name, folded[0][1], failure)
+                return None, ProjectionError(name, folded[0][1], failure), set()
         try:
             encoded = {key: projection.encode(states[key]) for key in touched}
         except ProjectionStateError as failure:
             self._cache.pop(name, None)
-            return None, failure
+            return None, failure, set()
         if reached == start:
-            return None, error
-        return PageSave(name, start, reached, encoded, projection.identity()), error
+            return None, error, set()
+        save = PageSave(name, start, reached, encoded, projection.identity())
+        return save, error, touched - loaded
 
     def _forget_run(
         self,
@@ -415,7 +440,9 @@ class Projections:
 
     def _states(
         self, name: str, projection: Projection[Any], keys: list[str | None], start: int
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], set[str]]:
+        """The cached states of `name` at `start`, those of `keys` not cached loaded (or
+        initial): all of them, and the keys loaded."""
         position, cached = self._cache.get(name, (-1, {}))
         if position != start or len(cached) > _CACHE_LIMIT:
             cached = {}
@@ -425,7 +452,7 @@ class Projections:
         for key in missing:
             cached.setdefault(key, projection.initial())
         self._cache[name] = (start, cached)
-        return cached
+        return cached, set(missing)
 
     def _remember(self, name: str, end: int) -> None:
         _, cached = self._cache.get(name, (-1, {}))
