@@ -16,8 +16,9 @@ from typing import Any
 from uuid import UUID
 
 import attrs
-from eventsourcing.persistence import ApplicationRecorder, Mapper
+from eventsourcing.persistence import ApplicationRecorder, StoredEvent
 
+from engine.store.mapper import EventMapper
 from engine.store.views import PageSave, RunQuery, Views
 from events import Event, RunDeleted, RunFinished, RunStarted
 from projections.base import Projection, as_projection
@@ -73,7 +74,7 @@ class Projections:
     def __init__(
         self,
         recorder: ApplicationRecorder,
-        mapper: Mapper[UUID],
+        mapper: EventMapper,
         views: Views,
         generation: Callable[[], int],
     ) -> None:
@@ -223,7 +224,7 @@ class Projections:
             start=start, limit=PAGE, stop=stop, inclusive_of_start=False
         )
         end = notifications[-1].id if notifications else stop
-        events: list[Event] = [self._mapper.to_domain_event(n) for n in notifications]  # type: ignore[misc]
+        events = self._decoded(notifications)
         ids = [notification.id for notification in notifications]
         self._learn_pipelines(events)
         gone = self._deleted_runs(group, events)
@@ -256,8 +257,8 @@ class Projections:
         found: dict[UUID, list[Event]] = {run_id: [] for run_id in deleted}
         read_all, held = True, 0
         for page in read(deleted):
-            for stored in page:
-                found[stored.originator_id].append(self._mapper.to_domain_event(stored))  # type: ignore[arg-type]
+            for event in self._decoded(page):
+                found[event.run_id].append(event)
             held += len(page)
             if held >= GONE_EVENTS:
                 read_all = False
@@ -268,6 +269,24 @@ class Projections:
         for run_events in found.values():  # their pipelines, not one read of the index each
             self._learn_pipelines(run_events[:1])
         return found
+
+    def _decoded(self, stored: Sequence[StoredEvent]) -> list[Event]:
+        """The events of `stored`, oldest first, each stretch of one run's decoded as a page
+        (`EventMapper.from_rows`, as `Store.read` does): the same events as decoding each
+        alone (`to_domain_event`), the same error for the first that cannot be read.
+        """
+        events: list[Event] = []
+        start = 0
+        for end in range(1, len(stored) + 1):
+            if end == len(stored) or stored[end].originator_id != stored[start].originator_id:
+                stretch = stored[start:end]
+                run_id = stretch[0].originator_id
+                rows = [(s.originator_version, s.topic, s.state) for s in stretch]
+                events += self._mapper.from_rows(
+                    run_id if isinstance(run_id, UUID) else UUID(str(run_id)), rows
+                )
+                start = end
+        return events
 
     def _follow_generation(self) -> int:
         """Drop every cached state and pipeline name if runs were erased since they were read."""
@@ -387,7 +406,7 @@ class Projections:
             events = [e for e in gone[deletion.run_id] if e.version < deletion.version]
         else:
             stored = self._recorder.select_events(deletion.run_id, lte=deletion.version - 1)
-            events = [self._mapper.to_domain_event(s) for s in stored]  # type: ignore[misc]
+            events = self._decoded(stored)
         by_key: dict[str, list[Event]] = {}
         for key, event in zip(self._keys(projection, events), events, strict=True):
             if key is not None:
