@@ -18,7 +18,7 @@ from projections import RUNNING, RunIndex, RunSummary
 from projections.base import folds_with
 from projections.errors import ProjectionError
 from projections.immutable import PList
-from projections.run_index import STATUS_NOTE, _states, pack_states
+from projections.run_index import STATUS_NOTE, PackedRuns, _states, pack_states
 from tests._helpers import REVIEW, hub_history
 from tests.projections._own_way import applied, ignoring, prefixes
 
@@ -202,6 +202,28 @@ class TestRunSummary:
         assert pack_states(restored.runs()) == pack_states(folded.runs())
         assert restored == folded
         assert len(restored) == len(folded)
+
+    @given(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b", "c", "a,*1", ""]), st.integers(1, 30)),
+            max_size=40,
+        )
+    )
+    def test_packed_stacks_are_coded_run_by_run(self, runs: list[tuple[str, int]]) -> None:
+        """`pack_states` (each distinct run coded once) writes what coding each run in turn
+        writes, and `PackedRuns` reads those runs back, whole or below a read of its newest."""
+        names: dict[str, int] = {}
+        codes = []
+        for name, count in runs:
+            index = names.setdefault(name, len(names))
+            codes.append(str(index) if count == 1 else f"{index}*{count}")
+        assert pack_states(runs) == pack_states(iter(runs)) == (list(names), ",".join(codes))
+        packed = PackedRuns(list(names), ",".join(codes))
+        assert list(packed) == runs
+        newest, below = packed.newest(7)
+        states = [name for name, count in runs for _ in range(count)]
+        assert newest == states[::-1][:7]
+        assert [name for name, count in below or [] for _ in range(count)] == states[:-7]
 
     def test_a_rollback_after_a_restore_reads_only_the_newest_states(self) -> None:
         """Popping a few states of a deep stored stack leaves the older runs packed, unread."""

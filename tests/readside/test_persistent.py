@@ -1,22 +1,28 @@
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
+from uuid import UUID
 
 import pytest
 
-from engine import Engine
+from engine import Engine, Pipeline
 from engine.errors import (
     ProjectionError,
     ProjectionNameTaken,
     ProjectionReplaced,
     UnknownProjection,
 )
-from events import StageFailed
-from projections import FailurePatterns, StateStack, on
+from engine.readside import persistent
+from engine.store.meta import EVENTS_TABLE
+from events import EventFormatError, StageFailed
+from projections import FailurePatterns, RunIndex, RunSummary, StateStack, on
 from projections.base import _fingerprint
+from projections.immutable import PList
 from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType
 
 
@@ -485,3 +491,134 @@ class TestLazyRegistration:
             assert stored.fingerprint(FailurePatterns.name) == (FailurePatterns().identity())
             state = projections.get(FailurePatterns.name, REVIEW.name)
             assert state.by_stage == {"developer": 2}
+
+
+LOOP = Pipeline(
+    "loop",
+    initial="work",
+    transitions=[
+        ("work", "completed", "work"),
+        ("work", "failed", "work"),
+        ("work", "done", "end"),
+    ],
+    final=["end"],
+)
+TURNS = Pipeline(
+    "turns",
+    initial="a",
+    transitions=[
+        ("a", "completed", "b"),
+        ("b", "completed", "a"),
+        ("a", "failed", "a"),
+        ("a", "done", "end"),
+    ],
+    final=["end"],
+)
+SMALL_PAGE = 40
+"""Notifications per page in `TestLongRunCatchUp`: a few hundred events span many pages."""
+
+
+def record_long_runs(engine: Engine, outcomes: int) -> dict[str, UUID]:
+    """A loop and a run alternating two states, interleaved in batches, the second rolled back
+    across pages; a third run deleted after a page's worth of outcomes, a fourth failing."""
+    loop, turns = engine.start_run(LOOP), engine.start_run(TURNS)
+    doomed, failing = engine.start_run(LOOP), engine.start_run(TURNS)
+    state = "a"
+    for start in range(0, outcomes, 50):
+        with loop.batch():
+            for index in range(start, start + 50):
+                if index % 7 == 6:
+                    loop.stage_failed("work", error="boom", error_type="Build")
+                else:
+                    loop.stage_completed("work", result={"n": index})
+        for _ in range(30):
+            turns.stage_completed(state, result={})
+            state = "b" if state == "a" else "a"
+        if start == 100:
+            turns.rollback(steps=45)  # back across the pages folded so far
+            state = turns.refresh().state
+            doomed.finish("deleted")
+        failing.stage_failed("a", error="boom", error_type="Build")
+    return {"loop": loop.id, "turns": turns.id, "doomed": doomed.id, "failing": failing.id}
+
+
+def folded_alone(engine: Engine, run_id: UUID) -> RunSummary | None:
+    """The run's summary folded from its events each decoded alone from the notification log."""
+    store = engine.store
+    notifications = store.recorder.select_notifications(start=1, limit=1_000_000)
+    events = [store.mapper.to_domain_event(n) for n in notifications if n.originator_id == run_id]
+    return RunIndex().fold(events)
+
+
+class TestLongRunCatchUp:
+    @pytest.fixture
+    def small_pages(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Pages of `SMALL_PAGE` notifications."""
+        monkeypatch.setattr(persistent, "PAGE", SMALL_PAGE)
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_each_summary_equals_a_fold_of_its_events(self, engine: Engine) -> None:
+        """After catch-ups over many pages (a run touched across pages, rolled back across
+        them, a run deleted), each run's stored summary is its events' fold, stored alike."""
+        ids = record_long_runs(engine, 200)
+        engine.projections.catch_up()
+        more = record_long_runs(engine, 150)  # folded on top of the states cached above
+        engine.projections.catch_up()
+        index = RunIndex()
+        for run_id in [*ids.values(), *more.values()]:
+            stored = engine.projections.get(RunIndex.name, run_id)
+            assert stored == folded_alone(engine, run_id)
+            assert index.encode(stored) == index.encode(folded_alone(engine, run_id))
+        assert engine.projections.get(RunIndex.name, ids["doomed"]).status == "deleted"
+        assert len(engine.projections.get(RunIndex.name, ids["turns"]).states) == 4 * 30 - 45
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_a_long_run_s_stack_is_walked_a_bounded_number_of_times(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Catching the index up over a long run walks each of its stack's states at most a
+        few times in all, and never its whole stack at a page (linear, not quadratic)."""
+        record_long_runs(engine, 600)
+        walks: list[int] = []
+        newest_cells = PList.newest_cells
+
+        def counted(stack: PList[Any]) -> Iterator[Any]:
+            walks.append(0)
+            for cell in newest_cells(stack):
+                walks[-1] += 1
+                yield cell
+
+        monkeypatch.setattr(PList, "newest_cells", counted)
+        engine.projections.rebuild(RunIndex.name)
+        assert len(walks) >= 600 // SMALL_PAGE  # one walk a page at least
+        assert sum(walks) <= 3 * 1200  # every state of the four runs (~1,200), a few times
+        assert max(walks) <= 3 * SMALL_PAGE  # a page's new states, not the stack below
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_an_unreadable_event_stops_the_catch_up_as_decoding_it_alone_does(
+        self, tmp_path: Path
+    ) -> None:
+        """A stored event that cannot be read stops the catch-up with the error decoding it
+        alone gives, the pages before it kept."""
+        with Engine(f"sqlite:///{tmp_path / 'bad.db'}") as engine:
+            loop_id = record_long_runs(engine, 100)["loop"]
+            with sqlite3.connect(tmp_path / "bad.db") as conn:
+                conn.execute(
+                    f"UPDATE {EVENTS_TABLE} SET state = ? WHERE originator_id = ? "
+                    "AND originator_version = 60",
+                    (b"{not json", loop_id.bytes),
+                )
+            conn.close()
+            store = engine.store
+            (bad,) = [
+                n
+                for n in store.recorder.select_notifications(start=1, limit=10_000)
+                if n.originator_id == loop_id and n.originator_version == 60
+            ]
+            with pytest.raises(EventFormatError) as alone:
+                store.mapper.to_domain_event(bad)
+            with pytest.raises(EventFormatError) as caught_up:
+                engine.projections.rebuild(RunIndex.name)
+            assert str(caught_up.value) == str(alone.value)
+            (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
+            assert 0 < status.position < bad.id
