@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
@@ -20,7 +22,7 @@ from eventsourcing.persistence import ApplicationRecorder, StoredEvent
 
 from engine.store.mapper import EventMapper
 from engine.store.views import PageSave, RunQuery, Views
-from events import Event, RunDeleted, RunFinished, RunStarted
+from events import Event, EventFormatError, RunDeleted, RunFinished, RunStarted
 from projections.base import Projection, as_projection
 from projections.collector import collector_paused
 from projections.errors import (
@@ -39,10 +41,34 @@ PAGE = 2000
 GONE_EVENTS = 10_000
 """Most events of a page's deleted runs read together to forget them (more: run by run)."""
 
+RUN_PAGE_MIN = 8
+"""Fewest events of one run in a page of notifications decoded together (`from_rows`):
+fewer are decoded faster one by one."""
+
+RESTORE_AFTER = 64
+"""Events folded into a cached state, since it was loaded or last restored, after which it
+is cached as stored (`Projections._keep_as_stored`): about what decoding a run's summary
+costs in walking its newest states."""
+
+_RUN_NUMBER = attrgetter("originator_id.int")
+_NONE_FOLDED: Folded = (set(), Counter())
 _CACHE_LIMIT = 20_000
 Progress = Callable[[str, int, int], None]
+Folded = tuple[set[str], Counter[Any]]
+"""A page's keys whose states it loaded, and its events folded by key (None: not seen)."""
 Failure = ProjectionError | ProjectionStateError | ProjectionReplaced
 _log = logging.getLogger(__name__)
+
+
+class _Cached(dict[str, Any]):
+    """One projection's cached states by key, and how many events each has folded since it
+    was loaded or last restored from what was stored (`folded`)."""
+
+    __slots__ = ("folded",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folded: dict[str, int] = {}
 
 
 @attrs.frozen
@@ -85,7 +111,7 @@ class Projections:
         self._registered: dict[str, Projection[Any]] = {}
         self._unchecked: set[str] = set()
         """Registered lazily: their fingerprint not compared with the stored one yet."""
-        self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._cache: dict[str, tuple[int, _Cached]] = {}
         self._pipelines: dict[int, str] = {}  # by UUID.int: see _keys
         self._cached_generation: int | None = None
         self._lock = threading.RLock()
@@ -228,14 +254,14 @@ class Projections:
         ids = [notification.id for notification in notifications]
         self._learn_pipelines(events)
         gone = self._deleted_runs(group, events)
-        saves, carried = [], {}
+        saves, folded = [], {}
         for name in group:
-            save, error, carried[name] = self._fold(name, events, ids, start, end, gone)
+            save, error, folded[name] = self._fold(name, events, ids, start, end, gone)
             if save is not None:
                 saves.append(attrs.evolve(save, generation=generation, resets=resets))
             if error is not None:
                 failures[name] = error
-        self._commit(saves, carried)
+        self._commit(saves, folded)
         for name, failure in failures.items():
             if name in group:  # kept after the commit, which clears last errors
                 self.views.record_error(name, str(failure))
@@ -271,21 +297,30 @@ class Projections:
         return found
 
     def _decoded(self, stored: Sequence[StoredEvent]) -> list[Event]:
-        """The events of `stored`, oldest first, each stretch of one run's decoded as a page
+        """The events of `stored`, in its order, each run's many decoded as a page
         (`EventMapper.from_rows`, as `Store.read` does): the same events as decoding each
-        alone (`to_domain_event`), the same error for the first that cannot be read.
+        alone (`to_domain_event`), and the same error, for the first that cannot be read.
         """
-        events: list[Event] = []
-        start = 0
-        for end in range(1, len(stored) + 1):
-            if end == len(stored) or stored[end].originator_id != stored[start].originator_id:
-                stretch = stored[start:end]
-                run_id = stretch[0].originator_id
-                rows = [(s.originator_version, s.topic, s.state) for s in stretch]
-                events += self._mapper.from_rows(
-                    run_id if isinstance(run_id, UUID) else UUID(str(run_id)), rows
-                )
-                start = end
+        alone = self._mapper.to_domain_event
+        runs = list(map(_RUN_NUMBER, stored))  # an int's hash is C's, a UUID's is Python's
+        if len(set(runs)) * RUN_PAGE_MIN > len(stored):  # few events a run: no page pays
+            return [alone(row) for row in stored]
+        by_run: dict[int, list[int]] = {}
+        for index, run in enumerate(runs):
+            by_run.setdefault(run, []).append(index)
+        events: list[Any] = [None] * len(stored)
+        try:
+            for run, indexes in by_run.items():
+                rows = [stored[index] for index in indexes]
+                if len(rows) < RUN_PAGE_MIN:
+                    decoded = [alone(row) for row in rows]
+                else:
+                    lean = [(row.originator_version, row.topic, row.state) for row in rows]
+                    decoded = self._mapper.from_rows(UUID(int=run), lean)
+                for index, event in zip(indexes, decoded, strict=True):
+                    events[index] = event
+        except EventFormatError:  # decoded in order, one by one: the first unreadable says so
+            return [alone(row) for row in stored]
         return events
 
     def _follow_generation(self) -> int:
@@ -301,40 +336,50 @@ class Projections:
         for name in names:
             self._cache.pop(name, None)
 
-    def _commit(self, saves: list[PageSave], carried: dict[str, set[str]]) -> None:
+    def _commit(self, saves: list[PageSave], folded: dict[str, Folded]) -> None:
         if saves:
             self.views.commit(saves)
         for save in saves:
             self._remember(save.name, save.end)
             self._evict_settled(save)
-            self._keep_as_stored(save, carried[save.name])
+            self._keep_as_stored(save, *folded[save.name])
 
-    def _keep_as_stored(self, save: PageSave, carried: set[str]) -> None:
-        """Cache the states of `carried` (touched, kept from an earlier page) as `save` stored
-        them, the way the next page would load them in a fresh process.
+    def _keep_as_stored(self, save: PageSave, loaded: set[str], counts: Counter[Any]) -> None:
+        """Cache a saved state that has folded `RESTORE_AFTER` events or more since it was
+        loaded (`loaded`: at this page's start) or last restored as `save` stored it: as the
+        next page would load it in a fresh process. `counts`: the page's events by key.
 
         A state folded page after page holds everything pushed since it was loaded (a run's
         whole stack of states, a cell per outcome): encoding it again at every page would
         walk all of it, quadratic in the run's length, and keep it in memory. Decoded from
         what was stored, its older part is what the encoding made of it (`RunIndex`: a
-        deferred stack whose packed runs are known without walking it). A state loaded at
-        this page's start is decoded already: only its new part is walked.
+        deferred stack whose packed runs are known without walking it), and only what
+        later events push is walked. A state that folds a few events a page is decoded
+        only every so many pages: a decode costs more than walking a few new states.
         """
         projection = self._registered[save.name]
-        _, cached = self._cache[save.name]
-        for key in carried:
-            if key in cached and key in save.states:
-                try:
-                    cached[key] = projection.decode(save.states[key])
-                except Exception:  # the next page loads it, and says what is wrong with it
-                    del cached[key]
+        cached = self._cache[save.name][1]
+        since = cached.folded
+        for key, count in counts.items():
+            if key not in cached or key not in save.states:  # settled, evicted
+                since.pop(key, None)
+                continue
+            count += 0 if key in loaded else since.get(key, 0)
+            if count < RESTORE_AFTER:
+                since[key] = count
+                continue
+            since.pop(key, None)
+            try:
+                cached[key] = projection.decode(save.states[key])
+            except Exception:  # the next page loads it, and says what is wrong with it
+                del cached[key]
 
     def _evict_settled(self, save: PageSave) -> None:
         """Drop cached states that can no longer change; a large cache slows every page."""
         projection = self._registered[save.name]
         if type(projection).settled is Projection.settled:
             return
-        _, cached = self._cache[save.name]
+        cached = self._cache[save.name][1]
         for key in save.states:
             if key in cached and projection.settled(cached[key]):
                 del cached[key]
@@ -347,10 +392,10 @@ class Projections:
         start: int,
         end: int,
         gone: dict[UUID, list[Event]],
-    ) -> tuple[PageSave | None, ProjectionError | ProjectionStateError | None, set[str]]:
+    ) -> tuple[PageSave | None, ProjectionError | ProjectionStateError | None, Folded]:
         """Fold a page into `name`; on a handler error, keep what came before the event.
 
-        Also returns the keys touched whose states were cached before the page (not loaded).
+        Also returns the keys whose states the page loaded, and the events it folded by key.
         """
         projection = self._registered[name]
         keys = self._keys(projection, events)
@@ -370,6 +415,7 @@ class Projections:
                 states[key] = projection.apply(before, event)
             except ProjectionError as failure:
                 reached, error = (ids[index - 1] if index else start), failure
+                keys = keys[:index]
                 break
             touched.add(key)
             if folded is not None:
@@ -379,16 +425,16 @@ class Projections:
                 projection.deliver(folded)
             except Exception as failure:  # nothing of the page is kept: it comes again
                 self._cache.pop(name, None)
-                return None, ProjectionError(name, folded[0][1], failure), set()
+                return None, ProjectionError(name, folded[0][1], failure), _NONE_FOLDED
         try:
             encoded = {key: projection.encode(states[key]) for key in touched}
         except ProjectionStateError as failure:
             self._cache.pop(name, None)
-            return None, failure, set()
+            return None, failure, _NONE_FOLDED
         if reached == start:
-            return None, error, set()
+            return None, error, _NONE_FOLDED
         save = PageSave(name, start, reached, encoded, projection.identity())
-        return save, error, touched - loaded
+        return save, error, (loaded, Counter(keys))
 
     def _forget_run(
         self,
@@ -459,12 +505,12 @@ class Projections:
 
     def _states(
         self, name: str, projection: Projection[Any], keys: list[str | None], start: int
-    ) -> tuple[dict[str, Any], set[str]]:
+    ) -> tuple[_Cached, set[str]]:
         """The cached states of `name` at `start`, those of `keys` not cached loaded (or
         initial): all of them, and the keys loaded."""
-        position, cached = self._cache.get(name, (-1, {}))
+        position, cached = self._cache.get(name, (-1, _Cached()))
         if position != start or len(cached) > _CACHE_LIMIT:
-            cached = {}
+            cached = _Cached()
         missing = [key for key in set(keys) if key is not None and key not in cached]
         for key, data in self.views.load(name, missing).items():
             cached[key] = projection.decode(data)
@@ -474,7 +520,7 @@ class Projections:
         return cached, set(missing)
 
     def _remember(self, name: str, end: int) -> None:
-        _, cached = self._cache.get(name, (-1, {}))
+        cached = self._cache.get(name, (-1, _Cached()))[1]
         self._cache[name] = (end, cached)
 
     def _learn_pipelines(self, events: Iterable[Event]) -> None:
@@ -571,7 +617,7 @@ class Projections:
             self._check(names)
             self.views.drop_runs([str(run_id) for run_id in run_ids], names)
             for name in [*names, RunIndex.name]:
-                _, cached = self._cache.get(name, (-1, {}))
+                cached = self._cache.get(name, (-1, _Cached()))[1]
                 for run_id in run_ids:
                     cached.pop(str(run_id), None)
 
