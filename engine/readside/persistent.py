@@ -46,8 +46,8 @@ RUN_PAGE_MIN = 8
 fewer are decoded faster one by one."""
 
 RESTORE_AFTER = 64
-"""Events folded into a cached state, since it was loaded or last restored, after which it
-is cached as stored (`Projections._keep_as_stored`): about what decoding a run's summary
+"""Events folded into a cached run summary, since it was loaded or last restored, after which
+it is cached as stored (`Projections._keep_as_stored`): about what decoding a run's summary
 costs in walking its newest states."""
 
 _RUN_NUMBER = attrgetter("originator_id.int")
@@ -356,8 +356,14 @@ class Projections:
         deferred stack whose packed runs are known without walking it), and only what
         later events push is walked. A state that folds a few events a page is decoded
         only every so many pages: a decode costs more than walking a few new states.
+
+        The run index's states only (not a subclass's): its decode gives back the summary
+        folded. Another projection's codec may not give back what its fold keeps (a tuple
+        stored as a list, a cache left out), and decoding its states shortens no walk.
         """
         projection = self._registered[save.name]
+        if type(projection) is not RunIndex:
+            return
         cached = self._cache[save.name][1]
         since = cached.folded
         for key, count in counts.items():

@@ -20,7 +20,7 @@ from engine.errors import (
 from engine.readside import persistent
 from engine.store.meta import EVENTS_TABLE
 from events import EventFormatError, StageFailed
-from projections import FailurePatterns, RunIndex, RunSummary, StateStack, on
+from projections import FailurePatterns, Projection, RunIndex, RunSummary, StateStack, on
 from projections.base import _fingerprint
 from projections.immutable import PList
 from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType
@@ -624,3 +624,42 @@ class TestLongRunCatchUp:
             assert str(caught_up.value) == str(alone.value)
             (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
             assert 0 < status.position < bad.id
+
+
+DECODED: list[Any] = []
+"""The states `Versions` decoded (`TestLongRunCatchUp`)."""
+
+
+class Versions(Projection[list[int]]):
+    """Every event's version, in the order folded (scope all), noting each state it decodes."""
+
+    name = "versions_folded"
+
+    def initial(self) -> list[int]:
+        """No event yet."""
+        return []
+
+    def apply(self, state: list[int], event: Any) -> list[int]:
+        """The versions so far and `event`'s."""
+        return [*state, event.version]
+
+    def decode(self, data: Any) -> list[int]:
+        """`data`, noted in `DECODED`."""
+        DECODED.append(data)
+        return super().decode(data)
+
+
+class TestKeptStates:
+    def test_other_projections_fold_on_the_states_they_folded(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A projection other than the run index folds page after page on the states it
+        folded, not on ones decoded from what it stored (its codec may not restore them)."""
+        monkeypatch.setattr(persistent, "PAGE", SMALL_PAGE)
+        DECODED.clear()
+        engine.projections.register(Versions)
+        record_long_runs(engine, 200)
+        engine.projections.catch_up([Versions.name])
+        assert DECODED == []
+        folded = engine.projections.get(Versions.name, catch_up=False)
+        assert len(folded) == engine.projections.head()
