@@ -411,18 +411,23 @@ class Projections:
         forgetting = _forgetting(projection)
         folded: list[tuple[Any, Event]] | None = [] if projection.delivers else None
         for index, event in enumerate(events):
-            key = keys[index]
+            key, forgotten = keys[index], None
             try:
                 if forgetting and deletes(event):
-                    touched |= self._forget_run(name, projection, states, event, gone)
-                if key is None:
-                    continue
-                before = states[key]
-                states[key] = projection.apply(before, event)
+                    forgotten = self._forget_run(name, projection, states, event, gone)
+                if key is not None:
+                    before = states[key] if forgotten is None else forgotten.get(key, states[key])
+                    after = projection.apply(before, event)
             except ProjectionError as failure:
                 reached, error = (ids[index - 1] if index else start), failure
                 keys = keys[:index]
                 break
+            if forgotten is not None:  # kept with the deletion's own fold, or not at all
+                states.update(forgotten)
+                touched.update(forgotten)
+            if key is None:
+                continue
+            states[key] = after
             touched.add(key)
             if folded is not None:
                 folded.append((before, event))
@@ -449,8 +454,9 @@ class Projections:
         states: dict[str, Any],
         deletion: Event,
         gone: dict[UUID, list[Event]],
-    ) -> set[str]:
-        """Take a deleted run's part out of the partitions its events reached; their keys.
+    ) -> dict[str, Any]:
+        """The partitions a deleted run's events reached without its part, by key (`states`
+        left as they are: the deletion's own fold may fail, keeping what came before it).
 
         `gone` holds the events of the page's deleted runs where they were read at once.
         """
@@ -478,8 +484,7 @@ class Projections:
             raise
         except Exception as failure:
             raise ProjectionError(name, deletion, failure) from failure
-        states.update(after)  # all or none: a failure above leaves `states` as it was
-        return set(after)
+        return after
 
     def _keys(self, projection: Projection[Any], events: list[Event]) -> list[str | None]:
         """Each event's partition key, None for events the projection does not see."""

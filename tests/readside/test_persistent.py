@@ -19,7 +19,7 @@ from engine.errors import (
 )
 from engine.readside import persistent
 from engine.store.meta import EVENTS_TABLE
-from events import EventFormatError, StageFailed
+from events import EventFormatError, RunFinished, StageFailed
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, StateStack, on
 from projections.base import _fingerprint
 from projections.immutable import PList
@@ -663,3 +663,57 @@ class TestKeptStates:
         assert DECODED == []
         folded = engine.projections.get(Versions.name, catch_up=False)
         assert len(folded) == engine.projections.head()
+
+
+ENDINGS_BROKEN: list[bool] = []
+"""`CountsEndings` raises on a run's end while this is not empty."""
+
+
+class CountsEndings(Projection[dict[str, int]]):
+    """Failures by stage across runs, forgetting a deleted run; fails on an end while broken."""
+
+    name = "counts_endings"
+
+    def initial(self) -> dict[str, int]:
+        """No failure yet."""
+        return {}
+
+    @on(StageFailed)
+    def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
+        """One more failure of the event's stage."""
+        return {**state, event.stage: state.get(event.stage, 0) + 1}
+
+    @on(RunFinished)
+    def ended(self, state: dict[str, int], event: RunFinished) -> dict[str, int]:
+        """The state as it was, or an error while `ENDINGS_BROKEN`."""
+        if ENDINGS_BROKEN:
+            raise RuntimeError("cannot count endings yet")
+        return state
+
+    def forget(self, state: dict[str, int], gone: dict[str, int]) -> dict[str, int]:
+        """The counts without the deleted run's."""
+        left = {stage: count - gone.get(stage, 0) for stage, count in state.items()}
+        return {stage: count for stage, count in left.items() if count}
+
+
+class TestForgettingFails:
+    def test_a_handler_error_on_a_deletion_keeps_the_run_unforgotten(self, engine: Engine) -> None:
+        """A handler failing on the event deleting a run keeps the state before that event,
+        the run not forgotten yet: folded again, the run is forgotten once."""
+        engine.projections.register(CountsEndings)
+        doomed = engine.start_run(REVIEW)
+        doomed.stage_completed("project_analysis", result={})
+        doomed.stage_completed("code_review", result={})
+        for error_type in ["A", "B"]:
+            doomed.stage_failed("developer", error="boom", error_type=error_type)
+        record_failures(engine, "C")
+        ENDINGS_BROKEN.append(True)
+        try:
+            doomed.finish("deleted")
+            with pytest.raises(ProjectionError):
+                engine.projections.catch_up([CountsEndings.name])
+            assert engine.projections.get(CountsEndings.name, catch_up=False) == {"developer": 3}
+        finally:
+            ENDINGS_BROKEN.clear()
+        engine.projections.catch_up([CountsEndings.name])
+        assert engine.projections.get(CountsEndings.name) == {"developer": 1}
