@@ -625,6 +625,30 @@ class TestLongRunCatchUp:
             (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
             assert 0 < status.position < bad.id
 
+    def test_the_first_unreadable_event_of_a_page_is_the_one_named(self, tmp_path: Path) -> None:
+        """Two unreadable events of two runs in one page: the catch-up names the one first in
+        the page, though its run comes second in the page (decoded after the other's)."""
+        with Engine(f"sqlite:///{tmp_path / 'bad.db'}") as engine:
+            ids = record_long_runs(engine, 100)
+            with sqlite3.connect(tmp_path / "bad.db") as conn:
+                for run_id, version in [(ids["loop"], 60), (ids["turns"], 5)]:
+                    conn.execute(
+                        f"UPDATE {EVENTS_TABLE} SET state = ? WHERE originator_id = ? "
+                        "AND originator_version = ?",
+                        (b"{not json", run_id.bytes, version),
+                    )
+            conn.close()
+            store = engine.store
+            page = store.recorder.select_notifications(start=1, limit=persistent.PAGE)
+            bad = [n for n in page if n.state == b"{not json"]
+            assert [n.originator_id for n in bad] == [ids["turns"], ids["loop"]]
+            assert page[0].originator_id == ids["loop"]
+            with pytest.raises(EventFormatError) as alone:
+                store.mapper.to_domain_event(bad[0])
+            with pytest.raises(EventFormatError) as caught_up:
+                engine.projections.rebuild(RunIndex.name)
+            assert str(caught_up.value) == str(alone.value)
+
 
 DECODED: list[Any] = []
 """The states `Versions` decoded (`TestLongRunCatchUp`)."""
