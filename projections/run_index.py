@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -39,6 +40,68 @@ STATUS_NOTE = "run.status"
 """The key of a note that pauses a run: ``{"status": <a PAUSED_STATUSES>, "reason": ...}``."""
 
 
+RUNS_KEPT = 8
+"""Stacks of states whose runs `StateList.runs` keeps (by their newest cell)."""
+
+_runs: dict[int, tuple[object, tuple[tuple[str, int], ...]]] = {}
+_runs_lock = threading.Lock()
+
+
+class StateList(PList[str]):
+    """A run's stack of states: a `PList` whose `runs` walks only the states pushed since
+    the runs of a stack it grew from were last read.
+
+    A fold of a long run storing a snapshot every few hundred events (the viewer's) packs
+    the stack each time (`RunIndex.encode`): walking it whole made that fold quadratic in
+    the run's length. The runs of the newest `RUNS_KEPT` stacks read are kept, by their
+    newest cell (the cell itself held, so an id reused is never mistaken for it).
+    """
+
+    __slots__ = ()
+
+    def push(self, item: str) -> StateList:
+        """A stack with `item` pushed (as the newest)."""
+        return StateList((item, self.cells), len(self) + 1)
+
+    def pop(self, count: int = 1) -> StateList:
+        """A stack without its `count` newest states."""
+        popped = super().pop(count)
+        return StateList(popped.cells, len(popped))
+
+    def runs(self) -> list[tuple[str, int]]:
+        """The states as runs ``(state, count)`` of equal ones, oldest first (see the class)."""
+        newest: list[str] = []
+        runs: list[tuple[str, int]] = []
+        cells = self.cells
+        while cells is not None:
+            if type(cells) is Deferred:
+                runs = list(cells.about)
+                break
+            known = _runs.get(id(cells))
+            if known is not None and known[0] is cells:
+                runs = list(known[1])
+                break
+            newest.append(cells[0])  # type: ignore[index]
+            cells = cells[1]  # type: ignore[index]
+        for item in reversed(newest):
+            if runs and runs[-1][0] == item:
+                runs[-1] = (item, runs[-1][1] + 1)
+            else:
+                runs.append((item, 1))
+        if newest:
+            with _runs_lock:
+                _runs[id(self.cells)] = (self.cells, tuple(runs))
+                while len(_runs) > RUNS_KEPT:
+                    del _runs[next(iter(_runs))]
+        return runs
+
+
+def forget_runs() -> None:
+    """Drop the runs kept (`RUNS_KEPT`) and the stacks they hold (runs were erased)."""
+    with _runs_lock:
+        _runs.clear()
+
+
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class RunSummary:
     """What the run index knows about one run."""
@@ -58,7 +121,7 @@ class RunSummary:
     forked_from: tuple[UUID, int] | None = None
     reason: JSON = None
     moves: Lookup = attrs.field(factory=dict, repr=False)
-    states: PList[str] = attrs.field(factory=PList, repr=False)
+    states: PList[str] = attrs.field(factory=StateList, repr=False)
 
     @property
     def duration(self) -> float:
@@ -283,11 +346,11 @@ class RunIndex(Projection["RunSummary | None"]):
 def _states(data: dict[str, Any]) -> PList[str]:
     """The stack of states `decode` reads: packed (`encode`), else listed (`snapshot`'s)."""
     if "state_codes" not in data:
-        return PList.of(data["states"])
+        return StateList.of(data["states"])
     size = data["state_count"]
     if not size:
-        return PList()
-    return PList.deferred(
+        return StateList()
+    return StateList.deferred(
         _deferred_states(PackedRuns(data["state_names"], data["state_codes"]), size)
     )
 
@@ -412,7 +475,7 @@ class _Stretch:
         start, last = self.start, self.last
         if last is None:
             return start
-        states: PList[str] = PList(self.cells, self.size)
+        states: PList[str] = StateList(self.cells, self.size)
         return _SUMMARY(
             start.run_id, start.pipeline, self.status, self.state, start.started, last.timestamp,
             last.version, start.finished, self.attempts, self.failures, start.labels,
