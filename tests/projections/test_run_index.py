@@ -18,7 +18,8 @@ from projections import RUNNING, RunIndex, RunSummary
 from projections.base import folds_with
 from projections.errors import ProjectionError
 from projections.immutable import PList
-from projections.run_index import STATUS_NOTE, _states, pack_states
+from projections import run_index
+from projections.run_index import STATUS_NOTE, StateList, _states, pack_states
 from tests._helpers import REVIEW, hub_history
 from tests.projections._own_way import applied, ignoring, prefixes
 
@@ -335,6 +336,97 @@ OUTCOME = st.tuples(
 )
 """One event of a run of `MOVES`: an outcome (a routed verdict: attempt 0), of a stage or a
 framework's own, or an event no handler takes (cutting a stretch)."""
+
+
+class Counted(str):
+    """A state whose comparisons are counted (each walk of a stack compares what it reads)."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        Counted.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+class TestStateList:
+    def test_a_stack_read_every_few_hundred_pushes_walks_each_state_once(self) -> None:
+        """Reading the runs of a stack every 500 pushes (the viewer's first fold packing it
+        for a view) reads only the states pushed since, not the whole stack each time."""
+        stack: PList[str] = RunSummary(uuid.uuid4(), "p", RUNNING, "a", T0, T0).states
+        Counted.compared = 0
+        for n in range(1, 20_001):
+            stack = stack.push(Counted("ab"[n // 7 % 2]))
+            if n % 500 == 0:
+                stack.runs()
+        assert Counted.compared <= 2 * 20_000
+        expected = PList.of(list(stack)).runs()
+        run_index.forget_runs()
+        assert stack.runs() == expected
+
+    @given(
+        st.lists(st.tuples(st.sampled_from(["push", "pop", "read", "back"]), st.integers(0, 40)))
+    )
+    def test_runs_are_those_of_the_same_stack_never_read(self, ops: list[tuple[str, int]]) -> None:
+        """Whatever pushes, pops, reads and returns to older stacks came before, a stack's runs
+        are those of a plain list of the same states, and pushes and pops keep it a StateList."""
+        made: list[PList[str]] = [StateList()]
+        stack = made[0]
+        for op, number in ops:
+            if op == "push":
+                for index in range(number % 7 + 1):
+                    stack = stack.push("abc"[(number + index // 3) % 3])
+            elif op == "pop":
+                stack = stack.pop(number % 9)
+            elif op == "read":
+                stack.runs()
+            else:
+                stack = made[number % len(made)]
+            made.append(stack)
+        for stack in made:
+            assert type(stack) is StateList
+            assert stack.runs() == PList.of(list(stack)).runs()
+
+    def test_a_summary_s_stack_stays_a_state_list_through_its_handlers_and_decode(self) -> None:
+        """A summary folded from its events, rolled back and decoded keeps a StateList: the
+        viewer's fold of the run index reads its runs incrementally throughout."""
+        index = RunIndex()
+        run_id = uuid.uuid4()
+        summary = index.apply(
+            None,
+            RunStarted(
+                run_id=run_id,
+                version=1,
+                timestamp=T0,
+                pipeline="other",
+                table=OTHER.to_dict(),
+            ),  # fmt: skip
+        )
+        for version in range(2, 6):
+            summary = index.apply(
+                summary,
+                StageFailed(
+                    run_id=run_id,
+                    version=version,
+                    timestamp=T0,
+                    stage="a",
+                    attempt=1,
+                    outcome="failed",
+                    error="x",
+                ),  # fmt: skip
+            )
+        assert summary is not None
+        assert type(summary.states) is StateList
+        back = index.apply(
+            summary, StateRolledBack(run_id=run_id, version=6, timestamp=T0, steps=2)
+        )
+        assert back is not None
+        assert type(back.states) is StateList
+        decoded = index.decode(index.encode(back))
+        assert decoded is not None
+        assert type(decoded.states) is StateList
+        assert decoded == back
 
 
 def moves_history(steps: list[tuple[str, str, str]]) -> list[Event]:
