@@ -14,11 +14,10 @@ from engine import Engine, Pipeline
 from engine.errors import InvalidArgument
 from events import Event, NoteAdded, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.values import evolve
-from projections import RUNNING, RunIndex, RunSummary
+from projections import RUNNING, RunIndex, RunSummary, run_index
 from projections.base import folds_with
 from projections.errors import ProjectionError
 from projections.immutable import PList
-from projections import run_index
 from projections.run_index import STATUS_NOTE, StateList, _states, pack_states
 from tests._helpers import REVIEW, hub_history
 from tests.projections._own_way import applied, ignoring, prefixes
@@ -401,7 +400,7 @@ class TestStateList:
                 timestamp=T0,
                 pipeline="other",
                 table=OTHER.to_dict(),
-            ),  # fmt: skip
+            ),
         )
         for version in range(2, 6):
             summary = index.apply(
@@ -414,7 +413,7 @@ class TestStateList:
                     attempt=1,
                     outcome="failed",
                     error="x",
-                ),  # fmt: skip
+                ),
             )
         assert summary is not None
         assert type(summary.states) is StateList
