@@ -43,18 +43,23 @@ STATUS_NOTE = "run.status"
 RUNS_KEPT = 8
 """Stacks of states whose runs `StateList.runs` keeps (by their newest cell)."""
 
-_runs: dict[int, tuple[object, tuple[tuple[str, int], ...]]] = {}
+_Packed = tuple[tuple[str, ...], str, int]
+"""`pack_states`' names and codes of a stack's oldest runs, and how many runs they are."""
+
+_runs: dict[int, tuple[object, tuple[tuple[str, int], ...], _Packed | None]] = {}
 _runs_lock = threading.Lock()
 
 
 class StateList(PList[str]):
     """A run's stack of states: a `PList` whose `runs` walks only the states pushed since
-    the runs of a stack it grew from were last read.
+    the runs of a stack it grew from were last read, and whose runs `pack_states` packs
+    onto the packing of that stack's.
 
     A fold of a long run storing a snapshot every few hundred events (the viewer's) packs
-    the stack each time (`RunIndex.encode`): walking it whole made that fold quadratic in
-    the run's length. The runs of the newest `RUNS_KEPT` stacks read are kept, by their
-    newest cell (the cell itself held, so an id reused is never mistaken for it).
+    the stack each time (`RunIndex.encode`): walking and packing it whole made that fold
+    quadratic in the run's length. The runs of the newest `RUNS_KEPT` stacks read are
+    kept, by their newest cell (the cell itself held, so an id reused is never mistaken for
+    it), with the packing of all their runs but the newest (which may still grow).
     """
 
     __slots__ = ()
@@ -72,6 +77,7 @@ class StateList(PList[str]):
         """The states as runs ``(state, count)`` of equal ones, oldest first (see the class)."""
         newest: list[str] = []
         runs: list[tuple[str, int]] = []
+        packed: _Packed | None = None
         cells = self.cells
         while cells is not None:
             if type(cells) is Deferred:
@@ -79,7 +85,7 @@ class StateList(PList[str]):
                 break
             known = _runs.get(id(cells))
             if known is not None and known[0] is cells:
-                runs = list(known[1])
+                runs, packed = list(known[1]), known[2]
                 break
             newest.append(cells[0])  # type: ignore[index]
             cells = cells[1]  # type: ignore[index]
@@ -88,12 +94,51 @@ class StateList(PList[str]):
                 runs[-1] = (item, runs[-1][1] + 1)
             else:
                 runs.append((item, 1))
-        if newest:
-            with _runs_lock:
-                _runs[id(self.cells)] = (self.cells, tuple(runs))
-                while len(_runs) > RUNS_KEPT:
-                    del _runs[next(iter(_runs))]
-        return runs
+        made = _Runs(runs)
+        made.cells = self.cells
+        if newest:  # the oldest runs' packing holds: only the newest run may have grown
+            _keep(self.cells, tuple(runs), packed)
+        return made
+
+
+class _Runs(list[tuple[str, int]]):
+    """A stack's runs as `StateList.runs` made them, naming the stack (`pack_states`)."""
+
+    __slots__ = ("cells",)
+    cells: object
+
+    def packed(self) -> tuple[list[str], str] | None:
+        """`pack_states` of these runs, packed onto the kept packing of their oldest ones;
+        None unless the runs are still those kept for the stack (not changed since)."""
+        cells = self.cells
+        known = _runs.get(id(cells))
+        if known is None or known[0] is not cells or tuple(self) != known[1]:
+            return None
+        names_kept, codes, done = known[2] or ((), "", 0)
+        names = dict(zip(names_kept, range(len(names_kept)), strict=True))
+        codes = _joined(codes, [_code(names, name, count) for name, count in self[done:-1]])
+        if len(self) > 1:
+            _keep(cells, known[1], (tuple(names), codes, len(self) - 1))
+        if self:
+            codes = _joined(codes, [_code(names, *self[-1])])
+        return list(names), codes
+
+
+def _code(names: dict[str, int], name: str, count: int) -> str:
+    """A run's code as `pack_states` writes it (`name` numbered in `names` if new)."""
+    index = names.setdefault(name, len(names))
+    return str(index) if count == 1 else f"{index}*{count}"
+
+
+def _joined(codes: str, more: list[str]) -> str:
+    return ",".join([codes, *more]) if codes and more else codes or ",".join(more)
+
+
+def _keep(cells: object, runs: tuple[tuple[str, int], ...], packed: _Packed | None) -> None:
+    with _runs_lock:
+        _runs[id(cells)] = (cells, runs, packed)
+        while len(_runs) > RUNS_KEPT:
+            del _runs[next(iter(_runs))]
 
 
 def forget_runs() -> None:
@@ -374,6 +419,8 @@ def pack_states(runs: Iterable[tuple[str, int]]) -> tuple[list[str], str]:
 
     Each run is ``i`` (name `i`, once) or ``i*n`` (`n` times), comma-separated.
     """
+    if type(runs) is _Runs and (packed := runs.packed()) is not None:
+        return packed  # a stack's runs packed lately: only the runs since are coded
     names: dict[str, int] = {}
     codes = []
     for name, count in runs:

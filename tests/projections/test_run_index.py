@@ -386,6 +386,58 @@ class TestStateList:
         for stack in made:
             assert type(stack) is StateList
             assert stack.runs() == PList.of(list(stack)).runs()
+            assert pack_states(stack.runs()) == pack_states(PList.of(list(stack)).runs())
+
+    @given(
+        st.lists(st.tuples(st.sampled_from(["push", "pop", "pack", "back"]), st.integers(0, 40)))
+    )
+    def test_packed_runs_are_those_of_the_same_stack_never_packed(
+        self, ops: list[tuple[str, int]]
+    ) -> None:
+        """Whatever pushes, pops, packings and returns came before, a stack's runs pack
+        (`pack_states`, onto a packing kept) to the very names and codes of a plain list of
+        the same states; runs changed after they were read are packed as they are."""
+        made: list[PList[str]] = [StateList()]
+        stack = made[0]
+        for op, number in ops:
+            if op == "push":
+                for index in range(number % 7 + 1):
+                    stack = stack.push("abcd"[(number + index // 3) % 4])
+            elif op == "pop":
+                stack = stack.pop(number % 9)
+            elif op == "pack":
+                assert pack_states(stack.runs()) == pack_states(PList.of(list(stack)).runs())
+            else:
+                stack = made[number % len(made)]
+            made.append(stack)
+        runs = stack.runs()
+        runs.append(("changed", 2))
+        assert pack_states(runs) == pack_states(list(runs))
+
+    def test_a_stack_packed_every_few_hundred_pushes_codes_each_run_once(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Packing a stack of alternating states every 500 pushes (the viewer's first fold)
+        codes only the runs since the last packing, and gives what packing it afresh gives."""
+        coded: list[int] = []
+        real = run_index._code
+
+        def counted(names: dict[str, int], name: str, count: int) -> str:
+            coded.append(1)
+            return real(names, name, count)
+
+        monkeypatch.setattr(run_index, "_code", counted)
+        stack: PList[str] = StateList()
+        for n in range(1, 20_001):
+            stack = stack.push("ab"[n % 2])
+            if n % 500 == 0:
+                pack_states(stack.runs())
+        assert len(coded) <= 2 * 20_000
+        packed = pack_states(stack.runs())
+        run_index.forget_runs()
+        assert (
+            pack_states(stack.runs()) == packed == pack_states(list(PList.of(list(stack)).runs()))
+        )
 
     def test_a_summary_s_stack_stays_a_state_list_through_its_handlers_and_decode(self) -> None:
         """A summary folded from its events, rolled back and decoded keeps a StateList: the

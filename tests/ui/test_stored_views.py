@@ -262,12 +262,12 @@ class TestErasedRuns:
         kept = record_loops(sqlite_url, 100)
         with Engine(sqlite_url) as engine:
             engine.project(run_id, RunView)
-            held = [cells for cells, _ in run_index._runs.values()]
+            held = [cells for cells, *_ in run_index._runs.values()]
             assert held
             engine.load(run_id).finish("deleted")
             assert engine.compact().runs == (run_id,)
             engine.project(kept, RunView)
-            assert not any(cells is old for cells, _ in run_index._runs.values() for old in held)
+            assert not any(cells is old for cells, *_ in run_index._runs.values() for old in held)
 
 
 class _CountedGets(dict[int, Any]):
