@@ -64,10 +64,6 @@ class StateList(PList[str]):
 
     __slots__ = ()
 
-    def push(self, item: str) -> StateList:
-        """A stack with `item` pushed (as the newest)."""
-        return StateList((item, self.cells), len(self) + 1)
-
     def pop(self, count: int = 1) -> StateList:
         """A stack without its `count` newest states."""
         popped = super().pop(count)

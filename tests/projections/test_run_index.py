@@ -439,6 +439,26 @@ class TestStateList:
             pack_states(stack.runs()) == packed == pack_states(list(PList.of(list(stack)).runs()))
         )
 
+    def test_a_push_makes_a_state_list_without_calling_init(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Pushing onto a StateList (once per outcome in the viewer's fold, through `apply`)
+        makes a StateList as `PList.push` makes a list, without a second call to __init__."""
+        inits: list[int] = []
+        real = StateList.__init__
+
+        def counted(self: StateList, *args: Any) -> None:
+            inits.append(1)
+            real(self, *args)
+
+        stack: PList[str] = StateList()
+        monkeypatch.setattr(StateList, "__init__", counted)
+        for item in "abba":
+            stack = stack.push(item)
+        assert type(stack) is StateList
+        assert stack.runs() == [("a", 1), ("b", 2), ("a", 1)]
+        assert inits == []
+
     def test_a_summary_s_stack_stays_a_state_list_through_its_handlers_and_decode(self) -> None:
         """A summary folded from its events, rolled back and decoded keeps a StateList: the
         viewer's fold of the run index reads its runs incrementally throughout."""
