@@ -18,7 +18,7 @@ import threading
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from events import Event
 from projections.base import EventSource
@@ -171,12 +171,24 @@ def packed_versions(items: PList[T]) -> tuple[str, int, int]:
 
 def _packed_below_tip(items: RowList[T]) -> tuple[str, int, int]:
     """`packed_versions` of a row list without its newest block: kept by its full blocks,
-    which never change, so a long fold's next snapshot packs only its newest block."""
+    which never change, so a long fold's next snapshot packs only the blocks sealed since
+    (on the packed versions kept for the blocks below them), not every block again."""
     blocks = items.blocks
-    known = None if blocks is None else _packed.get(id(blocks))
-    if known is not None and known[0] is blocks:
-        return known[1:]
-    packed = packed_onto(*packed_versions(items.below), items.block_versions())
+    newer: list[Sequence[Any]] = []  # the blocks above the newest ones packed, newest first
+    below, base = blocks, None
+    while below is not None:
+        known = _packed.get(id(below))
+        if known is not None and known[0] is below:
+            base = known[1:]
+            break
+        newer.append(below[0])
+        below = below[1]
+    if not newer and base is not None:
+        return base
+    if base is None:
+        base = packed_versions(items.below)
+    step, at = len(items.fields), items.version_at
+    packed = packed_onto(*base, [v for rows in reversed(newer) for v in rows[at::step]])
     if blocks is not None:
         with _packed_lock:
             _packed[id(blocks)] = (blocks, *packed)

@@ -100,8 +100,9 @@ class PList(Generic[T]):
 
     def push(self, item: T) -> PList[T]:
         """A list with `item` appended (as the newest)."""
-        # Not `PList(...)`: its __init__ is a second call, and folds push once per event.
-        pushed: PList[T] = _new(PList)
+        # Not `PList(...)`: its __init__ is a second call, and folds push once per event;
+        # of the list's own class, so a subclass that adds no slots (`StateList`) stays one.
+        pushed: PList[T] = _new(self.__class__)
         pushed._cells = (item, self._cells)
         pushed._size = self._size + 1
         return pushed

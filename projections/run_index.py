@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -39,6 +40,109 @@ STATUS_NOTE = "run.status"
 """The key of a note that pauses a run: ``{"status": <a PAUSED_STATUSES>, "reason": ...}``."""
 
 
+RUNS_KEPT = 8
+"""Stacks of states whose runs `StateList.runs` keeps (by their newest cell)."""
+
+_Packed = tuple[tuple[str, ...], str, int]
+"""`pack_states`' names and codes of a stack's oldest runs, and how many runs they are."""
+
+_runs: dict[int, tuple[object, tuple[tuple[str, int], ...], _Packed | None]] = {}
+_runs_lock = threading.Lock()
+
+
+class StateList(PList[str]):
+    """A run's stack of states: a `PList` whose `runs` walks only the states pushed since
+    the runs of a stack it grew from were last read, and whose runs `pack_states` packs
+    onto the packing of that stack's.
+
+    A fold of a long run storing a snapshot every few hundred events (the viewer's) packs
+    the stack each time (`RunIndex.encode`): walking and packing it whole made that fold
+    quadratic in the run's length. The runs of the newest `RUNS_KEPT` stacks read are
+    kept, by their newest cell (the cell itself held, so an id reused is never mistaken for
+    it), with the packing of all their runs but the newest (which may still grow).
+    """
+
+    __slots__ = ()
+
+    def pop(self, count: int = 1) -> StateList:
+        """A stack without its `count` newest states."""
+        popped = super().pop(count)
+        return StateList(popped.cells, len(popped))
+
+    def runs(self) -> list[tuple[str, int]]:
+        """The states as runs ``(state, count)`` of equal ones, oldest first (see the class)."""
+        newest: list[str] = []
+        runs: list[tuple[str, int]] = []
+        packed: _Packed | None = None
+        cells = self.cells
+        while cells is not None:
+            if type(cells) is Deferred:
+                runs = list(cells.about)
+                break
+            known = _runs.get(id(cells))
+            if known is not None and known[0] is cells:
+                runs, packed = list(known[1]), known[2]
+                break
+            newest.append(cells[0])  # type: ignore[index]
+            cells = cells[1]  # type: ignore[index]
+        for item in reversed(newest):
+            if runs and runs[-1][0] == item:
+                runs[-1] = (item, runs[-1][1] + 1)
+            else:
+                runs.append((item, 1))
+        made = _Runs(runs)
+        made.cells = self.cells
+        if newest:  # the oldest runs' packing holds: only the newest run may have grown
+            _keep(self.cells, tuple(runs), packed)
+        return made
+
+
+class _Runs(list[tuple[str, int]]):
+    """A stack's runs as `StateList.runs` made them, naming the stack (`pack_states`)."""
+
+    __slots__ = ("cells",)
+    cells: object
+
+    def packed(self) -> tuple[list[str], str] | None:
+        """`pack_states` of these runs, packed onto the kept packing of their oldest ones;
+        None unless the runs are still those kept for the stack (not changed since)."""
+        cells = self.cells
+        known = _runs.get(id(cells))
+        if known is None or known[0] is not cells or tuple(self) != known[1]:
+            return None
+        names_kept, codes, done = known[2] or ((), "", 0)
+        names = dict(zip(names_kept, range(len(names_kept)), strict=True))
+        codes = _joined(codes, [_code(names, name, count) for name, count in self[done:-1]])
+        if len(self) > 1:
+            _keep(cells, known[1], (tuple(names), codes, len(self) - 1))
+        if self:
+            codes = _joined(codes, [_code(names, *self[-1])])
+        return list(names), codes
+
+
+def _code(names: dict[str, int], name: str, count: int) -> str:
+    """A run's code as `pack_states` writes it (`name` numbered in `names` if new)."""
+    index = names.setdefault(name, len(names))
+    return str(index) if count == 1 else f"{index}*{count}"
+
+
+def _joined(codes: str, more: list[str]) -> str:
+    return ",".join([codes, *more]) if codes and more else codes or ",".join(more)
+
+
+def _keep(cells: object, runs: tuple[tuple[str, int], ...], packed: _Packed | None) -> None:
+    with _runs_lock:
+        _runs[id(cells)] = (cells, runs, packed)
+        while len(_runs) > RUNS_KEPT:
+            del _runs[next(iter(_runs))]
+
+
+def forget_runs() -> None:
+    """Drop the runs kept (`RUNS_KEPT`) and the stacks they hold (runs were erased)."""
+    with _runs_lock:
+        _runs.clear()
+
+
 @attrs.frozen(weakref_slot=False)  # no weakref slot of its own: built through its writable twin
 class RunSummary:
     """What the run index knows about one run."""
@@ -58,7 +162,7 @@ class RunSummary:
     forked_from: tuple[UUID, int] | None = None
     reason: JSON = None
     moves: Lookup = attrs.field(factory=dict, repr=False)
-    states: PList[str] = attrs.field(factory=PList, repr=False)
+    states: PList[str] = attrs.field(factory=StateList, repr=False)
 
     @property
     def duration(self) -> float:
@@ -283,11 +387,11 @@ class RunIndex(Projection["RunSummary | None"]):
 def _states(data: dict[str, Any]) -> PList[str]:
     """The stack of states `decode` reads: packed (`encode`), else listed (`snapshot`'s)."""
     if "state_codes" not in data:
-        return PList.of(data["states"])
+        return StateList.of(data["states"])
     size = data["state_count"]
     if not size:
-        return PList()
-    return PList.deferred(
+        return StateList()
+    return StateList.deferred(
         _deferred_states(PackedRuns(data["state_names"], data["state_codes"]), size)
     )
 
@@ -311,6 +415,8 @@ def pack_states(runs: Iterable[tuple[str, int]]) -> tuple[list[str], str]:
 
     Each run is ``i`` (name `i`, once) or ``i*n`` (`n` times), comma-separated.
     """
+    if type(runs) is _Runs and (packed := runs.packed()) is not None:
+        return packed  # a stack's runs packed lately: only the runs since are coded
     # Each distinct run coded once, in the order runs first come (so names are numbered
     # in the order they first come): a stack of states alternating between a few holds
     # as many runs as states, and a persistent index packs it again after every page.
@@ -419,7 +525,7 @@ class _Stretch:
         start, last = self.start, self.last
         if last is None:
             return start
-        states: PList[str] = PList(self.cells, self.size)
+        states: PList[str] = StateList(self.cells, self.size)
         return _SUMMARY(
             start.run_id, start.pipeline, self.status, self.state, start.started, last.timestamp,
             last.version, start.finished, self.attempts, self.failures, start.labels,

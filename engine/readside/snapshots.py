@@ -32,6 +32,7 @@ from projections import collector, deferred
 from projections.base import EventSource, Projection
 from projections.collector import collector_paused
 from projections.errors import ProjectionStateError
+from projections.run_index import forget_runs
 
 SNAPSHOT_INTERVAL = 500
 """Events between two snapshots of a projection over one run (in memory; see `_Storer`)."""
@@ -223,6 +224,7 @@ class TimeTravel:
                 self._memory.clear()
                 self._generation = generation
                 deferred.forget_packed()
+                forget_runs()
 
     def _fold(self, key: _Key, projection: Projection[Any], version: int) -> Any:
         run_id = key[1]

@@ -23,7 +23,7 @@ from projections.deferred import (
     unpack_ranges,
     version_ranges,
 )
-from projections.immutable import PList
+from projections.immutable import ROWS_PER_BLOCK, PList, RowList
 
 
 @attrs.frozen
@@ -55,6 +55,18 @@ class Source:
             if version not in self.missing:
                 self.read += 1
                 yield Item(version)
+
+
+class Items(RowList[Item]):
+    """Items kept as rows of their version."""
+
+    __slots__ = ()
+    fields = ("version",)
+
+    @staticmethod
+    def make(*row: Any) -> Item:
+        """The item of `row`."""
+        return Item(*row)
 
 
 def remade(event: Any, index: int = 0, count: int = 1) -> Item:
@@ -331,3 +343,28 @@ class TestStoredTotals:
             2_005,
             1_002,
         )
+
+    def test_a_row_list_grown_by_blocks_packs_only_the_blocks_sealed_since(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Packing a row list every few blocks (a fold storing a view every 500 events) packs
+        only the versions of the blocks sealed since the last packing, and gives what packing
+        it afresh gives."""
+        packed_counts: list[int] = []
+        real = deferred.packed_onto
+
+        def counted(packed: str, last: int, count: int, versions: Any) -> Any:
+            packed_counts.append(len(versions))
+            return real(packed, last, count, versions)
+
+        monkeypatch.setattr(deferred, "packed_onto", counted)
+        rows: RowList[Item] = Items()
+        every, times = 4 * ROWS_PER_BLOCK + 12, 40
+        for version in range(1, every * times + 1):
+            rows = rows.push_row((2 * version,))
+            if version % every == 0:
+                packed_versions(rows)
+        assert sum(packed_counts) <= 2 * every * times
+        fresh = packed_versions(rows)
+        monkeypatch.setattr(deferred, "_packed", {})
+        assert packed_versions(rows) == fresh == packed_versions(PList.of(list(rows.to_tuple())))

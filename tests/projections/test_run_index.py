@@ -14,11 +14,11 @@ from engine import Engine, Pipeline
 from engine.errors import InvalidArgument
 from events import Event, NoteAdded, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.values import evolve
-from projections import RUNNING, RunIndex, RunSummary
+from projections import RUNNING, RunIndex, RunSummary, run_index
 from projections.base import folds_with
 from projections.errors import ProjectionError
 from projections.immutable import PList
-from projections.run_index import STATUS_NOTE, PackedRuns, _states, pack_states
+from projections.run_index import STATUS_NOTE, PackedRuns, StateList, _states, pack_states
 from tests._helpers import REVIEW, hub_history
 from tests.projections._own_way import applied, ignoring, prefixes
 
@@ -357,6 +357,169 @@ OUTCOME = st.tuples(
 )
 """One event of a run of `MOVES`: an outcome (a routed verdict: attempt 0), of a stage or a
 framework's own, or an event no handler takes (cutting a stretch)."""
+
+
+class Counted(str):
+    """A state whose comparisons are counted (each walk of a stack compares what it reads)."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        Counted.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+class TestStateList:
+    def test_a_stack_read_every_few_hundred_pushes_walks_each_state_once(self) -> None:
+        """Reading the runs of a stack every 500 pushes (the viewer's first fold packing it
+        for a view) reads only the states pushed since, not the whole stack each time."""
+        stack: PList[str] = RunSummary(uuid.uuid4(), "p", RUNNING, "a", T0, T0).states
+        Counted.compared = 0
+        for n in range(1, 20_001):
+            stack = stack.push(Counted("ab"[n // 7 % 2]))
+            if n % 500 == 0:
+                stack.runs()
+        assert Counted.compared <= 2 * 20_000
+        expected = PList.of(list(stack)).runs()
+        run_index.forget_runs()
+        assert stack.runs() == expected
+
+    @given(
+        st.lists(st.tuples(st.sampled_from(["push", "pop", "read", "back"]), st.integers(0, 40)))
+    )
+    def test_runs_are_those_of_the_same_stack_never_read(self, ops: list[tuple[str, int]]) -> None:
+        """Whatever pushes, pops, reads and returns to older stacks came before, a stack's runs
+        are those of a plain list of the same states, and pushes and pops keep it a StateList."""
+        made: list[PList[str]] = [StateList()]
+        stack = made[0]
+        for op, number in ops:
+            if op == "push":
+                for index in range(number % 7 + 1):
+                    stack = stack.push("abc"[(number + index // 3) % 3])
+            elif op == "pop":
+                stack = stack.pop(number % 9)
+            elif op == "read":
+                stack.runs()
+            else:
+                stack = made[number % len(made)]
+            made.append(stack)
+        for stack in made:
+            assert type(stack) is StateList
+            assert stack.runs() == PList.of(list(stack)).runs()
+            assert pack_states(stack.runs()) == pack_states(PList.of(list(stack)).runs())
+
+    @given(
+        st.lists(st.tuples(st.sampled_from(["push", "pop", "pack", "back"]), st.integers(0, 40)))
+    )
+    def test_packed_runs_are_those_of_the_same_stack_never_packed(
+        self, ops: list[tuple[str, int]]
+    ) -> None:
+        """Whatever pushes, pops, packings and returns came before, a stack's runs pack
+        (`pack_states`, onto a packing kept) to the very names and codes of a plain list of
+        the same states; runs changed after they were read are packed as they are."""
+        made: list[PList[str]] = [StateList()]
+        stack = made[0]
+        for op, number in ops:
+            if op == "push":
+                for index in range(number % 7 + 1):
+                    stack = stack.push("abcd"[(number + index // 3) % 4])
+            elif op == "pop":
+                stack = stack.pop(number % 9)
+            elif op == "pack":
+                assert pack_states(stack.runs()) == pack_states(PList.of(list(stack)).runs())
+            else:
+                stack = made[number % len(made)]
+            made.append(stack)
+        runs = stack.runs()
+        runs.append(("changed", 2))
+        assert pack_states(runs) == pack_states(list(runs))
+
+    def test_a_stack_packed_every_few_hundred_pushes_codes_each_run_once(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Packing a stack of alternating states every 500 pushes (the viewer's first fold)
+        codes only the runs since the last packing, and gives what packing it afresh gives."""
+        coded: list[int] = []
+        real = run_index._code
+
+        def counted(names: dict[str, int], name: str, count: int) -> str:
+            coded.append(1)
+            return real(names, name, count)
+
+        monkeypatch.setattr(run_index, "_code", counted)
+        stack: PList[str] = StateList()
+        for n in range(1, 20_001):
+            stack = stack.push("ab"[n % 2])
+            if n % 500 == 0:
+                pack_states(stack.runs())
+        assert len(coded) <= 2 * 20_000
+        packed = pack_states(stack.runs())
+        run_index.forget_runs()
+        assert (
+            pack_states(stack.runs()) == packed == pack_states(list(PList.of(list(stack)).runs()))
+        )
+
+    def test_a_push_makes_a_state_list_without_calling_init(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Pushing onto a StateList (once per outcome in the viewer's fold, through `apply`)
+        makes a StateList as `PList.push` makes a list, without a second call to __init__."""
+        inits: list[int] = []
+        real = StateList.__init__
+
+        def counted(self: StateList, *args: Any) -> None:
+            inits.append(1)
+            real(self, *args)
+
+        stack: PList[str] = StateList()
+        monkeypatch.setattr(StateList, "__init__", counted)
+        for item in "abba":
+            stack = stack.push(item)
+        assert type(stack) is StateList
+        assert stack.runs() == [("a", 1), ("b", 2), ("a", 1)]
+        assert inits == []
+
+    def test_a_summary_s_stack_stays_a_state_list_through_its_handlers_and_decode(self) -> None:
+        """A summary folded from its events, rolled back and decoded keeps a StateList: the
+        viewer's fold of the run index reads its runs incrementally throughout."""
+        index = RunIndex()
+        run_id = uuid.uuid4()
+        summary = index.apply(
+            None,
+            RunStarted(
+                run_id=run_id,
+                version=1,
+                timestamp=T0,
+                pipeline="other",
+                table=OTHER.to_dict(),
+            ),
+        )
+        for version in range(2, 6):
+            summary = index.apply(
+                summary,
+                StageFailed(
+                    run_id=run_id,
+                    version=version,
+                    timestamp=T0,
+                    stage="a",
+                    attempt=1,
+                    outcome="failed",
+                    error="x",
+                ),
+            )
+        assert summary is not None
+        assert type(summary.states) is StateList
+        back = index.apply(
+            summary, StateRolledBack(run_id=run_id, version=6, timestamp=T0, steps=2)
+        )
+        assert back is not None
+        assert type(back.states) is StateList
+        decoded = index.decode(index.encode(back))
+        assert decoded is not None
+        assert type(decoded.states) is StateList
+        assert decoded == back
 
 
 def moves_history(steps: list[tuple[str, str, str]]) -> list[Event]:

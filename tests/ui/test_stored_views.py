@@ -17,7 +17,7 @@ from engine.cli.demo.code_review import REVIEW, BuildException
 from engine.readside import snapshots
 from engine.ui.snapshot import RunView
 from events import JSON, RetryScheduled
-from projections import ProjectionStateError, deferred
+from projections import ProjectionStateError, deferred, run_index
 from projections.deferred import ranges_check, unpack_ranges
 
 
@@ -252,3 +252,57 @@ class TestErasedRuns:
             assert engine.compact().runs == (run_id,)
             engine.project(kept, RunView)
             assert not any(cells is old for cells, *_ in deferred._packed.values() for old in held)
+
+    def test_an_erased_runs_stack_of_states_is_let_go_by_the_runs_cache(
+        self, sqlite_url: str
+    ) -> None:
+        """The runs kept for stacks of states (`run_index.StateList.runs`) hold none of an
+        erased run's once another fold reads the store: its states are not kept alive."""
+        run_id = record_loops(sqlite_url, 600)
+        kept = record_loops(sqlite_url, 100)
+        with Engine(sqlite_url) as engine:
+            engine.project(run_id, RunView)
+            held = [cells for cells, *_ in run_index._runs.values()]
+            assert held
+            engine.load(run_id).finish("deleted")
+            assert engine.compact().runs == (run_id,)
+            engine.project(kept, RunView)
+            assert not any(cells is old for cells, *_ in run_index._runs.values() for old in held)
+
+
+class _CountedGets(dict[int, Any]):
+    """The runs kept by `StateList.runs`, counting the lookups: one per state it walks."""
+
+    gets = 0
+
+    def get(self, key: int, default: Any = None) -> Any:
+        _CountedGets.gets += 1
+        return super().get(key, default)
+
+
+class TestFirstLook:
+    def test_a_first_fold_of_a_long_run_walks_each_item_a_bounded_number_of_times(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The viewer's first look at a run (one fold storing a view every 500 events) packs
+        each frame's and attempt's version, and reads each state of the summary's stack, about
+        once, not once per view stored: the fold costs the same per event at any length."""
+        run_id = record_loops(sqlite_url, 2_000)
+        packed: list[int] = []
+        real = deferred.packed_onto
+
+        def counted(text: str, last: int, count: int, versions: Any) -> Any:
+            packed.append(len(versions))
+            return real(text, last, count, versions)
+
+        monkeypatch.setattr(deferred, "packed_onto", counted)
+        monkeypatch.setattr(run_index, "_runs", _CountedGets())
+        _CountedGets.gets = 0
+        with Engine(sqlite_url, create=False) as engine:
+            last = engine.store.last(run_id)
+            assert last is not None
+            views = last.version // snapshots.SNAPSHOT_INTERVAL
+            assert views >= 25
+            engine.project(run_id, RunView)
+        assert sum(packed) <= 4 * last.version
+        assert _CountedGets.gets <= 4 * last.version
