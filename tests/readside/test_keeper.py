@@ -18,7 +18,7 @@ from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel, keeper
 from engine.run import Run
 from events import DECIDED, RunStarted, StageCompleted
-from projections import StateStack
+from projections import RunIndex, StateStack
 from tests._helpers import hub_table
 from tests.readside.test_snapshots import CountingReader
 
@@ -163,7 +163,7 @@ class TestSnapshotKeeper:
             run = engine.start_run(LOOP)
             record(run, KEEP_INTERVAL + 10)
         rows = snapshot_rows(sqlite_url)
-        assert {p for p, _, _ in rows} == {StateStack.name, MachineFold.name}
+        assert {p for p, _, _ in rows} == {StateStack.name, RunIndex.name, MachineFold.name}
         for _, _, sealed in rows:
             assert b"work" not in sealed
             assert b"loop" not in sealed
