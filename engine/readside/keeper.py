@@ -8,14 +8,18 @@ and of each kept projection (`kept_projections`). `StateStack`'s is made from
 its shape (`projections.stack.StackShape`: the versions of its frames, followed
 from the run's start by a push or pop per outcome or rollback, checked against the
 machine's depth at each commit; no frame made, no event read). Another kept
-projection is folded from its previous snapshot over the events just written.
-The run is read back and folded only where nothing is held: at the first crossing
-of a handle that did not begin the run, and at one after another writer's events
-came between, a projection is folded from its nearest stored snapshot (at most
-twice the interval back, else not kept then); at the first crossing after runs were
-erased from the store, the machine is folded so too and must equal the writer's
-state, else this keeper keeps nothing more. Short runs cost a push per outcome
-and one comparison per commit. Snapshots go through `TimeTravel`: sealed by the store's codec,
+projection (`RunIndex`, the run's summary every `show` and `replay` reads) is
+folded from its state held over the events each commit wrote, from the first
+crossing on; at that crossing a handle that began the run folds it from the events
+it wrote since (held until then: the commits' lists, not folded), its snapshot
+stored at the multiple of the interval. The run is read back and folded only where
+nothing is held: at the first crossing of a handle that did not begin the run, and
+at one after another writer's events came between, a projection is folded from its
+nearest stored snapshot (at most twice the interval back, else not kept then); at
+the first crossing after runs were erased from the store, the machine is folded so
+too and must equal the writer's state, else this keeper keeps nothing more (the
+events held are dropped then). Short runs cost a push per outcome, one comparison
+and one append per commit. Snapshots go through `TimeTravel`: sealed by the store's codec,
 keyed by an erasure generation the writer's state is known to hold in (the one
 it was read in, or a later one it was checked against: never one merely read
 later, as the run may have been erased meanwhile). A unit committing through an
