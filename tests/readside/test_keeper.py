@@ -484,9 +484,7 @@ class CountingIndex(RunIndex):
 
 
 class TestKeptSummary:
-    def test_a_fresh_reader_folds_at_most_an_interval_of_the_summary(
-        self, sqlite_url: str
-    ) -> None:
+    def test_a_fresh_reader_folds_at_most_an_interval_of_the_summary(self, sqlite_url: str) -> None:
         """After a writer crossed the interval a few times, a fresh reader's RunIndex at the
         head (and at a crossing) folds at most one interval of events, equal to a full fold."""
         with Engine(sqlite_url) as engine:
@@ -581,7 +579,8 @@ class TestKeptSummary:
             new = stored_summaries(engine, run.id)
         # The first crossing after an erasure folds from the store (storing on the way),
         # if its nearest snapshot of the new generation is near enough (after the second: no).
-        assert KEEP_INTERVAL in old and max(old) <= erased_at[1]
+        assert KEEP_INTERVAL in old
+        assert max(old) <= erased_at[1]
         for version, data in {**old, **new}.items():
             assert data == rebuilt(events, version), version
         with Engine(sqlite_url) as fresh:
