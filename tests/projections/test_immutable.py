@@ -95,6 +95,18 @@ def runs_as_before(plist: PList[Any]) -> list[tuple[Any, int]]:
     return runs
 
 
+class Names(RowList[str]):
+    """Names kept as rows (a `RowList` over a plain list's cells, for `runs`)."""
+
+    __slots__ = ()
+    fields = ("name",)
+
+    @staticmethod
+    def make(*row: Any) -> str:
+        """The name of `row`."""
+        return str(row[0])
+
+
 class TestRuns:
     @given(
         st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 2_500)), max_size=4),
@@ -110,7 +122,8 @@ class TestRuns:
             plist = lists[-1]
             lists.append(plist.pop(step) if isinstance(step, int) else plist.push(step))
         for plist in lists:
-            for walked in (plist, Pairs.on(plist), plist):  # the last: its cells made
+            rows = Names.on(plist)
+            for walked in (plist, rows, rows.push_row(("a",)), plist):  # the last: cells made
                 runs = walked.runs()
                 assert runs == runs_as_before(walked)
                 assert [item for item, count in runs for _ in range(count)] == list(
