@@ -7,6 +7,7 @@ would make long runs quadratic; these structures copy a small part instead.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from marshal import dumps, loads
@@ -171,16 +172,26 @@ class PList(Generic[T]):
         """
         newest: list[T] = []
         runs: list[tuple[T, int]] = []
-        for item, tail in self.newest_cells():
-            if tail is not None:
-                runs = list(tail.about)
-                break
-            newest.append(item)
-        for item in reversed(newest):
+        if type(self).newest_cells is PList.newest_cells:  # its cells, walked in one loop
+            cells = self._cells
+            while cells is not None and type(cells) is not Deferred:
+                newest.append(cells[0])  # type: ignore[index]
+                cells = cells[1]  # type: ignore[index]
+            if cells is not None:
+                runs = list(cells.about)
+        else:
+            for item, tail in self.newest_cells():
+                if tail is not None:
+                    runs = list(tail.about)
+                    break
+                newest.append(item)
+        # Equal items counted a group at a time (a writer's snapshot: an interval's outcomes).
+        for item, group in itertools.groupby(reversed(newest)):
+            count = len(list(group))
             if runs and runs[-1][0] == item:
-                runs[-1] = (item, runs[-1][1] + 1)
+                runs[-1] = (item, runs[-1][1] + count)
             else:
-                runs.append((item, 1))
+                runs.append((item, count))
         return runs
 
     @classmethod

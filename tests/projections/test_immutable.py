@@ -78,6 +78,59 @@ class TestDeferredCells:
         assert len(big.pop(RUN_CELLS + 1)) == 2 * RUN_CELLS - 1
 
 
+def runs_as_before(plist: PList[Any]) -> list[tuple[Any, int]]:
+    """`PList.runs` as it was written before its one-loop walk: an item at a time."""
+    newest: list[Any] = []
+    runs: list[tuple[Any, int]] = []
+    for item, tail in plist.newest_cells():
+        if tail is not None:
+            runs = list(tail.about)
+            break
+        newest.append(item)
+    for item in reversed(newest):
+        if runs and runs[-1][0] == item:
+            runs[-1] = (item, runs[-1][1] + 1)
+        else:
+            runs.append((item, 1))
+    return runs
+
+
+class Names(RowList[str]):
+    """Names kept as rows (a `RowList` over a plain list's cells, for `runs`)."""
+
+    __slots__ = ()
+    fields = ("name",)
+
+    @staticmethod
+    def make(*row: Any) -> str:
+        """The name of `row`."""
+        return str(row[0])
+
+
+class TestRuns:
+    @given(
+        st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 2_500)), max_size=4),
+        st.lists(st.one_of(st.sampled_from("abc"), st.integers(0, 4)), max_size=40),
+    )
+    def test_runs_are_what_an_item_at_a_time_counted(
+        self, tail: list[tuple[str, int]], steps: list[str | int]
+    ) -> None:
+        """Over a deferred tail (made or not), with pushes and pops (into the tail too),
+        `runs` gives what counting an item at a time gave, and the list's items."""
+        lists: list[PList[str]] = [PList[str](), PList.of_runs(tail)]
+        for step in steps:
+            plist = lists[-1]
+            lists.append(plist.pop(step) if isinstance(step, int) else plist.push(step))
+        for plist in lists:
+            rows = Names.on(plist)
+            for walked in (plist, rows, rows.push_row(("a",)), plist):  # the last: cells made
+                runs = walked.runs()
+                assert runs == runs_as_before(walked)
+                assert [item for item, count in runs for _ in range(count)] == list(
+                    walked.to_tuple()
+                )
+
+
 class Pair(tuple[int, str]):
     """An item a `RowList` test keeps: a version and a name."""
 
