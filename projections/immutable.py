@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from marshal import dumps, loads
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
@@ -57,6 +57,26 @@ class Deferred(Generic[T]):
                     self._cells = self._load()
                     self._load = None
         return _made(self._cells)
+
+
+def newest_items(
+    cells: Cons[T], stops: Mapping[int, tuple[Any, ...]] | None = None
+) -> tuple[list[T], Cons[T], tuple[Any, ...] | None]:
+    """The items of `cells`, newest first, down to a deferred tail or to a cell `stops`
+    holds; the cells where the walk stopped (None: at the end) and the entry found there.
+
+    `stops` maps a cell's id to an entry whose first item is that very cell (held, so an
+    id reused by another cell is never taken for it): what a caller knows below it.
+    """
+    newest: list[T] = []
+    while cells is not None and type(cells) is not Deferred:
+        if stops is not None:
+            entry = stops.get(id(cells))
+            if entry is not None and entry[0] is cells:
+                return newest, cells, entry
+        newest.append(cells[0])  # type: ignore[index]
+        cells = cells[1]  # type: ignore[index]
+    return newest, cells, None
 
 
 def _made(cells: Cons[T]) -> tuple[T, Cons[T]] | None:
@@ -173,12 +193,9 @@ class PList(Generic[T]):
         newest: list[T] = []
         runs: list[tuple[T, int]] = []
         if type(self).newest_cells is PList.newest_cells:  # its cells, walked in one loop
-            cells = self._cells
-            while cells is not None and type(cells) is not Deferred:
-                newest.append(cells[0])  # type: ignore[index]
-                cells = cells[1]  # type: ignore[index]
-            if cells is not None:
-                runs = list(cells.about)
+            newest, below, _ = newest_items(self._cells)
+            if below is not None:
+                runs = list(below.about)  # type: ignore[union-attr]
         else:
             for item, tail in self.newest_cells():
                 if tail is not None:

@@ -25,6 +25,7 @@ from events import (
 )
 from events.table import Lookup, as_rows, from_rows, lookup, took_implicit_route
 from events.values import evolve, maker
+from projections import immutable
 from projections.base import EventSource, Projection, folds_with, on
 from projections.errors import ProjectionError
 from projections.immutable import RUN_CELLS, Cons, Deferred, PList
@@ -71,20 +72,13 @@ class StateList(PList[str]):
 
     def runs(self) -> list[tuple[str, int]]:
         """The states as runs ``(state, count)`` of equal ones, oldest first (see the class)."""
-        newest: list[str] = []
         runs: list[tuple[str, int]] = []
         packed: _Packed | None = None
-        cells = self.cells
-        while cells is not None:
-            if type(cells) is Deferred:
-                runs = list(cells.about)
-                break
-            known = _runs.get(id(cells))
-            if known is not None and known[0] is cells:
-                runs, packed = list(known[1]), known[2]
-                break
-            newest.append(cells[0])  # type: ignore[index]
-            cells = cells[1]  # type: ignore[index]
+        newest, below, known = immutable.newest_items(self.cells, _runs)
+        if known is not None:
+            runs, packed = list(known[1]), known[2]
+        elif below is not None:
+            runs = list(below.about)  # type: ignore[union-attr]
         for item in reversed(newest):
             if runs and runs[-1][0] == item:
                 runs[-1] = (item, runs[-1][1] + 1)

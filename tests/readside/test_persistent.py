@@ -20,9 +20,8 @@ from engine.errors import (
 from engine.readside import persistent
 from engine.store.meta import EVENTS_TABLE
 from events import EventFormatError, RunFinished, StageFailed
-from projections import FailurePatterns, Projection, RunIndex, RunSummary, StateStack, on
+from projections import FailurePatterns, Projection, RunIndex, RunSummary, StateStack, immutable, on
 from projections.base import _fingerprint
-from projections.immutable import PList
 from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType
 
 
@@ -580,15 +579,14 @@ class TestLongRunCatchUp:
         few times in all, and never its whole stack at a page (linear, not quadratic)."""
         record_long_runs(engine, 600)
         walks: list[int] = []
-        newest_cells = PList.newest_cells
+        newest_items = immutable.newest_items
 
-        def counted(stack: PList[Any]) -> Iterator[Any]:
-            walks.append(0)
-            for cell in newest_cells(stack):
-                walks[-1] += 1
-                yield cell
+        def counted(cells: Any, stops: Any = None) -> Any:
+            walked = newest_items(cells, stops)
+            walks.append(len(walked[0]))
+            return walked
 
-        monkeypatch.setattr(PList, "newest_cells", counted)
+        monkeypatch.setattr(immutable, "newest_items", counted)  # every stack's walk
         engine.projections.rebuild(RunIndex.name)
         assert len(walks) >= 600 // SMALL_PAGE  # one walk a page at least
         assert sum(walks) <= 3 * 1200  # every state of the four runs (~1,200), a few times
