@@ -44,6 +44,19 @@ HUB_ROWS = [
 """A hub routing to stages ``a`` and ``b``; ``b`` completed leads on to ``b_done``, not back."""
 
 
+LOOP = Pipeline(
+    "loop",
+    initial="work",
+    transitions=[
+        ("work", "completed", "work"),
+        ("work", "failed", "work"),
+        ("work", "done", "end"),
+    ],
+    final=["end"],
+)
+"""A one-stage loop: ``work`` completed or failed returns to ``work``; ``done`` ends it."""
+
+
 def hub_table(*, hub: bool) -> Pipeline:
     """The `HUB_ROWS` table, declaring ``hub`` its hub (implicit routes) or not (strict)."""
     return Pipeline(

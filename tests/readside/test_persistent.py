@@ -22,7 +22,7 @@ from engine.store.meta import EVENTS_TABLE
 from events import EventFormatError, RunFinished, StageFailed
 from projections import FailurePatterns, Projection, RunIndex, RunSummary, StateStack, immutable, on
 from projections.base import _fingerprint
-from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType
+from tests._helpers import LOOP, REVIEW, BreaksOnTimeouts, FailuresByType
 
 
 def record_failures(engine: Engine, *error_types: str) -> None:
@@ -492,16 +492,6 @@ class TestLazyRegistration:
             assert state.by_stage == {"developer": 2}
 
 
-LOOP = Pipeline(
-    "loop",
-    initial="work",
-    transitions=[
-        ("work", "completed", "work"),
-        ("work", "failed", "work"),
-        ("work", "done", "end"),
-    ],
-    final=["end"],
-)
 TURNS = Pipeline(
     "turns",
     initial="a",

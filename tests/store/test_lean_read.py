@@ -9,23 +9,14 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from engine import Engine, Pipeline
+from engine import Engine
 from engine.store.errors import StoreError
 from engine.store.meta import EVENTS_TABLE
 from events import Event
 from projections import BUILT_INS
+from tests._helpers import LOOP
 
 KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
-LOOP = Pipeline(
-    "loop",
-    initial="work",
-    transitions=[
-        ("work", "completed", "work"),
-        ("work", "failed", "work"),
-        ("work", "done", "end"),
-    ],
-    final=["end"],
-)
 
 
 def recorded(engine: Engine, outcomes: int) -> list[Event]:
