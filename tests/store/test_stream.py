@@ -23,7 +23,8 @@ from engine.store.sqlite import compact, joined, recorder
 from engine.store.sqlite.recorder import SQLiteRecorder
 from events import Event, StageCompleted, StageFailed
 from projections import BUILT_INS, TaskTable, handled_topics
-from tests.store.test_lean_read import KEY, LOOP
+from tests._helpers import LOOP
+from tests.store.test_lean_read import KEY
 from tests.store.test_schema_evolution import CHILD, OPEN, REVIEW, STORE
 
 OUTCOMES = PAGE + 700
