@@ -8,14 +8,18 @@ and of each kept projection (`kept_projections`). `StateStack`'s is made from
 its shape (`projections.stack.StackShape`: the versions of its frames, followed
 from the run's start by a push or pop per outcome or rollback, checked against the
 machine's depth at each commit; no frame made, no event read). Another kept
-projection is folded from its previous snapshot over the events just written.
-The run is read back and folded only where nothing is held: at the first crossing
-of a handle that did not begin the run, and at one after another writer's events
-came between, a projection is folded from its nearest stored snapshot (at most
-twice the interval back, else not kept then); at the first crossing after runs were
-erased from the store, the machine is folded so too and must equal the writer's
-state, else this keeper keeps nothing more. Short runs cost a push per outcome
-and one comparison per commit. Snapshots go through `TimeTravel`: sealed by the store's codec,
+projection (`RunIndex`, the run's summary every `show` and `replay` reads) is
+folded from its state held over the events each commit wrote, from the first
+crossing on; at that crossing a handle that began the run folds it from the events
+it wrote since (held until then: the commits' lists, not folded), its snapshot
+stored at the multiple of the interval. The run is read back and folded only where
+nothing is held: at the first crossing of a handle that did not begin the run, and
+at one after another writer's events came between, a projection is folded from its
+nearest stored snapshot (at most twice the interval back, else not kept then); at
+the first crossing after runs were erased from the store, the machine is folded so
+too and must equal the writer's state, else this keeper keeps nothing more (the
+events held are dropped then). Short runs cost a push per outcome, one comparison
+and one append per commit. Snapshots go through `TimeTravel`: sealed by the store's codec,
 keyed by an erasure generation the writer's state is known to hold in (the one
 it was read in, or a later one it was checked against: never one merely read
 later, as the run may have been erased meanwhile). A unit committing through an
@@ -25,6 +29,7 @@ the crossing's small write runs on it too: one per `KEEP_INTERVAL` events.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -52,9 +57,9 @@ def kept_projections() -> list[Projection[Any]]:
     Imported when a run first crosses an interval, not with the engine: a command
     that only lists runs never loads a stack's code.
     """
-    from projections import StateStack
+    from projections import RunIndex, StateStack
 
-    return [StateStack()]
+    return [StateStack(), RunIndex()]
 
 
 _log = logging.getLogger(__name__)
@@ -99,6 +104,9 @@ class SnapshotKeeper:
                 self._shape = None
         self._held: dict[str, tuple[int, int, Any]] = {}
         """Per projection: the generation and version of its state held, and the state."""
+        self._written: list[Sequence[Event]] | None = [begun] if begun else None
+        """The events written since the run began (this handle began it), held until its
+        first crossing folds the kept projections from them; None: not all of them."""
 
     def committed(self, events: Sequence[Event], state: RunState) -> RunState | None:
         """Follow what was written (the stack's shape, other kept projections' states held);
@@ -115,14 +123,24 @@ class SnapshotKeeper:
         at = last - last % self.interval if crossed else None
         try:
             stack = self._follow(events, state, at)
+            written = self._written
+            if written is not None:  # before the first crossing: one append per commit
+                if written[-1][-1].version == first - 1:
+                    written.append(events)
+                else:  # another writer's events came between
+                    self._written = None
+            if crossed:
+                assert at is not None
+                return self._keep(state, stack, at, events)
             if self._held:  # nothing is held before the first crossing: short runs skip this
                 for projection in self._projections:
                     self._advance(projection, events, first)
-            return self._keep(state, stack, at) if crossed else None
+            return None
         except Exception as error:  # the events are stored: only the speed-up is lost
             _log.warning("snapshots of run %s not kept: %s", state.run_id, error)
             self._held.clear()
             self._shape = None
+            self._written = None
             return None
 
     def _follow(
@@ -165,10 +183,13 @@ class SnapshotKeeper:
         state = projection.fold(events, held[2])
         self._held[projection.name] = (held[0], events[-1].version, state)
 
-    def _keep(self, machine: RunState, stack: JSON, at: int | None) -> RunState | None:
+    def _keep(
+        self, machine: RunState, stack: JSON, at: int, events: Sequence[Event]
+    ) -> RunState | None:
         travel, run_id, version = self._travel, machine.run_id, machine.version
         generation = self._reader.generation()
         if generation != self._generation and not self._agrees(machine, generation):
+            self._written = None
             return None
         if not self._projections:
             self._projections = kept_projections()
@@ -178,7 +199,8 @@ class SnapshotKeeper:
             if type(projection) is StateStack:  # made from the stack's shape, not a fold
                 self._keep_stack(run_id, projection, version, generation, at, stack)
             else:
-                self._keep_one(run_id, projection, version, generation)
+                self._keep_one(run_id, projection, events, at, generation)
+        self._written = None  # held states (or stored snapshots) serve from here on
         kept = travel.keep(run_id, MachineFold(), version, (self._pipeline, machine), generation)
         return None if kept is None else kept[1]
 
@@ -192,6 +214,7 @@ class SnapshotKeeper:
         """
         self._held.clear()  # states of the old generation
         self._shape = None
+        self._written = None
         self._generation = None
         folded = self._travel.reach(
             machine.run_id, MachineFold(), machine.version, generation, 2 * self.interval
@@ -227,13 +250,27 @@ class SnapshotKeeper:
             self._shape = StackShape.of(state, version)
 
     def _keep_one(
-        self, run_id: UUID, projection: Projection[Any], version: int, generation: int
+        self,
+        run_id: UUID,
+        projection: Projection[Any],
+        events: Sequence[Event],
+        at: int,
+        generation: int,
     ) -> None:
+        """Store the projection's state after event `at` (among the commit's `events`) and
+        hold its state after them: folded from the state held, else from the events written
+        since the run began, else from the nearest stored snapshot (if near)."""
+        split = at - events[0].version + 1
         held = self._held.pop(projection.name, None)
-        if held is not None and held[0] == generation and held[1] == version:
-            state = self._travel.keep(run_id, projection, version, held[2], generation)
-        else:  # from the nearest snapshot, if near: the first crossing, or after a gap
-            state = self._travel.reach(run_id, projection, version, generation, 2 * self.interval)
+        if held is not None and held[0] == generation and held[1] == events[0].version - 1:
+            state = projection.fold(events[:split], held[2])
+        elif self._written is not None:  # this handle began the run: no event read back
+            state = projection.fold(itertools.islice(itertools.chain(*self._written), at))
+        else:  # the first crossing of a handle that did not begin the run, or after a gap
+            state = self._travel.reach(run_id, projection, at, generation, 2 * self.interval)
             if state is None:
                 return
-        self._held[projection.name] = (generation, version, state)
+        state = self._travel.keep(run_id, projection, at, state, generation)
+        if split < len(events):
+            state = projection.fold(events[split:], state)
+        self._held[projection.name] = (generation, events[-1].version, state)

@@ -6,7 +6,7 @@ import random
 import sqlite3
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +18,7 @@ from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel, keeper
 from engine.run import Run
 from events import DECIDED, RunStarted, StageCompleted
-from projections import StateStack
+from projections import RunIndex, StateStack
 from tests._helpers import hub_table
 from tests.readside.test_snapshots import CountingReader
 
@@ -163,7 +163,7 @@ class TestSnapshotKeeper:
             run = engine.start_run(LOOP)
             record(run, KEEP_INTERVAL + 10)
         rows = snapshot_rows(sqlite_url)
-        assert {p for p, _, _ in rows} == {StateStack.name, MachineFold.name}
+        assert {p for p, _, _ in rows} == {StateStack.name, RunIndex.name, MachineFold.name}
         for _, _, sealed in rows:
             assert b"work" not in sealed
             assert b"loop" not in sealed
@@ -447,3 +447,183 @@ def observing(select: Callable[..., Any], reads: list[Any]) -> Callable[..., Any
         return select(*args, **kwargs)
 
     return observed
+
+
+def stored_summaries(
+    engine: Engine, run_id: uuid.UUID, generation: int | None = None
+) -> dict[int, Any]:
+    """Version → the RunIndex snapshot the store holds of the run (unsealed JSON), of the
+    store's erasure generation unless `generation` is given."""
+    views, projection = engine.store.views, RunIndex()
+    assert views is not None  # a SQLite or PostgreSQL store
+    found, version = {}, len(engine.events(run_id))
+    if generation is None:
+        generation = engine.store.generation()
+    while stored := views.snapshot(
+        str(run_id), projection.name, projection.identity(), generation, version
+    ):
+        found[stored[0]] = views.codec.unseal(stored[1])
+        version = stored[0] - 1
+    return found
+
+
+def rebuilt(events: list[Any], version: int) -> Any:
+    """RunIndex's own snapshot of the fold of the run's first `version` events."""
+    return RunIndex().snapshot(RunIndex().fold(events[:version]))
+
+
+class CountingIndex(RunIndex):
+    """RunIndex, counting the events each fold is given (a writer's folds of its commits)."""
+
+    folded: ClassVar[list[int]] = []
+
+    def fold(self, events: Any, state: Any = None) -> Any:
+        events = list(events)
+        CountingIndex.folded.append(len(events))
+        return super().fold(events, state)
+
+
+class TestKeptSummary:
+    def test_a_fresh_reader_folds_at_most_an_interval_of_the_summary(self, sqlite_url: str) -> None:
+        """After a writer crossed the interval a few times, a fresh reader's RunIndex at the
+        head (and at a crossing) folds at most one interval of events, equal to a full fold."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, 3 * KEEP_INTERVAL + 250)
+        with Engine(sqlite_url) as fresh:
+            events = fresh.events(run.id)
+            for at in (len(events), 2 * KEEP_INTERVAL, 2 * KEEP_INTERVAL + 1):
+                reader = CountingReader(fresh.store)
+                state = TimeTravel(reader, fresh.store.views).project(run.id, RunIndex(), at)
+                assert reader.count <= KEEP_INTERVAL, at
+                assert state == RunIndex().fold(events[:at])
+
+    def test_a_short_run_keeps_no_summary_and_folds_none(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Before its first crossing a writer folds no summary and stores none; the crossing
+        folds it once, from the events the handle wrote (no event read back)."""
+        assert [type(p) for p in keeper.kept_projections()] == [StateStack, RunIndex]
+        monkeypatch.setattr(CountingIndex, "folded", [])
+        monkeypatch.setattr(keeper, "kept_projections", lambda: [StateStack(), CountingIndex()])
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL - 10)
+            assert CountingIndex.folded == []
+            assert snapshot_rows(sqlite_url) == []
+            record(run, 400, per_commit=100)  # crosses at its first commit, then folds each
+        assert CountingIndex.folded == [KEEP_INTERVAL, 91, 100, 100, 100]
+        names = [p for p, _, _ in snapshot_rows(sqlite_url)]
+        assert names.count(CountingIndex.name) == 1
+
+    @pytest.mark.parametrize("recorder", [record, record_hub], ids=["loop", "hub"])
+    def test_the_writers_summaries_equal_a_rebuild(
+        self, shared_url: str, recorder: Callable[..., None]
+    ) -> None:
+        """Each RunIndex snapshot stored equals RunIndex's own of the fold to its version, one
+        at each multiple of the interval, also after a batch that raised, a conflict lost,
+        another writer's events between this one's commits and its run finished."""
+        pipeline = LOOP if recorder is record else hub_table(hub=True)
+        with Engine(shared_url) as engine:
+            run = engine.start_run(pipeline)
+            recorder(run, KEEP_INTERVAL + 700, 300)
+            with pytest.raises(InvalidTransition), run.batch():  # nothing of it is written
+                run.stage_completed(run.machine.state)
+                run.stage_completed("nowhere")
+            with Engine(shared_url) as other:  # another writer, between this one's commits
+                recorder(other.load(run.id), 400, 100)
+            with pytest.raises(ConcurrencyConflict):
+                recorder(run, 100, 100)
+            run.refresh()
+            recorder(run, 3 * KEEP_INTERVAL, 250)
+            events = engine.events(run.id)
+            stored = stored_summaries(engine, run.id)
+        for version, data in stored.items():
+            assert data == rebuilt(events, version), version
+        assert set(range(KEEP_INTERVAL, len(events) + 1, KEEP_INTERVAL)) <= set(stored)
+
+    def test_a_run_begun_by_another_handle_keeps_correct_summaries(self, sqlite_url: str) -> None:
+        """A handle that loaded a run begun elsewhere, and the first handle after its events,
+        fold their first crossing from the store: every summary stored is a rebuild."""
+        with Engine(sqlite_url) as engine:
+            first = engine.start_run(LOOP)
+            record(first, KEEP_INTERVAL - 300)
+            with Engine(sqlite_url) as other:
+                record(other.load(first.id), 2 * KEEP_INTERVAL)
+            first.refresh()
+            record(first, KEEP_INTERVAL + 100)
+            events = engine.events(first.id)
+            stored = stored_summaries(engine, first.id)
+        for version, data in stored.items():
+            assert data == rebuilt(events, version), version
+        assert set(range(KEEP_INTERVAL, len(events) + 1, KEEP_INTERVAL)) <= set(stored)
+
+    def test_runs_erased_between_commits_serve_no_old_summary(self, sqlite_url: str) -> None:
+        """Runs erased before a writer's first crossing and again after it: its summaries are
+        stored only under generations its state was checked in, each a rebuild (none from the
+        events it held), and a fresh reader's summary is the run's own."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL - 100)
+            erased_at = []
+            for _ in range(2):
+                with Engine(sqlite_url) as other:
+                    other.start_run(LOOP).finish("deleted")
+                    other.compact()
+                erased_at.append(run.version)
+                record(run, KEEP_INTERVAL)
+            events = engine.events(run.id)
+            generation = engine.store.generation()
+            assert stored_summaries(engine, run.id, generation - 2) == {}
+            old = stored_summaries(engine, run.id, generation - 1)
+            new = stored_summaries(engine, run.id)
+        # The first crossing after an erasure folds from the store (storing on the way),
+        # if its nearest snapshot of the new generation is near enough (after the second: no).
+        assert KEEP_INTERVAL in old
+        assert max(old) <= erased_at[1]
+        for version, data in {**old, **new}.items():
+            assert data == rebuilt(events, version), version
+        with Engine(sqlite_url) as fresh:
+            assert fresh.project(run.id, RunIndex) == RunIndex().fold(events)
+
+    def test_a_stale_writer_of_an_erased_run_keeps_no_summary(self, sqlite_url: str) -> None:
+        """A handle whose run another process deleted and compacted away keeps no summary of
+        it, though it holds the events it wrote (erased data)."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, KEEP_INTERVAL - 100)
+            with Engine(sqlite_url) as other:
+                other.load(run.id).finish("deleted")
+                other.compact()
+            with pytest.raises(RunErased):
+                record(run, 200)
+        assert [p for p, _, _ in snapshot_rows(sqlite_url, run.id)] == []
+
+
+class TestKeptSummaryProperties:
+    @settings(
+        max_examples=15,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(seed=st.integers(0, 2**32), hub=st.sampled_from([None, True, False]))
+    def test_every_stored_summary_is_a_rebuild(
+        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, seed: int, hub: bool | None
+    ) -> None:
+        """Whatever a writer's life (rollbacks, batches that raised, other writers, a second
+        handle, forks, erasures, group commits), each RunIndex snapshot stored, of every
+        generation, equals RunIndex's own of a rebuild."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", SHORT)
+        rng = random.Random(seed)
+        with Engine(shared_url) as engine:
+            run = engine.start_run(LOOP if hub is None else hub_table(hub=hub))
+            runs = {run.id}
+            for _ in range(rng.randint(20, 60)):
+                if run.status != "running":
+                    break
+                run = act(rng, engine, shared_url, run, runs)
+            for run_id in runs:
+                events = engine.events(run_id)
+                for generation in range(engine.store.generation() + 1):
+                    for version, data in stored_summaries(engine, run_id, generation).items():
+                        assert data == rebuilt(events, version), (generation, version)
