@@ -14,7 +14,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from projections.base import SCOPES, Projection, as_projection, handled_topics, on
+    from projections.base import (
+        SCOPES,
+        Folding,
+        Projection,
+        as_projection,
+        folding,
+        handled_topics,
+        on,
+    )
     from projections.errors import (
         ProjectionError,
         ProjectionNameTaken,
@@ -55,6 +63,7 @@ __all__ = [
     "BUILT_INS",
     "FailurePatterns",
     "Failures",
+    "Folding",
     "Frame",
     "PAUSED_STATUSES",
     "Progress",
@@ -85,13 +94,15 @@ __all__ = [
     "UnknownProjection",
     "Verdict",
     "as_projection",
+    "folding",
     "handled_topics",
     "on",
 ]
 
 _HOMES = {
     **dict.fromkeys(
-        ["SCOPES", "Projection", "as_projection", "handled_topics", "on"], "projections.base"
+        ["SCOPES", "Folding", "Projection", "as_projection", "folding", "handled_topics", "on"],
+        "projections.base",
     ),
     **dict.fromkeys(
         [

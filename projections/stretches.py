@@ -9,11 +9,12 @@ declined outcome, the fold's end), instead of once per outcome; every other even
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 from events import Event, StageCompleted, StageFailed
 from projections import collector
+from projections.base import Folding, Projection
 from projections.errors import ProjectionError
 
 S = TypeVar("S")
@@ -29,6 +30,20 @@ class Stretch(Protocol[S_co]):
 
     def made(self) -> S_co:
         """The state after the outcomes taken."""
+
+
+class LongStretch(Stretch[S_co], Protocol[S_co]):
+    """A `Stretch` that takes a run of outcomes in one call, its loop over them its own."""
+
+    def took_from(
+        self, event: Event, rest: Iterator[Event], name: str, tick: Callable[[], None]
+    ) -> Event | None:
+        """Take `event` and the events after it from `rest`, each as `took` would, until one
+        it does not take (any but an outcome, too): that one, else None (`rest` ran out).
+
+        Raises:
+            ProjectionError: taking an event failed (names `name` and the event).
+        """
 
 
 def plain(state: object, cls: type, *mappings: object) -> bool:
@@ -54,25 +69,82 @@ def folded_in_stretches(
     Raises:
         ProjectionError: a stretch failed to take an outcome (names `name` and the event).
     """
+    current, stretch = _stretched(name, apply, begun, events, current, None, tick)
+    return current if stretch is None else stretch.made()
+
+
+class StretchFolding(Folding[S]):
+    """A `Folding` whose newest stretch of outcomes stays open between parts: a long loop's
+    state is made when asked for, not at the end of every part fed (a writer's commit)."""
+
+    def __init__(
+        self,
+        projection: Projection[S],
+        begun: Callable[[S], Stretch[S] | None],
+        state: S,
+    ) -> None:
+        super().__init__(projection, state)
+        self._begun = begun
+        self._stretch: Stretch[S] | None = None
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Fold `events`, the next ones (raises as `Projection.fold` does).
+
+        The collector is left as it is (`collector.collector_paused` is for long folds):
+        a part is a commit's, and an open stretch allocates next to nothing per outcome,
+        while restoring the collector's threshold after each part would set it off.
+        """
+        projection = self.projection
+        self._state, self._stretch = _stretched(
+            projection.name, projection.apply, self._begun, events, self._state, self._stretch,
+            collector.no_tick,
+        )  # fmt: skip
+
+    def state(self) -> S:
+        """The state after every event fed (the open stretch's made now, left open)."""
+        return self._state if self._stretch is None else self._stretch.made()
+
+
+def _stretched(
+    name: str,
+    apply: Callable[[S, Event], S],
+    begun: Callable[[S], Stretch[S] | None],
+    events: Iterable[Event],
+    current: S,
+    stretch: Stretch[S] | None,
+    tick: Callable[[], None],
+) -> tuple[S, Stretch[S] | None]:
+    """`folded_in_stretches` from `current` and the open `stretch` taken since it (None:
+    none open); the state and the stretch still open after `events`."""
     left = every = collector.COLLECT_EVERY
-    stretch: Stretch[S] | None = None
-    for event in events:
+    rest = iter(events)
+    many = getattr(stretch, "took_from", None)
+    for event in rest:
         kind = event.__class__
-        if (kind is StageCompleted or kind is StageFailed) and (
-            stretch is not None or (stretch := begun(current)) is not None
-        ):
-            try:
-                taken = stretch.took(event)
-            except Exception as error:
-                raise ProjectionError(name, event, error) from error
-            if not taken:  # the handler's own case: `apply` from the state so far
-                current, stretch = apply(stretch.made(), event), None
+        if kind is StageCompleted or kind is StageFailed:
+            if stretch is None:
+                stretch = begun(current)
+                many = getattr(stretch, "took_from", None)
+            if many is not None:  # a `LongStretch`: it takes the outcomes that follow too
+                after = many(event, rest, name, tick)
+                if after is None:
+                    break
+                current, stretch, many = apply(stretch.made(), after), None, None  # type: ignore[union-attr]
+            elif stretch is not None:
+                try:
+                    taken = stretch.took(event)
+                except Exception as error:
+                    raise ProjectionError(name, event, error) from error
+                if not taken:  # the handler's own case: `apply` from the state so far
+                    current, stretch = apply(stretch.made(), event), None
+            else:
+                current = apply(current, event)
         else:
             if stretch is not None:
-                current, stretch = stretch.made(), None
+                current, stretch, many = stretch.made(), None, None
             current = apply(current, event)
         left -= 1
         if not left:
             tick()
             left = every
-    return current if stretch is None else stretch.made()
+    return current, stretch

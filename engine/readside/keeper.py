@@ -39,7 +39,7 @@ from engine.machine import MachineFold, RunState
 from engine.pipeline import Pipeline
 from engine.readside.snapshots import SNAPSHOT_INTERVAL, EventReader, TimeTravel
 from events import JSON, Event, RunStarted
-from projections import Projection
+from projections import Folding, Projection, folding
 
 if TYPE_CHECKING:
     from projections.stack import StackShape
@@ -102,8 +102,8 @@ class SnapshotKeeper:
             except Exception as error:  # the run is stored: only the speed-up is lost
                 _log.warning("run %s's stack not followed: %s", begun[0].run_id, error)
                 self._shape = None
-        self._held: dict[str, tuple[int, int, Any]] = {}
-        """Per projection: the generation and version of its state held, and the state."""
+        self._held: dict[str, tuple[int, int, Folding[Any]]] = {}
+        """Per projection: the generation and version of its state held, and its folding."""
         self._written: list[Sequence[Event]] | None = [begun] if begun else None
         """The events written since the run began (this handle began it), held until its
         first crossing folds the kept projections from them; None: not all of them."""
@@ -180,8 +180,8 @@ class SnapshotKeeper:
         if held[1] != first - 1:  # another writer's events came between
             del self._held[projection.name]
             return
-        state = projection.fold(events, held[2])
-        self._held[projection.name] = (held[0], events[-1].version, state)
+        held[2].feed(events)
+        self._held[projection.name] = (held[0], events[-1].version, held[2])
 
     def _keep(
         self, machine: RunState, stack: JSON, at: int, events: Sequence[Event]
@@ -263,14 +263,15 @@ class SnapshotKeeper:
         split = at - events[0].version + 1
         held = self._held.pop(projection.name, None)
         if held is not None and held[0] == generation and held[1] == events[0].version - 1:
-            state = projection.fold(events[:split], held[2])
+            held[2].feed(events[:split])
+            state = held[2].state()
         elif self._written is not None:  # this handle began the run: no event read back
             state = projection.fold(itertools.islice(itertools.chain(*self._written), at))
         else:  # the first crossing of a handle that did not begin the run, or after a gap
             state = self._travel.reach(run_id, projection, at, generation, 2 * self.interval)
             if state is None:
                 return
-        state = self._travel.keep(run_id, projection, at, state, generation)
+        kept = folding(projection, self._travel.keep(run_id, projection, at, state, generation))
         if split < len(events):
-            state = projection.fold(events[split:], state)
-        self._held[projection.name] = (generation, events[-1].version, state)
+            kept.feed(events[split:])
+        self._held[projection.name] = (generation, events[-1].version, kept)

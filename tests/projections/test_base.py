@@ -8,18 +8,24 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from engine import Engine
 from events import NoteAdded, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from projections import (
+    BUILT_INS,
     Projection,
     ProjectionError,
     ProjectionStateError,
     StateStack,
     as_projection,
+    folding,
     handled_topics,
     on,
 )
 from tests._helpers import REVIEW, FailuresByType
+from tests.projections.test_projection_properties import ACTIONS, record
 
 RID = uuid.uuid4()
 
@@ -317,3 +323,30 @@ class TestNarrowedFold:
         source = Narrowable([failed(1), NoteAdded(run_id=RID, version=2, key="k", value=1)])
         assert Counted().fold(source) == 2
         assert source.asked == []
+
+
+class TestFolding:
+    @pytest.mark.parametrize("projection_class", BUILT_INS)
+    @settings(max_examples=25, deadline=None)
+    @given(steps=ACTIONS, cuts=st.lists(st.integers(0, 45), max_size=6), ask=st.booleans())
+    def test_a_folding_fed_in_parts_holds_the_fold_of_all_so_far(
+        self,
+        projection_class: type[Projection[Any]],
+        steps: list[tuple[str, str, int]],
+        cuts: list[int],
+        ask: bool,
+    ) -> None:
+        """Fed a run's events in any parts, asked for its state between parts or not, a
+        folding holds the fold of every event fed, from the state it began at."""
+        with Engine("memory://") as engine:
+            runs, _ = record(engine, steps)
+            events = engine.events(runs["parent"].id)
+        projection = projection_class()
+        bounds = sorted({0, len(events), *(cut for cut in cuts if cut < len(events))})
+        fold = folding(projection, projection.fold(events[: bounds[1] // 2]))
+        fed = bounds[1] // 2
+        for end in bounds[1:]:
+            fold.feed(events[fed:end])
+            fed = end
+            if ask or end == len(events):
+                assert fold.state() == projection.fold(events[:end])

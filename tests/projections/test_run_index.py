@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -371,7 +372,23 @@ class Counted(str):
     __hash__ = str.__hash__
 
 
+class Referable(str):
+    """A state a weak reference can follow (a plain str takes none)."""
+
+
 class TestStateList:
+    def test_a_stack_nothing_holds_is_let_go_with_its_states(self) -> None:
+        """The runs kept of a stack read are let go once nothing else holds the stack, by the
+        next read of any stack: a writer restoring its summary from each snapshot it stores
+        leaves none of its old stacks held."""
+        state = Referable("a")
+        held = weakref.ref(state)
+        stack = StateList().push(state).push(Referable("b"))
+        assert stack.runs() == [("a", 1), ("b", 1)]
+        del stack, state
+        assert StateList().push("c").runs() == [("c", 1)]
+        assert held() is None
+
     def test_a_stack_read_every_few_hundred_pushes_walks_each_state_once(self) -> None:
         """Reading the runs of a stack every 500 pushes (the viewer's first fold packing it
         for a view) reads only the states pushed since, not the whole stack each time."""
