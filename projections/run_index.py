@@ -576,14 +576,37 @@ class _Stretch:
 
     def made(self) -> RunSummary:
         """The summary after the outcomes taken."""
-        start, last = self.start, self.last
-        if last is None:
-            return start
-        below = start.states
+        below = self.start.states
         cells = below.cells
         for state in self.pushed:  # cons cells directly, as `PList.of` makes them
             cells = (state, cells)
-        states: PList[str] = StateList(cells, len(below) + len(self.pushed))
+        return self._summary(StateList(cells, len(below) + len(self.pushed)))
+
+    def made_deferred(self) -> RunSummary:
+        """`made`, the states pushed made into cells only when walked, their runs (and those
+        below) counted now: a writer's summary, packed and stored, then let go."""
+        below, pushed = self.start.states, tuple(self.pushed)  # the stretch may go on
+        runs = list(below.runs())
+        for state, group in itertools.groupby(pushed):
+            count = len(list(group))
+            if runs and runs[-1][0] == state:
+                runs[-1] = (state, runs[-1][1] + count)
+            else:
+                runs.append((state, count))
+
+        def load() -> Cons[str]:
+            cells = below.cells
+            for state in pushed:
+                cells = (state, cells)
+            return cells
+
+        size = len(below) + len(pushed)
+        return self._summary(StateList.deferred(Deferred(load, size, about=runs)))
+
+    def _summary(self, states: PList[str]) -> RunSummary:
+        start, last = self.start, self.last
+        if last is None:
+            return start
         return _SUMMARY(
             start.run_id, start.pipeline, self.status, self.state, start.started, last.timestamp,
             last.version, start.finished, self.attempts, self.failures, start.labels,

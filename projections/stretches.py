@@ -101,8 +101,12 @@ class StretchFolding(Folding[S]):
         )  # fmt: skip
 
     def state(self) -> S:
-        """The state after every event fed (the open stretch's made now, left open)."""
-        return self._state if self._stretch is None else self._stretch.made()
+        """The state after every event fed (the open stretch's made now, left open: by its
+        `made_deferred` where it has one, what walking the state would make left undone)."""
+        stretch = self._stretch
+        if stretch is None:
+            return self._state
+        return getattr(stretch, "made_deferred", stretch.made)()
 
 
 def _stretched(
