@@ -45,6 +45,10 @@ class LongStretch(Stretch[S_co], Protocol[S_co]):
             ProjectionError: taking an event failed (names `name` and the event).
         """
 
+    def made_deferred(self) -> S_co:
+        """`made`, what walking the state would make left until it is walked (a writer's
+        state, stored and let go: `StretchFolding.state`)."""
+
 
 def plain(state: object, cls: type, *mappings: object) -> bool:
     """Whether `state` is a `cls` itself, each of its `mappings` a dict: a state a stretch's

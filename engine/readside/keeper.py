@@ -8,11 +8,13 @@ and of each kept projection (`kept_projections`). `StateStack`'s is made from
 its shape (`projections.stack.StackShape`: the versions of its frames, followed
 from the run's start by a push or pop per outcome or rollback, checked against the
 machine's depth at each commit; no frame made, no event read). Another kept
-projection (`RunIndex`, the run's summary every `show` and `replay` reads) is
-folded from its state held over the events each commit wrote, from the first
-crossing on; at that crossing a handle that began the run folds it from the events
-it wrote since (held until then: the commits' lists, not folded), its snapshot
-stored at the multiple of the interval. The run is read back and folded only where
+projection (`RunIndex`, the run's summary every `show` and `replay` reads) is fed
+the events each commit wrote, from the first crossing on, through a folding held
+(`projections.folding`: the summary's keeps its stretch of outcomes open, so a loop's
+summary is made only at a crossing, its new states counted there, not made into
+cells); at that crossing a handle that began the run folds it from the events it
+wrote since (held until then: the commits' lists, not folded), its snapshot stored
+at the multiple of the interval, then fed on from the state the snapshot restores. The run is read back and folded only where
 nothing is held: at the first crossing of a handle that did not begin the run, and
 at one after another writer's events came between, a projection is folded from its
 nearest stored snapshot (at most twice the interval back, else not kept then); at
