@@ -1,32 +1,32 @@
 """Snapshots of a long run taken by its writer, as the run grows.
 
-Without them the first question about a long run in a new process (its state at
-some version, `Engine.load`) folds the whole run. A `SnapshotKeeper` follows one
-run handle's commits: each time a commit crosses a multiple of `KEEP_INTERVAL`,
-it stores a snapshot of the machine (the writer's own state: no fold at all)
-and of each kept projection (`kept_projections`). `StateStack`'s is made from
-its shape (`projections.stack.StackShape`: the versions of its frames, followed
-from the run's start by a push or pop per outcome or rollback, checked against the
-machine's depth at each commit; no frame made, no event read). Another kept
-projection (`RunIndex`, the run's summary every `show` and `replay` reads) is fed
-the events each commit wrote, from the first crossing on, through a folding held
-(`projections.folding`: the summary's keeps its stretch of outcomes open, so a loop's
-summary is made only at a crossing, its new states counted there, not made into
-cells); at that crossing a handle that began the run folds it from the events it
-wrote since (held until then: the commits' lists, not folded), its snapshot stored
-at the multiple of the interval, then fed on from the state the snapshot restores. The run is read back and folded only where
-nothing is held: at the first crossing of a handle that did not begin the run, and
-at one after another writer's events came between, a projection is folded from its
-nearest stored snapshot (at most twice the interval back, else not kept then); at
-the first crossing after runs were erased from the store, the machine is folded so
-too and must equal the writer's state, else this keeper keeps nothing more (the
-events held are dropped then). Short runs cost a push per outcome, one comparison
-and one append per commit. Snapshots go through `TimeTravel`: sealed by the store's codec,
-keyed by an erasure generation the writer's state is known to hold in (the one
-it was read in, or a later one it was checked against: never one merely read
-later, as the run may have been erased meanwhile). A unit committing through an
-event loop (`commit_async`) hears of its commit on the loop's thread, so there
-the crossing's small write runs on it too: one per `KEEP_INTERVAL` events.
+Without them the first question about a long run in a new process (its state at some
+version, `Engine.load`) folds the whole run. A `SnapshotKeeper` follows one run
+handle's commits: each time a commit crosses a multiple of `KEEP_INTERVAL`, it
+stores a snapshot of the machine (the writer's own state: no fold at all) and of
+each kept projection (`kept_projections`). `StateStack`'s is made from its shape
+(`projections.stack.StackShape`: the versions of its frames, followed from the run's
+start by a push or pop per outcome or rollback, checked against the machine's depth
+at each commit; no frame made, no event read). Another kept projection (`RunIndex`,
+the run's summary every `show` and `replay` reads) is fed the events each commit
+wrote, from the first crossing on, through a folding held (`projections.folding`:
+the summary's keeps its stretch of outcomes open, so a loop's summary is made only
+at a crossing, its new states counted there, not made into cells); at that crossing
+a handle that began the run folds it from the events it wrote since (held until
+then: the commits' lists, not folded), its snapshot stored at the multiple of the
+interval, then fed on from the state the snapshot restores. The run is read back and
+folded only where nothing is held: at the first crossing of a handle that did not
+begin the run, and at one after another writer's events came between, a projection
+is folded from its nearest stored snapshot (at most twice the interval back, else
+not kept then); at the first crossing after runs were erased from the store, the
+machine is folded so too and must equal the writer's state, else this keeper keeps
+nothing more (the events held are dropped then). Short runs cost a push per outcome,
+one comparison and one append per commit. Snapshots go through `TimeTravel`: sealed
+by the store's codec, keyed by an erasure generation the writer's state is known to
+hold in (the one it was read in, or a later one it was checked against: never one
+merely read later, as the run may have been erased meanwhile). A unit committing
+through an event loop (`commit_async`) hears of its commit on the loop's thread, so
+there the crossing's small write runs on it too: one per `KEEP_INTERVAL` events.
 """
 
 from __future__ import annotations
