@@ -269,23 +269,9 @@ class TimeTravel:
         return state
 
     def _events(self, key: _Key) -> EventSource:
-        """Reads the run's events for a restored state, while the run is the one it was."""
-        generation, run_id = key[0], key[1]
-        reader = self._reader
-
-        def same_run() -> None:
-            if reader.generation() != generation:
-                raise ProjectionStateError(
-                    key[2], f"run {run_id} was erased since this state was read; read it again"
-                )
-
-        def events(gt: int, lte: int) -> Iterator[Any]:
-            same_run()
-            read = list(reader.stream(run_id, gt=gt, lte=lte))
-            same_run()  # an erasure during the read (its id perhaps reused) shows here
-            return iter(read)
-
-        return events
+        """Reads the run's events for a restored state, while the run is the one it was; and
+        states of the run at earlier versions (`_RunReads.state_at`)."""
+        return _RunReads(self, key)
 
     def _snapshots(self, key: _Key) -> _Snapshots:
         memory = self._memory.pop(key, None) or _Snapshots()
@@ -360,6 +346,53 @@ class TimeTravel:
             self._views.save_snapshots(str(run_id), name, identity, generation, sealed)
         except Exception as error:  # any refusal of the database: answers stay correct
             _log.debug("snapshots of %s not stored: %s", key, error)
+
+
+class _RunReads:
+    """Reads one run for a state restored from a snapshot of `key`, while the run is the one
+    it was (no erasure since `key`'s generation): its events, and another projection's or
+    its own state at an earlier version (`engine.machine.EarlierStates`), from the snapshots
+    of the same generation."""
+
+    def __init__(self, travel: TimeTravel, key: _Key) -> None:
+        self._travel, self._key = travel, key
+
+    def _same_run(self) -> None:
+        generation, run_id = self._key[0], self._key[1]
+        if self._travel._reader.generation() != generation:
+            raise ProjectionStateError(
+                self._key[2], f"run {run_id} was erased since this state was read; read it again"
+            )
+
+    def __call__(self, gt: int, lte: int) -> Iterator[Any]:
+        """The run's events with `gt < version <= lte`, oldest first."""
+        self._same_run()
+        read = list(self._travel._reader.stream(self._key[1], gt=gt, lte=lte))
+        self._same_run()  # an erasure during the read (its id perhaps reused) shows here
+        return iter(read)
+
+    def held(self, projection: Projection[Any], version: int) -> Any:
+        """The state of `projection` after event `version` if kept in memory, else None."""
+        generation, run_id = self._key[0], self._key[1]
+        key = (generation, run_id, projection.name, projection.identity())
+        travel = self._travel
+        with travel._lock:
+            memory = travel._memory.get(key) if travel._generation == generation else None
+            return None if memory is None else memory.states.get(version)
+
+    def state_at(self, projection: Projection[Any], version: int) -> Any:
+        """The state of `projection` after event `version`, from its nearest snapshot; None
+        if runs were erased since `key`'s generation."""
+        generation, run_id = self._key[0], self._key[1]
+        if self._travel._reader.generation() != generation:
+            return None
+        key = (generation, run_id, projection.name, projection.identity())
+        state = self._travel._fold(key, projection, version)
+        return state if self._travel._reader.generation() == generation else None
+
+    def state_now(self, projection: Projection[Any], version: int) -> Any:
+        """The state of `projection` after event `version` of the run the store holds now."""
+        return self._travel.project(self._key[1], projection, version)
 
 
 def _whole(run_id: UUID, reached: int, version: int) -> None:
