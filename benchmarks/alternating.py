@@ -5,8 +5,8 @@ what a writer's machine snapshots cost as the stack deepens (issue 26). Each ste
 in a fresh process (its peak RSS its own):
 
 * record: N outcomes in transactions of 1,000 (seconds, peak RSS, file bytes);
-* read: a fresh process's `engine.load` and `StateStack` at N/2 (ms), then a rollback
-  of half the stack on the loaded handle (ms), peak RSS.
+* read: a fresh process's `engine.load`, `StateStack` and the machine at N/2 (ms), then a
+  rollback of half the stack on the loaded handle (ms), peak RSS.
 
 Run: ``PYTHONPATH=<tree> python -P benchmarks/alternating.py --sizes 100000,200000,400000``.
 """
@@ -62,21 +62,23 @@ def _record(path: Path, events: int) -> dict[str, Any]:
 
 def _read(path: Path, events: int) -> dict[str, Any]:
     from engine import Engine
+    from engine.machine import MachineFold
     from projections import StateStack
 
     run_id = path.with_name("run_id").read_text()
     with Engine(f"sqlite:///{path}", create=False) as engine:
-        began = time.perf_counter()
-        run = engine.load(run_id)
-        load = (time.perf_counter() - began) * 1000
-        began = time.perf_counter()
-        engine.project(run_id, StateStack, at=events // 2)
-        half = (time.perf_counter() - began) * 1000
-        began = time.perf_counter()
-        run.rollback(run.machine.depth // 2, reason="deep")
-        rollback = (time.perf_counter() - began) * 1000
-    return {"load_ms": round(load, 1), "half_ms": round(half, 1),
-            "rollback_ms": round(rollback, 1), "rss_mb": round(_rss_mb())}  # fmt: skip
+        load, run = _timed(lambda: engine.load(run_id))
+        half, _ = _timed(lambda: engine.project(run_id, StateStack, at=events // 2))
+        machine, _ = _timed(lambda: engine.project(run_id, MachineFold(), at=events // 2))
+        rollback, _ = _timed(lambda: run.rollback(run.machine.depth // 2, reason="deep"))
+    return {"load_ms": load, "half_ms": half, "machine_half_ms": machine,
+            "rollback_ms": rollback, "rss_mb": round(_rss_mb())}  # fmt: skip
+
+
+def _timed(work: Any) -> tuple[float, Any]:
+    began = time.perf_counter()
+    done = work()
+    return round((time.perf_counter() - began) * 1000, 1), done
 
 
 CHILDREN = {"record": _record, "read": _read}
