@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import itertools
 import sys
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from sys import intern
@@ -507,11 +508,17 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         if data is None:
             return None
         base = data["below"]
-        runs = [(intern(item), count) for item, count in data["stack"]]
-        above = sum(count for _, count in runs)
-        tail = None if base is None else self._below(StackBelow(*base), data, above, events)
+        items = [intern(item) for item, _ in data["stack"]]
+        counts = array("q", [count for _, count in data["stack"]])
+        above = sum(counts)
+        tail = None
+        if base is not None:  # the fields it is checked by, once runs were erased: not the stack
+            fields = {key: value for key, value in data.items() if key not in _STACK_KEYS}
+            tail = self._below(StackBelow(*base), fields, above, events)
         size = above + (0 if tail is None else tail.size)
-        cells = _runs_on(runs, tail, data["version"], size) if runs else tail
+        cells = tail
+        if items:
+            cells = _runs_on(items, counts, len(items), counts[-1], tail, data["version"], size)
         return self._state(data, PList(cells, size))
 
     def _below(
@@ -538,8 +545,9 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
     def _earlier(
         self, below: StackBelow, data: JSON, above: int, events: EventSource
     ) -> tuple[Pipeline, RunState] | None:
-        """The state after `below.version` (or, once runs were erased, `data`'s own version,
-        checked to be `data`'s: its stack shares the same base)."""
+        """The state after `below.version` (or, once runs were erased, the version of the
+        snapshot `data` holds the fields of but its stack, checked to have them: its stack
+        has the same base)."""
         if not isinstance(events, EarlierStates):
             return self.fold(events(0, below.version))  # a bare source: the run folded
         earlier: tuple[Pipeline, RunState] | None = events.state_at(self, below.version)
@@ -548,26 +556,42 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         now: tuple[Pipeline, RunState] | None = events.state_now(self, data["version"])
         if now is None or len(now[1].stack) != below.depth + above:
             return None
-        mine = {key: value for key, value in data.items() if key not in ("stack", "below")}
-        return now if {**self._json(now, None), "stack": None} == {**mine, "stack": None} else None
+        mine = {key: value for key, value in self._json(now, None).items() if key != "stack"}
+        return now if mine == data else None
+
+
+_STACK_KEYS = ("stack", "below")
+"""A machine snapshot's keys of its stack."""
 
 
 def _runs_on(
-    runs: list[tuple[str, int]], tail: Deferred[str] | None, version: int, size: int
+    items: list[str],
+    counts: array[int],
+    end: int,
+    left: int,
+    tail: Deferred[str] | None,
+    version: int,
+    size: int,
 ) -> Deferred[str]:
-    """`runs` (oldest first) on top of `tail`: cells made `RUN_CELLS` at a time, newest first,
-    each deferred part naming what it is (`StackBelow` of the stack after `version`)."""
+    """The runs before `end` (oldest first: `items[i]`, `counts[i]` times; the newest with
+    only `left` of its items) on top of `tail`: cells made `RUN_CELLS` at a time, newest
+    first, each deferred part naming what it is (`StackBelow` of the stack after `version`).
+    The runs are shared by every part, never copied."""
 
     def load() -> Cons[str]:
-        rest, items = list(runs), list[str]()
-        while rest and len(items) < RUN_CELLS:
-            item, count = rest.pop()
-            take = min(count, RUN_CELLS - len(items))
-            items += [item] * take
-            if take < count:
-                rest.append((item, count - take))
-        cells: Cons[str] = _runs_on(rest, tail, version, size - len(items)) if rest else tail
-        for item in reversed(items):  # items are newest first
+        made: list[str] = []
+        at, rest = end, left
+        while at and len(made) < RUN_CELLS:
+            take = min(rest, RUN_CELLS - len(made))
+            made += [items[at - 1]] * take
+            rest -= take
+            if not rest:
+                at -= 1
+                rest = counts[at - 1] if at else 0
+        cells: Cons[str] = tail
+        if at:
+            cells = _runs_on(items, counts, at, rest, tail, version, size - len(made))
+        for item in reversed(made):  # made newest first
             cells = (item, cells)
         return cells
 
