@@ -254,7 +254,7 @@ class TimeTravel:
                         # Go on from the snapshot as a reader would restore it: the next
                         # snapshot then walks only what changed since, and memory holds
                         # the state's newest part, not the whole run.
-                        state = projection.restore(data, self._events(key))
+                        state = projection.restore(data, self._events(key, fresh))
                     fresh.append((event.version, state))
                 left -= 1
                 if not left:
@@ -268,10 +268,11 @@ class TimeTravel:
         storer.flush()
         return state
 
-    def _events(self, key: _Key) -> EventSource:
+    def _events(self, key: _Key, fresh: list[tuple[int, Any]] | None = None) -> EventSource:
         """Reads the run's events for a restored state, while the run is the one it was; and
-        states of the run at earlier versions (`_RunReads.state_at`)."""
-        return _RunReads(self, key)
+        states of the run at earlier versions (`_RunReads.state_at`), `fresh` among them (a
+        fold's states, oldest first, not yet in memory)."""
+        return _RunReads(self, key, fresh)
 
     def _snapshots(self, key: _Key) -> _Snapshots:
         memory = self._memory.pop(key, None) or _Snapshots()
@@ -354,8 +355,10 @@ class _RunReads:
     its own state at an earlier version (`engine.machine.EarlierStates`), from the snapshots
     of the same generation."""
 
-    def __init__(self, travel: TimeTravel, key: _Key) -> None:
-        self._travel, self._key = travel, key
+    def __init__(
+        self, travel: TimeTravel, key: _Key, fresh: list[tuple[int, Any]] | None = None
+    ) -> None:
+        self._travel, self._key, self._fresh = travel, key, fresh
 
     def _same_run(self) -> None:
         generation, run_id = self._key[0], self._key[1]
@@ -372,9 +375,16 @@ class _RunReads:
         return iter(read)
 
     def held(self, projection: Projection[Any], version: int) -> Any:
-        """The state of `projection` after event `version` if kept in memory, else None."""
+        """The state of `projection` after event `version` if kept in memory (or among the
+        fold's own states), else None."""
         generation, run_id = self._key[0], self._key[1]
         key = (generation, run_id, projection.name, projection.identity())
+        if self._fresh and key == self._key:
+            for at, state in reversed(self._fresh):
+                if at <= version:
+                    if at == version:
+                        return state
+                    break
         travel = self._travel
         with travel._lock:
             memory = travel._memory.get(key) if travel._generation == generation else None
