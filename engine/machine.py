@@ -11,10 +11,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import itertools
 import sys
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from sys import intern
+from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 import attrs
@@ -47,7 +50,8 @@ from events import (
 )
 from events.values import evolve, maker
 from projections.base import EventSource, Projection
-from projections.immutable import PList, PMap
+from projections.errors import ProjectionStateError
+from projections.immutable import RUN_CELLS, Cons, Deferred, PList, PMap, newest_items
 
 
 @attrs.frozen
@@ -362,12 +366,44 @@ _FOLDS: dict[type[Event], Callable[[Pipeline, RunState, Any], RunState]] = {
 }
 
 
+@runtime_checkable
+class EarlierStates(Protocol):
+    """Gives a projection's states at other versions of the run a snapshot is of (time
+    travel's `EventSource` does: from its memory or stored snapshots, a short fold after)."""
+
+    def __call__(self, gt: int, lte: int) -> Iterable[Event]:
+        """The run's events with `gt < version <= lte` (an `EventSource`)."""
+
+    def held(self, projection: Projection[Any], version: int) -> Any:
+        """The state after event `version` if held in memory now (no read), else None."""
+
+    def state_at(self, projection: Projection[Any], version: int) -> Any:
+        """The state after event `version`, read in the snapshot's erasure generation; None
+        if runs were erased since (the run may not be the one the snapshot is of)."""
+
+    def state_now(self, projection: Projection[Any], version: int) -> Any:
+        """The state after event `version` of the run the store holds now."""
+
+
+@attrs.frozen
+class StackBelow:
+    """What a deferred tail of a restored machine stack stands for: the oldest `depth` items
+    of the stack after event `version` (so a snapshot names it, never walks it)."""
+
+    version: int
+    depth: int
+
+
 class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
     """`replay` as a projection: time travel's snapshots then serve `Engine.load`.
 
     Its state is the run's pipeline (from `RunStarted`'s table) and machine state;
     every event goes through `apply`, so each rule is checked as `replay` checks it.
-    Its snapshots hold the stack as runs of equal states, restored without a walk.
+    Its snapshots hold the stack's newest states as runs of equal states, on top of the
+    stack an earlier snapshot was of (`StackBelow`): a stack whose states alternate
+    (runs of one) then costs each snapshot what changed since the one before, not its
+    depth. The older part is made when first walked (a deep rollback), from that
+    earlier state (`EarlierStates`), else from the run's events.
     """
 
     name = "run_machine"
@@ -396,6 +432,14 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         """The table and the machine state as strict JSON (the stack as runs of states)."""
         if state is None:
             return None
+        _, below, _ = newest_items(state[1].stack.cells)
+        if below is not None and isinstance(below.about, StackBelow):  # type: ignore[union-attr]
+            runs = [(item, len(list(same))) for item, same in itertools.groupby(state[1].stack)]
+        else:
+            runs = state[1].stack.runs()
+        return self._json(state, [[item, count] for item, count in runs])
+
+    def _json(self, state: tuple[Pipeline, RunState], stack: JSON) -> dict[str, JSON]:
         pipeline, machine = state
         return {
             "table": pipeline.to_dict(),
@@ -404,7 +448,7 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
             "state": machine.state,
             "version": machine.version,
             "last_timestamp": machine.last_timestamp.isoformat(),
-            "stack": [[item, count] for item, count in machine.stack.runs()],
+            "stack": stack,
             "attempts": dict(machine.attempts),
             "open_attempt": machine.open_attempt,
             "opened_at": None if machine.opened_at is None else machine.opened_at.isoformat(),
@@ -416,6 +460,9 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         """The state `encode` turned into `data`."""
         if data is None:
             return None
+        return self._state(data, PList.of_runs([(item, count) for item, count in data["stack"]]))
+
+    def _state(self, data: JSON, stack: PList[str]) -> tuple[Pipeline, RunState]:
         opened = data["opened_at"]
         machine = RunState(
             run_id=UUID(data["run_id"]),
@@ -423,7 +470,7 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
             state=data["state"],
             version=data["version"],
             last_timestamp=datetime.fromisoformat(data["last_timestamp"]),
-            stack=PList.of_runs([(item, count) for item, count in data["stack"]]),
+            stack=stack,
             attempts=data["attempts"],
             open_attempt=data["open_attempt"],
             opened_at=None if opened is None else datetime.fromisoformat(opened),
@@ -432,9 +479,123 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         )
         return Pipeline.from_dict(data["table"]), machine
 
+    def snapshot(self, state: tuple[Pipeline, RunState] | None) -> JSON:
+        """`encode`, but the stack's part an earlier snapshot holds (a restored state's
+        deferred tail, unwalked) is named by that snapshot's version and depth (``below``),
+        and only the states above it are written, as runs."""
+        if state is None:
+            return None
+        newest, below, _ = newest_items(state[1].stack.cells)
+        base: JSON = None
+        if below is not None:
+            about = below.about  # type: ignore[union-attr]
+            if isinstance(about, StackBelow):
+                base = [about.version, about.depth]
+            else:  # a decoded stack's runs (`PList.of_runs`): walked, once
+                newest += list(PList(below, below.size).newest_first())  # type: ignore[union-attr]
+        runs = [[item, len(list(same))] for item, same in itertools.groupby(reversed(newest))]
+        return {**self._json(state, runs), "below": base}
+
     def restore(self, data: JSON, events: EventSource) -> tuple[Pipeline, RunState] | None:
-        """`decode`: the stack's cells are made from its runs when first walked."""
-        return self.decode(data)
+        """The state `snapshot` wrote; its stack's states are made when first walked, the
+        part below (``below``) from the earlier state it names (shared, when that state is
+        held: a writer's previous snapshot).
+
+        Raises (when the older part is walked):
+            ProjectionStateError: the earlier state is not there, or is not the one named;
+                or runs were erased since and the run read now is not this one.
+        """
+        if data is None:
+            return None
+        base = data["below"]
+        items = [intern(item) for item, _ in data["stack"]]
+        counts = array("q", [count for _, count in data["stack"]])
+        above = sum(counts)
+        tail = None
+        if base is not None:  # the fields it is checked by, once runs were erased: not the stack
+            fields = {key: value for key, value in data.items() if key not in _STACK_KEYS}
+            tail = self._below(StackBelow(*base), fields, above, events)
+        size = above + (0 if tail is None else tail.size)
+        cells = tail
+        if items:
+            cells = _runs_on(items, counts, len(items), counts[-1], tail, data["version"], size)
+        return self._state(data, PList(cells, size))
+
+    def _below(
+        self, below: StackBelow, data: JSON, above: int, events: EventSource
+    ) -> Deferred[str] | None:
+        """The oldest `below.depth` states of the stack after event `below.version`, made
+        from that state when first walked (`data`: the snapshot they are the stack's base of,
+        `above` states on them)."""
+        if below.depth == 0:
+            return None
+        held = events.held(self, below.version) if isinstance(events, EarlierStates) else None
+
+        def load() -> Cons[str]:
+            earlier = held if held is not None else self._earlier(below, data, above, events)
+            stack = earlier[1].stack if earlier is not None else PList()
+            if earlier is None or earlier[1].version < below.version or len(stack) < below.depth:
+                raise ProjectionStateError(
+                    self.name, f"the stack below a snapshot is not that of version {below}"
+                )
+            return stack.pop(len(stack) - below.depth).cells
+
+        return Deferred(load, below.depth, about=below)
+
+    def _earlier(
+        self, below: StackBelow, data: JSON, above: int, events: EventSource
+    ) -> tuple[Pipeline, RunState] | None:
+        """The state after `below.version` (or, once runs were erased, the version of the
+        snapshot `data` holds the fields of but its stack, checked to have them: its stack
+        has the same base)."""
+        if not isinstance(events, EarlierStates):
+            return self.fold(events(0, below.version))  # a bare source: the run folded
+        earlier: tuple[Pipeline, RunState] | None = events.state_at(self, below.version)
+        if earlier is not None:
+            return earlier
+        now: tuple[Pipeline, RunState] | None = events.state_now(self, data["version"])
+        if now is None or len(now[1].stack) != below.depth + above:
+            return None
+        mine = {key: value for key, value in self._json(now, None).items() if key != "stack"}
+        return now if mine == data else None
+
+
+_STACK_KEYS = ("stack", "below")
+"""A machine snapshot's keys of its stack."""
+
+
+def _runs_on(
+    items: list[str],
+    counts: array[int],
+    end: int,
+    left: int,
+    tail: Deferred[str] | None,
+    version: int,
+    size: int,
+) -> Deferred[str]:
+    """The runs before `end` (oldest first: `items[i]`, `counts[i]` times; the newest with
+    only `left` of its items) on top of `tail`: cells made `RUN_CELLS` at a time, newest
+    first, each deferred part naming what it is (`StackBelow` of the stack after `version`).
+    The runs are shared by every part, never copied."""
+
+    def load() -> Cons[str]:
+        made: list[str] = []
+        at, rest = end, left
+        while at and len(made) < RUN_CELLS:
+            take = min(rest, RUN_CELLS - len(made))
+            made += [items[at - 1]] * take
+            rest -= take
+            if not rest:
+                at -= 1
+                rest = counts[at - 1] if at else 0
+        cells: Cons[str] = tail
+        if at:
+            cells = _runs_on(items, counts, at, rest, tail, version, size - len(made))
+        for item in reversed(made):  # made newest first
+            cells = (item, cells)
+        return cells
+
+    return Deferred(load, size, about=StackBelow(version, size))
 
 
 RULE_MODULES = (__name__, Pipeline.__module__, "events.table")

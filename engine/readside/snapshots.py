@@ -254,7 +254,7 @@ class TimeTravel:
                         # Go on from the snapshot as a reader would restore it: the next
                         # snapshot then walks only what changed since, and memory holds
                         # the state's newest part, not the whole run.
-                        state = projection.restore(data, self._events(key))
+                        state = projection.restore(data, self._events(key, fresh))
                     fresh.append((event.version, state))
                 left -= 1
                 if not left:
@@ -268,24 +268,11 @@ class TimeTravel:
         storer.flush()
         return state
 
-    def _events(self, key: _Key) -> EventSource:
-        """Reads the run's events for a restored state, while the run is the one it was."""
-        generation, run_id = key[0], key[1]
-        reader = self._reader
-
-        def same_run() -> None:
-            if reader.generation() != generation:
-                raise ProjectionStateError(
-                    key[2], f"run {run_id} was erased since this state was read; read it again"
-                )
-
-        def events(gt: int, lte: int) -> Iterator[Any]:
-            same_run()
-            read = list(reader.stream(run_id, gt=gt, lte=lte))
-            same_run()  # an erasure during the read (its id perhaps reused) shows here
-            return iter(read)
-
-        return events
+    def _events(self, key: _Key, fresh: list[tuple[int, Any]] | None = None) -> EventSource:
+        """Reads the run's events for a restored state, while the run is the one it was; and
+        states of the run at earlier versions (`_RunReads.state_at`), `fresh` among them (a
+        fold's states, oldest first, not yet in memory)."""
+        return _RunReads(self, key, fresh)
 
     def _snapshots(self, key: _Key) -> _Snapshots:
         memory = self._memory.pop(key, None) or _Snapshots()
@@ -360,6 +347,62 @@ class TimeTravel:
             self._views.save_snapshots(str(run_id), name, identity, generation, sealed)
         except Exception as error:  # any refusal of the database: answers stay correct
             _log.debug("snapshots of %s not stored: %s", key, error)
+
+
+class _RunReads:
+    """Reads one run for a state restored from a snapshot of `key`, while the run is the one
+    it was (no erasure since `key`'s generation): its events, and another projection's or
+    its own state at an earlier version (`engine.machine.EarlierStates`), from the snapshots
+    of the same generation."""
+
+    def __init__(
+        self, travel: TimeTravel, key: _Key, fresh: list[tuple[int, Any]] | None = None
+    ) -> None:
+        self._travel, self._key, self._fresh = travel, key, fresh
+
+    def _same_run(self) -> None:
+        generation, run_id = self._key[0], self._key[1]
+        if self._travel._reader.generation() != generation:
+            raise ProjectionStateError(
+                self._key[2], f"run {run_id} was erased since this state was read; read it again"
+            )
+
+    def __call__(self, gt: int, lte: int) -> Iterator[Any]:
+        """The run's events with `gt < version <= lte`, oldest first."""
+        self._same_run()
+        read = list(self._travel._reader.stream(self._key[1], gt=gt, lte=lte))
+        self._same_run()  # an erasure during the read (its id perhaps reused) shows here
+        return iter(read)
+
+    def held(self, projection: Projection[Any], version: int) -> Any:
+        """The state of `projection` after event `version` if kept in memory (or among the
+        fold's own states), else None."""
+        generation, run_id = self._key[0], self._key[1]
+        key = (generation, run_id, projection.name, projection.identity())
+        if self._fresh and key == self._key:
+            for at, state in reversed(self._fresh):
+                if at <= version:
+                    if at == version:
+                        return state
+                    break
+        travel = self._travel
+        with travel._lock:
+            memory = travel._memory.get(key) if travel._generation == generation else None
+            return None if memory is None else memory.states.get(version)
+
+    def state_at(self, projection: Projection[Any], version: int) -> Any:
+        """The state of `projection` after event `version`, from its nearest snapshot; None
+        if runs were erased since `key`'s generation."""
+        generation, run_id = self._key[0], self._key[1]
+        if self._travel._reader.generation() != generation:
+            return None
+        key = (generation, run_id, projection.name, projection.identity())
+        state = self._travel._fold(key, projection, version)
+        return state if self._travel._reader.generation() == generation else None
+
+    def state_now(self, projection: Projection[Any], version: int) -> Any:
+        """The state of `projection` after event `version` of the run the store holds now."""
+        return self._travel.project(self._key[1], projection, version)
 
 
 def _whole(run_id: UUID, reached: int, version: int) -> None:

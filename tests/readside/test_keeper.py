@@ -648,3 +648,137 @@ class TestKeptSummaryProperties:
                 for generation in range(engine.store.generation() + 1):
                     for version, data in stored_summaries(engine, run_id, generation).items():
                         assert data == rebuilt(events, version), (generation, version)
+
+
+ALTERNATING = Pipeline(
+    "alternating",
+    initial="a",
+    transitions=[("a", "completed", "b"), ("b", "completed", "a"), ("a", "end", "done")],
+    final=["done"],
+)
+"""Every outcome pushes a state other than the one below it: the stack's runs are all of one."""
+
+
+def record_alternating(run: Run, outcomes: int, per_commit: int = 300) -> None:
+    """`outcomes` outcomes of `ALTERNATING`, in batches; one in 2,999 a rollback of some 1,500
+    steps (below the crossing before: into the part an earlier snapshot holds)."""
+    for start in range(0, outcomes, per_commit):
+        with run.batch():
+            for index in range(start, min(start + per_commit, outcomes)):
+                if index % 2_999 == 2_998:
+                    run.rollback(min(run.machine.depth, 1_500 + index % 5), reason="again")
+                else:
+                    run.stage_completed(run.machine.state)
+
+
+def machine_sizes(url: str, run_id: uuid.UUID) -> dict[int, int]:
+    """Version → stored (sealed) bytes of the run's machine snapshots."""
+    return {v: len(s) for p, v, s in snapshot_rows(url, run_id) if p == MachineFold.name}
+
+
+class TestKeptMachine:
+    def test_a_machine_snapshot_of_alternating_states_stays_small(self, sqlite_url: str) -> None:
+        """A stack of alternating states (runs of one) deepening by an interval per crossing:
+        each machine snapshot stores what changed since the one before, not the whole stack."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(ALTERNATING)
+            for _ in range(6):
+                for _ in range(KEEP_INTERVAL // 500):  # no rollback: the stack only grows
+                    with run.batch():
+                        for _ in range(500):
+                            run.stage_completed(run.machine.state)
+        sizes = machine_sizes(sqlite_url, run.id)
+        first, *later = (sizes[version] for version in sorted(sizes))
+        assert len(later) == 5  # one per crossing, at the commit that crossed
+        assert run.machine.depth > 5 * KEEP_INTERVAL
+        assert max(later) < 1.5 * first
+
+    @pytest.mark.parametrize(
+        "recorder", [record_alternating, record, record_hub], ids=["alternating", "loop", "hub"]
+    )
+    def test_a_restored_machine_equals_replay_at_any_version(
+        self, shared_url: str, recorder: Callable[..., None]
+    ) -> None:
+        """A fresh engine's machine at any version (from the writer's snapshots, their stacks'
+        older parts made when walked) equals `replay`'s; so does a loaded handle's after a
+        rollback to the bottom of its stack, and the run verifies."""
+        pipelines = {record_alternating: ALTERNATING, record: LOOP}
+        pipeline = pipelines.get(recorder, hub_table(hub=True))
+        with Engine(shared_url) as engine:
+            run = engine.start_run(pipeline)
+            recorder(run, 5 * KEEP_INTERVAL + 300)
+        with Engine(shared_url) as fresh:
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            for at in (KEEP_INTERVAL, 3 * KEEP_INTERVAL + 1, 4 * KEEP_INTERVAL + 777, len(rest)):
+                travel = TimeTravel(fresh.store, fresh.store.views)
+                folded = travel.project(run.id, MachineFold(), at + 1)
+                assert folded is not None
+                assert folded[1] == replay(first, rest[:at])[1], at
+            loaded = fresh.load(run.id)
+            assert loaded.machine == replay(first, rest)[1]
+            loaded.rollback(loaded.machine.depth - 1, reason="to the bottom")
+            rest = fresh.events(run.id)[1:]
+            assert loaded.machine == replay(first, rest)[1]
+            assert fresh.verify(run.id).ok
+
+    def test_a_fork_of_a_deep_alternating_run_keeps_its_machine(self, shared_url: str) -> None:
+        """A fork taken deep in an alternating run, then written across crossings of its own,
+        loads in a fresh engine as `replay` folds it, rollbacks into its copies' part too."""
+        with Engine(shared_url) as engine:
+            run = engine.start_run(ALTERNATING)
+            record_alternating(run, 3 * KEEP_INTERVAL + 100)
+            fork = engine.fork(run.id, at=2 * KEEP_INTERVAL + 333)
+            record_alternating(fork, 2 * KEEP_INTERVAL + 50)
+        with Engine(shared_url) as fresh:
+            loaded = fresh.load(fork.id)
+            first, *rest = fresh.events(fork.id)
+            assert isinstance(first, RunStarted)
+            assert loaded.machine == replay(first, rest)[1]
+            loaded.rollback(loaded.machine.depth - 2, reason="deep")
+            rest = fresh.events(fork.id)[1:]
+            assert loaded.machine == replay(first, rest)[1]
+            assert fresh.verify(fork.id).ok
+
+    def test_a_loaded_handle_rolls_back_deep_after_another_run_was_erased(
+        self, sqlite_url: str
+    ) -> None:
+        """Runs erased after a handle was loaded: its stack's older part, made only now, is read
+        from the run the store holds, checked to be the handle's (guard: main held it whole)."""
+        with Engine(sqlite_url) as engine:
+            run, doomed = engine.start_run(ALTERNATING), engine.start_run(LOOP)
+            record_alternating(run, 4 * KEEP_INTERVAL + 100)
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run.id)
+            with Engine(sqlite_url) as other:
+                other.load(doomed.id).finish("deleted")
+                other.compact()
+            loaded.rollback(loaded.machine.depth - 3, reason="deep")
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            assert loaded.machine == replay(first, rest)[1]
+
+    def test_a_snapshot_restored_from_bare_events_folds_its_older_part(
+        self, sqlite_url: str
+    ) -> None:
+        """`restore` given events alone (no earlier states) makes the stack's older part by a
+        fold of the run up to the snapshot it names (guard of the fallback)."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(ALTERNATING)
+            record_alternating(run, 3 * KEEP_INTERVAL + 10)
+            views = engine.store.views
+            assert views is not None
+            fold = MachineFold()
+            version, sealed = views.snapshot(
+                str(run.id), fold.name, fold.identity(), engine.store.generation(), 10**9
+            ) or (0, b"")
+            data = views.codec.unseal(sealed)
+            assert data["below"] is not None
+
+            def events(gt: int, lte: int) -> Any:
+                return engine.store.stream(run.id, gt=gt, lte=lte)
+
+            restored = fold.restore(data, events)
+            first, *rest = engine.events(run.id)
+            assert isinstance(first, RunStarted)
+            assert restored == replay(first, rest[: version - 1])
