@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import attrs
@@ -24,7 +24,7 @@ from engine.store.mapper import EventMapper
 from engine.store.views import PageSave, RunQuery, Views
 from events import Event, EventFormatError, RunDeleted, RunFinished, RunStarted
 from projections.base import Projection, as_projection
-from projections.collector import collector_paused
+from projections.collector import collector_paused, no_tick
 from projections.errors import (
     PositionMoved,
     ProjectionError,
@@ -69,6 +69,21 @@ class _Cached(dict[str, Any]):
     def __init__(self) -> None:
         super().__init__()
         self.folded: dict[str, int] = {}
+
+
+class _PageFold(NamedTuple):
+    """What folding a page into one projection's cached states did (`Projections._fold`)."""
+
+    touched: set[str]
+    """The keys whose states the page changed."""
+    reached: int
+    """The position folded up to: the page's end, or the one before the event that failed."""
+    error: ProjectionError | None
+    """The handler's error that stopped the page (None: folded to its end)."""
+    keys: list[str | None]
+    """The keys of the events folded, in order (None: an event the projection does not see)."""
+    delivered: list[tuple[Any, Event]] | None
+    """Each event folded with the state before it, for a projection that `delivers`."""
 
 
 @attrs.frozen
@@ -406,6 +421,40 @@ class Projections:
         projection = self._registered[name]
         keys = self._keys(projection, events)
         states, loaded = self._states(name, projection, keys, start)
+        page = _folded_by_key(projection, events, keys, states, end)
+        if page is None:  # not foldable key by key, or it failed: event by event says where
+            page = self._fold_each(name, events, ids, (start, end), gone, keys, states)
+        touched, reached, error, keys, folded = page
+        if folded:
+            try:
+                projection.deliver(folded)
+            except Exception as failure:  # nothing of the page is kept: it comes again
+                self._cache.pop(name, None)
+                return None, ProjectionError(name, folded[0][1], failure), _NONE_FOLDED
+        try:
+            encoded = {key: projection.encode(states[key]) for key in touched}
+        except ProjectionStateError as failure:
+            self._cache.pop(name, None)
+            return None, failure, _NONE_FOLDED
+        if reached == start:
+            return None, error, _NONE_FOLDED
+        save = PageSave(name, start, reached, encoded, projection.identity())
+        return save, error, (loaded, Counter(keys))
+
+    def _fold_each(
+        self,
+        name: str,
+        events: list[Event],
+        ids: list[int],
+        bounds: tuple[int, int],
+        gone: dict[UUID, list[Event]],
+        keys: list[str | None],
+        states: dict[str, Any],
+    ) -> _PageFold:
+        """Fold a page's events into `name`'s `states` one by one, as far as a handler error
+        (the page from `bounds`' start to its end)."""
+        projection = self._registered[name]
+        start, end = bounds
         touched: set[str] = set()
         reached, error = end, None
         forgetting = _forgetting(projection)
@@ -431,21 +480,7 @@ class Projections:
             touched.add(key)
             if folded is not None:
                 folded.append((before, event))
-        if folded:
-            try:
-                projection.deliver(folded)
-            except Exception as failure:  # nothing of the page is kept: it comes again
-                self._cache.pop(name, None)
-                return None, ProjectionError(name, folded[0][1], failure), _NONE_FOLDED
-        try:
-            encoded = {key: projection.encode(states[key]) for key in touched}
-        except ProjectionStateError as failure:
-            self._cache.pop(name, None)
-            return None, failure, _NONE_FOLDED
-        if reached == start:
-            return None, error, _NONE_FOLDED
-        save = PageSave(name, start, reached, encoded, projection.identity())
-        return save, error, (loaded, Counter(keys))
+        return _PageFold(touched, reached, error, keys, folded)
 
     def _forget_run(
         self,
@@ -698,6 +733,38 @@ class Projections:
 
     def __repr__(self) -> str:
         return f"Projections({self.names})"
+
+
+def _folded_by_key(
+    projection: Projection[Any],
+    events: list[Event],
+    keys: list[str | None],
+    states: dict[str, Any],
+    end: int,
+) -> _PageFold | None:
+    """A page folded into `states` a key's events at once, by the projection's own fold
+    (`RunIndex`'s takes a stretch of outcomes into one summary, not one per event).
+
+    None, `states` untouched, where that cannot stand for folding the page event by event:
+    a projection that delivers, or forgets deleted runs, or has no fold of its own (one by
+    one is as fast), and a fold that failed (event by event names the event, and keeps what
+    came before it). States are values, so folding a key's events apart from the others'
+    gives what folding them in the page's order gives.
+    """
+    if projection.delivers or _forgetting(projection):
+        return None
+    if type(projection)._fold is Projection._fold:
+        return None
+    by_key: dict[str, list[Event]] = {}
+    for key, event in zip(keys, events, strict=True):
+        if key is not None:
+            by_key.setdefault(key, []).append(event)
+    try:
+        folded = {key: projection._fold(part, states[key], no_tick) for key, part in by_key.items()}
+    except Exception:  # told again, with where it stops, event by event
+        return None
+    states.update(folded)
+    return _PageFold(set(folded), end, None, keys, None)
 
 
 def _forgetting(projection: Projection[Any]) -> bool:

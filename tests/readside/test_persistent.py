@@ -19,8 +19,17 @@ from engine.errors import (
 )
 from engine.readside import persistent
 from engine.store.meta import EVENTS_TABLE
-from events import EventFormatError, RunFinished, StageFailed
-from projections import FailurePatterns, Projection, RunIndex, RunSummary, StateStack, immutable, on
+from events import EventFormatError, NoteAdded, RunFinished, StageFailed
+from projections import (
+    FailurePatterns,
+    Projection,
+    RunIndex,
+    RunSummary,
+    StateStack,
+    immutable,
+    on,
+    run_index,
+)
 from projections.base import _fingerprint
 from tests._helpers import LOOP, REVIEW, BreaksOnTimeouts, FailuresByType
 
@@ -585,6 +594,58 @@ class TestLongRunCatchUp:
         assert max(walks) <= persistent.RESTORE_AFTER + 2 * SMALL_PAGE
 
     @pytest.mark.usefixtures("small_pages")
+    def test_a_page_builds_a_run_s_summary_once_not_once_per_outcome(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Catching the index up folds each run's outcomes in a page as one stretch (its
+        summary built once at the stretch's end), not through `outcome` event by event."""
+        record_long_runs(engine, 200)
+        built: list[int] = []
+        make = run_index._SUMMARY
+
+        def counted(*fields: Any) -> Any:
+            built.append(1)
+            return make(*fields)
+
+        monkeypatch.setattr(run_index, "_SUMMARY", counted)
+        engine.projections.rebuild(RunIndex.name)
+        pages = -(-engine.projections.head() // SMALL_PAGE)
+        assert 0 < len(built) <= 3 * pages  # a stretch per run and page, a few runs a page
+        assert 3 * pages < 300  # where `outcome` builds one per outcome (300 of them and more)
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_a_handler_error_mid_page_stops_where_folding_event_by_event_stops(
+        self, engine: Engine
+    ) -> None:
+        """A handler of a projection folding stretches (a `RunIndex` of its own) failing mid
+        page: the error names the event, the position stays just before it, and every run's
+        stored state is the fold of its events before it (none of the page's after it)."""
+        engine.projections.register(BreaksOnNotes)
+        loop, turns = engine.start_run(LOOP), engine.start_run(TURNS)
+        for index in range(70):  # the note falls mid page, both runs going on after it
+            loop.stage_completed("work", result={"n": index})
+            turns.stage_completed("a" if index % 2 == 0 else "b", result={})
+            if index == 50:
+                noted = turns.note("why", "a note")
+        with pytest.raises(ProjectionError, match=r"breaks_on_notes.*NoteAdded"):
+            engine.projections.catch_up([BreaksOnNotes.name])
+        notifications = engine.store.recorder.select_notifications(start=1, limit=10_000)
+        (note,) = [n for n in notifications if n.originator_version == noted.version
+                   and n.originator_id == turns.id]  # fmt: skip
+        assert note.id % SMALL_PAGE not in (0, 1)  # mid page, not at its edge
+        (status,) = [s for s in engine.projections.status() if s.name == BreaksOnNotes.name]
+        assert status.position == note.id - 1
+        mapper = engine.store.mapper
+        for run in (loop, turns):
+            before = [
+                mapper.to_domain_event(n)
+                for n in notifications
+                if n.originator_id == run.id and n.id < note.id
+            ]
+            stored = engine.projections.get(BreaksOnNotes.name, run.id, catch_up=False)
+            assert stored == BreaksOnNotes().fold(before)
+
+    @pytest.mark.usefixtures("small_pages")
     def test_an_unreadable_event_stops_the_catch_up_as_decoding_it_alone_does(
         self, tmp_path: Path
     ) -> None:
@@ -636,6 +697,17 @@ class TestLongRunCatchUp:
             with pytest.raises(EventFormatError) as caught_up:
                 engine.projections.rebuild(RunIndex.name)
             assert str(caught_up.value) == str(alone.value)
+
+
+class BreaksOnNotes(RunIndex):
+    """The run index, failing on a note: its outcomes folded in stretches (`RunIndex._fold`)."""
+
+    name = "breaks_on_notes"
+
+    @on(NoteAdded)
+    def noted(self, summary: RunSummary | None, event: NoteAdded) -> RunSummary | None:
+        """Refuses every note."""
+        raise RuntimeError("cannot take notes")
 
 
 DECODED: list[Any] = []
