@@ -20,6 +20,7 @@ from uuid import UUID
 import attrs
 from eventsourcing.persistence import ApplicationRecorder, StoredEvent
 
+from engine.store.chain import StoredRow
 from engine.store.mapper import EventMapper
 from engine.store.views import PageSave, RunQuery, Views
 from events import Event, EventFormatError, RunDeleted, RunFinished, RunStarted
@@ -50,7 +51,7 @@ RESTORE_AFTER = 64
 it is cached as stored (`Projections._keep_as_stored`): about what decoding a run's summary
 costs in walking its newest states."""
 
-_RUN_NUMBER = attrgetter("originator_id.int")
+_NUMBER = attrgetter("int")
 _NONE_FOLDED: Folded = (set(), Counter())
 _CACHE_LIMIT = 20_000
 Progress = Callable[[str, int, int], None]
@@ -261,12 +262,8 @@ class Projections:
         resets: int,
     ) -> tuple[int, int]:
         generation = self._follow_generation()  # before the read: see `PageSave.generation`
-        notifications = self._recorder.select_notifications(
-            start=start, limit=PAGE, stop=stop, inclusive_of_start=False
-        )
-        end = notifications[-1].id if notifications else stop
-        events = self._decoded(notifications)
-        ids = [notification.id for notification in notifications]
+        ids, events = self._read(start, stop)
+        end = ids[-1] if ids else stop
         self._learn_pipelines(events)
         gone = self._deleted_runs(group, events)
         saves, folded = [], {}
@@ -298,7 +295,7 @@ class Projections:
         found: dict[UUID, list[Event]] = {run_id: [] for run_id in deleted}
         read_all, held = True, 0
         for page in read(deleted):
-            for event in self._decoded(page):
+            for event in self._stored(page):
                 found[event.run_id].append(event)
             held += len(page)
             if held >= GONE_EVENTS:
@@ -311,32 +308,42 @@ class Projections:
             self._learn_pipelines(run_events[:1])
         return found
 
-    def _decoded(self, stored: Sequence[StoredEvent]) -> list[Event]:
-        """The events of `stored`, in its order, each run's many decoded as a page
+    def _read(self, start: int, stop: int) -> tuple[list[int], list[Event]]:
+        """The ids and events of the page of notifications after `start` (up to `stop`): read
+        as rows where the recorder can (`select_notification_rows`), not as objects."""
+        lean = getattr(self._recorder, "select_notification_rows", None)
+        if lean is not None:
+            ids, runs, rows = lean(start, PAGE, stop)
+            return ids, self._decoded(runs, rows)
+        notifications = self._recorder.select_notifications(
+            start=start, limit=PAGE, stop=stop, inclusive_of_start=False
+        )
+        return [notification.id for notification in notifications], self._stored(notifications)
+
+    def _stored(self, stored: Sequence[StoredEvent]) -> list[Event]:
+        """The events of `stored`, in its order (`_decoded`)."""
+        runs: list[Any] = [row.originator_id for row in stored]  # a recorder's are UUIDs
+        rows = [(row.originator_version, row.topic, row.state) for row in stored]
+        return self._decoded(runs, rows)
+
+    def _decoded(self, runs: list[UUID], rows: list[StoredRow]) -> list[Event]:
+        """The events of `rows` (of `runs`), in their order, each run's many decoded as a page
         (`EventMapper.from_rows`, as `Store.read` does): the same events as decoding each
         alone (`to_domain_event`), and the same error, for the first that cannot be read.
         """
-        alone = self._mapper.to_domain_event
-        runs = list(map(_RUN_NUMBER, stored))  # an int's hash is C's, a UUID's is Python's
-        if len(set(runs)) * RUN_PAGE_MIN > len(stored):  # few events a run: no page pays
-            return [alone(row) for row in stored]
+        alone = self._mapper.alone
+        numbers = list(map(_NUMBER, runs))  # an int's hash is C's, a UUID's is Python's
         by_run: dict[int, list[int]] = {}
-        for index, run in enumerate(runs):
-            by_run.setdefault(run, []).append(index)
-        events: list[Any] = [None] * len(stored)
+        if len(set(numbers)) * RUN_PAGE_MIN > len(rows):  # few events a run: no page pays
+            return list(map(alone, runs, rows))
         try:
-            for run, indexes in by_run.items():
-                rows = [stored[index] for index in indexes]
-                if len(rows) < RUN_PAGE_MIN:
-                    decoded = [alone(row) for row in rows]
-                else:
-                    lean = [(row.originator_version, row.topic, row.state) for row in rows]
-                    decoded = self._mapper.from_rows(UUID(int=run), lean)
-                for index, event in zip(indexes, decoded, strict=True):
-                    events[index] = event
+            if numbers[0] == numbers[-1] and numbers.count(numbers[0]) == len(numbers):
+                return self._mapper.from_rows(runs[0], rows)  # one run's page, as it is
+            for index, number in enumerate(numbers):
+                by_run.setdefault(number, []).append(index)
+            return _scattered(self._mapper, runs, rows, by_run)
         except EventFormatError:  # decoded in order, one by one: the first unreadable says so
-            return [alone(row) for row in stored]
-        return events
+            return list(map(alone, runs, rows))
 
     def _follow_generation(self) -> int:
         """Drop every cached state and pipeline name if runs were erased since they were read."""
@@ -499,7 +506,7 @@ class Projections:
             events = [e for e in gone[deletion.run_id] if e.version < deletion.version]
         else:
             stored = self._recorder.select_events(deletion.run_id, lte=deletion.version - 1)
-            events = self._decoded(stored)
+            events = self._stored(stored)
         by_key: dict[str, list[Event]] = {}
         for key, event in zip(self._keys(projection, events), events, strict=True):
             if key is not None:
@@ -733,6 +740,24 @@ class Projections:
 
     def __repr__(self) -> str:
         return f"Projections({self.names})"
+
+
+def _scattered(
+    mapper: EventMapper, runs: list[UUID], rows: list[StoredRow], by_run: dict[int, list[int]]
+) -> list[Event]:
+    """The events of `rows` of several runs (their indexes `by_run`), in the rows' order, each
+    run's many decoded as a page (`Projections._decoded`)."""
+    events: list[Any] = [None] * len(rows)
+    for indexes in by_run.values():
+        part = [rows[index] for index in indexes]
+        run = runs[indexes[0]]
+        if len(part) < RUN_PAGE_MIN:
+            decoded = [mapper.alone(run, row) for row in part]
+        else:
+            decoded = mapper.from_rows(run, part)
+        for index, event in zip(indexes, decoded, strict=True):
+            events[index] = event
+    return events
 
 
 def _folded_by_key(
