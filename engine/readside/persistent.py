@@ -780,16 +780,25 @@ def _folded_by_key(
         return None
     if type(projection)._fold is Projection._fold:
         return None
-    by_key: dict[str, list[Event]] = {}
-    for key, event in zip(keys, events, strict=True):
-        if key is not None:
-            by_key.setdefault(key, []).append(event)
+    by_key = _by_key(keys, events)
     try:
         folded = {key: projection._fold(part, states[key], no_tick) for key, part in by_key.items()}
     except Exception:  # told again, with where it stops, event by event
         return None
     states.update(folded)
     return _PageFold(set(folded), end, None, keys, None)
+
+
+def _by_key(keys: list[str | None], events: list[Event]) -> dict[str, list[Event]]:
+    """The events of each key, in order (those of key None left out)."""
+    first = keys[0] if keys else None
+    if first is not None and keys.count(first) == len(keys):  # one run's page, a long run's
+        return {first: events}
+    by_key: dict[str, list[Event]] = {}
+    for key, event in zip(keys, events, strict=True):
+        if key is not None:
+            by_key.setdefault(key, []).append(event)
+    return by_key
 
 
 def _forgetting(projection: Projection[Any]) -> bool:
