@@ -674,6 +674,60 @@ class TestLongRunCatchUp:
             (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
             assert 0 < status.position < bad.id
 
+    @pytest.mark.usefixtures("small_pages")
+    def test_an_unreadable_event_in_one_run_s_page_is_named_as_decoding_it_alone_does(
+        self, tmp_path: Path
+    ) -> None:
+        """A page holding one run's events only (read as rows and decoded at once) with an
+        unreadable event mid page: the same error as decoding it alone, the page not kept."""
+        with Engine(f"sqlite:///{tmp_path / 'bad.db'}") as engine:
+            loop = engine.start_run(LOOP)
+            for index in range(100):
+                loop.stage_completed("work", result={"n": index})
+            with sqlite3.connect(tmp_path / "bad.db") as conn:
+                conn.execute(
+                    f"UPDATE {EVENTS_TABLE} SET state = ? WHERE originator_version = 60",
+                    (b"{not json",),
+                )
+            conn.close()
+            store = engine.store
+            (bad,) = [
+                n
+                for n in store.recorder.select_notifications(start=1, limit=10_000)
+                if n.state == b"{not json"
+            ]
+            with pytest.raises(EventFormatError) as alone:
+                store.mapper.to_domain_event(bad)
+            with pytest.raises(EventFormatError) as caught_up:
+                engine.projections.rebuild(RunIndex.name)
+            assert str(caught_up.value) == str(alone.value)
+            (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
+            assert status.position == SMALL_PAGE < bad.id  # the page before the bad event's
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_a_sqlite_catch_up_reads_rows_not_notification_objects(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """On SQLite the catch-up reads its pages as rows (`select_notification_rows`): no
+        eventsourcing `Notification` made per event; the summaries are the runs' folds."""
+        with Engine(sqlite_url) as engine:
+            ids = record_long_runs(engine, 100)
+            read = engine.store.recorder.select_notifications
+            objects: list[int] = []
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                page = read(*args, **kwargs)
+                objects.append(len(page))
+                return page
+
+            monkeypatch.setattr(engine.store.recorder, "select_notifications", counted)
+            engine.projections.rebuild(RunIndex.name)
+            assert sum(objects) == 0
+            monkeypatch.undo()
+            for run_id in ids.values():
+                stored = engine.projections.get(RunIndex.name, run_id, catch_up=False)
+                assert stored == folded_alone(engine, run_id)
+
     def test_the_first_unreadable_event_of_a_page_is_the_one_named(self, tmp_path: Path) -> None:
         """Two unreadable events of two runs in one page: the catch-up names the one first in
         the page, though its run comes second in the page (decoded after the other's)."""
