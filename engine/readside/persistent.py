@@ -334,7 +334,7 @@ class Projections:
         alone = self._mapper.alone
         numbers = list(map(_NUMBER, runs))  # an int's hash is C's, a UUID's is Python's
         by_run: dict[int, list[int]] = {}
-        if len(set(numbers)) * RUN_PAGE_MIN > len(rows):  # few events a run: no page pays
+        if not rows or len(set(numbers)) * RUN_PAGE_MIN > len(rows):  # no page pays
             return list(map(alone, runs, rows))
         try:
             if numbers[0] == numbers[-1] and numbers.count(numbers[0]) == len(numbers):
