@@ -14,17 +14,18 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import attrs
 from eventsourcing.persistence import ApplicationRecorder, StoredEvent
 
+from engine.store.chain import StoredRow
 from engine.store.mapper import EventMapper
 from engine.store.views import PageSave, RunQuery, Views
 from events import Event, EventFormatError, RunDeleted, RunFinished, RunStarted
 from projections.base import Projection, as_projection
-from projections.collector import collector_paused
+from projections.collector import collector_paused, no_tick
 from projections.errors import (
     PositionMoved,
     ProjectionError,
@@ -50,7 +51,7 @@ RESTORE_AFTER = 64
 it is cached as stored (`Projections._keep_as_stored`): about what decoding a run's summary
 costs in walking its newest states."""
 
-_RUN_NUMBER = attrgetter("originator_id.int")
+_NUMBER = attrgetter("int")
 _NONE_FOLDED: Folded = (set(), Counter())
 _CACHE_LIMIT = 20_000
 Progress = Callable[[str, int, int], None]
@@ -69,6 +70,21 @@ class _Cached(dict[str, Any]):
     def __init__(self) -> None:
         super().__init__()
         self.folded: dict[str, int] = {}
+
+
+class _PageFold(NamedTuple):
+    """What folding a page into one projection's cached states did (`Projections._fold`)."""
+
+    touched: set[str]
+    """The keys whose states the page changed."""
+    reached: int
+    """The position folded up to: the page's end, or the one before the event that failed."""
+    error: ProjectionError | None
+    """The handler's error that stopped the page (None: folded to its end)."""
+    keys: list[str | None]
+    """The keys of the events folded, in order (None: an event the projection does not see)."""
+    delivered: list[tuple[Any, Event]] | None
+    """Each event folded with the state before it, for a projection that `delivers`."""
 
 
 @attrs.frozen
@@ -246,12 +262,8 @@ class Projections:
         resets: int,
     ) -> tuple[int, int]:
         generation = self._follow_generation()  # before the read: see `PageSave.generation`
-        notifications = self._recorder.select_notifications(
-            start=start, limit=PAGE, stop=stop, inclusive_of_start=False
-        )
-        end = notifications[-1].id if notifications else stop
-        events = self._decoded(notifications)
-        ids = [notification.id for notification in notifications]
+        ids, events = self._read(start, stop)
+        end = ids[-1] if ids else stop
         self._learn_pipelines(events)
         gone = self._deleted_runs(group, events)
         saves, folded = [], {}
@@ -283,7 +295,7 @@ class Projections:
         found: dict[UUID, list[Event]] = {run_id: [] for run_id in deleted}
         read_all, held = True, 0
         for page in read(deleted):
-            for event in self._decoded(page):
+            for event in self._stored(page):
                 found[event.run_id].append(event)
             held += len(page)
             if held >= GONE_EVENTS:
@@ -296,32 +308,42 @@ class Projections:
             self._learn_pipelines(run_events[:1])
         return found
 
-    def _decoded(self, stored: Sequence[StoredEvent]) -> list[Event]:
-        """The events of `stored`, in its order, each run's many decoded as a page
+    def _read(self, start: int, stop: int) -> tuple[list[int], list[Event]]:
+        """The ids and events of the page of notifications after `start` (up to `stop`): read
+        as rows where the recorder can (`select_notification_rows`), not as objects."""
+        lean = getattr(self._recorder, "select_notification_rows", None)
+        if lean is not None:
+            ids, runs, rows = lean(start, PAGE, stop)
+            return ids, self._decoded(runs, rows)
+        notifications = self._recorder.select_notifications(
+            start=start, limit=PAGE, stop=stop, inclusive_of_start=False
+        )
+        return [notification.id for notification in notifications], self._stored(notifications)
+
+    def _stored(self, stored: Sequence[StoredEvent]) -> list[Event]:
+        """The events of `stored`, in its order (`_decoded`)."""
+        runs: list[Any] = [row.originator_id for row in stored]  # a recorder's are UUIDs
+        rows = [(row.originator_version, row.topic, row.state) for row in stored]
+        return self._decoded(runs, rows)
+
+    def _decoded(self, runs: list[UUID], rows: list[StoredRow]) -> list[Event]:
+        """The events of `rows` (of `runs`), in their order, each run's many decoded as a page
         (`EventMapper.from_rows`, as `Store.read` does): the same events as decoding each
         alone (`to_domain_event`), and the same error, for the first that cannot be read.
         """
-        alone = self._mapper.to_domain_event
-        runs = list(map(_RUN_NUMBER, stored))  # an int's hash is C's, a UUID's is Python's
-        if len(set(runs)) * RUN_PAGE_MIN > len(stored):  # few events a run: no page pays
-            return [alone(row) for row in stored]
+        alone = self._mapper.alone
+        numbers = list(map(_NUMBER, runs))  # an int's hash is C's, a UUID's is Python's
         by_run: dict[int, list[int]] = {}
-        for index, run in enumerate(runs):
-            by_run.setdefault(run, []).append(index)
-        events: list[Any] = [None] * len(stored)
+        if not rows or len(set(numbers)) * RUN_PAGE_MIN > len(rows):  # no page pays
+            return list(map(alone, runs, rows))
         try:
-            for run, indexes in by_run.items():
-                rows = [stored[index] for index in indexes]
-                if len(rows) < RUN_PAGE_MIN:
-                    decoded = [alone(row) for row in rows]
-                else:
-                    lean = [(row.originator_version, row.topic, row.state) for row in rows]
-                    decoded = self._mapper.from_rows(UUID(int=run), lean)
-                for index, event in zip(indexes, decoded, strict=True):
-                    events[index] = event
+            if numbers[0] == numbers[-1] and numbers.count(numbers[0]) == len(numbers):
+                return self._mapper.from_rows(runs[0], rows)  # one run's page, as it is
+            for index, number in enumerate(numbers):
+                by_run.setdefault(number, []).append(index)
+            return _scattered(self._mapper, runs, rows, by_run)
         except EventFormatError:  # decoded in order, one by one: the first unreadable says so
-            return [alone(row) for row in stored]
-        return events
+            return list(map(alone, runs, rows))
 
     def _follow_generation(self) -> int:
         """Drop every cached state and pipeline name if runs were erased since they were read."""
@@ -406,6 +428,40 @@ class Projections:
         projection = self._registered[name]
         keys = self._keys(projection, events)
         states, loaded = self._states(name, projection, keys, start)
+        page = _folded_by_key(projection, events, keys, states, end)
+        if page is None:  # not foldable key by key, or it failed: event by event says where
+            page = self._fold_each(name, events, ids, (start, end), gone, keys, states)
+        touched, reached, error, keys, folded = page
+        if folded:
+            try:
+                projection.deliver(folded)
+            except Exception as failure:  # nothing of the page is kept: it comes again
+                self._cache.pop(name, None)
+                return None, ProjectionError(name, folded[0][1], failure), _NONE_FOLDED
+        try:
+            encoded = {key: projection.encode(states[key]) for key in touched}
+        except ProjectionStateError as failure:
+            self._cache.pop(name, None)
+            return None, failure, _NONE_FOLDED
+        if reached == start:
+            return None, error, _NONE_FOLDED
+        save = PageSave(name, start, reached, encoded, projection.identity())
+        return save, error, (loaded, Counter(keys))
+
+    def _fold_each(
+        self,
+        name: str,
+        events: list[Event],
+        ids: list[int],
+        bounds: tuple[int, int],
+        gone: dict[UUID, list[Event]],
+        keys: list[str | None],
+        states: dict[str, Any],
+    ) -> _PageFold:
+        """Fold a page's events into `name`'s `states` one by one, as far as a handler error
+        (the page from `bounds`' start to its end)."""
+        projection = self._registered[name]
+        start, end = bounds
         touched: set[str] = set()
         reached, error = end, None
         forgetting = _forgetting(projection)
@@ -431,21 +487,7 @@ class Projections:
             touched.add(key)
             if folded is not None:
                 folded.append((before, event))
-        if folded:
-            try:
-                projection.deliver(folded)
-            except Exception as failure:  # nothing of the page is kept: it comes again
-                self._cache.pop(name, None)
-                return None, ProjectionError(name, folded[0][1], failure), _NONE_FOLDED
-        try:
-            encoded = {key: projection.encode(states[key]) for key in touched}
-        except ProjectionStateError as failure:
-            self._cache.pop(name, None)
-            return None, failure, _NONE_FOLDED
-        if reached == start:
-            return None, error, _NONE_FOLDED
-        save = PageSave(name, start, reached, encoded, projection.identity())
-        return save, error, (loaded, Counter(keys))
+        return _PageFold(touched, reached, error, keys, folded)
 
     def _forget_run(
         self,
@@ -464,7 +506,7 @@ class Projections:
             events = [e for e in gone[deletion.run_id] if e.version < deletion.version]
         else:
             stored = self._recorder.select_events(deletion.run_id, lte=deletion.version - 1)
-            events = self._decoded(stored)
+            events = self._stored(stored)
         by_key: dict[str, list[Event]] = {}
         for key, event in zip(self._keys(projection, events), events, strict=True):
             if key is not None:
@@ -698,6 +740,65 @@ class Projections:
 
     def __repr__(self) -> str:
         return f"Projections({self.names})"
+
+
+def _scattered(
+    mapper: EventMapper, runs: list[UUID], rows: list[StoredRow], by_run: dict[int, list[int]]
+) -> list[Event]:
+    """The events of `rows` of several runs (their indexes `by_run`), in the rows' order, each
+    run's many decoded as a page (`Projections._decoded`)."""
+    events: list[Any] = [None] * len(rows)
+    for indexes in by_run.values():
+        part = [rows[index] for index in indexes]
+        run = runs[indexes[0]]
+        if len(part) < RUN_PAGE_MIN:
+            decoded = [mapper.alone(run, row) for row in part]
+        else:
+            decoded = mapper.from_rows(run, part)
+        for index, event in zip(indexes, decoded, strict=True):
+            events[index] = event
+    return events
+
+
+def _folded_by_key(
+    projection: Projection[Any],
+    events: list[Event],
+    keys: list[str | None],
+    states: dict[str, Any],
+    end: int,
+) -> _PageFold | None:
+    """A page folded into `states` a key's events at once, by the projection's own fold
+    (`RunIndex`'s takes a stretch of outcomes into one summary, not one per event).
+
+    None, `states` untouched, where that cannot stand for folding the page event by event:
+    a projection that delivers, or forgets deleted runs, or has no fold of its own (one by
+    one is as fast), and a fold that failed (event by event names the event, and keeps what
+    came before it). States are values, so folding a key's events apart from the others'
+    gives what folding them in the page's order gives.
+    """
+    if projection.delivers or _forgetting(projection):
+        return None
+    if type(projection)._fold is Projection._fold:
+        return None
+    by_key = _by_key(keys, events)
+    try:
+        folded = {key: projection._fold(part, states[key], no_tick) for key, part in by_key.items()}
+    except Exception:  # told again, with where it stops, event by event
+        return None
+    states.update(folded)
+    return _PageFold(set(folded), end, None, keys, None)
+
+
+def _by_key(keys: list[str | None], events: list[Event]) -> dict[str, list[Event]]:
+    """The events of each key, in order (those of key None left out)."""
+    first = keys[0] if keys else None
+    if first is not None and keys.count(first) == len(keys):  # one run's page, a long run's
+        return {first: events}
+    by_key: dict[str, list[Event]] = {}
+    for key, event in zip(keys, events, strict=True):
+        if key is not None:
+            by_key.setdefault(key, []).append(event)
+    return by_key
 
 
 def _forgetting(projection: Projection[Any]) -> bool:

@@ -19,8 +19,17 @@ from engine.errors import (
 )
 from engine.readside import persistent
 from engine.store.meta import EVENTS_TABLE
-from events import EventFormatError, RunFinished, StageFailed
-from projections import FailurePatterns, Projection, RunIndex, RunSummary, StateStack, immutable, on
+from events import EventFormatError, NoteAdded, RunFinished, StageFailed
+from projections import (
+    FailurePatterns,
+    Projection,
+    RunIndex,
+    RunSummary,
+    StateStack,
+    immutable,
+    on,
+    run_index,
+)
 from projections.base import _fingerprint
 from tests._helpers import LOOP, REVIEW, BreaksOnTimeouts, FailuresByType
 
@@ -585,6 +594,58 @@ class TestLongRunCatchUp:
         assert max(walks) <= persistent.RESTORE_AFTER + 2 * SMALL_PAGE
 
     @pytest.mark.usefixtures("small_pages")
+    def test_a_page_builds_a_run_s_summary_once_not_once_per_outcome(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Catching the index up folds each run's outcomes in a page as one stretch (its
+        summary built once at the stretch's end), not through `outcome` event by event."""
+        record_long_runs(engine, 200)
+        built: list[int] = []
+        make = run_index._SUMMARY
+
+        def counted(*fields: Any) -> Any:
+            built.append(1)
+            return make(*fields)
+
+        monkeypatch.setattr(run_index, "_SUMMARY", counted)
+        engine.projections.rebuild(RunIndex.name)
+        pages = -(-engine.projections.head() // SMALL_PAGE)
+        assert 0 < len(built) <= 3 * pages  # a stretch per run and page, a few runs a page
+        assert 3 * pages < 300  # where `outcome` builds one per outcome (300 of them and more)
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_a_handler_error_mid_page_stops_where_folding_event_by_event_stops(
+        self, engine: Engine
+    ) -> None:
+        """A handler of a projection folding stretches (a `RunIndex` of its own) failing mid
+        page: the error names the event, the position stays just before it, and every run's
+        stored state is the fold of its events before it (none of the page's after it)."""
+        engine.projections.register(BreaksOnNotes)
+        loop, turns = engine.start_run(LOOP), engine.start_run(TURNS)
+        for index in range(70):  # the note falls mid page, both runs going on after it
+            loop.stage_completed("work", result={"n": index})
+            turns.stage_completed("a" if index % 2 == 0 else "b", result={})
+            if index == 50:
+                noted = turns.note("why", "a note")
+        with pytest.raises(ProjectionError, match=r"breaks_on_notes.*NoteAdded"):
+            engine.projections.catch_up([BreaksOnNotes.name])
+        notifications = engine.store.recorder.select_notifications(start=1, limit=10_000)
+        (note,) = [n for n in notifications if n.originator_version == noted.version
+                   and n.originator_id == turns.id]  # fmt: skip
+        assert note.id % SMALL_PAGE not in (0, 1)  # mid page, not at its edge
+        (status,) = [s for s in engine.projections.status() if s.name == BreaksOnNotes.name]
+        assert status.position == note.id - 1
+        mapper = engine.store.mapper
+        for run in (loop, turns):
+            before = [
+                mapper.to_domain_event(n)
+                for n in notifications
+                if n.originator_id == run.id and n.id < note.id
+            ]
+            stored = engine.projections.get(BreaksOnNotes.name, run.id, catch_up=False)
+            assert stored == BreaksOnNotes().fold(before)
+
+    @pytest.mark.usefixtures("small_pages")
     def test_an_unreadable_event_stops_the_catch_up_as_decoding_it_alone_does(
         self, tmp_path: Path
     ) -> None:
@@ -613,6 +674,60 @@ class TestLongRunCatchUp:
             (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
             assert 0 < status.position < bad.id
 
+    @pytest.mark.usefixtures("small_pages")
+    def test_an_unreadable_event_in_one_run_s_page_is_named_as_decoding_it_alone_does(
+        self, tmp_path: Path
+    ) -> None:
+        """A page holding one run's events only (read as rows and decoded at once) with an
+        unreadable event mid page: the same error as decoding it alone, the page not kept."""
+        with Engine(f"sqlite:///{tmp_path / 'bad.db'}") as engine:
+            loop = engine.start_run(LOOP)
+            for index in range(100):
+                loop.stage_completed("work", result={"n": index})
+            with sqlite3.connect(tmp_path / "bad.db") as conn:
+                conn.execute(
+                    f"UPDATE {EVENTS_TABLE} SET state = ? WHERE originator_version = 60",
+                    (b"{not json",),
+                )
+            conn.close()
+            store = engine.store
+            (bad,) = [
+                n
+                for n in store.recorder.select_notifications(start=1, limit=10_000)
+                if n.state == b"{not json"
+            ]
+            with pytest.raises(EventFormatError) as alone:
+                store.mapper.to_domain_event(bad)
+            with pytest.raises(EventFormatError) as caught_up:
+                engine.projections.rebuild(RunIndex.name)
+            assert str(caught_up.value) == str(alone.value)
+            (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
+            assert status.position == SMALL_PAGE < bad.id  # the page before the bad event's
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_a_sqlite_catch_up_reads_rows_not_notification_objects(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """On SQLite the catch-up reads its pages as rows (`select_notification_rows`): no
+        eventsourcing `Notification` made per event; the summaries are the runs' folds."""
+        with Engine(sqlite_url) as engine:
+            ids = record_long_runs(engine, 100)
+            read = engine.store.recorder.select_notifications
+            objects: list[int] = []
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                page = read(*args, **kwargs)
+                objects.append(len(page))
+                return page
+
+            monkeypatch.setattr(engine.store.recorder, "select_notifications", counted)
+            engine.projections.rebuild(RunIndex.name)
+            assert sum(objects) == 0
+            monkeypatch.undo()
+            for run_id in ids.values():
+                stored = engine.projections.get(RunIndex.name, run_id, catch_up=False)
+                assert stored == folded_alone(engine, run_id)
+
     def test_the_first_unreadable_event_of_a_page_is_the_one_named(self, tmp_path: Path) -> None:
         """Two unreadable events of two runs in one page: the catch-up names the one first in
         the page, though its run comes second in the page (decoded after the other's)."""
@@ -636,6 +751,17 @@ class TestLongRunCatchUp:
             with pytest.raises(EventFormatError) as caught_up:
                 engine.projections.rebuild(RunIndex.name)
             assert str(caught_up.value) == str(alone.value)
+
+
+class BreaksOnNotes(RunIndex):
+    """The run index, failing on a note: its outcomes folded in stretches (`RunIndex._fold`)."""
+
+    name = "breaks_on_notes"
+
+    @on(NoteAdded)
+    def noted(self, summary: RunSummary | None, event: NoteAdded) -> RunSummary | None:
+        """Refuses every note."""
+        raise RuntimeError("cannot take notes")
 
 
 DECODED: list[Any] = []

@@ -144,6 +144,32 @@ class CompactRecorder(SQLiteRecorder):
     ) -> Sequence[Notification]:
         """Events in notification order from `start` (eventsourcing's query), ids and topics
         turned back into a `UUID` and text."""
+        rows = self._selected(start, limit, stop, topics, inclusive_of_start)
+        return self._notifications(rows)
+
+    def select_notification_rows(
+        self, start: int, limit: int, stop: int
+    ) -> tuple[list[int], list[UUID], list[tuple[int, str, bytes]]]:
+        """The notifications after `start` up to `stop` (`limit` of them) as rows, not objects
+        (a persistent catch-up's read): their ids, their runs (one `UUID` object a run) and
+        their (version, topic, state), as `EventMapper.from_rows` reads them."""
+        rows = self._selected(start, limit, stop, (), False)
+        names, runs = self.topic_names, _RunIds()
+        return (
+            [row[0] for row in rows],
+            [runs[row[1]] for row in rows],
+            [(row[2], names[row[3]], row[4]) for row in rows],
+        )
+
+    def _selected(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None,
+        topics: Sequence[str],
+        inclusive_of_start: bool,
+    ) -> list[Any]:
+        """`select_notifications`' rows as the table holds them (run key, topic id)."""
         where, params = [], []
         if start is not None:
             where.append("rowid>=?" if inclusive_of_start else "rowid>?")
@@ -164,8 +190,7 @@ class CompactRecorder(SQLiteRecorder):
         )
         with self.datastore.transaction(commit=False) as c:
             c.execute(statement, [*params, limit])
-            rows = c.fetchall()
-        return self._notifications(rows)
+            return c.fetchall()  # type: ignore[no-any-return]
 
     def _notifications(self, rows: Sequence[Any]) -> list[Notification]:
         names, runs = self.topic_names, _RunIds()

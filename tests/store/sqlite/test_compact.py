@@ -131,6 +131,23 @@ class TestReadingIt:
             assert [n.topic for n in failed] == ["stagetrail:StageFailed"]
             assert recorder.select_notifications(start=1, limit=100, topics=["nope"]) == []
 
+    def test_notification_rows_are_the_notifications_fields(self, tmp_path: Path) -> None:
+        """A page read as rows holds the ids, runs and (version, topic, state) of the same
+        page read as notifications: after `start`, up to `stop`, at most `limit`."""
+        url = f"sqlite:///{tmp_path / 'new.db'}"
+        record(url)
+        record(url)
+        with Engine(url) as engine:
+            recorder = engine.store.recorder
+            assert isinstance(recorder, CompactRecorder)
+            page = recorder.select_notifications(start=2, limit=5, stop=8, inclusive_of_start=False)
+            ids, runs, read = recorder.select_notification_rows(2, 5, 8)
+            assert ids == [n.id for n in page] == [3, 4, 5, 6, 7]
+            assert runs == [n.originator_id for n in page]
+            assert read == [(n.originator_version, n.topic, n.state) for n in page]
+            assert len({id(run) for run in runs}) == 2  # one UUID object a run
+            assert recorder.select_notification_rows(8, 5, 8) == ([], [], [])
+
     def test_another_process_topics_are_learnt_on_read(self, tmp_path: Path) -> None:
         """A topic first written by another engine is named when this one reads it."""
         url = f"sqlite:///{tmp_path / 'new.db'}"
