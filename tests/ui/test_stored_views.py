@@ -239,35 +239,28 @@ class TestErasedRuns:
             for at in (deltas[0] + 5, deltas[-1] + 5):
                 assert fresh.project(run_id, RunView, at=at) == RunView().fold(events[:at])
 
-    def test_an_erased_runs_lists_are_let_go_by_the_packed_cache(self, sqlite_url: str) -> None:
-        """The packed versions kept for a run's lists (`deferred.packed_versions`) hold none
-        of them once the run is erased: its items are not kept alive in the process."""
-        run_id = record_loops(sqlite_url, 600)
-        kept = record_loops(sqlite_url, 100)
-        with Engine(sqlite_url) as engine:
-            engine.project(run_id, RunView)
-            held = [cells for cells, *_ in deferred._packed.values()]
-            assert held
-            engine.load(run_id).finish("deleted")
-            assert engine.compact().runs == (run_id,)
-            engine.project(kept, RunView)
-            assert not any(cells is old for cells, *_ in deferred._packed.values() for old in held)
-
-    def test_an_erased_runs_stack_of_states_is_let_go_by_the_runs_cache(
-        self, sqlite_url: str
+    @pytest.mark.parametrize(
+        ("module", "cache"),
+        [(deferred, "_packed"), (run_index, "_runs")],
+        ids=["deferred.packed_versions", "run_index.StateList.runs"],
+    )
+    def test_an_erased_runs_items_are_let_go_by_a_cache(
+        self, sqlite_url: str, module: Any, cache: str
     ) -> None:
-        """The runs kept for stacks of states (`run_index.StateList.runs`) hold none of an
-        erased run's once another fold reads the store: its states are not kept alive."""
+        """The packed versions kept for a run's lists (`deferred.packed_versions`) and the runs
+        kept for its stacks of states (`run_index.StateList.runs`) hold none of an erased run's
+        once another fold reads the store: its items and states are not kept alive."""
         run_id = record_loops(sqlite_url, 600)
         kept = record_loops(sqlite_url, 100)
         with Engine(sqlite_url) as engine:
             engine.project(run_id, RunView)
-            held = [cells for cells, *_ in run_index._runs.values()]
+            held = [cells for cells, *_ in getattr(module, cache).values()]
             assert held
             engine.load(run_id).finish("deleted")
             assert engine.compact().runs == (run_id,)
             engine.project(kept, RunView)
-            assert not any(cells is old for cells, *_ in run_index._runs.values() for old in held)
+            now = getattr(module, cache).values()
+            assert not any(cells is old for cells, *_ in now for old in held)
 
 
 class _CountedGets(dict[int, Any]):
