@@ -19,7 +19,7 @@ from projections.base import folds_with
 from projections.errors import ProjectionError
 from projections.immutable import PList
 from projections.run_index import STATUS_NOTE, PackedRuns, StateList, _states, pack_states
-from tests._helpers import REVIEW, hub_history
+from tests._helpers import REVIEW, calls_to, hub_history
 from tests.projections._own_way import applied, ignoring, prefixes
 
 OTHER = Pipeline(
@@ -428,14 +428,7 @@ class TestStateList:
     ) -> None:
         """Packing a stack of alternating states every 500 pushes (the viewer's first fold)
         codes only the runs since the last packing, and gives what packing it afresh gives."""
-        coded: list[int] = []
-        real = run_index._code
-
-        def counted(names: dict[str, int], name: str, count: int) -> str:
-            coded.append(1)
-            return real(names, name, count)
-
-        monkeypatch.setattr(run_index, "_code", counted)
+        coded = calls_to(monkeypatch, run_index, "_code")
         stack: PList[str] = StateList()
         for n in range(1, 20_001):
             stack = stack.push("ab"[n % 2])
@@ -453,15 +446,8 @@ class TestStateList:
     ) -> None:
         """Pushing onto a StateList (once per outcome in the viewer's fold, through `apply`)
         makes a StateList as `PList.push` makes a list, without a second call to __init__."""
-        inits: list[int] = []
-        real = StateList.__init__
-
-        def counted(self: StateList, *args: Any) -> None:
-            inits.append(1)
-            real(self, *args)
-
         stack: PList[str] = StateList()
-        monkeypatch.setattr(StateList, "__init__", counted)
+        inits = calls_to(monkeypatch, StateList, "__init__")
         for item in "abba":
             stack = stack.push(item)
         assert type(stack) is StateList

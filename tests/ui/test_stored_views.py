@@ -19,6 +19,7 @@ from engine.ui.snapshot import RunView
 from events import JSON, RetryScheduled
 from projections import ProjectionStateError, deferred, run_index
 from projections.deferred import ranges_check, unpack_ranges
+from tests._helpers import calls_to
 
 
 def record_loops(url: str, cycles: int) -> UUID:
@@ -281,14 +282,7 @@ class TestFirstLook:
         each frame's and attempt's version, and reads each state of the summary's stack, about
         once, not once per view stored: the fold costs the same per event at any length."""
         run_id = record_loops(sqlite_url, 2_000)
-        packed: list[int] = []
-        real = deferred.packed_onto
-
-        def counted(text: str, last: int, count: int, versions: Any) -> Any:
-            packed.append(len(versions))
-            return real(text, last, count, versions)
-
-        monkeypatch.setattr(deferred, "packed_onto", counted)
+        packed = calls_to(monkeypatch, deferred, "packed_onto")
         monkeypatch.setattr(run_index, "_runs", _CountedGets())
         _CountedGets.gets = 0
         with Engine(sqlite_url, create=False) as engine:
@@ -297,5 +291,5 @@ class TestFirstLook:
             views = last.version // snapshots.SNAPSHOT_INTERVAL
             assert views >= 25
             engine.project(run_id, RunView)
-        assert sum(packed) <= 4 * last.version
+        assert sum(len(versions) for *_, versions in packed) <= 4 * last.version
         assert _CountedGets.gets <= 4 * last.version
