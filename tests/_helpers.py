@@ -168,6 +168,20 @@ def compact_killed_after_first_erase(engine: Engine, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(postgres_open, "_erase_some", first)
 
 
+def calls_to(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[tuple[Any, ...]]:
+    """The positional arguments of each call to `owner.name` from now on (the test's end),
+    which `owner.name` still answers as before."""
+    real = getattr(owner, name)
+    calls: list[tuple[Any, ...]] = []
+
+    def recorded(*args: Any, **options: Any) -> Any:
+        calls.append(args)
+        return real(*args, **options)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return calls
+
+
 def erased_after_its_first_page(
     url: str, doomed: UUID, monkeypatch: pytest.MonkeyPatch, after: int | None = None
 ) -> None:

@@ -24,6 +24,7 @@ from projections.deferred import (
     version_ranges,
 )
 from projections.immutable import ROWS_PER_BLOCK, PList, RowList
+from tests._helpers import calls_to
 
 
 @attrs.frozen
@@ -350,21 +351,14 @@ class TestStoredTotals:
         """Packing a row list every few blocks (a fold storing a view every 500 events) packs
         only the versions of the blocks sealed since the last packing, and gives what packing
         it afresh gives."""
-        packed_counts: list[int] = []
-        real = deferred.packed_onto
-
-        def counted(packed: str, last: int, count: int, versions: Any) -> Any:
-            packed_counts.append(len(versions))
-            return real(packed, last, count, versions)
-
-        monkeypatch.setattr(deferred, "packed_onto", counted)
+        packed = calls_to(monkeypatch, deferred, "packed_onto")
         rows: RowList[Item] = Items()
         every, times = 4 * ROWS_PER_BLOCK + 12, 40
         for version in range(1, every * times + 1):
             rows = rows.push_row((2 * version,))
             if version % every == 0:
                 packed_versions(rows)
-        assert sum(packed_counts) <= 2 * every * times
+        assert sum(len(versions) for *_, versions in packed) <= 2 * every * times
         fresh = packed_versions(rows)
         monkeypatch.setattr(deferred, "_packed", {})
         assert packed_versions(rows) == fresh == packed_versions(PList.of(list(rows.to_tuple())))

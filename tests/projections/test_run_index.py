@@ -20,7 +20,7 @@ from projections.base import folds_with
 from projections.errors import ProjectionError
 from projections.immutable import PList
 from projections.run_index import STATUS_NOTE, PackedRuns, StateList, _states, pack_states
-from tests._helpers import REVIEW, hub_history
+from tests._helpers import REVIEW, calls_to, hub_history
 from tests.projections._own_way import applied, ignoring, prefixes
 
 OTHER = Pipeline(
@@ -403,48 +403,31 @@ class TestStateList:
         run_index.forget_runs()
         assert stack.runs() == expected
 
+    @pytest.mark.parametrize(("look", "states"), [("read", "abc"), ("pack", "abcd")])
     @given(
-        st.lists(st.tuples(st.sampled_from(["push", "pop", "read", "back"]), st.integers(0, 40)))
+        ops=st.lists(
+            st.tuples(st.sampled_from(["push", "pop", "look", "back"]), st.integers(0, 40))
+        )
     )
-    def test_runs_are_those_of_the_same_stack_never_read(self, ops: list[tuple[str, int]]) -> None:
-        """Whatever pushes, pops, reads and returns to older stacks came before, a stack's runs
-        are those of a plain list of the same states, and pushes and pops keep it a StateList."""
-        made: list[PList[str]] = [StateList()]
-        stack = made[0]
-        for op, number in ops:
-            if op == "push":
-                for index in range(number % 7 + 1):
-                    stack = stack.push("abc"[(number + index // 3) % 3])
-            elif op == "pop":
-                stack = stack.pop(number % 9)
-            elif op == "read":
-                stack.runs()
-            else:
-                stack = made[number % len(made)]
-            made.append(stack)
-        for stack in made:
-            assert type(stack) is StateList
-            assert stack.runs() == PList.of(list(stack)).runs()
-            assert pack_states(stack.runs()) == pack_states(PList.of(list(stack)).runs())
-
-    @given(
-        st.lists(st.tuples(st.sampled_from(["push", "pop", "pack", "back"]), st.integers(0, 40)))
-    )
-    def test_packed_runs_are_those_of_the_same_stack_never_packed(
-        self, ops: list[tuple[str, int]]
+    def test_runs_are_those_of_the_same_stack_never_read_nor_packed(
+        self, look: str, states: str, ops: list[tuple[str, int]]
     ) -> None:
-        """Whatever pushes, pops, packings and returns came before, a stack's runs pack
-        (`pack_states`, onto a packing kept) to the very names and codes of a plain list of
-        the same states; runs changed after they were read are packed as they are."""
+        """Whatever pushes, pops, looks (reads of its runs, or packings of them by
+        `pack_states` onto a packing kept) and returns to older stacks came before, a stack's
+        runs are, and pack to the very names and codes of, those of a plain list of the same
+        states, pushes and pops keep it a StateList, and runs changed after they were read
+        are packed as they are."""
         made: list[PList[str]] = [StateList()]
         stack = made[0]
         for op, number in ops:
             if op == "push":
                 for index in range(number % 7 + 1):
-                    stack = stack.push("abcd"[(number + index // 3) % 4])
+                    stack = stack.push(states[(number + index // 3) % len(states)])
             elif op == "pop":
                 stack = stack.pop(number % 9)
-            elif op == "pack":
+            elif op == "look" and look == "read":
+                stack.runs()
+            elif op == "look":
                 assert pack_states(stack.runs()) == pack_states(PList.of(list(stack)).runs())
             else:
                 stack = made[number % len(made)]
@@ -452,20 +435,17 @@ class TestStateList:
         runs = stack.runs()
         runs.append(("changed", 2))
         assert pack_states(runs) == pack_states(list(runs))
+        for stack in made:
+            assert type(stack) is StateList
+            assert stack.runs() == PList.of(list(stack)).runs()
+            assert pack_states(stack.runs()) == pack_states(PList.of(list(stack)).runs())
 
     def test_a_stack_packed_every_few_hundred_pushes_codes_each_run_once(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Packing a stack of alternating states every 500 pushes (the viewer's first fold)
         codes only the runs since the last packing, and gives what packing it afresh gives."""
-        coded: list[int] = []
-        real = run_index._code
-
-        def counted(names: dict[str, int], name: str, count: int) -> str:
-            coded.append(1)
-            return real(names, name, count)
-
-        monkeypatch.setattr(run_index, "_code", counted)
+        coded = calls_to(monkeypatch, run_index, "_code")
         stack: PList[str] = StateList()
         for n in range(1, 20_001):
             stack = stack.push("ab"[n % 2])
@@ -483,15 +463,8 @@ class TestStateList:
     ) -> None:
         """Pushing onto a StateList (once per outcome in the viewer's fold, through `apply`)
         makes a StateList as `PList.push` makes a list, without a second call to __init__."""
-        inits: list[int] = []
-        real = StateList.__init__
-
-        def counted(self: StateList, *args: Any) -> None:
-            inits.append(1)
-            real(self, *args)
-
         stack: PList[str] = StateList()
-        monkeypatch.setattr(StateList, "__init__", counted)
+        inits = calls_to(monkeypatch, StateList, "__init__")
         for item in "abba":
             stack = stack.push(item)
         assert type(stack) is StateList

@@ -19,22 +19,12 @@ from engine.readside import TimeTravel, keeper
 from engine.run import Run
 from events import DECIDED, Event, RunStarted, StageCompleted
 from projections import Folding, RunIndex, StateStack, folding
-from tests._helpers import hub_table
+from tests._helpers import LOOP, hub_table
 from tests.readside.test_snapshots import CountingReader
 
 KEEP_INTERVAL = 2_000
 """A shorter interval than the shipped one, to keep these runs short."""
 KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes, base64
-LOOP = Pipeline(
-    "loop",
-    initial="work",
-    transitions=[
-        ("work", "completed", "work"),
-        ("work", "failed", "work"),
-        ("work", "end", "done"),
-    ],
-    final=["done"],
-)
 
 
 def record(run: Run, outcomes: int, per_commit: int = 300) -> None:
@@ -130,7 +120,7 @@ class TestSnapshotKeeper:
             assert folded is not None
             assert folded[1] == replay(first, rest)[1] == fresh.load(run.id).machine
             loaded = fresh.load(run.id)
-            loaded.stage_completed("work", outcome="end")
+            loaded.stage_completed("work", outcome="done")
             assert fresh.verify(run.id).ok
 
     def test_the_writer_reads_the_run_only_at_its_first_crossing(

@@ -31,7 +31,7 @@ from projections import (
     run_index,
 )
 from projections.base import _fingerprint
-from tests._helpers import LOOP, REVIEW, BreaksOnTimeouts, FailuresByType
+from tests._helpers import LOOP, REVIEW, BreaksOnTimeouts, FailureCount, FailuresByType
 
 
 def record_failures(engine: Engine, *error_types: str) -> None:
@@ -809,19 +809,11 @@ ENDINGS_BROKEN: list[bool] = []
 """`CountsEndings` raises on a run's end while this is not empty."""
 
 
-class CountsEndings(Projection[dict[str, int]]):
-    """Failures by stage across runs, forgetting a deleted run; fails on an end while broken."""
+class CountsEndings(FailureCount):
+    """`FailureCount` (failures by stage, forgetting a deleted run) under its own name,
+    raising on a run's end while `ENDINGS_BROKEN` holds anything."""
 
     name = "counts_endings"
-
-    def initial(self) -> dict[str, int]:
-        """No failure yet."""
-        return {}
-
-    @on(StageFailed)
-    def failed(self, state: dict[str, int], event: StageFailed) -> dict[str, int]:
-        """One more failure of the event's stage."""
-        return {**state, event.stage: state.get(event.stage, 0) + 1}
 
     @on(RunFinished)
     def ended(self, state: dict[str, int], event: RunFinished) -> dict[str, int]:
@@ -829,11 +821,6 @@ class CountsEndings(Projection[dict[str, int]]):
         if ENDINGS_BROKEN:
             raise RuntimeError("cannot count endings yet")
         return state
-
-    def forget(self, state: dict[str, int], gone: dict[str, int]) -> dict[str, int]:
-        """The counts without the deleted run's."""
-        left = {stage: count - gone.get(stage, 0) for stage, count in state.items()}
-        return {stage: count for stage, count in left.items() if count}
 
 
 class TestForgettingFails:

@@ -19,6 +19,7 @@ from engine.ui.snapshot import RunView
 from events import JSON, RetryScheduled
 from projections import ProjectionStateError, deferred, run_index
 from projections.deferred import ranges_check, unpack_ranges
+from tests._helpers import calls_to
 
 
 def record_loops(url: str, cycles: int) -> UUID:
@@ -239,35 +240,28 @@ class TestErasedRuns:
             for at in (deltas[0] + 5, deltas[-1] + 5):
                 assert fresh.project(run_id, RunView, at=at) == RunView().fold(events[:at])
 
-    def test_an_erased_runs_lists_are_let_go_by_the_packed_cache(self, sqlite_url: str) -> None:
-        """The packed versions kept for a run's lists (`deferred.packed_versions`) hold none
-        of them once the run is erased: its items are not kept alive in the process."""
-        run_id = record_loops(sqlite_url, 600)
-        kept = record_loops(sqlite_url, 100)
-        with Engine(sqlite_url) as engine:
-            engine.project(run_id, RunView)
-            held = [cells for cells, *_ in deferred._packed.values()]
-            assert held
-            engine.load(run_id).finish("deleted")
-            assert engine.compact().runs == (run_id,)
-            engine.project(kept, RunView)
-            assert not any(cells is old for cells, *_ in deferred._packed.values() for old in held)
-
-    def test_an_erased_runs_stack_of_states_is_let_go_by_the_runs_cache(
-        self, sqlite_url: str
+    @pytest.mark.parametrize(
+        ("module", "cache"),
+        [(deferred, "_packed"), (run_index, "_runs")],
+        ids=["deferred.packed_versions", "run_index.StateList.runs"],
+    )
+    def test_an_erased_runs_items_are_let_go_by_a_cache(
+        self, sqlite_url: str, module: Any, cache: str
     ) -> None:
-        """The runs kept for stacks of states (`run_index.StateList.runs`) hold none of an
-        erased run's once another fold reads the store: its states are not kept alive."""
+        """The packed versions kept for a run's lists (`deferred.packed_versions`) and the runs
+        kept for its stacks of states (`run_index.StateList.runs`) hold none of an erased run's
+        once another fold reads the store: its items and states are not kept alive."""
         run_id = record_loops(sqlite_url, 600)
         kept = record_loops(sqlite_url, 100)
         with Engine(sqlite_url) as engine:
             engine.project(run_id, RunView)
-            held = [cells for cells, *_ in run_index._runs.values()]
+            held = [cells for cells, *_ in getattr(module, cache).values()]
             assert held
             engine.load(run_id).finish("deleted")
             assert engine.compact().runs == (run_id,)
             engine.project(kept, RunView)
-            assert not any(cells is old for cells, *_ in run_index._runs.values() for old in held)
+            now = getattr(module, cache).values()
+            assert not any(cells is old for cells, *_ in now for old in held)
 
 
 class _CountedGets(dict[int, Any]):
@@ -288,14 +282,7 @@ class TestFirstLook:
         each frame's and attempt's version, and reads each state of the summary's stack, about
         once, not once per view stored: the fold costs the same per event at any length."""
         run_id = record_loops(sqlite_url, 2_000)
-        packed: list[int] = []
-        real = deferred.packed_onto
-
-        def counted(text: str, last: int, count: int, versions: Any) -> Any:
-            packed.append(len(versions))
-            return real(text, last, count, versions)
-
-        monkeypatch.setattr(deferred, "packed_onto", counted)
+        packed = calls_to(monkeypatch, deferred, "packed_onto")
         monkeypatch.setattr(run_index, "_runs", _CountedGets())
         _CountedGets.gets = 0
         with Engine(sqlite_url, create=False) as engine:
@@ -304,5 +291,5 @@ class TestFirstLook:
             views = last.version // snapshots.SNAPSHOT_INTERVAL
             assert views >= 25
             engine.project(run_id, RunView)
-        assert sum(packed) <= 4 * last.version
+        assert sum(len(versions) for *_, versions in packed) <= 4 * last.version
         assert _CountedGets.gets <= 4 * last.version
