@@ -52,6 +52,14 @@ KEEP_INTERVAL = 10 * SNAPSHOT_INTERVAL
 Each costs the writer one more small transaction: at 5,000 events, one per 50
 commits of 100 events, while a fresh reader folds at most ~20 ms of events."""
 
+KEPT_BYTES_PER_EVENT = 16
+"""Sealed bytes a kept projection's snapshot may take per event of its interval.
+
+A larger one is not stored, and that projection is kept half as often from then on
+(twice the events, twice the bytes): the summary of a run whose states alternate packs
+a run of states per outcome, and stored at every interval it would fill the store with
+the square of the run's length. A loop's summary takes about a kilobyte."""
+
 
 def kept_projections() -> list[Projection[Any]]:
     """The projections a writer keeps snapshots of, beside the machine (`Engine.load`).
@@ -104,6 +112,8 @@ class SnapshotKeeper:
             except Exception as error:  # the run is stored: only the speed-up is lost
                 _log.warning("run %s's stack not followed: %s", begun[0].run_id, error)
                 self._shape = None
+        self._every: dict[str, int] = {}
+        """Per projection kept less often than `interval` (`KEPT_BYTES_PER_EVENT`): its own."""
         self._held: dict[str, tuple[int, int, Folding[Any]]] = {}
         """Per projection: the generation and version of its state held, and its folding."""
         self._written: list[Sequence[Event]] | None = [begun] if begun else None
@@ -259,21 +269,33 @@ class SnapshotKeeper:
         at: int,
         generation: int,
     ) -> None:
-        """Store the projection's state after event `at` (among the commit's `events`) and
-        hold its state after them: folded from the state held, else from the events written
-        since the run began, else from the nearest stored snapshot (if near)."""
-        split = at - events[0].version + 1
-        held = self._held.pop(projection.name, None)
-        if held is not None and held[0] == generation and held[1] == events[0].version - 1:
-            held[2].feed(events[:split])
-            state = held[2].state()
+        """Store the projection's state after event `at` (among the commit's `events`) if
+        due, and hold its state after them: fed on from the state held, else folded from
+        the events written since the run began, else from the nearest stored snapshot."""
+        name, split = projection.name, at - events[0].version + 1
+        every = self._every.get(name, self.interval)
+        held = self._held.pop(name, None)
+        fed = held[2] if held and held[0] == generation and held[1] == at - split else None
+        if at % every:  # not due: its snapshots outgrew `KEPT_BYTES_PER_EVENT`
+            if fed is not None:
+                fed.feed(events)
+                self._held[name] = (generation, events[-1].version, fed)
+            return
+        if fed is not None:
+            fed.feed(events[:split])
+            state = fed.state()
         elif self._written is not None:  # this handle began the run: no event read back
             state = projection.fold(itertools.islice(itertools.chain(*self._written), at))
         else:  # the first crossing of a handle that did not begin the run, or after a gap
             state = self._travel.reach(run_id, projection, at, generation, 2 * self.interval)
             if state is None:
                 return
-        kept = folding(projection, self._travel.keep(run_id, projection, at, state, generation))
+        most = KEPT_BYTES_PER_EVENT * every
+        restored = self._travel.keep(run_id, projection, at, state, generation, most=most)
+        if restored is None:  # larger than the events it stands for allow: half as often
+            self._every[name] = 2 * every
+        kept = folding(projection, restored) if restored is not None else fed
+        kept = kept if kept is not None else folding(projection, state)
         if split < len(events):
             kept.feed(events[split:])
-        self._held[projection.name] = (generation, events[-1].version, kept)
+        self._held[name] = (generation, events[-1].version, kept)

@@ -184,17 +184,27 @@ class TimeTravel:
         return self._fold(key, projection, version)
 
     def keep(
-        self, run_id: UUID, projection: Projection[Any], version: int, state: Any, generation: int
+        self,
+        run_id: UUID,
+        projection: Projection[Any],
+        version: int,
+        state: Any,
+        generation: int,
+        *,
+        most: int | None = None,
     ) -> Any:
         """Store `state`, the projection's after event `version`, as a snapshot read in
         `generation`; the state to go on folding from (restored: its older part deferred).
 
-        A writer's: its fold of the events it wrote, never a read of the run.
+        A writer's: its fold of the events it wrote, never a read of the run. With `most`,
+        a snapshot sealed into more bytes than that is not stored, and None is returned.
         """
         key = (generation, run_id, projection.name, projection.identity())
         storer = _Storer(self, key, projection, 0)
         storer.spacing = 1  # due now, whatever the version
         data = storer.offer(version, state)
+        if most is not None and any(len(sealed) > most for _, sealed in storer.sealed):
+            return None
         if data is not None and type(projection).restore is not Projection.restore:
             state = projection.restore(data, self._events(key))
         self._follow(generation)

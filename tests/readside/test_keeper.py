@@ -772,3 +772,25 @@ class TestKeptMachine:
             first, *rest = engine.events(run.id)
             assert isinstance(first, RunStarted)
             assert restored == replay(first, rest[: version - 1])
+
+
+class TestKeptSummaryBytes:
+    def test_a_summary_outgrowing_its_bytes_is_kept_less_often(self, sqlite_url: str) -> None:
+        """The summary of a run whose states alternate outgrows the bytes its interval allows:
+        its writer keeps it less and less often, each stored one within
+        `KEPT_BYTES_PER_EVENT` bytes per event since the one before, and a fresh reader's
+        summary at the head is still the fold of the run."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(ALTERNATING)
+            record_alternating(run, 40 * KEEP_INTERVAL)
+        rows = sorted(
+            (version, len(data))
+            for name, version, data in snapshot_rows(sqlite_url, run.id)
+            if name == RunIndex.name
+        )
+        assert rows[0][0] == KEEP_INTERVAL
+        assert len(rows) < 30
+        for (before, _), (version, size) in zip([(0, 0), *rows], rows, strict=False):
+            assert size <= keeper.KEPT_BYTES_PER_EVENT * (version - before), version
+        with Engine(sqlite_url) as fresh:
+            assert fresh.project(run.id, RunIndex()) == RunIndex().fold(fresh.events(run.id))
