@@ -19,6 +19,7 @@ from engine.readside import TimeTravel, keeper
 from engine.run import Run
 from events import DECIDED, RunStarted, StageCompleted
 from projections import StateStack
+from projections.errors import ProjectionStateError
 from tests._helpers import hub_table
 from tests.readside.test_snapshots import CountingReader
 
@@ -581,3 +582,121 @@ class TestKeptMachine:
             first, *rest = engine.events(run.id)
             assert isinstance(first, RunStarted)
             assert restored == replay(first, rest[: version - 1])
+
+
+def record_random(run: Run, outcomes: int, seed: int, per_commit: int = 97) -> None:
+    """`outcomes` events of `ALTERNATING` with rollbacks of random depth (some to the bottom
+    of the stack, some just below a recent crossing), in batches of odd sizes."""
+    rng = random.Random(seed)
+    for start in range(0, outcomes, per_commit):
+        with run.batch():
+            for _ in range(start, min(start + per_commit, outcomes)):
+                depth, roll = run.machine.depth, rng.random()
+                if depth and roll < 0.00003:
+                    run.rollback(depth, reason="to the bottom")
+                elif depth > 1 and roll < 0.0012:
+                    run.rollback(rng.randint(1, min(depth - 1, 900)), reason="deep")
+                else:
+                    run.stage_completed(run.machine.state)
+
+
+def machines(first: RunStarted, rest: list[Any]) -> list[Any]:
+    """`replay`'s machine state after each version (index 0: after event 1)."""
+    pipeline, state = replay(first)
+    states = [state]
+    from engine.machine import apply
+
+    for event in rest:
+        state = apply(pipeline, state, event)
+        states.append(state)
+    return states
+
+
+class TestDeferredChains:
+    @pytest.mark.parametrize("seed", [1, 2])
+    def test_a_chain_of_fifty_crossings_equals_replay_at_sampled_versions(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, seed: int
+    ) -> None:
+        """Fifty crossings of a small interval, random rollbacks between: each reader's machine
+        (fresh travel, shared travel walking down, a loaded handle rolled back to the bottom)
+        equals `replay`'s, its chain of deferred parts walked without recursion limits."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(ALTERNATING)
+            record_random(run, 50 * 500 + 77, seed)
+        with Engine(sqlite_url) as fresh:
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            expected = machines(first, rest)
+            shared = TimeTravel(fresh.store, fresh.store.views)
+            versions = sorted({*range(1, len(expected) + 1, 613), len(expected)}, reverse=True)
+            versions += [v + d for v in range(500, len(expected), 500) for d in (-1, 0, 1)]
+            for at in versions:
+                alone = TimeTravel(fresh.store, fresh.store.views)
+                for travel in (alone, shared):
+                    folded = travel.project(run.id, MachineFold(), at)
+                    assert folded is not None
+                    assert folded[1] == expected[at - 1], at
+            loaded = fresh.load(run.id)
+            assert loaded.machine == expected[-1]
+            if loaded.machine.depth:
+                loaded.rollback(loaded.machine.depth, reason="to the bottom")
+            first, *rest = fresh.events(run.id)
+            assert loaded.machine == replay(first, rest)[1]  # type: ignore[arg-type]
+            assert fresh.verify(run.id).ok
+
+    def record_deep(self, url: str) -> uuid.UUID:
+        """An alternating run of six crossings of 500 events, no rollback: every machine
+        snapshot but the first names the one before as its stack's base."""
+        with Engine(url) as engine:
+            run = engine.start_run(ALTERNATING)
+            for _ in range(30):
+                with run.batch():
+                    for _ in range(100):
+                        run.stage_completed(run.machine.state)
+        return run.id
+
+    def test_a_missing_older_snapshot_is_folded_again(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A snapshot the newest one's older part names is gone: a deep rollback of a loaded
+        handle folds that part from the snapshot before it (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        run_id = self.record_deep(sqlite_url)
+        versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url, run_id) if p == "run_machine")
+        with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as db:
+            db.execute(
+                "DELETE FROM stagetrail_snapshots WHERE projection='run_machine' AND version=?",
+                (versions[-3],),
+            )
+            db.commit()
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run_id)
+            loaded.rollback(loaded.machine.depth - 1, reason="deep")
+            first, *rest = fresh.events(run_id)
+            assert isinstance(first, RunStarted)
+            assert loaded.machine == replay(first, rest)[1]
+
+    def test_an_older_snapshot_of_another_version_is_a_clear_error(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The snapshot an older part names holds another version's state (a newer one's,
+        whose base is the newer snapshot: a cycle): walking it raises ProjectionStateError,
+        nothing is recorded (fails before: RecursionError)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        run_id = self.record_deep(sqlite_url)
+        rows = {v: s for p, v, s in snapshot_rows(sqlite_url, run_id) if p == "run_machine"}
+        *_, older, newer, newest = sorted(rows)
+        with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as db:
+            db.execute(
+                "UPDATE stagetrail_snapshots SET state=? WHERE projection='run_machine' "
+                "AND version=?",
+                (rows[newest], older),
+            )
+            db.commit()
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run_id)
+            stored = len(fresh.events(run_id))
+            with pytest.raises(ProjectionStateError, match=f"after event {older} "):
+                loaded.rollback(loaded.machine.depth - 1, reason="deep")
+            assert len(fresh.events(run_id)) == stored
