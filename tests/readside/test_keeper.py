@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import random
 import sqlite3
@@ -686,7 +687,7 @@ class TestDeferredChains:
         monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
         run_id = self.record_deep(sqlite_url)
         rows = {v: s for p, v, s in snapshot_rows(sqlite_url, run_id) if p == "run_machine"}
-        *_, older, newer, newest = sorted(rows)
+        *_, older, _newer, newest = sorted(rows)
         with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as db:
             db.execute(
                 "UPDATE stagetrail_snapshots SET state=? WHERE projection='run_machine' "
@@ -700,3 +701,109 @@ class TestDeferredChains:
             with pytest.raises(ProjectionStateError, match=f"after event {older} "):
                 loaded.rollback(loaded.machine.depth - 1, reason="deep")
             assert len(fresh.events(run_id)) == stored
+
+    def test_a_handle_whose_run_was_erased_and_its_id_taken_never_serves_the_new_run(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A loaded handle's run erased, a run of another table started under its id: the
+        handle's deep rollback raises ProjectionStateError, never walks the new run (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        run_id = self.record_deep(sqlite_url)
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run_id)
+            with Engine(sqlite_url) as other:
+                other.load(run_id).finish("deleted")
+                other.compact()
+                taken = other.start_run(LOOP, run_id=run_id)
+                record(taken, 3_100)
+            with pytest.raises(ProjectionStateError):
+                loaded.rollback(loaded.machine.depth - 1, reason="deep")
+
+    def test_a_writer_crossing_after_an_erasure_keeps_snapshots_readers_walk_right(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Runs erased between a writer's crossings: its later snapshots (of the new erasure
+        generation) name older parts of the old one; a fresh reader's machine at each
+        version and a deep rollback still equal `replay` (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        with Engine(sqlite_url) as engine:
+            run, doomed = engine.start_run(ALTERNATING), engine.start_run(LOOP)
+            record_random(run, 2_120, seed=3)
+            with Engine(sqlite_url) as other:
+                other.load(doomed.id).finish("deleted")
+                other.compact()
+            record_random(run, 2_050, seed=4)
+            run.rollback(run.machine.depth - 1, reason="deep, the writer's own")
+            record_random(run, 1_030, seed=5)
+        with Engine(sqlite_url) as fresh:
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            expected = machines(first, rest)
+            for at in range(len(expected), 1, -97):
+                travel = TimeTravel(fresh.store, fresh.store.views)
+                folded = travel.project(run.id, MachineFold(), at)
+                assert folded is not None
+                assert folded[1] == expected[at - 1], at
+            loaded = fresh.load(run.id)
+            loaded.rollback(loaded.machine.depth, reason="to the bottom")
+            first, *rest = fresh.events(run.id)
+            assert loaded.machine == replay(first, rest)[1]  # type: ignore[arg-type]
+
+    def test_threads_walking_shared_deferred_parts_see_replay(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Threads folding the machine of one deep run through one time travel (its states in
+        memory shared, their older parts made once under each part's lock) each see `replay`'s
+        stack at every version they ask for (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(ALTERNATING)
+            record_random(run, 6_040, seed=7)
+        with Engine(sqlite_url) as fresh:
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            expected = machines(first, rest)
+            travel = TimeTravel(fresh.store, fresh.store.views)
+
+            def walk(seed: int) -> None:
+                for at in random.Random(seed).sample(range(1, len(expected) + 1), 25):
+                    folded = travel.project(run.id, MachineFold(), at)
+                    assert folded is not None
+                    assert list(folded[1].stack) == list(expected[at - 1].stack), at
+
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                for done in [pool.submit(walk, seed) for seed in range(4)]:
+                    done.result()
+
+    def test_machine_snapshots_with_older_parts_are_sealed_by_the_stores_cipher(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Under a cipher, the machine snapshots naming older parts hold no plain text, and a
+        fresh engine with the key walks them down to the stack's bottom as `replay` (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        zebra = Pipeline(
+            "zebrafish",
+            initial="zebra",
+            transitions=[
+                ("zebra", "completed", "yak"),
+                ("yak", "completed", "zebra"),
+                ("zebra", "end", "done"),
+            ],
+            final=["done"],
+        )
+        with Engine(sqlite_url, cipher_key=KEY) as engine:
+            run = engine.start_run(zebra)
+            for _ in range(16):
+                with run.batch():
+                    for _ in range(100):
+                        run.stage_completed(run.machine.state)
+        rows = [s for p, _, s in snapshot_rows(sqlite_url, run.id) if p == MachineFold.name]
+        assert len(rows) >= 3
+        for sealed in rows:
+            assert [word for word in (b"zebra", b"yak", b"below") if word in sealed] == []
+        with Engine(sqlite_url, cipher_key=KEY) as fresh:
+            loaded = fresh.load(run.id)
+            loaded.rollback(loaded.machine.depth, reason="to the bottom")
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            assert loaded.machine == replay(first, rest)[1]
