@@ -12,6 +12,7 @@ import functools
 import hashlib
 import inspect
 import itertools
+import json
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Mapping
@@ -513,8 +514,8 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         above = sum(counts)
         tail = None
         if base is not None:  # the fields it is checked by, once runs were erased: not the stack
-            fields = {key: value for key, value in data.items() if key not in _STACK_KEYS}
-            tail = self._below(StackBelow(*base), fields, above, events)
+            digest = (data["version"], _digest(data))
+            tail = self._below(StackBelow(*base), digest, above, events)
         size = above + (0 if tail is None else tail.size)
         cells = tail
         if items:
@@ -522,42 +523,58 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
         return self._state(data, PList(cells, size))
 
     def _below(
-        self, below: StackBelow, data: JSON, above: int, events: EventSource
+        self, below: StackBelow, digest: tuple[int, bytes], above: int, events: EventSource
     ) -> Deferred[str] | None:
         """The oldest `below.depth` states of the stack after event `below.version`, made
-        from that state when first walked (`data`: the snapshot they are the stack's base of,
-        `above` states on them)."""
+        from that state's stack when first walked (`digest`: the version and a digest of the
+        fields of the snapshot they are the stack's base of, `above` states on them). Until
+        then only a held state's stack is kept, not the state (its tasks: a writer's chain)."""
         if below.depth == 0:
             return None
         held = events.held(self, below.version) if isinstance(events, EarlierStates) else None
+        held_stack = None if held is None else held[1].stack
 
         def load() -> Cons[str]:
-            earlier = held if held is not None else self._earlier(below, data, above, events)
-            stack = earlier[1].stack if earlier is not None else PList()
-            if earlier is None or earlier[1].version < below.version or len(stack) < below.depth:
+            stack = held_stack
+            if stack is None:
+                stack = self._earlier_stack(below, digest, above, events)
+            if stack is None or len(stack) < below.depth:
                 raise ProjectionStateError(
-                    self.name, f"the stack below a snapshot is not that of version {below}"
+                    self.name,
+                    f"the stack below a snapshot is not that after event {below.version} "
+                    "(its snapshot is missing, another version's, or of an erased run)",
                 )
             return stack.pop(len(stack) - below.depth).cells
 
         return Deferred(load, below.depth, about=below)
 
-    def _earlier(
-        self, below: StackBelow, data: JSON, above: int, events: EventSource
-    ) -> tuple[Pipeline, RunState] | None:
-        """The state after `below.version` (or, once runs were erased, the version of the
-        snapshot `data` holds the fields of but its stack, checked to have them: its stack
-        has the same base)."""
+    def _earlier_stack(
+        self, below: StackBelow, digest: tuple[int, bytes], above: int, events: EventSource
+    ) -> PList[str] | None:
+        """The stack after `below.version` (or, once runs were erased, the stack of the run
+        the store holds now at the version of the snapshot `digest` is of, checked to have
+        its fields: its stack has the same base); None if not there."""
+        at, fields = digest
         if not isinstance(events, EarlierStates):
-            return self.fold(events(0, below.version))  # a bare source: the run folded
-        earlier: tuple[Pipeline, RunState] | None = events.state_at(self, below.version)
-        if earlier is not None:
-            return earlier
-        now: tuple[Pipeline, RunState] | None = events.state_now(self, data["version"])
+            return _stack_at(self.fold(events(0, below.version)), below.version)  # bare
+        earlier = events.state_at(self, below.version)
+        if earlier is not None:  # exactly that version: never another snapshot's stack
+            return _stack_at(earlier, below.version)
+        now: tuple[Pipeline, RunState] | None = events.state_now(self, at)
         if now is None or len(now[1].stack) != below.depth + above:
             return None
-        mine = {key: value for key, value in self._json(now, None).items() if key != "stack"}
-        return now if mine == data else None
+        return now[1].stack if _digest(self._json(now, None)) == fields else None
+
+
+def _stack_at(state: tuple[Pipeline, RunState] | None, version: int) -> PList[str] | None:
+    """The stack of `state` if it is the machine after event `version`, else None."""
+    return None if state is None or state[1].version != version else state[1].stack
+
+
+def _digest(data: JSON) -> bytes:
+    """A digest of a machine snapshot's fields but its stack's (kept instead of them)."""
+    fields = {key: value for key, value in data.items() if key not in _STACK_KEYS}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).digest()
 
 
 _STACK_KEYS = ("stack", "below")

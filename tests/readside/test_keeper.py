@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import random
 import sqlite3
@@ -19,6 +20,7 @@ from engine.readside import TimeTravel, keeper
 from engine.run import Run
 from events import DECIDED, Event, RunStarted, StageCompleted
 from projections import Folding, RunIndex, StateStack, folding
+from projections.errors import ProjectionStateError
 from tests._helpers import LOOP, hub_table
 from tests.readside.test_snapshots import CountingReader
 
@@ -794,3 +796,227 @@ class TestKeptSummaryBytes:
             assert size <= keeper.KEPT_BYTES_PER_EVENT * (version - before), version
         with Engine(sqlite_url) as fresh:
             assert fresh.project(run.id, RunIndex()) == RunIndex().fold(fresh.events(run.id))
+
+
+def record_random(run: Run, outcomes: int, seed: int, per_commit: int = 97) -> None:
+    """`outcomes` events of `ALTERNATING` with rollbacks of random depth (some to the bottom
+    of the stack, some just below a recent crossing), in batches of odd sizes."""
+    rng = random.Random(seed)
+    for start in range(0, outcomes, per_commit):
+        with run.batch():
+            for _ in range(start, min(start + per_commit, outcomes)):
+                depth, roll = run.machine.depth, rng.random()
+                if depth and roll < 0.00003:
+                    run.rollback(depth, reason="to the bottom")
+                elif depth > 1 and roll < 0.0012:
+                    run.rollback(rng.randint(1, min(depth - 1, 900)), reason="deep")
+                else:
+                    run.stage_completed(run.machine.state)
+
+
+def machines(first: RunStarted, rest: list[Any]) -> list[Any]:
+    """`replay`'s machine state after each version (index 0: after event 1)."""
+    pipeline, state = replay(first)
+    states = [state]
+    from engine.machine import apply
+
+    for event in rest:
+        state = apply(pipeline, state, event)
+        states.append(state)
+    return states
+
+
+class TestDeferredChains:
+    @pytest.mark.parametrize("seed", [1, 2])
+    def test_a_chain_of_fifty_crossings_equals_replay_at_sampled_versions(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, seed: int
+    ) -> None:
+        """Fifty crossings of a small interval, random rollbacks between: each reader's machine
+        (fresh travel, shared travel walking down, a loaded handle rolled back to the bottom)
+        equals `replay`'s, its chain of deferred parts walked without recursion limits."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(ALTERNATING)
+            record_random(run, 50 * 500 + 77, seed)
+        with Engine(sqlite_url) as fresh:
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            expected = machines(first, rest)
+            shared = TimeTravel(fresh.store, fresh.store.views)
+            versions = sorted({*range(1, len(expected) + 1, 613), len(expected)}, reverse=True)
+            versions += [v + d for v in range(500, len(expected), 500) for d in (-1, 0, 1)]
+            for at in versions:
+                alone = TimeTravel(fresh.store, fresh.store.views)
+                for travel in (alone, shared):
+                    folded = travel.project(run.id, MachineFold(), at)
+                    assert folded is not None
+                    assert folded[1] == expected[at - 1], at
+            loaded = fresh.load(run.id)
+            assert loaded.machine == expected[-1]
+            if loaded.machine.depth:
+                loaded.rollback(loaded.machine.depth, reason="to the bottom")
+            first, *rest = fresh.events(run.id)
+            assert loaded.machine == replay(first, rest)[1]  # type: ignore[arg-type]
+            assert fresh.verify(run.id).ok
+
+    def record_deep(self, url: str) -> uuid.UUID:
+        """An alternating run of six crossings of 500 events, no rollback: every machine
+        snapshot but the first names the one before as its stack's base."""
+        with Engine(url) as engine:
+            run = engine.start_run(ALTERNATING)
+            for _ in range(30):
+                with run.batch():
+                    for _ in range(100):
+                        run.stage_completed(run.machine.state)
+        return run.id
+
+    def test_a_missing_older_snapshot_is_folded_again(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A snapshot the newest one's older part names is gone: a deep rollback of a loaded
+        handle folds that part from the snapshot before it (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        run_id = self.record_deep(sqlite_url)
+        versions = sorted(v for p, v, _ in snapshot_rows(sqlite_url, run_id) if p == "run_machine")
+        with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as db:
+            db.execute(
+                "DELETE FROM stagetrail_snapshots WHERE projection='run_machine' AND version=?",
+                (versions[-3],),
+            )
+            db.commit()
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run_id)
+            loaded.rollback(loaded.machine.depth - 1, reason="deep")
+            first, *rest = fresh.events(run_id)
+            assert isinstance(first, RunStarted)
+            assert loaded.machine == replay(first, rest)[1]
+
+    def test_an_older_snapshot_of_another_version_is_a_clear_error(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The snapshot an older part names holds another version's state (a newer one's,
+        whose base is the newer snapshot: a cycle): walking it raises ProjectionStateError,
+        nothing is recorded (fails before: RecursionError)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        run_id = self.record_deep(sqlite_url)
+        rows = {v: s for p, v, s in snapshot_rows(sqlite_url, run_id) if p == "run_machine"}
+        *_, older, _newer, newest = sorted(rows)
+        with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as db:
+            db.execute(
+                "UPDATE stagetrail_snapshots SET state=? WHERE projection='run_machine' "
+                "AND version=?",
+                (rows[newest], older),
+            )
+            db.commit()
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run_id)
+            stored = len(fresh.events(run_id))
+            with pytest.raises(ProjectionStateError, match=f"after event {older} "):
+                loaded.rollback(loaded.machine.depth - 1, reason="deep")
+            assert len(fresh.events(run_id)) == stored
+
+    def test_a_handle_whose_run_was_erased_and_its_id_taken_never_serves_the_new_run(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A loaded handle's run erased, a run of another table started under its id: the
+        handle's deep rollback raises ProjectionStateError, never walks the new run (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        run_id = self.record_deep(sqlite_url)
+        with Engine(sqlite_url) as fresh:
+            loaded = fresh.load(run_id)
+            with Engine(sqlite_url) as other:
+                other.load(run_id).finish("deleted")
+                other.compact()
+                taken = other.start_run(LOOP, run_id=run_id)
+                record(taken, 3_100)
+            with pytest.raises(ProjectionStateError):
+                loaded.rollback(loaded.machine.depth - 1, reason="deep")
+
+    def test_a_writer_crossing_after_an_erasure_keeps_snapshots_readers_walk_right(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Runs erased between a writer's crossings: its later snapshots (of the new erasure
+        generation) name older parts of the old one; a fresh reader's machine at each
+        version and a deep rollback still equal `replay` (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        with Engine(sqlite_url) as engine:
+            run, doomed = engine.start_run(ALTERNATING), engine.start_run(LOOP)
+            record_random(run, 2_120, seed=3)
+            with Engine(sqlite_url) as other:
+                other.load(doomed.id).finish("deleted")
+                other.compact()
+            record_random(run, 2_050, seed=4)
+            run.rollback(run.machine.depth - 1, reason="deep, the writer's own")
+            record_random(run, 1_030, seed=5)
+        with Engine(sqlite_url) as fresh:
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            expected = machines(first, rest)
+            for at in range(len(expected), 1, -97):
+                travel = TimeTravel(fresh.store, fresh.store.views)
+                folded = travel.project(run.id, MachineFold(), at)
+                assert folded is not None
+                assert folded[1] == expected[at - 1], at
+            loaded = fresh.load(run.id)
+            loaded.rollback(loaded.machine.depth, reason="to the bottom")
+            first, *rest = fresh.events(run.id)
+            assert loaded.machine == replay(first, rest)[1]  # type: ignore[arg-type]
+
+    def test_threads_walking_shared_deferred_parts_see_replay(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Threads folding the machine of one deep run through one time travel (its states in
+        memory shared, their older parts made once under each part's lock) each see `replay`'s
+        stack at every version they ask for (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(ALTERNATING)
+            record_random(run, 6_040, seed=7)
+        with Engine(sqlite_url) as fresh:
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            expected = machines(first, rest)
+            travel = TimeTravel(fresh.store, fresh.store.views)
+
+            def walk(seed: int) -> None:
+                for at in random.Random(seed).sample(range(1, len(expected) + 1), 25):
+                    folded = travel.project(run.id, MachineFold(), at)
+                    assert folded is not None
+                    assert list(folded[1].stack) == list(expected[at - 1].stack), at
+
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                for done in [pool.submit(walk, seed) for seed in range(4)]:
+                    done.result()
+
+    def test_machine_snapshots_with_older_parts_are_sealed_by_the_stores_cipher(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Under a cipher, the machine snapshots naming older parts hold no plain text, and a
+        fresh engine with the key walks them down to the stack's bottom as `replay` (guard)."""
+        monkeypatch.setattr(keeper, "KEEP_INTERVAL", 500)
+        zebra = Pipeline(
+            "zebrafish",
+            initial="zebra",
+            transitions=[
+                ("zebra", "completed", "yak"),
+                ("yak", "completed", "zebra"),
+                ("zebra", "end", "done"),
+            ],
+            final=["done"],
+        )
+        with Engine(sqlite_url, cipher_key=KEY) as engine:
+            run = engine.start_run(zebra)
+            for _ in range(16):
+                with run.batch():
+                    for _ in range(100):
+                        run.stage_completed(run.machine.state)
+        rows = [s for p, _, s in snapshot_rows(sqlite_url, run.id) if p == MachineFold.name]
+        assert len(rows) >= 3
+        for sealed in rows:
+            assert [word for word in (b"zebra", b"yak", b"below") if word in sealed] == []
+        with Engine(sqlite_url, cipher_key=KEY) as fresh:
+            loaded = fresh.load(run.id)
+            loaded.rollback(loaded.machine.depth, reason="to the bottom")
+            first, *rest = fresh.events(run.id)
+            assert isinstance(first, RunStarted)
+            assert loaded.machine == replay(first, rest)[1]
