@@ -23,6 +23,17 @@ def quick_run(name: str, *options: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 class TestBenchmarks:
+    def test_alternating_benchmark_records_and_reads_each_size(self) -> None:
+        """benchmarks/alternating.py records and reads one alternating run per size, its
+        machine at half the run answered from the writer's snapshots."""
+        command = [sys.executable, "-P", "benchmarks/alternating.py", "--sizes", "6000"]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+        row = json.loads(done.stdout.splitlines()[-1])
+        assert row["events"] == 6000
+        assert row["mb"] > 0
+        assert row["read_machine_half_ms"] > 0
+        assert row["read_rss_mb"] < 200
+
     def test_append_benchmark_reports_every_case(self) -> None:
         """benchmarks.append --quick prints each case with its ratio and target."""
         done = quick_run("append")
