@@ -605,8 +605,8 @@ def _same_summary(got: RunSummary | None, expected: RunSummary | None) -> None:
     assert got.states.to_tuple() == expected.states.to_tuple()
     assert list(got.states) == list(expected.states)
     assert len(got.states) == len(expected.states)
-    assert list(got.states.runs()) == list(expected.states.runs())  # type: ignore[attr-defined]
-    assert pack_states(got.states.runs()) == pack_states(expected.states.runs())  # type: ignore[attr-defined]
+    assert list(got.states.runs()) == list(expected.states.runs())
+    assert pack_states(got.states.runs()) == pack_states(expected.states.runs())
     assert index.encode(got) == index.encode(expected)
     if len(expected.states):
         assert got.states.pop().to_tuple() == expected.states.pop().to_tuple()
@@ -700,3 +700,43 @@ class TestFolding:
 
         with pytest.raises(OSError, match="disk I/O error"):
             RunIndex().fold(failing())
+
+
+STACK_STEP = st.tuples(
+    st.sampled_from(["push", "push", "push", "pop", "runs", "pack", "drop", "restore"]),
+    st.integers(0, 3),
+    st.sampled_from(["a", "b"]),
+)
+"""One step on one of four stacks: push a state, pop, read its runs, pack them, let the
+stack go (its memo then swept), or replace it by its decoded snapshot."""
+
+
+class TestRunsMemo:
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(STACK_STEP, max_size=60))
+    def test_runs_stay_right_whatever_stacks_are_let_go(
+        self, steps: list[tuple[str, int, str]]
+    ) -> None:
+        """Stacks grown from one another, read, packed, let go (their kept runs swept) and
+        restored, in any order: each stack's runs and packing are always those of its states."""
+        index = RunIndex()
+        start = RunSummary(uuid.uuid4(), "p", RUNNING, "a", T0, T0)
+        stacks: list[PList[str] | None] = [start.states] * 4
+        for action, which, state in steps:
+            stack = stacks[which] or stacks[(which + 1) % 4] or start.states
+            if action == "push":
+                stacks[which] = stack.push(state)
+            elif action == "pop" and len(stack):
+                stacks[which] = stack.pop()
+            elif action == "drop":
+                stacks[which] = None
+            elif action == "restore":
+                summary = index.decode(index.encode(evolve(start, states=stack)))
+                assert summary is not None
+                stacks[which] = summary.states
+            else:
+                expected = [(name, len(list(group))) for name, group in itertools.groupby(stack)]
+                runs = stack.runs()
+                assert list(runs) == expected
+                if action == "pack":
+                    assert pack_states(runs) == pack_states(expected)
