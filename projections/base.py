@@ -334,7 +334,8 @@ class Folding(Generic[S]):
         self.projection, self._state = projection, state
 
     def feed(self, events: Sequence[Event]) -> None:
-        """Fold `events`, the next ones (raises as `Projection.fold` does)."""
+        """Fold `events`, the next ones (raises as `Projection.fold` does; a folding that
+        raised may have taken part of them: it is done with, as the writer's is)."""
         self._state = self.projection.fold(events, self._state)
 
     def state(self) -> S:

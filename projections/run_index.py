@@ -540,8 +540,8 @@ class _Stretch:
         writer folds its every commit so (`engine.readside.keeper`)."""
         state, move, push, last = self.state, self.move, self.push, self.last
         attempts, failures, left = self.attempts, self.failures, COLLECT_EVERY
-        try:
-            for event in itertools.chain((event,), rest):  # noqa: B020 (the one not taken)
+        for event in itertools.chain((event,), rest):  # noqa: B020 (the one not taken)
+            try:  # around each event, not the loop: what `rest` raises is its source's
                 kind = event.__class__
                 if kind is not StageCompleted and kind is not StageFailed:
                     break
@@ -560,16 +560,16 @@ class _Stretch:
                         self.status = "failed_resumable"
                 if move[4] and event.attempt > 0:  # type: ignore[attr-defined]
                     attempts += 1
-                push(state)
-                state, last = to, event  # type: ignore[assignment]
-                left -= 1
-                if not left:
-                    tick()
-                    left = COLLECT_EVERY
-            else:
-                event = None  # type: ignore[assignment]
-        except Exception as error:
-            raise ProjectionError(name, event, error) from error
+            except Exception as error:
+                raise ProjectionError(name, event, error) from error
+            push(state)
+            state, last = to, event  # type: ignore[assignment]
+            left -= 1
+            if not left:
+                tick()
+                left = COLLECT_EVERY
+        else:
+            event = None  # type: ignore[assignment]
         self.state, self.move, self.last = state, move, last
         self.attempts, self.failures = attempts, failures
         return event

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import itertools
 import uuid
 import weakref
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +17,7 @@ from engine import Engine, Pipeline
 from engine.errors import InvalidArgument
 from events import Event, NoteAdded, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.values import evolve
-from projections import RUNNING, RunIndex, RunSummary, run_index
+from projections import RUNNING, Folding, RunIndex, RunSummary, folding, run_index
 from projections.base import folds_with
 from projections.errors import ProjectionError
 from projections.immutable import PList
@@ -565,3 +567,149 @@ class TestStretchFoldProperty:
 
         assert folds_with(RunIndex(), RunIndex, StageCompleted, StageFailed)
         assert not folds_with(Own(), RunIndex, StageCompleted, StageFailed)
+
+
+def _same_summary(got: RunSummary | None, expected: RunSummary | None) -> None:
+    """`got` is `expected`: equal, its stack's states, runs, packing and encoding too."""
+    assert got == expected
+    if got is None or expected is None:
+        return
+    index = RunIndex()
+    assert got.states.to_tuple() == expected.states.to_tuple()
+    assert list(got.states) == list(expected.states)
+    assert len(got.states) == len(expected.states)
+    assert list(got.states.runs()) == list(expected.states.runs())
+    assert pack_states(got.states.runs()) == pack_states(expected.states.runs())
+    assert index.encode(got) == index.encode(expected)
+    if len(expected.states):
+        assert got.states.pop().to_tuple() == expected.states.pop().to_tuple()
+
+
+class TestFolding:
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(OUTCOME, max_size=40), st.lists(st.integers(0, 41), max_size=5), st.data())
+    def test_a_folding_fed_in_parts_gives_what_apply_gives(
+        self, steps: list[tuple[str, str, str]], cuts: list[int], data: st.DataObject
+    ) -> None:
+        """The run index's folding (its stretch left open between parts), from any state
+        `apply` reached, fed the events after it in any parts and asked for its state after
+        any of them (a stack made only when walked), gives what `apply` gives event by event:
+        states, runs, packing, encoding, pop and iteration alike."""
+        events = moves_history(steps)
+        index = RunIndex()
+        states = prefixes(index, events)
+        begin = data.draw(st.integers(0, len(events)), "begin")
+        bounds = sorted({begin, len(events), *(c for c in cuts if begin <= c < len(events))})
+        fold = folding(index, states[begin])
+        for start, end in itertools.pairwise(bounds):
+            fold.feed(events[start:end])
+            if data.draw(st.booleans(), "ask") or end == len(events):
+                _same_summary(fold.state(), states[end])
+
+    @pytest.mark.parametrize("explicit", [True, False])
+    def test_a_folding_fed_event_by_event_gives_what_apply_gives(
+        self, engine: Engine, explicit: bool
+    ) -> None:
+        """Fed one event at a time and asked after each, through implicit routes, rollbacks,
+        resumable failures and a pausing note, the folding gives `apply`'s summary."""
+        run = hub_history(engine, explicit=explicit)
+        run.rollback(2)
+        run.stage_failed("b", error="x", details={"task_id": "t", "writes": []})
+        run.stage_completed("b")
+        run.note(STATUS_NOTE, {"status": "waiting", "reason": "input"})
+        run.stage_completed("b_done")
+        events = engine.events(run.id)
+        index = RunIndex()
+        states = prefixes(index, events)
+        fold = folding(index)
+        for count, event in enumerate(events, 1):
+            fold.feed([event])
+            _same_summary(fold.state(), states[count])
+        assert "failed_resumable" in {state.status for state in states[1:] if state is not None}
+
+    def test_a_subclass_with_its_own_handler_is_folded_its_own_way(self, engine: Engine) -> None:
+        """A subclass taking outcomes its own way gets a plain folding, which gives its
+        `apply`'s summary, not the run index's stretch."""
+        run = engine.start_run(OTHER)
+        for _ in range(10):
+            run.stage_failed("a", error="x")
+        events = engine.events(run.id)
+        for projection in ignoring(RunIndex, StageCompleted, StageFailed):
+            fold = folding(projection)
+            fold.feed(events[:4])
+            fold.feed(events[4:])
+            assert fold.state() == applied(projection, events)
+            assert type(fold) is Folding
+
+    def test_a_failing_outcome_names_the_folding_s_projection_and_event(
+        self, engine: Engine
+    ) -> None:
+        """An outcome a folding cannot take fails naming the projection (a subclass's own
+        name) and that event, not the one before it."""
+
+        class Renamed(RunIndex):
+            name = "renamed_index"
+
+        run = engine.start_run(REVIEW)
+        run.stage_completed("project_analysis", result={})
+        run.stage_completed("code_review", result={})
+        events = engine.events(run.id)
+        broken = evolve(events[2], attempt=None)  # as no check lets an event be made
+        for projection in (RunIndex(), Renamed()):
+            fold = folding(projection)
+            fold.feed(events[:2])
+            with pytest.raises(ProjectionError) as raised:
+                fold.feed([broken])
+            assert (raised.value.projection, raised.value.version) == (projection.name, 3)
+
+    def test_an_error_of_the_events_source_is_raised_as_it_is(self) -> None:
+        """What the events' source raises mid-stretch (a store failing to decode) reaches the
+        caller as it is, not as a ProjectionError naming the outcome before it."""
+        events = moves_history([("done", "a", "completed")] * 10)
+
+        def failing() -> Iterator[Event]:
+            yield from events[:6]
+            raise OSError("disk I/O error")
+
+        with pytest.raises(OSError, match="disk I/O error"):
+            RunIndex().fold(failing())
+
+
+STACK_STEP = st.tuples(
+    st.sampled_from(["push", "push", "push", "pop", "runs", "pack", "drop", "restore"]),
+    st.integers(0, 3),
+    st.sampled_from(["a", "b"]),
+)
+"""One step on one of four stacks: push a state, pop, read its runs, pack them, let the
+stack go (its memo then swept), or replace it by its decoded snapshot."""
+
+
+class TestRunsMemo:
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(STACK_STEP, max_size=60))
+    def test_runs_stay_right_whatever_stacks_are_let_go(
+        self, steps: list[tuple[str, int, str]]
+    ) -> None:
+        """Stacks grown from one another, read, packed, let go (their kept runs swept) and
+        restored, in any order: each stack's runs and packing are always those of its states."""
+        index = RunIndex()
+        start = RunSummary(uuid.uuid4(), "p", RUNNING, "a", T0, T0)
+        stacks: list[PList[str] | None] = [start.states] * 4
+        for action, which, state in steps:
+            stack = stacks[which] or stacks[(which + 1) % 4] or start.states
+            if action == "push":
+                stacks[which] = stack.push(state)
+            elif action == "pop" and len(stack):
+                stacks[which] = stack.pop()
+            elif action == "drop":
+                stacks[which] = None
+            elif action == "restore":
+                summary = index.decode(index.encode(evolve(start, states=stack)))
+                assert summary is not None
+                stacks[which] = summary.states
+            else:
+                expected = [(name, len(list(group))) for name, group in itertools.groupby(stack)]
+                runs = stack.runs()
+                assert list(runs) == expected
+                if action == "pack":
+                    assert pack_states(runs) == pack_states(expected)
