@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -45,7 +44,7 @@ STATUS_NOTE = "run.status"
 
 
 RUNS_KEPT = 8
-"""Stacks of states whose runs `StateList.runs` keeps (by their newest cell), at most."""
+"""Stacks of states whose runs `StateList.runs` keeps (by their newest cell)."""
 
 _Packed = tuple[tuple[str, ...], str, int]
 """`pack_states`' names and codes of a stack's oldest runs, and how many runs they are."""
@@ -77,8 +76,7 @@ class StateList(PList[str]):
         """The states as runs ``(state, count)`` of equal ones, oldest first (see the class)."""
         runs: list[tuple[str, int]] = []
         packed: _Packed | None = None
-        _let_go()  # a walk that can meet no kept stack looks none up
-        newest, below, known = immutable.newest_items(self.cells, _runs or None)
+        newest, below, known = immutable.newest_items(self.cells, _runs)
         if known is not None:
             runs, packed = list(known[1]), known[2]
         elif below is not None:
@@ -133,30 +131,6 @@ def _keep(cells: object, runs: tuple[tuple[str, int], ...], packed: _Packed | No
         _runs[id(cells)] = (cells, runs, packed)
         while len(_runs) > RUNS_KEPT:
             del _runs[next(iter(_runs))]
-    _let_go()
-
-
-def _let_go() -> None:
-    """Drop the kept stacks nothing else holds (`_references`)."""
-    with _runs_lock:
-        for key in [key for key, kept in _runs.items() if _references(kept) <= _ALONE]:
-            del _runs[key]
-
-
-def _references(kept: tuple[object, ...]) -> int:
-    """References to a kept stack's newest cell (`sys.getrefcount`, this call's included).
-
-    A stack nothing else holds can never be walked again (no stack grows from it),
-    yet kept it holds its newest cells alive: a writer folding a long run restores its
-    summary from each snapshot it stores, so every stack it packed is let go at once,
-    and eight of them held 40,000 cells for the collector to scan (recording 5 % slower).
-    Cells are tuples, which take no weak reference: their count is the one sign.
-    """
-    return sys.getrefcount(kept[0])
-
-
-_ALONE = _references((object(),))
-"""`_references` of a cell nothing but its kept tuple holds."""
 
 
 def forget_runs() -> None:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import itertools
 import uuid
-import weakref
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -374,23 +373,7 @@ class Counted(str):
     __hash__ = str.__hash__
 
 
-class Referable(str):
-    """A state a weak reference can follow (a plain str takes none)."""
-
-
 class TestStateList:
-    def test_a_stack_nothing_holds_is_let_go_with_its_states(self) -> None:
-        """The runs kept of a stack read are let go once nothing else holds the stack, by the
-        next read of any stack: a writer restoring its summary from each snapshot it stores
-        leaves none of its old stacks held."""
-        state = Referable("a")
-        held = weakref.ref(state)
-        stack = StateList().push(state).push(Referable("b"))
-        assert stack.runs() == [("a", 1), ("b", 1)]
-        del stack, state
-        assert StateList().push("c").runs() == [("c", 1)]
-        assert held() is None
-
     def test_a_stack_read_every_few_hundred_pushes_walks_each_state_once(self) -> None:
         """Reading the runs of a stack every 500 pushes (the viewer's first fold packing it
         for a view) reads only the states pushed since, not the whole stack each time."""
@@ -681,7 +664,7 @@ STACK_STEP = st.tuples(
     st.sampled_from(["a", "b"]),
 )
 """One step on one of four stacks: push a state, pop, read its runs, pack them, let the
-stack go (its memo then swept), or replace it by its decoded snapshot."""
+stack go, or replace it by its decoded snapshot."""
 
 
 class TestRunsMemo:
@@ -690,8 +673,8 @@ class TestRunsMemo:
     def test_runs_stay_right_whatever_stacks_are_let_go(
         self, steps: list[tuple[str, int, str]]
     ) -> None:
-        """Stacks grown from one another, read, packed, let go (their kept runs swept) and
-        restored, in any order: each stack's runs and packing are always those of its states."""
+        """Stacks grown from one another, read, packed, let go and restored, in any order:
+        each stack's runs and packing are always those of its states."""
         index = RunIndex()
         start = RunSummary(uuid.uuid4(), "p", RUNNING, "a", T0, T0)
         stacks: list[PList[str] | None] = [start.states] * 4
