@@ -22,7 +22,10 @@ from engine.store.meta import EVENTS_TABLE
 from events import EventFormatError, NoteAdded, RunFinished, StageFailed
 from projections import (
     FailurePatterns,
+    ProgressState,
     Projection,
+    RetryCounts,
+    RoundsTable,
     RunIndex,
     RunSummary,
     StateStack,
@@ -857,3 +860,91 @@ class TestForgettingFails:
             ENDINGS_BROKEN.clear()
         engine.projections.catch_up([CountsEndings.name])
         assert engine.projections.get(CountsEndings.name) == {"developer": 1}
+
+
+class AllProgress(ProgressState):
+    """`ProgressState` kept as one state over every run (its stretches' fold, interleaved)."""
+
+    name = "all_progress"
+    scope = "all"
+
+
+class PipelineRetries(RetryCounts):
+    """`RetryCounts` kept per pipeline: runs of one pipeline folded into one state."""
+
+    name = "pipeline_retries"
+    scope = "pipeline"
+
+
+class PipelineRounds(RoundsTable):
+    """`RoundsTable` kept per pipeline: runs of one pipeline folded into one state."""
+
+    name = "pipeline_rounds"
+    scope = "pipeline"
+
+
+def applied_by_key(engine: Engine, projection: Projection[Any]) -> dict[str, Any]:
+    """Each partition's state: the events the notification log holds, in its order, given to
+    `apply` one by one (no fold of the projection's own)."""
+    store = engine.store
+    pipelines = {s.run_id: s.pipeline for s in engine.runs()}
+    states: dict[str, Any] = {}
+    for notification in store.recorder.select_notifications(start=1, limit=1_000_000):
+        event = store.mapper.to_domain_event(notification)
+        if projection.relevant(event):
+            key = projection.key(event, pipelines[event.run_id])
+            states[key] = projection.apply(states.get(key, projection.initial()), event)
+    return states
+
+
+class TestKeyByKeyFolds:
+    @pytest.fixture
+    def small_pages(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Pages of `SMALL_PAGE` notifications."""
+        monkeypatch.setattr(persistent, "PAGE", SMALL_PAGE)
+
+    @pytest.mark.usefixtures("small_pages")
+    @pytest.mark.parametrize("kind", [AllProgress, PipelineRetries, PipelineRounds])
+    def test_a_partition_over_many_runs_is_their_events_applied_in_log_order(
+        self, engine: Engine, kind: type[Projection[Any]]
+    ) -> None:
+        """A projection folding stretches of its own, kept over all runs or per pipeline (runs
+        interleaved in each page, two of one pipeline), holds what `apply` event after event
+        in the log's order gives."""
+        projection = engine.projections.register(kind)
+        record_long_runs(engine, 150)
+        engine.projections.catch_up([kind.name])
+        record_long_runs(engine, 100)  # on top of the states cached above
+        engine.projections.catch_up([kind.name])
+        expected = applied_by_key(engine, projection)
+        stored = engine.projections.states(kind.name, catch_up=False)
+        assert sorted(stored) == sorted(expected)
+        for key, state in expected.items():
+            assert projection.encode(stored[key]) == projection.encode(state)
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_a_page_not_committed_is_folded_once_when_it_comes_again(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A commit failing mid catch-up (a crash's stand-in) keeps position and states of the
+        pages before it together; the next catch-up folds each event once."""
+        ids = record_long_runs(engine, 200)
+        views = engine.store.views
+        assert views is not None
+        commit, commits = views.commit, [0]
+
+        def failing(saves: Any) -> None:
+            commits[0] += 1
+            if commits[0] == 5:
+                raise OSError("disk gone")
+            commit(saves)
+
+        monkeypatch.setattr(views, "commit", failing)
+        with pytest.raises(OSError, match="disk gone"):
+            engine.projections.rebuild(RunIndex.name)
+        (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
+        assert status.position == 4 * SMALL_PAGE
+        engine.projections.catch_up([RunIndex.name])
+        for run_id in ids.values():
+            stored = engine.projections.get(RunIndex.name, run_id, catch_up=False)
+            assert stored == folded_alone(engine, run_id)
