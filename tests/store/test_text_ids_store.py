@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from engine import Engine
 from engine.readside import persistent
 from events import StageCompleted
-from projections import RetryCounts, RunIndex, StateStack
+from projections import Projection, RetryCounts, RunIndex, StateStack
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 STORE = DATA / "text_ids_store.db"
@@ -87,7 +88,7 @@ class TestReadingIt:
             engine.projections.register(RunIndex)
             engine.projections.catch_up()
             for run_id in (LONG, SHORT, OPEN):
-                for kind in (RetryCounts, RunIndex):
+                kinds: list[Projection[Any]] = [RetryCounts(), RunIndex()]
+                for kind in kinds:
                     stored = engine.projections.get(kind.name, run_id, catch_up=False)
-                    folded = kind().fold(engine.events(run_id))
-                    assert kind().encode(stored) == kind().encode(folded)
+                    assert kind.encode(stored) == kind.encode(kind.fold(engine.events(run_id)))
