@@ -980,3 +980,51 @@ class TestKeyByKeyFolds:
             for run in [*runs, long]:
                 stored = engine.projections.get(RetryCounts.name, run.id, catch_up=False)
                 assert stored == engine.project(run.id, RetryCounts)
+
+
+def _refusing_notes(base: type[Projection[Any]]) -> type[Projection[Any]]:
+    """`base` (a projection folding stretches of outcomes) refusing every note."""
+
+    def noted(self: Any, state: Any, event: NoteAdded) -> Any:
+        raise RuntimeError("cannot take notes")
+
+    namespace = {"name": f"notes_refused_by_{base.name}", "noted": on(NoteAdded)(noted)}
+    return type(f"Refusing{base.__name__}", (base,), namespace)
+
+
+REFUSING = [_refusing_notes(kind) for kind in (ProgressState, RetryCounts, RoundsTable)]
+
+
+class TestHandlerErrorsOfStretchFolds:
+    @pytest.mark.parametrize("kind", REFUSING, ids=lambda kind: kind.__name__)
+    def test_the_position_stops_before_the_event_and_nothing_after_it_is_kept(
+        self, sqlite_url: str, kind: type[Projection[Any]], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A handler failing mid page in a projection folding stretches of its own: the error
+        names the event, the position is just before it, each run's state is its fold of the
+        events before it (the page's others, folded key by key first, not kept)."""
+        monkeypatch.setattr(persistent, "PAGE", SMALL_PAGE)
+        with Engine(sqlite_url) as engine:
+            projection = engine.projections.register(kind)
+            loop, turns = engine.start_run(LOOP), engine.start_run(TURNS)
+            for index in range(70):
+                loop.stage_completed("work", result={"n": index})
+                turns.stage_completed("a" if index % 2 == 0 else "b", result={})
+                if index == 50:
+                    noted = turns.note("why", "a note")
+            with pytest.raises(ProjectionError, match=r"notes_refused_by.*NoteAdded"):
+                engine.projections.catch_up([kind.name])
+            notifications = engine.store.recorder.select_notifications(start=1, limit=10_000)
+            (note,) = [n for n in notifications if n.originator_version == noted.version
+                       and n.originator_id == turns.id]  # fmt: skip
+            assert note.id % SMALL_PAGE not in (0, 1)  # mid page
+            (status,) = [s for s in engine.projections.status() if s.name == kind.name]
+            assert status.position == note.id - 1
+            for run in (loop, turns):
+                before = [
+                    engine.store.mapper.to_domain_event(n)
+                    for n in notifications
+                    if n.originator_id == run.id and n.id < note.id
+                ]
+                stored = engine.projections.get(kind.name, run.id, catch_up=False)
+                assert projection.encode(stored) == projection.encode(projection.fold(before))
