@@ -46,6 +46,10 @@ RUN_PAGE_MIN = 8
 """Fewest events of one run in a page of notifications decoded together (`from_rows`):
 fewer are decoded faster one by one."""
 
+FOLD_MIN = 4
+"""Fewest events of one key in a page folded by the projection's own fold (`_folded_by_key`):
+fewer are applied one by one, faster than a fold's setting up (a stretch, mutable copies)."""
+
 RESTORE_AFTER = 64
 """Events folded into a cached run summary, since it was loaded or last restored, after which
 it is cached as stored (`Projections._keep_as_stored`): about what decoding a run's summary
@@ -781,12 +785,24 @@ def _folded_by_key(
     if type(projection)._fold is Projection._fold:
         return None
     by_key = _by_key(keys, events)
+    fold, apply = projection._fold, projection.apply
     try:
-        folded = {key: projection._fold(part, states[key], no_tick) for key, part in by_key.items()}
+        folded = {
+            key: fold(part, states[key], no_tick) if len(part) >= FOLD_MIN
+            else _applied(apply, part, states[key])
+            for key, part in by_key.items()
+        }  # fmt: skip
     except Exception:  # told again, with where it stops, event by event
         return None
     states.update(folded)
     return _PageFold(set(folded), end, None, keys, None)
+
+
+def _applied(apply: Callable[[Any, Event], Any], events: list[Event], state: Any) -> Any:
+    """`state` after `events` given to `apply` one by one (a key's few in a page)."""
+    for event in events:
+        state = apply(state, event)
+    return state
 
 
 def _by_key(keys: list[str | None], events: list[Event]) -> dict[str, list[Event]]:

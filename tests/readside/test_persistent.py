@@ -22,7 +22,10 @@ from engine.store.meta import EVENTS_TABLE
 from events import EventFormatError, NoteAdded, RunFinished, StageFailed
 from projections import (
     FailurePatterns,
+    ProgressState,
     Projection,
+    RetryCounts,
+    RoundsTable,
     RunIndex,
     RunSummary,
     StateStack,
@@ -844,3 +847,171 @@ class TestForgettingFails:
             ENDINGS_BROKEN.clear()
         engine.projections.catch_up([CountsEndings.name])
         assert engine.projections.get(CountsEndings.name) == {"developer": 1}
+
+
+class AllProgress(ProgressState):
+    """`ProgressState` kept as one state over every run (its stretches' fold, interleaved)."""
+
+    name = "all_progress"
+    scope = "all"
+
+
+class PipelineRetries(RetryCounts):
+    """`RetryCounts` kept per pipeline: runs of one pipeline folded into one state."""
+
+    name = "pipeline_retries"
+    scope = "pipeline"
+
+
+class PipelineRounds(RoundsTable):
+    """`RoundsTable` kept per pipeline: runs of one pipeline folded into one state."""
+
+    name = "pipeline_rounds"
+    scope = "pipeline"
+
+
+def applied_by_key(engine: Engine, projection: Projection[Any]) -> dict[str, Any]:
+    """Each partition's state: the events the notification log holds, in its order, given to
+    `apply` one by one (no fold of the projection's own)."""
+    store = engine.store
+    pipelines = {s.run_id: s.pipeline for s in engine.runs()}
+    states: dict[str, Any] = {}
+    for notification in store.recorder.select_notifications(start=1, limit=1_000_000):
+        event = store.mapper.to_domain_event(notification)
+        if projection.relevant(event):
+            key = projection.key(event, pipelines[event.run_id])
+            states[key] = projection.apply(states.get(key, projection.initial()), event)
+    return states
+
+
+class TestKeyByKeyFolds:
+    @pytest.fixture
+    def small_pages(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Pages of `SMALL_PAGE` notifications."""
+        monkeypatch.setattr(persistent, "PAGE", SMALL_PAGE)
+
+    @pytest.mark.usefixtures("small_pages")
+    @pytest.mark.parametrize("kind", [AllProgress, PipelineRetries, PipelineRounds])
+    def test_a_partition_over_many_runs_is_their_events_applied_in_log_order(
+        self, engine: Engine, kind: type[Projection[Any]]
+    ) -> None:
+        """A projection folding stretches of its own, kept over all runs or per pipeline (runs
+        interleaved in each page, two of one pipeline), holds what `apply` event after event
+        in the log's order gives."""
+        projection = engine.projections.register(kind)
+        record_long_runs(engine, 150)
+        engine.projections.catch_up([kind.name])
+        record_long_runs(engine, 100)  # on top of the states cached above
+        engine.projections.catch_up([kind.name])
+        expected = applied_by_key(engine, projection)
+        stored = engine.projections.states(kind.name, catch_up=False)
+        assert sorted(stored) == sorted(expected)
+        for key, state in expected.items():
+            assert projection.encode(stored[key]) == projection.encode(state)
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_a_page_not_committed_is_folded_once_when_it_comes_again(
+        self, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A commit failing mid catch-up (a crash's stand-in) keeps position and states of the
+        pages before it together; the next catch-up folds each event once."""
+        ids = record_long_runs(engine, 200)
+        views = engine.store.views
+        assert views is not None
+        commit, commits = views.commit, [0]
+
+        def failing(saves: Any) -> None:
+            commits[0] += 1
+            if commits[0] == 5:
+                raise OSError("disk gone")
+            commit(saves)
+
+        monkeypatch.setattr(views, "commit", failing)
+        with pytest.raises(OSError, match="disk gone"):
+            engine.projections.rebuild(RunIndex.name)
+        (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
+        assert status.position == 4 * SMALL_PAGE
+        engine.projections.catch_up([RunIndex.name])
+        for run_id in ids.values():
+            stored = engine.projections.get(RunIndex.name, run_id, catch_up=False)
+            assert stored == folded_alone(engine, run_id)
+
+    @pytest.mark.usefixtures("small_pages")
+    def test_a_key_s_few_events_in_a_page_are_applied_not_folded(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Runs interleaved a few events a page each are applied event by event (a fold of
+        one or two events costs more in setting up than it saves); a long run's many are
+        folded by the projection's own fold; each run's state is its events' fold."""
+        parts: list[int] = []
+        fold = RetryCounts._fold
+
+        def counted(self: Any, events: Any, current: Any, tick: Any) -> Any:
+            parts.append(len(events))
+            return fold(self, events, current, tick)
+
+        monkeypatch.setattr(RetryCounts, "_fold", counted)
+        with Engine(sqlite_url) as engine:
+            engine.projections.register(RetryCounts)
+            runs = [engine.start_run(TURNS) for _ in range(SMALL_PAGE // 2)]
+            for index in range(4):
+                for run in runs:
+                    run.stage_completed("a" if index % 2 == 0 else "b", result={})
+            long = engine.start_run(LOOP)
+            for index in range(3 * SMALL_PAGE):
+                long.stage_completed("work", result={"n": index})
+            parts.clear()  # the engine's own folds of the runs it wrote
+            engine.projections.catch_up([RetryCounts.name])
+            assert parts  # the long run's
+            assert min(parts) >= persistent.FOLD_MIN
+            for run in [*runs, long]:
+                stored = engine.projections.get(RetryCounts.name, run.id, catch_up=False)
+                assert stored == engine.project(run.id, RetryCounts)
+
+
+def _refusing_notes(base: type[Projection[Any]]) -> type[Projection[Any]]:
+    """`base` (a projection folding stretches of outcomes) refusing every note."""
+
+    def noted(self: Any, state: Any, event: NoteAdded) -> Any:
+        raise RuntimeError("cannot take notes")
+
+    namespace = {"name": f"notes_refused_by_{base.name}", "noted": on(NoteAdded)(noted)}
+    return type(f"Refusing{base.__name__}", (base,), namespace)
+
+
+REFUSING = [_refusing_notes(kind) for kind in (ProgressState, RetryCounts, RoundsTable)]
+
+
+class TestHandlerErrorsOfStretchFolds:
+    @pytest.mark.parametrize("kind", REFUSING, ids=lambda kind: kind.__name__)
+    def test_the_position_stops_before_the_event_and_nothing_after_it_is_kept(
+        self, sqlite_url: str, kind: type[Projection[Any]], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A handler failing mid page in a projection folding stretches of its own: the error
+        names the event, the position is just before it, each run's state is its fold of the
+        events before it (the page's others, folded key by key first, not kept)."""
+        monkeypatch.setattr(persistent, "PAGE", SMALL_PAGE)
+        with Engine(sqlite_url) as engine:
+            projection = engine.projections.register(kind)
+            loop, turns = engine.start_run(LOOP), engine.start_run(TURNS)
+            for index in range(70):
+                loop.stage_completed("work", result={"n": index})
+                turns.stage_completed("a" if index % 2 == 0 else "b", result={})
+                if index == 50:
+                    noted = turns.note("why", "a note")
+            with pytest.raises(ProjectionError, match=r"notes_refused_by.*NoteAdded"):
+                engine.projections.catch_up([kind.name])
+            notifications = engine.store.recorder.select_notifications(start=1, limit=10_000)
+            (note,) = [n for n in notifications if n.originator_version == noted.version
+                       and n.originator_id == turns.id]  # fmt: skip
+            assert note.id % SMALL_PAGE not in (0, 1)  # mid page
+            (status,) = [s for s in engine.projections.status() if s.name == kind.name]
+            assert status.position == note.id - 1
+            for run in (loop, turns):
+                before = [
+                    engine.store.mapper.to_domain_event(n)
+                    for n in notifications
+                    if n.originator_id == run.id and n.id < note.id
+                ]
+                stored = engine.projections.get(kind.name, run.id, catch_up=False)
+                assert projection.encode(stored) == projection.encode(projection.fold(before))

@@ -12,13 +12,15 @@ import contextlib
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
 
 from engine import Engine
+from engine.readside import persistent
 from events import StageCompleted
-from projections import RetryCounts, StateStack
+from projections import Projection, RetryCounts, RunIndex, StateStack
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 STORE = DATA / "text_ids_store.db"
@@ -73,3 +75,20 @@ class TestReadingIt:
             assert isinstance(events[-1], StageCompleted)
             assert events[-1].result == {"step": 2}
             assert engine.verify(OPEN).ok
+
+    @pytest.mark.parametrize("page", [7, 2000])
+    def test_persistent_projections_catch_up_as_each_run_folds(
+        self, url: str, page: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Caught up over the old store's notifications (read as objects: its recorder has no
+        rows of its own), each run's persistent state is the fold of its events."""
+        monkeypatch.setattr(persistent, "PAGE", page)  # pages of one run, and of all three
+        with Engine(url) as engine:
+            engine.projections.register(RetryCounts)
+            engine.projections.register(RunIndex)
+            engine.projections.catch_up()
+            for run_id in (LONG, SHORT, OPEN):
+                kinds: list[Projection[Any]] = [RetryCounts(), RunIndex()]
+                for kind in kinds:
+                    stored = engine.projections.get(kind.name, run_id, catch_up=False)
+                    assert kind.encode(stored) == kind.encode(kind.fold(engine.events(run_id)))

@@ -148,6 +148,29 @@ class TestReadingIt:
             assert len({id(run) for run in runs}) == 2  # one UUID object a run
             assert recorder.select_notification_rows(8, 5, 8) == ([], [], [])
 
+    def test_notification_rows_skip_erased_events_as_notifications_do(self, tmp_path: Path) -> None:
+        """With events erased (gaps in the ids), every page read as rows, from any start, up to
+        any stop, of any limit, is the same page read as notifications."""
+        path = tmp_path / "new.db"
+        url = f"sqlite:///{path}"
+        for _ in range(3):
+            record(url)
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("DELETE FROM stagetrail_events WHERE rowid IN (2, 5, 6, 7, 12)")
+        with Engine(url) as engine:
+            recorder = engine.store.recorder
+            assert isinstance(recorder, CompactRecorder)
+            for start in range(14):
+                for stop in range(start, 15):
+                    for limit in (1, 2, 3, 100):
+                        page = recorder.select_notifications(
+                            start=start, limit=limit, stop=stop, inclusive_of_start=False
+                        )
+                        ids, runs, read = recorder.select_notification_rows(start, limit, stop)
+                        assert ids == [n.id for n in page]
+                        assert runs == [n.originator_id for n in page]
+                        assert read == [(n.originator_version, n.topic, n.state) for n in page]
+
     def test_another_process_topics_are_learnt_on_read(self, tmp_path: Path) -> None:
         """A topic first written by another engine is named when this one reads it."""
         url = f"sqlite:///{tmp_path / 'new.db'}"
