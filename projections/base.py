@@ -393,6 +393,15 @@ def folded_by(
         return loop(narrowed(projection, events), current, tick)
 
 
+def folds_faster(projection: Projection[Any]) -> bool:
+    """Whether `projection` folds events together faster than its `apply` one by one: its
+    class has a fold of its own (a stretch fold, `projections.stretches`).
+
+    A function, not a method, as `handled_topics` is.
+    """
+    return type(projection)._fold is not Projection._fold
+
+
 def _collect_handlers(cls: type) -> dict[type[Event], Callable[[Any, Any, Any], Any]]:
     handlers: dict[type[Event], Callable[[Any, Any, Any], Any]] = {}
     for klass in reversed(cls.__mro__):

@@ -24,8 +24,8 @@ from engine.store.chain import StoredRow
 from engine.store.mapper import EventMapper
 from engine.store.views import PageSave, RunQuery, Views
 from events import Event, EventFormatError, RunDeleted, RunFinished, RunStarted
-from projections.base import Projection, as_projection
-from projections.collector import collector_paused, no_tick
+from projections.base import Projection, as_projection, folds_faster
+from projections.collector import collector_paused
 from projections.errors import (
     PositionMoved,
     ProjectionError,
@@ -782,13 +782,13 @@ def _folded_by_key(
     """
     if projection.delivers or _forgetting(projection):
         return None
-    if type(projection)._fold is Projection._fold:
+    if not folds_faster(projection):
         return None
     by_key = _by_key(keys, events)
-    fold, apply = projection._fold, projection.apply
+    fold, apply = projection.fold, projection.apply
     try:
         folded = {
-            key: fold(part, states[key], no_tick) if len(part) >= FOLD_MIN
+            key: fold(part, states[key]) if len(part) >= FOLD_MIN
             else _applied(apply, part, states[key])
             for key, part in by_key.items()
         }  # fmt: skip
