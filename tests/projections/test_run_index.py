@@ -12,7 +12,7 @@ from freezegun import freeze_time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import Engine, Pipeline
+from engine import Engine, Pipeline, Run
 from engine.errors import InvalidArgument
 from events import Event, NoteAdded, RunStarted, StageCompleted, StageFailed, StateRolledBack
 from events.values import evolve
@@ -50,6 +50,18 @@ def fill(engine: Engine) -> dict[str, uuid.UUID]:
         clock.move_to(T0 + timedelta(hours=3))
         ids["child"] = engine.start_run(OTHER, parent=failing).id
     return ids
+
+
+def eventful_hub_run(engine: Engine, *, explicit: bool) -> Run:
+    """`hub_history`'s run, then a rollback, a resumable failure, a pausing note and more
+    outcomes after it."""
+    run = hub_history(engine, explicit=explicit)
+    run.rollback(2)
+    run.stage_failed("b", error="x", details={"task_id": "t", "writes": []})
+    run.stage_completed("b")
+    run.note(STATUS_NOTE, {"status": "waiting", "reason": "input"})
+    run.stage_completed("b_done")
+    return run
 
 
 class TestRuns:
@@ -292,12 +304,7 @@ class TestFold:
     ) -> None:
         """A fold (stretches of outcomes summed up at once) ends where `apply` one event at a
         time ends, through implicit routes, rollbacks, a pausing note, resumable failures."""
-        run = hub_history(engine, explicit=explicit)
-        run.rollback(2)
-        run.stage_failed("b", error="x", details={"task_id": "t", "writes": []})
-        run.stage_completed("b")
-        run.note(STATUS_NOTE, {"status": "waiting", "reason": "input"})
-        run.stage_completed("b_done")
+        run = eventful_hub_run(engine, explicit=explicit)
         run.finish("succeeded")
         events = engine.events(run.id)
         index, stepwise = RunIndex(), None
@@ -595,12 +602,7 @@ class TestFolding:
     ) -> None:
         """Fed one event at a time and asked after each, through implicit routes, rollbacks,
         resumable failures and a pausing note, the folding gives `apply`'s summary."""
-        run = hub_history(engine, explicit=explicit)
-        run.rollback(2)
-        run.stage_failed("b", error="x", details={"task_id": "t", "writes": []})
-        run.stage_completed("b")
-        run.note(STATUS_NOTE, {"status": "waiting", "reason": "input"})
-        run.stage_completed("b_done")
+        run = eventful_hub_run(engine, explicit=explicit)
         events = engine.events(run.id)
         index = RunIndex()
         states = prefixes(index, events)

@@ -19,7 +19,7 @@ from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel, keeper
 from engine.run import Run
 from events import DECIDED, Event, RunStarted, StageCompleted
-from projections import Folding, RunIndex, StateStack, folding
+from projections import Folding, Projection, RunIndex, StateStack, folding
 from projections.errors import ProjectionStateError
 from tests._helpers import LOOP, hub_table
 from tests.readside.test_snapshots import CountingReader
@@ -60,12 +60,12 @@ def record_hub(run: Run, outcomes: int, per_commit: int = 300) -> None:
                     run.stage_completed(run.machine.state)
 
 
-def stored_stacks(
-    engine: Engine, run_id: uuid.UUID, generation: int | None = None
+def stored_snapshots(
+    engine: Engine, run_id: uuid.UUID, projection: Any, generation: int | None = None
 ) -> dict[int, Any]:
-    """Version → the StateStack snapshot the store holds of the run (unsealed JSON), of the
-    store's erasure generation unless `generation` is given."""
-    views, projection = engine.store.views, StateStack()
+    """Version → the `projection` snapshot the store holds of the run (unsealed JSON), of
+    the store's erasure generation unless `generation` is given."""
+    views = engine.store.views
     assert views is not None  # a SQLite or PostgreSQL store
     found, version = {}, len(engine.events(run_id))
     if generation is None:
@@ -83,6 +83,25 @@ def snapshot_rows(url: str, run_id: uuid.UUID | None = None) -> list[tuple[str, 
     with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
         rows = db.execute("SELECT run_id, projection, version, state FROM stagetrail_snapshots")
         return [(p, v, s) for r, p, v, s in rows if run_id is None or r == str(run_id)]
+
+
+def recorded_through_trouble(
+    engine: Engine, url: str, pipeline: Pipeline, recorder: Callable[..., None]
+) -> Run:
+    """A run recorded past a few crossings, through a batch that raised, another writer's
+    events between this one's commits and a conflict it lost."""
+    run = engine.start_run(pipeline)
+    recorder(run, KEEP_INTERVAL + 700, 300)
+    with pytest.raises(InvalidTransition), run.batch():  # nothing of it is written
+        run.stage_completed(run.machine.state)
+        run.stage_completed("nowhere")
+    with Engine(url) as other:  # another writer, between this one's commits
+        recorder(other.load(run.id), 400, 100)
+    with pytest.raises(ConcurrencyConflict):
+        recorder(run, 100, 100)
+    run.refresh()
+    recorder(run, 3 * KEEP_INTERVAL, 250)
+    return run
 
 
 @pytest.fixture(autouse=True)
@@ -195,7 +214,8 @@ class TestSnapshotKeeper:
 
     def test_a_stale_writer_of_an_erased_run_keeps_no_snapshot(self, sqlite_url: str) -> None:
         """A handle whose run another process deleted and compacted away cannot write on over
-        the erased versions (RunErased), and keeps no snapshot of its state (erased data)."""
+        the erased versions (RunErased), and keeps no snapshot of its state, its stack or its
+        summary, though it holds the events it wrote (erased data)."""
         with Engine(sqlite_url) as engine:
             run = engine.start_run(LOOP)
             record(run, KEEP_INTERVAL - 100)
@@ -204,7 +224,7 @@ class TestSnapshotKeeper:
                 other.compact()
             with pytest.raises(RunErased):
                 record(run, 200)  # would cross a snapshot interval in the new generation
-        assert [p for p, _, _ in snapshot_rows(sqlite_url, run.id) if p == StateStack.name] == []
+        assert snapshot_rows(sqlite_url, run.id) == []
         with Engine(sqlite_url) as fresh, pytest.raises(RunNotFound):
             fresh.load(run.id)  # nothing of it is stored again
 
@@ -246,19 +266,9 @@ class TestKeptStack:
         after rollbacks, a batch that raised, a conflict lost and another writer's events."""
         pipeline = LOOP if recorder is record else hub_table(hub=True)
         with Engine(shared_url) as engine:
-            run = engine.start_run(pipeline)
-            recorder(run, KEEP_INTERVAL + 700, 300)
-            with pytest.raises(InvalidTransition), run.batch():  # nothing of it is written
-                run.stage_completed(run.machine.state)
-                run.stage_completed("nowhere")
-            with Engine(shared_url) as other:  # another writer, between this one's commits
-                recorder(other.load(run.id), 400, 100)
-            with pytest.raises(ConcurrencyConflict):
-                recorder(run, 100, 100)
-            run.refresh()
-            recorder(run, 3 * KEEP_INTERVAL, 250)
+            run = recorded_through_trouble(engine, shared_url, pipeline, recorder)
             events = engine.events(run.id)
-            stored = stored_stacks(engine, run.id)
+            stored = stored_snapshots(engine, run.id, StateStack())
         for version, data in stored.items():
             assert data == StateStack().snapshot(StateStack().fold(events[:version])), version
         multiples = range(KEEP_INTERVAL, len(events) + 1, KEEP_INTERVAL)
@@ -302,7 +312,7 @@ class TestKeptStack:
             record(run, KEEP_INTERVAL + 100)
             events = engine.events(run.id)
             assert len(events) == KEEP_INTERVAL + 101
-            stored = stored_stacks(engine, run.id)
+            stored = stored_snapshots(engine, run.id, StateStack())
         assert stored, "the fallback fold keeps the stack's snapshots"
         for version, data in stored.items():
             assert data == StateStack().snapshot(StateStack().fold(events[:version])), version
@@ -394,28 +404,35 @@ def act(rng: random.Random, engine: Engine, url: str, run: Run, runs: set[uuid.U
     return run
 
 
-def every_stored_stack(engine: Engine, run_id: uuid.UUID) -> dict[tuple[int, int], Any]:
-    """(generation, version) → the StateStack snapshot stored of the run, of every generation."""
+def every_stored(engine: Engine, run_id: uuid.UUID, projection: Any) -> dict[tuple[int, int], Any]:
+    """(generation, version) → the `projection` snapshot stored of the run, of every generation."""
     return {
         (generation, version): data
         for generation in range(engine.store.generation() + 1)
-        for version, data in stored_stacks(engine, run_id, generation).items()
+        for version, data in stored_snapshots(engine, run_id, projection, generation).items()
     }
 
 
-class TestKeptStackProperties:
+class TestKeptSnapshotProperties:
+    @pytest.mark.parametrize("kept", [StateStack, RunIndex])
     @settings(
         max_examples=25,
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
     @given(seed=st.integers(0, 2**32), hub=st.sampled_from([None, True, False]))
-    def test_every_stored_stack_is_a_rebuild(
-        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, seed: int, hub: bool | None
+    def test_every_stored_snapshot_is_a_rebuild(
+        self,
+        shared_url: str,
+        monkeypatch: pytest.MonkeyPatch,
+        kept: type[Projection[Any]],
+        seed: int,
+        hub: bool | None,
     ) -> None:
         """Whatever a writer's life (implicit, recorded and lone routes, rollbacks to the
         bottom, batches that raised, other writers, a second handle, forks, erasures, group
-        commits), each StateStack snapshot stored equals StateStack's own of a rebuild."""
+        commits), each snapshot it stored of a kept projection (the stack, the summary), of
+        every generation, equals that projection's own of a rebuild."""
         monkeypatch.setattr(keeper, "KEEP_INTERVAL", SHORT)
         rng = random.Random(seed)  # a life's many choices: hypothesis's own shrink to zeros
         with Engine(shared_url) as engine:
@@ -427,8 +444,8 @@ class TestKeptStackProperties:
                 run = act(rng, engine, shared_url, run, runs)
             for run_id in runs:
                 events = engine.events(run_id)
-                for (_, version), data in every_stored_stack(engine, run_id).items():
-                    assert data == StateStack().snapshot(StateStack().fold(events[:version]))
+                for at, data in every_stored(engine, run_id, kept()).items():
+                    assert data == kept().snapshot(kept().fold(events[: at[1]])), at
 
 
 def observing(select: Callable[..., Any], reads: list[Any]) -> Callable[..., Any]:
@@ -441,22 +458,12 @@ def observing(select: Callable[..., Any], reads: list[Any]) -> Callable[..., Any
     return observed
 
 
-def stored_summaries(
-    engine: Engine, run_id: uuid.UUID, generation: int | None = None
-) -> dict[int, Any]:
-    """Version → the RunIndex snapshot the store holds of the run (unsealed JSON), of the
-    store's erasure generation unless `generation` is given."""
-    views, projection = engine.store.views, RunIndex()
-    assert views is not None  # a SQLite or PostgreSQL store
-    found, version = {}, len(engine.events(run_id))
-    if generation is None:
-        generation = engine.store.generation()
-    while stored := views.snapshot(
-        str(run_id), projection.name, projection.identity(), generation, version
-    ):
-        found[stored[0]] = views.codec.unseal(stored[1])
-        version = stored[0] - 1
-    return found
+def assert_rebuilt_at_every_multiple(stored: dict[int, Any], events: list[Any]) -> None:
+    """Each summary `stored` (version → snapshot) is RunIndex's own of a rebuild, and one is
+    stored at each multiple of the interval."""
+    for version, data in stored.items():
+        assert data == rebuilt(events, version), version
+    assert set(range(KEEP_INTERVAL, len(events) + 1, KEEP_INTERVAL)) <= set(stored)
 
 
 def rebuilt(events: list[Any], version: int) -> Any:
@@ -538,22 +545,10 @@ class TestKeptSummary:
         another writer's events between this one's commits and its run finished."""
         pipeline = LOOP if recorder is record else hub_table(hub=True)
         with Engine(shared_url) as engine:
-            run = engine.start_run(pipeline)
-            recorder(run, KEEP_INTERVAL + 700, 300)
-            with pytest.raises(InvalidTransition), run.batch():  # nothing of it is written
-                run.stage_completed(run.machine.state)
-                run.stage_completed("nowhere")
-            with Engine(shared_url) as other:  # another writer, between this one's commits
-                recorder(other.load(run.id), 400, 100)
-            with pytest.raises(ConcurrencyConflict):
-                recorder(run, 100, 100)
-            run.refresh()
-            recorder(run, 3 * KEEP_INTERVAL, 250)
+            run = recorded_through_trouble(engine, shared_url, pipeline, recorder)
             events = engine.events(run.id)
-            stored = stored_summaries(engine, run.id)
-        for version, data in stored.items():
-            assert data == rebuilt(events, version), version
-        assert set(range(KEEP_INTERVAL, len(events) + 1, KEEP_INTERVAL)) <= set(stored)
+            stored = stored_snapshots(engine, run.id, RunIndex())
+        assert_rebuilt_at_every_multiple(stored, events)
 
     def test_a_run_begun_by_another_handle_keeps_correct_summaries(self, sqlite_url: str) -> None:
         """A handle that loaded a run begun elsewhere, and the first handle after its events,
@@ -566,10 +561,8 @@ class TestKeptSummary:
             first.refresh()
             record(first, KEEP_INTERVAL + 100)
             events = engine.events(first.id)
-            stored = stored_summaries(engine, first.id)
-        for version, data in stored.items():
-            assert data == rebuilt(events, version), version
-        assert set(range(KEEP_INTERVAL, len(events) + 1, KEEP_INTERVAL)) <= set(stored)
+            stored = stored_snapshots(engine, first.id, RunIndex())
+        assert_rebuilt_at_every_multiple(stored, events)
 
     def test_runs_erased_between_commits_serve_no_old_summary(self, sqlite_url: str) -> None:
         """Runs erased before a writer's first crossing and again after it: its summaries are
@@ -587,9 +580,9 @@ class TestKeptSummary:
                 record(run, KEEP_INTERVAL)
             events = engine.events(run.id)
             generation = engine.store.generation()
-            assert stored_summaries(engine, run.id, generation - 2) == {}
-            old = stored_summaries(engine, run.id, generation - 1)
-            new = stored_summaries(engine, run.id)
+            assert stored_snapshots(engine, run.id, RunIndex(), generation - 2) == {}
+            old = stored_snapshots(engine, run.id, RunIndex(), generation - 1)
+            new = stored_snapshots(engine, run.id, RunIndex())
         # The first crossing after an erasure folds from the store (storing on the way),
         # if its nearest snapshot of the new generation is near enough (after the second: no).
         assert KEEP_INTERVAL in old
@@ -598,48 +591,6 @@ class TestKeptSummary:
             assert data == rebuilt(events, version), version
         with Engine(sqlite_url) as fresh:
             assert fresh.project(run.id, RunIndex) == RunIndex().fold(events)
-
-    def test_a_stale_writer_of_an_erased_run_keeps_no_summary(self, sqlite_url: str) -> None:
-        """A handle whose run another process deleted and compacted away keeps no summary of
-        it, though it holds the events it wrote (erased data)."""
-        with Engine(sqlite_url) as engine:
-            run = engine.start_run(LOOP)
-            record(run, KEEP_INTERVAL - 100)
-            with Engine(sqlite_url) as other:
-                other.load(run.id).finish("deleted")
-                other.compact()
-            with pytest.raises(RunErased):
-                record(run, 200)
-        assert [p for p, _, _ in snapshot_rows(sqlite_url, run.id)] == []
-
-
-class TestKeptSummaryProperties:
-    @settings(
-        max_examples=15,
-        deadline=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
-    @given(seed=st.integers(0, 2**32), hub=st.sampled_from([None, True, False]))
-    def test_every_stored_summary_is_a_rebuild(
-        self, shared_url: str, monkeypatch: pytest.MonkeyPatch, seed: int, hub: bool | None
-    ) -> None:
-        """Whatever a writer's life (rollbacks, batches that raised, other writers, a second
-        handle, forks, erasures, group commits), each RunIndex snapshot stored, of every
-        generation, equals RunIndex's own of a rebuild."""
-        monkeypatch.setattr(keeper, "KEEP_INTERVAL", SHORT)
-        rng = random.Random(seed)
-        with Engine(shared_url) as engine:
-            run = engine.start_run(LOOP if hub is None else hub_table(hub=hub))
-            runs = {run.id}
-            for _ in range(rng.randint(20, 60)):
-                if run.status != "running":
-                    break
-                run = act(rng, engine, shared_url, run, runs)
-            for run_id in runs:
-                events = engine.events(run_id)
-                for generation in range(engine.store.generation() + 1):
-                    for version, data in stored_summaries(engine, run_id, generation).items():
-                        assert data == rebuilt(events, version), (generation, version)
 
 
 ALTERNATING = Pipeline(

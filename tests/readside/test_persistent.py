@@ -551,6 +551,32 @@ def folded_alone(engine: Engine, run_id: UUID) -> RunSummary | None:
     return RunIndex().fold(events)
 
 
+def _refusing_notes(base: type[Projection[Any]]) -> type[Projection[Any]]:
+    """`base` (a projection folding stretches of outcomes) refusing every note."""
+
+    def noted(self: Any, state: Any, event: NoteAdded) -> Any:
+        raise RuntimeError("cannot take notes")
+
+    namespace = {"name": f"notes_refused_by_{base.name}", "noted": on(NoteAdded)(noted)}
+    return type(f"Refusing{base.__name__}", (base,), namespace)
+
+
+REFUSING = [_refusing_notes(kind) for kind in (RunIndex, ProgressState, RetryCounts, RoundsTable)]
+"""Projections folding stretches of outcomes of their own, each refusing every note."""
+
+
+def rebuilt_to_the_error_alone(engine: Engine, bad: Any) -> Any:
+    """The run index's status after a rebuild stopped at the notification `bad`, whose error
+    is the one decoding `bad` alone gives."""
+    with pytest.raises(EventFormatError) as alone:
+        engine.store.mapper.to_domain_event(bad)
+    with pytest.raises(EventFormatError) as caught_up:
+        engine.projections.rebuild(RunIndex.name)
+    assert str(caught_up.value) == str(alone.value)
+    (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
+    return status
+
+
 class TestLongRunCatchUp:
     @pytest.fixture
     def small_pages(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -617,26 +643,28 @@ class TestLongRunCatchUp:
         assert 3 * pages < 300  # where `outcome` builds one per outcome (300 of them and more)
 
     @pytest.mark.usefixtures("small_pages")
+    @pytest.mark.parametrize("kind", REFUSING, ids=lambda kind: kind.__name__)
     def test_a_handler_error_mid_page_stops_where_folding_event_by_event_stops(
-        self, engine: Engine
+        self, engine: Engine, kind: type[Projection[Any]]
     ) -> None:
-        """A handler of a projection folding stretches (a `RunIndex` of its own) failing mid
-        page: the error names the event, the position stays just before it, and every run's
-        stored state is the fold of its events before it (none of the page's after it)."""
-        engine.projections.register(BreaksOnNotes)
+        """A handler failing mid page in a projection folding stretches of its own (the
+        summary, progress, retries, rounds): the error names the event, the position stays
+        just before it, and every run's stored state is the fold of its events before it
+        (none of the page's after it, though the others were folded key by key first)."""
+        projection = engine.projections.register(kind)
         loop, turns = engine.start_run(LOOP), engine.start_run(TURNS)
         for index in range(70):  # the note falls mid page, both runs going on after it
             loop.stage_completed("work", result={"n": index})
             turns.stage_completed("a" if index % 2 == 0 else "b", result={})
             if index == 50:
                 noted = turns.note("why", "a note")
-        with pytest.raises(ProjectionError, match=r"breaks_on_notes.*NoteAdded"):
-            engine.projections.catch_up([BreaksOnNotes.name])
+        with pytest.raises(ProjectionError, match=r"notes_refused_by.*NoteAdded"):
+            engine.projections.catch_up([kind.name])
         notifications = engine.store.recorder.select_notifications(start=1, limit=10_000)
         (note,) = [n for n in notifications if n.originator_version == noted.version
                    and n.originator_id == turns.id]  # fmt: skip
         assert note.id % SMALL_PAGE not in (0, 1)  # mid page, not at its edge
-        (status,) = [s for s in engine.projections.status() if s.name == BreaksOnNotes.name]
+        (status,) = [s for s in engine.projections.status() if s.name == kind.name]
         assert status.position == note.id - 1
         mapper = engine.store.mapper
         for run in (loop, turns):
@@ -645,8 +673,8 @@ class TestLongRunCatchUp:
                 for n in notifications
                 if n.originator_id == run.id and n.id < note.id
             ]
-            stored = engine.projections.get(BreaksOnNotes.name, run.id, catch_up=False)
-            assert stored == BreaksOnNotes().fold(before)
+            stored = engine.projections.get(kind.name, run.id, catch_up=False)
+            assert projection.encode(stored) == projection.encode(projection.fold(before))
 
     @pytest.mark.usefixtures("small_pages")
     def test_an_unreadable_event_stops_the_catch_up_as_decoding_it_alone_does(
@@ -669,12 +697,7 @@ class TestLongRunCatchUp:
                 for n in store.recorder.select_notifications(start=1, limit=10_000)
                 if n.originator_id == loop_id and n.originator_version == 60
             ]
-            with pytest.raises(EventFormatError) as alone:
-                store.mapper.to_domain_event(bad)
-            with pytest.raises(EventFormatError) as caught_up:
-                engine.projections.rebuild(RunIndex.name)
-            assert str(caught_up.value) == str(alone.value)
-            (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
+            status = rebuilt_to_the_error_alone(engine, bad)
             assert 0 < status.position < bad.id
 
     @pytest.mark.usefixtures("small_pages")
@@ -699,12 +722,7 @@ class TestLongRunCatchUp:
                 for n in store.recorder.select_notifications(start=1, limit=10_000)
                 if n.state == b"{not json"
             ]
-            with pytest.raises(EventFormatError) as alone:
-                store.mapper.to_domain_event(bad)
-            with pytest.raises(EventFormatError) as caught_up:
-                engine.projections.rebuild(RunIndex.name)
-            assert str(caught_up.value) == str(alone.value)
-            (status,) = [s for s in engine.projections.status() if s.name == RunIndex.name]
+            status = rebuilt_to_the_error_alone(engine, bad)
             assert status.position == SMALL_PAGE < bad.id  # the page before the bad event's
 
     @pytest.mark.usefixtures("small_pages")
@@ -754,17 +772,6 @@ class TestLongRunCatchUp:
             with pytest.raises(EventFormatError) as caught_up:
                 engine.projections.rebuild(RunIndex.name)
             assert str(caught_up.value) == str(alone.value)
-
-
-class BreaksOnNotes(RunIndex):
-    """The run index, failing on a note: its outcomes folded in stretches (`RunIndex._fold`)."""
-
-    name = "breaks_on_notes"
-
-    @on(NoteAdded)
-    def noted(self, summary: RunSummary | None, event: NoteAdded) -> RunSummary | None:
-        """Refuses every note."""
-        raise RuntimeError("cannot take notes")
 
 
 DECODED: list[Any] = []
@@ -967,51 +974,3 @@ class TestKeyByKeyFolds:
             for run in [*runs, long]:
                 stored = engine.projections.get(CountedRetries.name, run.id, catch_up=False)
                 assert stored == engine.project(run.id, RetryCounts)
-
-
-def _refusing_notes(base: type[Projection[Any]]) -> type[Projection[Any]]:
-    """`base` (a projection folding stretches of outcomes) refusing every note."""
-
-    def noted(self: Any, state: Any, event: NoteAdded) -> Any:
-        raise RuntimeError("cannot take notes")
-
-    namespace = {"name": f"notes_refused_by_{base.name}", "noted": on(NoteAdded)(noted)}
-    return type(f"Refusing{base.__name__}", (base,), namespace)
-
-
-REFUSING = [_refusing_notes(kind) for kind in (ProgressState, RetryCounts, RoundsTable)]
-
-
-class TestHandlerErrorsOfStretchFolds:
-    @pytest.mark.parametrize("kind", REFUSING, ids=lambda kind: kind.__name__)
-    def test_the_position_stops_before_the_event_and_nothing_after_it_is_kept(
-        self, sqlite_url: str, kind: type[Projection[Any]], monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """A handler failing mid page in a projection folding stretches of its own: the error
-        names the event, the position is just before it, each run's state is its fold of the
-        events before it (the page's others, folded key by key first, not kept)."""
-        monkeypatch.setattr(persistent, "PAGE", SMALL_PAGE)
-        with Engine(sqlite_url) as engine:
-            projection = engine.projections.register(kind)
-            loop, turns = engine.start_run(LOOP), engine.start_run(TURNS)
-            for index in range(70):
-                loop.stage_completed("work", result={"n": index})
-                turns.stage_completed("a" if index % 2 == 0 else "b", result={})
-                if index == 50:
-                    noted = turns.note("why", "a note")
-            with pytest.raises(ProjectionError, match=r"notes_refused_by.*NoteAdded"):
-                engine.projections.catch_up([kind.name])
-            notifications = engine.store.recorder.select_notifications(start=1, limit=10_000)
-            (note,) = [n for n in notifications if n.originator_version == noted.version
-                       and n.originator_id == turns.id]  # fmt: skip
-            assert note.id % SMALL_PAGE not in (0, 1)  # mid page
-            (status,) = [s for s in engine.projections.status() if s.name == kind.name]
-            assert status.position == note.id - 1
-            for run in (loop, turns):
-                before = [
-                    engine.store.mapper.to_domain_event(n)
-                    for n in notifications
-                    if n.originator_id == run.id and n.id < note.id
-                ]
-                stored = engine.projections.get(kind.name, run.id, catch_up=False)
-                assert projection.encode(stored) == projection.encode(projection.fold(before))
