@@ -477,8 +477,13 @@ class PackedRuns:
 @folding.register(RunIndex)
 def _folding(projection: RunIndex, state: RunSummary | None = None) -> Folding[RunSummary | None]:
     """`folding` of the run index: its stretch of outcomes left open between parts (`_fold`)."""
-    if not folds_with(projection, RunIndex, StageCompleted, StageFailed):
-        return Folding(projection, state)  # a subclass: its own way
+    kind = type(projection)
+    if (
+        not folds_with(projection, RunIndex, StageCompleted, StageFailed)
+        or kind.fold is not Projection.fold
+        or kind._fold is not RunIndex._fold
+    ):
+        return Folding(projection, state)  # a subclass folding its own way: through `fold`
     return StretchFolding(projection, _begun, state)
 
 

@@ -626,6 +626,28 @@ class TestFolding:
             assert fold.state() == applied(projection, events)
             assert type(fold) is Folding
 
+    def test_a_subclass_with_its_own_fold_is_fed_through_it(self, engine: Engine) -> None:
+        """A subclass keeping the run index's handlers but folding its own way (its `fold`
+        overridden) gets a plain folding, fed through that fold, not the stretch."""
+        parts: list[int] = []
+
+        class CountingFolds(RunIndex):
+            def fold(self, events: Any, state: Any = None) -> Any:
+                events = list(events)
+                parts.append(len(events))
+                return super().fold(events, state)
+
+        run = engine.start_run(OTHER)
+        for _ in range(10):
+            run.stage_failed("a", error="x")
+        events = engine.events(run.id)
+        fold = folding(CountingFolds(), None)
+        fold.feed(events[:4])
+        fold.feed(events[4:])
+        assert type(fold) is Folding
+        assert parts == [4, len(events) - 4]
+        assert fold.state() == RunIndex().fold(events)
+
     def test_a_failing_outcome_names_the_folding_s_projection_and_event(
         self, engine: Engine
     ) -> None:
