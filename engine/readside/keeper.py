@@ -14,7 +14,8 @@ the summary's keeps its stretch of outcomes open, so a loop's summary is made on
 at a crossing, its new states counted there, not made into cells); at that crossing
 a handle that began the run folds it from the events it wrote since (held until
 then: the commits' lists, not folded), its snapshot stored at the multiple of the
-interval, then fed on from the state the snapshot restores. The run is read back and
+interval, then fed on from the state the snapshot restores (kept half as often once
+its snapshot outgrows `KEPT_BYTES_PER_EVENT`). The run is read back and
 folded only where nothing is held: at the first crossing of a handle that did not
 begin the run, and at one after another writer's events came between, a projection
 is folded from its nearest stored snapshot (at most twice the interval back, else
