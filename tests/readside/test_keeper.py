@@ -6,7 +6,7 @@ import contextlib
 import random
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
@@ -18,8 +18,8 @@ from engine.errors import RunErased
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel, keeper
 from engine.run import Run
-from events import DECIDED, Event, RunStarted, StageCompleted
-from projections import Folding, Projection, RunIndex, StateStack, folding
+from events import DECIDED, RunStarted, StageCompleted
+from projections import Projection, RunIndex, StateStack
 from projections.errors import ProjectionStateError
 from tests._helpers import LOOP, hub_table
 from tests.readside.test_snapshots import CountingReader
@@ -472,8 +472,8 @@ def rebuilt(events: list[Any], version: int) -> Any:
 
 
 class CountingIndex(RunIndex):
-    """RunIndex, counting the events each fold, or each part fed to a folding, is given (a
-    writer's folds of its commits)."""
+    """RunIndex, counting the events each fold is given: a writer's folds of its commits (its
+    own `fold`, so a folding of it is fed through that fold, part by part)."""
 
     folded: ClassVar[list[int]] = []
 
@@ -481,26 +481,6 @@ class CountingIndex(RunIndex):
         events = list(events)
         CountingIndex.folded.append(len(events))
         return super().fold(events, state)
-
-
-class CountedFolding(Folding[Any]):
-    """A folding counting the events of each part fed (in `CountingIndex.folded`)."""
-
-    def __init__(self, inner: Folding[Any]) -> None:
-        super().__init__(inner.projection, None)
-        self.inner = inner
-
-    def feed(self, events: Sequence[Event]) -> None:
-        CountingIndex.folded.append(len(events))
-        self.inner.feed(events)
-
-    def state(self) -> Any:
-        return self.inner.state()
-
-
-@folding.register(CountingIndex)
-def _counted(projection: CountingIndex, state: Any = None) -> Folding[Any]:
-    return CountedFolding(folding.dispatch(RunIndex)(projection, state))
 
 
 class TestKeptSummary:
