@@ -20,6 +20,7 @@ from uuid import UUID
 import attrs
 from eventsourcing.persistence import ApplicationRecorder, StoredEvent
 
+from engine.readside.leaps import Leap, find_leap
 from engine.store.chain import StoredRow
 from engine.store.mapper import EventMapper
 from engine.store.views import PageSave, RunQuery, Views
@@ -200,7 +201,8 @@ class Projections:
         """Fold every event not yet folded into the projections (default: all registered).
 
         Returns:
-            How many events each projection folded.
+            How many events each projection folded (for the run index, with those a leap
+            over a long run passed: `engine.readside.leaps`).
 
         Raises:
             ProjectionError: a handler failed; the others were still caught up, and
@@ -281,7 +283,52 @@ class Projections:
         for name, failure in failures.items():
             if name in group:  # kept after the commit, which clears last errors
                 self.views.record_error(name, str(failure))
+        if group == [RunIndex.name] and RunIndex.name not in failures:
+            leapt = self._leap(events, end, stop, generation, resets)
+            if leapt is not None:
+                return len(events) + leapt.passed, leapt.target
         return len(events), end
+
+    def _leap(
+        self, events: list[Event], end: int, stop: int, generation: int, resets: int
+    ) -> Leap | None:
+        """Take the run index over the long run the page ended in, onto its writer's newest
+        summary, where that run alone fills the notifications up to it (`find_leap`).
+
+        The run index's own class only (a subclass folds the run in its own way), and only
+        from where its page was saved; the summary is saved with the position it stands
+        for in one transaction, as a page is.
+        """
+        projection = self._registered[RunIndex.name]
+        cached = self._cache.get(RunIndex.name)
+        if type(projection) is not RunIndex or cached is None or cached[0] != end:
+            return None
+        found = find_leap(self._recorder, self.views, events, end, stop, generation)
+        if found is None:
+            return None
+        try:
+            summary = projection.decode(found.summary)
+        except Exception as error:  # the pages say what is wrong with it, if anything
+            _log.debug("run %s's stored summary not used: %s", found.run_id, error)
+            return None
+        key = str(found.run_id)
+        self.views.commit(
+            [
+                PageSave(
+                    RunIndex.name,
+                    end,
+                    found.target,
+                    {key: found.summary},
+                    projection.identity(),
+                    generation=generation,
+                    resets=resets,
+                )
+            ]
+        )
+        cached[1][key] = summary
+        cached[1].folded.pop(key, None)
+        self._remember(RunIndex.name, found.target)
+        return found
 
     def _deleted_runs(self, group: list[str], events: list[Event]) -> dict[UUID, list[Event]]:
         """The stored events of the runs the page deletes, read together where the store can

@@ -314,39 +314,7 @@ class TimeTravel:
     def _stored(self, key: _Key, version: int) -> _Start | None:
         """The newest stored snapshot up to `version` (its JSON), whole or a delta."""
         assert self._views is not None
-        generation, run_id, name, identity = key
-        views = self._views
-        whole = views.snapshot(str(run_id), name, identity, generation, version)
-        delta = views.snapshot(str(run_id), name, identity + DELTA_TAG, generation, version)
-        if delta is not None and (whole is None or delta[0] > whole[0]):
-            made = self._from_delta(key, delta, whole)
-            if made is not None:
-                return made
-        if whole is None:
-            return None
-        data = views.codec.unseal(whole[1])
-        return _Start(whole[0], data, len(whole[1]), (whole[0], data))
-
-    def _from_delta(
-        self, key: _Key, delta: tuple[int, bytes], read: tuple[int, bytes] | None
-    ) -> _Start | None:
-        """The snapshot a stored delta stands for; None if its whole snapshot is not there
-        as it was (then the whole one before it serves). `read`: a whole snapshot already
-        read, used when it is the delta's base (it nearly always is) instead of reading it
-        again."""
-        assert self._views is not None
-        generation, run_id, name, identity = key
-        codec = self._views.codec
-        change = codec.unseal(delta[1])
-        base = change["base"]
-        whole = read
-        if whole is None or whole[0] != base:
-            whole = self._views.snapshot(str(run_id), name, identity, generation, base)
-        if whole is None or whole[0] != base:
-            return None
-        data = codec.unseal(whole[1])
-        made = applied(change, data)
-        return None if made is None else _Start(delta[0], made, len(whole[1]), (base, data))
+        return _stored(self._views, key, version)
 
     def save(self, key: _Key, sealed: list[tuple[int, bytes]]) -> None:
         """Store snapshots; a store that refuses (read-only) only loses the speed-up."""
@@ -413,6 +381,57 @@ class _RunReads:
     def state_now(self, projection: Projection[Any], version: int) -> Any:
         """The state of `projection` after event `version` of the run the store holds now."""
         return self._travel.project(self._key[1], projection, version)
+
+
+def stored_snapshot(
+    views: Views, run_id: UUID, projection: Projection[Any], generation: int, upto: int
+) -> tuple[int, JSON] | None:
+    """The newest snapshot of `projection` over the run stored in `generation` up to event
+    `upto`, whole or a delta made whole: its version and its JSON (`Projection.snapshot`);
+    None if there is none.
+
+    What a reader that does not fold the run itself takes from it (the persistent catch-up
+    leaping over a long run: `engine.readside.leaps`).
+    """
+    key = (generation, run_id, projection.name, projection.identity())
+    start = _stored(views, key, upto)
+    return None if start is None else (start.version, start.state)
+
+
+def _stored(views: Views, key: _Key, version: int) -> _Start | None:
+    """The newest stored snapshot of `key` up to `version` (its JSON), whole or a delta."""
+    generation, run_id, name, identity = key
+    whole = views.snapshot(str(run_id), name, identity, generation, version)
+    delta = views.snapshot(str(run_id), name, identity + DELTA_TAG, generation, version)
+    if delta is not None and (whole is None or delta[0] > whole[0]):
+        made = _from_delta(views, key, delta, whole)
+        if made is not None:
+            return made
+    if whole is None:
+        return None
+    data = views.codec.unseal(whole[1])
+    return _Start(whole[0], data, len(whole[1]), (whole[0], data))
+
+
+def _from_delta(
+    views: Views, key: _Key, delta: tuple[int, bytes], read: tuple[int, bytes] | None
+) -> _Start | None:
+    """The snapshot a stored delta stands for; None if its whole snapshot is not there
+    as it was (then the whole one before it serves). `read`: a whole snapshot already
+    read, used when it is the delta's base (it nearly always is) instead of reading it
+    again."""
+    generation, run_id, name, identity = key
+    codec = views.codec
+    change = codec.unseal(delta[1])
+    base = change["base"]
+    whole = read
+    if whole is None or whole[0] != base:
+        whole = views.snapshot(str(run_id), name, identity, generation, base)
+    if whole is None or whole[0] != base:
+        return None
+    data = codec.unseal(whole[1])
+    made = applied(change, data)
+    return None if made is None else _Start(delta[0], made, len(whole[1]), (base, data))
 
 
 def _whole(run_id: UUID, reached: int, version: int) -> None:

@@ -548,6 +548,19 @@ class PostgresRecorder(PostgresApplicationRecorder):
             curs.execute(statement, params, prepare=True)
             return curs.fetchall()
 
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def notification_id(self, run_id: UUID, version: int) -> int | None:
+        """The notification id of the run's event `version` (None: not stored)."""
+        statement = SQL(
+            "SELECT notification_id FROM {0} WHERE originator_id = %s AND originator_version = %s"
+        ).format(self._table)
+        with (
+            self.datastore.get_connection() as conn,
+            conn.cursor(row_factory=tuple_row) as curs,
+        ):
+            row = curs.execute(statement, (run_id, version), prepare=True).fetchone()
+            return None if row is None else int(row[0])
+
     def select_runs(self, run_ids: Sequence[UUID]) -> list[StoredEvent]:
         """Every stored event of the runs `run_ids`, by run and version (the runs a page of
         notifications deletes: `Projections` forgets them), read `RUNS_PAGE` events a query."""

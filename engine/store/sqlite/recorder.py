@@ -314,6 +314,19 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
             self.check_layout()
         return page
 
+    def notification_id(self, run_id: UUID, version: int) -> int | None:
+        """The notification id of the run's event `version` (None: not stored)."""
+        statement = (
+            f"SELECT rowid FROM {self.events_table_name} "
+            "WHERE originator_id=? AND originator_version=?"
+        )
+        connection = self.readers.borrow()
+        try:
+            row = connection.execute(statement, (self.run_key(run_id), version)).fetchone()
+        finally:
+            self.readers.give_back(connection)
+        return None if row is None else int(row[0])
+
     def check_layout(self) -> None:
         """Nothing, while the events table is still in the layout this recorder reads.
 

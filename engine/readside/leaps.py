@@ -1,0 +1,101 @@
+"""Leaps of the run index's catch-up over a long run, onto its writer's stored snapshot.
+
+A run's writer stores `RunIndex` snapshots as the run grows (`engine.readside.keeper`).
+When a page of notifications ends inside a long run whose newest stored snapshot
+lies further on, the catch-up may take that snapshot as the run's summary and move
+its position to the snapshot's event without reading the events in between, as long
+as no other run's event lies in between. That is known without reading them: a
+run's events take increasing notification ids, so the ``version - last.version``
+events after the page's last one fill every id up to the snapshot's event exactly
+when the two ids differ by that count. A gap in the ids (a rolled-back transaction
+on PostgreSQL) or another run's event refuses the leap: the pages are read then.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+from uuid import UUID
+
+import attrs
+
+from engine.readside.snapshots import stored_snapshot
+from engine.store.views import Views
+from events import JSON, Event
+from projections.run_index import RunIndex
+
+LEAP_MIN = 2000
+"""Fewest events a leap passes over: a shorter stretch is read faster than a leap is checked."""
+
+_log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class IdFinder(Protocol):
+    """What a leap needs of the store's recorder: the notification id of a run's event."""
+
+    def notification_id(self, run_id: UUID, version: int) -> int | None:
+        """The notification id of the run's event `version` (None: not stored)."""
+
+
+@attrs.frozen
+class Leap:
+    """A stretch of the notification log one run fills alone, and its summary at its end."""
+
+    run_id: UUID
+    passed: int
+    """The run's events the leap passes over."""
+    target: int
+    """The notification id of the snapshot's event: the position after the leap."""
+    summary: JSON
+    """The run's summary after that event, as `RunIndex.encode` writes it."""
+
+
+def find_leap(
+    recorder: Any,
+    views: Views,
+    events: Sequence[Event],
+    end: int,
+    stop: int,
+    generation: int,
+) -> Leap | None:
+    """The leap from a page of `events` folded up to notification `end`, to at most `stop`:
+    over the run of its last event, onto that run's newest summary stored in `generation`.
+
+    None where there is none worth taking: the recorder cannot find ids, the page's
+    last run fills less than half of it, no snapshot lies `LEAP_MIN` events or more
+    further on, or another run's event (or a gap) lies in between.
+    """
+    finder = recorder if isinstance(recorder, IdFinder) else None
+    if finder is None or not events or end >= stop:
+        return None
+    last = events[-1]
+    run_id = last.run_id
+    if sum(event.run_id == run_id for event in events) * 2 < len(events):
+        return None  # runs interleave here: a snapshot ahead would hardly ever fit
+    # A snapshot up to this version is the newest whose event may lie at or before `stop`.
+    upto = last.version + (stop - end)
+    try:
+        stored = stored_snapshot(views, run_id, RunIndex(), generation, upto)
+    except Exception as error:  # an unreadable snapshot: the pages say the same, slower
+        _log.debug("run %s's stored summary not used: %s", run_id, error)
+        return None
+    if stored is None or stored[0] - last.version < LEAP_MIN:
+        return None
+    version, summary = stored
+    if not _describes(summary, run_id, version):
+        return None
+    target = finder.notification_id(run_id, version)
+    if target is None or target - end != version - last.version:
+        return None
+    return Leap(run_id, version - last.version, target, summary)
+
+
+def _describes(summary: JSON, run_id: UUID, version: int) -> bool:
+    """Whether `summary` is a run summary of `run_id` after event `version`."""
+    return (
+        isinstance(summary, dict)
+        and summary.get("run_id") == str(run_id)
+        and summary.get("version") == version
+    )
