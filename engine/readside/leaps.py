@@ -1,14 +1,16 @@
 """Leaps of the run index's catch-up over a long run, onto its writer's stored snapshot.
 
 A run's writer stores `RunIndex` snapshots as the run grows (`engine.readside.keeper`).
-When a page of notifications ends inside a long run whose newest stored snapshot
-lies further on, the catch-up may take that snapshot as the run's summary and move
-its position to the snapshot's event without reading the events in between, as long
-as no other run's event lies in between. That is known without reading them: a
-run's events take increasing notification ids, so the ``version - last.version``
-events after the page's last one fill every id up to the snapshot's event exactly
-when the two ids differ by that count. A gap in the ids (a rolled-back transaction
-on PostgreSQL) or another run's event refuses the leap: the pages are read then.
+When a page of notifications ends inside a long run whose stored snapshots lie
+further on, the catch-up may take one as the run's summary and move its position to
+that snapshot's event without reading the events in between, as long as no other
+run's event lies in between. That is known without reading them: a run's events
+take increasing notification ids, so the ``version - last.version`` events after the
+page's last one fill every id up to the snapshot's event exactly when the two ids
+differ by that count. Where other runs' events (or gaps in the ids: a rolled-back
+transaction on PostgreSQL) lie between, the leap lands on the newest snapshot before
+the first of them, found by a binary search over the run's versions; the next page
+reads them.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ def find_leap(
     """The leap from a page of `events` folded up to notification `end`, to at most `stop`:
     over the run of its last event, onto that run's newest summary stored in `generation`.
 
-    None where there is none worth taking: the recorder cannot find ids, the page's
-    last run fills less than half of it, no snapshot lies `LEAP_MIN` events or more
-    further on, or another run's event (or a gap) lies in between.
+    Where other runs' events (or gaps in the ids) lie between, it lands on the newest
+    summary before the first of them. None where there is none worth taking: the
+    recorder cannot find ids, the page's last run fills less than half of it, or no
+    summary it may land on lies `LEAP_MIN` events or more further on.
     """
     finder = recorder if isinstance(recorder, IdFinder) else None
     if finder is None or not events or end >= stop:
@@ -76,20 +79,44 @@ def find_leap(
         return None  # runs interleave here: a snapshot ahead would hardly ever fit
     # A snapshot up to this version is the newest whose event may lie at or before `stop`.
     upto = last.version + (stop - end)
-    try:
-        stored = stored_snapshot(views, run_id, RunIndex(), generation, upto)
-    except Exception as error:  # an unreadable snapshot: the pages say the same, slower
-        _log.debug("run %s's stored summary not used: %s", run_id, error)
-        return None
+    stored = _newest(views, run_id, generation, upto)
     if stored is None or stored[0] - last.version < LEAP_MIN:
         return None
+    alone = _alone_upto(finder, run_id, last.version, end, stored[0])
+    if alone < stored[0]:  # another run's events come first: the newest summary before them
+        stored = _newest(views, run_id, generation, alone)
+        if stored is None or stored[0] - last.version < LEAP_MIN:
+            return None
     version, summary = stored
     if not _describes(summary, run_id, version):
         return None
-    target = finder.notification_id(run_id, version)
-    if target is None or target - end != version - last.version:
+    passed = version - last.version
+    return Leap(run_id, passed, end + passed, summary)
+
+
+def _newest(views: Views, run_id: UUID, generation: int, upto: int) -> tuple[int, JSON] | None:
+    """The run's newest summary stored in `generation` up to event `upto`; None if there is
+    none, or it cannot be read (the pages then say the same, slower)."""
+    try:
+        return stored_snapshot(views, run_id, RunIndex(), generation, upto)
+    except Exception as error:
+        _log.debug("run %s's stored summary not used: %s", run_id, error)
         return None
-    return Leap(run_id, version - last.version, target, summary)
+
+
+def _alone_upto(finder: IdFinder, run_id: UUID, last: int, end: int, upto: int) -> int:
+    """The newest version up to `upto` whose events after version `last` (at id `end`) fill
+    every id up to its own: a binary search, since the ids other runs' events (or gaps) take
+    among them only grow in number with the version (`upto` itself is tried first)."""
+    low, high, probe = last, upto, upto
+    while low < high:
+        found = finder.notification_id(run_id, probe)
+        if found is not None and found - end == probe - last:
+            low = probe
+        else:
+            high = probe - 1
+        probe = (low + high + 1) // 2
+    return low
 
 
 def _describes(summary: JSON, run_id: UUID, version: int) -> bool:

@@ -97,6 +97,27 @@ class TestCatchUpLeap:
             stored, folded = indexed(leap_url, run.id)
             assert stored == folded
 
+    def test_a_leap_lands_before_another_runs_events_and_leaps_again_after(
+        self, leap_url: str
+    ) -> None:
+        """A short run's events in the middle of a long run: the first leap lands on the newest
+        summary before them, the page after reads them, and a second leap goes on."""
+        with Engine(leap_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, 2 * KEEP_INTERVAL + 250, per_commit=250)
+            short = engine.start_run(LOOP)
+            record(short, 10, per_commit=10)
+            record(run, LONG - 2 * KEEP_INTERVAL - 251, per_commit=250)
+            notification = engine.store.recorder.notification_id  # type: ignore[attr-defined]
+            landed = notification(run.id, 2 * KEEP_INTERVAL)
+        ends, counts = caught_up(leap_url)
+        assert counts == {RunIndex.name: LONG + 11}
+        assert ends[0] == landed
+        assert len(ends) == 3  # without leaps: 6 pages
+        for run_id in (run.id, short.id):
+            stored, folded = indexed(leap_url, run_id)
+            assert stored == folded
+
     def test_a_leap_takes_the_summary_sealed_by_the_stores_cipher(self, tmp_path: Path) -> None:
         """Under a cipher the writer's summary is unsealed for the leap and saved sealed again:
         the index equals the fold, and no plain text of the run reaches the file."""
