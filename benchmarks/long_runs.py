@@ -12,6 +12,9 @@ its own, so its peak RSS is its own:
   same again, a full fold of `RetryCounts` (events/s), `engine.load`, peak RSS;
 * second read, another fresh process (the snapshots the first reader stored are
   there): `StateStack` at N/3 and at N-7, `engine.load`, peak RSS;
+* first command, another fresh process: `Engine.for_reading` (what every read
+  command and the viewer open with: the run index caught up) and the 50 newest
+  runs listed (ms), peak RSS;
 * raw: the same events into raw sqlite3 (seconds), reading and decoding the
   first N/2 (ms) and all N (events/s) payloads;
 * file: bytes per event of the store (database and WAL) and of the raw table;
@@ -114,6 +117,7 @@ def _measure(size: int, path: Path) -> dict[str, object]:
     print(f"  {size:,} events: reading", file=sys.stderr, flush=True)
     first = _child("read", path, size)
     second = _child("reread", path, size)
+    command = _child("command", path, size)
     ours_bytes = _file_bytes(path)
     raw_bytes = _file_bytes(path.with_name("raw.db"))
     return {
@@ -131,6 +135,8 @@ def _measure(size: int, path: Path) -> dict[str, object]:
         "state_end_fresh_ms": second["end_ms"],
         "load_fresh_ms": second["load_ms"],
         "rss_reread_mb": second["rss_mb"],
+        "first_command_ms": command["ms"],
+        "rss_command_mb": command["rss_mb"],
         "raw_half_ms": raw["half_ms"],
         "raw_decode_per_s": raw["decode_per_s"],
         "bytes_per_event": ours_bytes / size,
@@ -148,6 +154,7 @@ def _scaling(rows: list[dict[str, Any]]) -> dict[str, object]:
         "state_half_first_ratio": big["state_half_first_ms"] / small["state_half_first_ms"],
         "state_third_fresh_ratio": big["state_third_fresh_ms"] / small["state_third_fresh_ms"],
         "load_fresh_ratio": big["load_fresh_ms"] / small["load_fresh_ms"],
+        "first_command_ratio": big["first_command_ms"] / small["first_command_ms"],
         "target": "cold time travel <= 3x the smaller run's",
     }
 
@@ -262,6 +269,18 @@ def _reread(path: Path, events: int, _projection: str = READ_ONLY) -> dict[str, 
     return {"third_ms": third, "end_ms": end, "load_ms": load, "rss_mb": _rss_mb()}
 
 
+def _command(path: Path, _events: int, _projection: str = READ_ONLY) -> dict[str, Any]:
+    """A read command's start on a store it has not seen: the run index caught up (over a
+    long run, from its writer's summaries), then the newest runs listed."""
+    from engine import Engine
+
+    began = time.perf_counter()
+    with Engine.for_reading(f"sqlite:///{path}") as engine:
+        engine.runs(limit=50)
+        ms = (time.perf_counter() - began) * 1000
+    return {"ms": ms, "rss_mb": _rss_mb()}
+
+
 def _fold(path: Path, events: int, projection: str) -> dict[str, Any]:
     """A full fold of `projection` (or the stream alone) over the run, in a fresh process."""
     import projections
@@ -354,6 +373,7 @@ CHILDREN: dict[str, Callable[[Path, int, str], dict[str, Any]]] = {
     "fold": _fold,
     "read": _read,
     "reread": _reread,
+    "command": _command,
     "raw": _raw,
 }
 CHILDREN_NAMES = tuple(CHILDREN)

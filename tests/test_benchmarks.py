@@ -227,9 +227,11 @@ class TestCompare:
         for row in rows[:2]:
             assert min(row["record_s"], row["state_half_first_ms"], row["state_again_ms"]) > 0
             assert min(row["fold_per_s"], row["load_fresh_ms"], row["raw_half_ms"]) > 0
+            assert row["first_command_ms"] > 0
             assert row["bytes_per_event"] > 0
             assert row["raw_bytes_per_event"] > 0
         assert rows[2]["state_third_fresh_ratio"] > 0
+        assert rows[2]["first_command_ratio"] > 0
         folds = rows[3:]
         named = ["(stream only)", *(cls.__name__ for cls in BUILT_INS)]
         assert [(row["events"], row["full_fold"]) for row in folds] == [
