@@ -58,6 +58,11 @@ SHARED_TEXT = 256
 """A text of a snapshot sharing at least this many leading characters with the same text of
 its whole snapshot is stored in a delta as the count shared and what follows."""
 
+UNREADABLE_PASSED = 3
+"""Stored whole snapshots that cannot be read passed over, newest first, before a fold
+starts from the nearest state in memory or the first event instead."""
+
+_UNREADABLE = object()
 _log = logging.getLogger(__name__)
 _Key = tuple[int, UUID, str, str]
 """Erasure generation, run id, projection name, the projection's identity."""
@@ -401,37 +406,70 @@ def stored_snapshot(
 def _stored(views: Views, key: _Key, version: int) -> _Start | None:
     """The newest stored snapshot of `key` up to `version` (its JSON), whole or a delta."""
     generation, run_id, name, identity = key
-    whole = views.snapshot(str(run_id), name, identity, generation, version)
+    whole = _readable_whole(views, key, version)
     delta = views.snapshot(str(run_id), name, identity + DELTA_TAG, generation, version)
-    if delta is not None and (whole is None or delta[0] > whole[0]):
+    if delta is not None and (whole is None or delta[0] > whole.version):
         made = _from_delta(views, key, delta, whole)
         if made is not None:
             return made
-    if whole is None:
-        return None
-    data = views.codec.unseal(whole[1])
-    return _Start(whole[0], data, len(whole[1]), (whole[0], data))
+    return whole
+
+
+def _readable_whole(views: Views, key: _Key, version: int) -> _Start | None:
+    """The newest whole snapshot of `key` up to `version` that can be read. One that cannot
+    (its bytes damaged, another key's cipher) is passed over with a warning, as up to
+    `UNREADABLE_PASSED` of them: a snapshot only saves time, and the fold from an
+    older one (or from the first event) gives the same state."""
+    generation, run_id, name, identity = key
+    for _ in range(UNREADABLE_PASSED + 1):
+        row = views.snapshot(str(run_id), name, identity, generation, version)
+        if row is None:
+            return None
+        data = _unsealed(views, key, row)
+        if data is not _UNREADABLE:
+            return _Start(row[0], data, len(row[1]), (row[0], data))
+        version = row[0] - 1
+    return None
 
 
 def _from_delta(
-    views: Views, key: _Key, delta: tuple[int, bytes], read: tuple[int, bytes] | None
+    views: Views, key: _Key, delta: tuple[int, bytes], read: _Start | None
 ) -> _Start | None:
-    """The snapshot a stored delta stands for; None if its whole snapshot is not there
-    as it was (then the whole one before it serves). `read`: a whole snapshot already
-    read, used when it is the delta's base (it nearly always is) instead of reading it
-    again."""
+    """The snapshot a stored delta stands for; None if it or its whole snapshot is not there
+    as it was, or cannot be read (then the whole one before it serves). `read`: a whole
+    snapshot already read, used when it is the delta's base (it nearly always is) instead
+    of reading it again."""
     generation, run_id, name, identity = key
-    codec = views.codec
-    change = codec.unseal(delta[1])
-    base = change["base"]
-    whole = read
-    if whole is None or whole[0] != base:
-        whole = views.snapshot(str(run_id), name, identity, generation, base)
-    if whole is None or whole[0] != base:
+    change = _unsealed(views, key, delta)
+    if change is _UNREADABLE or not isinstance(change, dict) or "base" not in change:
         return None
-    data = codec.unseal(whole[1])
+    base = change["base"]
+    if read is not None and read.version == base:
+        data, size = read.state, read.stored_size
+    else:
+        row = views.snapshot(str(run_id), name, identity, generation, base)
+        if row is None or row[0] != base:
+            return None
+        data, size = _unsealed(views, key, row), len(row[1])
+        if data is _UNREADABLE:
+            return None
     made = applied(change, data)
-    return None if made is None else _Start(delta[0], made, len(whole[1]), (base, data))
+    return None if made is None else _Start(delta[0], made, size, (base, data))
+
+
+def _unsealed(views: Views, key: _Key, row: tuple[int, bytes]) -> Any:
+    """A stored snapshot's JSON, or `_UNREADABLE` (logged) if its bytes cannot be unsealed."""
+    try:
+        return views.codec.unseal(row[1])
+    except Exception as error:  # damaged bytes: JSON, compression or the cipher refuse them
+        _log.warning(
+            "the %s snapshot of run %s after event %d cannot be read, and is passed over: %s",
+            key[2],
+            key[1],
+            row[0],
+            error,
+        )
+        return _UNREADABLE
 
 
 def _whole(run_id: UUID, reached: int, version: int) -> None:

@@ -46,6 +46,25 @@ def review_with_loops(engine: Engine) -> uuid.UUID:
     return run.id
 
 
+def damage_snapshots(url: str, projection: str, *, newest_only: bool) -> list[int]:
+    """Overwrite the stored snapshots of `projection` (only the newest, if asked) with bytes
+    no codec reads; return the versions of all of them, oldest first."""
+    path = url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        rows = db.execute(
+            "SELECT version FROM stagetrail_snapshots WHERE projection=? ORDER BY version",
+            (projection,),
+        ).fetchall()
+        versions = [version for (version,) in rows]
+        damaged = versions[-1:] if newest_only else versions
+        db.executemany(
+            "UPDATE stagetrail_snapshots SET state=? WHERE projection=? AND version=?",
+            [(b"\x00not a snapshot\xff", projection, version) for version in damaged],
+        )
+    assert len(versions) >= 2, versions
+    return versions
+
+
 class CountingReader:
     """The real store's reader, counting the events it hands out."""
 
@@ -229,6 +248,26 @@ class TestSnapshots:
             travel = TimeTravel(reader, fresh.store.views)
             assert travel.project(run_id, Renamed(), 602) == {"Error": 599}
             assert reader.count == 602
+
+    @pytest.mark.parametrize("damaged", ["newest", "all"])
+    def test_a_snapshot_that_cannot_be_read_is_passed_over(
+        self, sqlite_url: str, damaged: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A stored snapshot whose bytes are damaged is passed over with a warning naming it:
+        the fold starts from the one before it (or the first event), and its state is right."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 2_300)
+            engine.project(run_id, FailuresByType, at=2_250)
+        newest_only = damaged == "newest"
+        versions = damage_snapshots(sqlite_url, FailuresByType.name, newest_only=newest_only)
+        with Engine(sqlite_url) as fresh:
+            reader = CountingReader(fresh.store)
+            travel = TimeTravel(reader, fresh.store.views)
+            state = travel.project(run_id, FailuresByType(), 2_250)
+            assert state == FailuresByType().fold(fresh.events(run_id, upto=2_250))
+        assert reader.count == (2_250 - versions[-2] if newest_only else 2_250)
+        warned = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+        assert f"after event {versions[-1]} cannot be read" in warned[0]
 
     def test_memory_snapshots_serve_the_next_question(self, engine: Engine) -> None:
         """In one process, a second query near the end folds only the tail."""
