@@ -386,3 +386,41 @@ class TestLeapRefusesWhatIsNotTheSummary:
         assert counts == {RunIndex.name: LONG}
         stored, folded = indexed(sqlite_url, run.id)
         assert stored == folded
+
+
+def burn_ids(url: str, count: int) -> None:
+    """Take `count` notification ids from the PostgreSQL store's sequence and never use them,
+    as transactions rolled back do: a gap in the ids."""
+    import psycopg
+    from psycopg import sql
+
+    base, schema = url.split("?schema=")
+    table = f"{schema}.stagetrail_events"
+    with psycopg.connect(base, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_get_serial_sequence(%s, 'notification_id')", (table,)
+        ).fetchone()
+        assert row is not None
+        assert row[0] is not None
+        for _ in range(count):
+            conn.execute(sql.SQL("SELECT nextval({})").format(sql.Literal(row[0])))
+
+
+class TestLeapOverGaps:
+    def test_a_gap_in_the_ids_is_not_leapt_over(self, postgres_url: str) -> None:
+        """Ids a rolled-back transaction took lie inside a long run: the leap lands on the
+        summary before them, the pages read past them, and the index equals the fold."""
+        with Engine(postgres_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, 2 * KEEP_INTERVAL + 250, per_commit=250)
+            burn_ids(postgres_url, 5)
+            record(run, 2 * KEEP_INTERVAL, per_commit=250)
+            notification = engine.store.recorder.notification_id  # type: ignore[attr-defined]
+            landed = notification(run.id, 2 * KEEP_INTERVAL)
+            gap = notification(run.id, 4252) - notification(run.id, 4251) - 1
+        ends, counts = caught_up(postgres_url)
+        assert gap == 5
+        assert ends[0] == landed
+        assert counts == {RunIndex.name: 4 * KEEP_INTERVAL + 251}
+        stored, folded = indexed(postgres_url, run.id)
+        assert stored == folded
