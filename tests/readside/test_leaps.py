@@ -14,6 +14,7 @@ from engine.readside import keeper, leaps
 from engine.readside.leaps import LEAP_MIN, find_leap
 from engine.readside.persistent import PAGE
 from engine.run import Run
+from engine.sharded import ShardedEngine
 from engine.store.sqlite.upgrade import upgrade_in_place
 from engine.store.views import Views
 from projections import RunIndex
@@ -424,3 +425,23 @@ class TestLeapOverGaps:
         assert counts == {RunIndex.name: 4 * KEEP_INTERVAL + 251}
         stored, folded = indexed(postgres_url, run.id)
         assert stored == folded
+
+
+class TestLeapInShards:
+    def test_a_shards_run_index_leaps_over_its_long_run(self, tmp_path: Path) -> None:
+        """A long run recorded through a ``shards:`` URL: its shard's run index leaps, and the
+        sharded listing equals the run's fold."""
+        shards = [f"sqlite:///{tmp_path / name}.db" for name in ("a", "b")]
+        layout = tmp_path / "shards.toml"
+        layout.write_text(
+            "[shards]\n" + "".join(f'{n} = "{u}"\n' for n, u in zip("ab", shards, strict=True)),
+            encoding="utf-8",
+        )
+        with ShardedEngine(f"shards://{layout}") as sharded:
+            run = sharded.start_run(LOOP)
+            record(run, LONG - 1, per_commit=250)
+            home = shards[sharded.layout.index_of(run.id)]
+        ends, counts = caught_up(home)
+        assert (len(ends), counts) == (2, {RunIndex.name: LONG})
+        with ShardedEngine.for_reading(f"shards://{layout}") as sharded:
+            assert sharded.runs() == [RunIndex().fold(sharded.events(run.id))]
