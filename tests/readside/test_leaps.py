@@ -445,3 +445,33 @@ class TestLeapInShards:
         assert (len(ends), counts) == (2, {RunIndex.name: LONG})
         with ShardedEngine.for_reading(f"shards://{layout}") as sharded:
             assert sharded.runs() == [RunIndex().fold(sharded.events(run.id))]
+
+
+class TestLeapRace:
+    def test_a_leap_another_follower_forestalls_leaves_the_page_counted(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Another follower catches the index up between a page's commit and the leap after
+        it: the leap is refused, yet the page this catch-up committed is counted and reported."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(LOOP)
+            record(run, LONG - 1, per_commit=250)
+        with Engine(sqlite_url) as engine, Engine(sqlite_url) as other:
+            recorder = engine.store.recorder
+            find = recorder.notification_id  # type: ignore[attr-defined]
+            raced: list[dict[str, int]] = []
+
+            def forestalled(run_id: uuid.UUID, version: int) -> int | None:
+                if not raced:  # the other follower moves the position on first
+                    raced.append(other.projections.catch_up([RunIndex.name]))
+                return find(run_id, version)  # type: ignore[no-any-return]
+
+            monkeypatch.setattr(recorder, "notification_id", forestalled)
+            ends: list[int] = []
+            counts = engine.projections.catch_up(
+                [RunIndex.name], on_progress=lambda *a: ends.append(a[1])
+            )
+        assert raced == [{RunIndex.name: LONG - PAGE}]
+        assert (counts, ends) == ({RunIndex.name: PAGE}, [PAGE])
+        stored, folded = indexed(sqlite_url, run.id)
+        assert stored == folded
