@@ -312,19 +312,19 @@ class Projections:
             _log.debug("run %s's stored summary not used: %s", found.run_id, error)
             return None
         key = str(found.run_id)
-        self.views.commit(
-            [
-                PageSave(
-                    RunIndex.name,
-                    end,
-                    found.target,
-                    {key: found.summary},
-                    projection.identity(),
-                    generation=generation,
-                    resets=resets,
-                )
-            ]
+        save = PageSave(
+            RunIndex.name,
+            end,
+            found.target,
+            {key: found.summary},
+            projection.identity(),
+            generation=generation,
+            resets=resets,
         )
+        try:
+            self.views.commit([save])
+        except PositionMoved:  # another follower (or a compaction) came first: the page,
+            return None  # committed, still counts; the next one starts where the store says
         cached[1][key] = summary
         cached[1].folded.pop(key, None)
         self._remember(RunIndex.name, found.target)
