@@ -23,7 +23,7 @@ from uuid import UUID
 import attrs
 
 from engine.readside.snapshots import stored_snapshot
-from engine.store.views import Views
+from engine.store.views import PageSave, Views
 from events import JSON, Event
 from projections.run_index import RunIndex
 
@@ -53,6 +53,19 @@ class Leap:
     summary: JSON
     """The run's summary after that event, as `RunIndex.encode` writes it."""
 
+    def saved(self, start: int, generation: int, resets: int) -> PageSave:
+        """The run index's save of the leap from position `start`: the run's summary and the
+        new position, in one transaction, refused as a page's is (`PageSave`)."""
+        return PageSave(
+            RunIndex.name,
+            start,
+            self.target,
+            {str(self.run_id): self.summary},
+            RunIndex().identity(),
+            generation=generation,
+            resets=resets,
+        )
+
 
 def find_leap(
     recorder: Any,
@@ -77,15 +90,18 @@ def find_leap(
     run_id = last.run_id
     if sum(event.run_id == run_id for event in events) * 2 < len(events):
         return None  # runs interleave here: a snapshot ahead would hardly ever fit
+    shortest = last.version + LEAP_MIN
+    if not _alone(finder, run_id, last.version, end, shortest):
+        return None  # one query rules out a page where runs interleave
     # A snapshot up to this version is the newest whose event may lie at or before `stop`.
     upto = last.version + (stop - end)
     stored = _newest(views, run_id, generation, upto)
-    if stored is None or stored[0] - last.version < LEAP_MIN:
+    if stored is None or stored[0] < shortest:
         return None
-    alone = _alone_upto(finder, run_id, last.version, end, stored[0])
+    alone = _alone_upto(finder, run_id, (shortest, last.version), end, stored[0])
     if alone < stored[0]:  # another run's events come first: the newest summary before them
         stored = _newest(views, run_id, generation, alone)
-        if stored is None or stored[0] - last.version < LEAP_MIN:
+        if stored is None or stored[0] < shortest:
             return None
     version, summary = stored
     if not _describes(summary, run_id, version):
@@ -104,14 +120,24 @@ def _newest(views: Views, run_id: UUID, generation: int, upto: int) -> tuple[int
         return None
 
 
-def _alone_upto(finder: IdFinder, run_id: UUID, last: int, end: int, upto: int) -> int:
-    """The newest version up to `upto` whose events after version `last` (at id `end`) fill
-    every id up to its own: a binary search, since the ids other runs' events (or gaps) take
-    among them only grow in number with the version (`upto` itself is tried first)."""
-    low, high, probe = last, upto, upto
+def _alone(finder: IdFinder, run_id: UUID, last: int, end: int, version: int) -> bool:
+    """Whether the run's events after version `last` (at id `end`) fill every id up to its
+    event `version` (False if that event is not stored)."""
+    found = finder.notification_id(run_id, version)
+    return found is not None and found - end == version - last
+
+
+def _alone_upto(
+    finder: IdFinder, run_id: UUID, versions: tuple[int, int], end: int, upto: int
+) -> int:
+    """The newest version up to `upto` whose events after the page's last version (at id
+    `end`) fill every id up to its own, `versions` holding one known to (and that last
+    one): a binary search, since the ids other runs' events (or gaps) take among them
+    only grow in number with the version (`upto` itself is tried first)."""
+    low, last = versions
+    high, probe = upto, upto
     while low < high:
-        found = finder.notification_id(run_id, probe)
-        if found is not None and found - end == probe - last:
+        if _alone(finder, run_id, last, end, probe):
             low = probe
         else:
             high = probe - 1

@@ -311,20 +311,11 @@ class Projections:
         except Exception as error:  # the pages say what is wrong with it, if anything
             _log.debug("run %s's stored summary not used: %s", found.run_id, error)
             return None
-        key = str(found.run_id)
-        save = PageSave(
-            RunIndex.name,
-            end,
-            found.target,
-            {key: found.summary},
-            projection.identity(),
-            generation=generation,
-            resets=resets,
-        )
         try:
-            self.views.commit([save])
+            self.views.commit([found.saved(end, generation, resets)])
         except PositionMoved:  # another follower (or a compaction) came first: the page,
             return None  # committed, still counts; the next one starts where the store says
+        key = str(found.run_id)
         cached[1][key] = summary
         cached[1].folded.pop(key, None)
         self._remember(RunIndex.name, found.target)

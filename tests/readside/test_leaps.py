@@ -141,6 +141,7 @@ class TestCatchUpLeap:
 
 class TestFindLeap:
     def setup_run(self, url: str) -> uuid.UUID:
+        """A long run recorded in commits of 250: its writer's summaries every interval."""
         with Engine(url) as engine:
             run = engine.start_run(LOOP)
             record(run, LONG - 1, per_commit=250)
@@ -475,3 +476,26 @@ class TestLeapRace:
         assert (counts, ends) == ({RunIndex.name: PAGE}, [PAGE])
         stored, folded = indexed(sqlite_url, run.id)
         assert stored == folded
+
+
+class TestLeapCost:
+    def test_a_page_where_runs_interleave_costs_one_id_query(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Where two runs take turns of 500 events, each page asks for one notification id
+        (the shortest leap's, refused) and no summary: no search for a leap that cannot be."""
+        with Engine(sqlite_url) as engine:
+            alternating(engine, 4 * KEEP_INTERVAL, per_commit=500)
+        with Engine(sqlite_url) as engine:
+            recorder = engine.store.recorder
+            find = recorder.notification_id  # type: ignore[attr-defined]
+            asked: list[int] = []
+
+            def counted(run_id: uuid.UUID, version: int) -> int | None:
+                asked.append(version)
+                return find(run_id, version)  # type: ignore[no-any-return]
+
+            monkeypatch.setattr(recorder, "notification_id", counted)
+            ends: list[int] = []
+            engine.projections.catch_up([RunIndex.name], on_progress=lambda *a: ends.append(a[1]))
+        assert len(asked) <= len(ends)
