@@ -52,7 +52,7 @@ from events import (
 from events.values import evolve, maker
 from projections.base import EventSource, Projection
 from projections.errors import ProjectionStateError
-from projections.immutable import RUN_CELLS, Cons, Deferred, PList, PMap, newest_items
+from projections.immutable import Cons, Deferred, PList, PMap, newest_items, runs_deferred
 
 
 @attrs.frozen
@@ -517,9 +517,18 @@ class MachineFold(Projection["tuple[Pipeline, RunState] | None"]):
             digest = (data["version"], _digest(data))
             tail = self._below(StackBelow(*base), digest, above, events)
         size = above + (0 if tail is None else tail.size)
-        cells = tail
-        if items:
-            cells = _runs_on(items, counts, len(items), counts[-1], tail, data["version"], size)
+        cells: Cons[str] = tail
+        if items:  # each part: the oldest `depth` states of the stack after this version
+            version = data["version"]
+            cells = runs_deferred(
+                items,
+                counts,
+                len(items),
+                counts[-1],
+                size,
+                lambda _end, _left, depth: StackBelow(version, depth),
+                tail,
+            )
         return self._state(data, PList(cells, size))
 
     def _below(
@@ -579,40 +588,6 @@ def _digest(data: JSON) -> bytes:
 
 _STACK_KEYS = ("stack", "below")
 """A machine snapshot's keys of its stack."""
-
-
-def _runs_on(
-    items: list[str],
-    counts: array[int],
-    end: int,
-    left: int,
-    tail: Deferred[str] | None,
-    version: int,
-    size: int,
-) -> Deferred[str]:
-    """The runs before `end` (oldest first: `items[i]`, `counts[i]` times; the newest with
-    only `left` of its items) on top of `tail`: cells made `RUN_CELLS` at a time, newest
-    first, each deferred part naming what it is (`StackBelow` of the stack after `version`).
-    The runs are shared by every part, never copied."""
-
-    def load() -> Cons[str]:
-        made: list[str] = []
-        at, rest = end, left
-        while at and len(made) < RUN_CELLS:
-            take = min(rest, RUN_CELLS - len(made))
-            made += [items[at - 1]] * take
-            rest -= take
-            if not rest:
-                at -= 1
-                rest = counts[at - 1] if at else 0
-        cells: Cons[str] = tail
-        if at:
-            cells = _runs_on(items, counts, at, rest, tail, version, size - len(made))
-        for item in reversed(made):  # made newest first
-            cells = (item, cells)
-        return cells
-
-    return Deferred(load, size, about=StackBelow(version, size))
 
 
 RULE_MODULES = (__name__, Pipeline.__module__, "events.table")

@@ -11,6 +11,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from marshal import dumps, loads
+from operator import itemgetter
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from immutables import Map
@@ -214,8 +215,25 @@ class PList(Generic[T]):
     @classmethod
     def of_runs(cls, runs: list[tuple[T, int]]) -> PList[T]:
         """The list `runs` wrote, its cells made `RUN_CELLS` at a time when first walked."""
-        size = sum(count for _, count in runs)
-        return cls(_deferred_runs(list(runs), size), size) if runs else cls()
+        if not runs:
+            return cls()
+        runs = list(runs)  # its parts name it (`SharedRuns`): never changed after
+        size = sum(map(itemgetter(1), runs))
+
+        def load() -> Cons[T]:
+            # Split into items and counts only when walked: a decoded state may never be.
+            items, counts = list(map(itemgetter(0), runs)), list(map(itemgetter(1), runs))
+            parts = runs_deferred(
+                items,
+                counts,
+                len(runs),
+                counts[-1],
+                size,
+                lambda end, left, _: SharedRuns(runs, end, left),
+            )
+            return parts.cells()
+
+        return cls(Deferred(load, size, about=runs), size)
 
     def __len__(self) -> int:
         return self._size
@@ -233,25 +251,71 @@ class PList(Generic[T]):
 
 
 RUN_CELLS = 1000
-"""Cells `PList.of_runs` makes at a time, newest first."""
+"""Cells `runs_deferred` (`PList.of_runs`) makes at a time, newest first."""
 
 
-def _deferred_runs(runs: list[tuple[T, int]], size: int) -> Deferred[T]:
+def runs_deferred(
+    items: Sequence[T],
+    counts: Sequence[int],
+    end: int,
+    left: int,
+    size: int,
+    about: Callable[[int, int, int], Any],
+    tail: Cons[T] = None,
+) -> Deferred[T]:
+    """The runs before `end` (oldest first: `items[i]`, `counts[i]` times; the newest with
+    only `left` of its items) on top of `tail`, `size` cells in all: made `RUN_CELLS` at a
+    time when first walked, newest first.
+
+    Each deferred part's `about` is ``about(end, left, size)`` of the runs and cells it
+    holds, so a reader need not walk it: `PList.of_runs` names them by the runs themselves
+    (`SharedRuns`), a restored machine stack by the stack it is the base of. Every part
+    shares `items` and `counts`, never copied: the parts of a stack of alternating states
+    (runs of one) do not each hold a list of the runs below them.
+    """
+
     def load() -> Cons[T]:
-        rest = list(runs)
-        items: list[T] = []
-        while rest and len(items) < RUN_CELLS:
-            item, count = rest.pop()
-            take = min(count, RUN_CELLS - len(items))
-            items += [item] * take
-            if take < count:
-                rest.append((item, count - take))
-        cells: Cons[T] = _deferred_runs(rest, size - len(items)) if rest else None
-        for item in reversed(items):  # items are newest first
+        made: list[T] = []
+        at, rest = end, left
+        while at and len(made) < RUN_CELLS:
+            take = min(rest, RUN_CELLS - len(made))
+            made += [items[at - 1]] * take
+            rest -= take
+            if not rest:
+                at -= 1
+                rest = counts[at - 1] if at else 0
+        cells: Cons[T] = tail
+        if at:
+            cells = runs_deferred(items, counts, at, rest, size - len(made), about, tail)
+        for item in reversed(made):  # made newest first
             cells = (item, cells)
         return cells
 
-    return Deferred(load, size, about=runs)
+    return Deferred(load, size, about=about(end, left, size))
+
+
+class SharedRuns(Generic[T]):
+    """The runs ``(item, count)`` before `end` of `runs`, oldest first, the newest with only
+    `left` of its items: each part of `PList.of_runs` names its runs so (`PList.runs` reads
+    them unwalked), all parts sharing the one list."""
+
+    __slots__ = ("_end", "_left", "_runs")
+
+    def __init__(self, runs: Sequence[tuple[T, int]], end: int, left: int) -> None:
+        self._runs, self._end, self._left = runs, end, left
+
+    def __iter__(self) -> Iterator[tuple[T, int]]:
+        end = self._end
+        if not end:
+            return iter(())
+        newest = (self._runs[end - 1][0], self._left)
+        return itertools.chain(itertools.islice(self._runs, end - 1), (newest,))
+
+    def __len__(self) -> int:
+        return self._end
+
+    def __repr__(self) -> str:
+        return f"SharedRuns({list(self)!r})"
 
 
 ROWS_PER_BLOCK = 128

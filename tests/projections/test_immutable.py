@@ -3,6 +3,8 @@ from __future__ import annotations
 import gc
 import itertools
 import pickle
+import sys
+import tracemalloc
 from array import array
 from typing import Any
 
@@ -11,7 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from projections.deferred import packed_versions
-from projections.immutable import ROWS_PER_BLOCK, RUN_CELLS, Deferred, PList, PMap, RowList
+from projections.immutable import (
+    ROWS_PER_BLOCK,
+    RUN_CELLS,
+    Cons,
+    Deferred,
+    PList,
+    PMap,
+    RowList,
+    runs_deferred,
+)
 
 updates = st.lists(
     st.tuples(st.text(min_size=1, max_size=6), st.sampled_from(["pending", "active", "done"])),
@@ -76,6 +87,70 @@ class TestDeferredCells:
         big = PList.of_runs([("a", 3 * RUN_CELLS)])
         assert big.pop(RUN_CELLS + 1).nth_newest(0) == "a"
         assert len(big.pop(RUN_CELLS + 1)) == 2 * RUN_CELLS - 1
+
+
+def deferred_parts(cells: Cons[Any]) -> list[Deferred[Any]]:
+    """Every deferred part of `cells`, newest first, each made as the walk reaches it."""
+    parts: list[Deferred[Any]] = []
+    while cells is not None:
+        if type(cells) is Deferred:
+            parts.append(cells)
+            cells = cells.cells()
+        else:
+            cells = cells[1]  # type: ignore[index]
+    return parts
+
+
+class TestRunsDeferred:
+    @given(
+        st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 2_500)), min_size=1, max_size=5),
+        st.integers(1, 2_500),
+        st.lists(st.sampled_from("xy"), max_size=3),
+    )
+    def test_the_runs_lie_on_the_tail_each_part_named_by_what_it_holds(
+        self, runs: list[tuple[str, int]], left: int, tail: list[str]
+    ) -> None:
+        """The cells are the runs (the newest cut to `left`) on the tail, a part every
+        `RUN_CELLS`, each named by `about` of its end, left and size, and of that size."""
+        items, counts = [item for item, _ in runs], array("q", [count for _, count in runs])
+        left = min(left, counts[-1])
+        above = sum(counts[:-1]) + left
+        below = PList.of(tail)
+        made = runs_deferred(
+            items, counts, len(runs), left, above + len(tail), lambda *about: about, below.cells
+        )
+        plist = PList.deferred(made)
+        written = [item for item, count in runs[:-1] for _ in range(count)] + [items[-1]] * left
+        assert plist.to_tuple() == (*tail, *written)
+        parts = deferred_parts(made)
+        assert len(parts) == -(-above // RUN_CELLS)
+        for index, part in enumerate(parts):
+            end, cut, size = part.about
+            assert size == part.size == above + len(tail) - index * RUN_CELLS
+            assert sum(counts[: end - 1]) + cut + len(tail) == size
+
+    @given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 2_500)), max_size=6))
+    def test_each_part_of_a_list_of_runs_knows_its_runs(self, runs: list[tuple[str, int]]) -> None:
+        """Each deferred part of `of_runs`, however deep, names the runs it holds, unwalked."""
+        for part in deferred_parts(PList.of_runs(runs).cells):
+            held = [item for item, count in part.about for _ in range(count)]
+            assert tuple(held) == PList.deferred(part).to_tuple()
+
+    def test_a_walked_list_of_runs_keeps_no_copy_of_them_per_part(self) -> None:
+        """A list of 50 parts of runs of one, walked, holds its cells and the runs once:
+        not each part's runs below it (25 times the runs)."""
+        runs = [("ab"[index % 2], 1) for index in range(50 * RUN_CELLS)]
+        gc.collect()
+        tracemalloc.start()
+        try:
+            plist = PList.of_runs(runs)
+            assert len(plist.to_tuple()) == len(runs)
+            held = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert len(plist) == len(runs)
+        cell = sys.getsizeof(("a", None))
+        assert held < 2 * cell * len(runs), held
 
 
 def runs_as_before(plist: PList[Any]) -> list[tuple[Any, int]]:
