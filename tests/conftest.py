@@ -8,6 +8,7 @@ from pathlib import Path
 
 import freezegun
 import pytest
+from hypothesis import settings
 
 from engine import Engine
 from tests._helpers import POSTGRES_URL, require_browser, require_postgres
@@ -18,6 +19,11 @@ from tests._helpers import POSTGRES_URL, require_browser, require_postgres
 freezegun.configure(extend_ignore_list=["psycopg_pool"])
 
 BACKENDS = ["memory", "sqlite", "postgres"]
+
+# No example has a deadline: speed is measured in benchmarks/, never by a test's clock (a
+# property test near Hypothesis's default 200 ms failed once on a loaded 2-core host).
+settings.register_profile("stagetrail", deadline=None)
+settings.load_profile("stagetrail")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
