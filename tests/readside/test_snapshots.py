@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
+import random
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -16,10 +18,21 @@ from engine.errors import InvalidArgument
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel
 from engine.store import Store
-from events import RunStarted
-from projections import BUILT_INS, ProjectionStateError, RunIndex, StageResults, StateStack
+from engine.ui.snapshot import RunView
+from events import RunStarted, StageCompleted, StageStarted
+from projections import (
+    BUILT_INS,
+    ProgressState,
+    ProjectionError,
+    ProjectionStateError,
+    RetryCounts,
+    RunIndex,
+    StageResults,
+    StateStack,
+)
+from projections.base import Projection
 from projections.deferred import FIRST_READ
-from tests._helpers import REVIEW, FailuresByType
+from tests._helpers import REVIEW, FailuresByType, hub_table
 
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
 
@@ -403,3 +416,154 @@ def _written_out(projection: Any, state: Any) -> int:
     if projection is RunIndex:
         data = {**data, "states": list(state.states.to_tuple()), "state_codes": ""}
     return len(json.dumps(data))
+
+
+class ListReader:
+    """A reader of one run's events held in a list (any events: a tampered one too)."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+
+    def stream(self, run_id: uuid.UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
+        top = self.events[-1].version if lte is None else lte
+        return iter([event for event in self.events if gt < event.version <= top])
+
+    def generation(self) -> int:
+        return 0
+
+
+def random_histories(seed: int, steps: int = 400) -> list[list[Any]]:
+    """The events of a review run (failures, retries, rollbacks, tasks), a hub's run (routes
+    recorded and implicit) and a strict table's, from `steps` random steps (illegal ones
+    write nothing)."""
+    from tests.ui.test_run_view_dispatch import step
+
+    pick = random.Random(seed)
+    actions = ["completed", "failed", "start", "rollback", "route", "stage_done"]
+    actions += ["stage_failed", "add_task", "task_completed", "progress", "spend", "note"]
+    with Engine("memory://") as engine:
+        runs = {
+            "review": engine.start_run(REVIEW),
+            "hub": engine.start_run(hub_table(hub=True)),
+            "strict": engine.start_run(hub_table(hub=False)),
+        }
+        for _ in range(steps):
+            which = pick.choice(list(runs))
+            step(engine, runs, which, pick.choice(actions), pick.randint(1, 3))
+        return [engine.events(run.id) for run in runs.values()]
+
+
+def applied_one_by_one(projection: Any, events: list[Any]) -> dict[int, Any]:
+    """The state after each version of `events`, given to `apply` one event at a time."""
+    state, states = projection.initial(), {}
+    for event in events:
+        state = projection.apply(state, event)
+        states[event.version] = state
+    return states
+
+
+def broken(event: Any, **changes: Any) -> Any:
+    """`event` with `changes` past its validators, as a corrupt store would hold it."""
+    made = copy.copy(event)
+    for name, value in changes.items():
+        object.__setattr__(made, name, value)
+    return made
+
+
+class CloseView(RunView):
+    """The viewer's `RunView`, kept every 10 events (its registered `folding` serves it)."""
+
+    kept_every = 10
+
+
+class TestFoldingBetweenKeptStates:
+    @pytest.mark.parametrize("seed", [1, 2, 3])
+    @pytest.mark.parametrize(
+        "projection", [RunIndex, StateStack, StageResults, RetryCounts, ProgressState, RunView]
+    )
+    def test_every_kept_state_is_the_one_apply_makes_event_by_event(
+        self, projection: Any, seed: int
+    ) -> None:
+        """Folded together between kept states, every state kept (and the one asked for) of
+        runs with hub routes, rollbacks and failures is what `apply` makes event by event."""
+        if projection is RunView:
+            projection = CloseView  # kept every 10 events, not 100: short runs cross many
+        for events in random_histories(seed):
+            travel = TimeTravel(ListReader(events), None, interval=20)
+            expected = applied_one_by_one(projection(), events)
+            last = events[-1].version
+            assert travel.project(events[0].run_id, projection(), last) == expected[last]
+            grid = travel.grid(projection())
+            for version in range(grid, last + 1, grid):
+                assert travel.project(events[0].run_id, projection(), version) == expected[version]
+
+    def test_a_fold_of_its_own_takes_the_events_between_two_kept_states_at_once(self) -> None:
+        """A projection with a fold of its own (`StateStack`'s rows pushed in place) is given
+        the events between two kept states in one call, not one `apply` per event."""
+        calls: list[int] = []
+
+        class CountingStack(StateStack):
+            def fold(self, events: Any, state: Any = None) -> Any:
+                calls.append(len(events))
+                return super().fold(events, state)
+
+        events = random_histories(4)[0]
+        TimeTravel(ListReader(events), None, interval=20).project(
+            events[0].run_id, CountingStack(), events[-1].version
+        )
+        assert calls
+        assert max(calls) > 1
+
+    @pytest.mark.parametrize("projection", [RunIndex, StateStack, CloseView])
+    def test_an_error_names_the_first_event_apply_stops_at(self, projection: Any) -> None:
+        """Where a later event breaks the first part folded and an earlier one another part,
+        the error is `apply`'s event by event: the earlier event, its version, its part."""
+        events = random_histories(5)[0]
+        early, late = next(
+            (start, outcome)
+            for start in events
+            for outcome in events
+            if type(start) is StageStarted
+            and type(outcome) is StageCompleted
+            and 10 < start.version < outcome.version <= (start.version - 1) // 10 * 10 + 10
+        )  # one stretch between two kept states (every 10 events), not its first event
+        tampered = {
+            early.version: broken(early, stage=[1]),
+            late.version: broken(late, outcome=[1]),
+        }
+        stream = [tampered.get(event.version, event) for event in events]
+        expected = None
+        try:
+            applied_one_by_one(projection(), stream)
+        except ProjectionError as error:
+            expected = error
+        travel = TimeTravel(ListReader(stream), None, interval=20)
+        with pytest.raises(ProjectionError) as caught:
+            travel.project(events[0].run_id, projection(), events[-1].version)
+        assert expected is not None
+        assert (caught.value.projection, caught.value.version) == (
+            expected.projection,
+            expected.version,
+        )
+        assert str(caught.value) == str(expected)
+        assert type(caught.value.__cause__) is type(expected.__cause__)
+
+    def test_a_state_none_that_is_not_the_initial_one_is_folded_on_from_none(self) -> None:
+        """A state that became None (its initial state is not) goes on from None, as `apply`
+        takes it, not from the initial state a fold of its own starts from when given None."""
+
+        class Dropped(Projection[int | None]):
+            every_event = True
+
+            def initial(self) -> int | None:
+                return 0
+
+            def apply(self, state: int | None, event: Any) -> int | None:
+                return None if state is None or event.version == 1 else state + 1
+
+            def _fold(self, events: Any, current: Any, tick: Any) -> Any:
+                return Projection._fold(self, events, current, tick)  # a fold of its own
+
+        events = random_histories(6)[0]
+        travel = TimeTravel(ListReader(events), None, interval=20)
+        assert travel.project(events[0].run_id, Dropped(), events[-1].version) is None
