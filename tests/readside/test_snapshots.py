@@ -18,6 +18,7 @@ from engine.errors import InvalidArgument
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel
 from engine.store import Store
+from engine.ui import snapshot
 from engine.ui.snapshot import RunView
 from events import RunStarted, StageCompleted, StageStarted
 from projections import (
@@ -32,7 +33,7 @@ from projections import (
 )
 from projections.base import Projection
 from projections.deferred import FIRST_READ
-from tests._helpers import REVIEW, FailuresByType, hub_table
+from tests._helpers import REVIEW, FailuresByType, calls_to, hub_table
 
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
 
@@ -432,7 +433,7 @@ class ListReader:
         return 0
 
 
-def random_histories(seed: int, steps: int = 400) -> list[list[Any]]:
+def random_histories(seed: int, steps: int = 600) -> list[list[Any]]:
     """The events of a review run (failures, retries, rollbacks, tasks), a hub's run (routes
     recorded and implicit) and a strict table's, from `steps` random steps (illegal ones
     write nothing)."""
@@ -513,6 +514,19 @@ class TestFoldingBetweenKeptStates:
         )
         assert calls
         assert max(calls) > 1
+
+    def test_a_registered_folding_is_fed_the_events_between_two_kept_states(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A projection with a registered `folding` (the viewer's, `RunView`'s) is fed the
+        events between two kept states by it, in one part each."""
+        fed = calls_to(monkeypatch, snapshot._Panels, "feed")
+        events = random_histories(4)[0]
+        TimeTravel(ListReader(events), None, interval=20).project(
+            events[0].run_id, CloseView(), events[-1].version
+        )
+        assert fed
+        assert max(len(call[1]) for call in fed) == 10
 
     @pytest.mark.parametrize("projection", [RunIndex, StateStack, CloseView])
     def test_an_error_names_the_first_event_apply_stops_at(self, projection: Any) -> None:
