@@ -20,7 +20,7 @@ from engine.readside import TimeTravel
 from engine.store import Store
 from engine.ui import snapshot
 from engine.ui.snapshot import RunView
-from events import RunStarted, StageCompleted, StageStarted
+from events import RunStarted, StageCompleted, StageFailed, StageStarted
 from projections import (
     BUILT_INS,
     ProgressState,
@@ -581,3 +581,194 @@ class TestFoldingBetweenKeptStates:
         events = random_histories(6)[0]
         travel = TimeTravel(ListReader(events), None, interval=20)
         assert travel.project(events[0].run_id, Dropped(), events[-1].version) is None
+
+
+def recorded_histories(engine: Engine, seed: int, steps: int = 300) -> list[uuid.UUID]:
+    """The ids of `random_histories`' three runs, recorded by `engine` into its store."""
+    from tests.ui.test_run_view_dispatch import step
+
+    pick = random.Random(seed)
+    actions = ["completed", "failed", "start", "rollback", "route", "stage_done"]
+    actions += ["stage_failed", "add_task", "task_completed", "progress", "spend", "note"]
+    runs = {
+        "review": engine.start_run(REVIEW),
+        "hub": engine.start_run(hub_table(hub=True)),
+        "strict": engine.start_run(hub_table(hub=False)),
+    }
+    for _ in range(steps):
+        which = pick.choice(list(runs))
+        step(engine, runs, which, pick.choice(actions), pick.randint(1, 3))
+    return [run.id for run in runs.values()]
+
+
+class TamperedReader:
+    """The real store's reader, handing out `changes` (by version) in place of its events."""
+
+    def __init__(self, store: Store, changes: dict[int, dict[str, Any]]) -> None:
+        self.store, self.changes = store, changes
+
+    def stream(self, run_id: uuid.UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
+        for event in self.store.stream(run_id, gt=gt, lte=lte):
+            changes = self.changes.get(event.version)
+            yield event if changes is None else broken(event, **changes)
+
+    def generation(self) -> int:
+        return self.store.generation()
+
+
+class KeptOften:
+    """A mixin keeping a projection's states every 5 events (its folds are its class's)."""
+
+    kept_every = 5
+
+
+STORED_KINDS = [*BUILT_INS, RunView]
+
+
+def kept_often(kind: Any) -> Any:
+    """`kind`, kept every 5 events (a subclass taking its events as `kind` does)."""
+    return type(f"Often{kind.__name__}", (KeptOften, kind), {})
+
+
+class TestFoldingBetweenKeptStatesFromAStore:
+    @pytest.mark.parametrize("kind", STORED_KINDS, ids=lambda kind: kind.name)
+    def test_states_asked_and_kept_are_apply_s_and_stay_so(
+        self, shared_url: str, kind: Any
+    ) -> None:
+        """Each state asked for (every version, in random order) and each state held from a
+        kept version while the fold went on is what `apply` makes event by event."""
+        pick = random.Random(kind.name)
+        with Engine(shared_url) as engine:
+            for run_id in recorded_histories(engine, 8):
+                events = engine.events(run_id)
+                expected = applied_one_by_one(kind(), events)
+                for projection in (kind(), kept_often(kind)()):
+                    travel = TimeTravel(engine.store, engine.store.views, interval=100)
+                    grid = travel.grid(projection)
+                    held = {
+                        version: travel.project(run_id, projection, version)
+                        for version in range(grid, len(events) + 1, grid)
+                    }
+                    versions = list(expected)
+                    pick.shuffle(versions)
+                    for version in versions:
+                        assert travel.project(run_id, projection, version) == expected[version]
+                    for version, state in held.items():
+                        assert state == expected[version], version
+                        assert kind().encode(state) == kind().encode(expected[version])
+
+    @pytest.mark.parametrize("kind", STORED_KINDS, ids=lambda kind: kind.name)
+    def test_snapshots_stored_are_those_of_apply_s_states(self, shared_url: str, kind: Any) -> None:
+        """Each snapshot a fold stores is the projection's `snapshot` of the state `apply`
+        makes event by event at its version."""
+        checked = 0
+        with Engine(shared_url) as engine:
+            views, identity = engine.store.views, kind().identity()
+            assert views is not None
+            for run_id in recorded_histories(engine, 9, steps=600):
+                events = engine.events(run_id)
+                expected = applied_one_by_one(kind(), events)
+                travel = TimeTravel(engine.store, views, interval=100)
+                travel.project(run_id, kind(), len(events))
+                generation = engine.store.generation()
+                for version in range(100, len(events) + 1, 100):
+                    stored = views.snapshot(str(run_id), kind.name, identity, generation, version)
+                    if stored is not None and stored[0] == version:
+                        data = views.codec.unseal(stored[1])
+                        assert data == kind().snapshot(expected[version]), version
+                        checked += 1
+        assert checked
+
+    @pytest.mark.parametrize("kind", [StateStack, RunIndex, StageResults, RunView])
+    def test_an_erasure_while_read_is_refused(
+        self, shared_url: str, kind: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A deleted run a compaction erases after its first page was read is refused with
+        `RunErasedWhileRead` naming the first version not found, its events folded together
+        between kept states or not."""
+        from engine.errors import RunErasedWhileRead
+        from engine.store.event_store import PAGE
+        from tests._helpers import erased_after_its_first_page
+
+        with Engine(shared_url) as engine:
+            doomed = engine.start_run(REVIEW)
+            doomed.stage_completed("project_analysis", result={})
+            doomed.stage_completed("code_review", result={})
+            with doomed.batch():
+                for index in range(PAGE + 10):
+                    doomed.stage_failed("developer", error=f"e{index % 7}")
+            doomed.finish("deleted")
+        erased_after_its_first_page(shared_url, doomed.id, monkeypatch)
+        with Engine(shared_url) as engine, pytest.raises(RunErasedWhileRead) as refused:
+            engine.project(doomed.id, kind, at=PAGE + 5)
+        assert (refused.value.run_id, refused.value.version) == (doomed.id, PAGE + 1)
+
+    @pytest.mark.parametrize("kind", [StateStack, RunIndex, StageResults, RetryCounts, RunView])
+    def test_an_error_between_kept_states_keeps_nothing_of_its_fold(
+        self, sqlite_url: str, kind: Any
+    ) -> None:
+        """An outcome no handler takes (its stage a list) between two kept states raises
+        `apply`'s error (its event, version and projection); the states kept before it stay
+        `apply`'s, and nothing of the failed fold is kept in memory or stored."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+            run.stage_completed("code_review", result={})
+            with run.batch():
+                for index in range(400):
+                    run.stage_failed("developer", error=f"e{index % 7}")
+                    run.note(f"n{index}", index)
+            events = engine.events(run.id)
+            run_id, store = run.id, engine.store
+            bad = next(e for e in events[250:] if type(e) is StageFailed and e.version % 100)
+            stream = [broken(e, stage=[1]) if e is bad else e for e in events]
+            with pytest.raises(ProjectionError) as expected:
+                applied_one_by_one(kind(), stream)
+            expected_states = applied_one_by_one(kind(), events)
+            reader = TamperedReader(store, {bad.version: {"stage": [1]}})
+            travel = TimeTravel(reader, store.views, interval=100)
+            before = bad.version - 1
+            assert travel.project(run_id, kind(), before) == expected_states[before]
+            with pytest.raises(ProjectionError) as caught:
+                travel.project(run_id, kind(), len(events))
+            assert str(caught.value) == str(expected.value)
+            assert (caught.value.projection, caught.value.version) == (
+                expected.value.projection,
+                bad.version,
+            )
+            generation, views = store.generation(), store.views
+            assert views is not None
+            newest = views.snapshot(
+                str(run_id), kind.name, kind().identity(), generation, len(events)
+            )
+            assert newest is None or newest[0] < bad.version
+            for version in range(before - before % 10, before + 1):
+                assert travel.project(run_id, kind(), version) == expected_states[version]
+
+    @pytest.mark.parametrize("kind", [StateStack, kept_often(StateStack)])
+    def test_the_events_folded_together_are_those_between_two_kept_states(
+        self, sqlite_url: str, kind: Any
+    ) -> None:
+        """A fold gathers at most the events between two kept states (`kept_every`, else the
+        interval), never the run, whatever the version asked."""
+        sizes: list[int] = []
+
+        class Sized(kind):  # type: ignore[misc]
+            def fold(self, events: Any, state: Any = None) -> Any:
+                sizes.append(len(events))
+                return super().fold(events, state)
+
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+            run.stage_completed("code_review", result={})
+            with run.batch():
+                for index in range(2_345):
+                    run.stage_failed("developer", error=f"e{index % 7}")
+            travel = TimeTravel(engine.store, engine.store.views)
+            grid = travel.grid(Sized())
+            assert travel.project(run.id, Sized(), 2_348) == StateStack().fold(
+                engine.events(run.id)
+            )
+        assert sizes
+        assert max(sizes) == grid
