@@ -251,8 +251,11 @@ class TimeTravel:
         left = every = collector.COLLECT_EVERY
         event = None
         part: list[Event] = []  # the relevant events since the last state kept
+        unread: list[Exception] = []  # what a read of the run raised
         with collector_paused() as tick:
-            for event in self._reader.stream(run_id, gt=start, lte=version):
+            for event in _read_until_failure(
+                self._reader.stream(run_id, gt=start, lte=version), unread
+            ):
                 if relevant(event):
                     part.append(event)
                 if event.version % grid == 0:
@@ -273,7 +276,11 @@ class TimeTravel:
                 if not left:
                     tick()
                     left = every
+            # The events read before a failed read first: a handler error among them is the
+            # one `apply` event by event raised, before reading on.
             state = _folded(projection, together, part, state)
+        if unread:
+            raise unread[0]
         # Before anything of the fold is kept or stored: events gone from under it.
         _whole(run_id, start if event is None else event.version, version)
         if not fresh or fresh[-1][0] != version:
@@ -417,6 +424,15 @@ class _RunReads:
     def state_now(self, projection: Projection[Any], version: int) -> Any:
         """The state of `projection` after event `version` of the run the store holds now."""
         return self._travel.project(self._key[1], projection, version)
+
+
+def _read_until_failure(events: Iterator[Event], failures: list[Exception]) -> Iterator[Event]:
+    """`events` until reading the next one raises: its error put in `failures`, not raised,
+    so the events read before it are folded first (`TimeTravel._fold`)."""
+    try:
+        yield from events
+    except Exception as error:  # raised once the events read are folded
+        failures.append(error)
 
 
 def _together(projection: Projection[Any]) -> Callable[[list[Event], Any], Any] | None:

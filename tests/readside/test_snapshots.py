@@ -33,7 +33,7 @@ from projections import (
 )
 from projections.base import Projection
 from projections.deferred import FIRST_READ
-from tests._helpers import REVIEW, FailuresByType, calls_to, hub_table
+from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType, calls_to, hub_table
 
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
 
@@ -772,3 +772,35 @@ class TestFoldingBetweenKeptStatesFromAStore:
             )
         assert sizes
         assert max(sizes) == grid
+
+
+class TestTheFirstFailureIsRaised:
+    @pytest.mark.parametrize("kind", [BreaksOnTimeouts, StateStack])
+    def test_a_handler_error_before_an_unreadable_page_is_raised(
+        self, sqlite_url: str, kind: Any
+    ) -> None:
+        """A handler failing on an event and, before the next kept state, a page the store
+        cannot read (an event's state NULL): the fold raises the handler's `ProjectionError`
+        naming its event, as `apply` event by event stops there before that page is read."""
+        from engine.store.event_store import PAGE
+        from tests.audit.tampering import Rows
+
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+            run.stage_completed("code_review", result={})
+            with run.batch():
+                for index in range(PAGE + 900):
+                    run.stage_failed("developer", error=f"e{index % 7}")
+            first, breaking, unreadable = 700, PAGE + 690, PAGE + 710  # pages after `first`
+            rows = Rows(sqlite_url)
+            topic, _ = rows.get(run.id, unreadable)
+            rows.put(run.id, unreadable, topic, None)  # type: ignore[arg-type]
+            changes = {"stage": [1]} if kind is StateStack else {"error_type": "Timeout"}
+            travel = TimeTravel(TamperedReader(engine.store, {breaking: changes}), None)
+            assert travel.project(run.id, kind(), first) == kind().fold(
+                engine.events(run.id, upto=first)
+            )  # kept: a later fold starts there, its pages end at 1,700 (not a kept version)
+            with pytest.raises(ProjectionError) as caught:
+                travel.project(run.id, kind(), PAGE + 800)
+            assert (caught.value.projection, caught.value.version) == (kind.name, breaking)
