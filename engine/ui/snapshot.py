@@ -11,7 +11,7 @@ once over a window of events (what the offline report embeds). Both go through
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
@@ -31,7 +31,7 @@ from projections import (
     StageResults,
     StateStack,
 )
-from projections.base import EventSource
+from projections.base import EventSource, Folding, folding
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -122,6 +122,41 @@ class RunView(Projection[tuple[Any, ...]]):
     def restore(self, data: JSON, events: EventSource) -> tuple[Any, ...]:
         """The states `snapshot` wrote, each part's older items made when first walked."""
         return tuple(part.restore(each, events) for part, each in zip(_PARTS, data, strict=True))
+
+
+@folding.register(RunView)
+def _folding(projection: RunView, state: tuple[Any, ...] | None = None) -> Folding[tuple[Any, ...]]:
+    """`folding` of the panels: each part fed the events through its own `fold` (the stretch
+    folds of `RunIndex`, `RetryCounts` and `ProgressState`, the rows pushed in place of
+    `StateStack` and `StageResults`), not five handlers per event.
+
+    Each part's `fold`, not its `folding`: a reader asks for the state every `KEPT_EVERY`
+    events, where the run index's `StretchFolding` (a writer's) would count its whole stack's
+    runs each time."""
+    kind, begun = type(projection), projection.initial() if state is None else state
+    if (
+        kind.apply is not RunView.apply
+        or kind.fold is not Projection.fold
+        or kind._fold is not Projection._fold
+        or "handlers" in vars(projection)
+    ):
+        return Folding(projection, begun)  # a subclass folding its own way: through `fold`
+    return _Panels(projection, begun)
+
+
+class _Panels(Folding[tuple[Any, ...]]):
+    """A `RunView` fold fed its events in parts, each part folding them in a loop of its own."""
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Fold `events`, the next ones (raises as `Projection.fold` does: a failure is told
+        again event by event, so it names the first event any part fails on)."""
+        before = self._state
+        try:
+            self._state = tuple(
+                part.fold(events, each) for part, each in zip(_PARTS, before, strict=True)
+            )
+        except Exception:  # a later part's error may lie before the one raised: `apply` says
+            self._state = self.projection.fold(events, before)
 
 
 def at_version(engine: Engine, run_id: UUID, version: int, last_version: int) -> dict[str, JSON]:

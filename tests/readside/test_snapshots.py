@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
+import random
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -16,10 +18,22 @@ from engine.errors import InvalidArgument
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel
 from engine.store import Store
-from events import RunStarted
-from projections import BUILT_INS, ProjectionStateError, RunIndex, StageResults, StateStack
+from engine.ui import snapshot
+from engine.ui.snapshot import RunView
+from events import RunStarted, StageCompleted, StageFailed, StageStarted
+from projections import (
+    BUILT_INS,
+    ProgressState,
+    ProjectionError,
+    ProjectionStateError,
+    RetryCounts,
+    RunIndex,
+    StageResults,
+    StateStack,
+)
+from projections.base import Projection
 from projections.deferred import FIRST_READ
-from tests._helpers import REVIEW, FailuresByType
+from tests._helpers import REVIEW, BreaksOnTimeouts, FailuresByType, calls_to, hub_table
 
 T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
 
@@ -442,3 +456,390 @@ def _written_out(projection: Any, state: Any) -> int:
     if projection is RunIndex:
         data = {**data, "states": list(state.states.to_tuple()), "state_codes": ""}
     return len(json.dumps(data))
+
+
+class ListReader:
+    """A reader of one run's events held in a list (any events: a tampered one too)."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+
+    def stream(self, run_id: uuid.UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
+        top = self.events[-1].version if lte is None else lte
+        return iter([event for event in self.events if gt < event.version <= top])
+
+    def generation(self) -> int:
+        return 0
+
+
+def random_histories(seed: int, steps: int = 600) -> list[list[Any]]:
+    """The events of a review run (failures, retries, rollbacks, tasks), a hub's run (routes
+    recorded and implicit) and a strict table's, from `steps` random steps (illegal ones
+    write nothing)."""
+    from tests.ui.test_run_view_dispatch import step
+
+    pick = random.Random(seed)
+    actions = ["completed", "failed", "start", "rollback", "route", "stage_done"]
+    actions += ["stage_failed", "add_task", "task_completed", "progress", "spend", "note"]
+    with Engine("memory://") as engine:
+        runs = {
+            "review": engine.start_run(REVIEW),
+            "hub": engine.start_run(hub_table(hub=True)),
+            "strict": engine.start_run(hub_table(hub=False)),
+        }
+        for _ in range(steps):
+            which = pick.choice(list(runs))
+            step(engine, runs, which, pick.choice(actions), pick.randint(1, 3))
+        return [engine.events(run.id) for run in runs.values()]
+
+
+def applied_one_by_one(projection: Any, events: list[Any]) -> dict[int, Any]:
+    """The state after each version of `events`, given to `apply` one event at a time."""
+    state, states = projection.initial(), {}
+    for event in events:
+        state = projection.apply(state, event)
+        states[event.version] = state
+    return states
+
+
+def broken(event: Any, **changes: Any) -> Any:
+    """`event` with `changes` past its validators, as a corrupt store would hold it."""
+    made = copy.copy(event)
+    for name, value in changes.items():
+        object.__setattr__(made, name, value)
+    return made
+
+
+class CloseView(RunView):
+    """The viewer's `RunView`, kept every 10 events (its registered `folding` serves it)."""
+
+    kept_every = 10
+
+
+class TestFoldingBetweenKeptStates:
+    @pytest.mark.parametrize("seed", [1, 2, 3])
+    @pytest.mark.parametrize(
+        "projection", [RunIndex, StateStack, StageResults, RetryCounts, ProgressState, RunView]
+    )
+    def test_every_kept_state_is_the_one_apply_makes_event_by_event(
+        self, projection: Any, seed: int
+    ) -> None:
+        """Folded together between kept states, every state kept (and the one asked for) of
+        runs with hub routes, rollbacks and failures is what `apply` makes event by event."""
+        if projection is RunView:
+            projection = CloseView  # kept every 10 events, not 100: short runs cross many
+        for events in random_histories(seed):
+            travel = TimeTravel(ListReader(events), None, interval=20)
+            expected = applied_one_by_one(projection(), events)
+            last = events[-1].version
+            assert travel.project(events[0].run_id, projection(), last) == expected[last]
+            grid = travel.grid(projection())
+            for version in range(grid, last + 1, grid):
+                assert travel.project(events[0].run_id, projection(), version) == expected[version]
+
+    def test_a_fold_of_its_own_takes_the_events_between_two_kept_states_at_once(self) -> None:
+        """A projection with a fold of its own (`StateStack`'s rows pushed in place) is given
+        the events between two kept states in one call, not one `apply` per event."""
+        calls: list[int] = []
+
+        class CountingStack(StateStack):
+            def fold(self, events: Any, state: Any = None) -> Any:
+                calls.append(len(events))
+                return super().fold(events, state)
+
+        events = random_histories(4)[0]
+        TimeTravel(ListReader(events), None, interval=20).project(
+            events[0].run_id, CountingStack(), events[-1].version
+        )
+        assert calls
+        assert max(calls) > 1
+
+    def test_a_registered_folding_is_fed_the_events_between_two_kept_states(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A projection with a registered `folding` (the viewer's, `RunView`'s) is fed the
+        events between two kept states by it, in one part each."""
+        fed = calls_to(monkeypatch, snapshot._Panels, "feed")
+        events = random_histories(4)[0]
+        TimeTravel(ListReader(events), None, interval=20).project(
+            events[0].run_id, CloseView(), events[-1].version
+        )
+        assert fed
+        assert max(len(call[1]) for call in fed) == 10
+
+    @pytest.mark.parametrize("projection", [RunIndex, StateStack, CloseView])
+    def test_an_error_names_the_first_event_apply_stops_at(self, projection: Any) -> None:
+        """Where a later event breaks the first part folded and an earlier one another part,
+        the error is `apply`'s event by event: the earlier event, its version, its part."""
+        events = random_histories(5)[0]
+        early, late = next(
+            (start, outcome)
+            for start in events
+            for outcome in events
+            if type(start) is StageStarted
+            and type(outcome) is StageCompleted
+            and 10 < start.version < outcome.version <= (start.version - 1) // 10 * 10 + 10
+        )  # one stretch between two kept states (every 10 events), not its first event
+        tampered = {
+            early.version: broken(early, stage=[1]),
+            late.version: broken(late, outcome=[1]),
+        }
+        stream = [tampered.get(event.version, event) for event in events]
+        expected = None
+        try:
+            applied_one_by_one(projection(), stream)
+        except ProjectionError as error:
+            expected = error
+        travel = TimeTravel(ListReader(stream), None, interval=20)
+        with pytest.raises(ProjectionError) as caught:
+            travel.project(events[0].run_id, projection(), events[-1].version)
+        assert expected is not None
+        assert (caught.value.projection, caught.value.version) == (
+            expected.projection,
+            expected.version,
+        )
+        assert str(caught.value) == str(expected)
+        assert type(caught.value.__cause__) is type(expected.__cause__)
+
+    def test_a_state_none_that_is_not_the_initial_one_is_folded_on_from_none(self) -> None:
+        """A state that became None (its initial state is not) goes on from None, as `apply`
+        takes it, not from the initial state a fold of its own starts from when given None."""
+
+        class Dropped(Projection[int | None]):
+            every_event = True
+
+            def initial(self) -> int | None:
+                return 0
+
+            def apply(self, state: int | None, event: Any) -> int | None:
+                return None if state is None or event.version == 1 else state + 1
+
+            def _fold(self, events: Any, current: Any, tick: Any) -> Any:
+                return Projection._fold(self, events, current, tick)  # a fold of its own
+
+        events = random_histories(6)[0]
+        travel = TimeTravel(ListReader(events), None, interval=20)
+        assert travel.project(events[0].run_id, Dropped(), events[-1].version) is None
+
+
+def recorded_histories(engine: Engine, seed: int, steps: int = 300) -> list[uuid.UUID]:
+    """The ids of `random_histories`' three runs, recorded by `engine` into its store."""
+    from tests.ui.test_run_view_dispatch import step
+
+    pick = random.Random(seed)
+    actions = ["completed", "failed", "start", "rollback", "route", "stage_done"]
+    actions += ["stage_failed", "add_task", "task_completed", "progress", "spend", "note"]
+    runs = {
+        "review": engine.start_run(REVIEW),
+        "hub": engine.start_run(hub_table(hub=True)),
+        "strict": engine.start_run(hub_table(hub=False)),
+    }
+    for _ in range(steps):
+        which = pick.choice(list(runs))
+        step(engine, runs, which, pick.choice(actions), pick.randint(1, 3))
+    return [run.id for run in runs.values()]
+
+
+class TamperedReader:
+    """The real store's reader, handing out `changes` (by version) in place of its events."""
+
+    def __init__(self, store: Store, changes: dict[int, dict[str, Any]]) -> None:
+        self.store, self.changes = store, changes
+
+    def stream(self, run_id: uuid.UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
+        for event in self.store.stream(run_id, gt=gt, lte=lte):
+            changes = self.changes.get(event.version)
+            yield event if changes is None else broken(event, **changes)
+
+    def generation(self) -> int:
+        return self.store.generation()
+
+
+class KeptOften:
+    """A mixin keeping a projection's states every 5 events (its folds are its class's)."""
+
+    kept_every = 5
+
+
+STORED_KINDS = [*BUILT_INS, RunView]
+
+
+def kept_often(kind: Any) -> Any:
+    """`kind`, kept every 5 events (a subclass taking its events as `kind` does)."""
+    return type(f"Often{kind.__name__}", (KeptOften, kind), {})
+
+
+class TestFoldingBetweenKeptStatesFromAStore:
+    @pytest.mark.parametrize("kind", STORED_KINDS, ids=lambda kind: kind.name)
+    def test_states_asked_and_kept_are_apply_s_and_stay_so(
+        self, shared_url: str, kind: Any
+    ) -> None:
+        """Each state asked for (every version, in random order) and each state held from a
+        kept version while the fold went on is what `apply` makes event by event."""
+        pick = random.Random(kind.name)
+        with Engine(shared_url) as engine:
+            for run_id in recorded_histories(engine, 8):
+                events = engine.events(run_id)
+                expected = applied_one_by_one(kind(), events)
+                for projection in (kind(), kept_often(kind)()):
+                    travel = TimeTravel(engine.store, engine.store.views, interval=100)
+                    grid = travel.grid(projection)
+                    held = {
+                        version: travel.project(run_id, projection, version)
+                        for version in range(grid, len(events) + 1, grid)
+                    }
+                    versions = list(expected)
+                    pick.shuffle(versions)
+                    for version in versions:
+                        assert travel.project(run_id, projection, version) == expected[version]
+                    for version, state in held.items():
+                        assert state == expected[version], version
+                        assert kind().encode(state) == kind().encode(expected[version])
+
+    @pytest.mark.parametrize("kind", STORED_KINDS, ids=lambda kind: kind.name)
+    def test_snapshots_stored_are_those_of_apply_s_states(self, shared_url: str, kind: Any) -> None:
+        """Each snapshot a fold stores is the projection's `snapshot` of the state `apply`
+        makes event by event at its version."""
+        checked = 0
+        with Engine(shared_url) as engine:
+            views, identity = engine.store.views, kind().identity()
+            assert views is not None
+            for run_id in recorded_histories(engine, 9, steps=600):
+                events = engine.events(run_id)
+                expected = applied_one_by_one(kind(), events)
+                travel = TimeTravel(engine.store, views, interval=100)
+                travel.project(run_id, kind(), len(events))
+                generation = engine.store.generation()
+                for version in range(100, len(events) + 1, 100):
+                    stored = views.snapshot(str(run_id), kind.name, identity, generation, version)
+                    if stored is not None and stored[0] == version:
+                        data = views.codec.unseal(stored[1])
+                        assert data == kind().snapshot(expected[version]), version
+                        checked += 1
+        assert checked
+
+    @pytest.mark.parametrize("kind", [StateStack, RunIndex, StageResults, RunView])
+    def test_an_erasure_while_read_is_refused(
+        self, shared_url: str, kind: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A deleted run a compaction erases after its first page was read is refused with
+        `RunErasedWhileRead` naming the first version not found, its events folded together
+        between kept states or not."""
+        from engine.errors import RunErasedWhileRead
+        from engine.store.event_store import PAGE
+        from tests._helpers import erased_after_its_first_page
+
+        with Engine(shared_url) as engine:
+            doomed = engine.start_run(REVIEW)
+            doomed.stage_completed("project_analysis", result={})
+            doomed.stage_completed("code_review", result={})
+            with doomed.batch():
+                for index in range(PAGE + 10):
+                    doomed.stage_failed("developer", error=f"e{index % 7}")
+            doomed.finish("deleted")
+        erased_after_its_first_page(shared_url, doomed.id, monkeypatch)
+        with Engine(shared_url) as engine, pytest.raises(RunErasedWhileRead) as refused:
+            engine.project(doomed.id, kind, at=PAGE + 5)
+        assert (refused.value.run_id, refused.value.version) == (doomed.id, PAGE + 1)
+
+    @pytest.mark.parametrize("kind", [StateStack, RunIndex, StageResults, RetryCounts, RunView])
+    def test_an_error_between_kept_states_keeps_nothing_of_its_fold(
+        self, sqlite_url: str, kind: Any
+    ) -> None:
+        """An outcome no handler takes (its stage a list) between two kept states raises
+        `apply`'s error (its event, version and projection); the states kept before it stay
+        `apply`'s, and nothing of the failed fold is kept in memory or stored."""
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+            run.stage_completed("code_review", result={})
+            with run.batch():
+                for index in range(400):
+                    run.stage_failed("developer", error=f"e{index % 7}")
+                    run.note(f"n{index}", index)
+            events = engine.events(run.id)
+            run_id, store = run.id, engine.store
+            bad = next(e for e in events[250:] if type(e) is StageFailed and e.version % 100)
+            stream = [broken(e, stage=[1]) if e is bad else e for e in events]
+            with pytest.raises(ProjectionError) as expected:
+                applied_one_by_one(kind(), stream)
+            expected_states = applied_one_by_one(kind(), events)
+            reader = TamperedReader(store, {bad.version: {"stage": [1]}})
+            travel = TimeTravel(reader, store.views, interval=100)
+            before = bad.version - 1
+            assert travel.project(run_id, kind(), before) == expected_states[before]
+            with pytest.raises(ProjectionError) as caught:
+                travel.project(run_id, kind(), len(events))
+            assert str(caught.value) == str(expected.value)
+            assert (caught.value.projection, caught.value.version) == (
+                expected.value.projection,
+                bad.version,
+            )
+            generation, views = store.generation(), store.views
+            assert views is not None
+            newest = views.snapshot(
+                str(run_id), kind.name, kind().identity(), generation, len(events)
+            )
+            assert newest is None or newest[0] < bad.version
+            for version in range(before - before % 10, before + 1):
+                assert travel.project(run_id, kind(), version) == expected_states[version]
+
+    @pytest.mark.parametrize("kind", [StateStack, kept_often(StateStack)])
+    def test_the_events_folded_together_are_those_between_two_kept_states(
+        self, sqlite_url: str, kind: Any
+    ) -> None:
+        """A fold gathers at most the events between two kept states (`kept_every`, else the
+        interval), never the run, whatever the version asked."""
+        sizes: list[int] = []
+
+        class Sized(kind):  # type: ignore[misc]
+            def fold(self, events: Any, state: Any = None) -> Any:
+                sizes.append(len(events))
+                return super().fold(events, state)
+
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+            run.stage_completed("code_review", result={})
+            with run.batch():
+                for index in range(2_345):
+                    run.stage_failed("developer", error=f"e{index % 7}")
+            travel = TimeTravel(engine.store, engine.store.views)
+            grid = travel.grid(Sized())
+            assert travel.project(run.id, Sized(), 2_348) == StateStack().fold(
+                engine.events(run.id)
+            )
+        assert sizes
+        assert max(sizes) == grid
+
+
+class TestTheFirstFailureIsRaised:
+    @pytest.mark.parametrize("kind", [BreaksOnTimeouts, StateStack])
+    def test_a_handler_error_before_an_unreadable_page_is_raised(
+        self, sqlite_url: str, kind: Any
+    ) -> None:
+        """A handler failing on an event and, before the next kept state, a page the store
+        cannot read (an event's state NULL): the fold raises the handler's `ProjectionError`
+        naming its event, as `apply` event by event stops there before that page is read."""
+        from engine.store.event_store import PAGE
+        from tests.audit.tampering import Rows
+
+        with Engine(sqlite_url) as engine:
+            run = engine.start_run(REVIEW)
+            run.stage_completed("project_analysis", result={})
+            run.stage_completed("code_review", result={})
+            with run.batch():
+                for index in range(PAGE + 900):
+                    run.stage_failed("developer", error=f"e{index % 7}")
+            first, breaking, unreadable = 700, PAGE + 690, PAGE + 710  # pages after `first`
+            rows = Rows(sqlite_url)
+            topic, _ = rows.get(run.id, unreadable)
+            rows.put(run.id, unreadable, topic, None)  # type: ignore[arg-type]
+            changes = {"stage": [1]} if kind is StateStack else {"error_type": "Timeout"}
+            travel = TimeTravel(TamperedReader(engine.store, {breaking: changes}), None)
+            assert travel.project(run.id, kind(), first) == kind().fold(
+                engine.events(run.id, upto=first)
+            )  # kept: a later fold starts there, its pages end at 1,700 (not a kept version)
+            with pytest.raises(ProjectionError) as caught:
+                travel.project(run.id, kind(), PAGE + 800)
+            assert (caught.value.projection, caught.value.version) == (kind.name, breaking)

@@ -3,12 +3,20 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import random
 import sqlite3
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from engine import Engine
 from engine.ui import snapshot
 from engine.ui.snapshot import PANELS, RunView
+from events import StageCompleted, StageStarted
+from projections import ProjectionError
+from projections.base import Folding, folding
+from tests.readside.test_snapshots import applied_one_by_one, broken, random_histories
 from tests.ui._helpers import record_long, stock
 
 
@@ -68,3 +76,49 @@ class TestRunView:
         """RunView's fingerprint (which covers its parts', the stack's among them) is the
         shipped one: a change makes every stored view stale, so it is made on purpose only."""
         assert RunView.fingerprint() == "aecdc03cbb6babd8"  # as of 909f60c
+
+
+class TestRunViewFolding:
+    @pytest.mark.parametrize("seed", [1, 2])
+    def test_fed_in_parts_it_holds_after_each_part_what_apply_makes(self, seed: int) -> None:
+        """Fed parts of any length (one event to all at once), each part folding them its own
+        way, the view after each part is the one `apply` makes event by event."""
+        pick = random.Random(seed)
+        for events in random_histories(seed):
+            expected = applied_one_by_one(RunView(), events)
+            fed = folding(RunView())
+            assert isinstance(fed, snapshot._Panels)
+            done = 0
+            while done < len(events):
+                size = pick.choice([1, 2, 7, 30, 80])
+                fed.feed(events[done : done + size])
+                done = min(done + size, len(events))
+                assert fed.state() == expected[events[done - 1].version]
+
+    def test_a_subclass_with_an_apply_of_its_own_is_fed_through_it(self) -> None:
+        """A view whose `apply` is its own is folded by it (a plain `Folding`), never by parts."""
+
+        class OwnView(RunView):
+            def apply(self, state: Any, event: Any) -> Any:
+                return super().apply(state, event)
+
+        assert type(folding(OwnView())) is Folding
+        assert type(folding(RunView(), RunView().initial())) is snapshot._Panels
+
+    def test_an_error_names_the_first_event_any_part_fails_on(self) -> None:
+        """A later event breaking the first part and an earlier one a later part: the error is
+        `apply`'s, on the earlier event, naming its part."""
+        events = random_histories(5)[0]
+        early = next(e for e in events if type(e) is StageStarted and e.version > 3)
+        late = next(e for e in events if type(e) is StageCompleted and e.version > early.version)
+        tampered = {
+            early.version: broken(early, stage=[1]),
+            late.version: broken(late, outcome=[1]),
+        }
+        stream = [tampered.get(event.version, event) for event in events]
+        with pytest.raises(ProjectionError) as expected:
+            applied_one_by_one(RunView(), stream)
+        with pytest.raises(ProjectionError) as caught:
+            folding(RunView()).feed(stream)
+        assert str(caught.value) == str(expected.value)
+        assert (caught.value.projection, caught.value.version) == ("retry_counts", early.version)
