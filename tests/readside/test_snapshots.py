@@ -457,40 +457,10 @@ def _written_out(projection: Any, state: Any) -> int:
     return len(json.dumps(data))
 
 
-class ListReader:
-    """A reader of one run's events held in a list: events no store accepts (tampered past
-    their validators, as damaged rows would decode), for the error tests alone."""
-
-    def __init__(self, events: list[Any]) -> None:
-        self.events = events
-
-    def stream(self, run_id: uuid.UUID, *, gt: int = 0, lte: int | None = None) -> Iterator[Any]:
-        top = self.events[-1].version if lte is None else lte
-        return iter([event for event in self.events if gt < event.version <= top])
-
-    def generation(self) -> int:
-        return 0
-
-
 def random_histories(seed: int, steps: int = 600) -> list[list[Any]]:
-    """The events of a review run (failures, retries, rollbacks, tasks), a hub's run (routes
-    recorded and implicit) and a strict table's, from `steps` random steps (illegal ones
-    write nothing)."""
-    from tests.ui.test_run_view_dispatch import step
-
-    pick = random.Random(seed)
-    actions = ["completed", "failed", "start", "rollback", "route", "stage_done"]
-    actions += ["stage_failed", "add_task", "task_completed", "progress", "spend", "note"]
+    """The events of `recorded_histories`' three runs, recorded into a memory store."""
     with Engine("memory://") as engine:
-        runs = {
-            "review": engine.start_run(REVIEW),
-            "hub": engine.start_run(hub_table(hub=True)),
-            "strict": engine.start_run(hub_table(hub=False)),
-        }
-        for _ in range(steps):
-            which = pick.choice(list(runs))
-            step(engine, runs, which, pick.choice(actions), pick.randint(1, 3))
-        return [engine.events(run.id) for run in runs.values()]
+        return [engine.events(run_id) for run_id in recorded_histories(engine, seed, steps)]
 
 
 def applied_one_by_one(projection: Any, events: list[Any]) -> dict[int, Any]:
@@ -551,28 +521,27 @@ class TestFoldingBetweenKeptStates:
     def test_an_error_names_the_first_event_apply_stops_at(self, projection: Any) -> None:
         """Where a later event breaks the first part folded and an earlier one another part,
         the error is `apply`'s event by event: the earlier event, its version, its part."""
-        events = random_histories(5)[0]
-        early, late = next(
-            (start, outcome)
-            for start in events
-            for outcome in events
-            if type(start) is StageStarted
-            and type(outcome) is StageCompleted
-            and 10 < start.version < outcome.version <= (start.version - 1) // 10 * 10 + 10
-        )  # one stretch between two kept states (every 10 events), not its first event
-        tampered = {
-            early.version: broken(early, stage=[1]),
-            late.version: broken(late, outcome=[1]),
-        }
-        stream = [tampered.get(event.version, event) for event in events]
-        expected = None
-        try:
-            applied_one_by_one(projection(), stream)
-        except ProjectionError as error:
-            expected = error
-        travel = TimeTravel(ListReader(stream), None, interval=20)
-        with pytest.raises(ProjectionError) as caught:
-            travel.project(events[0].run_id, projection(), events[-1].version)
+        with Engine("memory://") as engine:
+            run_id = recorded_histories(engine, 5, steps=600)[0]
+            events = engine.events(run_id)
+            early, late = next(
+                (start, outcome)
+                for start in events
+                for outcome in events
+                if type(start) is StageStarted
+                and type(outcome) is StageCompleted
+                and 10 < start.version < outcome.version <= (start.version - 1) // 10 * 10 + 10
+            )  # one stretch between two kept states (every 10 events), not its first event
+            changes = {early.version: {"stage": [1]}, late.version: {"outcome": [1]}}
+            reader = TamperedReader(engine.store, changes)
+            expected = None
+            try:
+                applied_one_by_one(projection(), list(reader.stream(run_id)))
+            except ProjectionError as error:
+                expected = error
+            travel = TimeTravel(reader, None, interval=20)
+            with pytest.raises(ProjectionError) as caught:
+                travel.project(run_id, projection(), events[-1].version)
         assert expected is not None
         assert (caught.value.projection, caught.value.version) == (
             expected.projection,
@@ -605,7 +574,9 @@ class TestFoldingBetweenKeptStates:
 
 
 def recorded_histories(engine: Engine, seed: int, steps: int = 300) -> list[uuid.UUID]:
-    """The ids of `random_histories`' three runs, recorded by `engine` into its store."""
+    """The ids of a review run (failures, retries, rollbacks, tasks), a hub's run (routes
+    recorded and implicit) and a strict table's, recorded by `engine` from `steps` random
+    steps (illegal ones write nothing)."""
     from tests.ui.test_run_view_dispatch import step
 
     pick = random.Random(seed)
