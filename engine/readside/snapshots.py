@@ -37,6 +37,12 @@ from projections.run_index import forget_runs
 SNAPSHOT_INTERVAL = 500
 """Events between two snapshots of a projection over one run (in memory; see `_Storer`)."""
 
+DENSE_KEPT = 10 * SNAPSHOT_INTERVAL
+"""Events before the version a fold was asked for within which it keeps in memory the states
+of a projection kept closer than `SNAPSHOT_INTERVAL` (`kept_every`); further back, only one
+every interval: a long fold keeps a slider's neighbourhood of close states, not one every
+`kept_every` events of the whole run (a million-event run's viewer: 10,000 states)."""
+
 BYTES_PER_EVENT = 256
 """Stored snapshot bytes allowed per event they stand for (about an event's own size)."""
 
@@ -255,6 +261,7 @@ class TimeTravel:
         deferring = type(projection).restore is not Projection.restore and grid == interval
         left = every = collector.COLLECT_EVERY
         event = None
+        dense_from = version - DENSE_KEPT
         part: list[Event] = []  # the relevant events since the last state kept
         unread: list[Exception] = []  # what a read of the run raised
         with collector_paused() as tick:
@@ -276,7 +283,8 @@ class TimeTravel:
                         # snapshot then walks only what changed since, and memory holds
                         # the state's newest part, not the whole run.
                         state = projection.restore(data, self._events(key, fresh))
-                    fresh.append((event.version, state))
+                    if event.version % interval == 0 or event.version > dense_from:
+                        fresh.append((event.version, state))
                 left -= 1
                 if not left:
                     tick()

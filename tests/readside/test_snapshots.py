@@ -17,6 +17,7 @@ from engine import Engine, RunNotFound
 from engine.errors import InvalidArgument
 from engine.machine import MachineFold, replay
 from engine.readside import TimeTravel
+from engine.readside import snapshots as snapshots_module
 from engine.store import Store
 from engine.ui import snapshot
 from engine.ui.snapshot import RunView
@@ -281,6 +282,25 @@ class TestSnapshots:
         assert reader.count == (2_250 - versions[-2] if newest_only else 2_250)
         warned = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
         assert f"after event {versions[-1]} cannot be read" in warned[0]
+
+    def test_close_states_are_kept_only_near_the_version_asked(self, engine: Engine) -> None:
+        """A projection kept every 10 events keeps its close states in memory only within
+        `DENSE_KEPT` events before the version a fold was asked for, further back one every
+        interval: near it a question folds under 10 events, far back under an interval."""
+
+        class Close(FailuresByType):
+            kept_every = 10
+
+        run_id = self.long_run(engine, 8_000)
+        reader = CountingReader(engine.store)
+        travel = TimeTravel(reader, None)
+        travel.project(run_id, Close(), 8_000)
+        assert 8_000 - snapshots_module.DENSE_KEPT > 1_000  # the far question lies out of it
+        for version, folded in ((7_995, 5), (1_495, 495)):
+            reader.count = 0
+            state = travel.project(run_id, Close(), version)
+            assert reader.count == folded, version
+            assert state == FailuresByType().fold(engine.events(run_id, upto=version))
 
     def test_memory_snapshots_serve_the_next_question(self, engine: Engine) -> None:
         """In one process, a second query near the end folds only the tail."""
