@@ -31,7 +31,7 @@ from projections import (
     StageResults,
     StateStack,
 )
-from projections.base import EventSource, Folding, folding
+from projections.base import EventSource, Folding, folding, folds_faster
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -137,7 +137,7 @@ def _folding(projection: RunView, state: tuple[Any, ...] | None = None) -> Foldi
     if (
         kind.apply is not RunView.apply
         or kind.fold is not Projection.fold
-        or kind._fold is not Projection._fold
+        or folds_faster(projection)
         or "handlers" in vars(projection)
     ):
         return Folding(projection, begun)  # a subclass folding its own way: through `fold`
