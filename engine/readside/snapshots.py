@@ -440,7 +440,7 @@ def _readable_whole(views: Views, key: _Key, version: int) -> _Start | None:
     `UNREADABLE_PASSED` of them: a snapshot only saves time, and the fold from an
     older one (or from the first event) gives the same state."""
     generation, run_id, name, identity = key
-    for _ in range(UNREADABLE_PASSED + 1):
+    for _ in range(UNREADABLE_PASSED):
         row = views.snapshot(str(run_id), name, identity, generation, version)
         if row is None:
             return None

@@ -283,6 +283,25 @@ class TestSnapshots:
         warned = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
         assert f"after event {versions[-1]} cannot be read" in warned[0]
 
+    def test_at_most_unreadable_passed_snapshots_are_passed_over(
+        self, sqlite_url: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Past `UNREADABLE_PASSED` damaged snapshots the fold starts from the first event,
+        having read (and warned of) that many and no more."""
+        with Engine(sqlite_url) as engine:
+            run_id = self.long_run(engine, 3_300)
+            engine.project(run_id, FailuresByType, at=3_250)
+        versions = damage_snapshots(sqlite_url, FailuresByType.name, newest_only=False)
+        assert len(versions) > snapshots_module.UNREADABLE_PASSED + 1
+        with Engine(sqlite_url) as fresh:
+            reader = CountingReader(fresh.store)
+            travel = TimeTravel(reader, fresh.store.views)
+            state = travel.project(run_id, FailuresByType(), 3_250)
+            assert state == FailuresByType().fold(fresh.events(run_id, upto=3_250))
+        assert reader.count == 3_250
+        warned = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+        assert len(warned) == snapshots_module.UNREADABLE_PASSED
+
     def test_close_states_are_kept_only_near_the_version_asked(self, engine: Engine) -> None:
         """A projection kept every 10 events keeps its close states in memory only within
         `DENSE_KEPT` events before the version a fold was asked for, further back one every
