@@ -16,8 +16,8 @@ reads them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any
 from uuid import UUID
 
 import attrs
@@ -33,12 +33,9 @@ LEAP_MIN = 2000
 _log = logging.getLogger(__name__)
 
 
-@runtime_checkable
-class IdFinder(Protocol):
-    """What a leap needs of the store's recorder: the notification id of a run's event."""
-
-    def notification_id(self, run_id: UUID, version: int) -> int | None:
-        """The notification id of the run's event `version` (None: not stored)."""
+IdFinder = Callable[[UUID, int], int | None]
+"""What a leap needs of the store's recorder: its `notification_id(run_id, version)`, the id
+of a run's event (None: not stored)."""
 
 
 @attrs.frozen
@@ -83,7 +80,7 @@ def find_leap(
     recorder cannot find ids, the page's last run fills less than half of it, or no
     summary it may land on lies `LEAP_MIN` events or more further on.
     """
-    finder = recorder if isinstance(recorder, IdFinder) else None
+    finder: IdFinder | None = getattr(recorder, "notification_id", None)
     if finder is None or not events or end >= stop:
         return None
     last = events[-1]
@@ -123,7 +120,7 @@ def _newest(views: Views, run_id: UUID, generation: int, upto: int) -> tuple[int
 def _alone(finder: IdFinder, run_id: UUID, last: int, end: int, version: int) -> bool:
     """Whether the run's events after version `last` (at id `end`) fill every id up to its
     event `version` (False if that event is not stored)."""
-    found = finder.notification_id(run_id, version)
+    found = finder(run_id, version)
     return found is not None and found - end == version - last
 
 

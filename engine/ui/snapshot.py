@@ -31,7 +31,7 @@ from projections import (
     StageResults,
     StateStack,
 )
-from projections.base import EventSource, Folding, folding, folds_faster
+from projections.base import EventSource, Folding, folding, folds_faster, folds_with
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -135,10 +135,9 @@ def _folding(projection: RunView, state: tuple[Any, ...] | None = None) -> Foldi
     runs each time."""
     kind, begun = type(projection), projection.initial() if state is None else state
     if (
-        kind.apply is not RunView.apply
+        not folds_with(projection, RunView)
         or kind.fold is not Projection.fold
         or folds_faster(projection)
-        or "handlers" in vars(projection)
     ):
         return Folding(projection, begun)  # a subclass folding its own way: through `fold`
     return _Panels(projection, begun)
